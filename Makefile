@@ -1,0 +1,137 @@
+# exreplay — build, test and CI entry points (GNU make).
+#
+#   make test     warnings build, C unit tests, pytest, then pytest again under ASan+UBSan
+#   make venv     create $(VENV) and install the package (editable) with the test extras
+#   make build    (re)build the extension in place (exreplay/_core*.so) for the venv
+#   make ctest    C unit tests of src/core under ASan+UBSan (no Python)
+#   make pytest   pytest against the in-place build
+#   make asan     pytest against an ASan+UBSan build of the extension
+#   make warnings build once with -Werror (proves -Wall -Wextra is clean)
+#   make demo | bench | clean | distclean
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := test
+.DELETE_ON_ERROR:
+
+PY   ?= python3
+VENV ?= .venv
+# make predefines CC=cc; the C tests and the libasan lookup want gcc.
+CTEST_CC ?= gcc
+CTEST_CFLAGS ?= -std=c11 -O1 -g -Wall -Wextra -Werror -pthread \
+                -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+# Extra pytest arguments for the ASan run (it is several times slower).
+ASAN_PYTEST_ARGS ?= -m "not slow"
+
+VPY     := $(VENV)/bin/python
+STAMP   := $(VENV)/.exreplay-installed
+ASANPKG := build/asan-pkg
+
+CORE_SRC := $(sort $(wildcard src/core/*.c))
+CORE_HDR := $(wildcard src/core/*.h)
+CTEST_SRC := tests/c/test_core.c
+
+export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
+
+.PHONY: test venv build warnings ctest pytest asan demo bench clean distclean zlib
+
+# --- environment ------------------------------------------------------------
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml setup.py
+	@test -x $(VPY) || { echo "creating $(VENV) with $(PY)"; $(PY) -m venv $(VENV); }
+	@$(MAKE) --no-print-directory zlib
+	$(VPY) -m pip install --quiet --disable-pip-version-check --upgrade pip setuptools wheel
+	$(VPY) -m pip install --disable-pip-version-check --progress-bar off -e '.[test]'
+	@touch $@
+
+# zlib headers: needed by setup.py and by the C tests.
+zlib:
+	@if echo '#include <zlib.h>' | $(CTEST_CC) -E -x c - >/dev/null 2>&1; then \
+	  :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "zlib.h not found: installing zlib1g-dev"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get update -q && apt-get install -y -q zlib1g-dev </dev/null; \
+	else \
+	  echo "zlib headers not found: on Debian/Ubuntu run \`apt-get install zlib1g-dev\` (as root)" >&2; \
+	  exit 1; \
+	fi
+
+# --- builds -----------------------------------------------------------------
+# setup.py lists every header and itself as dependencies, so these are
+# incremental: build_ext skips an extension that is newer than all of them.
+
+# In place: exreplay/_core*.so next to the .py files, which the editable
+# install (and `python -m pytest` run from the repo root) imports.
+build: venv
+	$(VPY) setup.py --quiet build_ext --inplace
+
+warnings: venv
+	EXREPLAY_WERROR=1 $(VPY) setup.py --quiet build_ext \
+	  --build-lib build/werror --build-temp build/werror-tmp
+
+# --- tests ------------------------------------------------------------------
+
+build/test_core: $(CTEST_SRC) $(wildcard tests/c/*.h) $(CORE_SRC) $(CORE_HDR) | zlib
+	@mkdir -p build
+	$(CTEST_CC) $(CTEST_CFLAGS) -Isrc/core -o $@ $(CTEST_SRC) $(CORE_SRC) -lz -lm
+
+ctest: build/test_core
+	./build/test_core
+
+pytest: build
+	$(VPY) -m pytest -q tests
+
+# The ASan run imports the package from $(ASANPKG): a copy of exreplay/*.py
+# (+ stubs) with the sanitized _core*.so, next to a copy of tests/ and
+# pyproject.toml, run from there so that neither the cwd on sys.path nor
+# pytest's rootdir insertion can pick up the in-place build.
+# .ci/asan_plugin.py aborts the run unless exreplay._core is the ASan .so.
+asan: venv | zlib
+	EXREPLAY_SANITIZE=1 $(VPY) setup.py --quiet build_ext \
+	  --build-lib build/asan --build-temp build/asan-tmp
+	rm -rf $(ASANPKG)
+	mkdir -p $(ASANPKG)
+	cp -R exreplay tests pyproject.toml .ci/asan_plugin.py $(ASANPKG)/
+	find $(ASANPKG) \( -name '*.so' -o -name __pycache__ \) -prune -exec rm -rf {} +
+	@so=exreplay/_core$$($(VPY) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))'); \
+	 cp "build/asan/$$so" "$(ASANPKG)/$$so"; \
+	 if nm -D "$(ASANPKG)/$$so" | grep -q ' U __asan_init'; then echo "ASan build: $(ASANPKG)/$$so"; \
+	 else echo "error: $(ASANPKG)/$$so is not an ASan build (no __asan_init)" >&2; exit 1; fi
+	cd $(ASANPKG) && \
+	  so=$$(realpath exreplay/_core*.so) && \
+	  libasan=$$($(CTEST_CC) -print-file-name=libasan.so) && \
+	  echo "LD_PRELOAD=$$libasan" && \
+	  env LD_PRELOAD="$$libasan" \
+	      ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 \
+	      UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	      PYTHONMALLOC=malloc \
+	      PYTHONPATH="$$PWD" \
+	      EXREPLAY_ASAN=1 EXREPLAY_ASAN_CORE="$$so" \
+	      $(abspath $(VPY)) -m pytest -q -p no:cacheprovider -p asan_plugin $(ASAN_PYTEST_ARGS) tests
+
+# Each step in order, timed; any failure stops the run with a non-zero exit.
+test: venv
+	@for step in warnings build ctest pytest asan; do \
+	  echo "=== make $$step"; s=$$(date +%s); \
+	  $(MAKE) --no-print-directory $$step; \
+	  echo "=== make $$step: ok in $$(( $$(date +%s) - s ))s"; \
+	done
+
+# --- other ------------------------------------------------------------------
+
+demo: build
+	$(VPY) -m exreplay.demo
+
+bench: build
+	$(VPY) -m pip install --disable-pip-version-check --progress-bar off -e '.[test,bench]'
+	$(VPY) -m pytest benchmarks
+
+clean:
+	rm -rf build dist *.egg-info exreplay/_core*.so .pytest_cache .hypothesis .benchmarks
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)

@@ -1,0 +1,111 @@
+"""Build script for the exreplay._core C extension.
+
+Project metadata lives in pyproject.toml; this file only describes the
+extension module.  One extension, ``exreplay._core``, is built from every
+``src/core/*.c`` (pure C11, no Python.h) plus every ``src/py/*.c`` (the
+CPython/NumPy binding).
+
+Environment switches:
+  EXREPLAY_SANITIZE=1  -O1 -g with AddressSanitizer + UBSan (the `make asan` build)
+  EXREPLAY_WERROR=1    add -Werror (the `make warnings` build)
+"""
+
+import os
+import sys
+import tempfile
+from glob import glob
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ZLIB_MISSING = "zlib headers not found: on Debian/Ubuntu run `apt-get install zlib1g-dev`"
+
+
+def _flag(name):
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _rel_glob(pattern):
+    # setuptools wants source paths relative to the project root.
+    return sorted(os.path.relpath(p, HERE) for p in glob(os.path.join(HERE, pattern)))
+
+
+class BuildExt(build_ext):
+    """build_ext that checks for zlib.h first and adds NumPy's include dir lazily."""
+
+    def finalize_options(self):
+        super().finalize_options()
+        # Imported here, not at module level, so that `setup.py --help` and
+        # metadata-only commands work without NumPy; the build backend always
+        # has it (pyproject.toml [build-system] requires numpy>=2.0).
+        import numpy
+
+        if int(numpy.__version__.split(".")[0]) < 2:
+            sys.stderr.write(
+                "warning: building exreplay against NumPy %s; build against NumPy >= 2.0 "
+                "for a module that runs on both NumPy 1.x and 2.x\n" % numpy.__version__
+            )
+        for ext in self.extensions:
+            inc = numpy.get_include()
+            if inc not in ext.include_dirs:
+                ext.include_dirs.append(inc)
+
+    def _check_zlib(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            src = os.path.join(tmp, "zlib_check.c")
+            with open(src, "w") as f:
+                f.write("#include <zlib.h>\nint main(void) { return ZLIB_VERNUM == 0; }\n")
+            try:
+                self.compiler.compile([src], output_dir=tmp)
+            except Exception:
+                raise SystemExit("error: " + ZLIB_MISSING) from None
+
+    def build_extensions(self):
+        self._check_zlib()
+        super().build_extensions()
+
+
+SANITIZE = _flag("EXREPLAY_SANITIZE")
+WERROR = _flag("EXREPLAY_WERROR")
+
+compile_args = ["-std=c11", "-Wall", "-Wextra", "-fvisibility=hidden", "-pthread"]
+link_args = ["-pthread"]
+if SANITIZE:
+    compile_args += [
+        "-O1",
+        "-g",
+        "-fsanitize=address,undefined",
+        "-fno-omit-frame-pointer",
+        "-fno-sanitize-recover=undefined",
+        # Python's CFLAGS carry -DNDEBUG; keep the core's assert()s live here.
+        "-UNDEBUG",
+    ]
+    link_args += ["-fsanitize=address,undefined"]
+else:
+    compile_args += ["-O3"]
+if WERROR:
+    compile_args += ["-Werror"]
+
+core_sources = _rel_glob("src/core/*.c")
+py_sources = _rel_glob("src/py/*.c")
+headers = _rel_glob("src/core/*.h") + _rel_glob("src/py/*.h") + ["setup.py"]
+
+ext = Extension(
+    "exreplay._core",
+    sources=core_sources + py_sources,
+    # Headers (and this file, which sets the flags) listed so that an
+    # incremental build_ext rebuilds when only they changed.
+    depends=headers,
+    include_dirs=["src/core"],  # + numpy.get_include(), added in BuildExt
+    define_macros=[
+        # Keep these two in step with the numpy floor in pyproject.toml.
+        ("NPY_NO_DEPRECATED_API", "NPY_1_21_API_VERSION"),
+        ("NPY_TARGET_VERSION", "NPY_1_21_API_VERSION"),
+    ],
+    libraries=["z", "m"],
+    extra_compile_args=compile_args,
+    extra_link_args=link_args,
+)
+
+setup(ext_modules=[ext], cmdclass={"build_ext": BuildExt})

@@ -1,0 +1,127 @@
+/*
+ * buffer.h - the experience replay: episodes, picks, selectors, eviction.
+ *
+ *   exr_buffer
+ *   +-- mu (pthread mutex): guards everything below
+ *   +-- episodes (episode.h)  slot -> { handle, n, m, flags, body -> segments }
+ *   +-- picks (pick_table.h)  [ {slot, pos, prio} ... ]   <-> aux[pos] in segments
+ *   +-- sels[]                { handle, selector* } (selector.h vtables)
+ *   +-- hand                  second-chance position (evict.h)
+ *   +-- readers, graveyard    bodies evicted while a get_batch copies from them
+ *
+ * Locking: functions named *_locked need mu held (exr_buffer_lock); the rest
+ * take it themselves. get_batch holds mu only to choose picks and pin their
+ * storage, copies without it, then takes it again to unpin; an evicted
+ * episode's storage is freed once no copy that could see it is running.
+ *
+ * Errors: every function returns an exr_status; on anything but EXR_OK the
+ * buffer is as it was (record_many: the steps before the failing one stay).
+ */
+#ifndef EXR_BUFFER_H
+#define EXR_BUFFER_H
+
+#include <stdbool.h>
+
+#include "exr.h"
+#include "evict.h"
+#include "selector.h"
+
+typedef struct exr_buffer exr_buffer;
+
+#define EXR_MAX_PICK_LEN (1u << 20)
+
+typedef struct {
+    size_t state_bytes, action_bytes, reward_bytes; /* item sizes, state_bytes >= 1 */
+    uint64_t capacity;                              /* records; 0 = unbounded */
+    uint32_t pick_len;                              /* 1 .. EXR_MAX_PICK_LEN */
+    bool allow_short;
+    int eviction;                                   /* EXR_EVICT_* */
+    uint64_t seed;
+} exr_config;
+
+/* T >= 1 steps to record: T contiguous rows of each column. priorities is
+ * NULL for none, else T values (NaN: none for that step). The last step ends
+ * the episode when end is set (with final_state, or with final_state NULL). */
+typedef struct {
+    const void *states, *actions, *rewards;
+    const double *priorities;
+    size_t T;
+    const void *final_state;
+    bool end, terminated;
+} exr_steps;
+
+/* Where get_batch writes: arrays of count * pick_len rows (state, action,
+ * reward, state_next) and count entries (the rest). */
+typedef struct {
+    void *state, *action, *reward, *state_next;
+    int64_t *seq_len, *seq_len_next, *pick_epi, *pick_pos;
+    float *weight;
+} exr_batch_out;
+
+exr_status exr_buffer_new(const exr_config *cfg, exr_buffer **out);
+/* Frees everything. No other thread may be using the buffer. */
+void exr_buffer_free(exr_buffer *b);
+const exr_config *exr_buffer_config(const exr_buffer *b);
+
+void exr_buffer_lock(exr_buffer *b);
+int exr_buffer_trylock(exr_buffer *b); /* 1 if taken */
+void exr_buffer_unlock(exr_buffer *b);
+
+uint64_t exr_buffer_len_locked(const exr_buffer *b);
+uint64_t exr_buffer_num_episodes_locked(const exr_buffer *b);
+uint64_t exr_buffer_num_picks_locked(const exr_buffer *b);
+
+/* A new empty episode. O(1) amortised. */
+exr_status exr_buffer_new_episode_locked(exr_buffer *b, int64_t *h);
+
+/* Appends the steps to episode h (a new one if h is unknown or ended), as T
+ * single records would, evicting after each while over capacity. *out_h is
+ * the handle recorded into last. EXR_EINVAL if T == 0. O(T) amortised. */
+exr_status exr_buffer_record_locked(exr_buffer *b, int64_t h, const exr_steps *in,
+                                    int64_t *out_h);
+
+/* Selectors: kind indexes exr_selector_kinds; params has the kind's nparams
+ * values (validated: EXR_EINVAL). Handles grow from 0, never reused. */
+exr_status exr_buffer_add_selector_locked(exr_buffer *b, int kind, const double *params,
+                                          int64_t *h);
+exr_status exr_buffer_remove_selector_locked(exr_buffer *b, int64_t h);
+exr_selector *exr_buffer_selector_locked(exr_buffer *b, int64_t h);
+/* Sets a settable parameter (EXR_EINVAL if not settable or out of range). */
+exr_status exr_buffer_set_param_locked(exr_buffer *b, int64_t h, int k, double v);
+
+/* count picks drawn by selector h into out. Takes the lock itself.
+ * EXR_ENOTFOUND (selector), EXR_EEMPTY (nothing to draw). O(count * pick_len
+ * + count log N). */
+exr_status exr_buffer_get_batch(exr_buffer *b, int64_t h, size_t count, exr_batch_out *out);
+/* The batch for the given picks, weighted by selector h (test hook).
+ * EXR_ENOTFOUND if a pick or the selector does not exist. */
+exr_status exr_buffer_gather(exr_buffer *b, int64_t h, size_t count, const int64_t *epi,
+                             const int64_t *pos, exr_batch_out *out);
+
+/* New priorities (finite, >= 0; else EXR_EINVAL before any change) for the
+ * picks named; prio_stride 0 broadcasts prio[0]. Missing picks are skipped;
+ * *applied counts the rest. O(count log N). */
+exr_status exr_buffer_set_priority_locked(exr_buffer *b, int64_t h, size_t count,
+                                          const int64_t *epi, const int64_t *pos,
+                                          const double *prio, size_t prio_stride,
+                                          size_t *applied);
+
+/* Episode h: its size and flags (EXR_ENOTFOUND if not live). */
+exr_status exr_buffer_episode_info_locked(const exr_buffer *b, int64_t h, uint64_t *n,
+                                          bool *ended, bool *terminated, bool *has_final);
+/* Copies episode h's columns (n rows each) and final state (if any, and if
+ * final is not NULL). */
+exr_status exr_buffer_episode_copy_locked(const exr_buffer *b, int64_t h, void *state,
+                                          void *action, void *reward, void *final);
+
+/* Test hooks. handles: num_episodes entries, ascending. picks: num_picks
+ * entries in table order. */
+void exr_buffer_handles_locked(const exr_buffer *b, int64_t *out);
+void exr_buffer_picks_locked(const exr_buffer *b, int64_t *epi, int64_t *pos);
+/* Stored p^alpha of each pick (NaN for a missing pick or a uniform selector). */
+exr_status exr_buffer_stored_priority_locked(const exr_buffer *b, int64_t h, size_t count,
+                                             const int64_t *epi, const int64_t *pos, double *out);
+/* 0 if every invariant holds, else 1 with the first broken one in msg. */
+int exr_buffer_check_locked(const exr_buffer *b, char *msg, size_t msglen);
+
+#endif

@@ -1,0 +1,183 @@
+#include "episode.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void exr_episodes_init(exr_episodes *t)
+{
+    memset(t, 0, sizeof *t);
+    t->free_head = t->head = t->tail = EXR_NIL;
+}
+
+void exr_episodes_free(exr_episodes *t)
+{
+    for (uint32_t s = t->head; s != EXR_NIL; s = t->slab[s].next)
+        exr_body_free(t->slab[s].body);
+    free(t->slab);
+    free(t->keys);
+    free(t->vals);
+    exr_episodes_init(t);
+}
+
+static size_t hash_slot(int64_t h, size_t cap)
+{
+    return (size_t)(((uint64_t)h * 0x9E3779B97F4A7C15ULL) >> 17) & (cap - 1);
+}
+
+uint32_t exr_episodes_find(const exr_episodes *t, int64_t handle)
+{
+    if (handle < 0 || !t->map_cap)
+        return EXR_NIL;
+    size_t i = hash_slot(handle, t->map_cap);
+    for (;;) {
+        int64_t k = t->keys[i];
+        if (k == handle)
+            return t->vals[i];
+        if (k < 0)
+            return EXR_NIL;
+        i = (i + 1) & (t->map_cap - 1);
+    }
+}
+
+static void map_put(int64_t *keys, uint32_t *vals, size_t cap, int64_t handle, uint32_t slot)
+{
+    size_t i = hash_slot(handle, cap);
+    while (keys[i] >= 0)
+        i = (i + 1) & (cap - 1);
+    keys[i] = handle;
+    vals[i] = slot;
+}
+
+exr_status exr_episodes_reserve(exr_episodes *t)
+{
+    if (t->free_head == EXR_NIL && t->hwm == t->cap) {
+        if (t->cap >= EXR_NIL / 2)
+            return EXR_EOVERFLOW;
+        uint32_t ncap = t->cap ? t->cap * 2 : 64;
+        exr_episode *ns = realloc(t->slab, (size_t)ncap * sizeof *ns);
+        if (!ns)
+            return EXR_ENOMEM;
+        t->slab = ns;
+        t->cap = ncap;
+    }
+    /* keep the map at most half full */
+    if ((t->map_used + 1) * 2 > t->map_cap) {
+        size_t ncap = t->map_cap ? t->map_cap * 2 : 128;
+        int64_t *keys = malloc(ncap * sizeof *keys);
+        uint32_t *vals = malloc(ncap * sizeof *vals);
+        if (!keys || !vals) {
+            free(keys);
+            free(vals);
+            return EXR_ENOMEM;
+        }
+        memset(keys, 0xff, ncap * sizeof *keys);
+        for (size_t i = 0; i < t->map_cap; i++)
+            if (t->keys[i] >= 0)
+                map_put(keys, vals, ncap, t->keys[i], t->vals[i]);
+        free(t->keys);
+        free(t->vals);
+        t->keys = keys;
+        t->vals = vals;
+        t->map_cap = ncap;
+    }
+    return EXR_OK;
+}
+
+uint32_t exr_episodes_insert(exr_episodes *t, int64_t handle, exr_body *body)
+{
+    uint32_t s;
+    if (t->free_head != EXR_NIL) {
+        s = t->free_head;
+        t->free_head = t->slab[s].next;
+    } else {
+        s = t->hwm++;
+    }
+    exr_episode *e = &t->slab[s];
+    memset(e, 0, sizeof *e);
+    e->handle = handle;
+    e->body = body;
+    e->prev = t->tail;
+    e->next = EXR_NIL;
+    if (t->tail != EXR_NIL)
+        t->slab[t->tail].next = s;
+    else
+        t->head = s;
+    t->tail = s;
+    t->count++;
+    map_put(t->keys, t->vals, t->map_cap, handle, s);
+    t->map_used++;
+    return s;
+}
+
+void exr_episodes_remove(exr_episodes *t, uint32_t s)
+{
+    exr_episode *e = &t->slab[s];
+    /* backward-shift deletion keeps probe chains intact without tombstones */
+    size_t cap = t->map_cap, i = hash_slot(e->handle, cap);
+    while (t->keys[i] != e->handle)
+        i = (i + 1) & (cap - 1);
+    size_t j = i;
+    for (;;) {
+        j = (j + 1) & (cap - 1);
+        if (t->keys[j] < 0)
+            break;
+        size_t home = hash_slot(t->keys[j], cap);
+        /* move j back to i unless its home lies cyclically in (i, j] */
+        int stays = (i <= j) ? (i < home && home <= j) : (i < home || home <= j);
+        if (!stays) {
+            t->keys[i] = t->keys[j];
+            t->vals[i] = t->vals[j];
+            i = j;
+        }
+    }
+    t->keys[i] = -1;
+    t->map_used--;
+
+    if (e->prev != EXR_NIL)
+        t->slab[e->prev].next = e->next;
+    else
+        t->head = e->next;
+    if (e->next != EXR_NIL)
+        t->slab[e->next].prev = e->prev;
+    else
+        t->tail = e->prev;
+    t->count--;
+    e->body = NULL;
+    e->handle = -1;
+    e->next = t->free_head;
+    t->free_head = s;
+}
+
+exr_body *exr_body_new(uint32_t cap)
+{
+    exr_body *b = malloc(sizeof *b + (size_t)cap * sizeof b->segs[0]);
+    if (!b)
+        return NULL;
+    b->next_dead = NULL;
+    b->epoch = 0;
+    b->final_state = NULL;
+    b->nsegs = 0;
+    b->cap = cap;
+    return b;
+}
+
+exr_body *exr_body_grow(exr_body *b, uint32_t cap)
+{
+    if (cap <= b->cap)
+        return b;
+    exr_body *nb = realloc(b, sizeof *b + (size_t)cap * sizeof b->segs[0]);
+    if (!nb)
+        return NULL;
+    nb->cap = cap;
+    return nb;
+}
+
+void exr_body_free(exr_body *b)
+{
+    if (!b)
+        return;
+    for (uint32_t k = 0; k < b->nsegs; k++)
+        free(b->segs[k]);
+    free(b->final_state);
+    free(b);
+}

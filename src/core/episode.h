@@ -1,0 +1,75 @@
+/*
+ * episode.h - the episode table: live episodes by handle, in handle order.
+ *
+ *   map: handle -> slot (open addressing, linear probing, backward-shift delete)
+ *   slab[slot]: exr_episode { handle, n, m, flags, prev/next, body }
+ *                                                       |
+ *   body: { final_state, nsegs, segs[0..nsegs) } <------+   (store.h segments)
+ *
+ *   live list (prev/next slots), oldest first:  head <-> ... <-> tail
+ *
+ * Handles grow from 0 and are never reused; slots are reused through a free
+ * list, so a pick can name its episode in 4 bytes. The body is a separate
+ * allocation so that an evicted episode's storage can be parked (pinned by a
+ * concurrent get_batch copy) while its slot is already reused.
+ *
+ * Costs: find, insert, remove O(1) expected; iteration in handle order O(1)
+ * a step.
+ */
+#ifndef EXR_EPISODE_H
+#define EXR_EPISODE_H
+
+#include <stdbool.h>
+
+#include "exr.h"
+
+typedef struct exr_body {
+    struct exr_body *next_dead; /* graveyard link (buffer.c) */
+    uint64_t epoch;             /* when it was buried */
+    unsigned char *final_state; /* NULL if none */
+    uint32_t nsegs, cap;
+    unsigned char *segs[];
+} exr_body;
+
+typedef struct {
+    int64_t handle;
+    uint64_t n;                 /* records */
+    uint64_t m;                 /* picks: positions [0, m) */
+    uint8_t ended, terminated, sampled;
+    uint32_t prev, next;        /* live list, EXR_NIL at the ends; free list uses next */
+    exr_body *body;
+} exr_episode;
+
+typedef struct {
+    exr_episode *slab;
+    uint32_t cap, hwm, free_head;
+    uint32_t head, tail;        /* oldest and newest live episode */
+    uint64_t count;
+    int64_t *keys;              /* map; -1 = empty */
+    uint32_t *vals;
+    size_t map_cap, map_used;
+} exr_episodes;
+
+void exr_episodes_init(exr_episodes *t);
+/* Frees the table and every live episode's body. */
+void exr_episodes_free(exr_episodes *t);
+
+/* Slot of a live episode, EXR_NIL if none. */
+uint32_t exr_episodes_find(const exr_episodes *t, int64_t handle);
+
+/* Room for one more episode (slab and map); afterwards insert cannot fail. */
+exr_status exr_episodes_reserve(exr_episodes *t);
+/* A new live episode with this handle (larger than any before) and body;
+ * returns its slot. Requires a successful reserve. */
+uint32_t exr_episodes_insert(exr_episodes *t, int64_t handle, exr_body *body);
+/* Unlinks the episode; its body is the caller's to free or park. */
+void exr_episodes_remove(exr_episodes *t, uint32_t slot);
+
+/* An empty body with room for `cap` segment pointers. */
+exr_body *exr_body_new(uint32_t cap);
+/* body with room for at least cap segments (may move it); NULL on failure,
+ * the old body then intact. */
+exr_body *exr_body_grow(exr_body *b, uint32_t cap);
+void exr_body_free(exr_body *b);
+
+#endif

@@ -1,0 +1,37 @@
+/*
+ * exr.h - status codes and small helpers shared by every core module.
+ *
+ * The core never prints, aborts or raises: each fallible function returns an
+ * exr_status and leaves its outputs untouched on failure. The binding turns a
+ * status into a Python exception in one place (src/py/module.c).
+ */
+#ifndef EXR_H
+#define EXR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    EXR_OK = 0,
+    EXR_ENOMEM,    /* an allocation failed; nothing was changed */
+    EXR_EINVAL,    /* an argument is out of range */
+    EXR_ENOTFOUND, /* unknown selector handle, episode handle or pick */
+    EXR_EEMPTY,    /* nothing to draw from: no picks, or all priorities zero */
+    EXR_EOVERFLOW, /* a size would not fit its type */
+    EXR_ECORRUPT   /* serialized input failed validation */
+} exr_status;
+
+#define EXR_NIL UINT32_MAX
+
+/* a * b into *out; returns 0 on overflow, 1 otherwise. */
+static inline int exr_mul_size(size_t a, size_t b, size_t *out)
+{
+    return !__builtin_mul_overflow(a, b, out);
+}
+
+static inline int exr_add_size(size_t a, size_t b, size_t *out)
+{
+    return !__builtin_add_overflow(a, b, out);
+}
+
+#endif

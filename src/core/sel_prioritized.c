@@ -1,0 +1,186 @@
+/*
+ * sel_prioritized.c - proportional prioritized selection (PER, Schaul et al.):
+ * P(i) = p_i^alpha / sum_j p_j^alpha, weights w_i = (N P(i))^-beta / max_j w_j.
+ *
+ * The leaves of a sum tree hold p^alpha as float32 (4 bytes a pick, plus
+ * about 1.7 bytes of internal nodes). The max weight belongs to the smallest
+ * positive leaf, which the tree's min half gives in O(1), so
+ * w_i = (min_leaf / leaf_i)^beta: N cancels out.
+ *
+ * Costs: add, remove, update O(log8 N); a batch of B draws O(B log8 N).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "selector.h"
+#include "sumtree.h"
+
+enum { P_ALPHA = 0, P_BETA = 1 };
+
+typedef struct {
+    exr_selector base;
+    double alpha, beta;
+    double max_prio; /* largest priority entered so far, >= 1 */
+    exr_sumtree tree;
+} prio_sel;
+
+static float to_leaf(const prio_sel *s, double prio)
+{
+    /* 0^0 is 1 in pow(); a zero priority must stay "never drawn". */
+    if (prio == 0)
+        return 0.0f;
+    double v = pow(prio, s->alpha);
+    if (v > 3.4e38)
+        v = 3.4e38; /* float's range: an enormous priority saturates */
+    return (float)v;
+}
+
+static int p_param_ok(int k, double v)
+{
+    (void)k;
+    return isfinite(v) && v >= 0;
+}
+
+static exr_status p_create(exr_selector **out, const double *params, size_t n)
+{
+    if (!p_param_ok(P_ALPHA, params[P_ALPHA]) || !p_param_ok(P_BETA, params[P_BETA]))
+        return EXR_EINVAL;
+    prio_sel *s = calloc(1, sizeof *s);
+    if (!s)
+        return EXR_ENOMEM;
+    s->base.vt = &exr_sel_prioritized;
+    s->alpha = params[P_ALPHA];
+    s->beta = params[P_BETA];
+    s->max_prio = 1.0;
+    exr_sumtree_init(&s->tree);
+    exr_status st = exr_sumtree_reserve(&s->tree, n ? n : 1);
+    if (st != EXR_OK) {
+        free(s);
+        return st;
+    }
+    *out = &s->base;
+    return EXR_OK;
+}
+
+static void p_destroy(exr_selector *b)
+{
+    prio_sel *s = (prio_sel *)b;
+    exr_sumtree_free(&s->tree);
+    free(s);
+}
+
+static double p_get_param(const exr_selector *b, int k)
+{
+    const prio_sel *s = (const prio_sel *)b;
+    return k == P_ALPHA ? s->alpha : s->beta;
+}
+
+static void p_set_param(exr_selector *b, int k, double v)
+{
+    prio_sel *s = (prio_sel *)b;
+    if (k == P_BETA)
+        s->beta = v;
+}
+
+static exr_status p_reserve(exr_selector *b, size_t n)
+{
+    return exr_sumtree_reserve(&((prio_sel *)b)->tree, n);
+}
+
+static void p_add(exr_selector *b, size_t i, double prio)
+{
+    prio_sel *s = (prio_sel *)b;
+    if (isnan(prio))
+        prio = s->max_prio;
+    else if (prio > s->max_prio)
+        s->max_prio = prio;
+    exr_sumtree_set(&s->tree, i, to_leaf(s, prio));
+}
+
+static void p_remove(exr_selector *b, size_t i, size_t last)
+{
+    prio_sel *s = (prio_sel *)b;
+    if (i != last)
+        exr_sumtree_set(&s->tree, i, exr_sumtree_get(&s->tree, last));
+    exr_sumtree_set(&s->tree, last, 0.0f);
+}
+
+static void p_update(exr_selector *b, size_t i, double prio)
+{
+    prio_sel *s = (prio_sel *)b;
+    if (prio > s->max_prio)
+        s->max_prio = prio;
+    exr_sumtree_set(&s->tree, i, to_leaf(s, prio));
+}
+
+static void weights_of(const prio_sel *s, size_t count, const size_t *idx, float *w)
+{
+    float lo = exr_sumtree_min(&s->tree);
+    float beta = (float)s->beta;
+    for (size_t b = 0; b < count; b++) {
+        float leaf = exr_sumtree_get(&s->tree, idx[b]);
+        /* a zero leaf (only reachable through _gather) has an infinite
+         * weight before normalisation; report 0 rather than inf */
+        if (!(leaf > 0) || isinf(lo))
+            w[b] = leaf > 0 ? 1.0f : 0.0f;
+        else if (beta == 0.0f)
+            w[b] = 1.0f;
+        else
+            w[b] = powf(lo / leaf, beta);
+    }
+}
+
+static exr_status p_sample(exr_selector *b, size_t n, size_t count, size_t *idx, float *w,
+                           double *scratch)
+{
+    prio_sel *s = (prio_sel *)b;
+    if (n == 0 || !(exr_sumtree_total(&s->tree) > 0))
+        return EXR_EEMPTY;
+    exr_sumtree_sample(&s->tree, &b->rng, count, idx, scratch);
+    weights_of(s, count, idx, w);
+    return EXR_OK;
+}
+
+static void p_weights(const exr_selector *b, size_t n, size_t count, const size_t *idx, float *w)
+{
+    (void)n;
+    weights_of((const prio_sel *)b, count, idx, w);
+}
+
+static double p_stored(const exr_selector *b, size_t i)
+{
+    return exr_sumtree_get(&((const prio_sel *)b)->tree, i);
+}
+
+static int p_check(const exr_selector *b, size_t n, char *msg, size_t len)
+{
+    const prio_sel *s = (const prio_sel *)b;
+    if (!(s->max_prio >= 1.0) || !isfinite(s->max_prio)) {
+        snprintf(msg, len, "prioritized selector: maximum so far is %g", s->max_prio);
+        return 1;
+    }
+    return exr_sumtree_check(&s->tree, n, msg, len);
+}
+
+const exr_selector_vtable exr_sel_prioritized = {
+    .name = "prioritized",
+    .nparams = 2,
+    .param_names = {"alpha", "beta"},
+    .param_defaults = {0.6, 0.4},
+    .prioritized = true,
+    .create = p_create,
+    .destroy = p_destroy,
+    .param_ok = p_param_ok,
+    .get_param = p_get_param,
+    .settable_from = P_BETA,
+    .set_param = p_set_param,
+    .reserve = p_reserve,
+    .add = p_add,
+    .remove = p_remove,
+    .update = p_update,
+    .sample = p_sample,
+    .weights = p_weights,
+    .stored = p_stored,
+    .check = p_check,
+};

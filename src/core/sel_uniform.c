@@ -1,0 +1,78 @@
+/*
+ * sel_uniform.c - every pick with probability 1/n, weights 1. No per-pick
+ * state: add, remove and update cost nothing; a draw is one generator call.
+ */
+#include <stdlib.h>
+
+#include "selector.h"
+
+static exr_status u_create(exr_selector **out, const double *params, size_t n)
+{
+    (void)params;
+    (void)n;
+    exr_selector *s = calloc(1, sizeof *s);
+    if (!s)
+        return EXR_ENOMEM;
+    s->vt = &exr_sel_uniform;
+    *out = s;
+    return EXR_OK;
+}
+
+static void u_destroy(exr_selector *s) { free(s); }
+static int u_param_ok(int k, double v) { (void)k; (void)v; return 0; }
+static double u_get_param(const exr_selector *s, int k) { (void)s; (void)k; return NAN; }
+static void u_set_param(exr_selector *s, int k, double v) { (void)s; (void)k; (void)v; }
+static exr_status u_reserve(exr_selector *s, size_t n) { (void)s; (void)n; return EXR_OK; }
+static void u_add(exr_selector *s, size_t i, double p) { (void)s; (void)i; (void)p; }
+static void u_remove(exr_selector *s, size_t i, size_t last) { (void)s; (void)i; (void)last; }
+static void u_update(exr_selector *s, size_t i, double p) { (void)s; (void)i; (void)p; }
+
+static exr_status u_sample(exr_selector *s, size_t n, size_t count, size_t *idx, float *w,
+                           double *scratch)
+{
+    (void)scratch;
+    if (n == 0)
+        return EXR_EEMPTY;
+    for (size_t b = 0; b < count; b++) {
+        idx[b] = (size_t)exr_rng_below(&s->rng, n);
+        w[b] = 1.0f;
+    }
+    return EXR_OK;
+}
+
+static void u_weights(const exr_selector *s, size_t n, size_t count, const size_t *idx, float *w)
+{
+    (void)s;
+    (void)n;
+    (void)idx;
+    for (size_t b = 0; b < count; b++)
+        w[b] = 1.0f;
+}
+
+static double u_stored(const exr_selector *s, size_t i) { (void)s; (void)i; return NAN; }
+
+static int u_check(const exr_selector *s, size_t n, char *msg, size_t len)
+{
+    (void)s; (void)n; (void)msg; (void)len;
+    return 0;
+}
+
+const exr_selector_vtable exr_sel_uniform = {
+    .name = "uniform",
+    .nparams = 0,
+    .prioritized = false,
+    .create = u_create,
+    .destroy = u_destroy,
+    .param_ok = u_param_ok,
+    .get_param = u_get_param,
+    .settable_from = 0,
+    .set_param = u_set_param,
+    .reserve = u_reserve,
+    .add = u_add,
+    .remove = u_remove,
+    .update = u_update,
+    .sample = u_sample,
+    .weights = u_weights,
+    .stored = u_stored,
+    .check = u_check,
+};

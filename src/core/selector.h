@@ -1,0 +1,75 @@
+/*
+ * selector.h - the pick-selector interface: a struct of function pointers.
+ *
+ *   buffer --(pick table index i)--> selector->vt->add/remove/update/sample
+ *
+ * A selector sees picks only by their index in the pick table, [0, n). The
+ * buffer calls add() right after appending a pick at index n-1 and remove()
+ * when a pick leaves by swap-removal (the last pick moves into its slot).
+ * The buffer never switches on a selector's kind: a new selector is one new
+ * file with one vtable, listed in exr_selector_kinds (selector.c).
+ */
+#ifndef EXR_SELECTOR_H
+#define EXR_SELECTOR_H
+
+#include <math.h>
+#include <stdbool.h>
+
+#include "exr.h"
+#include "rng.h"
+
+typedef struct exr_selector exr_selector;
+
+#define EXR_SEL_MAXPARAMS 4
+
+typedef struct {
+    const char *name;                   /* "uniform", "prioritized" */
+    int nparams;
+    const char *param_names[EXR_SEL_MAXPARAMS];
+    double param_defaults[EXR_SEL_MAXPARAMS];
+    bool prioritized;                   /* keeps a priority per pick */
+
+    /* Validates params (EXR_EINVAL naming nothing: the binding checks ranges
+     * through param_ok first) and allocates room for n picks. */
+    exr_status (*create)(exr_selector **out, const double *params, size_t n);
+    void (*destroy)(exr_selector *s);
+    /* 1 if value is allowed for parameter k. */
+    int (*param_ok)(int k, double value);
+    double (*get_param)(const exr_selector *s, int k);
+    /* Only parameters marked settable (k >= settable_from) may be set. */
+    int settable_from;
+    void (*set_param)(exr_selector *s, int k, double value);
+
+    /* Room for n picks; after OK, add() up to n cannot fail. */
+    exr_status (*reserve)(exr_selector *s, size_t n);
+    /* A pick entered at index i with recorded priority prio (NaN: none). */
+    void (*add)(exr_selector *s, size_t i, double prio);
+    /* The pick at i leaves; the pick at last (>= i) moves into i. */
+    void (*remove)(exr_selector *s, size_t i, size_t last);
+    /* A new priority (finite, >= 0) for the pick at i. */
+    void (*update)(exr_selector *s, size_t i, double prio);
+    /* count draws from n picks into idx[], weights into w[]. scratch holds
+     * count doubles. EXR_EEMPTY when nothing can be drawn. */
+    exr_status (*sample)(exr_selector *s, size_t n, size_t count, size_t *idx, float *w,
+                         double *scratch);
+    /* Weights of given picks, as sample() would give them. */
+    void (*weights)(const exr_selector *s, size_t n, size_t count, const size_t *idx, float *w);
+    /* The stored p^alpha of pick i (NaN for selectors without priorities). */
+    double (*stored)(const exr_selector *s, size_t i);
+    /* 0 if consistent for n picks, else 1 with msg. */
+    int (*check)(const exr_selector *s, size_t n, char *msg, size_t msglen);
+} exr_selector_vtable;
+
+struct exr_selector {
+    const exr_selector_vtable *vt;
+    exr_rng rng;
+};
+
+/* Selector kinds by their public number (PickSelectorClass). */
+extern const exr_selector_vtable *const exr_selector_kinds[];
+extern const int exr_selector_nkinds;
+
+extern const exr_selector_vtable exr_sel_uniform;
+extern const exr_selector_vtable exr_sel_prioritized;
+
+#endif

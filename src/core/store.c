@@ -1,0 +1,59 @@
+#include "store.h"
+
+#include <stdlib.h>
+
+#define SEG_TARGET_BYTES ((size_t)1 << 20)
+
+static int round_line(size_t *x)
+{
+    size_t r;
+    if (!exr_add_size(*x, 63, &r))
+        return 0;
+    *x = r & ~(size_t)63;
+    return 1;
+}
+
+exr_status exr_store_layout_init(exr_store_layout *L, size_t state_bytes, size_t action_bytes,
+                                 size_t reward_bytes, uint32_t pick_len)
+{
+    L->state_bytes = state_bytes;
+    L->action_bytes = action_bytes;
+    L->reward_bytes = reward_bytes;
+    size_t row = state_bytes + action_bytes + reward_bytes + 4;
+    if (row < state_bytes)
+        return EXR_EOVERFLOW;
+    unsigned base = 4; /* 16 records */
+    while (((uint64_t)1 << base) < (uint64_t)pick_len + 1)
+        base++;
+    unsigned top = base;
+    while (top < 20 && ((size_t)2 << top) * row <= SEG_TARGET_BYTES)
+        top++;
+    if (base > 40)
+        return EXR_EOVERFLOW;
+    L->base_shift = base;
+    L->max_shift = top;
+    for (unsigned s = 0; s < 64; s++) {
+        L->off_action[s] = L->off_reward[s] = L->off_aux[s] = L->seg_bytes[s] = 0;
+        if (s < base || s > top)
+            continue;
+        size_t cap = (size_t)1 << s, x, y;
+        if (!exr_mul_size(cap, state_bytes, &x) || !round_line(&x))
+            return EXR_EOVERFLOW;
+        L->off_action[s] = x;
+        if (!exr_mul_size(cap, action_bytes, &y) || !exr_add_size(x, y, &x) || !round_line(&x))
+            return EXR_EOVERFLOW;
+        L->off_reward[s] = x;
+        if (!exr_mul_size(cap, reward_bytes, &y) || !exr_add_size(x, y, &x) || !round_line(&x))
+            return EXR_EOVERFLOW;
+        L->off_aux[s] = x;
+        if (!exr_add_size(x, cap * 4, &x) || !round_line(&x))
+            return EXR_EOVERFLOW;
+        L->seg_bytes[s] = x;
+    }
+    return EXR_OK;
+}
+
+unsigned char *exr_store_seg_alloc(const exr_store_layout *L, size_t k)
+{
+    return aligned_alloc(64, L->seg_bytes[exr_store_shift(L, k)]);
+}

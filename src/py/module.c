@@ -1,0 +1,222 @@
+/*
+ * module.c - the exreplay._core module: multi-phase init (PEP 489), module
+ * state holding the heap types, and the one place where a core status becomes
+ * a Python exception.
+ */
+#define EXR_IMPORT_ARRAY_HERE
+#include "binding.h"
+
+#include <structseq.h>
+
+PyObject *exr_raise(exr_status st, const char *what)
+{
+    switch (st) {
+    case EXR_ENOMEM:
+        if (what && *what)
+            PyErr_Format(PyExc_MemoryError, "%s: out of memory", what);
+        else
+            PyErr_NoMemory();
+        break;
+    case EXR_EOVERFLOW:
+        PyErr_Format(PyExc_MemoryError, "%s: the size needed does not fit in memory addresses",
+                     what);
+        break;
+    case EXR_ECORRUPT:
+        PyErr_Format(PyExc_ValueError, "%s: invalid serialized data", what);
+        break;
+    default:
+        PyErr_Format(PyExc_ValueError, "%s", what);
+        break;
+    }
+    return NULL;
+}
+
+void exr_lock_with_gil(exr_buffer *b)
+{
+    if (exr_buffer_trylock(b))
+        return;
+    Py_BEGIN_ALLOW_THREADS
+    exr_buffer_lock(b);
+    Py_END_ALLOW_THREADS
+}
+
+void exr_shape_str(char *buf, size_t len, int nd, const npy_intp *shape)
+{
+    size_t used = 0;
+    used += (size_t)snprintf(buf, len, "(");
+    for (int i = 0; i < nd && used < len; i++)
+        used += (size_t)snprintf(buf + used, len - used, i ? ", %ld" : "%ld", (long)shape[i]);
+    if (used < len)
+        snprintf(buf + used, len - used, nd == 1 ? ",)" : ")");
+}
+
+static const char *type_name(PyObject *o) { return Py_TYPE(o)->tp_name; }
+
+PyArrayObject *exr_as_array(PyObject *obj, PyArray_Descr *descr, int nlead, npy_intp *lead,
+                            int nd, const npy_intp *shape, const char *arg)
+{
+    PyArrayObject *arr;
+    if (PyArray_Check(obj)) {
+        arr = (PyArrayObject *)obj;
+        Py_INCREF(arr);
+    } else {
+        arr = (PyArrayObject *)PyArray_FromAny(obj, NULL, 0, 0, 0, NULL);
+        if (!arr) {
+            if (PyErr_ExceptionMatches(PyExc_ValueError) ||
+                PyErr_ExceptionMatches(PyExc_TypeError)) {
+                PyErr_Clear();
+                PyErr_Format(PyExc_TypeError,
+                             "%s: expected an array-like of %S, got %s that NumPy cannot convert",
+                             arg, (PyObject *)descr, type_name(obj));
+            }
+            return NULL;
+        }
+    }
+    char want[256], got[256];
+    int ok = PyArray_NDIM(arr) == nlead + nd;
+    for (int i = 0; ok && i < nlead; i++)
+        ok = lead[i] < 0 || PyArray_DIM(arr, i) == lead[i];
+    for (int i = 0; ok && i < nd; i++)
+        ok = PyArray_DIM(arr, nlead + i) == shape[i];
+    if (!ok) {
+        npy_intp full[NPY_MAXDIMS];
+        for (int i = 0; i < nlead; i++)
+            full[i] = lead[i];
+        for (int i = 0; i < nd; i++)
+            full[nlead + i] = shape[i];
+        exr_shape_str(want, sizeof want, nlead + nd, full);
+        exr_shape_str(got, sizeof got, PyArray_NDIM(arr), PyArray_DIMS(arr));
+        for (char *c = want; *c; c++)
+            if (c[0] == '-' && c[1] == '1')
+                c[0] = 'T', memmove(c + 1, c + 2, strlen(c + 2) + 1);
+        PyErr_Format(PyExc_ValueError, "%s: expected shape %s, got %s", arg, want, got);
+        Py_DECREF(arr);
+        return NULL;
+    }
+    for (int i = 0; i < nlead; i++)
+        if (lead[i] < 0)
+            lead[i] = PyArray_DIM(arr, i);
+    PyArray_Descr *have = PyArray_DESCR(arr);
+    if (PyArray_EquivTypes(have, descr) && PyArray_IS_C_CONTIGUOUS(arr) && PyArray_ISALIGNED(arr))
+        return arr; /* read in place: no copy */
+    if (!PyArray_CanCastTypeTo(have, descr, NPY_SAME_KIND_CASTING)) {
+        PyErr_Format(PyExc_TypeError, "%s: expected %S (or a dtype that casts to it under "
+                     "same_kind), got %S", arg, (PyObject *)descr, (PyObject *)have);
+        Py_DECREF(arr);
+        return NULL;
+    }
+    Py_INCREF(descr);
+    PyArrayObject *out = (PyArrayObject *)PyArray_FromArray(
+        arr, descr, NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_FORCECAST);
+    Py_DECREF(arr);
+    return out;
+}
+
+exr_modstate *exr_state_of_type(PyTypeObject *tp)
+{
+    return (exr_modstate *)PyModule_GetState(PyType_GetModule(tp));
+}
+
+static PyStructSequence_Field batch_fields[] = {
+    {"state", "(B, pick_len, *state_shape) states"},
+    {"action", "(B, pick_len, *action_shape) actions"},
+    {"reward", "(B, pick_len) rewards"},
+    {"state_next", "(B, pick_len, *state_shape) next states (final state at the end)"},
+    {"seq_len", "(B,) int64 steps in each pick"},
+    {"seq_len_next", "(B,) int64 steps whose next state can be bootstrapped from"},
+    {"pick_epi", "(B,) int64 episode handle of each pick"},
+    {"pick_pos", "(B,) int64 position of each pick's first step"},
+    {"weight", "(B,) float32 importance-sampling weights (ones for uniform)"},
+    {NULL, NULL},
+};
+
+static PyStructSequence_Desc batch_desc = {
+    "exreplay._core.Batch",
+    "Batch(state, action, reward, state_next, seq_len, seq_len_next, pick_epi, pick_pos)\n"
+    "--\n\n"
+    "A batch of picks. Unpacks as the paper's 8-tuple; `weight` holds the\n"
+    "importance-sampling weights. Pass it back as get_batch(..., out=batch) to\n"
+    "refill its arrays in place.",
+    batch_fields,
+    8,
+};
+
+static PyStructSequence_Field episode_fields[] = {
+    {"state", "(n, *state_shape) states"},
+    {"action", "(n, *action_shape) actions"},
+    {"reward", "(n,) rewards"},
+    {"final_state", "the state after the last step, or None"},
+    {"ended", "whether the episode has ended"},
+    {"terminated", "whether it ended on a terminal state"},
+    {NULL, NULL},
+};
+
+static PyStructSequence_Desc episode_desc = {
+    "exreplay._core.EpisodeData",
+    "EpisodeData(state, action, reward, final_state, ended, terminated)\n--\n\n"
+    "A copy of one episode's steps.",
+    episode_fields,
+    6,
+};
+
+static int module_exec(PyObject *m)
+{
+    if (PyArray_ImportNumPyAPI() < 0)
+        return -1;
+    exr_modstate *st = PyModule_GetState(m);
+    st->batch_type = PyStructSequence_NewType(&batch_desc);
+    if (!st->batch_type || PyModule_AddObjectRef(m, "Batch", (PyObject *)st->batch_type) < 0)
+        return -1;
+    st->episode_type = PyStructSequence_NewType(&episode_desc);
+    if (!st->episode_type ||
+        PyModule_AddObjectRef(m, "EpisodeData", (PyObject *)st->episode_type) < 0)
+        return -1;
+    if (exr_selector_init_type(m, st) < 0 || exr_replay_init_type(m, st) < 0)
+        return -1;
+    for (int k = 0; k < exr_selector_nkinds; k++)
+        if (PyModule_AddIntConstant(m, exr_selector_kinds[k]->name, k) < 0)
+            return -1;
+    if (PyModule_AddIntConstant(m, "MAX_PICK_LEN", EXR_MAX_PICK_LEN) < 0)
+        return -1;
+    return 0;
+}
+
+static int module_traverse(PyObject *m, visitproc visit, void *arg)
+{
+    exr_modstate *st = PyModule_GetState(m);
+    Py_VISIT(st->replay_type);
+    Py_VISIT(st->selector_type);
+    Py_VISIT(st->batch_type);
+    Py_VISIT(st->episode_type);
+    return 0;
+}
+
+static int module_clear(PyObject *m)
+{
+    exr_modstate *st = PyModule_GetState(m);
+    Py_CLEAR(st->replay_type);
+    Py_CLEAR(st->selector_type);
+    Py_CLEAR(st->batch_type);
+    Py_CLEAR(st->episode_type);
+    return 0;
+}
+
+static void module_free(void *m) { module_clear((PyObject *)m); }
+
+static PyModuleDef_Slot module_slots[] = {
+    {Py_mod_exec, module_exec},
+    {0, NULL},
+};
+
+PyModuleDef exr_module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "exreplay._core",
+    .m_doc = "exreplay's C core: ExperienceReplay and PickSelector.",
+    .m_size = sizeof(exr_modstate),
+    .m_slots = module_slots,
+    .m_traverse = module_traverse,
+    .m_clear = module_clear,
+    .m_free = module_free,
+};
+
+PyMODINIT_FUNC PyInit__core(void) { return PyModuleDef_Init(&exr_module_def); }

@@ -1,0 +1,232 @@
+/*
+ * selector.c - the PickSelector type: a handle to one of a buffer's pick
+ * selectors. It works wherever an int handle does (__index__), and exposes
+ * the selector's parameters (beta is settable, for annealing).
+ */
+#include "binding.h"
+
+#include <structmember.h>
+
+PyObject *exr_selector_new(ReplayObject *owner, int64_t h, int kind)
+{
+    exr_modstate *st = exr_state_of_type(Py_TYPE(owner));
+    SelectorObject *s = PyObject_New(SelectorObject, st->selector_type);
+    if (!s)
+        return NULL;
+    Py_INCREF(owner);
+    s->owner = owner;
+    s->handle = h;
+    s->kind = kind;
+    return (PyObject *)s;
+}
+
+int exr_selector_handle(ReplayObject *self, PyObject *ps, int64_t *h)
+{
+    exr_modstate *st = exr_state_of_type(Py_TYPE(self));
+    if (Py_IS_TYPE(ps, st->selector_type)) {
+        SelectorObject *s = (SelectorObject *)ps;
+        if (s->owner != self) {
+            PyErr_Format(PyExc_ValueError,
+                         "ps: expected a pick selector of this buffer, got one of another buffer");
+            return -1;
+        }
+        *h = s->handle;
+        return 0;
+    }
+    if (!PyIndex_Check(ps) || PyBool_Check(ps)) {
+        PyErr_Format(PyExc_TypeError, "ps: expected a PickSelector or an int handle, got %s",
+                     Py_TYPE(ps)->tp_name);
+        return -1;
+    }
+    PyObject *v = PyNumber_Index(ps);
+    if (!v)
+        return -1;
+    int overflow;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    Py_DECREF(v);
+    if (x == -1 && PyErr_Occurred())
+        return -1;
+    *h = overflow ? -1 : (int64_t)x;
+    return 0;
+}
+
+static void sel_dealloc(SelectorObject *s)
+{
+    PyTypeObject *tp = Py_TYPE(s);
+    Py_XDECREF(s->owner);
+    tp->tp_free(s);
+    Py_DECREF(tp);
+}
+
+static PyObject *sel_index(SelectorObject *s) { return PyLong_FromLongLong(s->handle); }
+
+static Py_hash_t sel_hash(SelectorObject *s)
+{
+    Py_hash_t h = (Py_hash_t)s->handle;
+    return h == -1 ? -2 : h;
+}
+
+static PyObject *sel_richcompare(SelectorObject *s, PyObject *o, int op)
+{
+    if (op != Py_EQ && op != Py_NE)
+        Py_RETURN_NOTIMPLEMENTED;
+    int eq;
+    if (Py_IS_TYPE(o, Py_TYPE(s))) {
+        SelectorObject *t = (SelectorObject *)o;
+        eq = t->owner == s->owner && t->handle == s->handle;
+    } else if (PyLong_Check(o) && !PyBool_Check(o)) {
+        int overflow;
+        long long x = PyLong_AsLongLongAndOverflow(o, &overflow);
+        if (x == -1 && PyErr_Occurred())
+            return NULL;
+        eq = !overflow && x == s->handle;
+    } else {
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    return PyBool_FromLong(op == Py_EQ ? eq : !eq);
+}
+
+/* Parameter k of this selector, or -1 with AttributeError. */
+static int param_index(SelectorObject *s, const char *name)
+{
+    const exr_selector_vtable *vt = exr_selector_kinds[s->kind];
+    for (int k = 0; k < vt->nparams; k++)
+        if (strcmp(vt->param_names[k], name) == 0)
+            return k;
+    PyErr_Format(PyExc_AttributeError, "a %s pick selector has no parameter '%s'", vt->name, name);
+    return -1;
+}
+
+static PyObject *sel_get_param(SelectorObject *s, void *closure)
+{
+    int k = param_index(s, (const char *)closure);
+    if (k < 0)
+        return NULL;
+    exr_lock_with_gil(s->owner->buf);
+    exr_selector *sel = exr_buffer_selector_locked(s->owner->buf, s->handle);
+    double v = sel ? sel->vt->get_param(sel, k) : 0;
+    exr_buffer_unlock(s->owner->buf);
+    if (!sel)
+        return PyErr_Format(PyExc_ValueError, "ps: pick selector %lld was removed from its buffer",
+                            (long long)s->handle);
+    return PyFloat_FromDouble(v);
+}
+
+static int sel_set_param(SelectorObject *s, PyObject *value, void *closure)
+{
+    const char *name = closure;
+    int k = param_index(s, name);
+    if (k < 0)
+        return -1;
+    const exr_selector_vtable *vt = exr_selector_kinds[s->kind];
+    if (!value || k < vt->settable_from) {
+        PyErr_Format(PyExc_AttributeError, "%s is fixed when the selector is created", name);
+        return -1;
+    }
+    if (!PyFloat_Check(value) && !PyLong_Check(value) && !PyIndex_Check(value) &&
+        !PyNumber_Check(value)) {
+        PyErr_Format(PyExc_TypeError, "%s: expected a number, got %s", name,
+                     Py_TYPE(value)->tp_name);
+        return -1;
+    }
+    double v = PyFloat_AsDouble(value);
+    if (v == -1.0 && PyErr_Occurred())
+        return -1;
+    if (!vt->param_ok(k, v)) {
+        PyErr_Format(PyExc_ValueError, "%s: expected a finite number >= 0, got %R", name, value);
+        return -1;
+    }
+    exr_lock_with_gil(s->owner->buf);
+    exr_status st = exr_buffer_set_param_locked(s->owner->buf, s->handle, k, v);
+    exr_buffer_unlock(s->owner->buf);
+    if (st == EXR_ENOTFOUND) {
+        PyErr_Format(PyExc_ValueError, "ps: pick selector %lld was removed from its buffer",
+                     (long long)s->handle);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *sel_get_handle(SelectorObject *s, void *c)
+{
+    (void)c;
+    return PyLong_FromLongLong(s->handle);
+}
+
+static PyObject *sel_get_kind(SelectorObject *s, void *c)
+{
+    (void)c;
+    return PyLong_FromLong(s->kind);
+}
+
+static PyObject *sel_get_buffer(SelectorObject *s, void *c)
+{
+    (void)c;
+    return Py_NewRef(s->owner);
+}
+
+static PyObject *sel_repr(SelectorObject *s)
+{
+    const exr_selector_vtable *vt = exr_selector_kinds[s->kind];
+    PyObject *parts = PyUnicode_FromFormat("PickSelector(handle=%lld, kind=%s", (long long)s->handle,
+                                           vt->name);
+    exr_lock_with_gil(s->owner->buf);
+    exr_selector *sel = exr_buffer_selector_locked(s->owner->buf, s->handle);
+    double vals[EXR_SEL_MAXPARAMS];
+    for (int k = 0; sel && k < vt->nparams; k++)
+        vals[k] = sel->vt->get_param(sel, k);
+    exr_buffer_unlock(s->owner->buf);
+    for (int k = 0; parts && k < vt->nparams; k++) {
+        PyObject *num = sel ? PyFloat_FromDouble(vals[k]) : NULL;
+        PyObject *more = sel && num ? PyUnicode_FromFormat("%U, %s=%R", parts, vt->param_names[k], num)
+                                    : NULL;
+        Py_XDECREF(num);
+        if (!sel)
+            break;
+        Py_SETREF(parts, more);
+    }
+    if (!parts)
+        return NULL;
+    PyObject *r = PyUnicode_FromFormat(sel ? "%U)" : "%U, removed)", parts);
+    Py_DECREF(parts);
+    return r;
+}
+
+static PyGetSetDef sel_getset[] = {
+    {"handle", (getter)sel_get_handle, NULL, "the selector's integer handle", NULL},
+    {"kind", (getter)sel_get_kind, NULL, "the PickSelectorClass value", NULL},
+    {"buffer", (getter)sel_get_buffer, NULL, "the ExperienceReplay it belongs to", NULL},
+    {"alpha", (getter)sel_get_param, (setter)sel_set_param,
+     "prioritization exponent (fixed at creation)", "alpha"},
+    {"beta", (getter)sel_get_param, (setter)sel_set_param,
+     "importance-weight exponent; settable for annealing", "beta"},
+    {NULL},
+};
+
+static PyType_Slot sel_slots[] = {
+    {Py_tp_dealloc, sel_dealloc},
+    {Py_tp_repr, sel_repr},
+    {Py_tp_hash, sel_hash},
+    {Py_tp_richcompare, sel_richcompare},
+    {Py_tp_getset, sel_getset},
+    {Py_nb_index, sel_index},
+    {Py_nb_int, sel_index},
+    {Py_tp_doc, "A pick selector of an ExperienceReplay (from new_pick_selector).\n\n"
+                "Behaves as its integer handle wherever a handle is expected."},
+    {0, NULL},
+};
+
+static PyType_Spec sel_spec = {
+    .name = "exreplay._core.PickSelector",
+    .basicsize = sizeof(SelectorObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = sel_slots,
+};
+
+int exr_selector_init_type(PyObject *m, exr_modstate *st)
+{
+    st->selector_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &sel_spec, NULL);
+    if (!st->selector_type)
+        return -1;
+    return PyModule_AddObjectRef(m, "PickSelector", (PyObject *)st->selector_type);
+}
