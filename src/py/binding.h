@@ -71,6 +71,9 @@ int exr_selector_init_type(PyObject *module, exr_modstate *st);
 /* A new PickSelector for handle h of owner. */
 PyObject *exr_selector_new(ReplayObject *owner, int64_t h, int kind);
 
+/* _core._floor_gather (floor.c). */
+PyObject *exr_floor_gather_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+
 /* Accepts a PickSelector of this buffer or an integer handle. -1 with an
  * exception on error. */
 int exr_selector_handle(ReplayObject *self, PyObject *ps, int64_t *h);

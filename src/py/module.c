@@ -203,6 +203,14 @@ static int module_clear(PyObject *m)
 
 static void module_free(void *m) { module_clear((PyObject *)m); }
 
+static PyMethodDef module_methods[] = {
+    {"_floor_gather", (PyCFunction)(void (*)(void))exr_floor_gather_py, METH_FASTCALL,
+     "_floor_gather(rows, starts, L, /)\n--\n\n"
+     "Benchmark floor: (rows[s:s+L], rows[s+1:s+L+1]) for each s in starts, gathered\n"
+     "from one contiguous array by a plain C loop."},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyModuleDef_Slot module_slots[] = {
     {Py_mod_exec, module_exec},
     {0, NULL},
@@ -213,6 +221,7 @@ PyModuleDef exr_module_def = {
     .m_name = "exreplay._core",
     .m_doc = "exreplay's C core: ExperienceReplay and PickSelector.",
     .m_size = sizeof(exr_modstate),
+    .m_methods = module_methods,
     .m_slots = module_slots,
     .m_traverse = module_traverse,
     .m_clear = module_clear,
