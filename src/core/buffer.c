@@ -467,14 +467,39 @@ static void plan_pick_locked(exr_buffer *b, const exr_pick *pk, plan_t *pl, int6
     *len_next = (int64_t)l - (e->terminated && p + l == e->n);
 }
 
+/* memcpy for the short runs a pick is made of (a few rows of a few bytes):
+ * inline 16-byte moves, with an overlapping last move, beat a call into
+ * libc's size dispatch. */
+static inline void copy_bytes(unsigned char *d, const unsigned char *s, size_t n)
+{
+    if (n > 256) {
+        memcpy(d, s, n);
+    } else if (n >= 16) {
+        size_t i = 0;
+        for (; i + 16 <= n; i += 16)
+            memcpy(d + i, s + i, 16);
+        if (i < n)
+            memcpy(d + n - 16, s + n - 16, 16);
+    } else if (n >= 8) {
+        memcpy(d, s, 8);
+        memcpy(d + n - 8, s + n - 8, 8);
+    } else if (n >= 4) {
+        memcpy(d, s, 4);
+        memcpy(d + n - 4, s + n - 4, 4);
+    } else {
+        for (size_t i = 0; i < n; i++)
+            d[i] = s[i];
+    }
+}
+
 /* Copies rows [0, cnt) of one column of a pick into dst. */
 static void copy_rows(unsigned char *dst, const unsigned char *a, const unsigned char *b2,
                       size_t na, size_t cnt, size_t width)
 {
     size_t first = cnt < na ? cnt : na;
-    memcpy(dst, a, first * width);
+    copy_bytes(dst, a, first * width);
     if (cnt > first)
-        memcpy(dst + first * width, b2, (cnt - first) * width);
+        copy_bytes(dst + first * width, b2, (cnt - first) * width);
 }
 
 static void copy_pick(const exr_store_layout *L, const plan_t *pl, size_t pick_len,
@@ -487,12 +512,12 @@ static void copy_pick(const exr_store_layout *L, const plan_t *pl, size_t pick_l
     /* Next states 0..l-2 are states 1..l-1: take them from the output just
      * written, so each stored state is read once (SPEC §4). */
     if (l > 1)
-        memcpy(nx, st + sb, (l - 1) * sb);
+        copy_bytes(nx, st + sb, (l - 1) * sb);
     unsigned char *last = nx + (l - 1) * sb;
     if (pl->next_stored)
-        memcpy(last, l < pl->na ? pl->sa + l * sb : pl->sb + (l - pl->na) * sb, sb);
+        copy_bytes(last, l < pl->na ? pl->sa + l * sb : pl->sb + (l - pl->na) * sb, sb);
     else if (pl->final)
-        memcpy(last, pl->final, sb);
+        copy_bytes(last, pl->final, sb);
     else
         memset(last, 0, sb);
     if (l < pick_len) {
@@ -511,11 +536,42 @@ static void plan_batch_locked(exr_buffer *b, size_t count, const size_t *idx, pl
 {
     /* First pass touches the pick table and prefetches the episode slots;
      * second resolves: the misses of different picks overlap. */
-    for (size_t i = 0; i < count; i++)
+    enum { D = 8 };
+    for (size_t i = 0; i < count && i < D; i++)
+        __builtin_prefetch(&b->picks.v[idx[i]]);
+    for (size_t i = 0; i < count; i++) {
+        if (i + D < count)
+            __builtin_prefetch(&b->picks.v[idx[i + D]]);
         __builtin_prefetch(&b->eps.slab[b->picks.v[idx[i]].slot]);
+    }
     for (size_t i = 0; i < count; i++)
         plan_pick_locked(b, &b->picks.v[idx[i]], &plans[i], &out->pick_epi[i],
                          &out->pick_pos[i], &out->seq_len[i], &out->seq_len_next[i]);
+}
+
+static inline void prefetch_range(const unsigned char *p, size_t n)
+{
+    if (!p)
+        return;
+    for (size_t off = 0; off < n; off += 64)
+        __builtin_prefetch(p + off);
+    __builtin_prefetch(p + n - 1);
+}
+
+/* Every line pick pl will read, so that the misses of the picks ahead
+ * overlap with the copying of this one. */
+static inline void prefetch_pick(const exr_store_layout *L, const plan_t *pl)
+{
+    size_t l = pl->len, rows = l + pl->next_stored;
+    size_t a = rows < pl->na ? rows : pl->na;
+    prefetch_range(pl->sa, a * L->state_bytes);
+    prefetch_range(pl->aa, (l < pl->na ? l : pl->na) * L->action_bytes);
+    prefetch_range(pl->ra, (l < pl->na ? l : pl->na) * L->reward_bytes);
+    if (rows > a) {
+        prefetch_range(pl->sb, (rows - a) * L->state_bytes);
+        prefetch_range(pl->ab, (rows - a) * L->action_bytes);
+        prefetch_range(pl->rb, (rows - a) * L->reward_bytes);
+    }
 }
 
 static void copy_batch(const exr_buffer *b, size_t count, const plan_t *plans,
@@ -525,15 +581,14 @@ static void copy_batch(const exr_buffer *b, size_t count, const plan_t *plans,
     size_t P = b->cfg.pick_len;
     size_t ss = P * L->state_bytes, as = P * L->action_bytes, rs = P * L->reward_bytes;
     unsigned char *st = out->state, *ac = out->action, *rw = out->reward, *nx = out->state_next;
-    enum { AHEAD = 6 };
-    for (size_t i = 0; i < count && i < AHEAD; i++)
-        __builtin_prefetch(plans[i].sa);
+    /* how many picks ahead to prefetch: about 16 lines in flight */
+    size_t lines = (ss + as + rs) / 64 + 3;
+    size_t ahead = lines >= 16 ? 1 : 16 / lines;
+    for (size_t i = 0; i < count && i < ahead; i++)
+        prefetch_pick(L, &plans[i]);
     for (size_t i = 0; i < count; i++) {
-        if (i + AHEAD < count) {
-            __builtin_prefetch(plans[i + AHEAD].sa);
-            __builtin_prefetch(plans[i + AHEAD].aa);
-            __builtin_prefetch(plans[i + AHEAD].ra);
-        }
+        if (i + ahead < count)
+            prefetch_pick(L, &plans[i + ahead]);
         copy_pick(L, &plans[i], P, st + i * ss, ac + i * as, rw + i * rs, nx + i * ss);
     }
 }

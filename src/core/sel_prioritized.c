@@ -120,10 +120,11 @@ static void weights_of(const prio_sel *s, size_t count, const size_t *idx, float
     float beta = (float)s->beta;
     for (size_t b = 0; b < count; b++) {
         float leaf = exr_sumtree_get(&s->tree, idx[b]);
-        /* a zero leaf (only reachable through _gather) has an infinite
-         * weight before normalisation; report 0 rather than inf */
-        if (!(leaf > 0) || isinf(lo))
-            w[b] = leaf > 0 ? 1.0f : 0.0f;
+        /* a zero leaf is reachable only through _gather */
+        if (beta == 0.0f)
+            w[b] = 1.0f;
+        else if (!(leaf > 0))
+            w[b] = INFINITY; /* (N * 0)^-beta */
         else if (beta == 0.0f)
             w[b] = 1.0f;
         else

@@ -6,6 +6,7 @@
 #define EXR_IMPORT_ARRAY_HERE
 #include "binding.h"
 
+#include <math.h>
 #include <structseq.h>
 
 PyObject *exr_raise(exr_status st, const char *what)
@@ -50,45 +51,105 @@ void exr_shape_str(char *buf, size_t len, int nd, const npy_intp *shape)
         snprintf(buf + used, len - used, nd == 1 ? ",)" : ")");
 }
 
-static const char *type_name(PyObject *o) { return Py_TYPE(o)->tp_name; }
+/* Python ints went into arr (int64 or uint64); do they all fit descr? */
+static int weak_ints_fit(PyArrayObject *arr, PyArray_Descr *descr, const char *arg)
+{
+    int bits = (int)PyDataType_ELSIZE(descr) * 8;
+    int is_signed = descr->kind == 'i';
+    long double lo = is_signed ? -ldexpl(1.0L, bits - 1) : 0;
+    long double hi = is_signed ? ldexpl(1.0L, bits - 1) - 1 : ldexpl(1.0L, bits) - 1;
+    npy_intp n = PyArray_SIZE(arr);
+    int src_signed = PyArray_DESCR(arr)->kind == 'i';
+    if (PyDataType_ELSIZE(PyArray_DESCR(arr)) != 8)
+        return 0; /* NumPy made these from Python ints: always 8 bytes */
+    for (npy_intp i = 0; i < n; i++) {
+        const char *p = (const char *)PyArray_DATA(arr) + i * 8;
+        long double v;
+        if (src_signed) {
+            int64_t x;
+            memcpy(&x, p, 8);
+            v = (long double)x;
+        } else {
+            uint64_t x;
+            memcpy(&x, p, 8);
+            v = (long double)x;
+        }
+        if (v < lo || v > hi) {
+            PyErr_Format(PyExc_ValueError, "%s: expected values that fit %S, got %lld%s", arg,
+                         (PyObject *)descr, (long long)v, v > (long double)LLONG_MAX ? "+" : "");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void want_str(char *buf, size_t len, int nlead, const npy_intp *lead, int nd,
+                     const npy_intp *shape)
+{
+    size_t used = (size_t)snprintf(buf, len, "(");
+    for (int i = 0; i < nlead + nd && used < len; i++) {
+        npy_intp d = i < nlead ? lead[i] : shape[i - nlead];
+        const char *sep = i ? ", " : "";
+        if (d < 0)
+            used += (size_t)snprintf(buf + used, len - used, "%sT", sep);
+        else
+            used += (size_t)snprintf(buf + used, len - used, "%s%ld", sep, (long)d);
+    }
+    if (used < len)
+        snprintf(buf + used, len - used, nlead + nd == 1 ? ",)" : ")");
+}
 
 PyArrayObject *exr_as_array(PyObject *obj, PyArray_Descr *descr, int nlead, npy_intp *lead,
                             int nd, const npy_intp *shape, const char *arg)
 {
     PyArrayObject *arr;
+    /* NumPy arrays and scalars carry a dtype; Python numbers and sequences
+     * do not, so for them only the kind counts (NEP 50): Python ints go into
+     * any integer dtype if they fit. */
+    int typed = PyArray_Check(obj) || PyArray_IsScalar(obj, Generic);
+    if (obj == Py_None) {
+        PyErr_Format(PyExc_TypeError, "%s: expected an array-like of %S, got None", arg,
+                     (PyObject *)descr);
+        return NULL;
+    }
     if (PyArray_Check(obj)) {
         arr = (PyArrayObject *)obj;
         Py_INCREF(arr);
     } else {
         arr = (PyArrayObject *)PyArray_FromAny(obj, NULL, 0, 0, 0, NULL);
         if (!arr) {
-            if (PyErr_ExceptionMatches(PyExc_ValueError) ||
-                PyErr_ExceptionMatches(PyExc_TypeError)) {
+            int ragged = PyErr_ExceptionMatches(PyExc_ValueError);
+            if (ragged || PyErr_ExceptionMatches(PyExc_TypeError)) {
                 PyErr_Clear();
-                PyErr_Format(PyExc_TypeError,
-                             "%s: expected an array-like of %S, got %s that NumPy cannot convert",
-                             arg, (PyObject *)descr, type_name(obj));
+                PyErr_Format(ragged ? PyExc_ValueError : PyExc_TypeError,
+                             ragged ? "%s: expected an array-like of %S, got a ragged %s"
+                                    : "%s: expected an array-like of %S, got %s",
+                             arg, (PyObject *)descr, Py_TYPE(obj)->tp_name);
             }
             return NULL;
         }
     }
-    char want[256], got[256];
+    PyArray_Descr *have = PyArray_DESCR(arr);
+    int equiv = PyArray_EquivTypes(have, descr);
+    char hk = have->kind, wk = descr->kind;
+    int weak_int = !typed && (hk == 'i' || hk == 'u') && (wk == 'i' || wk == 'u');
+    int weak_ok = !typed && (PyArray_SIZE(arr) == 0 || weak_int);
+    if (!equiv && !weak_ok && !PyArray_CanCastTypeTo(have, descr, NPY_SAME_KIND_CASTING)) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s: expected %S (or a dtype that casts to it under same_kind), got %S", arg,
+                     (PyObject *)descr, (PyObject *)have);
+        Py_DECREF(arr);
+        return NULL;
+    }
     int ok = PyArray_NDIM(arr) == nlead + nd;
     for (int i = 0; ok && i < nlead; i++)
         ok = lead[i] < 0 || PyArray_DIM(arr, i) == lead[i];
     for (int i = 0; ok && i < nd; i++)
         ok = PyArray_DIM(arr, nlead + i) == shape[i];
     if (!ok) {
-        npy_intp full[NPY_MAXDIMS];
-        for (int i = 0; i < nlead; i++)
-            full[i] = lead[i];
-        for (int i = 0; i < nd; i++)
-            full[nlead + i] = shape[i];
-        exr_shape_str(want, sizeof want, nlead + nd, full);
+        char want[256], got[256];
+        want_str(want, sizeof want, nlead, lead, nd, shape);
         exr_shape_str(got, sizeof got, PyArray_NDIM(arr), PyArray_DIMS(arr));
-        for (char *c = want; *c; c++)
-            if (c[0] == '-' && c[1] == '1')
-                c[0] = 'T', memmove(c + 1, c + 2, strlen(c + 2) + 1);
         PyErr_Format(PyExc_ValueError, "%s: expected shape %s, got %s", arg, want, got);
         Py_DECREF(arr);
         return NULL;
@@ -96,12 +157,9 @@ PyArrayObject *exr_as_array(PyObject *obj, PyArray_Descr *descr, int nlead, npy_
     for (int i = 0; i < nlead; i++)
         if (lead[i] < 0)
             lead[i] = PyArray_DIM(arr, i);
-    PyArray_Descr *have = PyArray_DESCR(arr);
-    if (PyArray_EquivTypes(have, descr) && PyArray_IS_C_CONTIGUOUS(arr) && PyArray_ISALIGNED(arr))
+    if (equiv && PyArray_IS_C_CONTIGUOUS(arr) && PyArray_ISALIGNED(arr))
         return arr; /* read in place: no copy */
-    if (!PyArray_CanCastTypeTo(have, descr, NPY_SAME_KIND_CASTING)) {
-        PyErr_Format(PyExc_TypeError, "%s: expected %S (or a dtype that casts to it under "
-                     "same_kind), got %S", arg, (PyObject *)descr, (PyObject *)have);
+    if (weak_int && !equiv && weak_ints_fit(arr, descr, arg) < 0) {
         Py_DECREF(arr);
         return NULL;
     }

@@ -83,6 +83,13 @@ static int number_arg(PyObject *o, const char *name, double *out)
         *out = PyFloat_AS_DOUBLE(o);
         return 0;
     }
+    int seq = PyArray_Check(o) ? PyArray_NDIM((PyArrayObject *)o) > 0
+                               : PySequence_Check(o) && !PyUnicode_Check(o) && !PyBytes_Check(o);
+    if (seq) {
+        PyErr_Format(PyExc_ValueError, "%s: expected a scalar, got a %s", name,
+                     Py_TYPE(o)->tp_name);
+        return -1;
+    }
     if (PyBool_Check(o) || !(PyFloat_Check(o) || PyLong_Check(o) || PyNumber_Check(o)) ||
         PyComplex_Check(o)) {
         PyErr_Format(PyExc_TypeError, "%s: expected a real number, got %s", name,
@@ -876,7 +883,16 @@ static PyObject *replay_gather(ReplayObject *self, PyObject *const *args, Py_ssi
     int64_t h;
     PyArrayObject *e, *p;
     npy_intp n;
-    if (exr_selector_handle(self, args[0], &h) < 0 || pick_arrays(args[1], args[2], &e, &p, &n) < 0)
+    if (exr_selector_handle(self, args[0], &h) < 0)
+        return NULL;
+    exr_lock_with_gil(self->buf);
+    int known = exr_buffer_selector_locked(self->buf, h) != NULL;
+    exr_buffer_unlock(self->buf);
+    if (!known)
+        return PyErr_Format(PyExc_ValueError,
+                            "ps: expected a pick selector of this buffer, got unknown handle %lld",
+                            (long long)h);
+    if (pick_arrays(args[1], args[2], &e, &p, &n) < 0)
         return NULL;
     if (n < 1 || batch_arrays(self, n, NULL, arrays) < 0) {
         if (n < 1)
@@ -897,8 +913,7 @@ static PyObject *replay_gather(ReplayObject *self, PyObject *const *args, Py_ssi
         for (int f = 0; f < NFIELDS; f++)
             Py_DECREF(arrays[f]);
         return PyErr_Format(PyExc_ValueError,
-                            "pick_epi, pick_pos: a pick or the selector %lld does not exist",
-                            (long long)h);
+                            "pick_epi, pick_pos: expected picks that exist, got one that does not");
     }
     if (st != EXR_OK)
         return batch_error(self, st, h, arrays);
@@ -1206,17 +1221,31 @@ static PyObject *replay_priority(ReplayObject *self, PyObject *const *args, Py_s
     PyObject *out = new_array(f64, n, 0, NULL);
     Py_DECREF(f64);
     exr_status st = EXR_OK;
+    int prioritized = 0;
     if (out) {
         exr_lock_with_gil(self->buf);
+        exr_selector *sel = exr_buffer_selector_locked(self->buf, h);
+        prioritized = sel && sel->vt->prioritized;
         st = exr_buffer_stored_priority_locked(self->buf, h, (size_t)n, PyArray_DATA(e),
                                                PyArray_DATA(p), PyArray_DATA((PyArrayObject *)out));
         exr_buffer_unlock(self->buf);
     }
     Py_DECREF(e);
     Py_DECREF(p);
-    if (st != EXR_OK) {
-        Py_XDECREF(out);
-        return PyErr_Format(PyExc_ValueError, "ps: unknown pick selector %lld", (long long)h);
+    if (!out)
+        return NULL;
+    if (st != EXR_OK || !prioritized) {
+        Py_DECREF(out);
+        return PyErr_Format(PyExc_ValueError, "ps: expected a prioritized pick selector of this "
+                            "buffer, got handle %lld", (long long)h);
+    }
+    const double *v = PyArray_DATA((PyArrayObject *)out);
+    for (npy_intp i = 0; i < n; i++) {
+        if (isnan(v[i])) {
+            Py_DECREF(out);
+            return PyErr_Format(PyExc_ValueError, "pick_epi, pick_pos: pick %zd does not exist",
+                                (Py_ssize_t)i);
+        }
     }
     return out;
 }

@@ -99,9 +99,12 @@ static int param_index(SelectorObject *s, const char *name)
 
 static PyObject *sel_get_param(SelectorObject *s, void *closure)
 {
-    int k = param_index(s, (const char *)closure);
-    if (k < 0)
-        return NULL;
+    const exr_selector_vtable *vt = exr_selector_kinds[s->kind];
+    int k = 0;
+    while (k < vt->nparams && strcmp(vt->param_names[k], (const char *)closure) != 0)
+        k++;
+    if (k == vt->nparams)
+        Py_RETURN_NONE; /* a parameter other kinds have: None, as for a uniform selector's beta */
     exr_lock_with_gil(s->owner->buf);
     exr_selector *sel = exr_buffer_selector_locked(s->owner->buf, s->handle);
     double v = sel ? sel->vt->get_param(sel, k) : 0;

@@ -1,0 +1,1114 @@
+"""The pure-Python reference buffer: exreplay's semantics, executable.
+
+`ReferenceReplay` has the API of the C buffer ``exreplay.ExperienceReplay``
+and behaves as ``docs/semantics.md`` says, decision by decision.  It is the
+definition the C buffer is differential-tested against, and the pure-Python
+baseline of the benchmarks (SPEC §8).  Clarity wins over speed everywhere:
+plain lists and dicts, one ``random.Random`` per selector, and NumPy only to
+accept inputs and to build output arrays.
+
+Where the two disagree, ``docs/semantics.md`` says which one is wrong.
+
+Choices made here where ``docs/semantics.md`` is silent (the C buffer should
+make the same ones):
+
+- Casting.  NumPy arrays and scalars follow ``numpy.can_cast(src, dst,
+  "same_kind")`` strictly (an int64 array into a uint8 state is a TypeError).
+  Plain Python numbers and sequences have no dtype of their own, so only
+  their kind counts (NEP 50): Python ints go into any integer dtype, and a
+  value that does not fit is a ValueError; Python floats into an integer
+  dtype are a TypeError.  Ragged sequences are a ValueError.
+- Arguments are checked in order, and for each its type (TypeError) before
+  its shape (ValueError): ``state=None`` or ``state="ab"`` is a TypeError, a
+  list given as ``priority`` a ValueError (shape ``(2,)``, not ``()``).  An
+  empty Python list is accepted wherever a sequence of any length is (as
+  ``pick_epi``, ``pick_pos``, ``priorities`` of ``set_priority``).
+- Integer arguments (handles, sizes, capacity, pick_len, seed, kind) take
+  anything with ``__index__`` except bools (TypeError).  ``allow_short`` and
+  ``terminated`` take any object with a truth value.  ``state_dtype=None`` is
+  a TypeError (``numpy.dtype(None)`` would silently mean float64).  A
+  non-string ``eviction`` is a ValueError, like any other wrong value.
+- ``seed=None`` reads back as None; the entropy drawn for it stays internal.
+- Priority 0 is stored as 0 for every alpha, alpha = 0 included (not
+  ``0 ** 0 = 1``), so a zero priority is never drawn.  ``p ** alpha`` beyond
+  float32's range is stored as float32's largest finite value.
+- The maximum so far is raised only by priorities that reach a pick: a
+  recorded one when its pick is entered, and each ``set_priority`` entry that
+  names an existing pick (duplicates each count as applied).  ``set_priority``
+  validates its inputs even on a Uniform selector before returning 0.
+- ``_gather`` of a pick with priority 0 gives it the weight (N * 0) ** -beta:
+  inf, or 1.0 when beta is 0.  ``_priority`` on a Uniform selector is a
+  ValueError.  Weights are computed in float64, then rounded to float32.
+- A Uniform selector's ``alpha`` and ``beta`` read as None; setting its
+  ``beta`` is an AttributeError.  A selector is looked up by its handle only.
+- ``get_batch`` checks batch_size, ps, out, then that a pick exists, then that
+  some priority is positive; a failed call does not advance the generator.
+  ``out=`` that is not a `Batch` is a TypeError.
+- The second-chance hand moves eagerly: when it passes the newest episode it
+  is at the oldest at once, so an episode created after that is reached last.
+- Pickling works (by value); ``serialize``/``save`` and their format belong to
+  the C buffer and are not provided here.
+
+Layout (SPEC §2, §4; the paper's design):
+
+    _episodes   dict handle -> _Episode, in handle order.  An episode keeps
+                per-record lists (state arrays, actions, rewards, first-step
+                priorities), its final state, its flags and ``pick_index``,
+                a dict pos -> index into the pick table.
+    _table      the pick table: a list of (handle, pos); removal swaps the
+                last entry into the hole, so it is O(1) per pick.
+    _selectors  dict selector handle -> _Selector.  A prioritized selector
+                holds ``leaves``, a list parallel to ``_table`` with the
+                stored ``p ** alpha`` of each pick (rounded to float32).
+    _ahead, _behind
+                the eviction order: live handles in cyclic order starting at
+                the second-chance hand (``_ahead[0]`` is under the hand);
+                ``_behind`` holds those the hand has passed.  For ``fifo``
+                ``_behind`` stays empty and ``_ahead[0]`` is the oldest.
+"""
+
+import enum
+import math
+import numbers
+import operator
+import os
+import random
+import threading
+from bisect import bisect_right
+from collections import deque
+from itertools import accumulate
+from typing import NamedTuple, Optional
+
+import numpy as np
+
+__all__ = [
+    "Batch",
+    "EpisodeData",
+    "PickSelectorClass",
+    "RefPickSelector",
+    "ReferenceReplay",
+]
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+_INT64 = np.dtype(np.int64)
+_FLOAT64 = np.dtype(np.float64)
+_FLOAT32 = np.dtype(np.float32)
+
+
+# --------------------------------------------------------------------------
+# Public small types
+# --------------------------------------------------------------------------
+
+
+class PickSelectorClass(enum.IntEnum):
+    """The kinds of pick selector (the paper's ``PickSelectorClass``)."""
+
+    Uniform = 0
+    Prioritized = 1
+
+
+class EpisodeData(NamedTuple):
+    """One episode as returned by ``episode(h)``: arrays of its n steps."""
+
+    state: np.ndarray
+    action: np.ndarray
+    reward: np.ndarray
+    final_state: Optional[np.ndarray]
+    ended: bool
+    terminated: bool
+
+
+class Batch(tuple):
+    """A batch of picks.
+
+    Unpacks as the paper's 8-tuple ``(state, action, reward, state_next,
+    seq_len, seq_len_next, pick_epi, pick_pos)``; those names are also
+    properties, and ``weight`` (importance-sampling weights, float32) is an
+    extra attribute that is not part of the tuple.
+    """
+
+    _fields = (
+        "state",
+        "action",
+        "reward",
+        "state_next",
+        "seq_len",
+        "seq_len_next",
+        "pick_epi",
+        "pick_pos",
+    )
+
+    def __new__(
+        cls,
+        state,
+        action,
+        reward,
+        state_next,
+        seq_len,
+        seq_len_next,
+        pick_epi,
+        pick_pos,
+        weight,
+    ):
+        self = tuple.__new__(
+            cls,
+            (state, action, reward, state_next, seq_len, seq_len_next, pick_epi, pick_pos),
+        )
+        self.weight = weight
+        return self
+
+    state = property(operator.itemgetter(0), doc="(B, pick_len, *state_shape) states")
+    action = property(operator.itemgetter(1), doc="(B, pick_len, *action_shape) actions")
+    reward = property(operator.itemgetter(2), doc="(B, pick_len) rewards")
+    state_next = property(operator.itemgetter(3), doc="(B, pick_len, *state_shape) next states")
+    seq_len = property(operator.itemgetter(4), doc="(B,) int64 length of each pick")
+    seq_len_next = property(
+        operator.itemgetter(5), doc="(B,) int64 steps whose next state can be bootstrapped from"
+    )
+    pick_epi = property(operator.itemgetter(6), doc="(B,) int64 episode handle of each pick")
+    pick_pos = property(operator.itemgetter(7), doc="(B,) int64 position of each pick")
+
+    def __getnewargs__(self):
+        return (*self, self.weight)
+
+    def __repr__(self):
+        parts = []
+        for name, value in zip(self._fields + ("weight",), (*self, self.weight)):
+            if isinstance(value, np.ndarray):
+                parts.append(f"{name}=<{value.dtype} {value.shape}>")
+            else:
+                parts.append(f"{name}={value!r}")
+        return f"Batch({', '.join(parts)})"
+
+
+class RefPickSelector:
+    """A pick selector of a `ReferenceReplay`; behaves as its integer handle.
+
+    ``handle``, ``kind`` and ``alpha`` are read-only; ``beta`` is settable
+    (finite, >= 0) for annealing.  Uniform selectors have ``alpha`` and
+    ``beta`` of ``None``.  Equality and hashing go by handle, so a selector
+    equals its handle.
+    """
+
+    __slots__ = ("_handle", "_kind", "_alpha", "_beta")
+
+    def __init__(self, handle, kind, alpha=None, beta=None):
+        self._handle = int(handle)
+        self._kind = PickSelectorClass(kind)
+        self._alpha = alpha
+        self._beta = beta
+
+    @property
+    def handle(self):
+        return self._handle
+
+    @property
+    def kind(self):
+        return self._kind
+
+    @property
+    def alpha(self):
+        return self._alpha
+
+    @property
+    def beta(self):
+        return self._beta
+
+    @beta.setter
+    def beta(self, value):
+        if self._kind != PickSelectorClass.Prioritized:
+            raise AttributeError(
+                f"beta: only a Prioritized selector has a beta, got a {self._kind.name} selector"
+            )
+        self._beta = _finite_nonneg("beta", value)
+
+    def __index__(self):
+        return self._handle
+
+    def __int__(self):
+        return self._handle
+
+    def __eq__(self, other):
+        if isinstance(other, RefPickSelector):
+            return self._handle == other._handle
+        if isinstance(other, numbers.Integral) and not isinstance(other, bool):
+            return self._handle == int(other)
+        return NotImplemented
+
+    def __hash__(self):
+        return hash(self._handle)
+
+    def __repr__(self):
+        if self._kind == PickSelectorClass.Prioritized:
+            return (
+                f"RefPickSelector(handle={self._handle}, kind=PickSelectorClass.Prioritized, "
+                f"alpha={self._alpha!r}, beta={self._beta!r})"
+            )
+        return f"RefPickSelector(handle={self._handle}, kind=PickSelectorClass.{self._kind.name})"
+
+
+# --------------------------------------------------------------------------
+# Argument checking.  Every helper raises before anything is changed, with a
+# message "<argument>: expected <what>, got <what came>".
+# --------------------------------------------------------------------------
+
+
+def _show(x):
+    """A short description of a value for error messages."""
+    if isinstance(x, np.ndarray):
+        return f"an array of dtype {x.dtype} and shape {x.shape}"
+    r = repr(x)
+    if len(r) > 60:
+        r = r[:57] + "..."
+    return f"{r} ({type(x).__name__})"
+
+
+def _int_arg(name, x):
+    """An int (anything with __index__, bools excluded)."""
+    if isinstance(x, (bool, np.bool_)):
+        raise TypeError(f"{name}: expected an int, got {_show(x)}")
+    try:
+        return operator.index(x)
+    except TypeError:
+        raise TypeError(f"{name}: expected an int, got {_show(x)}") from None
+
+
+def _bool_arg(name, x):
+    """Truthiness, as C's "p" format; things without one are a TypeError."""
+    try:
+        return bool(x)
+    except Exception:
+        raise TypeError(f"{name}: expected a bool, got {_show(x)}") from None
+
+
+def _finite_nonneg(name, x):
+    """A real number (not a bool), finite and >= 0, as a Python float."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
+        raise TypeError(f"{name}: expected a finite number >= 0, got {_show(x)}")
+    v = float(x)
+    if not (math.isfinite(v) and v >= 0.0):
+        raise ValueError(f"{name}: expected a finite number >= 0, got {v!r}")
+    return v
+
+
+def _shape_arg(name, x):
+    if isinstance(x, (bool, np.bool_)):
+        raise TypeError(f"{name}: expected an int or a tuple of ints, got {_show(x)}")
+    if isinstance(x, (tuple, list)):
+        dims = []
+        for d in x:
+            if isinstance(d, (bool, np.bool_)):
+                raise TypeError(f"{name}: expected a tuple of ints, got {_show(x)}")
+            try:
+                dims.append(operator.index(d))
+            except TypeError:
+                raise TypeError(f"{name}: expected a tuple of ints, got {_show(x)}") from None
+    else:
+        try:
+            dims = [operator.index(x)]
+        except TypeError:
+            raise TypeError(f"{name}: expected an int or a tuple of ints, got {_show(x)}") from None
+    for d in dims:
+        if d < 1:
+            raise ValueError(f"{name}: expected every dimension >= 1, got {tuple(dims)}")
+    return tuple(dims)
+
+
+def _dtype_arg(name, x, kinds="biuf"):
+    if x is None:
+        raise TypeError(f"{name}: expected a numeric dtype, got None")
+    try:
+        dt = np.dtype(x)
+    except Exception:
+        raise TypeError(f"{name}: expected a numeric dtype, got {_show(x)}") from None
+    if dt.kind not in kinds or dt.fields is not None or dt.subdtype is not None:
+        raise TypeError(f"{name}: expected a bool, integer or float dtype, got {dt}")
+    return dt.newbyteorder("=")
+
+
+def _reward_dtype_arg(x):
+    dt = _dtype_arg("reward_dtype", x, kinds="f")
+    if dt.itemsize not in (2, 4, 8):
+        raise TypeError(f"reward_dtype: expected float16, float32 or float64, got {dt}")
+    return dt
+
+
+def _array_arg(name, x, dtype, shape=None, what="an array"):
+    """x as a new C-contiguous array of dtype, checked.
+
+    The cast must be allowed by NumPy's same_kind rule from the dtype of the
+    input's own data.  NumPy arrays and scalars have a dtype; plain Python
+    numbers and sequences do not (``np.asarray`` would just pick int64 or
+    float64), so for them only the kind counts, as in NEP 50: a list of
+    Python ints goes into any integer dtype (uint8 included), a value that
+    does not fit being a ValueError, while a Python float into an integer
+    dtype is a TypeError as always.  ``shape`` is the exact shape expected,
+    or None to leave it to the caller.
+    """
+    if x is None:
+        raise TypeError(f"{name}: expected {what} of dtype {dtype}, got None")
+    try:
+        a = np.asarray(x)
+    except ValueError as e:  # ragged nested sequences
+        raise ValueError(f"{name}: expected {what}, got a ragged sequence ({e})") from None
+    except Exception:
+        raise TypeError(f"{name}: expected {what}, got {_show(x)}") from None
+    typed = isinstance(x, (np.ndarray, np.generic))
+    # An empty Python sequence has no dtype at all, so it is let through.
+    weak_ok = not typed and (a.size == 0 or (a.dtype.kind in "iu" and dtype.kind in "iu"))
+    if not weak_ok and not np.can_cast(a.dtype, dtype, "same_kind"):
+        src = a.dtype if typed else f"{a.dtype} (from {type(x).__name__})"
+        raise TypeError(
+            f"{name}: expected values castable to {dtype} under the same_kind rule, got {src}"
+        )
+    if shape is not None and a.shape != tuple(shape):
+        raise ValueError(f"{name}: expected shape {tuple(shape)}, got {a.shape}")
+    if typed or a.size == 0:
+        return np.array(a, dtype=dtype, copy=True, order="C")
+    try:  # Python ints are range-checked here (NEP 50)
+        return np.array(x, dtype=dtype, order="C")
+    except OverflowError as e:
+        raise ValueError(f"{name}: expected values that fit {dtype}, got {e}") from None
+
+
+def _recorded(p):
+    """A priority given at record time is kept as float32 until its pick is
+    entered (the C buffer stores it in 4 bytes), saturating at float32's max."""
+    return float(np.float32(min(p, float(np.finfo(np.float32).max))))
+
+
+def _check_priorities(name, values):
+    """values: float64 array; all finite and >= 0, else ValueError."""
+    bad = ~(np.isfinite(values) & (values >= 0))
+    if bad.any():
+        if values.ndim:
+            i = int(np.flatnonzero(bad)[0])
+            raise ValueError(
+                f"{name}: expected finite numbers >= 0, got {float(values[i])!r} at index {i}"
+            )
+        raise ValueError(f"{name}: expected a finite number >= 0, got {float(values)!r}")
+
+
+def _leaf(p, alpha):
+    """The stored form of priority p for a selector with exponent alpha.
+
+    p ** alpha rounded to float32.  A zero priority stays zero for every
+    alpha (0 ** 0 would be 1), so that priority 0 is never drawn; values
+    beyond float32's range are clamped to its largest finite value.
+    """
+    if p == 0.0:
+        return 0.0
+    try:
+        v = p**alpha
+    except OverflowError:
+        v = math.inf
+    return float(np.float32(min(v, _FLOAT32_MAX)))
+
+
+# --------------------------------------------------------------------------
+# Internal records
+# --------------------------------------------------------------------------
+
+
+class _Episode:
+    __slots__ = (
+        "handle",
+        "states",  # list of arrays of state_dtype, shape state_shape
+        "actions",  # list of arrays of action_dtype, shape action_shape
+        "rewards",  # list of 0-d arrays of reward_dtype
+        "priorities",  # list of float or None: the priority recorded with each step
+        "final_state",  # array or None
+        "ended",
+        "terminated",
+        "pick_index",  # dict pos -> index into the pick table
+        "sampled",  # second-chance mark
+    )
+
+    def __init__(self, handle):
+        self.handle = handle
+        self.states = []
+        self.actions = []
+        self.rewards = []
+        self.priorities = []
+        self.final_state = None
+        self.ended = False
+        self.terminated = False
+        self.pick_index = {}
+        self.sampled = False
+
+
+class _Selector:
+    __slots__ = ("public", "rng", "leaves", "max_priority")
+
+    def __init__(self, public, rng, leaves=None, max_priority=1.0):
+        self.public = public  # the RefPickSelector handed to the user
+        self.rng = rng  # random.Random
+        self.leaves = leaves  # list parallel to the pick table, or None (uniform)
+        self.max_priority = max_priority  # priority, not p ** alpha
+
+    @property
+    def prioritized(self):
+        return self.leaves is not None
+
+
+# --------------------------------------------------------------------------
+# The buffer
+# --------------------------------------------------------------------------
+
+
+class ReferenceReplay:
+    """Experience replay in pure Python: the executable specification.
+
+    Same constructor, methods, attributes, errors and test hooks as
+    ``exreplay.ExperienceReplay``; the behaviour is that of
+    ``docs/semantics.md`` (and SPEC §2-§5), which this class exists to pin
+    down.  Every public method holds one ``threading.RLock``, so the buffer
+    may be shared between threads.
+
+    Not provided here: ``serialize``/``unserialize``/``save``/``load`` (the
+    byte format belongs to the C buffer).  Pickling works (by value).
+    """
+
+    def __init__(
+        self,
+        state_shape,
+        state_dtype="float32",
+        action_shape=(),
+        action_dtype="int64",
+        reward_dtype="float32",
+        capacity=1_000_000,
+        pick_len=1,
+        allow_short=False,
+        eviction="fifo",
+        seed=None,
+    ):
+        state_shape = _shape_arg("state_shape", state_shape)
+        state_dtype = _dtype_arg("state_dtype", state_dtype)
+        action_shape = _shape_arg("action_shape", action_shape)
+        action_dtype = _dtype_arg("action_dtype", action_dtype)
+        reward_dtype = _reward_dtype_arg(reward_dtype)
+        if capacity is not None:
+            capacity = _int_arg("capacity", capacity)
+            if capacity < 1:
+                raise ValueError(f"capacity: expected an int >= 1 or None, got {capacity}")
+        pick_len = _int_arg("pick_len", pick_len)
+        if pick_len < 1:
+            raise ValueError(f"pick_len: expected an int >= 1, got {pick_len}")
+        allow_short = _bool_arg("allow_short", allow_short)
+        if not (isinstance(eviction, str) and eviction in ("fifo", "second_chance")):
+            raise ValueError(f"eviction: expected 'fifo' or 'second_chance', got {_show(eviction)}")
+        if seed is not None:
+            seed = _int_arg("seed", seed)
+            if not 0 <= seed < 2**64:
+                raise ValueError(f"seed: expected an int in [0, 2**64) or None, got {seed}")
+
+        self._state_shape = state_shape
+        self._state_dtype = state_dtype
+        self._action_shape = action_shape
+        self._action_dtype = action_dtype
+        self._reward_dtype = reward_dtype
+        self._capacity = capacity
+        self._pick_len = pick_len
+        self._allow_short = allow_short
+        self._eviction = eviction
+        self._seed = seed
+        # What the selectors' generators are seeded from.
+        self._seed_value = seed if seed is not None else int.from_bytes(os.urandom(8), "little")
+
+        self._lock = threading.RLock()
+        self._episodes = {}  # handle -> _Episode, ascending handles
+        self._next_handle = 0
+        self._size = 0  # records held
+        self._table = []  # the pick table: [(handle, pos)]
+        self._selectors = {}  # selector handle -> _Selector
+        self._next_selector = 0
+        self._ahead = deque()  # eviction order, see the module docstring
+        self._behind = deque()
+
+    # -- configuration -----------------------------------------------------
+
+    state_shape = property(lambda self: self._state_shape)
+    state_dtype = property(lambda self: self._state_dtype)
+    action_shape = property(lambda self: self._action_shape)
+    action_dtype = property(lambda self: self._action_dtype)
+    reward_dtype = property(lambda self: self._reward_dtype)
+    capacity = property(lambda self: self._capacity)
+    pick_len = property(lambda self: self._pick_len)
+    allow_short = property(lambda self: self._allow_short)
+    eviction = property(lambda self: self._eviction)
+    seed = property(lambda self: self._seed)
+
+    # -- introspection -----------------------------------------------------
+
+    def __len__(self):
+        with self._lock:
+            return self._size
+
+    @property
+    def num_episodes(self):
+        with self._lock:
+            return len(self._episodes)
+
+    @property
+    def num_picks(self):
+        with self._lock:
+            return len(self._table)
+
+    def __repr__(self):
+        with self._lock:
+            return (
+                f"ReferenceReplay(state_shape={self._state_shape}, "
+                f"state_dtype={self._state_dtype}, action_shape={self._action_shape}, "
+                f"action_dtype={self._action_dtype}, reward_dtype={self._reward_dtype}, "
+                f"capacity={self._capacity}, pick_len={self._pick_len}, "
+                f"allow_short={self._allow_short}, eviction={self._eviction!r}, "
+                f"seed={self._seed}; records={self._size}, "
+                f"episodes={len(self._episodes)}, picks={len(self._table)})"
+            )
+
+    def episode(self, h):
+        """EpisodeData(state, action, reward, final_state, ended, terminated)."""
+        with self._lock:
+            h = _int_arg("h", h)
+            ep = self._episodes.get(h)
+            if ep is None:
+                raise ValueError(f"h: expected the handle of a live episode, got {h}")
+            n = len(ep.states)
+            state = np.zeros((n, *self._state_shape), self._state_dtype)
+            action = np.zeros((n, *self._action_shape), self._action_dtype)
+            reward = np.zeros((n,), self._reward_dtype)
+            for i in range(n):
+                state[i] = ep.states[i]
+                action[i] = ep.actions[i]
+                reward[i] = ep.rewards[i]
+            final = None if ep.final_state is None else ep.final_state.copy()
+            return EpisodeData(state, action, reward, final, ep.ended, ep.terminated)
+
+    # -- episodes and records ----------------------------------------------
+
+    def new_episode(self):
+        """Create an empty episode and return its handle."""
+        with self._lock:
+            return self._new_episode_locked().handle
+
+    def record(self, h, state, action, reward, final_state=None, terminated=False, priority=None):
+        """Append one step to episode h; return the handle recorded into.
+
+        h that is None, unknown, evicted or ended starts a new episode.
+        final_state= or terminated=True ends the episode.
+        """
+        with self._lock:
+            h = self._handle_arg(h)
+            s = _array_arg("state", state, self._state_dtype, self._state_shape, "a state")
+            a = _array_arg("action", action, self._action_dtype, self._action_shape, "an action")
+            r = _array_arg("reward", reward, self._reward_dtype, (), "a scalar reward")
+            final, terminated = self._final_args(final_state, terminated)
+            if priority is None:
+                p = None
+            else:
+                pa = _array_arg("priority", priority, _FLOAT64, (), "a scalar priority")
+                _check_priorities("priority", pa)
+                p = _recorded(float(pa))
+            # Everything is valid; from here on nothing raises.
+            return self._record_locked(h, s, a, r, p, final, terminated)
+
+    def record_many(
+        self, h, states, actions, rewards, final_state=None, terminated=False, priorities=None
+    ):
+        """Append T >= 1 steps; exactly T calls of `record`, the last of which
+        carries final_state and terminated.  Returns the last handle."""
+        with self._lock:
+            h = self._handle_arg(h)
+            sa = _array_arg("states", states, self._state_dtype, None, "an array of states")
+            want = len(self._state_shape) + 1
+            if sa.ndim != want or sa.shape[1:] != self._state_shape:
+                raise ValueError(
+                    f"states: expected shape (T, *state_shape) = {('T', *self._state_shape)}, "
+                    f"got {sa.shape}"
+                )
+            T = sa.shape[0]
+            if T == 0:
+                raise ValueError("states: expected at least one step (T >= 1), got T = 0")
+            aa = _array_arg(
+                "actions",
+                actions,
+                self._action_dtype,
+                (T, *self._action_shape),
+                "an array of actions",
+            )
+            ra = _array_arg("rewards", rewards, self._reward_dtype, (T,), "an array of rewards")
+            final, terminated = self._final_args(final_state, terminated)
+            if priorities is None:
+                prios = [None] * T
+            else:
+                pa = _array_arg("priorities", priorities, _FLOAT64, (T,), "an array of priorities")
+                _check_priorities("priorities", pa)
+                prios = [_recorded(float(v)) for v in pa]
+            for t in range(T):
+                last = t == T - 1
+                h = self._record_locked(
+                    h,
+                    sa[t].copy(),
+                    aa[t].copy(),
+                    ra[t].copy(),
+                    prios[t],
+                    final if last else None,
+                    terminated if last else False,
+                )
+            return h
+
+    # -- selectors ---------------------------------------------------------
+
+    def new_pick_selector(self, kind, **params):
+        """Add a selector (Uniform, or Prioritized with alpha=0.6, beta=0.4)."""
+        with self._lock:
+            k = _int_arg("kind", kind)
+            try:
+                kind = PickSelectorClass(k)
+            except ValueError:
+                raise ValueError(
+                    f"kind: expected a PickSelectorClass "
+                    f"({', '.join(f'{m.name}={m.value}' for m in PickSelectorClass)}), got {k}"
+                ) from None
+            handle = self._next_selector
+            if kind == PickSelectorClass.Uniform:
+                if params:
+                    raise TypeError(
+                        f"new_pick_selector: expected no parameters for a Uniform selector, "
+                        f"got {', '.join(sorted(params))}"
+                    )
+                public = RefPickSelector(handle, kind)
+                sel = _Selector(public, self._make_rng(handle))
+            else:
+                unknown = sorted(set(params) - {"alpha", "beta"})
+                if unknown:
+                    raise TypeError(
+                        f"new_pick_selector: expected parameters alpha and beta for a "
+                        f"Prioritized selector, got {', '.join(unknown)}"
+                    )
+                alpha = _finite_nonneg("alpha", params.get("alpha", 0.6))
+                beta = _finite_nonneg("beta", params.get("beta", 0.4))
+                public = RefPickSelector(handle, kind, alpha, beta)
+                # Existing picks: their recorded first-step priority, else the
+                # largest recorded one (at least 1.0), which starts the maximum.
+                recorded = [self._episodes[e].priorities[p] for e, p in self._table]
+                start = max([1.0] + [p for p in recorded if p is not None])
+                leaves = [_leaf(start if p is None else p, alpha) for p in recorded]
+                sel = _Selector(public, self._make_rng(handle), leaves, start)
+            self._selectors[handle] = sel
+            self._next_selector += 1
+            return public
+
+    def remove_pick_selector(self, ps):
+        with self._lock:
+            sel = self._selector_arg(ps)
+            del self._selectors[sel.public.handle]
+
+    def set_priority(self, ps, pick_epi, pick_pos, priorities):
+        """Set the priority of picks; returns how many were applied.
+
+        Picks that no longer exist are skipped.  The last value wins for a
+        pick given twice.  A uniform selector accepts and ignores the call.
+        """
+        with self._lock:
+            sel = self._selector_arg(ps)
+            epi, pos = self._pick_arrays(pick_epi, pick_pos)
+            pa = _array_arg("priorities", priorities, _FLOAT64, None, "priorities")
+            if pa.shape not in ((), epi.shape):
+                raise ValueError(
+                    f"priorities: expected a scalar or shape {epi.shape} like pick_epi, "
+                    f"got {pa.shape}"
+                )
+            pa = np.broadcast_to(pa, epi.shape)
+            _check_priorities("priorities", pa)
+            if not sel.prioritized:
+                return 0
+            alpha = sel.public.alpha
+            applied = 0
+            for e, p, v in zip(epi.tolist(), pos.tolist(), pa.tolist()):
+                i = self._pick_index(e, p)
+                if i is None:
+                    continue
+                sel.leaves[i] = _leaf(v, alpha)
+                sel.max_priority = max(sel.max_priority, v)
+                applied += 1
+            return applied
+
+    # -- sampling ----------------------------------------------------------
+
+    def get_batch(self, batch_size, ps, out=None):
+        """Draw batch_size picks (with replacement) with selector ps.
+
+        Returns a `Batch`; with out= a Batch of the right shapes, refills its
+        arrays in place and returns it.
+        """
+        with self._lock:
+            B = _int_arg("batch_size", batch_size)
+            if B < 1:
+                raise ValueError(f"batch_size: expected an int >= 1, got {B}")
+            sel = self._selector_arg(ps)
+            if out is not None:
+                self._check_out(out, B)
+            if not self._table:
+                raise ValueError("get_batch: expected at least one pick in the buffer, got none")
+            if sel.prioritized:
+                # The prefix sums of the leaves, built by one linear scan; a
+                # draw u in [0, total) lands on the first leaf whose prefix
+                # sum exceeds u, which is never a zero leaf.
+                cum = list(accumulate(sel.leaves))
+                total = cum[-1]
+                if total <= 0.0:
+                    raise ValueError(
+                        f"ps: expected a selector with a positive priority somewhere, "
+                        f"got all {len(cum)} picks at priority 0"
+                    )
+                last_positive = max(i for i, v in enumerate(sel.leaves) if v > 0.0)
+                indices = []
+                for _ in range(B):
+                    i = bisect_right(cum, sel.rng.random() * total)
+                    indices.append(min(i, last_positive))
+            else:
+                N = len(self._table)
+                indices = [sel.rng.randrange(N) for _ in range(B)]
+            return self._build_batch_locked(sel, indices, out)
+
+    # -- eviction state & pickling ----------------------------------------
+
+    def __getstate__(self):
+        with self._lock:
+            state = self.__dict__.copy()
+            del state["_lock"]
+            return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
+
+    # -- test hooks (private) ----------------------------------------------
+
+    def _handles(self):
+        """The live episode handles, ascending."""
+        with self._lock:
+            return list(self._episodes)
+
+    def _picks(self):
+        """(pick_epi, pick_pos): int64 arrays of every pick held, table order."""
+        with self._lock:
+            epi = np.array([e for e, _ in self._table], dtype=np.int64)
+            pos = np.array([p for _, p in self._table], dtype=np.int64)
+            return epi, pos
+
+    def _gather(self, ps, pick_epi, pick_pos):
+        """The Batch get_batch would return had it drawn exactly these picks."""
+        with self._lock:
+            sel = self._selector_arg(ps)
+            indices = self._existing_indices(*self._pick_arrays(pick_epi, pick_pos))
+            return self._build_batch_locked(sel, indices, None)
+
+    def _priority(self, ps, pick_epi, pick_pos):
+        """float64 array of the stored p ** alpha of each pick."""
+        with self._lock:
+            sel = self._selector_arg(ps)
+            if not sel.prioritized:
+                raise ValueError(
+                    f"ps: expected a Prioritized selector, got a Uniform one ({sel.public.handle})"
+                )
+            indices = self._existing_indices(*self._pick_arrays(pick_epi, pick_pos))
+            return np.array([sel.leaves[i] for i in indices], dtype=np.float64)
+
+    def _check(self):
+        """Check every internal invariant; AssertionError names the first broken."""
+        with self._lock:
+            eps = self._episodes
+            handles = list(eps)
+            assert handles == sorted(handles), "episodes: handles not ascending"
+            assert all(0 <= h < self._next_handle for h in handles), (
+                "episodes: a handle not below the next handle"
+            )
+            size = 0
+            npicks = 0
+            for h, ep in eps.items():
+                n = len(ep.states)
+                assert ep.handle == h, f"episode {h}: stored under the wrong handle"
+                assert len(ep.actions) == len(ep.rewards) == len(ep.priorities) == n, (
+                    f"episode {h}: record lists of different lengths"
+                )
+                assert ep.ended == (ep.final_state is not None or ep.terminated), (
+                    f"episode {h}: ended flag does not match final_state/terminated"
+                )
+                assert not (ep.ended and n == 0), f"episode {h}: ended with no records"
+                for s in ep.states:
+                    assert s.shape == self._state_shape and s.dtype == self._state_dtype, (
+                        f"episode {h}: a state of the wrong shape or dtype"
+                    )
+                for a in ep.actions:
+                    assert a.shape == self._action_shape and a.dtype == self._action_dtype, (
+                        f"episode {h}: an action of the wrong shape or dtype"
+                    )
+                m = self._num_picks_for(n, ep.ended)
+                assert sorted(ep.pick_index) == list(range(m)), (
+                    f"episode {h}: picks {sorted(ep.pick_index)} but expected positions 0..{m - 1}"
+                )
+                for pos, i in ep.pick_index.items():
+                    assert 0 <= i < len(self._table) and self._table[i] == (h, pos), (
+                        f"pick table: ({h}, {pos}) not at index {i}"
+                    )
+                size += n
+                npicks += m
+            assert size == self._size, f"record count: held {size}, counted {self._size}"
+            assert npicks == len(self._table), (
+                f"pick table: {len(self._table)} entries, episodes have {npicks} picks"
+            )
+            assert len(set(self._table)) == len(self._table), "pick table: duplicate entries"
+            if self._capacity is not None:
+                assert self._size <= self._capacity, "capacity: more records held than capacity"
+            order = list(self._behind) + list(self._ahead)
+            assert sorted(order) == handles, "eviction order: not the live episodes"
+            assert list(self._ahead) == sorted(self._ahead), "eviction order: ahead not ascending"
+            assert list(self._behind) == sorted(self._behind), (
+                "eviction order: behind not ascending"
+            )
+            assert not (self._behind and not self._ahead), "eviction order: hand not wrapped"
+            if self._behind:
+                assert self._behind[-1] < self._ahead[0], "eviction order: behind overlaps ahead"
+            if self._eviction == "fifo":
+                assert not self._behind, "eviction order: fifo with passed episodes"
+            assert all(0 <= k < self._next_selector for k in self._selectors), (
+                "selectors: a handle not below the next handle"
+            )
+            for k, sel in self._selectors.items():
+                assert sel.public.handle == k, f"selector {k}: wrong handle"
+                if sel.prioritized:
+                    assert len(sel.leaves) == len(self._table), (
+                        f"selector {k}: {len(sel.leaves)} priorities for {len(self._table)} picks"
+                    )
+                    for v in sel.leaves:
+                        assert 0.0 <= v <= _FLOAT32_MAX and float(np.float32(v)) == v, (
+                            f"selector {k}: priority {v!r} not a finite float32 >= 0"
+                        )
+                    assert math.isfinite(sel.max_priority) and sel.max_priority >= 1.0, (
+                        f"selector {k}: maximum so far {sel.max_priority!r} below 1.0"
+                    )
+
+    # -- internals (the lock is held) --------------------------------------
+
+    def _make_rng(self, selector_handle):
+        # One generator per selector, from (buffer seed, selector handle).
+        return random.Random((self._seed_value << 64) | selector_handle)
+
+    def _handle_arg(self, h):
+        if h is None:
+            return None
+        return _int_arg("h", h)
+
+    def _final_args(self, final_state, terminated):
+        terminated = _bool_arg("terminated", terminated)
+        if final_state is None:
+            return None, terminated
+        fa = _array_arg(
+            "final_state", final_state, self._state_dtype, self._state_shape, "a state"
+        )
+        return fa, terminated
+
+    def _selector_arg(self, ps):
+        k = _int_arg("ps", ps)
+        sel = self._selectors.get(k)
+        if sel is None:
+            known = sorted(self._selectors)
+            raise ValueError(
+                f"ps: expected a pick selector of this buffer (handles {known}), got {k}"
+            )
+        return sel
+
+    def _pick_arrays(self, pick_epi, pick_pos):
+        epi = _array_arg("pick_epi", pick_epi, _INT64, None, "a 1-D array of episode handles")
+        pos = _array_arg("pick_pos", pick_pos, _INT64, None, "a 1-D array of positions")
+        if epi.ndim != 1:
+            raise ValueError(f"pick_epi: expected a 1-D array, got shape {epi.shape}")
+        if pos.shape != epi.shape:
+            raise ValueError(f"pick_pos: expected shape {epi.shape} like pick_epi, got {pos.shape}")
+        return epi, pos
+
+    def _pick_index(self, e, p):
+        """Index of pick (e, p) in the table, or None if it does not exist."""
+        ep = self._episodes.get(e)
+        if ep is None:
+            return None
+        return ep.pick_index.get(p)
+
+    def _existing_indices(self, epi, pos):
+        indices = []
+        for e, p in zip(epi.tolist(), pos.tolist()):
+            i = self._pick_index(e, p)
+            if i is None:
+                raise ValueError(f"pick_epi, pick_pos: expected existing picks, got ({e}, {p})")
+            indices.append(i)
+        return indices
+
+    def _num_picks_for(self, n, ended):
+        """SPEC §2.1: the picks of an episode are positions 0 .. m-1."""
+        c = n if ended else max(n - 1, 0)
+        if ended and self._allow_short:
+            return c
+        return max(c - self._pick_len + 1, 0)
+
+    def _new_episode_locked(self):
+        ep = _Episode(self._next_handle)
+        self._next_handle += 1
+        self._episodes[ep.handle] = ep
+        self._ahead.append(ep.handle)
+        return ep
+
+    def _record_locked(self, h, state, action, reward, priority, final, terminated):
+        """Append one validated step; never raises."""
+        ep = None if h is None else self._episodes.get(h)
+        if ep is None or ep.ended:
+            ep = self._new_episode_locked()
+        ep.states.append(state)
+        ep.actions.append(action)
+        ep.rewards.append(reward)
+        ep.priorities.append(priority)
+        self._size += 1
+        if final is not None or terminated:
+            ep.ended = True
+            ep.final_state = final
+            ep.terminated = terminated
+        m = self._num_picks_for(len(ep.states), ep.ended)
+        for pos in range(len(ep.pick_index), m):
+            self._add_pick_locked(ep, pos)
+        if self._capacity is not None:
+            while self._size > self._capacity:
+                self._evict_one_locked()
+        return ep.handle
+
+    def _add_pick_locked(self, ep, pos):
+        ep.pick_index[pos] = len(self._table)
+        self._table.append((ep.handle, pos))
+        recorded = ep.priorities[pos]
+        for sel in self._selectors.values():
+            if sel.prioritized:
+                p = sel.max_priority if recorded is None else recorded
+                sel.leaves.append(_leaf(p, sel.public.alpha))
+                sel.max_priority = max(sel.max_priority, p)
+
+    def _remove_pick_locked(self, i):
+        """Swap-remove entry i of the pick table (and of every selector)."""
+        last = self._table.pop()
+        leaves = [sel.leaves.pop() if sel.prioritized else None for sel in self._selectors.values()]
+        if i < len(self._table):
+            self._table[i] = last
+            self._episodes[last[0]].pick_index[last[1]] = i
+            for sel, leaf in zip(self._selectors.values(), leaves):
+                if sel.prioritized:
+                    sel.leaves[i] = leaf
+
+    def _evict_one_locked(self):
+        if self._eviction == "second_chance":
+            while self._episodes[self._ahead[0]].sampled:
+                self._episodes[self._ahead[0]].sampled = False
+                self._behind.append(self._ahead.popleft())
+                self._wrap_locked()
+        h = self._ahead.popleft()
+        self._wrap_locked()
+        ep = self._episodes[h]
+        for pos in range(len(ep.pick_index)):
+            self._remove_pick_locked(ep.pick_index[pos])
+        ep.pick_index.clear()
+        self._size -= len(ep.states)
+        del self._episodes[h]
+
+    def _wrap_locked(self):
+        # The hand passed the newest episode: it goes back to the oldest.
+        if not self._ahead:
+            self._ahead, self._behind = self._behind, deque()
+
+    def _check_out(self, out, B):
+        if not isinstance(out, Batch):
+            raise TypeError(f"out: expected a Batch, got {_show(out)}")
+        L = self._pick_len
+        expected = {
+            "state": ((B, L, *self._state_shape), self._state_dtype),
+            "action": ((B, L, *self._action_shape), self._action_dtype),
+            "reward": ((B, L), self._reward_dtype),
+            "state_next": ((B, L, *self._state_shape), self._state_dtype),
+            "seq_len": ((B,), _INT64),
+            "seq_len_next": ((B,), _INT64),
+            "pick_epi": ((B,), _INT64),
+            "pick_pos": ((B,), _INT64),
+            "weight": ((B,), _FLOAT32),
+        }
+        for name, (shape, dtype) in expected.items():
+            a = getattr(out, name, None)
+            if not isinstance(a, np.ndarray):
+                raise ValueError(
+                    f"out.{name}: expected an array of {dtype} {shape}, got {_show(a)}"
+                )
+            if a.shape != shape or a.dtype != dtype:
+                raise ValueError(
+                    f"out.{name}: expected an array of {dtype} {shape}, got {a.dtype} {a.shape}"
+                )
+            if not (a.flags.c_contiguous and a.flags.writeable):
+                raise ValueError(
+                    f"out.{name}: expected a C-contiguous writeable array, got one that is not"
+                )
+
+    def _build_batch_locked(self, sel, indices, out):
+        """Fill a Batch with the picks at these pick-table indices."""
+        B = len(indices)
+        L = self._pick_len
+        if out is None:
+            batch = Batch(
+                state=np.zeros((B, L, *self._state_shape), self._state_dtype),
+                action=np.zeros((B, L, *self._action_shape), self._action_dtype),
+                reward=np.zeros((B, L), self._reward_dtype),
+                state_next=np.zeros((B, L, *self._state_shape), self._state_dtype),
+                seq_len=np.zeros((B,), np.int64),
+                seq_len_next=np.zeros((B,), np.int64),
+                pick_epi=np.zeros((B,), np.int64),
+                pick_pos=np.zeros((B,), np.int64),
+                weight=np.zeros((B,), np.float32),
+            )
+        else:
+            batch = out
+            for a in (*batch, batch.weight):
+                a[...] = 0
+        state, action, reward, state_next, seq_len, seq_len_next, pick_epi, pick_pos = batch
+
+        for b, i in enumerate(indices):
+            h, p = self._table[i]
+            ep = self._episodes[h]
+            n = len(ep.states)
+            c = n if ep.ended else n - 1
+            length = min(L, c - p)
+            for t in range(length):
+                state[b, t] = ep.states[p + t]
+                action[b, t] = ep.actions[p + t]
+                reward[b, t] = ep.rewards[p + t]
+                if p + t + 1 < n:
+                    state_next[b, t] = ep.states[p + t + 1]
+                elif ep.final_state is not None:
+                    state_next[b, t] = ep.final_state
+                # else: a terminal step without a final state; stays zero
+            seq_len[b] = length
+            ends_terminal = p + length == n and ep.terminated
+            seq_len_next[b] = length - 1 if ends_terminal else length
+            pick_epi[b] = h
+            pick_pos[b] = p
+            ep.sampled = True
+
+        weight = batch.weight
+        if sel.prioritized:
+            # PER: w_i = (N P(i))^-beta / max_j w_j over p_j > 0
+            #          = (min positive leaf / leaf_i) ** beta
+            beta = sel.public.beta
+            positive = [v for v in sel.leaves if v > 0.0]
+            min_leaf = min(positive) if positive else 0.0
+            for b, i in enumerate(indices):
+                leaf = sel.leaves[i]
+                if leaf > 0.0:
+                    weight[b] = (min_leaf / leaf) ** beta
+                else:  # only reachable through _gather: (N * 0) ** -beta
+                    weight[b] = math.inf if beta > 0.0 else 1.0
+        else:
+            weight[...] = 1.0
+        return batch
