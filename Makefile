@@ -7,7 +7,9 @@
 #   make pytest   pytest against the in-place build
 #   make asan     pytest against an ASan+UBSan build of the extension
 #   make warnings build once with -Werror (proves -Wall -Wextra is clean)
-#   make demo | bench | clean | distclean
+#   make bench    the full benchmark suite (benchmarks/), then docs/benchmarks.md + docs/img/*.png
+#   make bench-quick  every benchmark at a few small sizes: a smoke run of seconds (part of `make test`)
+#   make demo | clean | distclean
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -33,7 +35,7 @@ CTEST_SRC := tests/c/test_core.c
 
 export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
 
-.PHONY: test venv build warnings ctest pytest asan demo bench clean distclean zlib
+.PHONY: test venv build warnings ctest pytest asan demo bench bench-quick bench-deps clean distclean zlib
 
 # --- environment ------------------------------------------------------------
 
@@ -98,7 +100,7 @@ asan: venv | zlib
 	find $(ASANPKG) \( -name '*.so' -o -name __pycache__ \) -prune -exec rm -rf {} +
 	@so=exreplay/_core$$($(VPY) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))'); \
 	 cp "build/asan/$$so" "$(ASANPKG)/$$so"; \
-	 if nm -D "$(ASANPKG)/$$so" | grep -q ' U __asan_init'; then echo "ASan build: $(ASANPKG)/$$so"; \
+	 if nm -D "$(ASANPKG)/$$so" | grep ' U __asan_init' >/dev/null; then echo "ASan build: $(ASANPKG)/$$so"; \
 	 else echo "error: $(ASANPKG)/$$so is not an ASan build (no __asan_init)" >&2; exit 1; fi
 	cd $(ASANPKG) && \
 	  so=$$(realpath exreplay/_core*.so) && \
@@ -114,7 +116,7 @@ asan: venv | zlib
 
 # Each step in order, timed; any failure stops the run with a non-zero exit.
 test: venv
-	@for step in warnings build ctest pytest asan; do \
+	@for step in warnings build ctest pytest bench-quick asan; do \
 	  echo "=== make $$step"; s=$$(date +%s); \
 	  $(MAKE) --no-print-directory $$step; \
 	  echo "=== make $$step: ok in $$(( $$(date +%s) - s ))s"; \
@@ -125,9 +127,30 @@ test: venv
 demo: build
 	$(VPY) -m exreplay.demo
 
-bench: build
+# The benchmarks need the `bench` extra (pytest-benchmark, cpprb, matplotlib).
+BENCH_STAMP  := $(VENV)/.exreplay-bench-installed
+BENCH_JSON   ?= benchmarks/results/full.json
+QUICK_DIR    := build/bench-quick
+BENCH_PYTEST := $(VPY) -m pytest -q -p no:cacheprovider benchmarks --benchmark-columns=median,iqr,rounds --benchmark-sort=name
+
+bench-deps: $(BENCH_STAMP)
+
+$(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(VPY) -m pip install --disable-pip-version-check --progress-bar off -e '.[test,bench]'
-	$(VPY) -m pytest benchmarks
+	@touch $@
+
+# Full suite (~3 min here): results JSON, then the markdown and plots from it.
+bench: build bench-deps
+	@mkdir -p $(dir $(BENCH_JSON))
+	EXREPLAY_BENCH_TARGET="make bench" $(BENCH_PYTEST) --benchmark-json=$(BENCH_JSON)
+	MPLBACKEND=Agg $(VPY) benchmarks/report.py $(BENCH_JSON)
+
+# Smoke run (seconds): every benchmark runs; nothing asserts on a time.  Its
+# report goes to build/, never over docs/.
+bench-quick: build bench-deps
+	@mkdir -p $(QUICK_DIR)
+	EXREPLAY_BENCH_TARGET="make bench-quick" $(BENCH_PYTEST) --bench-quick --benchmark-json=$(QUICK_DIR)/quick.json
+	MPLBACKEND=Agg $(VPY) benchmarks/report.py $(QUICK_DIR)/quick.json --md $(QUICK_DIR)/benchmarks.md
 
 clean:
 	rm -rf build dist *.egg-info exreplay/_core*.so .pytest_cache .hypothesis .benchmarks

@@ -689,12 +689,11 @@ class ReferenceReplay:
                 alpha = _finite_nonneg("alpha", params.get("alpha", 0.6))
                 beta = _finite_nonneg("beta", params.get("beta", 0.4))
                 public = RefPickSelector(handle, kind, alpha, beta)
-                # Existing picks: their recorded first-step priority, else the
-                # largest recorded one (at least 1.0), which starts the maximum.
-                recorded = [self._episodes[e].priorities[p] for e, p in self._table]
-                start = max([1.0] + [p for p in recorded if p is not None])
-                leaves = [_leaf(start if p is None else p, alpha) for p in recorded]
-                sel = _Selector(public, self._make_rng(handle), leaves, start)
+                # Existing picks start at the new selector's maximum so far,
+                # 1.0: a recorded priority is not kept once its pick exists
+                # (the C buffer spends no memory on it).
+                leaves = [_leaf(1.0, alpha) for _ in self._table]
+                sel = _Selector(public, self._make_rng(handle), leaves, 1.0)
             self._selectors[handle] = sel
             self._next_selector += 1
             return public

@@ -730,11 +730,15 @@ def test_new_selector_over_existing_picks(make_buffer):
         h = buf.record(h, st_of(i), i, 0.0, priority=p)
     buf.set_priority(old, [h], [1], [50.0])  # not seen by a new selector
     new = buf.new_pick_selector(Prioritized, alpha=1.0)
-    # picks 0..2: recorded 3.0, none -> max(1, 3.0), recorded 0.5
-    assert prio_of(buf, new, [(h, 0), (h, 1), (h, 2)]) == [3.0, 3.0, 0.5]
+    # picks that existed before the selector start at its maximum so far, 1.0,
+    # whatever was recorded with them or set in another selector
+    assert prio_of(buf, new, [(h, 0), (h, 1), (h, 2)]) == [1.0, 1.0, 1.0]
     h = fill(buf, h, 1, start=4)  # pick 3 (no priority) -> the new selector's max so far
-    assert prio_of(buf, new, [(h, 3)]) == [3.0]
+    assert prio_of(buf, new, [(h, 3)]) == [1.0]
     assert prio_of(buf, old, [(h, 3)]) == [50.0]
+    h = buf.record(h, st_of(5), 5, 0.0, priority=7.0)  # enters pick 4 (step 4: no priority)
+    h = fill(buf, h, 2, start=6)  # enters pick 5 (recorded 7.0) and pick 6 (none: max 7.0)
+    assert prio_of(buf, new, [(h, 4), (h, 5), (h, 6)]) == [1.0, 7.0, 7.0]
 
 
 def test_new_selector_over_picks_without_priorities_starts_at_one(make_buffer):

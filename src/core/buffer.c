@@ -163,7 +163,7 @@ static void enter_picks_locked(exr_buffer *b, uint32_t slot)
         float rp;
         memcpy(&rp, aux, sizeof rp);
         size_t idx = b->picks.n++;
-        b->picks.v[idx] = (exr_pick){slot, (uint32_t)p, rp};
+        b->picks.v[idx] = (exr_pick){slot, (uint32_t)p};
         *aux = (uint32_t)idx;
         for (size_t i = 0; i < b->nsels; i++)
             b->sels[i].sel->vt->add(b->sels[i].sel, idx, rp);
@@ -378,14 +378,10 @@ exr_status exr_buffer_add_selector_locked(exr_buffer *b, int kind, const double 
         return st;
     int64_t handle = b->next_sel_handle++;
     exr_rng_seed(&s->rng, b->cfg.seed, (uint64_t)handle);
-    /* Existing picks: recorded priorities first, so that the others get the
-     * maximum over all of them (docs/semantics.md). */
+    /* Existing picks start at the selector's maximum so far: their recorded
+     * priorities are gone once they became picks (docs/semantics.md). */
     for (size_t i = 0; i < b->picks.n; i++)
-        if (!isnan(b->picks.v[i].prio))
-            vt->add(s, i, b->picks.v[i].prio);
-    for (size_t i = 0; i < b->picks.n; i++)
-        if (isnan(b->picks.v[i].prio))
-            vt->add(s, i, NAN);
+        vt->add(s, i, NAN);
     b->sels[b->nsels++] = (sel_entry){handle, s};
     *h = handle;
     return EXR_OK;
@@ -581,9 +577,10 @@ static void copy_batch(const exr_buffer *b, size_t count, const plan_t *plans,
     size_t P = b->cfg.pick_len;
     size_t ss = P * L->state_bytes, as = P * L->action_bytes, rs = P * L->reward_bytes;
     unsigned char *st = out->state, *ac = out->action, *rw = out->reward, *nx = out->state_next;
-    /* how many picks ahead to prefetch: about 16 lines in flight */
+    /* how many picks ahead to prefetch: enough lines in flight to cover a
+     * DRAM miss (the core tracks a few dozen), capped for huge picks */
     size_t lines = (ss + as + rs) / 64 + 3;
-    size_t ahead = lines >= 16 ? 1 : 16 / lines;
+    size_t ahead = lines >= 48 ? 1 : 48 / lines;
     for (size_t i = 0; i < count && i < ahead; i++)
         prefetch_pick(L, &plans[i]);
     for (size_t i = 0; i < count; i++) {

@@ -2,12 +2,11 @@
  * pick_table.h - every pick that can be drawn, in one dense array
  * (paper §3.1: availability is decided at record time, never at get_batch).
  *
- *   v: [ {slot, pos, prio} {slot, pos, prio} ... ]   n used, cap allocated
- *        |                                         12 bytes a pick
+ *   v: [ {slot, pos} {slot, pos} ... ]   n used, cap allocated
+ *        |                             8 bytes a pick
  *        +-> episode slab slot; the episode's aux[pos] holds the index back
  *
- * prio is the priority recorded with the pick's first step (NaN: none), kept
- * for selectors created later. Order is irrelevant, so removal swaps the last
+ * Order is irrelevant, so removal swaps the last
  * pick into the hole: O(1), and evicting an episode of n records is O(n)
  * (paper §3.2). Indices fit in uint32: at most 2^32 - 2 picks.
  */
@@ -19,7 +18,6 @@
 typedef struct {
     uint32_t slot;
     uint32_t pos;
-    float prio;
 } exr_pick;
 
 typedef struct {

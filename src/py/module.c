@@ -19,7 +19,9 @@ PyObject *exr_raise(exr_status st, const char *what)
             PyErr_NoMemory();
         break;
     case EXR_EOVERFLOW:
-        PyErr_Format(PyExc_MemoryError, "%s: the size needed does not fit in memory addresses",
+        PyErr_Format(PyExc_MemoryError,
+                     "%s: a size limit was reached (at most 2**32 - 2 picks, and 2**32 - 2 "
+                     "records an episode) or a size computation overflowed",
                      what);
         break;
     case EXR_ECORRUPT:
@@ -190,8 +192,8 @@ static PyStructSequence_Field batch_fields[] = {
 
 static PyStructSequence_Desc batch_desc = {
     "exreplay._core.Batch",
-    "Batch(state, action, reward, state_next, seq_len, seq_len_next, pick_epi, pick_pos)\n"
-    "--\n\n"
+    "A batch of picks: (state, action, reward, state_next, seq_len, seq_len_next,\n"
+    "pick_epi, pick_pos), plus weight.\n\n"
     "A batch of picks. Unpacks as the paper's 8-tuple; `weight` holds the\n"
     "importance-sampling weights. Pass it back as get_batch(..., out=batch) to\n"
     "refill its arrays in place.",
@@ -211,8 +213,8 @@ static PyStructSequence_Field episode_fields[] = {
 
 static PyStructSequence_Desc episode_desc = {
     "exreplay._core.EpisodeData",
-    "EpisodeData(state, action, reward, final_state, ended, terminated)\n--\n\n"
-    "A copy of one episode's steps.",
+    "A copy of one episode's steps: (state, action, reward, final_state, ended,\n"
+    "terminated).",
     episode_fields,
     6,
 };

@@ -369,14 +369,10 @@ static PyObject *replay_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     }
     cfg.eviction = EXR_EVICT_FIFO;
     if (o_evict) {
-        if (!PyUnicode_Check(o_evict)) {
-            PyErr_Format(PyExc_TypeError, "eviction: expected 'fifo' or 'second_chance', got %s",
-                         Py_TYPE(o_evict)->tp_name);
-            goto error;
-        }
-        if (PyUnicode_CompareWithASCIIString(o_evict, "fifo") == 0)
+        if (PyUnicode_Check(o_evict) && PyUnicode_CompareWithASCIIString(o_evict, "fifo") == 0)
             cfg.eviction = EXR_EVICT_FIFO;
-        else if (PyUnicode_CompareWithASCIIString(o_evict, "second_chance") == 0)
+        else if (PyUnicode_Check(o_evict) &&
+                 PyUnicode_CompareWithASCIIString(o_evict, "second_chance") == 0)
             cfg.eviction = EXR_EVICT_SECOND_CHANCE;
         else {
             PyErr_Format(PyExc_ValueError, "eviction: expected 'fifo' or 'second_chance', got %R",
@@ -937,7 +933,8 @@ static PyObject *replay_set_priority(ReplayObject *self, PyObject *const *args, 
     PyArray_Descr *f64 = PyArray_DescrFromType(NPY_FLOAT64);
     npy_intp m = n;
     if (PyArray_Check(a[3]) ? PyArray_NDIM((PyArrayObject *)a[3]) == 0
-                            : (PyFloat_Check(a[3]) || PyLong_Check(a[3]))) {
+                            : (PyFloat_Check(a[3]) || PyLong_Check(a[3]) ||
+                               PyArray_IsScalar(a[3], Generic))) {
         pr = exr_as_array(a[3], f64, 0, NULL, 0, NULL, "priorities");
         m = 0;
     } else {
@@ -948,7 +945,8 @@ static PyObject *replay_set_priority(ReplayObject *self, PyObject *const *args, 
         goto error;
     const double *pv = PyArray_DATA(pr);
     size_t stride = m ? 1 : 0;
-    for (npy_intp i = 0; i < (m ? n : (n ? 1 : 0)); i++) {
+    /* a broadcast scalar is checked even when there is no pick to apply it to */
+    for (npy_intp i = 0; i < (m ? n : 1); i++) {
         if (!priority_ok(pv[i * (npy_intp)stride])) {
             PyObject *bad = PyFloat_FromDouble(pv[i]);
             if (bad)

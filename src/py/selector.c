@@ -126,15 +126,19 @@ static int sel_set_param(SelectorObject *s, PyObject *value, void *closure)
         PyErr_Format(PyExc_AttributeError, "%s is fixed when the selector is created", name);
         return -1;
     }
-    if (!PyFloat_Check(value) && !PyLong_Check(value) && !PyIndex_Check(value) &&
-        !PyNumber_Check(value)) {
-        PyErr_Format(PyExc_TypeError, "%s: expected a number, got %s", name,
+    if (PyBool_Check(value) || PyComplex_Check(value) ||
+        !(PyFloat_Check(value) || PyLong_Check(value) || PyNumber_Check(value))) {
+        PyErr_Format(PyExc_TypeError, "%s: expected a real number, got %s", name,
                      Py_TYPE(value)->tp_name);
         return -1;
     }
     double v = PyFloat_AsDouble(value);
-    if (v == -1.0 && PyErr_Occurred())
+    if (v == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s: expected a real number, got %s", name,
+                     Py_TYPE(value)->tp_name);
         return -1;
+    }
     if (!vt->param_ok(k, v)) {
         PyErr_Format(PyExc_ValueError, "%s: expected a finite number >= 0, got %R", name, value);
         return -1;

@@ -1,0 +1,209 @@
+"""Type stubs for exreplay._core, the C extension (src/py/*.c over src/core/).
+
+The reference for behaviour is docs/api.md; the precise rules are in
+docs/semantics.md.
+"""
+
+from collections.abc import Sequence
+from typing import Any, Final, SupportsIndex, final
+
+import numpy as np
+from _typeshed import structseq
+from numpy.typing import ArrayLike, DTypeLike, NDArray
+
+# Selector kinds by their public number (also exreplay.PickSelectorClass).
+uniform: Final[int]
+prioritized: Final[int]
+# Largest pick_len a buffer accepts: 2**20.
+MAX_PICK_LEN: Final[int]
+
+@final
+class Batch(
+    structseq[Any],
+    tuple[
+        NDArray[Any],
+        NDArray[Any],
+        NDArray[Any],
+        NDArray[Any],
+        NDArray[np.int64],
+        NDArray[np.int64],
+        NDArray[np.int64],
+        NDArray[np.int64],
+    ],
+):
+    """A batch of picks: unpacks as the paper's 8-tuple; `weight` is a 9th,
+    named-only field."""
+
+    __match_args__: Final = (
+        "state",
+        "action",
+        "reward",
+        "state_next",
+        "seq_len",
+        "seq_len_next",
+        "pick_epi",
+        "pick_pos",
+    )
+    @property
+    def state(self) -> NDArray[Any]: ...
+    """(B, pick_len, *state_shape), state_dtype"""
+    @property
+    def action(self) -> NDArray[Any]: ...
+    """(B, pick_len, *action_shape), action_dtype"""
+    @property
+    def reward(self) -> NDArray[np.floating[Any]]: ...
+    """(B, pick_len), reward_dtype"""
+    @property
+    def state_next(self) -> NDArray[Any]: ...
+    """(B, pick_len, *state_shape), state_dtype"""
+    @property
+    def seq_len(self) -> NDArray[np.int64]: ...
+    @property
+    def seq_len_next(self) -> NDArray[np.int64]: ...
+    @property
+    def pick_epi(self) -> NDArray[np.int64]: ...
+    @property
+    def pick_pos(self) -> NDArray[np.int64]: ...
+    @property
+    def weight(self) -> NDArray[np.float32]: ...
+
+@final
+class EpisodeData(
+    structseq[Any],
+    tuple[NDArray[Any], NDArray[Any], NDArray[np.floating[Any]], NDArray[Any] | None, bool, bool],
+):
+    """A copy of one episode's n steps (from ExperienceReplay.episode)."""
+
+    __match_args__: Final = ("state", "action", "reward", "final_state", "ended", "terminated")
+    @property
+    def state(self) -> NDArray[Any]: ...
+    @property
+    def action(self) -> NDArray[Any]: ...
+    @property
+    def reward(self) -> NDArray[np.floating[Any]]: ...
+    @property
+    def final_state(self) -> NDArray[Any] | None: ...
+    @property
+    def ended(self) -> bool: ...
+    @property
+    def terminated(self) -> bool: ...
+
+@final
+class PickSelector:
+    """A pick selector of an ExperienceReplay; behaves as its int handle.
+
+    Made only by ExperienceReplay.new_pick_selector (not instantiable)."""
+
+    @property
+    def handle(self) -> int: ...
+    @property
+    def kind(self) -> int: ...
+    @property
+    def buffer(self) -> ExperienceReplay: ...
+    # None on a Uniform selector. alpha is fixed at creation; beta is settable
+    # (finite, >= 0) on a Prioritized selector, for annealing.
+    @property
+    def alpha(self) -> float | None: ...
+    @property
+    def beta(self) -> float | None: ...
+    @beta.setter
+    def beta(self, value: float, /) -> None: ...
+    def __index__(self) -> int: ...
+    def __int__(self) -> int: ...
+    def __hash__(self) -> int: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __ne__(self, other: object, /) -> bool: ...
+
+@final
+class ExperienceReplay:
+    """An experience replay buffer of episodes, drawn from as fixed-length picks."""
+
+    def __new__(
+        cls,
+        state_shape: SupportsIndex | Sequence[SupportsIndex],
+        state_dtype: DTypeLike = "float32",
+        action_shape: SupportsIndex | Sequence[SupportsIndex] = (),
+        action_dtype: DTypeLike = "int64",
+        reward_dtype: DTypeLike = "float32",
+        capacity: SupportsIndex | None = 1000000,
+        pick_len: SupportsIndex = 1,
+        allow_short: bool = False,
+        eviction: str = "fifo",
+        seed: SupportsIndex | None = None,
+    ) -> ExperienceReplay: ...
+
+    # --- recording (GIL released) ---
+    def new_episode(self) -> int: ...
+    def record(
+        self,
+        h: SupportsIndex | None,
+        state: ArrayLike,
+        action: ArrayLike,
+        reward: ArrayLike,
+        final_state: ArrayLike | None = None,
+        terminated: bool = False,
+        priority: float | None = None,
+    ) -> int: ...
+    def record_many(
+        self,
+        h: SupportsIndex | None,
+        states: ArrayLike,
+        actions: ArrayLike,
+        rewards: ArrayLike,
+        final_state: ArrayLike | None = None,
+        terminated: bool = False,
+        priorities: ArrayLike | None = None,
+    ) -> int: ...
+
+    # --- selectors ---
+    def new_pick_selector(self, kind: SupportsIndex, /, **params: float) -> PickSelector: ...
+    def remove_pick_selector(self, ps: SupportsIndex, /) -> None: ...
+
+    # --- sampling (GIL released) ---
+    def get_batch(
+        self, batch_size: SupportsIndex, ps: SupportsIndex, out: Batch | None = None
+    ) -> Batch: ...
+    def set_priority(
+        self, ps: SupportsIndex, pick_epi: ArrayLike, pick_pos: ArrayLike, priorities: ArrayLike
+    ) -> int: ...
+
+    # --- introspection ---
+    def episode(self, h: SupportsIndex, /) -> EpisodeData: ...
+    def __len__(self) -> int: ...
+    @property
+    def num_episodes(self) -> int: ...
+    @property
+    def num_picks(self) -> int: ...
+    @property
+    def state_shape(self) -> tuple[int, ...]: ...
+    @property
+    def state_dtype(self) -> np.dtype[Any]: ...
+    @property
+    def action_shape(self) -> tuple[int, ...]: ...
+    @property
+    def action_dtype(self) -> np.dtype[Any]: ...
+    @property
+    def reward_dtype(self) -> np.dtype[Any]: ...
+    @property
+    def capacity(self) -> int | None: ...
+    @property
+    def pick_len(self) -> int: ...
+    @property
+    def allow_short(self) -> bool: ...
+    @property
+    def eviction(self) -> str: ...
+    @property
+    def seed(self) -> int | None: ...
+
+    # --- test hooks (private; docs/semantics.md "Test hooks") ---
+    def _handles(self) -> list[int]: ...
+    def _picks(self) -> tuple[NDArray[np.int64], NDArray[np.int64]]: ...
+    def _gather(self, ps: SupportsIndex, pick_epi: ArrayLike, pick_pos: ArrayLike, /) -> Batch: ...
+    def _priority(
+        self, ps: SupportsIndex, pick_epi: ArrayLike, pick_pos: ArrayLike, /
+    ) -> NDArray[np.float64]: ...
+    def _check(self) -> None: ...
+
+def _floor_gather(
+    rows: NDArray[Any], starts: ArrayLike, L: SupportsIndex, /
+) -> tuple[NDArray[Any], NDArray[Any]]: ...
