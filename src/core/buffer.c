@@ -7,37 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "episode.h"
-#include "evict.h"
-#include "pick_table.h"
-#include "store.h"
-
-typedef struct {
-    int64_t handle;
-    exr_selector *sel;
-} sel_entry;
-
-typedef struct exr_reader {
-    struct exr_reader *prev, *next;
-    uint64_t epoch;
-} exr_reader;
-
-struct exr_buffer {
-    pthread_mutex_t mu;
-    exr_config cfg;
-    exr_store_layout lay;
-    exr_episodes eps;
-    exr_pick_table picks;
-    sel_entry *sels;
-    size_t nsels, sels_cap;
-    int64_t next_handle, next_sel_handle;
-    uint64_t n_records;
-    uint32_t hand;
-    /* copies running without the lock, and what they may still read */
-    exr_reader *readers;
-    uint64_t epoch;
-    exr_body *grave_head, *grave_tail;
-};
+#include "buffer_impl.h"
 
 /* ---- small helpers ---------------------------------------------------- */
 
@@ -48,7 +18,7 @@ static float prio_to_float(double p)
     return p > FLT_MAX ? FLT_MAX : (float)p;
 }
 
-static uint32_t *aux_at(const exr_buffer *b, const exr_episode *e, uint64_t p)
+uint32_t *exr_aux_at(const exr_buffer *b, const exr_episode *e, uint64_t p)
 {
     size_t k, off;
     exr_store_locate(&b->lay, p, &k, &off);
@@ -60,7 +30,7 @@ static uint64_t complete_steps(const exr_episode *e)
     return e->ended ? e->n : (e->n ? e->n - 1 : 0);
 }
 
-static uint64_t picks_target(const exr_buffer *b, const exr_episode *e)
+uint64_t exr_picks_target(const exr_buffer *b, const exr_episode *e)
 {
     uint64_t c = complete_steps(e), L = b->cfg.pick_len;
     if (e->ended && b->cfg.allow_short)
@@ -157,9 +127,9 @@ static exr_status reserve_picks(exr_buffer *b, size_t extra)
 static void enter_picks_locked(exr_buffer *b, uint32_t slot)
 {
     exr_episode *e = &b->eps.slab[slot];
-    uint64_t target = picks_target(b, e);
+    uint64_t target = exr_picks_target(b, e);
     for (uint64_t p = e->m; p < target; p++) {
-        uint32_t *aux = aux_at(b, e, p);
+        uint32_t *aux = exr_aux_at(b, e, p);
         float rp;
         memcpy(&rp, aux, sizeof rp);
         size_t idx = b->picks.n++;
@@ -177,7 +147,7 @@ static void remove_pick_locked(exr_buffer *b, size_t i)
     if (i != last) {
         exr_pick moved = b->picks.v[last];
         b->picks.v[i] = moved;
-        *aux_at(b, &b->eps.slab[moved.slot], moved.pos) = (uint32_t)i;
+        *exr_aux_at(b, &b->eps.slab[moved.slot], moved.pos) = (uint32_t)i;
     }
     b->picks.n--;
     for (size_t s = 0; s < b->nsels; s++)
@@ -205,7 +175,7 @@ static void evict_episode_locked(exr_buffer *b, uint32_t slot)
 {
     exr_episode *e = &b->eps.slab[slot];
     for (uint64_t p = 0; p < e->m; p++)
-        remove_pick_locked(b, *aux_at(b, e, p));
+        remove_pick_locked(b, *exr_aux_at(b, e, p));
     b->n_records -= e->n;
     exr_body *body = e->body;
     exr_episodes_remove(&b->eps, slot);
@@ -689,7 +659,7 @@ static size_t pick_index_locked(const exr_buffer *b, int64_t epi, int64_t pos)
     const exr_episode *e = &b->eps.slab[slot];
     if ((uint64_t)pos >= e->m)
         return SIZE_MAX;
-    return *aux_at(b, e, (uint64_t)pos);
+    return *exr_aux_at(b, e, (uint64_t)pos);
 }
 
 exr_status exr_buffer_gather(exr_buffer *b, int64_t h, size_t count, const int64_t *epi,
@@ -841,9 +811,9 @@ int exr_buffer_check_locked(const exr_buffer *b, char *msg, size_t msglen)
             FAIL("episode %lld: map does not lead to its slot", (long long)e->handle);
         if (s == b->hand)
             hand_seen = true;
-        if (e->m != picks_target(b, e))
+        if (e->m != exr_picks_target(b, e))
             FAIL("episode %lld: %llu picks, expected %llu", (long long)e->handle,
-                 (unsigned long long)e->m, (unsigned long long)picks_target(b, e));
+                 (unsigned long long)e->m, (unsigned long long)exr_picks_target(b, e));
         size_t k, off;
         exr_store_locate(&b->lay, e->n ? e->n - 1 : 0, &k, &off);
         if (e->n && k >= e->body->nsegs)
@@ -852,7 +822,7 @@ int exr_buffer_check_locked(const exr_buffer *b, char *msg, size_t msglen)
         if (!e->ended && (e->terminated || e->body->final_state))
             FAIL("episode %lld: open but has a final state or terminal flag", (long long)e->handle);
         for (uint64_t p = 0; p < e->m; p++) {
-            uint32_t idx = *aux_at(b, e, p);
+            uint32_t idx = *exr_aux_at(b, e, p);
             if (idx >= b->picks.n || b->picks.v[idx].slot != s || b->picks.v[idx].pos != p)
                 FAIL("episode %lld: pick %llu points at table entry %u, which does not point back",
                      (long long)e->handle, (unsigned long long)p, idx);

@@ -18,7 +18,8 @@ typedef enum {
     EXR_ENOTFOUND, /* unknown selector handle, episode handle or pick */
     EXR_EEMPTY,    /* nothing to draw from: no picks, or all priorities zero */
     EXR_EOVERFLOW, /* a size would not fit its type */
-    EXR_ECORRUPT   /* serialized input failed validation */
+    EXR_ECORRUPT,  /* serialized input failed validation */
+    EXR_EIO        /* a file operation failed (errno says why) */
 } exr_status;
 
 #define EXR_NIL UINT32_MAX

@@ -13,6 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <string.h>
+
+#include "codec.h"
 #include "selector.h"
 #include "sumtree.h"
 
@@ -154,6 +157,49 @@ static double p_stored(const exr_selector *b, size_t i)
     return exr_sumtree_get(&((const prio_sel *)b)->tree, i);
 }
 
+/* State: f64 max_prio, then the n leaves (float32) in pick-table order. */
+static uint64_t p_state_size(const exr_selector *b, size_t n)
+{
+    (void)b;
+    return 8 + 4 * (uint64_t)n;
+}
+
+static exr_status p_save(const exr_selector *b, size_t n, struct exr_out *o)
+{
+    const prio_sel *s = (const prio_sel *)b;
+    exr_status st = exr_out_write(o, &s->max_prio, 8);
+    if (st == EXR_OK && n)
+        st = exr_out_write(o, s->tree.leaf, n * sizeof(float));
+    return st;
+}
+
+static exr_status p_load(exr_selector *b, size_t n, struct exr_in *in)
+{
+    prio_sel *s = (prio_sel *)b;
+    double mp;
+    exr_status st = exr_in_read(in, &mp, 8);
+    if (st != EXR_OK)
+        return st;
+    if (!isfinite(mp) || mp < 1.0)
+        return EXR_ECORRUPT;
+    s->max_prio = mp;
+    st = exr_sumtree_reserve(&s->tree, n ? n : 1);
+    if (st != EXR_OK)
+        return st;
+    if (n) {
+        st = exr_in_read(in, s->tree.leaf, n * sizeof(float));
+        if (st != EXR_OK)
+            return st;
+    }
+    for (size_t i = 0; i < n; i++) {
+        float v = s->tree.leaf[i];
+        if (!(v >= 0) || isinf(v))
+            return EXR_ECORRUPT;
+    }
+    exr_sumtree_rebuild(&s->tree);
+    return EXR_OK;
+}
+
 static int p_check(const exr_selector *b, size_t n, char *msg, size_t len)
 {
     const prio_sel *s = (const prio_sel *)b;
@@ -183,5 +229,8 @@ const exr_selector_vtable exr_sel_prioritized = {
     .sample = p_sample,
     .weights = p_weights,
     .stored = p_stored,
+    .state_size = p_state_size,
+    .save = p_save,
+    .load = p_load,
     .check = p_check,
 };

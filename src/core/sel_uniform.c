@@ -51,6 +51,25 @@ static void u_weights(const exr_selector *s, size_t n, size_t count, const size_
 
 static double u_stored(const exr_selector *s, size_t i) { (void)s; (void)i; return NAN; }
 
+static uint64_t u_state_size(const exr_selector *s, size_t n)
+{
+    (void)s;
+    (void)n;
+    return 0;
+}
+
+static exr_status u_save(const exr_selector *s, size_t n, struct exr_out *o)
+{
+    (void)s; (void)n; (void)o;
+    return EXR_OK;
+}
+
+static exr_status u_load(exr_selector *s, size_t n, struct exr_in *in)
+{
+    (void)s; (void)n; (void)in;
+    return EXR_OK;
+}
+
 static int u_check(const exr_selector *s, size_t n, char *msg, size_t len)
 {
     (void)s; (void)n; (void)msg; (void)len;
@@ -74,5 +93,8 @@ const exr_selector_vtable exr_sel_uniform = {
     .sample = u_sample,
     .weights = u_weights,
     .stored = u_stored,
+    .state_size = u_state_size,
+    .save = u_save,
+    .load = u_load,
     .check = u_check,
 };

@@ -19,6 +19,8 @@
 #include "rng.h"
 
 typedef struct exr_selector exr_selector;
+struct exr_out;
+struct exr_in;
 
 #define EXR_SEL_MAXPARAMS 4
 
@@ -56,6 +58,12 @@ typedef struct {
     void (*weights)(const exr_selector *s, size_t n, size_t count, const size_t *idx, float *w);
     /* The stored p^alpha of pick i (NaN for selectors without priorities). */
     double (*stored)(const exr_selector *s, size_t i);
+    /* Bytes save() writes for n picks; save() writes them; load() restores
+     * them into a selector just created with room for n picks, returning
+     * EXR_ECORRUPT for any value save() could not have written. */
+    uint64_t (*state_size)(const exr_selector *s, size_t n);
+    exr_status (*save)(const exr_selector *s, size_t n, struct exr_out *o);
+    exr_status (*load)(exr_selector *s, size_t n, struct exr_in *in);
     /* 0 if consistent for n picks, else 1 with msg. */
     int (*check)(const exr_selector *s, size_t n, char *msg, size_t msglen);
 } exr_selector_vtable;

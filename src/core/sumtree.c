@@ -58,7 +58,7 @@ static void node_from_nodes(const double *cs, const float *cm, double *s, float 
     *m = lo;
 }
 
-static void rebuild(exr_sumtree *t)
+void exr_sumtree_rebuild(exr_sumtree *t)
 {
     for (size_t j = 0; j < t->len[0]; j++)
         node_from_leaves(t->leaf + FAN * j, &t->sum[0][j], &t->mn[0][j]);
@@ -120,7 +120,7 @@ exr_status exr_sumtree_reserve(exr_sumtree *t, size_t n)
         t->mn[k] = k < nlev ? mn[k] : NULL;
         t->len[k] = k < nlev ? len[k] : 0;
     }
-    rebuild(t);
+    exr_sumtree_rebuild(t);
     return EXR_OK;
 }
 

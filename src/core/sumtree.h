@@ -41,6 +41,10 @@ void exr_sumtree_free(exr_sumtree *t);
 /* Room for leaves [0, n). EXR_ENOMEM or EXR_EOVERFLOW leaves t unchanged. */
 exr_status exr_sumtree_reserve(exr_sumtree *t, size_t n);
 
+/* Recomputes every internal node from the leaves (after writing leaf[]
+ * directly). O(cap). */
+void exr_sumtree_rebuild(exr_sumtree *t);
+
 /* leaf[i] = v (v >= 0, i < cap), then fixes its ancestors. */
 void exr_sumtree_set(exr_sumtree *t, size_t i, float v);
 

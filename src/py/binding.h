@@ -35,7 +35,20 @@ typedef struct {
     PyObject *seed;       /* int or None */
     int eviction;
     PyObject *weakreflist;
+    unsigned long busy_thread; /* the thread inside save()'s progress callback */
 } ReplayObject;
+
+/* save() calls its progress callback with the buffer locked: a call back
+ * into the buffer from that callback would deadlock, so it raises instead. */
+#define EXR_GUARD(self, fail)                                                                      \
+    do {                                                                                           \
+        if ((self)->busy_thread && (self)->busy_thread == PyThread_get_thread_ident()) {           \
+            PyErr_SetString(PyExc_RuntimeError,                                                    \
+                            "the buffer is locked by save() in this thread: its progress "         \
+                            "callback must not use the buffer");                                   \
+            return fail;                                                                           \
+        }                                                                                          \
+    } while (0)
 
 typedef struct {
     PyObject_HEAD
@@ -66,6 +79,23 @@ PyArrayObject *exr_as_array(PyObject *obj, PyArray_Descr *descr, int nlead, npy_
 void exr_shape_str(char *buf, size_t len, int nd, const npy_intp *shape);
 
 int exr_replay_init_type(PyObject *module, exr_modstate *st);
+
+/* A dtype argument checked as the constructor checks it (reward: float only). */
+PyArray_Descr *exr_dtype_arg(PyObject *o, const char *name, int reward);
+
+/* persist.c: serialize, unserialize, save, load, pickling. */
+PyObject *exr_replay_serialize(ReplayObject *self, PyObject *const *args, Py_ssize_t nargs,
+                               PyObject *kwnames);
+PyObject *exr_replay_unserialize_cls(PyObject *cls, PyObject *data);
+PyObject *exr_replay_save(ReplayObject *self, PyObject *const *args, Py_ssize_t nargs,
+                          PyObject *kwnames);
+PyObject *exr_replay_load_cls(PyObject *cls, PyObject *path);
+PyObject *exr_replay_reduce_ex(ReplayObject *self, PyObject *protocol);
+PyObject *exr_unserialize(PyObject *module, PyObject *data);
+
+/* Shared argument parsing (replay.c). */
+int exr_parse_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, const char *fname,
+                   const char *const *names, int nreq, int nmax, PyObject **out);
 int exr_selector_init_type(PyObject *module, exr_modstate *st);
 
 /* A new PickSelector for handle h of owner. */

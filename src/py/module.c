@@ -268,6 +268,8 @@ static PyMethodDef module_methods[] = {
      "_floor_gather(rows, starts, L, /)\n--\n\n"
      "Benchmark floor: (rows[s:s+L], rows[s+1:s+L+1]) for each s in starts, gathered\n"
      "from one contiguous array by a plain C loop."},
+    {"unserialize", (PyCFunction)exr_unserialize, METH_O,
+     "unserialize(data, /)\n--\n\nExperienceReplay.unserialize(data) (also what unpickling calls)."},
     {NULL, NULL, 0, NULL},
 };
 

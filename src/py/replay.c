@@ -12,9 +12,9 @@
 
 /* Fills out[0..nmax) from positional args and keywords (NULL where absent).
  * The first nreq are required. */
-static int parse_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
-                      const char *fname, const char *const *names, int nreq, int nmax,
-                      PyObject **out)
+int exr_parse_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                   const char *fname, const char *const *names, int nreq, int nmax,
+                   PyObject **out)
 {
     for (int i = 0; i < nmax; i++)
         out[i] = NULL;
@@ -232,7 +232,7 @@ static int shape_arg(PyObject *o, const char *name, int maxnd, int *nd, npy_intp
     return 0;
 }
 
-static PyArray_Descr *dtype_arg(PyObject *o, const char *name, int reward)
+PyArray_Descr *exr_dtype_arg(PyObject *o, const char *name, int reward)
 {
     PyArray_Descr *d = NULL;
     if (o == Py_None || !PyArray_DescrConverter(o, &d)) {
@@ -297,15 +297,15 @@ static PyObject *replay_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         goto error;
     if (!o_sdtype)
         o_sdtype = tmp = PyUnicode_FromString("float32");
-    self->state_descr = o_sdtype ? dtype_arg(o_sdtype, "state_dtype", 0) : NULL;
+    self->state_descr = o_sdtype ? exr_dtype_arg(o_sdtype, "state_dtype", 0) : NULL;
     Py_CLEAR(tmp);
     if (!self->state_descr)
         goto error;
-    self->action_descr = o_adtype ? dtype_arg(o_adtype, "action_dtype", 0)
+    self->action_descr = o_adtype ? exr_dtype_arg(o_adtype, "action_dtype", 0)
                                   : PyArray_DescrFromType(NPY_INT64);
     if (!self->action_descr)
         goto error;
-    self->reward_descr = o_rdtype ? dtype_arg(o_rdtype, "reward_dtype", 1)
+    self->reward_descr = o_rdtype ? exr_dtype_arg(o_rdtype, "reward_dtype", 1)
                                   : PyArray_DescrFromType(NPY_FLOAT32);
     if (!self->reward_descr)
         goto error;
@@ -440,12 +440,13 @@ static PyObject *record_status(exr_status st, int64_t h)
 static PyObject *replay_record(ReplayObject *self, PyObject *const *args, Py_ssize_t nargs,
                                PyObject *kwnames)
 {
+    EXR_GUARD(self, NULL);
     static const char *const names[] = {"h", "state", "action", "reward",
                                         "final_state", "terminated", "priority"};
     PyObject *a[7];
     PyArrayObject *state = NULL, *action = NULL, *reward = NULL, *fin = NULL;
     unsigned char abuf[16], rbuf[16];
-    if (parse_args(args, nargs, kwnames, "record", names, 4, 7, a) < 0)
+    if (exr_parse_args(args, nargs, kwnames, "record", names, 4, 7, a) < 0)
         return NULL;
     int64_t h;
     bool terminated;
@@ -508,11 +509,12 @@ error:
 static PyObject *replay_record_many(ReplayObject *self, PyObject *const *args, Py_ssize_t nargs,
                                     PyObject *kwnames)
 {
+    EXR_GUARD(self, NULL);
     static const char *const names[] = {"h", "states", "actions", "rewards",
                                         "final_state", "terminated", "priorities"};
     PyObject *a[7];
     PyArrayObject *states = NULL, *actions = NULL, *rewards = NULL, *fin = NULL, *prios = NULL;
-    if (parse_args(args, nargs, kwnames, "record_many", names, 4, 7, a) < 0)
+    if (exr_parse_args(args, nargs, kwnames, "record_many", names, 4, 7, a) < 0)
         return NULL;
     int64_t h;
     bool terminated;
@@ -592,6 +594,7 @@ error:
 
 static PyObject *replay_new_episode(ReplayObject *self, PyObject *unused)
 {
+    EXR_GUARD(self, NULL);
     (void)unused;
     int64_t h;
     exr_lock_with_gil(self->buf);
@@ -606,6 +609,7 @@ static PyObject *replay_new_episode(ReplayObject *self, PyObject *unused)
 
 static PyObject *replay_new_pick_selector(ReplayObject *self, PyObject *args, PyObject *kw)
 {
+    EXR_GUARD(self, NULL);
     if (PyTuple_GET_SIZE(args) != 1)
         return PyErr_Format(PyExc_TypeError,
                             "new_pick_selector() takes exactly one positional argument, the "
@@ -657,6 +661,7 @@ static PyObject *replay_new_pick_selector(ReplayObject *self, PyObject *args, Py
 
 static PyObject *replay_remove_pick_selector(ReplayObject *self, PyObject *ps)
 {
+    EXR_GUARD(self, NULL);
     int64_t h;
     if (exr_selector_handle(self, ps, &h) < 0)
         return NULL;
@@ -833,15 +838,26 @@ static int batch_size_arg(PyObject *o, npy_intp *B)
 static PyObject *replay_get_batch(ReplayObject *self, PyObject *const *args, Py_ssize_t nargs,
                                   PyObject *kwnames)
 {
+    EXR_GUARD(self, NULL);
     static const char *const names[] = {"batch_size", "ps", "out"};
     PyObject *a[3], *arrays[NFIELDS] = {0};
-    if (parse_args(args, nargs, kwnames, "get_batch", names, 2, 3, a) < 0)
+    if (exr_parse_args(args, nargs, kwnames, "get_batch", names, 2, 3, a) < 0)
         return NULL;
     npy_intp B;
     int64_t h;
     if (batch_size_arg(a[0], &B) < 0 || exr_selector_handle(self, a[1], &h) < 0)
         return NULL;
     PyObject *out = a[2] == Py_None ? NULL : a[2];
+    /* the largest output array must be addressable */
+    const exr_config *cfg = exr_buffer_config(self->buf);
+    size_t widest = cfg->state_bytes > cfg->action_bytes ? cfg->state_bytes : cfg->action_bytes;
+    size_t bytes;
+    if (widest < 8)
+        widest = 8;
+    if (!exr_mul_size((size_t)B, cfg->pick_len, &bytes) || !exr_mul_size(bytes, widest, &bytes) ||
+        bytes > (size_t)PY_SSIZE_T_MAX)
+        return PyErr_Format(PyExc_MemoryError,
+                            "batch_size: a batch of %zd picks would not fit in memory", (Py_ssize_t)B);
     if (batch_arrays(self, B, out, arrays) < 0)
         return NULL;
     exr_batch_out o;
@@ -873,6 +889,7 @@ static int pick_arrays(PyObject *epi, PyObject *pos, PyArrayObject **e, PyArrayO
 
 static PyObject *replay_gather(ReplayObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
+    EXR_GUARD(self, NULL);
     PyObject *arrays[NFIELDS] = {0};
     if (nargs != 3)
         return PyErr_Format(PyExc_TypeError, "_gather(ps, pick_epi, pick_pos)");
@@ -919,9 +936,10 @@ static PyObject *replay_gather(ReplayObject *self, PyObject *const *args, Py_ssi
 static PyObject *replay_set_priority(ReplayObject *self, PyObject *const *args, Py_ssize_t nargs,
                                      PyObject *kwnames)
 {
+    EXR_GUARD(self, NULL);
     static const char *const names[] = {"ps", "pick_epi", "pick_pos", "priorities"};
     PyObject *a[4];
-    if (parse_args(args, nargs, kwnames, "set_priority", names, 4, 4, a) < 0)
+    if (exr_parse_args(args, nargs, kwnames, "set_priority", names, 4, 4, a) < 0)
         return NULL;
     int64_t h;
     if (exr_selector_handle(self, a[0], &h) < 0)
@@ -998,6 +1016,7 @@ static PyObject *new_array(PyArray_Descr *d, npy_intp lead, int nd, const npy_in
 
 static PyObject *replay_episode(ReplayObject *self, PyObject *ho)
 {
+    EXR_GUARD(self, NULL);
     int64_t h;
     if (PyBool_Check(ho) || !PyIndex_Check(ho))
         return PyErr_Format(PyExc_TypeError, "h: expected an int episode handle, got %s",
@@ -1061,6 +1080,7 @@ error:
 
 static Py_ssize_t replay_len(ReplayObject *self)
 {
+    EXR_GUARD(self, -1);
     exr_lock_with_gil(self->buf);
     uint64_t n = exr_buffer_len_locked(self->buf);
     exr_buffer_unlock(self->buf);
@@ -1069,6 +1089,7 @@ static Py_ssize_t replay_len(ReplayObject *self)
 
 static PyObject *get_num_episodes(ReplayObject *self, void *c)
 {
+    EXR_GUARD(self, NULL);
     (void)c;
     exr_lock_with_gil(self->buf);
     uint64_t n = exr_buffer_num_episodes_locked(self->buf);
@@ -1078,6 +1099,7 @@ static PyObject *get_num_episodes(ReplayObject *self, void *c)
 
 static PyObject *get_num_picks(ReplayObject *self, void *c)
 {
+    EXR_GUARD(self, NULL);
     (void)c;
     exr_lock_with_gil(self->buf);
     uint64_t n = exr_buffer_num_picks_locked(self->buf);
@@ -1154,6 +1176,7 @@ static PyObject *get_eviction(ReplayObject *s, void *c)
 
 static PyObject *replay_handles(ReplayObject *self, PyObject *unused)
 {
+    EXR_GUARD(self, NULL);
     (void)unused;
     exr_lock_with_gil(self->buf);
     uint64_t n = exr_buffer_num_episodes_locked(self->buf);
@@ -1178,6 +1201,7 @@ static PyObject *replay_handles(ReplayObject *self, PyObject *unused)
 
 static PyObject *replay_picks(ReplayObject *self, PyObject *unused)
 {
+    EXR_GUARD(self, NULL);
     (void)unused;
     PyArray_Descr *i64 = PyArray_DescrFromType(NPY_INT64);
     for (;;) {
@@ -1208,6 +1232,7 @@ static PyObject *replay_picks(ReplayObject *self, PyObject *unused)
 
 static PyObject *replay_priority(ReplayObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
+    EXR_GUARD(self, NULL);
     if (nargs != 3)
         return PyErr_Format(PyExc_TypeError, "_priority(ps, pick_epi, pick_pos)");
     int64_t h;
@@ -1250,6 +1275,7 @@ static PyObject *replay_priority(ReplayObject *self, PyObject *const *args, Py_s
 
 static PyObject *replay_check(ReplayObject *self, PyObject *unused)
 {
+    EXR_GUARD(self, NULL);
     (void)unused;
     char msg[512];
     exr_lock_with_gil(self->buf);
@@ -1297,6 +1323,26 @@ static PyMethodDef replay_methods[] = {
      "are skipped; returns how many were set. Releases the GIL."},
     {"episode", (PyCFunction)replay_episode, METH_O,
      "episode($self, h, /)\n--\n\nA copy of episode h as EpisodeData."},
+    {"serialize", (PyCFunction)(void (*)(void))exr_replay_serialize,
+     METH_FASTCALL | METH_KEYWORDS,
+     "serialize($self, level=6)\n--\n\n"
+     "The whole buffer as bytes (docs/format.md): configuration, episodes,\n"
+     "picks, selectors with their priorities and generators, eviction state.\n"
+     "level is zlib's 0-9; 0 stores. Releases the GIL."},
+    {"unserialize", (PyCFunction)exr_replay_unserialize_cls, METH_O | METH_CLASS,
+     "unserialize(data, /)\n--\n\n"
+     "A buffer from serialize()'s bytes (any bytes-like object). Raises\n"
+     "ValueError for anything that is not a valid serialized buffer."},
+    {"save", (PyCFunction)(void (*)(void))exr_replay_save, METH_FASTCALL | METH_KEYWORDS,
+     "save($self, path, level=6, progress=None)\n--\n\n"
+     "Writes the buffer to path, replacing it atomically (temp file, fsync,\n"
+     "rename, fsync of the directory). progress(done, total) is called every\n"
+     "64 MiB written. Releases the GIL while compressing and writing."},
+    {"load", (PyCFunction)exr_replay_load_cls, METH_O | METH_CLASS,
+     "load(path, /)\n--\n\nA buffer from a file written by save()."},
+    {"__reduce_ex__", (PyCFunction)exr_replay_reduce_ex, METH_O,
+     "Pickles through serialize(level=0); with protocol 5 the payload goes out\n"
+     "of band as a PickleBuffer."},
     {"_handles", (PyCFunction)replay_handles, METH_NOARGS, "test hook: live handles, ascending"},
     {"_picks", (PyCFunction)replay_picks, METH_NOARGS, "test hook: (pick_epi, pick_pos)"},
     {"_gather", (PyCFunction)(void (*)(void))replay_gather, METH_FASTCALL,

@@ -99,6 +99,7 @@ static int param_index(SelectorObject *s, const char *name)
 
 static PyObject *sel_get_param(SelectorObject *s, void *closure)
 {
+    EXR_GUARD(s->owner, NULL);
     const exr_selector_vtable *vt = exr_selector_kinds[s->kind];
     int k = 0;
     while (k < vt->nparams && strcmp(vt->param_names[k], (const char *)closure) != 0)
@@ -117,6 +118,7 @@ static PyObject *sel_get_param(SelectorObject *s, void *closure)
 
 static int sel_set_param(SelectorObject *s, PyObject *value, void *closure)
 {
+    EXR_GUARD(s->owner, -1);
     const char *name = closure;
     int k = param_index(s, name);
     if (k < 0)
@@ -174,6 +176,7 @@ static PyObject *sel_get_buffer(SelectorObject *s, void *c)
 
 static PyObject *sel_repr(SelectorObject *s)
 {
+    EXR_GUARD(s->owner, NULL);
     const exr_selector_vtable *vt = exr_selector_kinds[s->kind];
     PyObject *parts = PyUnicode_FromFormat("PickSelector(handle=%lld, kind=%s", (long long)s->handle,
                                            vt->name);

@@ -1,0 +1,218 @@
+"""exreplay against cpprb on the work both do: single transitions (pick_len=1).
+
+Same data for both: state (4,) float32, action int64, reward float32, episodes
+of 100 steps.  cpprb stores what its users store for DQN: obs, act, rew,
+next_obs, done (ReplayBuffer / PrioritizedReplayBuffer, alpha=0.6, beta=0.4);
+exreplay stores each state once and returns next states from the following
+record.  Both buffers are filled to capacity N before any timing, so adds run
+in steady state (exreplay evicts whole episodes, cpprb overwrites its ring).
+
+- add_1:   100 single-step adds per round (exreplay `record`, the 100th ends the
+           episode with final_state=; cpprb `add` of one transition, the 100th
+           with done=1); reported per call.
+- add_100: one 100-step add per call (exreplay `record_many` of one episode;
+           cpprb `add` of 100-row arrays).
+- sample:  uniform, B = 32, 256, 1024 from N = 100k and 1M (exreplay
+           `get_batch`, also with out=; cpprb `sample`), and the floor
+           (`_floor_gather` of B state rows, L=1) for the same N.
+- prioritized, N = 1M, B = 256: sample (exreplay `get_batch`, cpprb
+           `sample(beta=0.4)`) and priority update of those 256 picks (exreplay
+           `set_priority`, cpprb `update_priorities`).
+"""
+
+import numpy as np
+import pytest
+
+import harness
+from exreplay import _core
+
+EP = 100  # steps per episode
+cpprb = pytest.importorskip("cpprb")
+
+ENV_DICT = {
+    "obs": {"shape": harness.SMALL_SHAPE, "dtype": np.float32},
+    "act": {"shape": 1, "dtype": np.int64},
+    "rew": {"dtype": np.float32},
+    "next_obs": {"shape": harness.SMALL_SHAPE, "dtype": np.float32},
+    "done": {"dtype": np.float32},
+}
+
+_DATA = harness.episode_arrays(EP, with_priorities=True)
+_STATES, _ACTIONS, _REWARDS, _FINAL, _PRI = _DATA
+_NEXT = np.concatenate([_STATES[1:], _FINAL[None]], axis=0)
+_DONE = np.zeros(EP, dtype=np.float32)
+_DONE[-1] = 1.0
+
+_CACHE: dict = {}
+
+
+def _exreplay(n, kind="uniform"):
+    key = ("exreplay", n, kind)
+    if key not in _CACHE:
+        _drop("exreplay")
+        buf = harness.impl_class("exreplay")(state_shape=harness.SMALL_SHAPE, capacity=n, pick_len=1, seed=1)
+        ps = harness.uniform(buf) if kind == "uniform" else harness.prioritized(buf)
+        harness.fill(buf, n, EP, with_priorities=kind == "prioritized")
+        _CACHE[key] = (buf, ps)
+    return _CACHE[key]
+
+
+def _cpprb(n, kind="uniform"):
+    key = ("cpprb", n, kind)
+    if key not in _CACHE:
+        _drop("cpprb")
+        if kind == "uniform":
+            rb = cpprb.ReplayBuffer(n, ENV_DICT)
+        else:
+            rb = cpprb.PrioritizedReplayBuffer(n, ENV_DICT, alpha=0.6)
+        reps = n // EP
+        kw = dict(
+            obs=np.tile(_STATES, (reps, 1)),
+            act=np.tile(_ACTIONS, reps)[:, None],
+            rew=np.tile(_REWARDS, reps),
+            next_obs=np.tile(_NEXT, (reps, 1)),
+            done=np.tile(_DONE, reps),
+        )
+        if kind == "prioritized":
+            kw["priorities"] = np.tile(_PRI, reps)
+        rb.add(**kw)
+        _CACHE[key] = rb
+    return _CACHE[key]
+
+
+def _drop(impl):
+    for key in [k for k in _CACHE if k[0] == impl]:
+        del _CACHE[key]
+    harness.collect()
+
+
+def _tag(benchmark, op, impl, n, batch=None, **more):
+    harness.tag(
+        benchmark, f"cpprb {op}" + (f" B={batch}" if batch else "") + f" N={n}",
+        suite="cpprb", op=op, impl=impl, N=n, B=batch, **more,
+    )
+
+
+# --- add ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("impl", ["exreplay", "cpprb"])
+@pytest.mark.parametrize("n", harness.cpprb_sizes()[:1])
+def test_add_1(benchmark, impl, n):
+    states = [_STATES[i].copy() for i in range(EP)]
+    nexts = [_NEXT[i].copy() for i in range(EP)]
+    body = states[:-1]
+    if impl == "exreplay":
+        buf, _ = _exreplay(n)
+        rec = buf.record
+        cur = [buf.new_episode()]
+
+        def run():
+            h = cur[0]
+            for st in body:
+                h = rec(h, st, 1, 0.5)
+            cur[0] = rec(h, states[-1], 1, 0.5, final_state=_FINAL)
+
+    else:
+        rb = _cpprb(n)
+        add = rb.add
+        pairs = list(zip(states[:-1], nexts[:-1]))
+
+        def run():
+            for st, nx in pairs:
+                add(obs=st, act=1, rew=0.5, next_obs=nx, done=0.0)
+            add(obs=states[-1], act=1, rew=0.5, next_obs=_FINAL, done=1.0)
+
+    _tag(benchmark, "add_1", impl, n, calls_per_round=EP)
+    benchmark.pedantic(run, rounds=harness.rounds(60, 5), warmup_rounds=2)
+
+
+@pytest.mark.parametrize("impl", ["exreplay", "cpprb"])
+@pytest.mark.parametrize("n", harness.cpprb_sizes()[:1])
+def test_add_100(benchmark, impl, n):
+    if impl == "exreplay":
+        buf, _ = _exreplay(n)
+        rec_many = buf.record_many
+        cur = [buf.new_episode()]
+
+        def run():  # an ended handle: record_many starts the next episode
+            cur[0] = rec_many(cur[0], _STATES, _ACTIONS, _REWARDS, final_state=_FINAL)
+
+    else:
+        rb = _cpprb(n)
+        add = rb.add
+        act = _ACTIONS[:, None]
+
+        def run():
+            add(obs=_STATES, act=act, rew=_REWARDS, next_obs=_NEXT, done=_DONE)
+
+    _tag(benchmark, "add_100", impl, n, calls_per_round=1)
+    benchmark.pedantic(run, rounds=harness.rounds(60, 5), iterations=20, warmup_rounds=2)
+
+
+# --- uniform sample ----------------------------------------------------------------
+
+
+def _sample_cases():
+    out = []
+    for n in harness.cpprb_sizes():
+        for b in (32, 256, 1024):
+            for impl in ("exreplay", "exreplay_out", "cpprb", "floor"):
+                out.append((n, b, impl))
+    return out
+
+
+@pytest.mark.parametrize("case", _sample_cases(), ids=lambda c: f"N{c[0]}-B{c[1]}-{c[2]}")
+def test_sample_uniform(benchmark, case):
+    n, batch, impl = case
+    iters = 200 if batch <= 32 else (50 if batch <= 256 else 10)
+    r = harness.rounds(40, 3)
+    if impl in ("exreplay", "exreplay_out"):
+        buf, ps = _exreplay(n)
+        kwargs = {"out": buf.get_batch(batch, ps)} if impl == "exreplay_out" else {}
+        _tag(benchmark, "sample", impl, n, batch)
+        benchmark.pedantic(buf.get_batch, args=(batch, ps), kwargs=kwargs, rounds=r, iterations=iters, warmup_rounds=1)
+    elif impl == "cpprb":
+        rb = _cpprb(n)
+        _tag(benchmark, "sample", impl, n, batch)
+        benchmark.pedantic(rb.sample, args=(batch,), rounds=r, iterations=iters, warmup_rounds=1)
+    else:
+        key = ("floor", n)
+        if key not in _CACHE:
+            _drop("floor")
+            _CACHE[key] = harness.floor_rows(n)
+        rows = _CACHE[key]
+        starts = harness.StartPool(n, 1, batch, size=1).next()
+        _tag(benchmark, "sample", impl, n, batch)
+        benchmark.pedantic(_core._floor_gather, args=(rows, starts, 1), rounds=r, iterations=iters, warmup_rounds=1)
+
+
+# --- prioritized -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op", ["psample", "update"])
+@pytest.mark.parametrize("impl", ["exreplay", "cpprb"])
+def test_prioritized(benchmark, impl, op):
+    n = harness.prioritized_size()
+    batch = 256
+    r = harness.rounds(40, 3)
+    new_p = (np.random.default_rng(3).random(batch) + 0.05).astype(np.float64)
+    if impl == "exreplay":
+        buf, pr = _exreplay(n, "prioritized")
+        if op == "psample":
+            _tag(benchmark, "psample", impl, n, batch)
+            benchmark.pedantic(buf.get_batch, args=(batch, pr), rounds=r, iterations=20, warmup_rounds=1)
+        else:
+            b = buf.get_batch(batch, pr)
+            epi, pos = b.pick_epi, b.pick_pos
+            _tag(benchmark, "update", impl, n, batch)
+            benchmark.pedantic(buf.set_priority, args=(pr, epi, pos, new_p), rounds=r, iterations=50, warmup_rounds=1)
+    else:
+        rb = _cpprb(n, "prioritized")
+        if op == "psample":
+            _tag(benchmark, "psample", impl, n, batch)
+            benchmark.pedantic(rb.sample, args=(batch,), kwargs={"beta": 0.4}, rounds=r, iterations=20, warmup_rounds=1)
+        else:
+            idx = rb.sample(batch, beta=0.4)["indexes"]
+            _tag(benchmark, "update", impl, n, batch)
+            benchmark.pedantic(rb.update_priorities, args=(idx, new_p), rounds=r, iterations=50, warmup_rounds=1)

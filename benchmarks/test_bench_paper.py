@@ -1,0 +1,141 @@
+"""The paper's experiment (seed 003 §4, SPEC §8).
+
+2^k episodes of round(2^s) records each, N = 2^k * round(2^s) records.
+State (4,) float32, action int64, reward float32; pick_len = 8; capacity = N.
+
+- record_100: the buffer is filled from empty by N `record` calls (the paper
+  adds the records one by one).  One benchmark round = one episode: its E
+  record calls with pre-made state arrays (the last with final_state=),
+  nothing else.  record_100 = 100 * (median round time) / E.
+- get_5000: one `get_batch(5000, uniform)` on the filled buffer.
+- floor get_5000: `_core._floor_gather(rows, starts, 8)` of 5000 random starts
+  from one contiguous array of N rows, timed right after exreplay's get_5000
+  for the same N.  "floor": rows are the N states (16 bytes; the floor copies
+  states and next states).  "floor_rec": rows are the N whole records packed
+  (state|action|reward, 28 bytes; it copies records and next records).
+
+exreplay runs the whole grid (k = 5..11, s = 6..12 in steps of 0.5); the
+pure-Python reference runs a subsample (see harness.paper_reference_points).
+"""
+
+import numpy as np
+import pytest
+
+import harness
+from exreplay import _core
+
+PICK_LEN = 8
+BATCH = 5000
+
+# One filled buffer at a time: the record_100 test of a point fills it, the
+# get_5000 test of the same point samples it.
+_CACHE: dict = {}
+
+
+def _cases():
+    ref = harness.paper_reference_points()
+    out = []
+    for k, s in harness.paper_grid():
+        out.append((k, s, "exreplay", "record_100"))
+        out.append((k, s, "exreplay", "get_5000"))
+        out.append((k, s, "floor", "get_5000"))
+        out.append((k, s, "floor_rec", "get_5000"))
+        if (k, s) in ref:
+            out.append((k, s, "reference", "record_100"))
+            out.append((k, s, "reference", "get_5000"))
+    return out
+
+
+def _id(case):
+    k, s, impl, metric = case
+    return f"k{k}-s{s:g}-{impl}-{metric}"
+
+
+def _point(k, s):
+    ep_len = int(round(2**s))
+    n_ep = 2**k
+    return n_ep, ep_len, n_ep * ep_len
+
+
+def _new_buffer(impl, n):
+    cls = harness.impl_class(impl)
+    buf = cls(state_shape=harness.SMALL_SHAPE, state_dtype="float32", capacity=n, pick_len=PICK_LEN, seed=1)
+    ps = harness.uniform(buf)
+    return buf, ps
+
+
+def _filled(impl, k, s):
+    key = (impl, k, s)
+    if key not in _CACHE:  # a new point: drop the last one's buffer and floor arrays
+        _CACHE.clear()
+        harness.collect()
+        n_ep, ep_len, n = _point(k, s)
+        buf, ps = _new_buffer(impl, n)
+        harness.fill(buf, n, ep_len)
+        _CACHE[key] = (buf, ps)
+    return _CACHE[key]
+
+
+@pytest.mark.parametrize("case", _cases(), ids=_id)
+def test_paper(benchmark, case):
+    k, s, impl, metric = case
+    n_ep, ep_len, n = _point(k, s)
+    info = dict(suite="paper", impl=impl, metric=metric, k=k, s=s, N=n, episodes=n_ep, ep_len=ep_len)
+
+    if metric == "record_100":
+        _CACHE.clear()
+        harness.collect()
+        buf, ps = _new_buffer(impl, n)
+        states, actions, rewards, final, _ = harness.episode_arrays(ep_len)
+        rows = [states[i].copy() for i in range(ep_len)]  # pre-made arrays, one per step
+        body, last = rows[:-1], rows[-1]
+        actions = [int(a) for a in actions]
+        rec = buf.record
+        cur = [buf.new_episode()]
+
+        def one_episode():
+            h = cur[0]
+            for st in body:
+                h = rec(h, st, 1, 0.5)
+            cur[0] = rec(h, last, 1, 0.5, final_state=final)
+
+        harness.tag(benchmark, "paper record (one episode of E record calls)", calls_per_round=ep_len, **info)
+        benchmark.pedantic(one_episode, rounds=n_ep, iterations=1)
+        assert len(buf) == n
+        _CACHE[(impl, k, s)] = (buf, ps)
+        return
+
+    # get_5000: exreplay and both floors are timed in pedantic rounds that are
+    # each preceded by one untimed call of the counterpart (the floor before a
+    # timed get_batch, a get_batch before a timed floor), so that both see the
+    # same allocator and cache history.
+    buf, ps = _filled(impl if impl == "reference" else "exreplay", k, s)
+    r = harness.rounds(41, 5)
+    harness.tag(benchmark, "paper get_5000", **info)
+    if impl == "reference":
+        b = benchmark.pedantic(buf.get_batch, args=(BATCH, ps), rounds=harness.rounds(5, 2), warmup_rounds=1)
+        assert b.state.shape == (BATCH, PICK_LEN, 4)
+        _CACHE.clear()
+        return
+    rows = _floor_rows(n, packed=impl == "floor_rec")
+    pool = harness.StartPool(n, PICK_LEN, BATCH)
+    if impl == "exreplay":
+        b = benchmark.pedantic(
+            buf.get_batch, args=(BATCH, ps), setup=lambda: _core._floor_gather(rows, pool.next(), PICK_LEN) and None,
+            rounds=r, warmup_rounds=2,
+        )
+        assert b.state.shape == (BATCH, PICK_LEN, 4)
+    else:
+        def setup():
+            buf.get_batch(BATCH, ps)
+            return (rows, pool.next(), PICK_LEN), {}
+
+        st, nx = benchmark.pedantic(_core._floor_gather, setup=setup, rounds=r, warmup_rounds=2)
+        assert st.shape[:2] == (BATCH, PICK_LEN)
+
+
+def _floor_rows(n, packed):
+    key = ("floor_rows", n, packed)
+    if key not in _CACHE:
+        _CACHE[key] = harness.floor_rows(n, packed=packed)
+    return _CACHE[key]

@@ -1,0 +1,49 @@
+/*
+ * buffer_impl.h - the layout of exr_buffer, shared by buffer.c and codec.c
+ * (the serialized form reads and writes it directly). Nothing outside the
+ * core includes this.
+ */
+#ifndef EXR_BUFFER_IMPL_H
+#define EXR_BUFFER_IMPL_H
+
+#include <pthread.h>
+
+#include "buffer.h"
+#include "episode.h"
+#include "evict.h"
+#include "pick_table.h"
+#include "store.h"
+
+typedef struct {
+    int64_t handle;
+    exr_selector *sel;
+} sel_entry;
+
+typedef struct exr_reader {
+    struct exr_reader *prev, *next;
+    uint64_t epoch;
+} exr_reader;
+
+struct exr_buffer {
+    pthread_mutex_t mu;
+    exr_config cfg;
+    exr_store_layout lay;
+    exr_episodes eps;
+    exr_pick_table picks;
+    sel_entry *sels;
+    size_t nsels, sels_cap;
+    int64_t next_handle, next_sel_handle;
+    uint64_t n_records;
+    uint32_t hand;
+    /* copies running without the lock, and what they may still read */
+    exr_reader *readers;
+    uint64_t epoch;
+    exr_body *grave_head, *grave_tail;
+};
+
+/* Picks episode e should have: positions [0, target). */
+uint64_t exr_picks_target(const exr_buffer *b, const exr_episode *e);
+/* aux[p] of episode e: its pending priority (float) or its pick's index. */
+uint32_t *exr_aux_at(const exr_buffer *b, const exr_episode *e, uint64_t p);
+
+#endif

@@ -1,0 +1,771 @@
+/*
+ * codec.c - writes and reads the serialized form (docs/format.md).
+ */
+#include "codec.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "buffer_impl.h"
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the serialized form is little-endian and written from memory as is"
+#endif
+
+#define MAGIC "EXREPLAY"
+#define VERSION 1u
+#define CHUNK ((size_t)1 << 18)
+#define CONFIG_BYTES 80u
+#define EPISODE_HEAD 24u
+#define SELECTOR_HEAD 56u /* handle, kind, nparams, rng[4] */
+/* zlib never expands a payload by more than 1032:1 (RFC 1951's longest
+ * match per the shortest code), so a body of c bytes holds at most this: */
+#define ZLIB_MAX_RATIO 1032u
+
+enum { SEC_CONFIG = 1, SEC_META, SEC_EPISODES, SEC_PICKS, SEC_SELECTORS, SEC_END };
+
+/* ---- little-endian fields ----------------------------------------------- */
+
+static void put32(unsigned char *p, uint32_t v) { memcpy(p, &v, 4); }
+static void put64(unsigned char *p, uint64_t v) { memcpy(p, &v, 8); }
+static uint32_t get32(const unsigned char *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static uint64_t get64(const unsigned char *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+static uint32_t crc_update(uint32_t crc, const void *p, size_t n)
+{
+    const unsigned char *c = p;
+    while (n) {
+        uInt part = n > (1u << 30) ? (1u << 30) : (uInt)n;
+        crc = (uint32_t)crc32(crc, c, part);
+        c += part;
+        n -= part;
+    }
+    return crc;
+}
+
+/* ---- writing ------------------------------------------------------------ */
+
+struct exr_out {
+    int level;
+    z_stream z;
+    unsigned char *buf; /* CHUNK bytes of output waiting for the sink */
+    size_t used;
+    exr_sink_fn sink;
+    void *ctx;
+    uint32_t crc;
+    uint64_t raw, body;
+};
+
+static exr_status out_flush(exr_out *o)
+{
+    if (!o->used)
+        return EXR_OK;
+    exr_status st = o->sink(o->ctx, o->buf, o->used);
+    o->body += o->used;
+    o->used = 0;
+    return st;
+}
+
+static exr_status deflate_some(exr_out *o, int flush)
+{
+    for (;;) {
+        o->z.next_out = o->buf + o->used;
+        o->z.avail_out = (uInt)(CHUNK - o->used);
+        int r = deflate(&o->z, flush);
+        o->used = CHUNK - o->z.avail_out;
+        if (r == Z_STREAM_ERROR)
+            return EXR_ENOMEM;
+        if (o->used == CHUNK) {
+            exr_status st = out_flush(o);
+            if (st != EXR_OK)
+                return st;
+            continue;
+        }
+        if (flush == Z_FINISH ? r == Z_STREAM_END : o->z.avail_in == 0)
+            return EXR_OK;
+    }
+}
+
+exr_status exr_out_write(exr_out *o, const void *p, size_t n)
+{
+    o->crc = crc_update(o->crc, p, n);
+    o->raw += n;
+    const unsigned char *c = p;
+    if (o->level == 0) {
+        while (n) {
+            size_t room = CHUNK - o->used, part = n < room ? n : room;
+            memcpy(o->buf + o->used, c, part);
+            o->used += part;
+            c += part;
+            n -= part;
+            if (o->used == CHUNK) {
+                exr_status st = out_flush(o);
+                if (st != EXR_OK)
+                    return st;
+            }
+        }
+        return EXR_OK;
+    }
+    while (n) {
+        uInt part = n > (1u << 30) ? (1u << 30) : (uInt)n;
+        o->z.next_in = (Bytef *)(uintptr_t)c;
+        o->z.avail_in = part;
+        exr_status st = deflate_some(o, Z_NO_FLUSH);
+        if (st != EXR_OK)
+            return st;
+        c += part;
+        n -= part;
+    }
+    return EXR_OK;
+}
+
+static exr_status out_u32(exr_out *o, uint32_t v) { return exr_out_write(o, &v, 4); }
+static exr_status out_u64(exr_out *o, uint64_t v) { return exr_out_write(o, &v, 8); }
+
+static exr_status out_section(exr_out *o, uint32_t tag, uint64_t len)
+{
+    exr_status st = out_u32(o, tag);
+    if (st == EXR_OK)
+        st = out_u32(o, 0);
+    if (st == EXR_OK)
+        st = out_u64(o, len);
+    return st;
+}
+
+static uint64_t episode_bytes(const exr_buffer *b, const exr_episode *e)
+{
+    const exr_store_layout *L = &b->lay;
+    uint64_t row = L->state_bytes + L->action_bytes + L->reward_bytes;
+    return EPISODE_HEAD + (e->body->final_state ? L->state_bytes : 0) + e->n * row +
+           4 * (e->n - e->m);
+}
+
+uint64_t exr_codec_raw_size_locked(const exr_buffer *b, size_t meta_len)
+{
+    uint64_t size = 16 + CONFIG_BYTES + 16 + meta_len;
+    size += 16 + 8;
+    for (uint32_t s = b->eps.head; s != EXR_NIL; s = b->eps.slab[s].next)
+        size += episode_bytes(b, &b->eps.slab[s]);
+    size += 16 + 8 + 8 * (uint64_t)b->picks.n;
+    size += 16 + 8;
+    for (size_t i = 0; i < b->nsels; i++) {
+        const exr_selector_vtable *vt = b->sels[i].sel->vt;
+        size += SELECTOR_HEAD + 8 * (uint64_t)vt->nparams + 8 + vt->state_size(b->sels[i].sel, b->picks.n);
+    }
+    return size + 16;
+}
+
+uint64_t exr_codec_bound(uint64_t raw, int level)
+{
+    uint64_t body = level == 0 ? raw : raw + raw / 1000 + (raw >> 12) + (raw >> 14) + (raw >> 25) + 64;
+    return EXR_HEADER_BYTES + body;
+}
+
+/* Writes rows [0, n) of one column of an episode, segment by segment. */
+static exr_status out_column(exr_out *o, const exr_buffer *b, const exr_episode *e, int col)
+{
+    const exr_store_layout *L = &b->lay;
+    uint64_t p = 0;
+    for (size_t k = 0; p < e->n; k++) {
+        size_t cap = exr_store_seg_cap(L, k), cnt = e->n - p < cap ? (size_t)(e->n - p) : cap;
+        unsigned char *seg = e->body->segs[k];
+        const void *src = col == 0   ? exr_seg_state(L, seg, k, 0)
+                          : col == 1 ? exr_seg_action(L, seg, k, 0)
+                                     : exr_seg_reward(L, seg, k, 0);
+        size_t width = col == 0 ? L->state_bytes : col == 1 ? L->action_bytes : L->reward_bytes;
+        exr_status st = exr_out_write(o, src, cnt * width);
+        if (st != EXR_OK)
+            return st;
+        p += cnt;
+    }
+    return EXR_OK;
+}
+
+static exr_status write_payload(exr_out *o, const exr_buffer *b, const void *meta,
+                                size_t meta_len, uint32_t *ordinal)
+{
+    const exr_config *c = &b->cfg;
+    exr_status st;
+    unsigned char cfg[CONFIG_BYTES] = {0};
+    put64(cfg + 0, c->state_bytes);
+    put64(cfg + 8, c->action_bytes);
+    put64(cfg + 16, c->reward_bytes);
+    put64(cfg + 24, c->capacity);
+    put32(cfg + 32, c->pick_len);
+    cfg[36] = c->allow_short;
+    cfg[37] = (unsigned char)c->eviction;
+    put64(cfg + 40, c->seed);
+    put64(cfg + 48, (uint64_t)b->next_handle);
+    put64(cfg + 56, (uint64_t)b->next_sel_handle);
+    put64(cfg + 64, (uint64_t)(b->hand == EXR_NIL ? -1 : b->eps.slab[b->hand].handle));
+    if ((st = out_section(o, SEC_CONFIG, CONFIG_BYTES)) || (st = exr_out_write(o, cfg, CONFIG_BYTES)))
+        return st;
+    if ((st = out_section(o, SEC_META, meta_len)) || (st = exr_out_write(o, meta, meta_len)))
+        return st;
+
+    uint64_t eps_len = 8;
+    for (uint32_t s = b->eps.head; s != EXR_NIL; s = b->eps.slab[s].next)
+        eps_len += episode_bytes(b, &b->eps.slab[s]);
+    if ((st = out_section(o, SEC_EPISODES, eps_len)) || (st = out_u64(o, b->eps.count)))
+        return st;
+    uint32_t ord = 0;
+    for (uint32_t s = b->eps.head; s != EXR_NIL; s = b->eps.slab[s].next, ord++) {
+        const exr_episode *e = &b->eps.slab[s];
+        ordinal[s] = ord;
+        unsigned char head[EPISODE_HEAD] = {0};
+        put64(head, (uint64_t)e->handle);
+        put64(head + 8, e->n);
+        head[16] = e->ended;
+        head[17] = e->terminated;
+        head[18] = e->sampled;
+        head[19] = e->body->final_state != NULL;
+        if ((st = exr_out_write(o, head, EPISODE_HEAD)))
+            return st;
+        if (e->body->final_state && (st = exr_out_write(o, e->body->final_state, c->state_bytes)))
+            return st;
+        for (int col = 0; col < 3; col++)
+            if ((st = out_column(o, b, e, col)))
+                return st;
+        for (uint64_t p = e->m; p < e->n; p++)
+            if ((st = exr_out_write(o, exr_aux_at(b, e, p), 4)))
+                return st;
+    }
+
+    if ((st = out_section(o, SEC_PICKS, 8 + 8 * (uint64_t)b->picks.n)) ||
+        (st = out_u64(o, b->picks.n)))
+        return st;
+    uint32_t run[2 * 1024];
+    for (size_t i = 0; i < b->picks.n;) {
+        size_t k = 0;
+        for (; k < 1024 && i < b->picks.n; k++, i++) {
+            run[2 * k] = ordinal[b->picks.v[i].slot];
+            run[2 * k + 1] = b->picks.v[i].pos;
+        }
+        if ((st = exr_out_write(o, run, 8 * k)))
+            return st;
+    }
+
+    uint64_t sels_len = 8;
+    for (size_t i = 0; i < b->nsels; i++) {
+        const exr_selector_vtable *vt = b->sels[i].sel->vt;
+        sels_len += SELECTOR_HEAD + 8 * (uint64_t)vt->nparams + 8 + vt->state_size(b->sels[i].sel, b->picks.n);
+    }
+    if ((st = out_section(o, SEC_SELECTORS, sels_len)) || (st = out_u64(o, b->nsels)))
+        return st;
+    for (size_t i = 0; i < b->nsels; i++) {
+        const exr_selector *s = b->sels[i].sel;
+        const exr_selector_vtable *vt = s->vt;
+        int kind = 0;
+        while (kind < exr_selector_nkinds && exr_selector_kinds[kind] != vt)
+            kind++;
+        unsigned char head[SELECTOR_HEAD];
+        put64(head, (uint64_t)b->sels[i].handle);
+        put32(head + 8, (uint32_t)kind);
+        put32(head + 12, (uint32_t)vt->nparams);
+        memcpy(head + 16, s->rng.s, 32);
+        memset(head + 48, 0, 8);
+        if ((st = exr_out_write(o, head, SELECTOR_HEAD)))
+            return st;
+        for (int k = 0; k < vt->nparams; k++) {
+            double v = vt->get_param(s, k);
+            if ((st = exr_out_write(o, &v, 8)))
+                return st;
+        }
+        if ((st = out_u64(o, vt->state_size(s, b->picks.n))) || (st = vt->save(s, b->picks.n, o)))
+            return st;
+    }
+    return out_section(o, SEC_END, 0);
+}
+
+exr_status exr_codec_write_locked(const exr_buffer *b, const void *meta, size_t meta_len,
+                                  int level, exr_sink_fn sink, void *ctx,
+                                  unsigned char header[EXR_HEADER_BYTES])
+{
+    if (level < 0 || level > 9 || meta_len > EXR_META_MAX)
+        return EXR_EINVAL;
+    exr_out o;
+    memset(&o, 0, sizeof o);
+    o.level = level;
+    o.sink = sink;
+    o.ctx = ctx;
+    o.crc = (uint32_t)crc32(0, Z_NULL, 0);
+    o.buf = malloc(CHUNK);
+    uint32_t *ordinal = malloc(((size_t)b->eps.hwm + 1) * sizeof *ordinal);
+    if (!o.buf || !ordinal) {
+        free(o.buf);
+        free(ordinal);
+        return EXR_ENOMEM;
+    }
+    if (level > 0 && deflateInit(&o.z, level) != Z_OK) {
+        free(o.buf);
+        free(ordinal);
+        return EXR_ENOMEM;
+    }
+    exr_status st = write_payload(&o, b, meta, meta_len, ordinal);
+    if (st == EXR_OK && level > 0)
+        st = deflate_some(&o, Z_FINISH);
+    if (st == EXR_OK)
+        st = out_flush(&o);
+    if (level > 0)
+        deflateEnd(&o.z);
+    free(o.buf);
+    free(ordinal);
+    if (st != EXR_OK)
+        return st;
+    memcpy(header, MAGIC, 8);
+    put32(header + 8, VERSION);
+    put32(header + 12, level > 0);
+    put64(header + 16, o.raw);
+    put64(header + 24, o.body);
+    put32(header + 32, o.crc);
+    put32(header + 36, crc_update((uint32_t)crc32(0, Z_NULL, 0), header, 36));
+    return EXR_OK;
+}
+
+/* ---- reading ------------------------------------------------------------ */
+
+struct exr_in {
+    int compressed, stream_end;
+    z_stream z;
+    unsigned char *buf; /* compressed input waiting in z */
+    exr_source_fn src;
+    void *ctx;
+    uint64_t raw_left, body_left;
+    uint32_t crc;
+};
+
+/* Up to cap body bytes from the source, never past the declared body. */
+static exr_status in_fetch(exr_in *in, void *p, size_t cap, size_t *got)
+{
+    if (cap > in->body_left)
+        cap = (size_t)in->body_left;
+    *got = 0;
+    if (!cap)
+        return EXR_OK;
+    exr_status st = in->src(in->ctx, p, cap, got);
+    if (st != EXR_OK)
+        return st;
+    if (*got > cap)
+        return EXR_ECORRUPT;
+    in->body_left -= *got;
+    return EXR_OK;
+}
+
+exr_status exr_in_read(exr_in *in, void *p, size_t n)
+{
+    if (n > in->raw_left)
+        return EXR_ECORRUPT;
+    unsigned char *c = p;
+    size_t want = n;
+    if (!in->compressed) {
+        while (want) {
+            size_t got;
+            exr_status st = in_fetch(in, c, want, &got);
+            if (st != EXR_OK)
+                return st;
+            if (!got)
+                return EXR_ECORRUPT;
+            c += got;
+            want -= got;
+        }
+    } else {
+        while (want) {
+            uInt part = want > (1u << 30) ? (1u << 30) : (uInt)want;
+            in->z.next_out = c;
+            in->z.avail_out = part;
+            while (in->z.avail_out) {
+                if (in->stream_end)
+                    return EXR_ECORRUPT; /* the stream ended before the payload did */
+                if (!in->z.avail_in) {
+                    size_t got;
+                    exr_status st = in_fetch(in, in->buf, CHUNK, &got);
+                    if (st != EXR_OK)
+                        return st;
+                    if (!got)
+                        return EXR_ECORRUPT;
+                    in->z.next_in = in->buf;
+                    in->z.avail_in = (uInt)got;
+                }
+                int r = inflate(&in->z, Z_NO_FLUSH);
+                if (r == Z_STREAM_END)
+                    in->stream_end = 1;
+                else if (r == Z_MEM_ERROR)
+                    return EXR_ENOMEM;
+                else if (r != Z_OK && r != Z_BUF_ERROR)
+                    return EXR_ECORRUPT;
+            }
+            c += part;
+            want -= part;
+        }
+    }
+    in->crc = crc_update(in->crc, p, n);
+    in->raw_left -= n;
+    return EXR_OK;
+}
+
+static exr_status in_u64(exr_in *in, uint64_t *v)
+{
+    unsigned char b[8];
+    exr_status st = exr_in_read(in, b, 8);
+    *v = get64(b);
+    return st;
+}
+
+/* A section header with this tag; its length must fit what is left. */
+static exr_status in_section(exr_in *in, uint32_t tag, uint64_t *len)
+{
+    unsigned char b[16];
+    exr_status st = exr_in_read(in, b, 16);
+    if (st != EXR_OK)
+        return st;
+    if (get32(b) != tag || get32(b + 4) != 0)
+        return EXR_ECORRUPT;
+    *len = get64(b + 8);
+    return *len <= in->raw_left ? EXR_OK : EXR_ECORRUPT;
+}
+
+/* The end: the payload, the zlib stream and the body all end together. */
+static exr_status in_finish(exr_in *in, uint32_t want_crc)
+{
+    if (in->raw_left || in->crc != want_crc)
+        return EXR_ECORRUPT;
+    if (in->compressed) {
+        unsigned char extra;
+        while (!in->stream_end) {
+            if (!in->z.avail_in) {
+                size_t got;
+                exr_status st = in_fetch(in, in->buf, CHUNK, &got);
+                if (st != EXR_OK)
+                    return st;
+                if (!got)
+                    return EXR_ECORRUPT;
+                in->z.next_in = in->buf;
+                in->z.avail_in = (uInt)got;
+            }
+            in->z.next_out = &extra;
+            in->z.avail_out = 1;
+            int r = inflate(&in->z, Z_NO_FLUSH);
+            if (in->z.avail_out == 0)
+                return EXR_ECORRUPT; /* more payload than declared */
+            if (r == Z_STREAM_END)
+                in->stream_end = 1;
+            else if (r != Z_OK && r != Z_BUF_ERROR)
+                return EXR_ECORRUPT;
+        }
+        if (in->z.avail_in)
+            return EXR_ECORRUPT; /* bytes after the zlib stream */
+    }
+    unsigned char probe;
+    size_t got;
+    exr_status st = in_fetch(in, &probe, 1, &got);
+    if (st != EXR_OK)
+        return st;
+    if (got || in->body_left)
+        return EXR_ECORRUPT;
+    /* the source itself must be exhausted too */
+    st = in->src(in->ctx, &probe, 1, &got);
+    return st != EXR_OK ? st : got ? EXR_ECORRUPT : EXR_OK;
+}
+
+exr_status exr_codec_check_header(const unsigned char h[EXR_HEADER_BYTES], uint64_t input_len,
+                                  uint64_t *body_len)
+{
+    if (memcmp(h, MAGIC, 8) != 0 || get32(h + 8) != VERSION || get32(h + 12) > 1)
+        return EXR_ECORRUPT;
+    if (get32(h + 36) != crc_update((uint32_t)crc32(0, Z_NULL, 0), h, 36))
+        return EXR_ECORRUPT;
+    uint64_t raw = get64(h + 16), body = get64(h + 24);
+    if (input_len != UINT64_MAX && body != input_len - EXR_HEADER_BYTES)
+        return EXR_ECORRUPT;
+    if (get32(h + 12) == 0 ? raw != body : raw / ZLIB_MAX_RATIO > body)
+        return EXR_ECORRUPT;
+    *body_len = body;
+    return EXR_OK;
+}
+
+static int config_ok(const exr_config *c)
+{
+    return c->state_bytes >= 1 && c->state_bytes <= ((uint64_t)1 << 40) &&
+           c->action_bytes <= ((uint64_t)1 << 40) &&
+           (c->reward_bytes == 2 || c->reward_bytes == 4 || c->reward_bytes == 8) &&
+           c->pick_len >= 1 && c->pick_len <= EXR_MAX_PICK_LEN &&
+           (c->eviction == EXR_EVICT_FIFO || c->eviction == EXR_EVICT_SECOND_CHANCE);
+}
+
+static exr_status read_episode(exr_in *in, exr_buffer *b, int64_t *prev_handle, uint32_t *slot)
+{
+    const exr_store_layout *L = &b->lay;
+    unsigned char head[EPISODE_HEAD];
+    exr_status st = exr_in_read(in, head, EPISODE_HEAD);
+    if (st != EXR_OK)
+        return st;
+    int64_t handle = (int64_t)get64(head);
+    uint64_t n = get64(head + 8);
+    uint8_t ended = head[16], term = head[17], sampled = head[18], has_final = head[19];
+    if (handle <= *prev_handle || handle >= b->next_handle || ended > 1 || term > 1 ||
+        sampled > 1 || has_final > 1 || get32(head + 20) != 0 || n >= (uint64_t)UINT32_MAX - 1 ||
+        (!ended && (term || has_final)))
+        return EXR_ECORRUPT;
+    *prev_handle = handle;
+    /* everything this episode will allocate must be in the input first */
+    uint64_t row = L->state_bytes + L->action_bytes + L->reward_bytes;
+    if (n > in->raw_left / (row + 4) || (has_final && L->state_bytes > in->raw_left))
+        return EXR_ECORRUPT;
+    if ((st = exr_episodes_reserve(&b->eps)) != EXR_OK)
+        return st;
+    size_t k_last = 0, off;
+    if (n)
+        exr_store_locate(L, n - 1, &k_last, &off);
+    uint32_t nsegs = n ? (uint32_t)k_last + 1 : 0;
+    exr_body *body = exr_body_new(nsegs > 4 ? nsegs : 4);
+    if (!body)
+        return EXR_ENOMEM;
+    *slot = exr_episodes_insert(&b->eps, handle, body);
+    exr_episode *e = &b->eps.slab[*slot];
+    e->n = n;
+    e->ended = ended;
+    e->terminated = term;
+    e->sampled = sampled;
+    for (uint32_t k = 0; k < nsegs; k++) {
+        body->segs[k] = exr_store_seg_alloc(L, k);
+        if (!body->segs[k])
+            return EXR_ENOMEM;
+        body->nsegs = k + 1;
+    }
+    if (has_final) {
+        body->final_state = malloc(L->state_bytes);
+        if (!body->final_state)
+            return EXR_ENOMEM;
+        if ((st = exr_in_read(in, body->final_state, L->state_bytes)))
+            return st;
+    }
+    for (int col = 0; col < 3; col++) {
+        uint64_t p = 0;
+        for (size_t k = 0; p < n; k++) {
+            size_t cap = exr_store_seg_cap(L, k), cnt = n - p < cap ? (size_t)(n - p) : cap;
+            unsigned char *seg = body->segs[k];
+            void *dst = col == 0   ? exr_seg_state(L, seg, k, 0)
+                        : col == 1 ? exr_seg_action(L, seg, k, 0)
+                                   : exr_seg_reward(L, seg, k, 0);
+            size_t w = col == 0 ? L->state_bytes : col == 1 ? L->action_bytes : L->reward_bytes;
+            if ((st = exr_in_read(in, dst, cnt * w)))
+                return st;
+            p += cnt;
+        }
+    }
+    e->m = exr_picks_target(b, e);
+    b->n_records += n;
+    for (uint64_t p = 0; p < e->m; p++)
+        *exr_aux_at(b, e, p) = UINT32_MAX; /* "no pick yet": filled by PICKS */
+    for (uint64_t p = e->m; p < n; p++) {
+        float v;
+        if ((st = exr_in_read(in, &v, 4)))
+            return st;
+        if (!isnan(v) && (!(v >= 0) || isinf(v)))
+            return EXR_ECORRUPT;
+        memcpy(exr_aux_at(b, e, p), &v, 4);
+    }
+    return EXR_OK;
+}
+
+static exr_status read_payload(exr_in *in, exr_buffer **out, unsigned char *meta,
+                               size_t *meta_len, uint32_t **slots)
+{
+    uint64_t len;
+    unsigned char cfgb[CONFIG_BYTES];
+    exr_status st = in_section(in, SEC_CONFIG, &len);
+    if (st != EXR_OK)
+        return st;
+    if (len != CONFIG_BYTES || (st = exr_in_read(in, cfgb, CONFIG_BYTES)))
+        return st ? st : EXR_ECORRUPT;
+    exr_config c = {
+        .state_bytes = get64(cfgb),
+        .action_bytes = get64(cfgb + 8),
+        .reward_bytes = get64(cfgb + 16),
+        .capacity = get64(cfgb + 24),
+        .pick_len = get32(cfgb + 32),
+        .allow_short = cfgb[36] != 0,
+        .eviction = cfgb[37],
+        .seed = get64(cfgb + 40),
+    };
+    int64_t next_handle = (int64_t)get64(cfgb + 48), next_sel = (int64_t)get64(cfgb + 56);
+    int64_t hand = (int64_t)get64(cfgb + 64);
+    for (int i = 38; i < 40; i++)
+        if (cfgb[i])
+            return EXR_ECORRUPT;
+    if (cfgb[36] > 1 || !config_ok(&c) || next_handle < 0 || next_sel < 0 || hand < -1 ||
+        get64(cfgb + 72) != 0)
+        return EXR_ECORRUPT;
+    if ((st = in_section(in, SEC_META, &len)))
+        return st;
+    if (len > EXR_META_MAX || (st = exr_in_read(in, meta, (size_t)len)))
+        return st ? st : EXR_ECORRUPT;
+    *meta_len = (size_t)len;
+
+    exr_buffer *b;
+    if ((st = exr_buffer_new(&c, &b)))
+        return st == EXR_EINVAL || st == EXR_EOVERFLOW ? EXR_ECORRUPT : st;
+    *out = b;
+    b->next_handle = next_handle;
+    b->next_sel_handle = next_sel;
+
+    uint64_t count;
+    if ((st = in_section(in, SEC_EPISODES, &len)) || (st = in_u64(in, &count)))
+        return st;
+    uint64_t eps_start = in->raw_left + 8;
+    if (count > in->raw_left / EPISODE_HEAD)
+        return EXR_ECORRUPT;
+    *slots = malloc((count ? count : 1) * sizeof **slots);
+    if (!*slots)
+        return EXR_ENOMEM;
+    int64_t prev = -1;
+    for (uint64_t i = 0; i < count; i++)
+        if ((st = read_episode(in, b, &prev, &(*slots)[i])))
+            return st;
+    if (eps_start - in->raw_left != len)
+        return EXR_ECORRUPT;
+    if (b->cfg.capacity && b->n_records > b->cfg.capacity)
+        return EXR_ECORRUPT;
+    if (hand >= 0 && (b->hand = exr_episodes_find(&b->eps, hand)) == EXR_NIL)
+        return EXR_ECORRUPT;
+
+    uint64_t npicks = 0;
+    for (uint32_t s = b->eps.head; s != EXR_NIL; s = b->eps.slab[s].next)
+        npicks += b->eps.slab[s].m;
+    if ((st = in_section(in, SEC_PICKS, &len)) || (st = in_u64(in, &count)))
+        return st;
+    if (count != npicks || len != 8 + 8 * count)
+        return EXR_ECORRUPT;
+    if ((st = exr_pick_table_reserve(&b->picks, (size_t)count ? (size_t)count : 1)))
+        return st;
+    uint32_t run[2 * 1024];
+    for (uint64_t i = 0; i < count;) {
+        size_t k = count - i < 1024 ? (size_t)(count - i) : 1024;
+        if ((st = exr_in_read(in, run, 8 * k)))
+            return st;
+        for (size_t j = 0; j < k; j++, i++) {
+            uint32_t ord = run[2 * j], pos = run[2 * j + 1];
+            if (ord >= b->eps.count)
+                return EXR_ECORRUPT;
+            uint32_t slot = (*slots)[ord];
+            exr_episode *e = &b->eps.slab[slot];
+            if (pos >= e->m)
+                return EXR_ECORRUPT;
+            uint32_t *aux = exr_aux_at(b, e, pos);
+            if (*aux != UINT32_MAX)
+                return EXR_ECORRUPT; /* the same pick twice */
+            *aux = (uint32_t)i;
+            b->picks.v[i] = (exr_pick){slot, pos};
+            b->picks.n = (size_t)i + 1;
+        }
+    }
+
+    if ((st = in_section(in, SEC_SELECTORS, &len)) || (st = in_u64(in, &count)))
+        return st;
+    uint64_t sels_start = in->raw_left + 8;
+    if (count > in->raw_left / SELECTOR_HEAD)
+        return EXR_ECORRUPT;
+    int64_t prev_sel = -1;
+    for (uint64_t i = 0; i < count; i++) {
+        unsigned char head[SELECTOR_HEAD];
+        if ((st = exr_in_read(in, head, SELECTOR_HEAD)))
+            return st;
+        int64_t h = (int64_t)get64(head);
+        uint32_t kind = get32(head + 8), np = get32(head + 12);
+        if (h <= prev_sel || h >= b->next_sel_handle || kind >= (uint32_t)exr_selector_nkinds ||
+            get64(head + 48) != 0)
+            return EXR_ECORRUPT;
+        prev_sel = h;
+        const exr_selector_vtable *vt = exr_selector_kinds[kind];
+        if (np != (uint32_t)vt->nparams)
+            return EXR_ECORRUPT;
+        double params[EXR_SEL_MAXPARAMS];
+        for (uint32_t k = 0; k < np; k++) {
+            if ((st = exr_in_read(in, &params[k], 8)))
+                return st;
+            if (!vt->param_ok((int)k, params[k]))
+                return EXR_ECORRUPT;
+        }
+        uint64_t slen;
+        if ((st = in_u64(in, &slen)))
+            return st;
+        if (slen != vt->state_size(NULL, b->picks.n) || slen > in->raw_left)
+            return EXR_ECORRUPT;
+        if (b->nsels == b->sels_cap) {
+            size_t ncap = b->sels_cap ? b->sels_cap * 2 : 4;
+            sel_entry *ns = realloc(b->sels, ncap * sizeof *ns);
+            if (!ns)
+                return EXR_ENOMEM;
+            b->sels = ns;
+            b->sels_cap = ncap;
+        }
+        exr_selector *s;
+        if ((st = vt->create(&s, params, b->picks.n)))
+            return st == EXR_EINVAL ? EXR_ECORRUPT : st;
+        b->sels[b->nsels++] = (sel_entry){h, s};
+        memcpy(s->rng.s, head + 16, 32);
+        if (!(s->rng.s[0] | s->rng.s[1] | s->rng.s[2] | s->rng.s[3]))
+            return EXR_ECORRUPT;
+        if ((st = vt->load(s, b->picks.n, in)))
+            return st;
+    }
+    if (sels_start - in->raw_left != len)
+        return EXR_ECORRUPT;
+    if ((st = in_section(in, SEC_END, &len)))
+        return st;
+    return len == 0 ? EXR_OK : EXR_ECORRUPT;
+}
+
+exr_status exr_codec_read(const unsigned char header[EXR_HEADER_BYTES], exr_source_fn src,
+                          void *ctx, exr_buffer **out, unsigned char *meta, size_t *meta_len)
+{
+    uint64_t body_len;
+    exr_status st = exr_codec_check_header(header, UINT64_MAX, &body_len);
+    if (st != EXR_OK)
+        return st;
+    exr_in in;
+    memset(&in, 0, sizeof in);
+    in.compressed = get32(header + 12) == 1;
+    in.src = src;
+    in.ctx = ctx;
+    in.raw_left = get64(header + 16);
+    in.body_left = body_len;
+    in.crc = (uint32_t)crc32(0, Z_NULL, 0);
+    if (in.compressed) {
+        in.buf = malloc(CHUNK);
+        if (!in.buf)
+            return EXR_ENOMEM;
+        if (inflateInit(&in.z) != Z_OK) {
+            free(in.buf);
+            return EXR_ENOMEM;
+        }
+    }
+    exr_buffer *b = NULL;
+    uint32_t *slots = NULL;
+    st = read_payload(&in, &b, meta, meta_len, &slots);
+    if (st == EXR_OK)
+        st = in_finish(&in, get32(header + 32));
+    free(slots);
+    if (in.compressed) {
+        inflateEnd(&in.z);
+        free(in.buf);
+    }
+    if (st != EXR_OK) {
+        exr_buffer_free(b);
+        return st;
+    }
+    *out = b;
+    return EXR_OK;
+}

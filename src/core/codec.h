@@ -1,0 +1,63 @@
+/*
+ * codec.h - the serialized form of a buffer (docs/format.md) and the byte
+ * streams it is written to and read from.
+ *
+ *   header (40 B, never compressed)   body: the payload, stored or zlib
+ *   +--------+-----+-----+-----+-----+-----+-----+   +-----------------------+
+ *   | magic  | ver | cdc | raw | len | crc | hcrc|   | CONFIG META EPISODES  |
+ *   +--------+-----+-----+-----+-----+-----+-----+   | PICKS SELECTORS END   |
+ *                                                    +-----------------------+
+ *
+ * Writing streams the payload through zlib into a sink in chunks: no second
+ * full copy. Reading pulls the body from a source in chunks and validates
+ * every field before it allocates for it: a declared size must fit in what
+ * the input can still deliver (for zlib, 1032 raw bytes a compressed byte at
+ * most), so hostile input is refused with EXR_ECORRUPT and never makes the
+ * reader allocate far beyond what its length justifies.
+ */
+#ifndef EXR_CODEC_H
+#define EXR_CODEC_H
+
+#include "buffer.h"
+
+#define EXR_HEADER_BYTES 40
+#define EXR_META_MAX 4096
+
+/* Where written bytes go: returns EXR_OK or an error that aborts the write. */
+typedef exr_status (*exr_sink_fn)(void *ctx, const void *p, size_t n);
+/* Where read bytes come from: up to cap bytes into p, *got = 0 at the end. */
+typedef exr_status (*exr_source_fn)(void *ctx, void *p, size_t cap, size_t *got);
+
+typedef struct exr_out exr_out;
+typedef struct exr_in exr_in;
+
+/* Payload streams, for the selectors' save/load hooks. */
+exr_status exr_out_write(exr_out *o, const void *p, size_t n);
+exr_status exr_in_read(exr_in *in, void *p, size_t n); /* EXR_ECORRUPT if short */
+
+/* Exact size of the payload (before compression) for meta_len bytes of
+ * binding metadata. Lock held. */
+uint64_t exr_codec_raw_size_locked(const exr_buffer *b, size_t meta_len);
+
+/* Upper bound of header + body for a payload of raw bytes at this level. */
+uint64_t exr_codec_bound(uint64_t raw, int level);
+
+/* Streams the body through sink (the caller keeps the first
+ * EXR_HEADER_BYTES of its output free) and fills header[] for them.
+ * level: 0 stores, 1-9 zlib. Lock held. O(size). */
+exr_status exr_codec_write_locked(const exr_buffer *b, const void *meta, size_t meta_len,
+                                  int level, exr_sink_fn sink, void *ctx,
+                                  unsigned char header[EXR_HEADER_BYTES]);
+
+/* Checks a header; *body_len is what must follow it. input_len is the size
+ * of the whole input if known (UINT64_MAX if not). */
+exr_status exr_codec_check_header(const unsigned char header[EXR_HEADER_BYTES],
+                                  uint64_t input_len, uint64_t *body_len);
+
+/* Reads a body after a checked header into a new buffer. meta receives up to
+ * EXR_META_MAX bytes of binding metadata. EXR_ECORRUPT for anything invalid
+ * (nothing is leaked), EXR_ENOMEM if memory runs out. */
+exr_status exr_codec_read(const unsigned char header[EXR_HEADER_BYTES], exr_source_fn src,
+                          void *ctx, exr_buffer **out, unsigned char *meta, size_t *meta_len);
+
+#endif

@@ -1,0 +1,29 @@
+/*
+ * file.h - save and load a buffer to and from a file, streaming (no second
+ * full copy in memory).
+ *
+ *   save: dir/.name.XXXXXX  --write header hole, stream body, write header,
+ *         fsync-->  rename over dir/name  --> fsync(dir)
+ *
+ * A crash at any moment leaves either the old file or the new one complete:
+ * the new bytes only get the file's name once they are on disk.
+ */
+#ifndef EXR_FILE_H
+#define EXR_FILE_H
+
+#include "codec.h"
+
+/* Called now and then while saving with the bytes written so far and the
+ * payload size; a non-zero return aborts the save (EXR_EINVAL). */
+typedef int (*exr_progress_fn)(void *ctx, uint64_t done, uint64_t total);
+
+/* Saves b (lock held) to path atomically. On EXR_EIO, *err is errno. */
+exr_status exr_file_save_locked(const exr_buffer *b, const void *meta, size_t meta_len, int level,
+                                const char *path, exr_progress_fn progress, void *ctx, int *err);
+
+/* Loads the buffer saved at path. EXR_ECORRUPT for invalid content, EXR_EIO
+ * (with *err) if the file cannot be read. */
+exr_status exr_file_load(const char *path, exr_buffer **out, unsigned char *meta,
+                         size_t *meta_len, int *err);
+
+#endif

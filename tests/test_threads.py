@@ -1,0 +1,436 @@
+"""Concurrency stress of the C buffer (SPEC §4: every method is safe to call
+from many threads at once, and the GIL is released inside record,
+record_many, get_batch and set_priority).
+
+Writers encode in every state the episode-local step index, so that each
+batch drawn while eviction runs can be checked for self-consistency: along
+a pick the index grows by one, the next state of step t is the state of
+step t + 1, and nothing past seq_len is non-zero. No timing is asserted.
+"""
+
+import collections
+import os
+import random
+import threading
+import traceback
+
+import numpy as np
+import pytest
+
+from exreplay import ExperienceReplay, PickSelectorClass
+
+U = PickSelectorClass.Uniform
+P = PickSelectorClass.Prioritized
+
+ASAN = os.environ.get("EXREPLAY_ASAN") == "1"
+DURATION = 1.0 if ASAN else 3.0
+
+
+class Runner:
+    """Starts functions in threads, stops them together, collects errors."""
+
+    def __init__(self):
+        self.stop = threading.Event()
+        self.errors = []
+        self.threads = []
+        self.counts = collections.Counter()
+
+    def spawn(self, name, fn, *args):
+        def run():
+            try:
+                fn(*args)
+            except BaseException:  # noqa: BLE001 - any exception fails the test
+                self.errors.append(f"{name}:\n{traceback.format_exc()}")
+                self.stop.set()
+
+        t = threading.Thread(target=run, name=name, daemon=True)
+        self.threads.append(t)
+
+    def run(self, duration):
+        for t in self.threads:
+            t.start()
+        self.stop.wait(duration)
+        self.stop.set()
+        for t in self.threads:
+            t.join(60)
+            assert not t.is_alive(), f"thread {t.name} hangs"
+        assert not self.errors, "\n".join(self.errors)
+
+    def run_to_completion(self, timeout=60):
+        for t in self.threads:
+            t.start()
+        for t in self.threads:
+            t.join(timeout)
+            assert not t.is_alive(), f"thread {t.name} hangs"
+        assert not self.errors, "\n".join(self.errors)
+
+
+# ---- small states: encode (step, writer, serial) ----------------------------
+
+W = 6  # state width: [step, writer, serial, step*2, 7, step % 5]
+
+
+def states_for(wid, serial, t0, T):
+    t = np.arange(t0, t0 + T, dtype=np.float64)
+    s = np.empty((T, W), np.float64)
+    s[:, 0] = t
+    s[:, 1] = wid
+    s[:, 2] = serial
+    s[:, 3] = 2 * t
+    s[:, 4] = 7
+    s[:, 5] = t % 5
+    return s
+
+
+def check_small_batch(b, L):
+    """Self-consistency of one batch of encoded states."""
+    B = len(b.seq_len)
+    assert b.state.shape == (B, L, W)
+    ln = b.seq_len
+    assert ((ln >= 1) & (ln <= L)).all()
+    assert ((b.seq_len_next == ln) | (b.seq_len_next == ln - 1)).all()
+    t = np.arange(L)
+    valid = t[None, :] < ln[:, None]
+    st = b.state
+    # padding is zero
+    assert (st[~valid] == 0).all()
+    assert (b.state_next[~valid] == 0).all()
+    assert (b.action[~valid] == 0).all()
+    assert (b.reward[~valid] == 0).all()
+    t0 = st[:, 0, 0]
+    steps = t0[:, None] + t[None, :]
+    # the step index increases by one along the pick; the rest follows from it
+    assert (np.where(valid, st[:, :, 0], steps) == steps).all()
+    for col, val in ((1, st[:, 0, 1]), (2, st[:, 0, 2]), (4, np.full(B, 7.0))):
+        assert (np.where(valid, st[:, :, col], val[:, None]) == val[:, None]).all()
+    assert (np.where(valid, st[:, :, 3], 2 * steps) == 2 * steps).all()
+    assert (np.where(valid, st[:, :, 5], steps % 5) == steps % 5).all()
+    # actions and rewards were recorded from the same step index
+    assert (np.where(valid, b.action, steps) == steps).all()
+    assert (np.where(valid, b.reward, steps * 0.5) == steps * 0.5).all()
+    # next state of t is state of t + 1 inside the pick
+    inner = t[None, :] < (ln - 1)[:, None]
+    assert (b.state_next[:, :-1][inner[:, :-1]] == st[:, 1:][inner[:, :-1]]).all()
+    # the last next state: the following step (stored or final) or zeros
+    last = b.state_next[np.arange(B), ln - 1]
+    terminal = b.seq_len_next == ln - 1
+    exp = st[np.arange(B), ln - 1].copy()
+    exp[:, 0] += 1
+    exp[:, 3] += 2
+    exp[:, 5] = (exp[:, 0]) % 5
+    ok_follow = (last == exp).all(axis=1)
+    ok_zero = (last == 0).all(axis=1)
+    # a terminal step has a final state (the following step) or zeros;
+    # a non-terminal one always has the following step
+    assert (ok_follow | (terminal & ok_zero)).all()
+    # seq_len < L only where an ended episode runs out: then no next pick row
+    assert (b.weight > 0).all() and np.isfinite(b.weight).all()
+
+
+def writer(run, buf, wid, seed):
+    rng = random.Random(seed)
+    serial = 0
+    while not run.stop.is_set():
+        serial += 1
+        T = rng.randint(1, 70)
+        h = None if rng.random() < 0.5 else buf.new_episode()
+        t = 0
+        end = rng.random()
+        while t < T and not run.stop.is_set():
+            n = rng.randint(1, 12) if rng.random() < 0.6 else 1
+            n = min(n, T - t)
+            last = t + n == T
+            S = states_for(wid, serial, t, n)
+            fin = states_for(wid, serial, T, 1)[0] if last and end < 0.4 else None
+            term = last and 0.3 < end < 0.7
+            steps = np.arange(t, t + n)
+            if n == 1 and rng.random() < 0.5:
+                pri = rng.uniform(0.05, 5.0) if rng.random() < 0.7 else None
+                h2 = buf.record(h, S[0], int(steps[0]), float(steps[0]) * 0.5, final_state=fin,
+                                terminated=term, priority=pri)
+            else:
+                pri = np.array([rng.uniform(0.05, 5.0) for _ in range(n)]) \
+                    if rng.random() < 0.7 else None
+                h2 = buf.record_many(h, S, steps, steps * 0.5, final_state=fin, terminated=term,
+                                     priorities=pri)
+            assert isinstance(h2, int) and h2 >= 0
+            if h is not None and h2 != h:
+                # the episode was evicted (or h was unknown): a new one began
+                run.counts["restarts"] += 1
+            h = h2
+            t += n
+            run.counts["records"] += n
+        # end < 0.7: ended; otherwise abandoned open
+
+
+def sampler(run, buf, selectors, recent, L, use_out, seed):
+    rng = random.Random(seed)
+    outs = {}
+    while not run.stop.is_set():
+        ps = rng.choice(selectors)
+        B = rng.choice([1, 16, 64, 256])
+        try:
+            if use_out and rng.random() < 0.8:
+                key = (int(ps), B)
+                if key in outs:
+                    b = buf.get_batch(B, ps, out=outs[key])
+                    assert b is outs[key]
+                else:
+                    b = outs[key] = buf.get_batch(B, ps)
+            else:
+                b = buf.get_batch(B, ps)
+        except ValueError as e:
+            # legitimate only when nothing can be drawn at that instant
+            assert not str(e).startswith(("ps:", "batch_size:", "out:")), str(e)
+            run.counts["empty"] += 1
+            continue
+        check_small_batch(b, L)
+        if ps.kind == int(U):
+            assert (b.weight == 1).all()
+        else:
+            assert (b.weight <= 1.0 + 1e-6).all()
+        recent.append((b.pick_epi.copy(), b.pick_pos.copy()))
+        run.counts["batches"] += 1
+
+
+def updater(run, buf, pr, recent, seed):
+    rng = np.random.default_rng(seed)
+    while not run.stop.is_set():
+        try:
+            e, p = recent.popleft()
+        except IndexError:
+            run.stop.wait(0.001)
+            continue
+        n = buf.set_priority(pr, e, p, rng.uniform(0.01, 10.0, len(e)))
+        assert 0 <= n <= len(e)
+        if rng.random() < 0.3:
+            n = buf.set_priority(pr, e, p, float(rng.uniform(0.5, 2.0)))
+            assert 0 <= n <= len(e)
+        run.counts["applied"] += n
+        run.counts["asked"] += len(e)
+
+
+def churner(run, buf, L, seed):
+    rng = random.Random(seed)
+    mine = []
+    while not run.stop.is_set():
+        r = rng.random()
+        if r < 0.35 or not mine:
+            kind = rng.choice([U, P])
+            kw = dict(alpha=rng.uniform(0, 1), beta=rng.uniform(0, 1)) if kind == P else {}
+            mine.append(buf.new_pick_selector(kind, **kw))
+        elif r < 0.6:
+            buf.remove_pick_selector(mine.pop(rng.randrange(len(mine))))
+        elif r < 0.9:
+            ps = rng.choice(mine)
+            if ps.kind == int(P):
+                ps.beta = rng.uniform(0, 1)
+            try:
+                check_small_batch(buf.get_batch(rng.randint(1, 32), ps), L)
+            except ValueError as e:
+                assert not str(e).startswith(("ps:", "batch_size:", "out:")), str(e)
+        else:
+            buf._check()
+        run.counts["churn"] += 1
+    for ps in mine:
+        buf.remove_pick_selector(ps)
+
+
+def inspector(run, buf, seed):
+    """Readers of the introspection API, racing the writers."""
+    rng = random.Random(seed)
+    while not run.stop.is_set():
+        n = len(buf)
+        assert 0 <= n <= buf.capacity
+        assert buf.num_picks >= 0 and buf.num_episodes >= 0
+        hs = buf._handles()
+        assert hs == sorted(hs)
+        if hs:
+            h = rng.choice(hs)
+            try:
+                ep = buf.episode(h)
+            except ValueError:
+                pass  # evicted between the two calls
+            else:
+                k = len(ep.reward)
+                if k:
+                    s = ep.state[:, 0]
+                    assert (np.diff(s) == 1).all()
+                    assert (ep.action == s).all()
+        e, p = buf._picks()
+        assert len(e) == len(p)
+        run.stop.wait(0.002)
+
+
+@pytest.mark.parametrize("eviction", ["fifo", "second_chance"])
+def test_stress_record_sample_update_churn(eviction):
+    L = 4
+    buf = ExperienceReplay((W,), state_dtype="float64", action_dtype="int64",
+                           reward_dtype="float64", capacity=1500, pick_len=L, allow_short=True,
+                           eviction=eviction, seed=1)
+    u = buf.new_pick_selector(U)
+    pr = buf.new_pick_selector(P, alpha=0.6, beta=0.4)
+    pr2 = buf.new_pick_selector(P, alpha=1.0, beta=1.0)
+    # something to draw from at the start
+    for i in range(20):
+        buf.record_many(None, states_for(9, i, 0, 10), np.arange(10), np.arange(10) * 0.5,
+                        final_state=states_for(9, i, 10, 1)[0])
+    run = Runner()
+    recent = collections.deque(maxlen=64)
+    for w in range(4):
+        run.spawn(f"writer{w}", writer, run, buf, w, 100 + w)
+    run.spawn("sampler0", sampler, run, buf, [u, pr, pr2], recent, L, False, 1)
+    run.spawn("sampler1", sampler, run, buf, [u, pr, pr2], recent, L, True, 2)
+    run.spawn("updater", updater, run, buf, pr, recent, 3)
+    run.spawn("churner", churner, run, buf, L, 4)
+    run.spawn("inspector", inspector, run, buf, 5)
+    run.run(DURATION)
+    buf._check()
+    c = run.counts
+    print(dict(c))
+    assert c["records"] > buf.capacity, c  # eviction really ran
+    assert c["batches"] > 0 and c["asked"] > 0 and c["churn"] > 0, c
+    assert len(buf) <= buf.capacity
+    # still fully usable afterwards
+    for ps in (u, pr, pr2):
+        check_small_batch(buf.get_batch(256, ps), L)
+    e, p = buf._picks()
+    assert buf.set_priority(pr, e, p, 1.0) == len(e)
+    assert int(buf.new_pick_selector(U)) > int(pr2)
+    buf._check()
+
+
+def test_record_many_same_episode_from_many_threads():
+    """Threads appending to one shared handle: records of one call stay in
+    order and contiguous; the counts add up."""
+    buf = ExperienceReplay((2,), state_dtype="float64", capacity=None, pick_len=1, seed=0)
+    h = buf.new_episode()
+    run = Runner()
+    per = collections.Counter()
+
+    def w(wid):
+        for i in range(300):
+            n = 1 + (i % 7)
+            base = wid * 1_000_000 + i * 100
+            s = np.stack([np.arange(base, base + n), np.full(n, wid)], axis=1).astype(float)
+            assert buf.record_many(h, s, np.zeros(n, np.int64), np.zeros(n)) == h
+            per[wid] += n
+
+    for wid in range(4):
+        run.spawn(f"w{wid}", w, wid)
+    run.run_to_completion()
+    ep = buf.episode(h)
+    assert len(ep.reward) == sum(per.values()) == len(buf)
+    # each call's run of states is contiguous and in order
+    s = ep.state[:, 0]
+    i = 0
+    while i < len(s):
+        j = i + 1
+        while j < len(s) and s[j] == s[j - 1] + 1 and ep.state[j, 1] == ep.state[i, 1]:
+            j += 1
+        assert (j - i) in range(1, 8)
+        assert s[i] % 100 == 0
+        i = j
+    assert buf.num_picks == len(s) - 1
+    buf._check()
+
+
+# ---- large frames: get_batch copies without the lock while eviction runs ----
+
+
+def frames(wid, serial, t0, T):
+    """84x84 uint8 frames: row 0 holds step (3 bytes), writer and serial;
+    the rest is (7 * step + serial) % 256."""
+    t = np.arange(t0, t0 + T)
+    f = ((7 * t + serial) % 256).astype(np.uint8)[:, None, None] * np.ones((1, 84, 84), np.uint8)
+    f[:, 0, 0] = t & 255
+    f[:, 0, 1] = (t >> 8) & 255
+    f[:, 0, 2] = (t >> 16) & 255
+    f[:, 0, 3] = wid
+    f[:, 0, 4] = serial % 256
+    return f
+
+
+def _step(x):
+    h = x[..., 0, :3].astype(np.int64)
+    return h[..., 0] + (h[..., 1] << 8) + (h[..., 2] << 16)
+
+
+def check_frames(b, L):
+    B = len(b.seq_len)
+    ln = b.seq_len
+    t = np.arange(L)
+    valid = t[None, :] < ln[:, None]
+    X = b.state
+    step = _step(X)
+    serial = X[:, :, 0, 4].astype(np.int64)
+    exp_step = step[:, :1] + t[None, :]
+    assert (np.where(valid, step, exp_step) == exp_step).all()
+    assert (np.where(valid, serial, serial[:, :1]) == serial[:, :1]).all()
+    body = ((7 * step + serial) % 256).astype(np.uint8)
+    ok = (X[:, :, 1:, :] == body[:, :, None, None]).all(axis=(2, 3))
+    ok &= (X[:, :, 0, 5:] == body[:, :, None]).all(axis=2)
+    assert (ok | ~valid).all(), "torn or stale frame in a batch"
+    assert not X[~valid].any() and not b.state_next[~valid].any()
+    inner = t[None, :] < (ln - 1)[:, None]
+    assert np.array_equal(b.state_next[:, :-1][inner[:, :-1]], X[:, 1:][inner[:, :-1]])
+    last = b.state_next[np.arange(B), ln - 1]
+    follow = _step(last) == step[np.arange(B), ln - 1] + 1
+    lstep = _step(last)
+    lbody = ((7 * lstep + last[:, 0, 4].astype(np.int64)) % 256).astype(np.uint8)
+    follow &= (last[:, 1:, :] == lbody[:, None, None]).all(axis=(1, 2))
+    zero = ~last.reshape(B, -1).any(axis=1)
+    assert (follow | ((b.seq_len_next == ln - 1) & zero)).all()
+    assert np.array_equal(b.action, np.where(valid, step, 0))
+
+
+def test_get_batch_with_big_frames_concurrent_with_record():
+    L = 8
+    buf = ExperienceReplay((84, 84), state_dtype="uint8", capacity=3000, pick_len=L,
+                           allow_short=True, seed=2)
+    u = buf.new_pick_selector(U)
+    pr = buf.new_pick_selector(P)
+    for i in range(10):
+        buf.record_many(None, frames(9, i, 0, 40), np.arange(40), np.zeros(40),
+                        final_state=frames(9, i, 40, 1)[0])
+    run = Runner()
+
+    def w(wid):
+        rng = random.Random(wid)
+        serial = 0
+        while not run.stop.is_set():
+            serial += 1
+            T = rng.randint(5, 120)
+            h = None
+            t = 0
+            while t < T and not run.stop.is_set():
+                n = min(rng.randint(1, 30), T - t)
+                last = t + n == T
+                fin = frames(wid, serial, T, 1)[0] if last and serial % 2 else None
+                h = buf.record_many(h, frames(wid, serial, t, n), np.arange(t, t + n),
+                                    np.zeros(n), final_state=fin,
+                                    terminated=last and serial % 3 == 0)
+                t += n
+                run.counts["records"] += n
+
+    def s(seed, ps):
+        rng = random.Random(seed)
+        out = None
+        while not run.stop.is_set():
+            B = rng.choice([32, 128, 256])
+            if out is not None and len(out.seq_len) == B and rng.random() < 0.5:
+                b = buf.get_batch(B, ps, out=out)
+            else:
+                b = out = buf.get_batch(B, ps)
+            check_frames(b, L)
+            run.counts["batches"] += 1
+
+    run.spawn("w0", w, 0)
+    run.spawn("w1", w, 1)
+    run.spawn("s0", s, 10, u)
+    run.spawn("s1", s, 11, pr)
+    run.run(DURATION)
+    print(dict(run.counts))
+    assert run.counts["records"] > buf.capacity and run.counts["batches"] > 0, run.counts
+    buf._check()
+    check_frames(buf.get_batch(64, u), L)
