@@ -18,11 +18,22 @@
 
 #include "buffer.h"
 
+#define EXR_BLOCK_CACHE_N 8
+#define EXR_BLOCK_CACHE_BYTES ((size_t)256 << 20)
+
 typedef struct {
     PyTypeObject *replay_type;
     PyTypeObject *selector_type;
     PyTypeObject *batch_type;
     PyTypeObject *episode_type;
+    PyTypeObject *block_type;
+    /* batch memory kept for reuse (block.c); used with the GIL held */
+    struct {
+        void *mem;
+        size_t size;
+    } cached[EXR_BLOCK_CACHE_N];
+    int ncached;
+    size_t cached_bytes;
 } exr_modstate;
 
 typedef struct {
@@ -97,6 +108,12 @@ PyObject *exr_unserialize(PyObject *module, PyObject *data);
 int exr_parse_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, const char *fname,
                    const char *const *names, int nreq, int nmax, PyObject **out);
 int exr_selector_init_type(PyObject *module, exr_modstate *st);
+
+/* block.c: one allocation for a batch's arrays, recycled. */
+int exr_block_init_type(PyObject *module, exr_modstate *st);
+PyObject *exr_block_new(exr_modstate *st, size_t size);
+void *exr_block_data(PyObject *block);
+void exr_block_cache_clear(exr_modstate *st);
 
 /* A new PickSelector for handle h of owner. */
 PyObject *exr_selector_new(ReplayObject *owner, int64_t h, int kind);

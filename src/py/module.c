@@ -231,7 +231,8 @@ static int module_exec(PyObject *m)
     if (!st->episode_type ||
         PyModule_AddObjectRef(m, "EpisodeData", (PyObject *)st->episode_type) < 0)
         return -1;
-    if (exr_selector_init_type(m, st) < 0 || exr_replay_init_type(m, st) < 0)
+    if (exr_block_init_type(m, st) < 0 || exr_selector_init_type(m, st) < 0 ||
+        exr_replay_init_type(m, st) < 0)
         return -1;
     for (int k = 0; k < exr_selector_nkinds; k++)
         if (PyModule_AddIntConstant(m, exr_selector_kinds[k]->name, k) < 0)
@@ -248,6 +249,7 @@ static int module_traverse(PyObject *m, visitproc visit, void *arg)
     Py_VISIT(st->selector_type);
     Py_VISIT(st->batch_type);
     Py_VISIT(st->episode_type);
+    Py_VISIT(st->block_type);
     return 0;
 }
 
@@ -258,10 +260,15 @@ static int module_clear(PyObject *m)
     Py_CLEAR(st->selector_type);
     Py_CLEAR(st->batch_type);
     Py_CLEAR(st->episode_type);
+    Py_CLEAR(st->block_type);
     return 0;
 }
 
-static void module_free(void *m) { module_clear((PyObject *)m); }
+static void module_free(void *m)
+{
+    module_clear((PyObject *)m);
+    exr_block_cache_clear(PyModule_GetState((PyObject *)m));
+}
 
 static PyMethodDef module_methods[] = {
     {"_floor_gather", (PyCFunction)(void (*)(void))exr_floor_gather_py, METH_FASTCALL,

@@ -713,7 +713,59 @@ static PyArray_Descr *field_spec(ReplayObject *self, int f, npy_intp B, int *nd,
     }
 }
 
-/* out_arrays[f] borrowed from `out` after checking them, or new arrays. */
+/* The arrays of a new batch of B picks, carved from one block (block.c). */
+static int new_batch_arrays(ReplayObject *self, npy_intp B, PyObject **arrays)
+{
+    int nds[NFIELDS];
+    npy_intp dims[NFIELDS][NPY_MAXDIMS];
+    PyArray_Descr *descrs[NFIELDS] = {0};
+    size_t offs[NFIELDS], total = 0;
+    PyObject *block = NULL;
+    for (int f = 0; f < NFIELDS; f++) {
+        descrs[f] = field_spec(self, f, B, &nds[f], dims[f]);
+        if (!descrs[f])
+            goto fail;
+        size_t bytes = (size_t)PyDataType_ELSIZE(descrs[f]);
+        for (int i = 0; i < nds[f]; i++)
+            if (!exr_mul_size(bytes, (size_t)dims[f][i], &bytes))
+                goto too_big;
+        offs[f] = total;
+        if (!exr_add_size(total, bytes + 63, &total) || total > (size_t)PY_SSIZE_T_MAX)
+            goto too_big;
+        total &= ~(size_t)63;
+    }
+    block = exr_block_new(mstate(self), total);
+    if (!block)
+        goto fail;
+    char *mem = exr_block_data(block);
+    for (int f = 0; f < NFIELDS; f++) {
+        /* NewFromDescr steals the descr, SetBaseObject the block reference,
+         * both even when they fail */
+        PyArray_Descr *d = descrs[f];
+        descrs[f] = NULL;
+        arrays[f] = PyArray_NewFromDescr(&PyArray_Type, d, nds[f], dims[f], NULL, mem + offs[f],
+                                         NPY_ARRAY_CARRAY, NULL);
+        if (!arrays[f])
+            goto fail;
+        Py_INCREF(block);
+        if (PyArray_SetBaseObject((PyArrayObject *)arrays[f], block) < 0)
+            goto fail;
+    }
+    Py_DECREF(block);
+    return 0;
+too_big:
+    PyErr_Format(PyExc_MemoryError, "batch_size: a batch of %zd picks would not fit in memory",
+                 (Py_ssize_t)B);
+fail:
+    for (int f = 0; f < NFIELDS; f++) {
+        Py_CLEAR(arrays[f]);
+        Py_XDECREF(descrs[f]);
+    }
+    Py_XDECREF(block);
+    return -1;
+}
+
+/* arrays[f] borrowed from `out` after checking them, or new arrays. */
 static int batch_arrays(ReplayObject *self, npy_intp B, PyObject *out, PyObject **arrays)
 {
     exr_modstate *st = mstate(self);
@@ -722,18 +774,14 @@ static int batch_arrays(ReplayObject *self, npy_intp B, PyObject *out, PyObject 
                      Py_TYPE(out)->tp_name);
         return -1;
     }
+    if (!out)
+        return new_batch_arrays(self, B, arrays);
     for (int f = 0; f < NFIELDS; f++) {
         int nd;
         npy_intp dims[NPY_MAXDIMS];
         PyArray_Descr *d = field_spec(self, f, B, &nd, dims);
         if (!d)
             goto error;
-        if (!out) {
-            arrays[f] = PyArray_NewFromDescr(&PyArray_Type, d, nd, dims, NULL, NULL, 0, NULL);
-            if (!arrays[f])
-                goto error;
-            continue;
-        }
         PyObject *a = PyStructSequence_GetItem(out, f);
         int ok = PyArray_Check(a) && PyArray_EquivTypes(PyArray_DESCR((PyArrayObject *)a), d) &&
                  PyArray_NDIM((PyArrayObject *)a) == nd &&

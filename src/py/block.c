@@ -1,0 +1,111 @@
+/*
+ * block.c - the memory behind a batch's arrays: one allocation for all nine,
+ * kept for reuse when the batch dies.
+ *
+ *   get_batch --> Block (one 64-byte-aligned allocation)
+ *                  |-- state | action | reward | state_next | seq_len | ... | weight
+ *                  each a NumPy array viewing its part, with the Block as its base
+ *   last array freed --> Block dealloc --> cache (up to 8 blocks, 256 MiB)
+ *
+ * A training loop draws batches of one size over and over. Fresh memory for
+ * each would come from mmap (a batch is larger than glibc's mmap threshold)
+ * and be page-faulted in again every time, which costs more than filling it;
+ * a recycled block is already mapped and warm. The cache lives in the module
+ * state and is used with the GIL held.
+ */
+#include "binding.h"
+
+#include <stdlib.h>
+
+typedef struct {
+    PyObject_HEAD
+    void *mem;
+    size_t size;
+} BlockObject;
+
+static size_t round_line(size_t n) { return (n + 63) & ~(size_t)63; }
+
+static void block_dealloc(BlockObject *b)
+{
+    PyTypeObject *tp = Py_TYPE(b);
+    exr_modstate *st = exr_state_of_type(tp);
+    if (b->mem) {
+        if (st && b->size <= EXR_BLOCK_CACHE_BYTES) {
+            /* make room, oldest first, then keep it */
+            while (st->ncached == EXR_BLOCK_CACHE_N ||
+                   st->cached_bytes + b->size > EXR_BLOCK_CACHE_BYTES) {
+                free(st->cached[0].mem);
+                st->cached_bytes -= st->cached[0].size;
+                memmove(st->cached, st->cached + 1, (size_t)(--st->ncached) * sizeof st->cached[0]);
+            }
+            st->cached[st->ncached].mem = b->mem;
+            st->cached[st->ncached].size = b->size;
+            st->ncached++;
+            st->cached_bytes += b->size;
+        } else {
+            free(b->mem);
+        }
+    }
+    tp->tp_free(b);
+    Py_DECREF(tp);
+}
+
+PyObject *exr_block_new(exr_modstate *st, size_t size)
+{
+    size = round_line(size ? size : 64);
+    BlockObject *b = PyObject_New(BlockObject, st->block_type);
+    if (!b)
+        return NULL;
+    /* the smallest cached block that fits without wasting more than half */
+    int best = -1;
+    for (int i = 0; i < st->ncached; i++)
+        if (st->cached[i].size >= size && st->cached[i].size / 2 <= size &&
+            (best < 0 || st->cached[i].size < st->cached[best].size))
+            best = i;
+    if (best >= 0) {
+        b->mem = st->cached[best].mem;
+        b->size = st->cached[best].size;
+        st->cached_bytes -= b->size;
+        memmove(st->cached + best, st->cached + best + 1,
+                (size_t)(st->ncached - best - 1) * sizeof st->cached[0]);
+        st->ncached--;
+    } else {
+        b->mem = aligned_alloc(64, size);
+        b->size = size;
+        if (!b->mem) {
+            b->size = 0;
+            Py_DECREF(b);
+            return PyErr_NoMemory();
+        }
+    }
+    return (PyObject *)b;
+}
+
+void *exr_block_data(PyObject *block) { return ((BlockObject *)block)->mem; }
+
+void exr_block_cache_clear(exr_modstate *st)
+{
+    for (int i = 0; i < st->ncached; i++)
+        free(st->cached[i].mem);
+    st->ncached = 0;
+    st->cached_bytes = 0;
+}
+
+static PyType_Slot block_slots[] = {
+    {Py_tp_dealloc, block_dealloc},
+    {Py_tp_doc, "Memory shared by the arrays of one batch (their .base)."},
+    {0, NULL},
+};
+
+static PyType_Spec block_spec = {
+    .name = "exreplay._core._BatchMemory",
+    .basicsize = sizeof(BlockObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = block_slots,
+};
+
+int exr_block_init_type(PyObject *m, exr_modstate *st)
+{
+    st->block_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &block_spec, NULL);
+    return st->block_type ? 0 : -1;
+}
