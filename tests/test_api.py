@@ -477,13 +477,32 @@ def test_batch_shapes_dtypes_contents(name):
 
 
 def test_batch_arrays_own_their_memory():
+    # SPEC §4: the arrays own the memory get_batch filled (no second copy). All
+    # nine share one block as their base, which lives until the last of them.
     buf = make()
     fill(buf, 10, ended=True)
-    b = buf.get_batch(5, buf.new_pick_selector(U))
-    for f in ("state", "action", "reward", "state_next", "seq_len", "seq_len_next",
-              "pick_epi", "pick_pos", "weight"):
+    u = buf.new_pick_selector(U)
+    b = buf.get_batch(5, u)
+    names = ("state", "action", "reward", "state_next", "seq_len", "seq_len_next",
+             "pick_epi", "pick_pos", "weight")
+    bases = {id(getattr(b, f).base) for f in names}
+    assert len(bases) == 1
+    for f in names:
         a = getattr(b, f)
-        assert a.flags.c_contiguous and a.flags.writeable and a.flags.owndata, f
+        assert a.flags.c_contiguous and a.flags.writeable and a.flags.aligned, f
+        assert a.base is not None and not isinstance(a.base, np.ndarray), f
+    # an array kept alone outlives its batch and its buffer, and its memory is
+    # not handed to later batches while it lives
+    kept, want = b.state, b.state.copy()
+    del b, buf
+    other = make()
+    fill(other, 10, ended=True)
+    v = other.new_pick_selector(U)
+    for _ in range(20):
+        x = other.get_batch(5, v)
+        x.state[...] = -1.0
+        del x
+    assert np.array_equal(kept, want)
 
 
 def test_terminal_step_contents():
