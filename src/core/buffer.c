@@ -703,14 +703,40 @@ exr_status exr_buffer_set_priority_locked(exr_buffer *b, int64_t h, size_t count
             return EXR_EINVAL;
     }
     size_t done = 0;
-    if (e->sel->vt->prioritized) {
+    if (e->sel->vt->prioritized && count) {
+        /* Pass 1 finds each pick's episode and prefetches its aux entry;
+         * pass 2 reads the pick indices; then the selector updates all of
+         * them at once. Dependent misses of different picks overlap. */
+        size_t *idx = malloc(count * sizeof *idx), *scratch = malloc(count * sizeof *scratch);
+        uint32_t **aux = malloc(count * sizeof *aux);
+        double *kept = malloc(count * sizeof *kept);
+        if (!idx || !scratch || !aux || !kept) {
+            free(idx);
+            free(scratch);
+            free(aux);
+            free(kept);
+            return EXR_ENOMEM;
+        }
         for (size_t i = 0; i < count; i++) {
-            size_t idx = pick_index_locked(b, epi[i], pos[i]);
-            if (idx == SIZE_MAX)
+            uint32_t slot = exr_episodes_find(&b->eps, epi[i]);
+            aux[i] = NULL;
+            if (slot == EXR_NIL || pos[i] < 0 || (uint64_t)pos[i] >= b->eps.slab[slot].m)
                 continue;
-            e->sel->vt->update(e->sel, idx, prio[i * prio_stride]);
+            aux[i] = exr_aux_at(b, &b->eps.slab[slot], (uint64_t)pos[i]);
+            __builtin_prefetch(aux[i]);
+        }
+        for (size_t i = 0; i < count; i++) {
+            if (!aux[i])
+                continue;
+            idx[done] = *aux[i];
+            kept[done] = prio[i * prio_stride];
             done++;
         }
+        e->sel->vt->update_many(e->sel, done, idx, kept, 1, scratch);
+        free(idx);
+        free(scratch);
+        free(aux);
+        free(kept);
     }
     *applied = done;
     return EXR_OK;

@@ -117,6 +117,28 @@ static void p_update(exr_selector *b, size_t i, double prio)
     exr_sumtree_set(&s->tree, i, to_leaf(s, prio));
 }
 
+static void p_update_many(exr_selector *b, size_t count, const size_t *idx, const double *prio,
+                          size_t stride, size_t *scratch)
+{
+    prio_sel *s = (prio_sel *)b;
+    float small[256] = {0}; /* zeroed only to quiet a false maybe-uninitialized warning */
+    float *leaves = count <= 256 ? small : malloc(count * sizeof(float));
+    if (!leaves) {
+        for (size_t k = 0; k < count; k++)
+            p_update(b, idx[k], prio[k * stride]);
+        return;
+    }
+    for (size_t k = 0; k < count; k++) {
+        double p = prio[k * stride];
+        if (p > s->max_prio)
+            s->max_prio = p;
+        leaves[k] = to_leaf(s, p);
+    }
+    exr_sumtree_set_many(&s->tree, count, idx, leaves, scratch);
+    if (leaves != small)
+        free(leaves);
+}
+
 static void weights_of(const prio_sel *s, size_t count, const size_t *idx, float *w)
 {
     float lo = exr_sumtree_min(&s->tree);
@@ -226,6 +248,7 @@ const exr_selector_vtable exr_sel_prioritized = {
     .add = p_add,
     .remove = p_remove,
     .update = p_update,
+    .update_many = p_update_many,
     .sample = p_sample,
     .weights = p_weights,
     .stored = p_stored,

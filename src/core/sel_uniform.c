@@ -27,6 +27,12 @@ static void u_add(exr_selector *s, size_t i, double p) { (void)s; (void)i; (void
 static void u_remove(exr_selector *s, size_t i, size_t last) { (void)s; (void)i; (void)last; }
 static void u_update(exr_selector *s, size_t i, double p) { (void)s; (void)i; (void)p; }
 
+static void u_update_many(exr_selector *s, size_t count, const size_t *idx, const double *prio,
+                          size_t stride, size_t *scratch)
+{
+    (void)s; (void)count; (void)idx; (void)prio; (void)stride; (void)scratch;
+}
+
 static exr_status u_sample(exr_selector *s, size_t n, size_t count, size_t *idx, float *w,
                            double *scratch)
 {
@@ -90,6 +96,7 @@ const exr_selector_vtable exr_sel_uniform = {
     .add = u_add,
     .remove = u_remove,
     .update = u_update,
+    .update_many = u_update_many,
     .sample = u_sample,
     .weights = u_weights,
     .stored = u_stored,

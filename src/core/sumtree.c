@@ -136,29 +136,66 @@ void exr_sumtree_set(exr_sumtree *t, size_t i, float v)
     }
 }
 
+void exr_sumtree_set_many(exr_sumtree *t, size_t count, const size_t *idx, const float *v,
+                          size_t *node)
+{
+    enum { D = 8 };
+    for (size_t k = 0; k < count && k < D; k++)
+        __builtin_prefetch(t->leaf + idx[k], 1);
+    for (size_t k = 0; k < count; k++) {
+        if (k + D < count)
+            __builtin_prefetch(t->leaf + idx[k + D], 1);
+        t->leaf[idx[k]] = v[k]; /* in order: the last value for a leaf wins */
+        node[k] = idx[k] / FAN;
+    }
+    /* Each level once for the whole batch: a node is recomputed from its 8
+     * children, all already final, so duplicates and order do not matter. */
+    for (size_t k = 0; k < count; k++) {
+        if (k + D < count)
+            __builtin_prefetch(t->sum[0] + node[k + D], 1);
+        node_from_leaves(t->leaf + FAN * node[k], &t->sum[0][node[k]], &t->mn[0][node[k]]);
+    }
+    for (int lv = 1; lv < t->nlev; lv++) {
+        for (size_t k = 0; k < count; k++)
+            node[k] /= FAN;
+        for (size_t k = 0; k < count; k++) {
+            if (k + D < count)
+                __builtin_prefetch(t->sum[lv] + node[k + D], 1);
+            size_t j = node[k];
+            node_from_nodes(t->sum[lv - 1] + FAN * j, t->mn[lv - 1] + FAN * j, &t->sum[lv][j],
+                            &t->mn[lv][j]);
+        }
+    }
+}
+
 double exr_sumtree_total(const exr_sumtree *t) { return t->nlev ? t->sum[t->nlev - 1][0] : 0.0; }
 
 float exr_sumtree_min(const exr_sumtree *t) { return t->nlev ? t->mn[t->nlev - 1][0] : INFINITY; }
 
 /* Which of 8 children holds offset *x; *x becomes the offset inside it.
- * Rounding can leave *x at or past the children's sum: then the last
- * positive child is taken, so a zero-weight child is never returned. */
+ * Branch-free: the child is the number of prefix sums <= x (prefix sums are
+ * summed in the same order as the parent's, so x < parent means a hit), and
+ * a zero child can never be it (its prefix equals the one before). Rounding
+ * can leave x at or past the end only when the parent's sum was rounded
+ * differently: then the last positive child is taken. */
 #define CHOOSE(c, x, s)                                                                            \
     do {                                                                                           \
-        int last_ = 0;                                                                             \
-        for ((s) = 0; (s) < FAN; (s)++) {                                                          \
-            double v_ = (c)[s];                                                                    \
-            if (v_ > 0) {                                                                          \
-                last_ = (s);                                                                       \
-                if ((x) < v_)                                                                      \
-                    break;                                                                         \
-                (x) -= v_;                                                                         \
-            }                                                                                      \
+        double pre_ = 0, base_ = 0;                                                                \
+        int n_ = 0;                                                                                \
+        for (int i_ = 0; i_ < FAN; i_++) {                                                         \
+            pre_ += (double)(c)[i_];                                                               \
+            int le_ = pre_ <= (x);                                                                 \
+            n_ += le_;                                                                             \
+            base_ = le_ ? pre_ : base_;                                                            \
         }                                                                                          \
-        if ((s) == FAN) {                                                                          \
-            (s) = last_;                                                                           \
-            (x) = (double)(c)[s];                                                                  \
-            (x) = (x) > 0 ? nextafter((x), 0.0) : 0.0;                                             \
+        if (n_ < FAN) {                                                                            \
+            (s) = n_;                                                                              \
+            (x) -= base_;                                                                          \
+        } else {                                                                                   \
+            (s) = FAN - 1;                                                                         \
+            while ((s) > 0 && !((c)[s] > 0))                                                       \
+                (s)--;                                                                             \
+            (x) = (double)(c)[s] > 0 ? nextafter((double)(c)[s], 0.0) : 0.0;                       \
         }                                                                                          \
     } while (0)
 

@@ -48,6 +48,12 @@ void exr_sumtree_rebuild(exr_sumtree *t);
 /* leaf[i] = v (v >= 0, i < cap), then fixes its ancestors. */
 void exr_sumtree_set(exr_sumtree *t, size_t i, float v);
 
+/* leaf[idx[k]] = v[k] for k < count, then fixes the ancestors level by level
+ * over the whole batch, so that the cache misses of different leaves overlap.
+ * scratch holds count size_t. */
+void exr_sumtree_set_many(exr_sumtree *t, size_t count, const size_t *idx, const float *v,
+                          size_t *scratch);
+
 static inline float exr_sumtree_get(const exr_sumtree *t, size_t i) { return t->leaf[i]; }
 double exr_sumtree_total(const exr_sumtree *t);
 /* Smallest positive leaf, +inf if every leaf is 0. */
