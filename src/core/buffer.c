@@ -742,6 +742,17 @@ exr_status exr_buffer_set_priority_locked(exr_buffer *b, int64_t h, size_t count
     return EXR_OK;
 }
 
+exr_status exr_buffer_priority_stats_locked(const exr_buffer *b, int64_t h, double *total,
+                                            double *min_pos, uint64_t *n)
+{
+    sel_entry *e = find_sel(b, h);
+    if (!e)
+        return EXR_ENOTFOUND;
+    e->sel->vt->stats(e->sel, b->picks.n, total, min_pos);
+    *n = b->picks.n;
+    return EXR_OK;
+}
+
 /* ---- introspection ----------------------------------------------------- */
 
 exr_status exr_buffer_episode_info_locked(const exr_buffer *b, int64_t h, uint64_t *n,

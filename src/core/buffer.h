@@ -106,6 +106,11 @@ exr_status exr_buffer_set_priority_locked(exr_buffer *b, int64_t h, size_t count
                                           const double *prio, size_t prio_stride,
                                           size_t *applied);
 
+/* Selector h's draw weights over all picks: their sum, the smallest positive
+ * one, and the number of picks (for combining shards). O(1). */
+exr_status exr_buffer_priority_stats_locked(const exr_buffer *b, int64_t h, double *total,
+                                            double *min_pos, uint64_t *n);
+
 /* Episode h: its size and flags (EXR_ENOTFOUND if not live). */
 exr_status exr_buffer_episode_info_locked(const exr_buffer *b, int64_t h, uint64_t *n,
                                           bool *ended, bool *terminated, bool *has_final);

@@ -174,6 +174,14 @@ static void p_weights(const exr_selector *b, size_t n, size_t count, const size_
     weights_of((const prio_sel *)b, count, idx, w);
 }
 
+static void p_stats(const exr_selector *b, size_t n, double *total, double *min_pos)
+{
+    const prio_sel *s = (const prio_sel *)b;
+    (void)n;
+    *total = exr_sumtree_total(&s->tree);
+    *min_pos = exr_sumtree_min(&s->tree);
+}
+
 static double p_stored(const exr_selector *b, size_t i)
 {
     return exr_sumtree_get(&((const prio_sel *)b)->tree, i);
@@ -251,6 +259,7 @@ const exr_selector_vtable exr_sel_prioritized = {
     .update_many = p_update_many,
     .sample = p_sample,
     .weights = p_weights,
+    .stats = p_stats,
     .stored = p_stored,
     .state_size = p_state_size,
     .save = p_save,

@@ -55,6 +55,13 @@ static void u_weights(const exr_selector *s, size_t n, size_t count, const size_
         w[b] = 1.0f;
 }
 
+static void u_stats(const exr_selector *s, size_t n, double *total, double *min_pos)
+{
+    (void)s;
+    *total = (double)n;
+    *min_pos = n ? 1.0 : INFINITY;
+}
+
 static double u_stored(const exr_selector *s, size_t i) { (void)s; (void)i; return NAN; }
 
 static uint64_t u_state_size(const exr_selector *s, size_t n)
@@ -99,6 +106,7 @@ const exr_selector_vtable exr_sel_uniform = {
     .update_many = u_update_many,
     .sample = u_sample,
     .weights = u_weights,
+    .stats = u_stats,
     .stored = u_stored,
     .state_size = u_state_size,
     .save = u_save,

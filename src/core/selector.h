@@ -61,6 +61,9 @@ typedef struct {
                          double *scratch);
     /* Weights of given picks, as sample() would give them. */
     void (*weights)(const exr_selector *s, size_t n, size_t count, const size_t *idx, float *w);
+    /* Over n picks: *total = sum of the draw weights (p^alpha; n for uniform),
+     * *min_pos = the smallest positive one (+inf if none; 1 for uniform). */
+    void (*stats)(const exr_selector *s, size_t n, double *total, double *min_pos);
     /* The stored p^alpha of pick i (NaN for selectors without priorities). */
     double (*stored)(const exr_selector *s, size_t i);
     /* Bytes save() writes for n picks; save() writes them; load() restores

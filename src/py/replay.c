@@ -1321,6 +1321,24 @@ static PyObject *replay_priority(ReplayObject *self, PyObject *const *args, Py_s
     return out;
 }
 
+static PyObject *replay_priority_stats(ReplayObject *self, PyObject *ps)
+{
+    EXR_GUARD(self, NULL);
+    int64_t h;
+    if (exr_selector_handle(self, ps, &h) < 0)
+        return NULL;
+    double total, min_pos;
+    uint64_t n;
+    exr_lock_with_gil(self->buf);
+    exr_status st = exr_buffer_priority_stats_locked(self->buf, h, &total, &min_pos, &n);
+    exr_buffer_unlock(self->buf);
+    if (st != EXR_OK)
+        return PyErr_Format(PyExc_ValueError,
+                            "ps: expected a pick selector of this buffer, got unknown handle %lld",
+                            (long long)h);
+    return Py_BuildValue("(ddK)", total, min_pos, (unsigned long long)n);
+}
+
 static PyObject *replay_check(ReplayObject *self, PyObject *unused)
 {
     EXR_GUARD(self, NULL);
@@ -1391,6 +1409,16 @@ static PyMethodDef replay_methods[] = {
     {"__reduce_ex__", (PyCFunction)exr_replay_reduce_ex, METH_O,
      "Pickles through serialize(level=0); with protocol 5 the payload goes out\n"
      "of band as a PickleBuffer."},
+    {"priority_stats", (PyCFunction)replay_priority_stats, METH_O,
+     "priority_stats($self, ps, /)\n--\n\n"
+     "(total, min_positive, num_picks) of selector ps's draw weights p**alpha\n"
+     "(uniform: num_picks, 1.0, num_picks), all taken at one moment. With\n"
+     "stored_priorities, what a sharded replay needs to draw across buffers\n"
+     "and normalise weights globally. O(1)."},
+    {"stored_priorities", (PyCFunction)(void (*)(void))replay_priority, METH_FASTCALL,
+     "stored_priorities($self, ps, pick_epi, pick_pos, /)\n--\n\n"
+     "float64 array of the stored p**alpha of each pick (as float32) for a\n"
+     "prioritized selector. ValueError for a missing pick."},
     {"_handles", (PyCFunction)replay_handles, METH_NOARGS, "test hook: live handles, ascending"},
     {"_picks", (PyCFunction)replay_picks, METH_NOARGS, "test hook: (pick_epi, pick_pos)"},
     {"_gather", (PyCFunction)(void (*)(void))replay_gather, METH_FASTCALL,
