@@ -1499,3 +1499,29 @@ def test_same_seed_same_batches():
     c, _ = _run(124)
     assert any(not np.array_equal(x[6], y[6]) or not np.array_equal(x[7], y[7])
                for x, y in zip(a, c))
+
+
+def test_priority_stats_and_stored_priorities():
+    buf = make()
+    pr = buf.new_pick_selector(P, alpha=0.5)
+    u = buf.new_pick_selector(U)
+    h = None
+    for i, p in enumerate([4.0, 0.0, 9.0, 1.0, 2.25, 16.0]):
+        h = buf.record(h, np.full(4, i, np.float32), i, 0.0, priority=p)
+    e, q = buf._picks()
+    stored = buf.stored_priorities(pr, e, q)
+    assert np.array_equal(stored, buf._priority(pr, e, q))
+    total, lo, n = buf.priority_stats(pr)
+    assert n == buf.num_picks == 5
+    assert total == pytest.approx(stored.sum())
+    assert lo == stored[stored > 0].min() == 1.0  # 1.0 ** 0.5; the 0.0 pick is skipped
+    assert buf.priority_stats(u) == (5.0, 1.0, 5)
+    buf.set_priority(pr, e, q, 0.0)
+    total, lo, n = buf.priority_stats(pr)
+    assert total == 0.0 and lo == float("inf") and n == 5
+    with pytest.raises(ValueError, match="ps"):
+        buf.priority_stats(99)
+    with pytest.raises(ValueError):
+        buf.stored_priorities(u, e, q)
+    with pytest.raises(ValueError):
+        buf.stored_priorities(pr, [h], [99])
