@@ -194,6 +194,8 @@ static void evict_over_capacity_locked(exr_buffer *b)
 
 exr_status exr_buffer_new_episode_locked(exr_buffer *b, int64_t *h)
 {
+    if (b->next_handle >= EXR_MAX_HANDLE)
+        return EXR_EOVERFLOW;
     exr_status st = exr_episodes_reserve(&b->eps);
     if (st != EXR_OK)
         return st;
@@ -221,6 +223,8 @@ static exr_status record_one_locked(exr_buffer *b, int64_t h, const void *state,
     uint64_t n = 0;
 
     /* Phase 1: every allocation this step needs; nothing visible changes. */
+    if (fresh && b->next_handle >= EXR_MAX_HANDLE)
+        return EXR_EOVERFLOW;
     if (fresh) {
         st = exr_episodes_reserve(&b->eps);
         if (st != EXR_OK)
@@ -334,6 +338,8 @@ exr_status exr_buffer_add_selector_locked(exr_buffer *b, int kind, const double 
     for (int k = 0; k < vt->nparams; k++)
         if (!vt->param_ok(k, params[k]))
             return EXR_EINVAL;
+    if (b->next_sel_handle >= EXR_MAX_HANDLE)
+        return EXR_EOVERFLOW;
     if (b->nsels == b->sels_cap) {
         size_t ncap = b->sels_cap ? b->sels_cap * 2 : 4;
         sel_entry *ns = realloc(b->sels, ncap * sizeof *ns);

@@ -29,6 +29,8 @@
 typedef struct exr_buffer exr_buffer;
 
 #define EXR_MAX_PICK_LEN (1u << 20)
+/* Handles stop here (EXR_EOVERFLOW); no buffer gets near it by recording. */
+#define EXR_MAX_HANDLE ((int64_t)1 << 62)
 
 typedef struct {
     size_t state_bytes, action_bytes, reward_bytes; /* item sizes, state_bytes >= 1 */

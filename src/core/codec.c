@@ -58,6 +58,9 @@ static uint32_t crc_update(uint32_t crc, const void *p, size_t n)
 /* ---- writing ------------------------------------------------------------ */
 
 struct exr_out {
+    exr_progress_fn progress;
+    void *progress_ctx;
+    uint64_t total, next_report;
     int level;
     z_stream z;
     unsigned char *buf; /* CHUNK bytes of output waiting for the sink */
@@ -98,7 +101,29 @@ static exr_status deflate_some(exr_out *o, int flush)
     }
 }
 
+static exr_status out_write_raw(exr_out *o, const void *p, size_t n);
+
+/* Large writes go in pieces so that progress is reported between them. */
 exr_status exr_out_write(exr_out *o, const void *p, size_t n)
+{
+    const unsigned char *c = p;
+    while (n) {
+        size_t part = n > CHUNK ? CHUNK : n;
+        exr_status st = out_write_raw(o, c, part);
+        if (st != EXR_OK)
+            return st;
+        if (o->progress && o->raw >= o->next_report) {
+            o->next_report = o->raw + EXR_PROGRESS_EVERY;
+            if (o->progress(o->progress_ctx, o->raw, o->total))
+                return EXR_EINVAL;
+        }
+        c += part;
+        n -= part;
+    }
+    return EXR_OK;
+}
+
+static exr_status out_write_raw(exr_out *o, const void *p, size_t n)
 {
     o->crc = crc_update(o->crc, p, n);
     o->raw += n;
@@ -291,6 +316,7 @@ static exr_status write_payload(exr_out *o, const exr_buffer *b, const void *met
 
 exr_status exr_codec_write_locked(const exr_buffer *b, const void *meta, size_t meta_len,
                                   int level, exr_sink_fn sink, void *ctx,
+                                  exr_progress_fn progress, void *progress_ctx,
                                   unsigned char header[EXR_HEADER_BYTES])
 {
     if (level < 0 || level > 9 || meta_len > EXR_META_MAX)
@@ -298,6 +324,10 @@ exr_status exr_codec_write_locked(const exr_buffer *b, const void *meta, size_t 
     exr_out o;
     memset(&o, 0, sizeof o);
     o.level = level;
+    o.progress = progress;
+    o.progress_ctx = progress_ctx;
+    o.total = progress ? exr_codec_raw_size_locked(b, meta_len) : 0;
+    o.next_report = EXR_PROGRESS_EVERY;
     o.sink = sink;
     o.ctx = ctx;
     o.crc = (uint32_t)crc32(0, Z_NULL, 0);
@@ -516,8 +546,8 @@ static exr_status read_episode(exr_in *in, exr_buffer *b, int64_t *prev_handle, 
     uint8_t ended = head[16], term = head[17], sampled = head[18], has_final = head[19];
     if (handle <= *prev_handle || handle >= b->next_handle || ended > 1 || term > 1 ||
         sampled > 1 || has_final > 1 || get32(head + 20) != 0 || n >= (uint64_t)UINT32_MAX - 1 ||
-        (!ended && (term || has_final)))
-        return EXR_ECORRUPT;
+        (!ended && (term || has_final)) || (ended && !term && !has_final))
+        return EXR_ECORRUPT; /* an episode ends with a final state, or terminated */
     *prev_handle = handle;
     /* everything this episode will allocate must be in the input first */
     uint64_t row = L->state_bytes + L->action_bytes + L->reward_bytes;
@@ -605,8 +635,10 @@ static exr_status read_payload(exr_in *in, exr_buffer **out, unsigned char *meta
     for (int i = 38; i < 40; i++)
         if (cfgb[i])
             return EXR_ECORRUPT;
-    if (cfgb[36] > 1 || !config_ok(&c) || next_handle < 0 || next_sel < 0 || hand < -1 ||
-        get64(cfgb + 72) != 0)
+    /* handles are int64 counters; refusing absurd ones keeps them from ever
+     * wrapping (2^62 episodes would take millennia to record) */
+    if (cfgb[36] > 1 || !config_ok(&c) || next_handle < 0 || next_handle >= EXR_MAX_HANDLE ||
+        next_sel < 0 || next_sel >= EXR_MAX_HANDLE || hand < -1 || get64(cfgb + 72) != 0)
         return EXR_ECORRUPT;
     if ((st = in_section(in, SEC_META, &len)))
         return st;

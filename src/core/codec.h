@@ -28,6 +28,11 @@ typedef exr_status (*exr_sink_fn)(void *ctx, const void *p, size_t n);
 /* Where read bytes come from: up to cap bytes into p, *got = 0 at the end. */
 typedef exr_status (*exr_source_fn)(void *ctx, void *p, size_t cap, size_t *got);
 
+/* Called every EXR_PROGRESS_EVERY payload bytes with the bytes done and the
+ * payload's size; a non-zero return aborts the write (EXR_EINVAL). */
+typedef int (*exr_progress_fn)(void *ctx, uint64_t done, uint64_t total);
+#define EXR_PROGRESS_EVERY ((uint64_t)64 << 20)
+
 typedef struct exr_out exr_out;
 typedef struct exr_in exr_in;
 
@@ -44,9 +49,10 @@ uint64_t exr_codec_bound(uint64_t raw, int level);
 
 /* Streams the body through sink (the caller keeps the first
  * EXR_HEADER_BYTES of its output free) and fills header[] for them.
- * level: 0 stores, 1-9 zlib. Lock held. O(size). */
+ * level: 0 stores, 1-9 zlib. progress may be NULL. Lock held. O(size). */
 exr_status exr_codec_write_locked(const exr_buffer *b, const void *meta, size_t meta_len,
                                   int level, exr_sink_fn sink, void *ctx,
+                                  exr_progress_fn progress, void *progress_ctx,
                                   unsigned char header[EXR_HEADER_BYTES]);
 
 /* Checks a header; *body_len is what must follow it. input_len is the size

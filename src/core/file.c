@@ -12,13 +12,7 @@
 typedef struct {
     int fd;
     int err;
-    uint64_t done, total, next_report;
-    exr_progress_fn progress;
-    void *ctx;
-    int aborted;
 } fsink;
-
-#define REPORT_EVERY ((uint64_t)64 << 20)
 
 static exr_status write_all(int fd, const void *p, size_t n, int *err)
 {
@@ -40,18 +34,26 @@ static exr_status write_all(int fd, const void *p, size_t n, int *err)
 static exr_status sink_file(void *ctx, const void *p, size_t n)
 {
     fsink *s = ctx;
-    exr_status st = write_all(s->fd, p, n, &s->err);
-    if (st != EXR_OK)
-        return st;
-    s->done += n;
-    if (s->progress && s->done >= s->next_report) {
-        s->next_report = s->done + REPORT_EVERY;
-        if (s->progress(s->ctx, s->done, s->total)) {
-            s->aborted = 1;
-            return EXR_EINVAL;
-        }
+    return write_all(s->fd, p, n, &s->err);
+}
+
+/* The mode a newly created file would get: 0666 less the umask, read without
+ * changing it (umask() would race with other threads). */
+static mode_t default_mode(void)
+{
+    mode_t mask = 022;
+    FILE *f = fopen("/proc/self/status", "r");
+    if (f) {
+        char line[128];
+        unsigned m;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "Umask: %o", &m) == 1) {
+                mask = (mode_t)m;
+                break;
+            }
+        fclose(f);
     }
-    return EXR_OK;
+    return 0666 & ~mask;
 }
 
 /* "dir/name" -> "dir/.name.XXXXXX" and "dir" (or "."). */
@@ -92,11 +94,20 @@ exr_status exr_file_save_locked(const exr_buffer *b, const void *meta, size_t me
         free(dir);
         return EXR_EIO;
     }
-    fsink s = {fd, 0, 0, exr_codec_raw_size_locked(b, meta_len), REPORT_EVERY, progress, ctx, 0};
+    fsink s = {fd, 0};
     unsigned char header[EXR_HEADER_BYTES] = {0};
-    exr_status st = write_all(fd, header, sizeof header, err);
+    /* mkstemp makes the file 0600: give it what replacing the old file (or
+     * creating a new one) should */
+    struct stat old;
+    mode_t mode = stat(path, &old) == 0 ? (old.st_mode & 07777) : default_mode();
+    exr_status st = fchmod(fd, mode) == 0 ? EXR_OK : EXR_EIO;
+    if (st != EXR_OK)
+        *err = errno;
+    if (st == EXR_OK)
+        st = write_all(fd, header, sizeof header, err);
     if (st == EXR_OK) {
-        st = exr_codec_write_locked(b, meta, meta_len, level, sink_file, &s, header);
+        st = exr_codec_write_locked(b, meta, meta_len, level, sink_file, &s, progress, ctx,
+                                    header);
         if (st == EXR_EIO)
             *err = s.err;
     }

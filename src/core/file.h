@@ -6,16 +6,13 @@
  *         fsync-->  rename over dir/name  --> fsync(dir)
  *
  * A crash at any moment leaves either the old file or the new one complete:
- * the new bytes only get the file's name once they are on disk.
+ * the new bytes only get the file's name once they are on disk. The new file
+ * gets the old one's permissions, or 0666 less the umask if there was none.
  */
 #ifndef EXR_FILE_H
 #define EXR_FILE_H
 
 #include "codec.h"
-
-/* Called now and then while saving with the bytes written so far and the
- * payload size; a non-zero return aborts the save (EXR_EINVAL). */
-typedef int (*exr_progress_fn)(void *ctx, uint64_t done, uint64_t total);
 
 /* Saves b (lock held) to path atomically. On EXR_EIO, *err is errno. */
 exr_status exr_file_save_locked(const exr_buffer *b, const void *meta, size_t meta_len, int level,

@@ -20,8 +20,8 @@ PyObject *exr_raise(exr_status st, const char *what)
         break;
     case EXR_EOVERFLOW:
         PyErr_Format(PyExc_MemoryError,
-                     "%s: a size limit was reached (at most 2**32 - 2 picks, and 2**32 - 2 "
-                     "records an episode) or a size computation overflowed",
+                     "%s: a size limit was reached (at most 2**32 - 2 picks, 2**32 - 2 "
+                     "records an episode, 2**62 handles) or a size computation overflowed",
                      what);
         break;
     case EXR_ECORRUPT:

@@ -244,7 +244,7 @@ static PyObject *serialize_bytes(ReplayObject *self, int level)
     mem_sink m = {out + EXR_HEADER_BYTES, (size_t)bound - EXR_HEADER_BYTES, 0};
     exr_status st;
     Py_BEGIN_ALLOW_THREADS
-    st = exr_codec_write_locked(self->buf, meta.b, meta.n, level, sink_mem, &m, out);
+    st = exr_codec_write_locked(self->buf, meta.b, meta.n, level, sink_mem, &m, NULL, NULL, out);
     exr_buffer_unlock(self->buf);
     Py_END_ALLOW_THREADS
     if (st != EXR_OK) {
