@@ -281,9 +281,9 @@ static exr_status record_one_locked(exr_buffer *b, int64_t h, const void *state,
     if (newseg)
         body->segs[body->nsegs++] = newseg;
     unsigned char *seg = body->segs[k];
-    memcpy(exr_seg_state(L, seg, k, off), state, L->state_bytes);
-    memcpy(exr_seg_action(L, seg, k, off), action, L->action_bytes);
-    memcpy(exr_seg_reward(L, seg, k, off), reward, L->reward_bytes);
+    memcpy(exr_seg_state(L, seg, off), state, L->state_bytes);
+    memcpy(exr_seg_action(L, seg, off), action, L->action_bytes);
+    memcpy(exr_seg_reward(L, seg, off), reward, L->reward_bytes);
     float rp = prio_to_float(priority);
     memcpy(exr_seg_aux(L, seg, k, off), &rp, sizeof rp);
     e->n = n + 1;
@@ -398,11 +398,10 @@ exr_status exr_buffer_set_param_locked(exr_buffer *b, int64_t h, int k, double v
 /* Where one pick's rows live, resolved under the lock. Rows [0, na) are in
  * segment A from the pick's offset, the rest in segment B from its start. */
 typedef struct {
-    const unsigned char *sa, *aa, *ra; /* state, action, reward rows in A */
-    const unsigned char *sb, *ab, *rb; /* ... in B (NULL if the pick fits A) */
-    const unsigned char *final;        /* final state, if row len is not stored */
+    const unsigned char *a, *b; /* row 0 of the pick in A; row 0 of B (NULL if unused) */
+    const unsigned char *final; /* final state, if row len is not stored */
     uint32_t na, len;
-    uint8_t next_stored;               /* row len (the last next state) is a record */
+    uint32_t next_stored;       /* row len (the last next state) is a record */
 } plan_t;
 
 static void plan_pick_locked(exr_buffer *b, const exr_pick *pk, plan_t *pl, int64_t *epi,
@@ -410,26 +409,17 @@ static void plan_pick_locked(exr_buffer *b, const exr_pick *pk, plan_t *pl, int6
 {
     const exr_store_layout *L = &b->lay;
     exr_episode *e = &b->eps.slab[pk->slot];
-    e->sampled = 1;
+    if (!e->sampled)
+        e->sampled = 1; /* only written when it changes: the line stays clean */
     uint64_t p = pk->pos, c = complete_steps(e);
     uint64_t l = c - p < b->cfg.pick_len ? c - p : b->cfg.pick_len;
     size_t k, off;
     exr_store_locate(L, p, &k, &off);
     exr_body *body = e->body;
-    unsigned char *A = body->segs[k];
     size_t na = exr_store_seg_cap(L, k) - off;
-    pl->sa = exr_seg_state(L, A, k, off);
-    pl->aa = exr_seg_action(L, A, k, off);
-    pl->ra = exr_seg_reward(L, A, k, off);
+    pl->a = exr_seg_row(L, body->segs[k], off);
     pl->na = (uint32_t)(na < l + 1 ? na : l + 1);
-    if (k + 1 < body->nsegs && na < l + 1) {
-        unsigned char *B = body->segs[k + 1];
-        pl->sb = exr_seg_state(L, B, k + 1, 0);
-        pl->ab = exr_seg_action(L, B, k + 1, 0);
-        pl->rb = exr_seg_reward(L, B, k + 1, 0);
-    } else {
-        pl->sb = pl->ab = pl->rb = NULL;
-    }
+    pl->b = k + 1 < body->nsegs && na < l + 1 ? body->segs[k + 1] : NULL;
     pl->len = (uint32_t)l;
     pl->next_stored = p + l < e->n;
     pl->final = body->final_state;
@@ -464,30 +454,63 @@ static inline void copy_bytes(unsigned char *d, const unsigned char *s, size_t n
     }
 }
 
-/* Copies rows [0, cnt) of one column of a pick into dst. */
-static void copy_rows(unsigned char *dst, const unsigned char *a, const unsigned char *b2,
-                      size_t na, size_t cnt, size_t width)
+/* One field (at byte `at` of each row, `w` bytes wide) of cnt rows from
+ * src (rows `stride` apart) into dst (packed). The common widths get a
+ * fixed-size move the compiler inlines. */
+static inline void gather_field(unsigned char *dst, const unsigned char *src, size_t cnt,
+                                size_t stride, size_t w)
 {
-    size_t first = cnt < na ? cnt : na;
-    copy_bytes(dst, a, first * width);
+#define GATHER(W)                                                                                  \
+    for (size_t r_ = 0; r_ < cnt; r_++)                                                            \
+        memcpy(dst + r_ * (W), src + r_ * stride, (W));                                            \
+    return
+    switch (w) {
+    case 0:
+        return;
+    case 1:
+        GATHER(1);
+    case 2:
+        GATHER(2);
+    case 4:
+        GATHER(4);
+    case 8:
+        GATHER(8);
+    case 16:
+        GATHER(16);
+    case 32:
+        GATHER(32);
+    default:
+        for (size_t r = 0; r < cnt; r++)
+            copy_bytes(dst + r * w, src + r * stride, w);
+    }
+#undef GATHER
+}
+
+/* Rows [0, cnt) of a pick, split between A and B. */
+static void gather_rows(unsigned char *dst, const plan_t *pl, size_t cnt, size_t at,
+                        const exr_store_layout *L, size_t w)
+{
+    size_t first = cnt < pl->na ? cnt : pl->na;
+    gather_field(dst, pl->a + at, first, L->row_bytes, w);
     if (cnt > first)
-        copy_bytes(dst + first * width, b2, (cnt - first) * width);
+        gather_field(dst + first * w, pl->b + at, cnt - first, L->row_bytes, w);
 }
 
 static void copy_pick(const exr_store_layout *L, const plan_t *pl, size_t pick_len,
                       unsigned char *st, unsigned char *ac, unsigned char *rw, unsigned char *nx)
 {
     size_t sb = L->state_bytes, ab = L->action_bytes, rb = L->reward_bytes, l = pl->len;
-    copy_rows(st, pl->sa, pl->sb, pl->na, l, sb);
-    copy_rows(ac, pl->aa, pl->ab, pl->na, l, ab);
-    copy_rows(rw, pl->ra, pl->rb, pl->na, l, rb);
+    gather_rows(st, pl, l, 0, L, sb);
+    gather_rows(ac, pl, l, sb, L, ab);
+    gather_rows(rw, pl, l, sb + ab, L, rb);
     /* Next states 0..l-2 are states 1..l-1: take them from the output just
      * written, so each stored state is read once (SPEC §4). */
     if (l > 1)
         copy_bytes(nx, st + sb, (l - 1) * sb);
     unsigned char *last = nx + (l - 1) * sb;
     if (pl->next_stored)
-        copy_bytes(last, l < pl->na ? pl->sa + l * sb : pl->sb + (l - pl->na) * sb, sb);
+        copy_bytes(last, l < pl->na ? pl->a + l * L->row_bytes : pl->b + (l - pl->na) * L->row_bytes,
+                   sb);
     else if (pl->final)
         copy_bytes(last, pl->final, sb);
     else
@@ -534,16 +557,11 @@ static inline void prefetch_range(const unsigned char *p, size_t n)
  * overlap with the copying of this one. */
 static inline void prefetch_pick(const exr_store_layout *L, const plan_t *pl)
 {
-    size_t l = pl->len, rows = l + pl->next_stored;
+    size_t rows = pl->len + pl->next_stored;
     size_t a = rows < pl->na ? rows : pl->na;
-    prefetch_range(pl->sa, a * L->state_bytes);
-    prefetch_range(pl->aa, (l < pl->na ? l : pl->na) * L->action_bytes);
-    prefetch_range(pl->ra, (l < pl->na ? l : pl->na) * L->reward_bytes);
-    if (rows > a) {
-        prefetch_range(pl->sb, (rows - a) * L->state_bytes);
-        prefetch_range(pl->ab, (rows - a) * L->action_bytes);
-        prefetch_range(pl->rb, (rows - a) * L->reward_bytes);
-    }
+    prefetch_range(pl->a, a * L->row_bytes);
+    if (rows > a)
+        prefetch_range(pl->b, (rows - a) * L->row_bytes);
 }
 
 static void copy_batch(const exr_buffer *b, size_t count, const plan_t *plans,
@@ -555,7 +573,7 @@ static void copy_batch(const exr_buffer *b, size_t count, const plan_t *plans,
     unsigned char *st = out->state, *ac = out->action, *rw = out->reward, *nx = out->state_next;
     /* how many picks ahead to prefetch: enough lines in flight to cover a
      * DRAM miss (the core tracks a few dozen), capped for huge picks */
-    size_t lines = (ss + as + rs) / 64 + 3;
+    size_t lines = (P + 1) * L->row_bytes / 64 + 2;
     size_t ahead = lines >= 48 ? 1 : 48 / lines;
     for (size_t i = 0; i < count && i < ahead; i++)
         prefetch_pick(L, &plans[i]);
@@ -790,9 +808,11 @@ exr_status exr_buffer_episode_copy_locked(const exr_buffer *b, int64_t h, void *
         if (cnt > e->n - p)
             cnt = (size_t)(e->n - p);
         unsigned char *seg = e->body->segs[k];
-        memcpy(st + p * L->state_bytes, exr_seg_state(L, seg, k, 0), cnt * L->state_bytes);
-        memcpy(ac + p * L->action_bytes, exr_seg_action(L, seg, k, 0), cnt * L->action_bytes);
-        memcpy(rw + p * L->reward_bytes, exr_seg_reward(L, seg, k, 0), cnt * L->reward_bytes);
+        for (size_t r = 0; r < cnt; r++) {
+            memcpy(st + (p + r) * L->state_bytes, exr_seg_state(L, seg, r), L->state_bytes);
+            memcpy(ac + (p + r) * L->action_bytes, exr_seg_action(L, seg, r), L->action_bytes);
+            memcpy(rw + (p + r) * L->reward_bytes, exr_seg_reward(L, seg, r), L->reward_bytes);
+        }
         p += cnt;
     }
     if (final && e->body->final_state)

@@ -198,19 +198,14 @@ uint64_t exr_codec_bound(uint64_t raw, int level)
     return EXR_HEADER_BYTES + body;
 }
 
-/* Writes rows [0, n) of one column of an episode, segment by segment. */
-static exr_status out_column(exr_out *o, const exr_buffer *b, const exr_episode *e, int col)
+/* Writes an episode's n rows, segment by segment. */
+static exr_status out_rows(exr_out *o, const exr_buffer *b, const exr_episode *e)
 {
     const exr_store_layout *L = &b->lay;
     uint64_t p = 0;
     for (size_t k = 0; p < e->n; k++) {
         size_t cap = exr_store_seg_cap(L, k), cnt = e->n - p < cap ? (size_t)(e->n - p) : cap;
-        unsigned char *seg = e->body->segs[k];
-        const void *src = col == 0   ? exr_seg_state(L, seg, k, 0)
-                          : col == 1 ? exr_seg_action(L, seg, k, 0)
-                                     : exr_seg_reward(L, seg, k, 0);
-        size_t width = col == 0 ? L->state_bytes : col == 1 ? L->action_bytes : L->reward_bytes;
-        exr_status st = exr_out_write(o, src, cnt * width);
+        exr_status st = exr_out_write(o, exr_seg_row(L, e->body->segs[k], 0), cnt * L->row_bytes);
         if (st != EXR_OK)
             return st;
         p += cnt;
@@ -260,9 +255,8 @@ static exr_status write_payload(exr_out *o, const exr_buffer *b, const void *met
             return st;
         if (e->body->final_state && (st = exr_out_write(o, e->body->final_state, c->state_bytes)))
             return st;
-        for (int col = 0; col < 3; col++)
-            if ((st = out_column(o, b, e, col)))
-                return st;
+        if ((st = out_rows(o, b, e)))
+            return st;
         for (uint64_t p = e->m; p < e->n; p++)
             if ((st = exr_out_write(o, exr_aux_at(b, e, p), 4)))
                 return st;
@@ -581,19 +575,12 @@ static exr_status read_episode(exr_in *in, exr_buffer *b, int64_t *prev_handle, 
         if ((st = exr_in_read(in, body->final_state, L->state_bytes)))
             return st;
     }
-    for (int col = 0; col < 3; col++) {
-        uint64_t p = 0;
-        for (size_t k = 0; p < n; k++) {
-            size_t cap = exr_store_seg_cap(L, k), cnt = n - p < cap ? (size_t)(n - p) : cap;
-            unsigned char *seg = body->segs[k];
-            void *dst = col == 0   ? exr_seg_state(L, seg, k, 0)
-                        : col == 1 ? exr_seg_action(L, seg, k, 0)
-                                   : exr_seg_reward(L, seg, k, 0);
-            size_t w = col == 0 ? L->state_bytes : col == 1 ? L->action_bytes : L->reward_bytes;
-            if ((st = exr_in_read(in, dst, cnt * w)))
-                return st;
-            p += cnt;
-        }
+    uint64_t p = 0;
+    for (size_t k = 0; p < n; k++) {
+        size_t cap = exr_store_seg_cap(L, k), cnt = n - p < cap ? (size_t)(n - p) : cap;
+        if ((st = exr_in_read(in, exr_seg_row(L, body->segs[k], 0), cnt * L->row_bytes)))
+            return st;
+        p += cnt;
     }
     e->m = exr_picks_target(b, e);
     b->n_records += n;

@@ -19,31 +19,26 @@ exr_status exr_store_layout_init(exr_store_layout *L, size_t state_bytes, size_t
     L->state_bytes = state_bytes;
     L->action_bytes = action_bytes;
     L->reward_bytes = reward_bytes;
-    size_t row = state_bytes + action_bytes + reward_bytes + 4;
-    if (row < state_bytes)
+    size_t row;
+    if (!exr_add_size(state_bytes, action_bytes, &row) || !exr_add_size(row, reward_bytes, &row))
         return EXR_EOVERFLOW;
+    L->row_bytes = row;
     unsigned base = 4; /* 16 records */
     while (((uint64_t)1 << base) < (uint64_t)pick_len + 1)
         base++;
     unsigned top = base;
-    while (top < 20 && ((size_t)2 << top) * row <= SEG_TARGET_BYTES)
+    while (top < 20 && ((size_t)2 << top) * (row + 4) <= SEG_TARGET_BYTES)
         top++;
     if (base > 40)
         return EXR_EOVERFLOW;
     L->base_shift = base;
     L->max_shift = top;
     for (unsigned s = 0; s < 64; s++) {
-        L->off_action[s] = L->off_reward[s] = L->off_aux[s] = L->seg_bytes[s] = 0;
+        L->off_aux[s] = L->seg_bytes[s] = 0;
         if (s < base || s > top)
             continue;
-        size_t cap = (size_t)1 << s, x, y;
-        if (!exr_mul_size(cap, state_bytes, &x) || !round_line(&x))
-            return EXR_EOVERFLOW;
-        L->off_action[s] = x;
-        if (!exr_mul_size(cap, action_bytes, &y) || !exr_add_size(x, y, &x) || !round_line(&x))
-            return EXR_EOVERFLOW;
-        L->off_reward[s] = x;
-        if (!exr_mul_size(cap, reward_bytes, &y) || !exr_add_size(x, y, &x) || !round_line(&x))
+        size_t cap = (size_t)1 << s, x;
+        if (!exr_mul_size(cap, row, &x) || !round_line(&x))
             return EXR_EOVERFLOW;
         L->off_aux[s] = x;
         if (!exr_add_size(x, cap * 4, &x) || !round_line(&x))

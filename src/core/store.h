@@ -1,12 +1,18 @@
 /*
  * store.h - chunked record storage. Every episode keeps its records in its
- * own segments; a segment holds the columns of `cap` consecutive records:
+ * own segments; a segment holds `cap` consecutive records as rows, then the
+ * aux column:
  *
  *   segment k  (cap_k = 2^min(base_shift + k, max_shift) records)
- *   +----------------+-----------------+-----------------+-------------+
- *   | states cap*sb  | actions cap*ab  | rewards cap*rb  | aux cap*4   |
- *   +----------------+-----------------+-----------------+-------------+
- *   (each column starts on a 64-byte boundary)
+ *   +-------------------------------------------------------+-----------+
+ *   | row 0: state|action|reward  row 1: ...   (cap rows)   | aux cap*4 |
+ *   +-------------------------------------------------------+-----------+
+ *   (a row is sb + ab + rb bytes; aux starts on a 64-byte boundary)
+ *
+ * Rows rather than one column per field: a pick of L steps and its next
+ * state are one run of L + 1 rows, so get_batch reads one stream of
+ * adjacent lines from memory instead of three (the stream is what the
+ * hardware prefetcher follows, and what misses cost at large N).
  *
  * Segments double in size up to about 1 MiB, then stay that size: a short
  * episode wastes little, and a long one never reallocates what it holds
@@ -24,9 +30,10 @@
 
 typedef struct {
     size_t state_bytes, action_bytes, reward_bytes;
+    size_t row_bytes; /* state_bytes + action_bytes + reward_bytes */
     unsigned base_shift, max_shift;
-    /* column offsets for a segment of 2^shift records, per shift */
-    size_t off_action[64], off_reward[64], off_aux[64], seg_bytes[64];
+    /* aux offset and total size of a segment of 2^shift records, per shift */
+    size_t off_aux[64], seg_bytes[64];
 } exr_store_layout;
 
 /* Fills the layout; EXR_EOVERFLOW if a segment's size would not fit. */
@@ -64,21 +71,25 @@ static inline size_t exr_store_seg_cap(const exr_store_layout *L, size_t k)
 /* New segment k (uninitialised data). NULL when out of memory. */
 unsigned char *exr_store_seg_alloc(const exr_store_layout *L, size_t k);
 
-static inline unsigned char *exr_seg_state(const exr_store_layout *L, unsigned char *seg, size_t k,
+/* Row off of a segment: its state, then action, then reward. */
+static inline unsigned char *exr_seg_row(const exr_store_layout *L, unsigned char *seg, size_t off)
+{
+    return seg + off * L->row_bytes;
+}
+static inline unsigned char *exr_seg_state(const exr_store_layout *L, unsigned char *seg,
                                            size_t off)
 {
-    (void)k;
-    return seg + off * L->state_bytes;
+    return exr_seg_row(L, seg, off);
 }
 static inline unsigned char *exr_seg_action(const exr_store_layout *L, unsigned char *seg,
-                                            size_t k, size_t off)
+                                            size_t off)
 {
-    return seg + L->off_action[exr_store_shift(L, k)] + off * L->action_bytes;
+    return exr_seg_row(L, seg, off) + L->state_bytes;
 }
 static inline unsigned char *exr_seg_reward(const exr_store_layout *L, unsigned char *seg,
-                                            size_t k, size_t off)
+                                            size_t off)
 {
-    return seg + L->off_reward[exr_store_shift(L, k)] + off * L->reward_bytes;
+    return exr_seg_row(L, seg, off) + L->state_bytes + L->action_bytes;
 }
 static inline uint32_t *exr_seg_aux(const exr_store_layout *L, unsigned char *seg, size_t k,
                                     size_t off)

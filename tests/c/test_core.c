@@ -84,14 +84,13 @@ static void test_store_locate(void)
                 pk = k;
                 poff = off;
             }
-            /* columns do not overlap and are line-aligned */
-            unsigned s = L.max_shift;
-            size_t cap = (size_t)1 << s;
-            CHECK(L.off_action[s] >= cap * widths[wi]);
-            CHECK(L.off_reward[s] >= L.off_action[s] + cap * 8);
-            CHECK(L.off_aux[s] >= L.off_reward[s] + cap * 4);
-            CHECK(L.seg_bytes[s] >= L.off_aux[s] + cap * 4);
-            CHECK(L.off_action[s] % 64 == 0 && L.off_aux[s] % 64 == 0);
+            /* rows, then the aux column on its own line, for every segment size */
+            CHECK(L.row_bytes == widths[wi] + 8 + 4);
+            for (unsigned s = L.base_shift; s <= L.max_shift; s++) {
+                size_t cap = (size_t)1 << s;
+                CHECK(L.off_aux[s] >= cap * L.row_bytes && L.off_aux[s] % 64 == 0);
+                CHECK(L.seg_bytes[s] >= L.off_aux[s] + cap * 4);
+            }
         }
     }
 }
