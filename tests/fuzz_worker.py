@@ -530,42 +530,6 @@ class Failure(Exception):
 INT64_MAX = 2**63 - 1
 
 
-def _known(stats, name):
-    if stats is not None:
-        kb = stats.setdefault("known_bugs", {})
-        kb[name] = kb.get(name, 0) + 1
-
-
-def _payload_prefix(data: bytes, n: int = 96) -> bytes:
-    """The first n payload bytes of an input, best effort (b"" if none)."""
-    if len(data) < HEADER:
-        return b""
-    if struct.unpack_from("<I", data, 12)[0] == 0:
-        return data[HEADER:HEADER + n]
-    try:
-        return zlib.decompressobj().decompress(data[HEADER:], n)
-    except zlib.error:
-        return b""
-
-
-def segment_overalloc(data: bytes) -> bool:
-    """KNOWN BUG (test_fuzz.py::test_bug_segment_overallocation): the first
-    segment of every restored episode holds at least max(16, pick_len + 1)
-    rows however few the episode has, so a short input that declares a large
-    pick_len or large states makes unserialize allocate far more than its
-    length: MemoryError. True if this input's config has that shape."""
-    p = _payload_prefix(data)
-    if len(p) < 96:
-        return False
-    sb, ab, rb = struct.unpack_from("<QQQ", p, 16)
-    pick_len = struct.unpack_from("<I", p, 48)[0]
-    base = 4
-    while (1 << base) < pick_len + 1:
-        base += 1
-    seg0 = (1 << base) * (sb + ab + rb + 4)
-    return seg0 > 16 * len(data) * ZLIB_MAX_RATIO or (pick_len > 64 and seg0 > 64 * len(data))
-
-
 BATCH_BYTES_LIMIT = 64 << 20
 
 
@@ -577,9 +541,6 @@ def check_input(data: bytes, stats: dict | None = None) -> str:
     except ValueError:
         return "rejected"
     except MemoryError as e:
-        if segment_overalloc(data):
-            _known(stats, "segment_overallocation")
-            return "rejected"
         raise Failure(f"unserialize raised MemoryError: {e}") from e
     except BaseException as e:  # noqa: BLE001 - the point
         raise Failure(f"unserialize raised {type(e).__name__}: {e}") from e

@@ -18,9 +18,8 @@ hex, and keeps the input as a file (the path is in the message). Re-run it
 with ``python tests/fuzz_worker.py --replay FILE`` or
 ``python tests/fuzz_worker.py --seed S --only INDEX``.
 
-Known bugs, each with its smallest input, are the xfail(strict=True) tests at
-the end; the worker counts inputs that hit them under "known_bugs" instead of
-stopping there, so the rest of the run still searches for new ones.
+The bugs the fuzzer found are fixed; their smallest inputs stay at the end as
+regression tests.
 """
 
 import json
@@ -93,7 +92,7 @@ def test_mutation_fuzz(tmp_path):
 
     total = {"inputs": 0, "accepted": 0, "rejected": 0, "batches": 0, "bytes_total": 0,
              "noncanonical": 0, "max_input_s": 0.0}
-    modes, known = {}, {}
+    modes = {}
     problems = []
     for k, rc, out, err in results:
         lines = [ln for ln in out.splitlines() if ln.startswith("FUZZ-SUMMARY ")]
@@ -123,13 +122,11 @@ def test_mutation_fuzz(tmp_path):
                 total[key] += summary.get(key, 0)
         for m, c in summary["modes"].items():
             modes[m] = modes.get(m, 0) + c
-        for m, c in summary.get("known_bugs", {}).items():
-            known[m] = known.get(m, 0) + c
     print(f"\nfuzz: {total['inputs']} inputs in {wall:.1f} s ({shards} workers, "
           f"{'ASan' if ASAN else 'RLIMIT_AS=2GiB'}): {total['accepted']} accepted, "
           f"{total['rejected']} ValueError, {total['batches']} batches drawn, "
           f"modes {modes}, slowest input {total['max_input_s'] * 1e3:.1f} ms, "
-          f"accepted but not canonical {total['noncanonical']}, known bugs hit {known}")
+          f"accepted but not canonical {total['noncanonical']}")
     assert not problems, "\n\n".join(problems)
     assert total["inputs"] == N_INPUTS
     # the run reached every kind of input, and fixed-up inputs got past the
@@ -201,7 +198,7 @@ def test_header_fields_with_boundary_values():
                 ER.unserialize(bytes(b))
 
 
-# ---- known bugs: the smallest inputs found, each xfail until fixed ----------------------
+# ---- once bugs: the smallest inputs the fuzzer found, now regression tests --------------
 
 
 def repro_next_handle_overflow(field_offset=48):
@@ -237,20 +234,11 @@ def repro_segment_overallocation_many():
     return fw.pack(bytes(p), 0)
 
 
-def _save_repro(name, data):
-    path = os.path.join("/tmp", name)
-    try:
-        with open(path, "wb") as f:
-            f.write(data)
-    except OSError:
-        pass
-    return path
-
-
+# Once a bug: a payload could declare next handles of 2**63 - 1, and the next
+# new episode or selector wrapped to -2**63. unserialize now refuses them.
 @pytest.mark.parametrize("what", ["episode", "selector"])
-def test_bug_next_handle_overflow(what):
+def test_next_handles_at_the_int64_limit_are_refused(what):
     data = repro_next_handle_overflow(48 if what == "episode" else 56)
-    _save_repro(f"exreplay_bug_next_{'' if what == 'episode' else 'sel_'}handle_overflow.bin", data)
     code = f"""
 import exreplay
 data = bytes.fromhex({data.hex()!r})
@@ -270,17 +258,12 @@ b._check()
     assert r.returncode == 0, r.stderr[-3000:]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: read_episode allocates whole store segments, and the first one holds "
-    "max(16, next pow2 >= pick_len + 1) rows whatever the episode's length: a 201-byte input "
-    "(pick_len 2**20, one 1-step episode of 64 KiB states) asks for 128 GiB and unserialize "
-    "raises MemoryError; an 8 KB input with 256 such 1-byte-state episodes reserves 4 GiB. "
-    "Inputs: /tmp/exreplay_bug_segment_overalloc_big.bin, "
-    "/tmp/exreplay_bug_segment_overalloc_many.bin"))
+# Once a bug: restored episodes took whole segments sized for pick_len, so a
+# 201-byte input asked for 128 GiB. Segments are now restored at the size of
+# what they hold.
 @pytest.mark.parametrize("which", ["big", "many"])
-def test_bug_segment_overallocation(which):
+def test_short_input_with_large_segments_allocates_little(which):
     data = repro_segment_overallocation() if which == "big" else repro_segment_overallocation_many()
-    _save_repro(f"exreplay_bug_segment_overalloc_{which}.bin", data)
     code = f"""
 import exreplay
 

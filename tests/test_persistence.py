@@ -906,12 +906,11 @@ class Layout:
             o += 24
             e["final_at"] = o
             o += sb if has_final else 0
-            e["states_at"] = o
-            o += n * sb
-            e["actions_at"] = o
-            o += n * ab
-            e["rewards_at"] = o
-            o += n * rb
+            # n rows of state|action|reward; the *_at offsets are row 0's fields
+            e["rows_at"] = e["states_at"] = o
+            e["actions_at"] = o + sb
+            e["rewards_at"] = o + sb + ab
+            o += n * (sb + ab + rb)
             e["aux_at"] = o
             o += 4 * (n - m)
             self.episodes.append(e)

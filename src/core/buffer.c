@@ -20,9 +20,8 @@ static float prio_to_float(double p)
 
 uint32_t *exr_aux_at(const exr_buffer *b, const exr_episode *e, uint64_t p)
 {
-    size_t k, off;
-    exr_store_locate(&b->lay, p, &k, &off);
-    return exr_seg_aux(&b->lay, e->body->segs[k], k, off);
+    (void)b;
+    return &e->body->aux[p];
 }
 
 static uint64_t complete_steps(const exr_episode *e)
@@ -83,6 +82,14 @@ static void free_graveyard_upto(exr_buffer *b, uint64_t epoch)
     }
     if (!b->grave_head)
         b->grave_tail = NULL;
+    while (b->dead_head && b->dead_head->epoch <= epoch) {
+        exr_dead *d = b->dead_head;
+        b->dead_head = d->next;
+        free(d->seg);
+        free(d);
+    }
+    if (!b->dead_head)
+        b->dead_tail = NULL;
 }
 
 void exr_buffer_free(exr_buffer *b)
@@ -171,6 +178,25 @@ static void bury_or_free(exr_buffer *b, exr_body *body)
     b->grave_tail = body;
 }
 
+/* A segment that a copy running without the lock may still read: freed now
+ * if none runs, else parked with node (allocated beforehand) until they end. */
+static void bury_segment(exr_buffer *b, unsigned char *seg, exr_dead *node)
+{
+    if (!b->readers) {
+        free(seg);
+        free(node);
+        return;
+    }
+    node->seg = seg;
+    node->epoch = ++b->epoch;
+    node->next = NULL;
+    if (b->dead_tail)
+        b->dead_tail->next = node;
+    else
+        b->dead_head = node;
+    b->dead_tail = node;
+}
+
 static void evict_episode_locked(exr_buffer *b, uint32_t slot)
 {
     exr_episode *e = &b->eps.slab[slot];
@@ -207,6 +233,47 @@ exr_status exr_buffer_new_episode_locked(exr_buffer *b, int64_t *h)
     return EXR_OK;
 }
 
+/* Rows a new last segment k starts with: small, then doubled as it fills. */
+static size_t first_rows(const exr_store_layout *L, size_t k)
+{
+    size_t cap = exr_store_seg_cap(L, k);
+    return cap < 16 ? cap : 16;
+}
+
+/* After an episode ends: its last segment and aux shrink to what they hold,
+ * when that frees a worthwhile amount. Best effort: on failure nothing
+ * changes. */
+static void shrink_ended_locked(exr_buffer *b, exr_episode *e)
+{
+    const exr_store_layout *L = &b->lay;
+    exr_body *body = e->body;
+    if (e->n && e->n < body->aux_cap) {
+        uint32_t *aux = realloc(body->aux, e->n * sizeof *aux);
+        if (aux) {
+            body->aux = aux;
+            body->aux_cap = e->n;
+        }
+    }
+    if (!body->nsegs)
+        return;
+    size_t k, off;
+    exr_store_locate(L, e->n - 1, &k, &off);
+    size_t used = off + 1, spare = body->last_rows - used;
+    if (spare < 16 || spare * L->row_bytes < 1024)
+        return;
+    unsigned char *seg = exr_store_seg_alloc(L, used);
+    exr_dead *node = b->readers ? malloc(sizeof *node) : NULL;
+    if (!seg || (b->readers && !node)) {
+        free(seg);
+        free(node);
+        return;
+    }
+    memcpy(seg, body->segs[k], used * L->row_bytes);
+    bury_segment(b, body->segs[k], node);
+    body->segs[k] = seg;
+    body->last_rows = (uint32_t)used;
+}
+
 static exr_status record_one_locked(exr_buffer *b, int64_t h, const void *state,
                                     const void *action, const void *reward, double priority,
                                     const void *final_state, bool end, bool terminated,
@@ -219,6 +286,8 @@ static exr_status record_one_locked(exr_buffer *b, int64_t h, const void *state,
     bool fresh = slot == EXR_NIL;
     exr_body *body = NULL, *fresh_body = NULL;
     unsigned char *newseg = NULL, *fin = NULL;
+    exr_dead *node = NULL;
+    size_t new_rows = 0;
     exr_status st = EXR_OK;
     uint64_t n = 0;
 
@@ -238,9 +307,21 @@ static exr_status record_one_locked(exr_buffer *b, int64_t h, const void *state,
         if (n >= (uint64_t)UINT32_MAX - 1)
             return EXR_EOVERFLOW;
     }
+    if (n + 1 > body->aux_cap) {
+        /* aux is read only under the lock, so it may move */
+        uint64_t cap = body->aux_cap ? body->aux_cap * 2 : 16;
+        uint32_t *aux = realloc(body->aux, cap * sizeof *aux);
+        if (!aux) {
+            st = EXR_ENOMEM;
+            goto fail;
+        }
+        body->aux = aux;
+        body->aux_cap = cap;
+    }
     size_t k, off;
     exr_store_locate(L, n, &k, &off);
     if (k >= body->nsegs) {
+        /* a new segment: room for a few rows at first */
         if (k >= body->cap) {
             exr_body *grown = exr_body_grow(body, body->cap * 2);
             if (!grown) {
@@ -253,11 +334,21 @@ static exr_status record_one_locked(exr_buffer *b, int64_t h, const void *state,
             else
                 b->eps.slab[slot].body = grown; /* same content, new place */
         }
-        newseg = exr_store_seg_alloc(L, k);
-        if (!newseg) {
+        new_rows = first_rows(L, k);
+    } else if (off == body->last_rows) {
+        /* the last segment is full before its nominal size: double it; the
+         * old copy is parked while a get_batch may still be reading it */
+        new_rows = (size_t)body->last_rows * 2;
+        if (new_rows > exr_store_seg_cap(L, k))
+            new_rows = exr_store_seg_cap(L, k);
+        if (b->readers && !(node = malloc(sizeof *node))) {
             st = EXR_ENOMEM;
             goto fail;
         }
+    }
+    if (new_rows && !(newseg = exr_store_seg_alloc(L, new_rows))) {
+        st = EXR_ENOMEM;
+        goto fail;
     }
     if (end && final_state) {
         fin = malloc(L->state_bytes);
@@ -278,14 +369,21 @@ static exr_status record_one_locked(exr_buffer *b, int64_t h, const void *state,
         *out_h = h;
     }
     exr_episode *e = &b->eps.slab[slot];
-    if (newseg)
+    if (newseg && k >= body->nsegs) {
         body->segs[body->nsegs++] = newseg;
+    } else if (newseg) {
+        memcpy(newseg, body->segs[k], off * L->row_bytes);
+        bury_segment(b, body->segs[k], node);
+        body->segs[k] = newseg;
+    }
+    if (newseg)
+        body->last_rows = (uint32_t)new_rows;
     unsigned char *seg = body->segs[k];
     memcpy(exr_seg_state(L, seg, off), state, L->state_bytes);
     memcpy(exr_seg_action(L, seg, off), action, L->action_bytes);
     memcpy(exr_seg_reward(L, seg, off), reward, L->reward_bytes);
     float rp = prio_to_float(priority);
-    memcpy(exr_seg_aux(L, seg, k, off), &rp, sizeof rp);
+    memcpy(&body->aux[n], &rp, sizeof rp);
     e->n = n + 1;
     b->n_records++;
     if (end) {
@@ -297,12 +395,15 @@ static exr_status record_one_locked(exr_buffer *b, int64_t h, const void *state,
         }
     }
     enter_picks_locked(b, slot);
+    if (end)
+        shrink_ended_locked(b, e);
     evict_over_capacity_locked(b);
     return EXR_OK;
 
 fail:
     free(newseg);
     free(fin);
+    free(node);
     exr_body_free(fresh_body);
     return st;
 }
@@ -882,6 +983,13 @@ int exr_buffer_check_locked(const exr_buffer *b, char *msg, size_t msglen)
         if (e->n && k >= e->body->nsegs)
             FAIL("episode %lld: %llu records but %u segments", (long long)e->handle,
                  (unsigned long long)e->n, e->body->nsegs);
+        if (e->n && (e->body->last_rows < off + 1 || e->body->last_rows > exr_store_seg_cap(&b->lay, k) ||
+                      e->body->nsegs != k + 1))
+            FAIL("episode %lld: last segment holds %u rows for offset %zu of segment %zu (%u segments)",
+                 (long long)e->handle, e->body->last_rows, off, k, e->body->nsegs);
+        if (e->body->aux_cap < e->n)
+            FAIL("episode %lld: aux has room for %llu of %llu records", (long long)e->handle,
+                 (unsigned long long)e->body->aux_cap, (unsigned long long)e->n);
         if (!e->ended && (e->terminated || e->body->final_state))
             FAIL("episode %lld: open but has a final state or terminal flag", (long long)e->handle);
         for (uint64_t p = 0; p < e->m; p++) {

@@ -19,6 +19,13 @@ typedef struct {
     exr_selector *sel;
 } sel_entry;
 
+/* A segment replaced while a copy may still read it (buffer.c). */
+typedef struct exr_dead {
+    struct exr_dead *next;
+    uint64_t epoch;
+    unsigned char *seg;
+} exr_dead;
+
 typedef struct exr_reader {
     struct exr_reader *prev, *next;
     uint64_t epoch;
@@ -39,11 +46,14 @@ struct exr_buffer {
     exr_reader *readers;
     uint64_t epoch;
     exr_body *grave_head, *grave_tail;
+    exr_dead *dead_head, *dead_tail;
 };
 
 /* Picks episode e should have: positions [0, target). */
 uint64_t exr_picks_target(const exr_buffer *b, const exr_episode *e);
-/* aux[p] of episode e: its pending priority (float) or its pick's index. */
+/* aux[p] of episode e: its pending priority (float) or its pick's index.
+ * Lives in the episode's body, not in its segments, and is only touched
+ * with the lock held. */
 uint32_t *exr_aux_at(const exr_buffer *b, const exr_episode *e, uint64_t p);
 
 #endif

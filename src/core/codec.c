@@ -562,11 +562,21 @@ static exr_status read_episode(exr_in *in, exr_buffer *b, int64_t *prev_handle, 
     e->ended = ended;
     e->terminated = term;
     e->sampled = sampled;
+    /* exactly the room the records take: every segment full but the last,
+     * which holds the rest (it grows again if the episode is recorded into) */
+    body->aux = malloc((n ? n : 1) * sizeof *body->aux);
+    if (!body->aux)
+        return EXR_ENOMEM;
+    body->aux_cap = n ? n : 1;
+    uint64_t placed = 0;
     for (uint32_t k = 0; k < nsegs; k++) {
-        body->segs[k] = exr_store_seg_alloc(L, k);
+        size_t cap = exr_store_seg_cap(L, k), rows = n - placed < cap ? (size_t)(n - placed) : cap;
+        body->segs[k] = exr_store_seg_alloc(L, rows);
         if (!body->segs[k])
             return EXR_ENOMEM;
         body->nsegs = k + 1;
+        body->last_rows = (uint32_t)rows;
+        placed += rows;
     }
     if (has_final) {
         body->final_state = malloc(L->state_bytes);

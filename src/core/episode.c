@@ -156,6 +156,9 @@ exr_body *exr_body_new(uint32_t cap)
     b->next_dead = NULL;
     b->epoch = 0;
     b->final_state = NULL;
+    b->aux = NULL;
+    b->aux_cap = 0;
+    b->last_rows = 0;
     b->nsegs = 0;
     b->cap = cap;
     return b;
@@ -179,5 +182,6 @@ void exr_body_free(exr_body *b)
     for (uint32_t k = 0; k < b->nsegs; k++)
         free(b->segs[k]);
     free(b->final_state);
+    free(b->aux);
     free(b);
 }

@@ -4,7 +4,7 @@
  *   map: handle -> slot (open addressing, linear probing, backward-shift delete)
  *   slab[slot]: exr_episode { handle, n, m, flags, prev/next, body }
  *                                                       |
- *   body: { final_state, nsegs, segs[0..nsegs) } <------+   (store.h segments)
+ *   body: { final_state, aux[n], nsegs, segs[0..nsegs) } <--+   (store.h segments)
  *
  *   live list (prev/next slots), oldest first:  head <-> ... <-> tail
  *
@@ -27,6 +27,9 @@ typedef struct exr_body {
     struct exr_body *next_dead; /* graveyard link (buffer.c) */
     uint64_t epoch;             /* when it was buried */
     unsigned char *final_state; /* NULL if none */
+    uint32_t *aux;              /* per record: pending priority (float) or pick index */
+    uint64_t aux_cap;
+    uint32_t last_rows;         /* rows allocated in segs[nsegs - 1]: at most its nominal size */
     uint32_t nsegs, cap;
     unsigned char *segs[];
 } exr_body;

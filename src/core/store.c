@@ -27,28 +27,23 @@ exr_status exr_store_layout_init(exr_store_layout *L, size_t state_bytes, size_t
     while (((uint64_t)1 << base) < (uint64_t)pick_len + 1)
         base++;
     unsigned top = base;
-    while (top < 20 && ((size_t)2 << top) * (row + 4) <= SEG_TARGET_BYTES)
+    while (top < 20 && ((size_t)2 << top) * row <= SEG_TARGET_BYTES)
         top++;
     if (base > 40)
         return EXR_EOVERFLOW;
     L->base_shift = base;
     L->max_shift = top;
-    for (unsigned s = 0; s < 64; s++) {
-        L->off_aux[s] = L->seg_bytes[s] = 0;
-        if (s < base || s > top)
-            continue;
-        size_t cap = (size_t)1 << s, x;
-        if (!exr_mul_size(cap, row, &x) || !round_line(&x))
-            return EXR_EOVERFLOW;
-        L->off_aux[s] = x;
-        if (!exr_add_size(x, cap * 4, &x) || !round_line(&x))
-            return EXR_EOVERFLOW;
-        L->seg_bytes[s] = x;
-    }
+    /* the largest segment's bytes must fit comfortably */
+    size_t x;
+    if (!exr_mul_size((size_t)1 << top, row, &x) || x > ((size_t)1 << 46))
+        return EXR_EOVERFLOW;
     return EXR_OK;
 }
 
-unsigned char *exr_store_seg_alloc(const exr_store_layout *L, size_t k)
+unsigned char *exr_store_seg_alloc(const exr_store_layout *L, size_t rows)
 {
-    return aligned_alloc(64, L->seg_bytes[exr_store_shift(L, k)]);
+    size_t bytes;
+    if (!exr_mul_size(rows ? rows : 1, L->row_bytes, &bytes) || !round_line(&bytes))
+        return NULL;
+    return aligned_alloc(64, bytes);
 }

@@ -1,18 +1,20 @@
 /*
  * store.h - chunked record storage. Every episode keeps its records in its
- * own segments; a segment holds `cap` consecutive records as rows, then the
- * aux column:
+ * own segments; a segment holds consecutive records as rows:
  *
- *   segment k  (cap_k = 2^min(base_shift + k, max_shift) records)
- *   +-------------------------------------------------------+-----------+
- *   | row 0: state|action|reward  row 1: ...   (cap rows)   | aux cap*4 |
- *   +-------------------------------------------------------+-----------+
- *   (a row is sb + ab + rb bytes; aux starts on a 64-byte boundary)
+ *   segment k: positions [start_k, start_k + cap_k), cap_k = 2^min(base_shift + k, max_shift)
+ *   +------------------------------------------------------------+
+ *   | row 0: state|action|reward  row 1: ...   (up to cap_k rows) |
+ *   +------------------------------------------------------------+
+ *   (a row is sb + ab + rb bytes)
  *
  * Rows rather than one column per field: a pick of L steps and its next
  * state are one run of L + 1 rows, so get_batch reads one stream of
  * adjacent lines from memory instead of three (the stream is what the
- * hardware prefetcher follows, and what misses cost at large N).
+ * hardware prefetcher follows, and what misses cost at large N). And a
+ * segment's layout does not depend on how many rows it has room for, so
+ * the last segment of an episode can be allocated smaller than cap_k and
+ * grown (buffer.c): a short episode never holds the room of a long one.
  *
  * Segments double in size up to about 1 MiB, then stay that size: a short
  * episode wastes little, and a long one never reallocates what it holds
@@ -20,8 +22,8 @@
  * records, so a pick and its next states span at most two segments: one or
  * two memcpy per column.
  *
- * aux[p] holds, before the pick at p exists, the priority recorded with step
- * p (float, NaN for none); afterwards, the pick's index in the pick table.
+ * cap_k is a segment's nominal size: every segment but an episode's last has
+ * exactly that many rows.
  */
 #ifndef EXR_STORE_H
 #define EXR_STORE_H
@@ -32,8 +34,6 @@ typedef struct {
     size_t state_bytes, action_bytes, reward_bytes;
     size_t row_bytes; /* state_bytes + action_bytes + reward_bytes */
     unsigned base_shift, max_shift;
-    /* aux offset and total size of a segment of 2^shift records, per shift */
-    size_t off_aux[64], seg_bytes[64];
 } exr_store_layout;
 
 /* Fills the layout; EXR_EOVERFLOW if a segment's size would not fit. */
@@ -68,8 +68,8 @@ static inline size_t exr_store_seg_cap(const exr_store_layout *L, size_t k)
     return (size_t)1 << exr_store_shift(L, k);
 }
 
-/* New segment k (uninitialised data). NULL when out of memory. */
-unsigned char *exr_store_seg_alloc(const exr_store_layout *L, size_t k);
+/* A segment of `rows` rows (uninitialised data). NULL when out of memory. */
+unsigned char *exr_store_seg_alloc(const exr_store_layout *L, size_t rows);
 
 /* Row off of a segment: its state, then action, then reward. */
 static inline unsigned char *exr_seg_row(const exr_store_layout *L, unsigned char *seg, size_t off)
@@ -91,10 +91,4 @@ static inline unsigned char *exr_seg_reward(const exr_store_layout *L, unsigned 
 {
     return exr_seg_row(L, seg, off) + L->state_bytes + L->action_bytes;
 }
-static inline uint32_t *exr_seg_aux(const exr_store_layout *L, unsigned char *seg, size_t k,
-                                    size_t off)
-{
-    return (uint32_t *)(void *)(seg + L->off_aux[exr_store_shift(L, k)]) + off;
-}
-
 #endif

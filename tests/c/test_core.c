@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "buffer.h"
+#include "buffer_impl.h"
 #include "episode.h"
 #include "rng.h"
 #include "store.h"
@@ -84,13 +85,14 @@ static void test_store_locate(void)
                 pk = k;
                 poff = off;
             }
-            /* rows, then the aux column on its own line, for every segment size */
+            /* a row is the three fields back to back; a segment of any size
+             * keeps its rows where they are */
             CHECK(L.row_bytes == widths[wi] + 8 + 4);
-            for (unsigned s = L.base_shift; s <= L.max_shift; s++) {
-                size_t cap = (size_t)1 << s;
-                CHECK(L.off_aux[s] >= cap * L.row_bytes && L.off_aux[s] % 64 == 0);
-                CHECK(L.seg_bytes[s] >= L.off_aux[s] + cap * 4);
-            }
+            unsigned char *seg = exr_store_seg_alloc(&L, 3);
+            CHECK(seg != NULL);
+            CHECK(exr_seg_action(&L, seg, 2) == seg + 2 * L.row_bytes + widths[wi]);
+            CHECK(exr_seg_reward(&L, seg, 2) == seg + 2 * L.row_bytes + widths[wi] + 8);
+            free(seg);
         }
     }
 }
@@ -537,6 +539,55 @@ static void test_random_ops(void)
     }
 }
 
+static void test_segments_grow_and_shrink(void)
+{
+    /* a long pick_len makes the first segment's nominal size 128 rows: a
+     * 3-step episode must not take them, and an ended episode keeps only
+     * what it uses */
+    exr_buffer *b = make_buffer(100, true, 0, EXR_EVICT_FIFO);
+    CHECK(b);
+    CHECK(b->lay.base_shift == 7);
+    int64_t h = record_steps(b, -1, 1, 0, 3, false, false, false);
+    const exr_body *body = b->eps.slab[exr_episodes_find(&b->eps, h)].body;
+    CHECK(body->nsegs == 1 && body->last_rows == 16); /* not 128 */
+    h = record_steps(b, h, 1, 3, 997, true, true, false); /* grows step by step */
+    body = b->eps.slab[exr_episodes_find(&b->eps, h)].body;
+    /* nominal segments of 128, 256, 512, 1024 rows: record 1000 is row 104
+     * of the fourth, grown 16 -> 32 -> 64 -> 128 rows; its 24 spare rows
+     * (672 bytes) are not worth a copy */
+    CHECK(body->nsegs == 4 && body->last_rows == 128);
+    CHECK(body->aux_cap == 1000);
+    /* 961 records: 65 rows of the fourth are used, 63 spare (1764 bytes):
+     * shrunk to fit when the episode ends */
+    int64_t h2 = record_steps(b, -1, 2, 0, 961, true, true, false);
+    body = b->eps.slab[exr_episodes_find(&b->eps, h2)].body;
+    CHECK(body->nsegs == 4 && body->last_rows == 65 && body->aux_cap == 961);
+    CHECK(check_ok(b));
+    /* contents survive the moves */
+    enum { B = 50 };
+    int64_t epi[B], pos[B], len[B], lnx[B], ac[B * 100];
+    static float st[B * 100][2], nx[B * 100][2];
+    float rw[B * 100], w[B];
+    int64_t sel;
+    double none[1] = {0};
+    exr_buffer_lock(b);
+    CHECK(exr_buffer_add_selector_locked(b, 0, none, &sel) == EXR_OK);
+    exr_buffer_unlock(b);
+    for (int i = 0; i < B; i++) {
+        epi[i] = h;
+        pos[i] = i * 19;
+    }
+    exr_batch_out o = {st, ac, rw, nx, len, lnx, epi, pos, w};
+    int64_t qe[B], qp[B];
+    memcpy(qe, epi, sizeof qe);
+    memcpy(qp, pos, sizeof qp);
+    CHECK(exr_buffer_gather(b, sel, B, qe, qp, &o) == EXR_OK);
+    for (int i = 0; i < B; i++)
+        for (int t = 0; t < len[i]; t++)
+            CHECK(st[i * 100 + t][1] == (float)(pos[i] + t) && ac[i * 100 + t] == 1000 + pos[i] + t);
+    exr_buffer_free(b);
+}
+
 static void test_bad_config(void)
 {
     exr_config cfg = {.state_bytes = 0, .action_bytes = 8, .reward_bytes = 4, .pick_len = 1};
@@ -574,6 +625,7 @@ int main(void)
         {"eviction", test_eviction},
         {"priorities", test_priorities},
         {"random_ops", test_random_ops},
+        {"segments_grow_and_shrink", test_segments_grow_and_shrink},
         {"bad_config", test_bad_config},
     };
     int n = (int)(sizeof tests / sizeof tests[0]), failed = 0;
