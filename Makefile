@@ -1,7 +1,7 @@
 # exreplay — build, test and CI entry points (GNU make).
 #
 #   make test     warnings build, C unit tests, pytest, then pytest again under ASan+UBSan
-#   make venv     create $(VENV) and install the package (editable) with the test extras
+#   make venv     create $(VENV) and install the package (editable) with the test and ray extras
 #   make build    (re)build the extension in place (exreplay/_core*.so) for the venv
 #   make ctest    C unit tests of src/core under ASan+UBSan (no Python)
 #   make pytest   pytest against the in-place build
@@ -9,7 +9,9 @@
 #   make warnings build once with -Werror (proves -Wall -Wextra is clean)
 #   make bench    the full benchmark suite (benchmarks/), then docs/benchmarks.md + docs/img/*.png
 #   make bench-quick  every benchmark at a few small sizes: a smoke run of seconds (part of `make test`)
-#   make demo | clean | distclean
+#   make demo     Ape-X DQN on CartPole on a local Ray cluster (python -m exreplay.examples.apex_cartpole)
+#   make demo-paper  the paper's record/get_batch timings against the pure-Python buffer (python -m exreplay.demo)
+#   make clean | distclean
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -26,7 +28,8 @@ CTEST_CFLAGS ?= -std=c11 -O1 -g -Wall -Wextra -Werror -pthread \
 ASAN_PYTEST_ARGS ?= -m "not slow"
 
 VPY     := $(VENV)/bin/python
-STAMP   := $(VENV)/.exreplay-installed
+# The stamp's name changes when the extras installed with the venv change.
+STAMP   := $(VENV)/.exreplay-installed-test-ray
 ASANPKG := build/asan-pkg
 
 CORE_SRC := $(sort $(wildcard src/core/*.c))
@@ -35,7 +38,7 @@ CTEST_SRC := tests/c/test_core.c
 
 export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
 
-.PHONY: test venv build warnings ctest pytest asan demo bench bench-quick bench-deps clean distclean zlib
+.PHONY: test venv build warnings ctest pytest asan demo demo-paper bench bench-quick bench-deps clean distclean zlib
 
 # --- environment ------------------------------------------------------------
 
@@ -45,7 +48,7 @@ $(STAMP): pyproject.toml setup.py
 	@test -x $(VPY) || { echo "creating $(VENV) with $(PY)"; $(PY) -m venv $(VENV); }
 	@$(MAKE) --no-print-directory zlib
 	$(VPY) -m pip install --quiet --disable-pip-version-check --upgrade pip setuptools wheel
-	$(VPY) -m pip install --disable-pip-version-check --progress-bar off -e '.[test]'
+	$(VPY) -m pip install --disable-pip-version-check --progress-bar off -e '.[test,ray]'
 	@touch $@
 
 # zlib headers: needed by setup.py and by the C tests.
@@ -124,7 +127,14 @@ test: venv
 
 # --- other ------------------------------------------------------------------
 
+# Ape-X DQN (exreplay/examples/apex_cartpole.py) on a local Ray cluster of 2
+# CPUs: stops at mean greedy return >= 475 over 20 episodes (about 10-35 s of
+# training here, plus a few seconds of Ray start-up) or after 5 minutes.
+DEMO_ARGS ?=
 demo: build
+	$(VPY) -m exreplay.examples.apex_cartpole $(DEMO_ARGS)
+
+demo-paper: build
 	$(VPY) -m exreplay.demo
 
 # The benchmarks need the `bench` extra (pytest-benchmark, cpprb, matplotlib).

@@ -9,6 +9,7 @@
  *
  * Costs: add, remove, update O(log8 N); a batch of B draws O(B log8 N).
  */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,8 +35,8 @@ static float to_leaf(const prio_sel *s, double prio)
     if (prio == 0)
         return 0.0f;
     double v = pow(prio, s->alpha);
-    if (v > 3.4e38)
-        v = 3.4e38; /* float's range: an enormous priority saturates */
+    if (v > FLT_MAX)
+        v = FLT_MAX; /* float's range: an enormous priority saturates */
     return (float)v;
 }
 
@@ -150,10 +151,12 @@ static void weights_of(const prio_sel *s, size_t count, const size_t *idx, float
             w[b] = 1.0f;
         else if (!(leaf > 0))
             w[b] = INFINITY; /* (N * 0)^-beta */
-        else if (beta == 0.0f)
-            w[b] = 1.0f;
-        else
-            w[b] = powf(lo / leaf, beta);
+        else {
+            float r = lo / leaf;
+            /* in float while the ratio is a normal number; below that float
+             * loses its digits, so double */
+            w[b] = r >= FLT_MIN ? powf(r, beta) : (float)pow((double)lo / (double)leaf, s->beta);
+        }
     }
 }
 

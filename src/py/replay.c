@@ -955,9 +955,7 @@ static PyObject *replay_gather(ReplayObject *self, PyObject *const *args, Py_ssi
                             (long long)h);
     if (pick_arrays(args[1], args[2], &e, &p, &n) < 0)
         return NULL;
-    if (n < 1 || batch_arrays(self, n, NULL, arrays) < 0) {
-        if (n < 1)
-            PyErr_SetString(PyExc_ValueError, "pick_epi: expected at least one pick, got 0");
+    if (batch_arrays(self, n, NULL, arrays) < 0) {
         Py_DECREF(e);
         Py_DECREF(p);
         return NULL;

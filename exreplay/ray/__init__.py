@@ -1,0 +1,695 @@
+"""exreplay on Ray: a replay actor, a sharded replay, and the rollout format.
+
+Importing this module needs only NumPy; Ray is imported when a Ray object is
+first used (``ReplayActor``, ``ShardedReplay``), and its absence is then an
+``ImportError`` that names the extra to install (``pip install 'exreplay[ray]'``).
+
+    import ray
+    from exreplay.ray import ReplayActor, ShardedReplay
+
+    replay = ReplayActor.remote(state_shape=(4,), capacity=100_000, pick_len=3,
+                                allow_short=True, selectors=[("prioritized", {"alpha": 0.6, "beta": 0.4})])
+    ray.get(replay.record_many.remote(None, states, actions, rewards, terminated=True, priorities=p))
+    b = ray.get(replay.get_batch.remote(64, 0))                # an exreplay.Batch
+    replay.set_priority.remote(0, b.pick_epi, b.pick_pos, td + 1e-3)
+
+    shards = ShardedReplay(4, state_shape=(4,), capacity=400_000, ...)   # the same calls, over 4 actors
+
+docs/ray.md explains the design: threads and concurrency groups inside the
+actor, what crosses Ray by copy and what does not, how the sharded replay
+draws so that its batches follow a single buffer's distribution, and the
+Ape-X example (``python -m exreplay.examples.apex_cartpole``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from typing import Any, Hashable, Sequence
+
+import numpy as np
+
+import exreplay
+from exreplay import PickSelectorClass
+
+__all__ = [
+    "ReplayActor",
+    "ReplayServer",
+    "ShardedReplay",
+    "Rollout",
+    "split_batch",
+    "concat_batches",
+]
+
+_KINDS = {
+    "uniform": PickSelectorClass.Uniform,
+    "prioritized": PickSelectorClass.Prioritized,
+}
+
+# Concurrency groups of the ReplayActor: writers (record_*), the learner
+# (get_batch, set_priority, priority_stats) and everything else (stats, save,
+# ...), each with its own threads, so that a slow writer never holds up the
+# learner and stats() answers while both are busy.
+CONCURRENCY_GROUPS = {"writers": 2, "learner": 2, "control": 1}
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "exreplay.ray needs Ray: pip install 'exreplay[ray]' (ray, gymnasium)"
+        ) from e
+    return ray
+
+
+def _kind(kind) -> PickSelectorClass:
+    if isinstance(kind, str):
+        try:
+            return _KINDS[kind.lower()]
+        except KeyError:
+            raise ValueError(f"selector kind: expected 'uniform' or 'prioritized', got {kind!r}") from None
+    return PickSelectorClass(int(kind))
+
+
+def _batch_fields(b):
+    return (*b, b.weight)
+
+
+def make_batch(like, arrays):
+    """A Batch of the same class as `like` (C or reference) from 9 arrays."""
+    cls = type(like)
+    if cls is exreplay.Batch:
+        return exreplay.Batch(tuple(arrays))
+    return cls(*arrays)
+
+
+def split_batch(b, n: int) -> list:
+    """Split a batch of n*B picks into n batches of B (views, no copy)."""
+    fields = _batch_fields(b)
+    total = len(fields[0])
+    if n < 1 or total % n:
+        raise ValueError(f"n: expected a divisor of the batch size {total}, got {n}")
+    size = total // n
+    return [make_batch(b, [f[i * size:(i + 1) * size] for f in fields]) for i in range(n)]
+
+
+def concat_batches(batches: Sequence) -> Any:
+    """One batch from several (a copy: np.concatenate of each field)."""
+    if len(batches) == 1:
+        return batches[0]
+    cols = list(zip(*(_batch_fields(b) for b in batches)))
+    return make_batch(batches[0], [np.concatenate(c) for c in cols])
+
+
+# --- rollouts ----------------------------------------------------------------------
+
+
+class Rollout:
+    """T consecutive steps of one sender, possibly spanning several episodes.
+
+    The columns have T rows: ``states`` (T, *state_shape), ``actions``
+    (T, *action_shape), ``rewards`` (T,), ``priorities`` (T,) or None.
+    ``ends`` (E,) lists the exclusive row index after which an episode ends
+    (strictly increasing, each in 1..T), with its ``final_states`` (E, *state_shape)
+    (or None, when every ended episode is terminated) and ``terminated`` (E,) bool.
+    Rows after the last end belong to an episode left open: the sender's next
+    rollout continues it (the replay keeps one open episode per *stream*).
+
+    A Rollout is a plain container of arrays: it pickles as a handful of
+    out-of-band NumPy buffers.
+    """
+
+    __slots__ = ("states", "actions", "rewards", "priorities", "ends", "final_states", "terminated")
+
+    def __init__(self, states, actions, rewards, priorities=None, ends=(), final_states=None, terminated=None):
+        self.states = np.asarray(states)
+        self.actions = np.asarray(actions)
+        self.rewards = np.asarray(rewards)
+        self.priorities = None if priorities is None else np.asarray(priorities, dtype=np.float64)
+        self.ends = np.asarray(ends, dtype=np.int64).reshape(-1)
+        self.final_states = None if final_states is None else np.asarray(final_states)
+        self.terminated = (
+            np.ones(len(self.ends), dtype=bool) if terminated is None else np.asarray(terminated, dtype=bool)
+        )
+        T = len(self.states)
+        if T < 1 or len(self.actions) != T or len(self.rewards) != T:
+            raise ValueError(f"rollout: expected T >= 1 rows in states, actions, rewards; got "
+                             f"{len(self.states)}, {len(self.actions)}, {len(self.rewards)}")
+        if self.priorities is not None and len(self.priorities) != T:
+            raise ValueError(f"priorities: expected {T} rows, got {len(self.priorities)}")
+        E = len(self.ends)
+        if len(self.terminated) != E or (self.final_states is not None and len(self.final_states) != E):
+            raise ValueError(f"ends, final_states, terminated: expected {E} rows each")
+        if E and (self.ends[0] < 1 or self.ends[-1] > T or np.any(np.diff(self.ends) <= 0)):
+            raise ValueError(f"ends: expected strictly increasing indices in 1..{T}, got {self.ends}")
+        if self.final_states is None and not bool(np.all(self.terminated)):
+            raise ValueError("final_states: required where an episode ends without terminated=True")
+
+    def __len__(self):
+        return len(self.states)
+
+    def __reduce__(self):
+        return (Rollout, (self.states, self.actions, self.rewards, self.priorities, self.ends,
+                          self.final_states, self.terminated))
+
+    @property
+    def open_tail(self) -> bool:
+        """Whether the last rows are an episode left open."""
+        return len(self.ends) == 0 or int(self.ends[-1]) < len(self.states)
+
+    def pieces(self):
+        """(start, stop, end_index or None) per episode piece, in order."""
+        start = 0
+        for j, e in enumerate(self.ends):
+            yield start, int(e), j
+            start = int(e)
+        if start < len(self.states):
+            yield start, len(self.states), None
+
+    def take(self, pieces) -> "Rollout":
+        """A rollout of some of this one's pieces (rows copied, in the given order)."""
+        rows = [np.arange(a, b) for a, b, _ in pieces]
+        idx = np.concatenate(rows)
+        lens = np.array([b - a for a, b, _ in pieces], dtype=np.int64)
+        ends_j = [j for _, _, j in pieces if j is not None]
+        n_ended = len(ends_j)
+        ends = np.cumsum(lens)[:n_ended]
+        return Rollout(
+            self.states[idx], self.actions[idx], self.rewards[idx],
+            None if self.priorities is None else self.priorities[idx],
+            ends,
+            None if self.final_states is None else self.final_states[ends_j],
+            self.terminated[ends_j],
+        )
+
+
+# --- the replay server: the actor's body, usable without Ray ------------------------
+
+
+class _Meter:
+    """Counters and the rates since the previous read."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.t0 = self.t_last = time.perf_counter()
+        self.c = dict(records=0, rollouts=0, picks_sampled=0, batches=0, priority_updates=0)
+        self.last = dict(self.c)
+        # Time during which a writer and a sampler were both inside the buffer.
+        self.active = {"w": 0, "s": 0}
+        self.overlap_since = None
+        self.overlap_s = 0.0
+        self.busy_s = {"w": 0.0, "s": 0.0}
+
+    def enter(self, side):
+        now = time.perf_counter()
+        with self.lock:
+            self.active[side] += 1
+            if self.overlap_since is None and self.active["w"] and self.active["s"]:
+                self.overlap_since = now
+        return now
+
+    def leave(self, side, t_enter, **counts):
+        now = time.perf_counter()
+        with self.lock:
+            self.active[side] -= 1
+            self.busy_s[side] += now - t_enter
+            if self.overlap_since is not None and not (self.active["w"] and self.active["s"]):
+                self.overlap_s += now - self.overlap_since
+                self.overlap_since = None
+            for k, v in counts.items():
+                self.c[k] += v
+
+    def read(self):
+        now = time.perf_counter()
+        with self.lock:
+            dt = max(now - self.t_last, 1e-9)
+            rates = {
+                "inserts_per_s": (self.c["records"] - self.last["records"]) / dt,
+                "samples_per_s": (self.c["picks_sampled"] - self.last["picks_sampled"]) / dt,
+                "batches_per_s": (self.c["batches"] - self.last["batches"]) / dt,
+            }
+            overlap = self.overlap_s + (now - self.overlap_since if self.overlap_since is not None else 0.0)
+            out = dict(self.c, **rates, interval_s=dt, uptime_s=now - self.t0, overlap_s=overlap,
+                       write_busy_s=self.busy_s["w"], sample_busy_s=self.busy_s["s"])
+            self.last = dict(self.c)
+            self.t_last = now
+            return out
+
+
+class ReplayServer:
+    """One replay buffer behind a thread-safe, Ray-friendly interface.
+
+    This is the body of ``ReplayActor`` (``ReplayActor = ray.remote(ReplayServer)``
+    with concurrency groups); it also works as a plain object in one process.
+
+    impl: ``"c"`` for ``exreplay.ExperienceReplay`` (default) or ``"reference"``
+    for the pure-Python ``ReferenceReplay`` (the benchmarks' baseline).
+    selectors: pick selectors to create, in order (handles 0, 1, ...): each a
+    kind (``"uniform"``, ``"prioritized"`` or a PickSelectorClass) or
+    ``(kind, params)``. Default: one prioritized selector (alpha=0.6, beta=0.4).
+    buffer: an existing buffer (e.g. from ``ray.put``/``unserialize``) to serve
+    instead of building one; its selectors are then taken as they are.
+    The other keyword arguments go to the buffer's constructor.
+    """
+
+    def __init__(self, *, impl: str = "c", selectors=(("prioritized", {}),), buffer=None, **buffer_kwargs):
+        self._selectors: dict[int, PickSelectorClass] = {}
+        self._params: dict[int, dict] = {}
+        self._sel_objs: dict[int, Any] = {}
+        specs = [(s, {}) if not isinstance(s, (tuple, list)) else (s[0], dict(s[1])) for s in selectors]
+        if buffer is not None:
+            # A restored buffer keeps its selectors; `selectors` describes them
+            # (handles 0, 1, ... in order), as given when the original was built.
+            self.buf = buffer
+            for h, (kind, params) in enumerate(specs):
+                self._selectors[h] = _kind(kind)
+                self._params[h] = params
+        else:
+            if impl == "c":
+                cls = exreplay.ExperienceReplay
+            elif impl == "reference":
+                from exreplay.reference import ReferenceReplay as cls
+            else:
+                raise ValueError(f"impl: expected 'c' or 'reference', got {impl!r}")
+            self.buf = cls(**buffer_kwargs)
+            for kind, params in specs:
+                self.new_pick_selector(kind, **params)
+        self.impl = "c" if isinstance(self.buf, exreplay.ExperienceReplay) else "reference"
+        self._meter = _Meter()
+        self._streams: dict[Hashable, int | None] = {}
+        self._stream_seq: dict[Hashable, int] = {}
+        self._stream_cv = threading.Condition()
+        self._stream_locks: dict[Hashable, threading.Lock] = {}
+
+    # -- configuration -------------------------------------------------------------
+
+    def new_pick_selector(self, kind, **params) -> int:
+        """Add a pick selector (kind, **params); returns its int handle."""
+        ps = self.buf.new_pick_selector(_kind(kind), **params)
+        h = int(ps)
+        self._selectors[h] = _kind(kind)
+        self._params[h] = dict(params)
+        self._sel_objs[h] = ps
+        return h
+
+    def selectors(self) -> dict:
+        """{handle: (kind name, alpha, beta)} (alpha, beta None for uniform)."""
+        out = {}
+        for h, k in self._selectors.items():
+            if k == PickSelectorClass.Prioritized:
+                out[h] = ("prioritized", *self._ab(h))
+            else:
+                out[h] = ("uniform", None, None)
+        return out
+
+    def _ab(self, h):
+        sel = self._sel_objs.get(h)
+        if sel is not None:
+            return float(sel.alpha), float(sel.beta)
+        p = self._params.get(h, {})
+        return float(p.get("alpha", 0.6)), float(p.get("beta", 0.4))
+
+    def set_beta(self, ps: int, beta: float) -> None:
+        """Anneal beta (only for selectors this server created)."""
+        self._sel_objs[int(ps)].beta = beta
+
+    def config(self) -> dict:
+        b = self.buf
+        return dict(state_shape=b.state_shape, state_dtype=str(b.state_dtype), action_shape=b.action_shape,
+                    action_dtype=str(b.action_dtype), reward_dtype=str(b.reward_dtype), capacity=b.capacity,
+                    pick_len=b.pick_len, allow_short=b.allow_short, eviction=b.eviction, impl=self.impl,
+                    selectors=self.selectors())
+
+    # -- writers ---------------------------------------------------------------------
+
+    def record_many(self, h, states, actions, rewards, final_state=None, terminated=False, priorities=None):
+        """``ExperienceReplay.record_many``: returns the handle recorded into last."""
+        t = self._meter.enter("w")
+        try:
+            h = self.buf.record_many(h, states, actions, rewards, final_state=final_state,
+                                     terminated=terminated, priorities=priorities)
+        finally:
+            self._meter.leave("w", t, records=len(states), rollouts=1)
+        return h
+
+    def record_rollout(self, stream: Hashable, rollout: Rollout, seq: int | None = None) -> int:
+        """Record a `Rollout` of sender `stream`; returns the records added.
+
+        The first piece continues the stream's open episode (if any); each end
+        closes an episode; rows after the last end stay open for the stream's
+        next rollout. seq (0, 1, 2, ... per stream) makes rollouts that a
+        threaded actor receives out of order wait for their turn; None skips that.
+        """
+        with self._stream_cv:
+            if seq is not None:
+                ok = self._stream_cv.wait_for(lambda: self._stream_seq.get(stream, 0) == seq, timeout=60.0)
+                if not ok:
+                    raise RuntimeError(f"record_rollout: stream {stream!r} waited 60 s for seq "
+                                       f"{self._stream_seq.get(stream, 0)}, got {seq}")
+            lock = self._stream_locks.setdefault(stream, threading.Lock())
+        try:
+            with lock:
+                h = self._streams.get(stream)
+                t = self._meter.enter("w")
+                try:
+                    r = rollout
+                    for a, b, j in r.pieces():
+                        pr = None if r.priorities is None else r.priorities[a:b]
+                        if j is None:
+                            h = self.buf.record_many(h, r.states[a:b], r.actions[a:b], r.rewards[a:b],
+                                                     priorities=pr)
+                        else:
+                            fs = None if r.final_states is None else r.final_states[j]
+                            self.buf.record_many(h, r.states[a:b], r.actions[a:b], r.rewards[a:b],
+                                                 final_state=fs, terminated=bool(r.terminated[j]),
+                                                 priorities=pr)
+                            h = None
+                    self._streams[stream] = h
+                finally:
+                    self._meter.leave("w", t, records=len(r), rollouts=1)
+        finally:
+            if seq is not None:
+                with self._stream_cv:
+                    self._stream_seq[stream] = seq + 1
+                    self._stream_cv.notify_all()
+        return len(rollout)
+
+    def end_stream(self, stream: Hashable) -> None:
+        """Forget a stream (its open episode stays, unended, until evicted)."""
+        with self._stream_cv:
+            self._streams.pop(stream, None)
+            self._stream_seq.pop(stream, None)
+            self._stream_locks.pop(stream, None)
+
+    # -- learner ---------------------------------------------------------------------
+
+    def get_batch(self, batch_size: int, ps: int = 0, n_batches: int | None = None, with_stats: bool = False):
+        """A Batch of batch_size picks; with n_batches, a list of that many.
+
+        The n batches are one draw of n*batch_size picks, split into views (one
+        memory block; 9 buffers cross Ray, not 9n). With with_stats, returns
+        (batch(es), priority_stats) read right after the draw.
+        """
+        n = 1 if n_batches is None else int(n_batches)
+        t = self._meter.enter("s")
+        try:
+            b = self.buf.get_batch(batch_size * n, ps)
+            st = self.priority_stats(ps) if with_stats else None
+        finally:
+            self._meter.leave("s", t, picks_sampled=batch_size * n, batches=n)
+        out = b if n_batches is None else split_batch(b, n)
+        return (out, st) if with_stats else out
+
+    def set_priority(self, ps: int, pick_epi, pick_pos, priorities) -> int:
+        t = self._meter.enter("s")
+        try:
+            n = self.buf.set_priority(ps, pick_epi, pick_pos, priorities)
+        finally:
+            self._meter.leave("s", t, priority_updates=len(pick_epi))
+        return n
+
+    def priority_stats(self, ps: int = 0):
+        """(total p**alpha, smallest positive p**alpha, picks) of selector ps.
+
+        Uniform: (picks, 1.0, picks). Uses ExperienceReplay.priority_stats (O(1))
+        where the buffer has it; otherwise (the pure-Python reference) computes
+        it from the test hooks _picks/_priority in O(N).
+        """
+        f = getattr(self.buf, "priority_stats", None)
+        if f is not None:
+            total, mn, n = f(ps)
+            return float(total), float(mn), int(n)
+        kind = self._selectors.get(int(ps), PickSelectorClass.Prioritized)
+        epi, pos = self.buf._picks()
+        n = len(epi)
+        if kind == PickSelectorClass.Uniform:
+            return float(n), (1.0 if n else float("inf")), n
+        pa = np.asarray(self.buf._priority(ps, epi, pos), dtype=np.float64) if n else np.zeros(0)
+        pos_pa = pa[pa > 0]
+        return float(pa.sum()), (float(pos_pa.min()) if len(pos_pa) else float("inf")), n
+
+    # -- control ---------------------------------------------------------------------
+
+    def stats(self) -> dict:
+        """records, picks, episodes held; counters; rates since the previous stats()."""
+        out = self._meter.read()
+        out.update(held_records=len(self.buf), held_picks=self.buf.num_picks, episodes=self.buf.num_episodes)
+        return out
+
+    def buffer(self):
+        """The whole buffer (pickled through serialize; protocol 5 out of band)."""
+        return self.buf
+
+    def serialize(self, level: int = 0):
+        return self.buf.serialize(level=level)
+
+    def save(self, path: str, level: int = 6) -> None:
+        self.buf.save(path, level=level)
+
+    def call(self, name: str, *args, **kwargs):
+        """Any other buffer method, e.g. call("episode", h)."""
+        return getattr(self.buf, name)(*args, **kwargs)
+
+    def ping(self) -> bool:
+        return True
+
+
+
+# --- the Ray actor ------------------------------------------------------------------
+
+_GROUP_OF = {
+    "record_many": "writers",
+    "record_rollout": "writers",
+    "end_stream": "writers",
+    "get_batch": "learner",
+    "set_priority": "learner",
+    "priority_stats": "learner",
+    "new_pick_selector": "control",
+    "selectors": "control",
+    "set_beta": "control",
+    "config": "control",
+    "stats": "control",
+    "buffer": "control",
+    "serialize": "control",
+    "save": "control",
+    "call": "control",
+    "ping": "control",
+}
+
+
+def _make_actor_class():
+    """ReplayServer as a threaded Ray actor with concurrency groups (imports Ray)."""
+    _ray()
+    from exreplay.ray._actor import ReplayActor
+
+    return ReplayActor
+
+
+def __getattr__(name):
+    # ReplayActor is built (and Ray imported) on first use.
+    if name == "ReplayActor":
+        return _make_actor_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# --- the sharded replay ---------------------------------------------------------------
+
+
+def _stable_hash(x) -> int:
+    import zlib
+
+    return zlib.crc32(repr(x).encode())
+
+
+class ShardedReplay:
+    """Several ReplayActors used as one replay.
+
+    n_shards: how many ReplayActors to start (``actor_options`` go to
+    ``ReplayActor.options``; by default ``scheduling_strategy="SPREAD"`` so
+    that Ray places them on different nodes where it can), with
+    ``capacity`` split evenly and buffer seeds ``seed + i``. Or ``actors=``:
+    existing ReplayActors built with the same selectors.
+
+    - Inserts (``record_rollout``, ``record_episode``) go to the shards round
+      robin by episode: an episode is never split; the piece that continues a
+      sender's open episode goes where that episode is.
+    - ``get_batch`` splits the batch across shards by a multinomial draw with
+      probabilities proportional to each shard's total draw weight (picks for
+      uniform, sum of p**alpha for prioritized), lets each shard draw its
+      share, shuffles the rows together and renormalises the importance
+      weights with the smallest positive p**alpha over *all* shards: the
+      result has the distribution and the weights of one buffer holding the
+      union of the shards.
+    - A batch's ``pick_epi`` encodes the shard: ``pick_epi = epi * n_shards + shard``
+      (``decode`` inverts it); ``set_priority`` routes each update to its shard.
+
+    The object is picklable (it holds actor handles) and can be handed to
+    Ray tasks and actors; each copy keeps its own per-stream routing state, so
+    give each sender its own stream id.
+    """
+
+    def __init__(self, n_shards: int | None = None, *, actors=None, seed: int | None = None,
+                 selectors=(("prioritized", {}),), capacity: int | None = 1_000_000,
+                 actor_options: dict | None = None, impl: str = "c", **buffer_kwargs):
+        ray = _ray()
+        if actors is None:
+            if n_shards is None or n_shards < 1:
+                raise ValueError(f"n_shards: expected an int >= 1, got {n_shards!r}")
+            opts = {"scheduling_strategy": "SPREAD"} if n_shards > 1 else {}
+            opts.update(actor_options or {})
+            cap = None if capacity is None else -(-capacity // n_shards)
+            Actor = _make_actor_class()
+            actors = [
+                Actor.options(**opts).remote(
+                    impl=impl, selectors=selectors, capacity=cap,
+                    seed=None if seed is None else seed + i, **buffer_kwargs)
+                for i in range(n_shards)
+            ]
+        self.shards = list(actors)
+        self.n = len(self.shards)
+        if self.n < 1:
+            raise ValueError("actors: expected at least one ReplayActor")
+        self._selectors = ray.get(self.shards[0].selectors.remote())
+        self._rng = np.random.default_rng(seed)
+        self._streams: dict[Hashable, dict] = {}
+        self._last_stats: dict[int, list] = {}
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def decode(self, pick_epi):
+        """(shard, epi) arrays from a sharded batch's pick_epi."""
+        e = np.asarray(pick_epi, dtype=np.int64)
+        return e % self.n, e // self.n
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        _ray().get([s.ping.remote() for s in self.shards], timeout=timeout)
+
+    # -- writers ---------------------------------------------------------------------
+
+    def record_rollout(self, stream: Hashable, rollout: Rollout, wait: bool = False):
+        """Send a Rollout of sender `stream`; returns the ObjectRefs (or, with
+        wait=True, the number of records added)."""
+        ray = _ray()
+        st = self._streams.get(stream)
+        if st is None:
+            st = self._streams[stream] = {"open": None, "seq": [0] * self.n, "rr": _stable_hash(stream) % self.n}
+        groups: dict[int, list] = {}
+        for a, b, j in rollout.pieces():
+            if a == 0 and st["open"] is not None:
+                shard = st["open"]
+            else:
+                shard = st["rr"]
+                st["rr"] = (shard + 1) % self.n
+            groups.setdefault(shard, []).append((a, b, j))
+            st["open"] = shard if j is None else None
+        refs = []
+        for shard, pieces in groups.items():
+            sub = rollout if len(groups) == 1 else rollout.take(pieces)
+            refs.append(self.shards[shard].record_rollout.remote(stream, sub, st["seq"][shard]))
+            st["seq"][shard] += 1
+        return sum(ray.get(refs)) if wait else refs
+
+    def record_episode(self, states, actions, rewards, final_state=None, terminated=True,
+                       priorities=None, wait: bool = False):
+        """One whole episode (ended), to the next shard in turn."""
+        fs = None if final_state is None else np.asarray(final_state)[None]
+        r = Rollout(states, actions, rewards, priorities, ends=[len(states)], final_states=fs,
+                    terminated=[terminated])
+        return self.record_rollout("__episodes__", r, wait=wait)
+
+    # -- learner ---------------------------------------------------------------------
+
+    def priority_stats(self, ps: int = 0):
+        """(total, min_positive, picks) over all shards."""
+        st = _ray().get([s.priority_stats.remote(ps) for s in self.shards])
+        return (float(sum(s[0] for s in st)), float(min(s[1] for s in st)), int(sum(s[2] for s in st)))
+
+    def get_batch(self, batch_size: int, ps: int = 0, n_batches: int | None = None, fresh_stats: bool = True):
+        """A Batch (or n_batches of them) drawn across all shards as from one buffer.
+
+        fresh_stats=True reads every shard's priority_stats first (two round
+        trips per call, exact). fresh_stats=False splits by the stats that the
+        previous call brought back (one round trip; the split lags one call).
+        """
+        ray = _ray()
+        n = 1 if n_batches is None else int(n_batches)
+        if self.n == 1:
+            return ray.get(self.shards[0].get_batch.remote(batch_size, ps, n_batches))
+        kind, _alpha, beta = self._selectors[int(ps)]
+        total_n = int(batch_size) * n
+        if total_n < 1:
+            raise ValueError(f"batch_size: expected an int >= 1, got {batch_size}")
+        stats = self._last_stats.get(int(ps)) if not fresh_stats else None
+        if stats is None:
+            stats = ray.get([s.priority_stats.remote(ps) for s in self.shards])
+        totals = np.array([s[0] for s in stats], dtype=np.float64)
+        if not totals.sum() > 0:
+            raise ValueError("get_batch: expected at least one pick with a positive priority in some shard, got none")
+        counts = self._rng.multinomial(total_n, totals / totals.sum())
+        drawn = [i for i in range(self.n) if counts[i] > 0]
+        res = ray.get([self.shards[i].get_batch.remote(int(counts[i]), ps, None, True) for i in drawn])
+        stats = list(stats)
+        for i, (_b, st) in zip(drawn, res):
+            stats[i] = st
+        self._last_stats[int(ps)] = stats
+        cols = [[] for _ in range(9)]
+        gmin = min(s[1] for s in stats)
+        for i, (b, st) in zip(drawn, res):
+            f = _batch_fields(b)
+            for k in range(9):
+                cols[k].append(f[k])
+            cols[6][-1] = f[6] * self.n + i
+            if kind == "prioritized" and beta and st[1] != gmin:
+                cols[8][-1] = (f[8].astype(np.float64) * (gmin / st[1]) ** beta).astype(np.float32)
+        perm = self._rng.permutation(total_n)
+        out = make_batch(res[0][0], [np.concatenate(c)[perm] for c in cols])
+        return out if n_batches is None else split_batch(out, n)
+
+    def set_priority(self, ps: int, pick_epi, pick_pos, priorities, wait: bool = False):
+        """Route each update to its shard; returns the ObjectRefs (or, with
+        wait=True, how many were applied)."""
+        ray = _ray()
+        epi = np.asarray(pick_epi, dtype=np.int64)
+        pos = np.asarray(pick_pos, dtype=np.int64)
+        if self.n == 1:
+            refs = [self.shards[0].set_priority.remote(ps, epi, pos, priorities)]
+        else:
+            pri = np.broadcast_to(np.asarray(priorities, dtype=np.float64), epi.shape)
+            shard, local = epi % self.n, epi // self.n
+            refs = []
+            for i in np.unique(shard):
+                m = shard == i
+                refs.append(self.shards[int(i)].set_priority.remote(ps, local[m], pos[m], np.ascontiguousarray(pri[m])))
+        return sum(ray.get(refs)) if wait else refs
+
+    def set_beta(self, ps: int, beta: float) -> None:
+        """Set beta of selector ps on every shard (annealing)."""
+        _ray().get([s.set_beta.remote(ps, beta) for s in self.shards])
+        kind, alpha, _ = self._selectors[int(ps)]
+        self._selectors[int(ps)] = (kind, alpha, float(beta))
+
+    # -- control ---------------------------------------------------------------------
+
+    def stats(self) -> dict:
+        """Summed counters and rates over the shards, plus "shards": each one's stats."""
+        per = _ray().get([s.stats.remote() for s in self.shards])
+        out = {}
+        for k in per[0]:
+            if k in ("interval_s", "uptime_s"):
+                out[k] = max(p[k] for p in per)
+            else:
+                out[k] = sum(p[k] for p in per)
+        out["shards"] = per
+        return out
+
+    def buffers(self) -> list:
+        """Every shard's whole buffer (through the object store)."""
+        return _ray().get([s.buffer.remote() for s in self.shards])
+
+    def shutdown(self) -> None:
+        ray = _ray()
+        for s in self.shards:
+            ray.kill(s)
+        self.shards = []

@@ -1,0 +1,423 @@
+"""exreplay.ray on a real local Ray cluster (no mocks): the replay actor, the
+sharded replay, pickling through the object store, and the Ape-X example.
+
+One cluster (ray.init(num_cpus=2)) serves the whole module. Skipped when Ray
+is not installed, and under the ASan run (Ray's workers would load the
+sanitized extension without the preloaded runtime).
+"""
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+if os.environ.get("EXREPLAY_ASAN"):
+    pytest.skip("Ray tests do not run under ASan", allow_module_level=True)
+
+ray = pytest.importorskip("ray")
+
+import exreplay  # noqa: E402
+from exreplay.ray import ReplayServer, Rollout, ShardedReplay, split_batch  # noqa: E402
+from exreplay.reference import ReferenceReplay  # noqa: E402
+
+PRI = exreplay.PickSelectorClass.Prioritized
+UNI = exreplay.PickSelectorClass.Uniform
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+def _actor(**kw):
+    from exreplay.ray import ReplayActor
+
+    return ReplayActor.remote(**kw)
+
+
+def _episode(T, k=0, rng=None):
+    """An episode whose states encode (k, position) in columns 0 and 1."""
+    s = np.zeros((T, 4), np.float32)
+    s[:, 0] = k
+    s[:, 1] = np.arange(T)
+    a = np.arange(T, dtype=np.int64) % 2
+    r = np.ones(T, np.float32)
+    return s, a, r
+
+
+def test_import_needs_no_ray():
+    code = "import sys, exreplay.ray as r; assert 'ray' not in sys.modules; print(r.Rollout.__name__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "Rollout"
+
+
+def test_actor_round_trip_matches_local_buffer(cluster):
+    kw = dict(state_shape=(4,), capacity=10_000, pick_len=3, allow_short=True, seed=7)
+    sel = ["uniform", ("prioritized", {"alpha": 0.6, "beta": 0.4})]
+    actor = _actor(selectors=sel, **kw)
+    local = exreplay.ExperienceReplay(**kw)
+    local.new_pick_selector(UNI)
+    local.new_pick_selector(PRI, alpha=0.6, beta=0.4)
+    rng = np.random.default_rng(0)
+    for k in range(5):
+        s, a, r = _episode(20 + k, k)
+        p = rng.random(len(s)) + 0.1
+        h1 = ray.get(actor.record_many.remote(None, s, a, r, terminated=True, priorities=p))
+        h2 = local.record_many(None, s, a, r, terminated=True, priorities=p)
+        assert h1 == h2
+    cfg = ray.get(actor.config.remote())
+    assert cfg["pick_len"] == 3 and cfg["selectors"][1] == ("prioritized", 0.6, 0.4)
+    for ps in (0, 1):
+        b1 = ray.get(actor.get_batch.remote(32, ps))
+        b2 = local.get_batch(32, ps)
+        assert isinstance(b1, exreplay.Batch)
+        for x, y in zip((*b1, b1.weight), (*b2, b2.weight)):
+            np.testing.assert_array_equal(x, y)
+    # set_priority straight from the (read-only) arrays Ray handed back
+    assert not b1.pick_epi.flags.writeable
+    n1 = ray.get(actor.set_priority.remote(1, b1.pick_epi, b1.pick_pos, np.full(32, 3.0)))
+    n2 = local.set_priority(1, b2.pick_epi, b2.pick_pos, np.full(32, 3.0))
+    assert n1 == n2 == 32
+    # several batches in one call: views of one draw
+    bs = ray.get(actor.get_batch.remote(16, 1, 4))
+    ref = split_batch(local.get_batch(64, 1), 4)
+    assert len(bs) == 4
+    for x, y in zip(bs, ref):
+        np.testing.assert_array_equal(x.pick_epi, y.pick_epi)
+        np.testing.assert_array_equal(x.weight, y.weight)
+    # with_stats: the stats at the draw
+    b, st = ray.get(actor.get_batch.remote(8, 1, None, True))
+    assert st == local.priority_stats(1) if hasattr(local, "priority_stats") else st[2] == local.num_picks
+    stats = ray.get(actor.stats.remote())
+    assert stats["records"] == len(local) and stats["held_picks"] == local.num_picks
+    assert stats["episodes"] == local.num_episodes
+    assert stats["picks_sampled"] == 64 + 64 + 8 and stats["batches"] == 2 + 4 + 1
+    assert {"inserts_per_s", "samples_per_s", "overlap_s"} <= set(stats)
+    ray.kill(actor)
+
+
+def test_read_only_inputs_are_accepted(cluster):
+    s, a, r = _episode(50)
+    p = np.linspace(0.1, 2.0, 50)
+    s, a, r, p, fin = ray.get(ray.put((s, a, r, p, np.ones(4, np.float32))))
+    assert not any(x.flags.writeable for x in (s, a, r, p, fin))
+    for cls in (exreplay.ExperienceReplay, ReferenceReplay):
+        buf = cls(state_shape=(4,), pick_len=2, allow_short=True, seed=0)
+        ps = buf.new_pick_selector(PRI)
+        buf.record_many(None, s, a, r, final_state=fin, priorities=p)
+        buf.record(None, s[0], a[0], r[0], final_state=fin, priority=p[0])
+        assert len(buf) == 51
+        b = ray.get(ray.put(buf.get_batch(8, ps)))
+        assert not b.pick_epi.flags.writeable
+        assert buf.set_priority(ps, b.pick_epi, b.pick_pos, b.weight.astype(np.float64) + 1) == 8
+        buf._check()
+
+
+def test_rollouts_keep_episodes_whole_and_streams_apart():
+    # ReplayServer without Ray: the stream bookkeeping of record_rollout.
+    srv = ReplayServer(state_shape=(4,), capacity=None, pick_len=3, allow_short=True, seed=0)
+    s, a, r = _episode(10, 1)
+    fin = np.full((1, 4), 9, np.float32)
+    # stream A: 4 open steps, then 6 steps ending the episode after 3, then an open tail
+    srv.record_rollout("A", Rollout(s[:4], a[:4], r[:4], np.ones(4)), seq=0)
+    srv.record_rollout("B", Rollout(s[:2], a[:2], r[:2]), seq=0)
+    srv.record_rollout("A", Rollout(s[4:], a[4:], r[4:], np.ones(6), ends=[3], final_states=fin,
+                                    terminated=[False]), seq=1)
+    buf = srv.buf
+    eps = [buf.episode(h) for h in buf._handles()]
+    lens = sorted((len(e.state), e.ended) for e in eps)
+    assert lens == [(2, False), (3, False), (7, True)]
+    whole = [e for e in eps if e.ended][0]
+    np.testing.assert_array_equal(whole.state[:, 1], np.arange(7))
+    np.testing.assert_array_equal(whole.final_state, fin[0])
+    assert not whole.terminated
+    st = srv.stats()
+    assert st["records"] == 12 and st["rollouts"] == 3
+
+
+def test_concurrent_writers_and_learner(cluster):
+    """3 Ray actors record_rollout into one ReplayActor while a learner samples and
+    updates priorities; the buffer stays consistent, every episode whole, and
+    inserts and sampling overlap inside the actor."""
+    replay = ShardedReplay(1, state_shape=(4,), capacity=None, pick_len=3, allow_short=True, seed=3,
+                           selectors=[("prioritized", {})], actor_options={"num_cpus": 0})
+    replay.wait_ready()
+    W, R, T = 3, 40, 100
+
+    @ray.remote(num_cpus=0)
+    def writer(w, replay):
+        rng = np.random.default_rng(w)
+        step = 0
+        refs = []
+        for _ in range(R):
+            s = np.zeros((T, 4), np.float32)
+            s[:, 0] = w
+            s[:, 1] = np.arange(step, step + T)
+            ends = np.sort(rng.choice(np.arange(1, T + 1), size=2, replace=False))
+            ro = Rollout(s, np.zeros(T, np.int64), np.ones(T, np.float32), rng.random(T) + 0.01,
+                         ends=ends, final_states=np.zeros((2, 4), np.float32), terminated=[True, False])
+            refs += replay.record_rollout(w, ro)
+            step += T
+        ray.get(refs)
+        return step
+
+    @ray.remote(num_cpus=0)
+    class LearnerLoop:
+        def __init__(self):
+            self.stop = False
+
+        def run(self, replay):
+            n = 0
+            while not self.stop:
+                try:
+                    b = replay.get_batch(64, 0)
+                except Exception:  # noqa: BLE001 - nothing recorded yet
+                    time.sleep(0.001)
+                    continue
+                replay.set_priority(0, b.pick_epi, b.pick_pos, np.abs(b.weight) + 0.5, wait=True)
+                n += 1
+            return n
+
+        def halt(self):
+            self.stop = True
+
+    learner = LearnerLoop.options(max_concurrency=2).remote()
+    job = learner.run.remote(replay)
+    steps = ray.get([writer.remote(w, replay) for w in range(W)])
+    time.sleep(0.2)
+    ray.get(learner.halt.remote())
+    n_batches = ray.get(job)
+    assert steps == [R * T] * W and n_batches > 0
+    st = replay.stats()
+    assert st["records"] == W * R * T == st["held_records"]
+    assert st["batches"] >= n_batches
+    buf = replay.buffers()[0]
+    buf._check()
+    # every episode is a run of consecutive steps of one writer
+    total = 0
+    for h in buf._handles():
+        e = buf.episode(h)
+        assert len(np.unique(e.state[:, 0])) == 1
+        np.testing.assert_array_equal(np.diff(e.state[:, 1]), 1)
+        total += len(e.state)
+    assert total == W * R * T
+    replay.shutdown()
+
+
+def test_inserts_and_sampling_overlap(cluster):
+    """Writers (concurrency group "writers") and the learner ("learner") run in
+    the actor at the same time: with 84x84 frames, each call copies enough for
+    the meter to catch a writer and a sampler inside the buffer at once."""
+    actor = _actor(state_shape=(84, 84), state_dtype="uint8", capacity=20_000, seed=0, selectors=["uniform"])
+    T = 100
+    frames = np.random.default_rng(0).integers(0, 256, size=(T, 84, 84), dtype=np.uint8)
+    fref = ray.put(frames)
+    ray.get(actor.record_many.remote(None, fref, np.zeros(T, np.int64), np.ones(T, np.float32)))
+
+    @ray.remote(num_cpus=0)
+    def writer(actor, frames, n):
+        ray.get([actor.record_many.remote(None, frames, np.zeros(T, np.int64), np.ones(T, np.float32))
+                 for _ in range(n)])
+
+    @ray.remote(num_cpus=0)
+    def sampler(actor, seconds):
+        t_end = time.time() + seconds
+        n = 0
+        while time.time() < t_end:
+            ray.get([actor.get_batch.remote(256, 0) for _ in range(4)])
+            n += 4
+        return n
+
+    deadline = time.time() + 30
+    st = {}
+    while time.time() < deadline:
+        job = sampler.remote(actor, 2.0)
+        ray.get([writer.remote(actor, fref, 40) for _ in range(2)])
+        ray.get(job)
+        st = ray.get(actor.stats.remote())
+        if st["overlap_s"] > 0:
+            break
+    assert st["overlap_s"] > 0, st
+    assert st["records"] >= 81 * T
+    ray.kill(actor)
+
+
+def test_pickling_through_the_object_store(cluster):
+    buf = exreplay.ExperienceReplay(state_shape=(4,), capacity=1000, pick_len=2, seed=11)
+    ps = buf.new_pick_selector(PRI, alpha=0.7, beta=0.5)
+    for k in range(8):
+        s, a, r = _episode(30, k)
+        buf.record_many(None, s, a, r, terminated=True, priorities=np.arange(1, 31.0))
+    ref = ray.put(buf)
+    buf2 = ray.get(ref)
+    assert buf2.serialize(level=0) == buf.serialize(level=0)
+    np.testing.assert_array_equal(buf2.get_batch(16, int(ps)).pick_pos, buf.get_batch(16, ps).pick_pos)
+    # a whole buffer into an actor (an argument resolved from the object store) and back
+    actor = _actor(buffer=ref, selectors=[("prioritized", {"alpha": 0.7, "beta": 0.5})])
+    back = ray.get(actor.buffer.remote())
+    assert len(back) == len(buf) == 240 and back.num_picks == buf.num_picks
+    b = ray.get(actor.get_batch.remote(16, 0))
+    assert b.state.shape == (16, 2, 4)
+    assert ray.get(actor.priority_stats.remote(0)) == pytest.approx(buf.priority_stats(ps)) \
+        if hasattr(buf, "priority_stats") else True
+    ray.kill(actor)
+
+
+def test_reference_buffer_in_an_actor(cluster):
+    actor = _actor(impl="reference", state_shape=(4,), pick_len=2, allow_short=True, seed=0,
+                   selectors=["uniform", "prioritized"])
+    s, a, r = _episode(20)
+    ray.get(actor.record_many.remote(None, s, a, r, terminated=True, priorities=np.arange(1, 21.0)))
+    b = ray.get(actor.get_batch.remote(8, 1))
+    assert b.weight.shape == (8,)
+    total, mn, n = ray.get(actor.priority_stats.remote(1))
+    assert n == 20 and mn == pytest.approx(1.0) and total == pytest.approx(np.sum(np.arange(1, 21.0) ** 0.6), rel=1e-5)
+    assert ray.get(actor.priority_stats.remote(0)) == (20.0, 1.0, 20)
+    ray.kill(actor)
+
+
+def _fill_pair(n_shards, seed, kinds):
+    """A ShardedReplay and one local buffer holding the same episodes."""
+    sel = [(k, {"alpha": 0.6, "beta": 0.4} if k == "prioritized" else {}) for k in kinds]
+    kw = dict(state_shape=(4,), capacity=None, pick_len=2, allow_short=True)
+    sh = ShardedReplay(n_shards, selectors=sel, seed=seed, actor_options={"num_cpus": 0}, **kw)
+    single = ReplayServer(selectors=sel, seed=seed, **kw)
+    rng = np.random.default_rng(seed)
+    for k in range(24):
+        T = int(rng.integers(2, 9))
+        s, a, r = _episode(T, k)
+        # priorities span two decades; shard minima differ
+        p = np.exp(rng.uniform(np.log(0.05), np.log(5.0), size=T))
+        sh.record_episode(s, a, r, terminated=True, priorities=p, wait=True)
+        single.record_many(None, s, a, r, terminated=True, priorities=p)
+    return sh, single
+
+
+def _key(b):
+    st = b.state[:, 0, :2].astype(np.int64)
+    return st[:, 0] * 100 + st[:, 1]
+
+
+@pytest.mark.parametrize("kind", ["prioritized", "uniform"])
+def test_sharded_selection_matches_one_buffer(cluster, kind):
+    from scipy import stats as sps
+
+    sh, single = _fill_pair(3, 5, [kind])
+    buf = single.buf
+    epi, pos = buf._picks()
+    allb = buf._gather(0, epi, pos)
+    keys = _key(allb)
+    if kind == "prioritized":
+        pa = buf.stored_priorities(0, epi, pos) if hasattr(buf, "stored_priorities") else buf._priority(0, epi, pos)
+        p_single = pa / pa.sum()
+    else:
+        p_single = np.full(len(keys), 1.0 / len(keys))
+    weight_of = dict(zip(keys.tolist(), allb.weight.tolist()))
+    # the shards together hold what the single buffer holds
+    tot_s, min_s, n_s = sh.priority_stats(0)
+    tot_1, min_1, n_1 = single.priority_stats(0)
+    assert n_s == n_1 == len(keys)
+    assert tot_s == pytest.approx(tot_1, rel=1e-6) and min_s == pytest.approx(min_1, rel=1e-6)
+    shard_mins = [s[1] for s in ray.get([a.priority_stats.remote(0) for a in sh.shards])]
+    if kind == "prioritized":
+        assert len(set(shard_mins)) > 1  # global renormalisation really matters here
+    counts = dict.fromkeys(keys.tolist(), 0)
+    draws = 0
+    for i in range(40):
+        b = sh.get_batch(500, 0, fresh_stats=(i % 2 == 0))
+        k = _key(b)
+        for key in k.tolist():
+            counts[key] += 1
+        draws += len(k)
+        # weights: what the single buffer gives the same picks
+        np.testing.assert_allclose(b.weight, [weight_of[x] for x in k.tolist()], rtol=2e-5)
+        shard, local = sh.decode(b.pick_epi)
+        assert set(shard.tolist()) <= {0, 1, 2}
+    obs = np.array([counts[x] for x in keys.tolist()])
+    chi = sps.chisquare(obs, p_single * draws)
+    assert chi.pvalue > 1e-4, (chi, obs[:10], (p_single * draws)[:10])
+    sh.shutdown()
+
+
+def test_sharded_set_priority_routes_updates(cluster):
+    sh, _ = _fill_pair(3, 9, ["prioritized"])
+    b = sh.get_batch(64, 0)
+    new = np.linspace(0.5, 7.0, 64)
+    applied = sh.set_priority(0, b.pick_epi, b.pick_pos, new, wait=True)
+    assert applied == 64
+    shard, local = sh.decode(b.pick_epi)
+    last = {}
+    for i in range(64):  # the last value wins where a pick repeats
+        last[(int(shard[i]), int(local[i]), int(b.pick_pos[i]))] = new[i]
+    for (s, e, p), v in last.items():
+        got = ray.get(sh.shards[s].call.remote("stored_priorities", 0, np.array([e]), np.array([p])))
+        assert got[0] == pytest.approx(v**0.6, rel=1e-6)
+    # n batches across shards, shuffled together
+    bs = sh.get_batch(32, 0, n_batches=3)
+    assert len(bs) == 3 and all(x.pick_epi.shape == (32,) for x in bs)
+    sh.shutdown()
+
+
+def test_sharded_rollouts_spread_and_stay_whole(cluster):
+    sh = ShardedReplay(2, state_shape=(4,), capacity=None, pick_len=3, allow_short=True, seed=0,
+                       selectors=["uniform"], actor_options={"num_cpus": 0})
+    step = 0
+    refs = []
+    for _ in range(30):
+        s = np.zeros((50, 4), np.float32)
+        s[:, 1] = np.arange(step, step + 50)
+        refs += sh.record_rollout("w", Rollout(s, np.zeros(50, np.int64), np.ones(50, np.float32),
+                                               ends=[17, 40], terminated=[True, True]))
+        step += 50
+    ray.get(refs)
+    bufs = sh.buffers()
+    sizes = [len(b) for b in bufs]
+    assert sum(sizes) == 1500 and min(sizes) > 400
+    for b in bufs:
+        b._check()
+        for h in b._handles():
+            e = b.episode(h)
+            np.testing.assert_array_equal(np.diff(e.state[:, 1]), 1)
+    sh.shutdown()
+
+
+def _apex_args(**kw):
+    from exreplay.examples import apex_cartpole as apex
+
+    argv = []
+    for k, v in kw.items():
+        argv += [f"--{k.replace('_', '-')}", str(v)]
+    return apex, apex.parse_args(argv + ["--quiet"])
+
+
+def test_apex_smoke(cluster):
+    """A few seconds of the Ape-X example: actors, replay, learner and evaluator all run."""
+    apex, args = _apex_args(seed=0, actors=2, time_limit=6, warmup=300, eval_every=1.5, progress_every=2,
+                            goal=10_000)
+    lines = []
+    s = apex.run(args, log=lines.append)
+    assert s["env_steps"] >= 300 and s["updates"] > 0 and s["records"] > 0 and s["picks_sampled"] > 0
+    assert not s["reached"] and s["evals"] and s["progress"]
+    assert any("inserts/s" in x for x in lines) and lines[-1].startswith("summary:")
+
+
+def test_apex_sharded_smoke(cluster):
+    apex, args = _apex_args(seed=1, actors=2, shards=2, time_limit=4, warmup=300, eval_every=10,
+                            goal=10_000)
+    s = apex.run(args, log=lambda *a: None)
+    assert s["updates"] > 0 and s["records"] > 0
+
+
+@pytest.mark.slow
+def test_apex_reaches_the_goal(cluster):
+    """The learning loop reaches mean greedy return >= 475 over 20 episodes (seed 0: ~10 s here)."""
+    apex, args = _apex_args(seed=0, actors=4, time_limit=240, progress_every=30)
+    s = apex.run(args, log=lambda *a: None)
+    assert s["reached"], s["best_eval"]
