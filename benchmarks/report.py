@@ -1,11 +1,20 @@
 """Turn a pytest-benchmark JSON of the exreplay suite into docs/benchmarks.md + PNG plots.
 
     python benchmarks/report.py benchmarks/results/full.json
-    python benchmarks/report.py RESULTS.json --md OUT.md --img-dir OUT_IMG_DIR
+    python benchmarks/report.py RESULTS.json --md OUT.md --img-dir OUT_IMG_DIR \
+        --persistence persistence.json --ray ray.json --ray-md benchmarks_ray.md
 
 `make bench` runs the suite (pytest benchmarks --benchmark-json=...) and then
 this script.  Everything in the markdown, the verdicts on the goals included,
 is computed from the JSON, so a rerun regenerates the page.
+
+The persistence and Ray benchmarks (test_bench_persistence.py,
+test_bench_ray.py) put their measurements in the same JSON as custom records
+(kinds "persistence", "ray_throughput", "ray_apex") and also write files of
+their own (persistence.json, ray.json, by default beside the suite's JSON).
+The records in the suite's JSON come first (same run); a file is read only
+when the JSON has none of that kind, and the page then says which file (and
+mode) the numbers come from.
 """
 
 from __future__ import annotations
@@ -27,6 +36,9 @@ GOAL_GET32_OUT_US = 1.5
 GOAL_PRIO_RATIO = 3.0
 GOAL_R2D2_FLOOR = 1.2
 GOAL_THREADS = 1.6
+GOAL_PERSIST_L1_VS_ZLIB = 0.9  # level 1: >= 0.9x zlib's speed, serialize and unserialize
+GOAL_PERSIST_L0_GBPS = 1.0  # level 0: >= 1 GB/s, serialize and unserialize
+GOAL_SAVE_PEAK_FRACTION = 0.1  # save(): "no second full copy", judged as peak extra < 10 % of the file
 
 # The paper's own numbers (seed 003 §4, SPEC §8), drawn as reference lines.
 PAPER_RECORD_100_CPP_US = 700.0
@@ -56,6 +68,79 @@ def load(path):
         rows.append(info)
     extra = data.get("exreplay_bench", {})
     return data, rows, extra
+
+
+def load_side(path):
+    """A results file of its own (persistence.json, ray.json), or None."""
+    if not path or not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict):
+        return None
+    doc["_path"] = path
+    doc["_mtime"] = os.path.getmtime(path)
+    return doc
+
+
+def _source(side, root):
+    """Where the numbers come from, when it is not the suite's JSON."""
+    import datetime
+
+    when = datetime.datetime.fromtimestamp(side["_mtime"], datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+    return f"`{os.path.relpath(side['_path'], root)}` ({side.get('mode', '?')} mode, written {when} UTC)"
+
+
+def persistence_data(extra, side, root):
+    """{results: {case: record}, source: None (this run) or a description, note, earlier}."""
+    recs = {c["case"]: c for c in extra.get("custom", []) if c.get("kind") == "persistence" and "case" in c}
+    if recs:
+        return {"results": recs, "source": None, "mode": extra.get("mode"), "note": None, "earlier": None}
+    if side and side.get("results"):
+        return {"results": side["results"], "source": _source(side, root), "mode": side.get("mode"),
+                "note": side.get("note"), "earlier": side.get("first_run")}
+    return None
+
+
+def ray_data(extra, side, root):
+    """{throughput: {impl: record}, apex: [records], source, version}."""
+    custom = extra.get("custom", [])
+    thr = {c["impl"]: c for c in custom if c.get("kind") == "ray_throughput"}
+    apex = [c for c in custom if c.get("kind") == "ray_apex"]
+    if thr or apex:
+        version = None
+        if side and {i: {k: v for k, v in r.items() if k != "kind"} for i, r in thr.items()} == side.get("throughput"):
+            version = side.get("ray")  # the file was written by the same run
+        return {"throughput": thr, "apex": apex, "source": None, "mode": extra.get("mode"), "version": version}
+    if side and (side.get("throughput") or side.get("apex")):
+        return {"throughput": side.get("throughput") or {}, "apex": side.get("apex") or [],
+                "source": _source(side, root), "mode": side.get("mode"), "version": side.get("ray")}
+    return None
+
+
+def fmt_gbps(x):
+    if x is None:
+        return "–"
+    return f"{x:.3f} GB/s" if x < 0.1 else f"{x:.2f} GB/s"
+
+
+def fmt_bytes(n):
+    if n is None:
+        return "–"
+    if n >= 1e9:
+        return f"{n / 1e9:.2f} GB"
+    if n >= 1e6:
+        return f"{n / 1e6:.1f} MB"
+    if n >= 1e3:
+        return f"{n / 1e3:.0f} kB"
+    return f"{n:,} B"
+
+
+def fmt_rate(x):
+    return "–" if x is None else f"{x:,.0f}"
 
 
 def us(x):
@@ -268,10 +353,254 @@ def plot_cpprb(cp, img_dir, plt):
     return name
 
 
+# --- persistence and Ray ------------------------------------------------------------------
+
+PERSIST_CASES = (
+    # case, operation, level, goal kind
+    ("serialize_l1", "serialize(level=1)", 1),
+    ("unserialize_l1", "unserialize (level 1)", 1),
+    ("serialize_l0", "serialize(level=0)", 0),
+    ("unserialize_l0", "unserialize (level 0)", 0),
+)
+
+
+def _speed_vs_ref(r):
+    """exreplay's speed ÷ the counterpart's on the same bytes (= counterpart time ÷ exreplay time)."""
+    return r["ref_s"] / r["exreplay_s"]
+
+
+def _case_ok(case, r):
+    if case.endswith("_l1"):
+        return _speed_vs_ref(r) >= GOAL_PERSIST_L1_VS_ZLIB
+    return r["exreplay_GBps"] >= GOAL_PERSIST_L0_GBPS
+
+
+def _rounds_txt(res):
+    rs = sorted({res[c]["rounds"] for c, _o, _l in PERSIST_CASES if c in res and res[c].get("rounds")})
+    return "?" if not rs else (f"{rs[0]}" if len(rs) == 1 else f"{rs[0]}–{rs[-1]}")
+
+
+def _mib(n):
+    return f"{n / 2**20:,.1f} MiB"
+
+
+def _save_ok(r):
+    return r["peak_extra_bytes"] < GOAL_SAVE_PEAK_FRACTION * r["file_bytes"]
+
+
+def persistence_goals(persist):
+    rows = []
+    if not persist:
+        return rows
+    res, earlier = persist["results"], persist.get("earlier") or {}
+
+    def earlier_txt(cases, fmt):
+        if not all(c in earlier for c in cases):
+            return ""
+        ok = all(_case_ok(c, earlier[c]) for c in cases)
+        return ("; an earlier run kept in the same file: "
+                + ", ".join(f"{c.split('_')[0]} {fmt(earlier[c])}" for c in cases) + f" ({verdict(ok)})")
+
+    s, u = res.get("serialize_l1"), res.get("unserialize_l1")
+    if s and u:
+        txt = (f"serialize: {fmt_ratio(_speed_vs_ref(s))} ({fmt_gbps(s['exreplay_GBps'])} vs `zlib.compress(raw, 1)` "
+               f"{fmt_gbps(s['ref_GBps'])}); unserialize: {fmt_ratio(_speed_vs_ref(u))} "
+               f"({fmt_gbps(u['exreplay_GBps'])} vs `zlib.decompress` {fmt_gbps(u['ref_GBps'])}); "
+               f"{fmt_bytes(s['raw_bytes'])} of raw payload")
+        txt += earlier_txt(("serialize_l1", "unserialize_l1"), lambda r: fmt_ratio(_speed_vs_ref(r)))
+        rows.append(["serialize / unserialize, level 1", f"≥ {GOAL_PERSIST_L1_VS_ZLIB:g}× zlib's speed on the same "
+                     "bytes, both ways", txt, verdict(_case_ok("serialize_l1", s) and _case_ok("unserialize_l1", u))])
+    s, u = res.get("serialize_l0"), res.get("unserialize_l0")
+    if s and u:
+        txt = (f"serialize: {fmt_gbps(s['exreplay_GBps'])}; unserialize: {fmt_gbps(u['exreplay_GBps'])} "
+               f"({fmt_bytes(s['raw_bytes'])} of raw payload; a plain copy of it: {fmt_gbps(s['ref_GBps'])}, "
+               f"{fmt_gbps(u['ref_GBps'])})")
+        txt += earlier_txt(("serialize_l0", "unserialize_l0"), lambda r: fmt_gbps(r["exreplay_GBps"]))
+        rows.append(["serialize / unserialize, level 0", f"≥ {GOAL_PERSIST_L0_GBPS:g} GB/s both ways", txt,
+                     verdict(_case_ok("serialize_l0", s) and _case_ok("unserialize_l0", u))])
+    saves = [res[k] for k in ("save_peak_memory_l0", "save_peak_memory_l1") if k in res]
+    if saves:
+        txt = "; ".join(f"level {r['level']}: {_mib(r['peak_extra_bytes'])} over the RSS before the save, for a "
+                        f"{fmt_bytes(r['file_bytes'])} file" for r in saves)
+        rows.append(["save() of a ~2 GB buffer", "streams, no second full copy (SPEC §6); judged as peak extra "
+                     f"memory < {GOAL_SAVE_PEAK_FRACTION:.0%} of the file", txt, verdict(all(_save_ok(r) for r in saves))])
+    return rows
+
+
+def persistence_section(persist):
+    L = ["## 6. Persistence", ""]
+    if not persist:
+        L += ["No persistence measurements: `benchmarks/test_bench_persistence.py` did not run, and no "
+              "`persistence.json` was found.", ""]
+        return L
+    res = persist["results"]
+    any_r = next((res[c] for c, _o, _l in PERSIST_CASES if c in res), None)
+    if persist["source"]:
+        L += [f"From {persist['source']}: the suite's JSON holds no persistence records.", ""]
+    if any_r:
+        L.append(
+            f"`benchmarks/test_bench_persistence.py`: a buffer of {any_r['records']:,} records of 84×84 uint8 frames "
+            "(int64 actions, float32 rewards; episodes of 500 steps; random frames, zlib's worst case) with a "
+            f"uniform and a prioritized selector: **{fmt_bytes(any_r['raw_bytes'])} of raw payload** "
+            "(`serialize(level=0)` less its 40-byte header). Each exreplay call is timed by pytest-benchmark, and "
+            "its counterpart on the same bytes is timed with `time.perf_counter` right before each round: "
+            "`zlib.compress(raw, 1)` for `serialize(level=1)`, `zlib.decompress` of that body for its "
+            "`unserialize`, and a plain copy (`bytearray(raw)`) beside level 0. GB/s are of raw payload; "
+            "*÷ counterpart* is exreplay's speed over the counterpart's (their time ÷ exreplay's), a ratio of "
+            f"two medians ({_rounds_txt(res)} rounds each)."
+        )
+        L.append("")
+    trs = []
+    for case, op, level in PERSIST_CASES:
+        r = res.get(case)
+        if not r:
+            continue
+        goal = (f"≥ {GOAL_PERSIST_L1_VS_ZLIB:g}× zlib" if level == 1 else f"≥ {GOAL_PERSIST_L0_GBPS:g} GB/s")
+        trs.append([op, f"{r['exreplay_s'] * 1e3:,.1f} ms", fmt_gbps(r["exreplay_GBps"]), r["ref"],
+                    f"{r['ref_s'] * 1e3:,.1f} ms", fmt_gbps(r["ref_GBps"]), fmt_ratio(_speed_vs_ref(r)), goal,
+                    verdict(_case_ok(case, r))])
+    if trs:
+        L.append(table(["operation", "exreplay time", "exreplay rate", "counterpart", "counterpart time", "counterpart rate",
+                        "exreplay ÷ counterpart (speed)", "goal", "verdict"], trs))
+        L.append("")
+    if any_r and any_r.get("level1_body_bytes"):
+        L.append(f"The level-1 body is {fmt_bytes(any_r['level1_body_bytes'])}, "
+                 f"{any_r['level1_body_bytes'] / any_r['raw_bytes']:.1%} of the raw payload (random frames hardly "
+                 "compress: this measures the codec's speed, not its ratio).")
+        L.append("")
+    earlier = persist.get("earlier") or {}
+    if earlier:
+        trs = []
+        for case, op, level in PERSIST_CASES:
+            r = earlier.get(case)
+            if r:
+                trs.append([op, fmt_gbps(r["exreplay_GBps"]), fmt_gbps(r["ref_GBps"]), fmt_ratio(_speed_vs_ref(r)),
+                            verdict(_case_ok(case, r))])
+        if trs:
+            L.append("The same file keeps an earlier run (`first_run`) on the same machine; its readings, judged "
+                     "against the same goals, show how much the machine moves these numbers:")
+            L.append("")
+            L.append(table(["operation (earlier run)", "exreplay rate", "counterpart rate", "exreplay ÷ counterpart",
+                            "verdict"], trs))
+            L.append("")
+    if persist.get("note"):
+        L.append(f"Note kept in the file: “{persist['note']}”.")
+        L.append("")
+    saves = [res[k] for k in ("save_peak_memory_l0", "save_peak_memory_l1") if k in res]
+    L.append("### Peak memory of save()")
+    L.append("")
+    if saves:
+        L.append(
+            "`save(path, level)` of a buffer of about 2 GB, in a fresh process: the peak resident memory during "
+            "the save (VmHWM, reset through `/proc/self/clear_refs` just before it) minus the RSS before it; "
+            "the growth of `ru_maxrss` alongside (0 when the save never went above the process's earlier peak, "
+            "the fill). SPEC §6: save streams, nothing holds a second full copy."
+        )
+        L.append("")
+        trs = [[r["level"], f"{r['records']:,}", fmt_bytes(r["file_bytes"]), fmt_bytes(r["rss_before"]),
+                _mib(r["peak_extra_bytes"]), f"{r['peak_extra_bytes'] / r['file_bytes']:.3%}",
+                _mib(r["maxrss_growth"]), f"{r['save_s']:.1f} s", fmt_gbps(r["file_bytes"] / r["save_s"] / 1e9)]
+               for r in saves]
+        L.append(table(["level", "records", "file", "RSS before", "peak extra memory", "÷ file",
+                        "ru_maxrss growth", "save time", "write rate"], trs))
+    else:
+        L.append("Not measured in this run: the ~2 GB save runs in the full mode only (`make bench`).")
+    L.append("")
+    return L
+
+
+RAY_IMPLS = (("c", "exreplay (C)"), ("reference", "ReferenceReplay (pure Python)"))
+
+
+def ray_section(ray, ray_md_rel):
+    L = ["## 7. Ray (exreplay.ray)", ""]
+    link = f"[benchmarks_ray.md]({ray_md_rel})" if ray_md_rel else None
+    if not ray:
+        L += ["No Ray measurements: `benchmarks/test_bench_ray.py` did not run (it needs the `ray` extra) and no "
+              "`ray.json` was found." + (f" See {link}." if link else ""), ""]
+        return L
+    if ray["source"]:
+        L += [f"From {ray['source']}: the suite's JSON holds no Ray records.", ""]
+    thr = ray["throughput"]
+    any_t = next(iter(thr.values()), None)
+    if any_t:
+        L.append(
+            "`benchmarks/test_bench_ray.py`, one local cluster (`ray.init(num_cpus=2)`"
+            + (f", Ray {ray['version']}" if ray.get("version") else "")
+            + "): the same `ReplayActor` holds the C buffer or the pure-Python `ReferenceReplay` (prioritized "
+            f"selector, states (4,) float32, pick_len 3, capacity {any_t['capacity']:,}, filled first). "
+            f"{any_t['writers']} writer actors send {any_t['rollout']}-step rollouts with priorities; one learner "
+            f"draws minibatches of {any_t['batch']} (16 per call, as the Ape-X learner) and sends their new "
+            f"priorities. Three phases of {any_t['phase_s']:g} s: writers alone, learner alone, both. Rates are "
+            "what the actor served (its own counters)."
+            + (f" Per-phase details and the discussion: {link}." if link else "")
+        )
+        L.append("")
+        metrics = (
+            ("writers alone: records/s", "writers_alone_records_per_s"),
+            ("learner alone: minibatches/s", "learner_alone_batches_per_s"),
+            ("together: records/s", "both_records_per_s"),
+            ("together: minibatches/s", "both_batches_per_s"),
+        )
+        c, p = thr.get("c"), thr.get("reference")
+        trs = []
+        for name, key in metrics:
+            trs.append([name] + [fmt_rate(thr[i][key]) if i in thr else "–" for i, _n in RAY_IMPLS]
+                       + [fmt_ratio(c[key] / p[key]) if c and p and p[key] else "–"])
+        trs.append(["writer/sampler overlap in the actor"]
+                   + [f"{thr[i]['both_overlap_s']:.2f} s" if i in thr else "–" for i, _n in RAY_IMPLS] + ["–"])
+        L.append(table(["replay inside one ReplayActor"] + [n for _i, n in RAY_IMPLS] + ["C ÷ Python"], trs))
+        L.append("")
+    apex = ray["apex"]
+    L.append("### Ape-X DQN on CartPole-v1: time to the goal")
+    L.append("")
+    if apex:
+        L.append(
+            "`python -m exreplay.examples.apex_cartpole --seed S --replay {c,reference}`: 4 actors, one learner, "
+            "goal: mean greedy return ≥ 475 over 20 episodes, limit 240 s; time from the first rollout."
+        )
+        L.append("")
+        trs, spans = [], {}
+        for impl, name in RAY_IMPLS:
+            runs = [a for a in apex if a["replay"] == impl]
+            if not runs:
+                continue
+            ts = sorted(a["time_to_goal_s"] for a in runs if a["reached"] and a["time_to_goal_s"] is not None)
+            ups = [a["updates"] / max(a["wall_s"], 1e-9) for a in runs]
+            if ts:
+                spans[impl] = (ts[0], ts[-1], statistics.median(ts))
+            trs.append([
+                name, f"{len(ts)} of {len(runs)} (seeds {', '.join(str(a['seed']) for a in runs)})",
+                f"{statistics.median(ts):.1f} s" if ts else "–",
+                f"{ts[0]:.1f} … {ts[-1]:.1f} s" if ts else "–",
+                f"{statistics.median(ups):,.0f}",
+                f"{statistics.median(a['mean_samples_per_s'] for a in runs):,.0f}",
+            ])
+        L.append(table(["replay", "reached the goal", "median time to goal", "range", "median learner updates/s",
+                        "median sampled picks/s"], trs))
+        L.append("")
+        if "c" in spans and "reference" in spans:
+            (c0, c1, cm), (r0, r1, rm) = spans["c"], spans["reference"]
+            if c0 <= r1 and r0 <= c1:
+                L.append(f"The ranges overlap (exreplay {c0:.1f} … {c1:.1f} s, pure Python {r0:.1f} … {r1:.1f} s): at "
+                         "CartPole's scale the time to the goal is dominated by DQN's seed-to-seed variance, and these "
+                         "seeds do not separate the two buffers; the throughput table above is the comparison that "
+                         "measures the replay.")
+            else:
+                faster = "exreplay" if cm < rm else "the pure-Python buffer"
+                L.append(f"The ranges do not overlap: {faster} reached the goal sooner with every seed "
+                         f"(exreplay {c0:.1f} … {c1:.1f} s, pure Python {r0:.1f} … {r1:.1f} s).")
+            L.append("")
+    else:
+        L.append("Not run: Ape-X to the goal runs in the full mode only (`make bench`).")
+        L.append("")
+    return L
+
+
 # --- the page ----------------------------------------------------------------------------
 
 
-def build(data, rows, extra, img_dir, img_rel, plt):
+def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_md_rel=None):
     mach = extra.get("machine", {})
     mode = extra.get("mode", "?")
     custom = extra.get("custom", [])
@@ -289,7 +618,7 @@ def build(data, rows, extra, img_dir, img_rel, plt):
     L.append("")
     L.append("```")
     L.append(extra.get("command", "pytest benchmarks"))
-    L.append("python benchmarks/report.py <that JSON>")
+    L.append("python benchmarks/report.py <that JSON> --persistence <persistence.json> --ray <ray.json>")
     L.append("```")
     L.append("")
     L.append(table(["machine", ""], [
@@ -374,7 +703,9 @@ def build(data, rows, extra, img_dir, img_rel, plt):
                 + (f"; {others}" if others else "") + ")",
                 verdict(us(g32) <= GOAL_GET32_US and us(g32o) <= GOAL_GET32_OUT_US),
             ])
-    # prioritized
+    # prioritized: the issue says "prioritized sample and update >= 3x faster than cpprb"; it reads two
+    # ways (each operation on its own, or one sample followed by one update), so both readings are shown.
+    prio_note = None
     pk = [k for k in cp if k[0] in ("psample", "update")]
     if pk:
         n = pk[0][1]
@@ -383,13 +714,32 @@ def build(data, rows, extra, img_dir, img_rel, plt):
         if all(v is not None for v in rs + ru):
             s_ratio, u_ratio = rs[0] / rs[1], ru[0] / ru[1]
             both = (rs[0] + ru[0]) / (rs[1] + ru[1])
+            goal = f"≥ {GOAL_PRIO_RATIO:g}× faster than cpprb"
             goals.append([
-                "prioritized sample and update", f"≥ {GOAL_PRIO_RATIO:g}× faster than cpprb",
-                f"sample(256): {fmt_ratio(s_ratio)} ({fmt_us(us(rs[1]))} vs cpprb {fmt_us(us(rs[0]))}); "
-                f"update(256): {fmt_ratio(u_ratio)} ({fmt_us(us(ru[1]))} vs {fmt_us(us(ru[0]))}); "
-                f"sample + update: {fmt_ratio(both)} (N = {n:,})",
-                verdict(s_ratio >= GOAL_PRIO_RATIO and u_ratio >= GOAL_PRIO_RATIO),
+                "prioritized sample(256)", goal + " (the sample alone)",
+                f"{fmt_ratio(s_ratio)}: {fmt_us(us(rs[1]))} vs cpprb {fmt_us(us(rs[0]))} (N = {n:,})",
+                verdict(s_ratio >= GOAL_PRIO_RATIO),
             ])
+            goals.append([
+                "priority update(256)", goal + " (the update alone)",
+                f"{fmt_ratio(u_ratio)}: {fmt_us(us(ru[1]))} vs cpprb {fmt_us(us(ru[0]))} (N = {n:,})",
+                verdict(u_ratio >= GOAL_PRIO_RATIO),
+            ])
+            goals.append([
+                "prioritized sample + update (256)", goal + " (one sample then one update, as a learner step)",
+                f"{fmt_ratio(both)}: {fmt_us(us(rs[1] + ru[1]))} vs cpprb {fmt_us(us(rs[0] + ru[0]))} (N = {n:,})",
+                verdict(both >= GOAL_PRIO_RATIO),
+            ])
+            each = s_ratio >= GOAL_PRIO_RATIO and u_ratio >= GOAL_PRIO_RATIO
+            prio_note = (
+                f"The issue's goal is “prioritized sample and update ≥ {GOAL_PRIO_RATIO:g}× faster than cpprb”. "
+                f"Read as *each of the two operations*, it is {verdict(each)} (sample {fmt_ratio(s_ratio)}, "
+                f"update {fmt_ratio(u_ratio)}); read as *a sample plus an update together*, it is "
+                f"{verdict(both >= GOAL_PRIO_RATIO)} ({fmt_ratio(both)}"
+                + (", carried by the sample, which costs more than the update in both libraries"
+                   if not each and both >= GOAL_PRIO_RATIO and rs[0] > ru[0] and rs[1] > ru[1] else "")
+                + ")."
+            )
     # R2D2
     if ("r2d2", "exreplay") in shapes and ("r2d2", "floor") in shapes:
         r = shapes[("r2d2", "exreplay")]["median_s"] / shapes[("r2d2", "floor")]["median_s"]
@@ -410,6 +760,7 @@ def build(data, rows, extra, img_dir, img_rel, plt):
                "at the time)" if ctl else ""),
             verdict(all(t["speedup"] >= GOAL_THREADS for t in ex_threads)),
         ])
+    goals += persistence_goals(persist)
     L.append("## Goals")
     L.append("")
     L.append("Each goal is judged on this run's medians; “at every N” and the record goal are judged at every "
@@ -417,6 +768,13 @@ def build(data, rows, extra, img_dir, img_rel, plt):
     L.append("")
     L.append(table(["operation", "goal", "measured", "verdict"], goals))
     L.append("")
+    if prio_note:
+        L.append(prio_note)
+        L.append("")
+    if persist and persist["source"]:
+        L.append(f"The persistence rows are not from this run: the suite's JSON holds no persistence records, so "
+                 f"they come from {persist['source']}.")
+        L.append("")
 
     # ---- paper
     L.append("## 1. The paper's experiment")
@@ -609,17 +967,23 @@ def build(data, rows, extra, img_dir, img_rel, plt):
                         "prioritized selector, per pick"], trs))
         L.append("")
 
+    L += persistence_section(persist)
+    L += ray_section(ray, ray_md_rel)
+
     L.append("## Reproducing")
     L.append("")
-    took = f" (this run: {extra['duration_s'] / 60:.1f} minutes)," if extra.get("duration_s") else ","
+    took = (f" (this run, {mode} mode: {extra['duration_s'] / 60:.1f} minutes)," if extra.get("duration_s") else ",")
     L.append(
-        "`make bench` installs the `bench` extra (pytest-benchmark, cpprb, matplotlib), runs the full suite"
+        "`make bench` installs the `bench` extra (pytest-benchmark, cpprb, matplotlib; the `ray` extra comes with "
+        "`make venv`), runs every file of the suite in full mode"
         + took
-        + " writes `benchmarks/results/full.json`, and regenerates this page and "
-        "`docs/img/*.png` with `benchmarks/report.py`. `make bench-quick` (part of `make test`) runs every "
-        "benchmark at a few small sizes as a smoke run and writes its report under `build/bench-quick/`. "
-        "`make demo` prints a short version of the paper's experiment. "
-        "`python benchmarks/report.py benchmarks/results/full.json` redraws this page from the saved JSON."
+        + " writes `benchmarks/results/full.json` (the persistence and Ray benchmarks also write "
+        "`benchmarks/results/persistence.json`, `benchmarks/results/ray.json` and `docs/benchmarks_ray.md`), and "
+        "regenerates this page and `docs/img/*.png` with `benchmarks/report.py`. `make bench-quick` (part of "
+        "`make test`) runs every benchmark at a few small sizes as a smoke run and writes its report under "
+        "`build/bench-quick/`. `make demo` prints a short version of the paper's experiment. "
+        "`python benchmarks/report.py benchmarks/results/full.json` redraws this page from the saved JSON (it reads "
+        "`persistence.json` and `ray.json` beside it when the JSON has no records of their kind)."
     )
     L.append("")
     return "\n".join(L)
@@ -631,6 +995,14 @@ def main(argv=None):
     ap.add_argument("json", help="pytest-benchmark JSON written with --benchmark-json")
     ap.add_argument("--md", default=os.path.join(root, "docs", "benchmarks.md"))
     ap.add_argument("--img-dir", default=None, help="default: img/ beside the markdown")
+    ap.add_argument("--persistence", default=None,
+                    help="persistence results (test_bench_persistence.py); default: persistence.json beside JSON. "
+                         "Read only when JSON holds no 'persistence' records")
+    ap.add_argument("--ray", default=None,
+                    help="Ray results (test_bench_ray.py); default: ray.json beside JSON. "
+                         "Read only when JSON holds no 'ray_*' records")
+    ap.add_argument("--ray-md", default=None,
+                    help="the Ray write-up to link to; default: benchmarks_ray.md beside the markdown (if it exists)")
     args = ap.parse_args(argv)
 
     import matplotlib
@@ -644,7 +1016,13 @@ def main(argv=None):
     os.makedirs(os.path.dirname(md), exist_ok=True)
     img_rel = os.path.relpath(img_dir, os.path.dirname(md))
     data, rows, extra = load(args.json)
-    text = build(data, rows, extra, img_dir, img_rel, plt)
+    json_dir = os.path.dirname(os.path.abspath(args.json))
+    persist = persistence_data(
+        extra, load_side(args.persistence or os.path.join(json_dir, "persistence.json")), root)
+    ray = ray_data(extra, load_side(args.ray or os.path.join(json_dir, "ray.json")), root)
+    ray_md = os.path.abspath(args.ray_md or os.path.join(os.path.dirname(md), "benchmarks_ray.md"))
+    ray_md_rel = os.path.relpath(ray_md, os.path.dirname(md)) if os.path.exists(ray_md) else None
+    text = build(data, rows, extra, img_dir, img_rel, plt, persist, ray, ray_md_rel)
     with open(md + ".tmp", "w") as f:
         f.write(text)
     os.replace(md + ".tmp", md)

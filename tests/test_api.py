@@ -1525,3 +1525,15 @@ def test_priority_stats_and_stored_priorities():
         buf.stored_priorities(u, e, q)
     with pytest.raises(ValueError):
         buf.stored_priorities(pr, [h], [99])
+
+
+def test_set_priority_with_no_picks():
+    # empty arrays of each kind, and a broadcast scalar, apply to nothing;
+    # (once an empty priorities array was read past its end: ASan found it)
+    buf = make()
+    pr = buf.new_pick_selector(P)
+    for prios in (np.zeros(0), [], np.zeros(0, np.float32), 2.0, np.float32(2.0)):
+        assert buf.set_priority(pr, np.zeros(0, np.int64), [], prios) == 0
+    with pytest.raises(ValueError, match="priorities"):
+        buf.set_priority(pr, [], [], -1.0)
+    buf._check()

@@ -233,16 +233,19 @@ exr_status exr_buffer_new_episode_locked(exr_buffer *b, int64_t *h)
     return EXR_OK;
 }
 
-/* Rows a new last segment k starts with: small, then doubled as it fills. */
+/* Rows a new last segment k starts with. Segment k > 0 has the nominal size
+ * right away: that is about the rows the episode already holds, so it never
+ * more than doubles what the episode takes, and allocating it once avoids
+ * the copies (and the heap churn) of growing it. Segment 0's nominal size
+ * follows pick_len, not the episode, so it starts at 16 rows and doubles. */
 static size_t first_rows(const exr_store_layout *L, size_t k)
 {
     size_t cap = exr_store_seg_cap(L, k);
-    return cap < 16 ? cap : 16;
+    return k > 0 || cap < 16 ? cap : 16;
 }
 
 /* After an episode ends: its last segment and aux shrink to what they hold,
- * when that frees a worthwhile amount. Best effort: on failure nothing
- * changes. */
+ * when that frees at least 1 KiB. Best effort: on failure nothing changes. */
 static void shrink_ended_locked(exr_buffer *b, exr_episode *e)
 {
     const exr_store_layout *L = &b->lay;
@@ -259,7 +262,7 @@ static void shrink_ended_locked(exr_buffer *b, exr_episode *e)
     size_t k, off;
     exr_store_locate(L, e->n - 1, &k, &off);
     size_t used = off + 1, spare = body->last_rows - used;
-    if (spare < 16 || spare * L->row_bytes < 1024)
+    if (spare * L->row_bytes < 1024)
         return;
     unsigned char *seg = exr_store_seg_alloc(L, used);
     exr_dead *node = b->readers ? malloc(sizeof *node) : NULL;

@@ -996,22 +996,22 @@ static PyObject *replay_set_priority(ReplayObject *self, PyObject *const *args, 
         return NULL;
     PyArray_Descr *f64 = PyArray_DescrFromType(NPY_FLOAT64);
     npy_intp m = n;
-    if (PyArray_Check(a[3]) ? PyArray_NDIM((PyArrayObject *)a[3]) == 0
-                            : (PyFloat_Check(a[3]) || PyLong_Check(a[3]) ||
-                               PyArray_IsScalar(a[3], Generic))) {
+    /* one priority for every pick, or one each */
+    int scalar = PyArray_Check(a[3]) ? PyArray_NDIM((PyArrayObject *)a[3]) == 0
+                                     : (PyFloat_Check(a[3]) || PyLong_Check(a[3]) ||
+                                        PyArray_IsScalar(a[3], Generic));
+    if (scalar)
         pr = exr_as_array(a[3], f64, 0, NULL, 0, NULL, "priorities");
-        m = 0;
-    } else {
+    else
         pr = exr_as_array(a[3], f64, 1, &m, 0, NULL, "priorities");
-    }
     Py_DECREF(f64);
     if (!pr)
         goto error;
     const double *pv = PyArray_DATA(pr);
-    size_t stride = m ? 1 : 0;
+    size_t stride = scalar ? 0 : 1;
     /* a broadcast scalar is checked even when there is no pick to apply it to */
-    for (npy_intp i = 0; i < (m ? n : 1); i++) {
-        if (!priority_ok(pv[i * (npy_intp)stride])) {
+    for (npy_intp i = 0; i < (scalar ? 1 : n); i++) {
+        if (!priority_ok(pv[i])) {
             PyObject *bad = PyFloat_FromDouble(pv[i]);
             if (bad)
                 PyErr_Format(PyExc_ValueError,

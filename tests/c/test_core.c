@@ -552,16 +552,20 @@ static void test_segments_grow_and_shrink(void)
     CHECK(body->nsegs == 1 && body->last_rows == 16); /* not 128 */
     h = record_steps(b, h, 1, 3, 997, true, true, false); /* grows step by step */
     body = b->eps.slab[exr_episodes_find(&b->eps, h)].body;
-    /* nominal segments of 128, 256, 512, 1024 rows: record 1000 is row 104
-     * of the fourth, grown 16 -> 32 -> 64 -> 128 rows; its 24 spare rows
-     * (672 bytes) are not worth a copy */
-    CHECK(body->nsegs == 4 && body->last_rows == 128);
+    /* nominal segments of 128, 256, 512, 1024 rows (segment 0 grown from 16,
+     * the others allocated whole): record 1000 is row 104 of the fourth, and
+     * its 920 spare rows (25 KiB) were cut when the episode ended */
+    CHECK(body->nsegs == 4 && body->last_rows == 104);
     CHECK(body->aux_cap == 1000);
-    /* 961 records: 65 rows of the fourth are used, 63 spare (1764 bytes):
-     * shrunk to fit when the episode ends */
-    int64_t h2 = record_steps(b, -1, 2, 0, 961, true, true, false);
+    /* 905 records: 9 rows of the fourth used, the spare cut too */
+    int64_t h2 = record_steps(b, -1, 2, 0, 905, true, true, false);
     body = b->eps.slab[exr_episodes_find(&b->eps, h2)].body;
-    CHECK(body->nsegs == 4 && body->last_rows == 65 && body->aux_cap == 961);
+    CHECK(body->nsegs == 4 && body->last_rows == 9 && body->aux_cap == 905);
+    /* 4 records into segment 0 of a new episode: 16 rows, 12 spare = 336
+     * bytes, under the 1 KiB worth a copy */
+    int64_t h3 = record_steps(b, -1, 3, 0, 4, true, true, false);
+    body = b->eps.slab[exr_episodes_find(&b->eps, h3)].body;
+    CHECK(body->nsegs == 1 && body->last_rows == 16);
     CHECK(check_ok(b));
     /* contents survive the moves */
     enum { B = 50 };
