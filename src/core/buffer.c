@@ -411,8 +411,8 @@ fail:
     return st;
 }
 
-exr_status exr_buffer_record_locked(exr_buffer *b, int64_t h, const exr_steps *in,
-                                    int64_t *out_h)
+static exr_status record_steps(exr_buffer *b, int64_t h, const exr_steps *in, int64_t *out_h,
+                               bool lock_each)
 {
     if (in->T == 0)
         return EXR_EINVAL;
@@ -420,15 +420,30 @@ exr_status exr_buffer_record_locked(exr_buffer *b, int64_t h, const exr_steps *i
     const unsigned char *st = in->states, *ac = in->actions, *rw = in->rewards;
     for (size_t t = 0; t < in->T; t++) {
         bool last = t + 1 == in->T;
+        if (lock_each)
+            exr_buffer_lock(b);
         exr_status r = record_one_locked(
             b, h, st + t * L->state_bytes, ac + t * L->action_bytes, rw + t * L->reward_bytes,
             in->priorities ? in->priorities[t] : NAN, last ? in->final_state : NULL,
             last && in->end, last && in->terminated, &h);
+        if (lock_each)
+            exr_buffer_unlock(b);
         if (r != EXR_OK)
             return r;
     }
     *out_h = h;
     return EXR_OK;
+}
+
+exr_status exr_buffer_record_locked(exr_buffer *b, int64_t h, const exr_steps *in,
+                                    int64_t *out_h)
+{
+    return record_steps(b, h, in, out_h, false);
+}
+
+exr_status exr_buffer_record(exr_buffer *b, int64_t h, const exr_steps *in, int64_t *out_h)
+{
+    return record_steps(b, h, in, out_h, true);
 }
 
 /* ---- selectors --------------------------------------------------------- */
@@ -714,20 +729,32 @@ static void unpin_locked(exr_buffer *b, exr_reader *r)
     free_graveyard_upto(b, lo);
 }
 
+/* Per-call scratch: on the stack for small batches (most calls), on the
+ * heap beyond. */
+#define SMALL_BATCH 64
 typedef struct {
     size_t *idx;
     plan_t *plans;
     double *scratch;
+    size_t small_idx[SMALL_BATCH];
+    plan_t small_plans[SMALL_BATCH];
+    double small_scratch[SMALL_BATCH];
 } batch_scratch;
 
 static exr_status scratch_alloc(batch_scratch *s, size_t count)
 {
+    if (count <= SMALL_BATCH) {
+        s->idx = s->small_idx;
+        s->plans = s->small_plans;
+        s->scratch = s->small_scratch;
+        return EXR_OK;
+    }
     size_t a, p;
     if (!exr_mul_size(count, sizeof(size_t), &a) || !exr_mul_size(count, sizeof(plan_t), &p))
         return EXR_EOVERFLOW;
-    s->idx = malloc(a ? a : 1);
-    s->plans = malloc(p ? p : 1);
-    s->scratch = malloc(count ? count * sizeof(double) : 1);
+    s->idx = malloc(a);
+    s->plans = malloc(p);
+    s->scratch = malloc(count * sizeof(double));
     if (!s->idx || !s->plans || !s->scratch) {
         free(s->idx);
         free(s->plans);
@@ -739,6 +766,8 @@ static exr_status scratch_alloc(batch_scratch *s, size_t count)
 
 static void scratch_free(batch_scratch *s)
 {
+    if (s->idx == s->small_idx)
+        return;
     free(s->idx);
     free(s->plans);
     free(s->scratch);

@@ -573,9 +573,7 @@ static PyObject *replay_record_many(ReplayObject *self, PyObject *const *args, P
     };
     exr_status st;
     Py_BEGIN_ALLOW_THREADS
-    exr_buffer_lock(self->buf);
-    st = exr_buffer_record_locked(self->buf, h, &in, &h);
-    exr_buffer_unlock(self->buf);
+    st = exr_buffer_record(self->buf, h, &in, &h);
     Py_END_ALLOW_THREADS
     Py_DECREF(states);
     Py_DECREF(actions);
