@@ -981,7 +981,7 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
         "`benchmarks/results/persistence.json`, `benchmarks/results/ray.json` and `docs/benchmarks_ray.md`), and "
         "regenerates this page and `docs/img/*.png` with `benchmarks/report.py`. `make bench-quick` (part of "
         "`make test`) runs every benchmark at a few small sizes as a smoke run and writes its report under "
-        "`build/bench-quick/`. `make demo` prints a short version of the paper's experiment. "
+        "`build/bench-quick/`. `make demo-paper` prints a short version of the paper's experiment (`make demo` runs the Ape-X demo). "
         "`python benchmarks/report.py benchmarks/results/full.json` redraws this page from the saved JSON (it reads "
         "`persistence.json` and `ray.json` beside it when the JSON has no records of their kind)."
     )

@@ -448,6 +448,19 @@ exr_status exr_buffer_record(exr_buffer *b, int64_t h, const exr_steps *in, int6
 
 /* ---- selectors --------------------------------------------------------- */
 
+exr_status exr_buffer_reserve_selector_locked(exr_buffer *b)
+{
+    if (b->nsels < b->sels_cap)
+        return EXR_OK;
+    size_t ncap = b->sels_cap ? b->sels_cap * 2 : 4;
+    sel_entry *ns = realloc(b->sels, ncap * sizeof *ns);
+    if (!ns)
+        return EXR_ENOMEM;
+    b->sels = ns;
+    b->sels_cap = ncap;
+    return EXR_OK;
+}
+
 exr_status exr_buffer_add_selector_locked(exr_buffer *b, int kind, const double *params,
                                           int64_t *h)
 {
@@ -459,16 +472,11 @@ exr_status exr_buffer_add_selector_locked(exr_buffer *b, int kind, const double 
             return EXR_EINVAL;
     if (b->next_sel_handle >= EXR_MAX_HANDLE)
         return EXR_EOVERFLOW;
-    if (b->nsels == b->sels_cap) {
-        size_t ncap = b->sels_cap ? b->sels_cap * 2 : 4;
-        sel_entry *ns = realloc(b->sels, ncap * sizeof *ns);
-        if (!ns)
-            return EXR_ENOMEM;
-        b->sels = ns;
-        b->sels_cap = ncap;
-    }
+    exr_status st = exr_buffer_reserve_selector_locked(b);
+    if (st != EXR_OK)
+        return st;
     exr_selector *s;
-    exr_status st = vt->create(&s, params, b->picks.n);
+    st = vt->create(&s, params, b->picks.n);
     if (st != EXR_OK)
         return st;
     int64_t handle = b->next_sel_handle++;

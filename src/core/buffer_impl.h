@@ -49,6 +49,9 @@ struct exr_buffer {
     exr_dead *dead_head, *dead_tail;
 };
 
+/* Room for one more entry in b->sels. */
+exr_status exr_buffer_reserve_selector_locked(exr_buffer *b);
+
 /* Picks episode e should have: positions [0, target). */
 uint64_t exr_picks_target(const exr_buffer *b, const exr_episode *e);
 /* aux[p] of episode e: its pending priority (float) or its pick's index.

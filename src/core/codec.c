@@ -387,6 +387,20 @@ static exr_status in_fetch(exr_in *in, void *p, size_t cap, size_t *got)
     return EXR_OK;
 }
 
+/* More compressed bytes for zlib; a body that runs out first is corrupt. */
+static exr_status in_refill(exr_in *in)
+{
+    size_t got;
+    exr_status st = in_fetch(in, in->buf, CHUNK, &got);
+    if (st != EXR_OK)
+        return st;
+    if (!got)
+        return EXR_ECORRUPT;
+    in->z.next_in = in->buf;
+    in->z.avail_in = (uInt)got;
+    return EXR_OK;
+}
+
 exr_status exr_in_read(exr_in *in, void *p, size_t n)
 {
     if (n > in->raw_left)
@@ -413,14 +427,9 @@ exr_status exr_in_read(exr_in *in, void *p, size_t n)
                 if (in->stream_end)
                     return EXR_ECORRUPT; /* the stream ended before the payload did */
                 if (!in->z.avail_in) {
-                    size_t got;
-                    exr_status st = in_fetch(in, in->buf, CHUNK, &got);
+                    exr_status st = in_refill(in);
                     if (st != EXR_OK)
                         return st;
-                    if (!got)
-                        return EXR_ECORRUPT;
-                    in->z.next_in = in->buf;
-                    in->z.avail_in = (uInt)got;
                 }
                 int r = inflate(&in->z, Z_NO_FLUSH);
                 if (r == Z_STREAM_END)
@@ -469,14 +478,9 @@ static exr_status in_finish(exr_in *in, uint32_t want_crc)
         unsigned char extra;
         while (!in->stream_end) {
             if (!in->z.avail_in) {
-                size_t got;
-                exr_status st = in_fetch(in, in->buf, CHUNK, &got);
+                exr_status st = in_refill(in);
                 if (st != EXR_OK)
                     return st;
-                if (!got)
-                    return EXR_ECORRUPT;
-                in->z.next_in = in->buf;
-                in->z.avail_in = (uInt)got;
             }
             in->z.next_out = &extra;
             in->z.avail_out = 1;
@@ -732,14 +736,8 @@ static exr_status read_payload(exr_in *in, exr_buffer **out, unsigned char *meta
             return st;
         if (slen != vt->state_size(NULL, b->picks.n) || slen > in->raw_left)
             return EXR_ECORRUPT;
-        if (b->nsels == b->sels_cap) {
-            size_t ncap = b->sels_cap ? b->sels_cap * 2 : 4;
-            sel_entry *ns = realloc(b->sels, ncap * sizeof *ns);
-            if (!ns)
-                return EXR_ENOMEM;
-            b->sels = ns;
-            b->sels_cap = ncap;
-        }
+        if ((st = exr_buffer_reserve_selector_locked(b)))
+            return st;
         exr_selector *s;
         if ((st = vt->create(&s, params, b->picks.n)))
             return st == EXR_EINVAL ? EXR_ECORRUPT : st;

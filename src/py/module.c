@@ -34,6 +34,20 @@ PyObject *exr_raise(exr_status st, const char *what)
     return NULL;
 }
 
+int exr_index_to_handle(PyObject *o, int64_t *h)
+{
+    PyObject *v = PyNumber_Index(o);
+    if (!v)
+        return -1;
+    int overflow;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    Py_DECREF(v);
+    if (x == -1 && PyErr_Occurred())
+        return -1;
+    *h = overflow ? -1 : (int64_t)x;
+    return 0;
+}
+
 void exr_lock_with_gil(exr_buffer *b)
 {
     if (exr_buffer_trylock(b))

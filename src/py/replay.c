@@ -65,16 +65,7 @@ static int handle_arg(PyObject *o, int64_t *h)
                      Py_TYPE(o)->tp_name);
         return -1;
     }
-    PyObject *v = PyNumber_Index(o);
-    if (!v)
-        return -1;
-    int overflow;
-    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-    Py_DECREF(v);
-    if (x == -1 && PyErr_Occurred())
-        return -1;
-    *h = overflow ? -1 : (int64_t)x;
-    return 0;
+    return exr_index_to_handle(o, h);
 }
 
 static int number_arg(PyObject *o, const char *name, double *out)

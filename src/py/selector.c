@@ -38,16 +38,7 @@ int exr_selector_handle(ReplayObject *self, PyObject *ps, int64_t *h)
                      Py_TYPE(ps)->tp_name);
         return -1;
     }
-    PyObject *v = PyNumber_Index(ps);
-    if (!v)
-        return -1;
-    int overflow;
-    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-    Py_DECREF(v);
-    if (x == -1 && PyErr_Occurred())
-        return -1;
-    *h = overflow ? -1 : (int64_t)x;
-    return 0;
+    return exr_index_to_handle(ps, h);
 }
 
 static void sel_dealloc(SelectorObject *s)
