@@ -18,12 +18,6 @@ static float prio_to_float(double p)
     return p > FLT_MAX ? FLT_MAX : (float)p;
 }
 
-uint32_t *exr_aux_at(const exr_buffer *b, const exr_episode *e, uint64_t p)
-{
-    (void)b;
-    return &e->body->aux[p];
-}
-
 static uint64_t complete_steps(const exr_episode *e)
 {
     return e->ended ? e->n : (e->n ? e->n - 1 : 0);
@@ -136,7 +130,7 @@ static void enter_picks_locked(exr_buffer *b, uint32_t slot)
     exr_episode *e = &b->eps.slab[slot];
     uint64_t target = exr_picks_target(b, e);
     for (uint64_t p = e->m; p < target; p++) {
-        uint32_t *aux = exr_aux_at(b, e, p);
+        uint32_t *aux = exr_aux_at(e, p);
         float rp;
         memcpy(&rp, aux, sizeof rp);
         size_t idx = b->picks.n++;
@@ -154,7 +148,7 @@ static void remove_pick_locked(exr_buffer *b, size_t i)
     if (i != last) {
         exr_pick moved = b->picks.v[last];
         b->picks.v[i] = moved;
-        *exr_aux_at(b, &b->eps.slab[moved.slot], moved.pos) = (uint32_t)i;
+        *exr_aux_at(&b->eps.slab[moved.slot], moved.pos) = (uint32_t)i;
     }
     b->picks.n--;
     for (size_t s = 0; s < b->nsels; s++)
@@ -201,7 +195,7 @@ static void evict_episode_locked(exr_buffer *b, uint32_t slot)
 {
     exr_episode *e = &b->eps.slab[slot];
     for (uint64_t p = 0; p < e->m; p++)
-        remove_pick_locked(b, *exr_aux_at(b, e, p));
+        remove_pick_locked(b, *exr_aux_at(e, p));
     b->n_records -= e->n;
     exr_body *body = e->body;
     exr_episodes_remove(&b->eps, slot);
@@ -651,8 +645,8 @@ static void copy_pick(const exr_store_layout *L, const plan_t *pl, size_t pick_l
     }
 }
 
-/* Chooses nothing: resolves idx[0..count) into plans and metadata, marks the
- * episodes sampled, and pins storage. Lock held. */
+/* Resolves the chosen picks idx[0..count) into plans and metadata, and marks
+ * their episodes sampled. Lock held. */
 static void plan_batch_locked(exr_buffer *b, size_t count, const size_t *idx, plan_t *plans,
                               exr_batch_out *out)
 {
@@ -815,16 +809,24 @@ exr_status exr_buffer_get_batch(exr_buffer *b, int64_t h, size_t count, exr_batc
     return finish_batch(b, count, &sc, out);
 }
 
-/* Index of pick (epi, pos) in the table, or SIZE_MAX. */
-static size_t pick_index_locked(const exr_buffer *b, int64_t epi, int64_t pos)
+/* The aux entry (holding the table index) of pick (epi, pos), or NULL if
+ * there is no such pick. */
+static uint32_t *pick_aux_locked(const exr_buffer *b, int64_t epi, int64_t pos)
 {
     uint32_t slot = exr_episodes_find(&b->eps, epi);
     if (slot == EXR_NIL || pos < 0)
-        return SIZE_MAX;
+        return NULL;
     const exr_episode *e = &b->eps.slab[slot];
     if ((uint64_t)pos >= e->m)
-        return SIZE_MAX;
-    return *exr_aux_at(b, e, (uint64_t)pos);
+        return NULL;
+    return exr_aux_at(e, (uint64_t)pos);
+}
+
+/* Index of pick (epi, pos) in the table, or SIZE_MAX. */
+static size_t pick_index_locked(const exr_buffer *b, int64_t epi, int64_t pos)
+{
+    const uint32_t *aux = pick_aux_locked(b, epi, pos);
+    return aux ? *aux : SIZE_MAX;
 }
 
 exr_status exr_buffer_gather(exr_buffer *b, int64_t h, size_t count, const int64_t *epi,
@@ -883,12 +885,9 @@ exr_status exr_buffer_set_priority_locked(exr_buffer *b, int64_t h, size_t count
             return EXR_ENOMEM;
         }
         for (size_t i = 0; i < count; i++) {
-            uint32_t slot = exr_episodes_find(&b->eps, epi[i]);
-            aux[i] = NULL;
-            if (slot == EXR_NIL || pos[i] < 0 || (uint64_t)pos[i] >= b->eps.slab[slot].m)
-                continue;
-            aux[i] = exr_aux_at(b, &b->eps.slab[slot], (uint64_t)pos[i]);
-            __builtin_prefetch(aux[i]);
+            aux[i] = pick_aux_locked(b, epi[i], pos[i]);
+            if (aux[i])
+                __builtin_prefetch(aux[i]);
         }
         for (size_t i = 0; i < count; i++) {
             if (!aux[i])
@@ -897,7 +896,7 @@ exr_status exr_buffer_set_priority_locked(exr_buffer *b, int64_t h, size_t count
             kept[done] = prio[i * prio_stride];
             done++;
         }
-        e->sel->vt->update_many(e->sel, done, idx, kept, 1, scratch);
+        e->sel->vt->update_many(e->sel, done, idx, kept, scratch);
         free(idx);
         free(scratch);
         free(aux);
@@ -1033,7 +1032,7 @@ int exr_buffer_check_locked(const exr_buffer *b, char *msg, size_t msglen)
         if (!e->ended && (e->terminated || e->body->final_state))
             FAIL("episode %lld: open but has a final state or terminal flag", (long long)e->handle);
         for (uint64_t p = 0; p < e->m; p++) {
-            uint32_t idx = *exr_aux_at(b, e, p);
+            uint32_t idx = *exr_aux_at(e, p);
             if (idx >= b->picks.n || b->picks.v[idx].slot != s || b->picks.v[idx].pos != p)
                 FAIL("episode %lld: pick %llu points at table entry %u, which does not point back",
                      (long long)e->handle, (unsigned long long)p, idx);

@@ -57,6 +57,9 @@ uint64_t exr_picks_target(const exr_buffer *b, const exr_episode *e);
 /* aux[p] of episode e: its pending priority (float) or its pick's index.
  * Lives in the episode's body, not in its segments, and is only touched
  * with the lock held. */
-uint32_t *exr_aux_at(const exr_buffer *b, const exr_episode *e, uint64_t p);
+static inline uint32_t *exr_aux_at(const exr_episode *e, uint64_t p)
+{
+    return &e->body->aux[p];
+}
 
 #endif

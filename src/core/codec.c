@@ -258,7 +258,7 @@ static exr_status write_payload(exr_out *o, const exr_buffer *b, const void *met
         if ((st = out_rows(o, b, e)))
             return st;
         for (uint64_t p = e->m; p < e->n; p++)
-            if ((st = exr_out_write(o, exr_aux_at(b, e, p), 4)))
+            if ((st = exr_out_write(o, exr_aux_at(e, p), 4)))
                 return st;
     }
 
@@ -599,14 +599,14 @@ static exr_status read_episode(exr_in *in, exr_buffer *b, int64_t *prev_handle, 
     e->m = exr_picks_target(b, e);
     b->n_records += n;
     for (uint64_t p = 0; p < e->m; p++)
-        *exr_aux_at(b, e, p) = UINT32_MAX; /* "no pick yet": filled by PICKS */
+        *exr_aux_at(e, p) = UINT32_MAX; /* "no pick yet": filled by PICKS */
     for (uint64_t p = e->m; p < n; p++) {
         float v;
         if ((st = exr_in_read(in, &v, 4)))
             return st;
         if (!isnan(v) && (!(v >= 0) || isinf(v)))
             return EXR_ECORRUPT;
-        memcpy(exr_aux_at(b, e, p), &v, 4);
+        memcpy(exr_aux_at(e, p), &v, 4);
     }
     return EXR_OK;
 }
@@ -696,7 +696,7 @@ static exr_status read_payload(exr_in *in, exr_buffer **out, unsigned char *meta
             exr_episode *e = &b->eps.slab[slot];
             if (pos >= e->m)
                 return EXR_ECORRUPT;
-            uint32_t *aux = exr_aux_at(b, e, pos);
+            uint32_t *aux = exr_aux_at(e, pos);
             if (*aux != UINT32_MAX)
                 return EXR_ECORRUPT; /* the same pick twice */
             *aux = (uint32_t)i;

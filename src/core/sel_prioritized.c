@@ -119,18 +119,18 @@ static void p_update(exr_selector *b, size_t i, double prio)
 }
 
 static void p_update_many(exr_selector *b, size_t count, const size_t *idx, const double *prio,
-                          size_t stride, size_t *scratch)
+                          size_t *scratch)
 {
     prio_sel *s = (prio_sel *)b;
     float small[256] = {0}; /* zeroed only to quiet a false maybe-uninitialized warning */
     float *leaves = count <= 256 ? small : malloc(count * sizeof(float));
     if (!leaves) {
         for (size_t k = 0; k < count; k++)
-            p_update(b, idx[k], prio[k * stride]);
+            p_update(b, idx[k], prio[k]);
         return;
     }
     for (size_t k = 0; k < count; k++) {
-        double p = prio[k * stride];
+        double p = prio[k];
         if (p > s->max_prio)
             s->max_prio = p;
         leaves[k] = to_leaf(s, p);

@@ -28,9 +28,9 @@ static void u_remove(exr_selector *s, size_t i, size_t last) { (void)s; (void)i;
 static void u_update(exr_selector *s, size_t i, double p) { (void)s; (void)i; (void)p; }
 
 static void u_update_many(exr_selector *s, size_t count, const size_t *idx, const double *prio,
-                          size_t stride, size_t *scratch)
+                          size_t *scratch)
 {
-    (void)s; (void)count; (void)idx; (void)prio; (void)stride; (void)scratch;
+    (void)s; (void)count; (void)idx; (void)prio; (void)scratch;
 }
 
 static exr_status u_sample(exr_selector *s, size_t n, size_t count, size_t *idx, float *w,

@@ -50,11 +50,10 @@ typedef struct {
     void (*remove)(exr_selector *s, size_t i, size_t last);
     /* A new priority (finite, >= 0) for the pick at i. */
     void (*update)(exr_selector *s, size_t i, double prio);
-    /* New priorities prio[k * stride] for the picks at idx[k], k < count, as
-     * count update() calls in order would leave them. scratch holds count
-     * size_t. */
+    /* New priorities prio[k] for the picks at idx[k], k < count, as count
+     * update() calls in order would leave them. scratch holds count size_t. */
     void (*update_many)(exr_selector *s, size_t count, const size_t *idx, const double *prio,
-                        size_t stride, size_t *scratch);
+                        size_t *scratch);
     /* count draws from n picks into idx[], weights into w[]. scratch holds
      * count doubles. EXR_EEMPTY when nothing can be drawn. */
     exr_status (*sample)(exr_selector *s, size_t n, size_t count, size_t *idx, float *w,

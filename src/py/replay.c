@@ -480,9 +480,7 @@ static PyObject *replay_record(ReplayObject *self, PyObject *const *args, Py_ssi
     };
     exr_status st;
     Py_BEGIN_ALLOW_THREADS
-    exr_buffer_lock(self->buf);
-    st = exr_buffer_record_locked(self->buf, h, &in, &h);
-    exr_buffer_unlock(self->buf);
+    st = exr_buffer_record(self->buf, h, &in, &h);
     Py_END_ALLOW_THREADS
     Py_DECREF(state);
     Py_XDECREF(action);
