@@ -172,6 +172,14 @@ static int truth_arg(PyObject *o, const char *name, bool *out)
     return 0;
 }
 
+/* The ValueError for a selector handle this buffer does not have. NULL. */
+static PyObject *unknown_selector(int64_t h)
+{
+    return PyErr_Format(PyExc_ValueError,
+                        "ps: expected a pick selector of this buffer, got unknown handle %lld",
+                        (long long)h);
+}
+
 static exr_modstate *mstate(ReplayObject *self) { return exr_state_of_type(Py_TYPE(self)); }
 
 /* ---- construction ------------------------------------------------------- */
@@ -656,8 +664,7 @@ static PyObject *replay_remove_pick_selector(ReplayObject *self, PyObject *ps)
     exr_status st = exr_buffer_remove_selector_locked(self->buf, h);
     exr_buffer_unlock(self->buf);
     if (st == EXR_ENOTFOUND)
-        return PyErr_Format(PyExc_ValueError, "ps: expected a pick selector of this buffer, "
-                            "got unknown handle %lld", (long long)h);
+        return unknown_selector(h);
     Py_RETURN_NONE;
 }
 
@@ -837,9 +844,7 @@ static PyObject *batch_error(ReplayObject *self, exr_status st, int64_t h, PyObj
     for (int f = 0; f < NFIELDS; f++)
         Py_XDECREF(arrays[f]);
     if (st == EXR_ENOTFOUND)
-        return PyErr_Format(PyExc_ValueError,
-                            "ps: expected a pick selector of this buffer, got unknown handle %lld",
-                            (long long)h);
+        return unknown_selector(h);
     if (st == EXR_EEMPTY)
         return PyErr_Format(PyExc_ValueError,
                             "get_batch: no pick can be drawn (the buffer holds no pick, or "
@@ -937,9 +942,7 @@ static PyObject *replay_gather(ReplayObject *self, PyObject *const *args, Py_ssi
     int known = exr_buffer_selector_locked(self->buf, h) != NULL;
     exr_buffer_unlock(self->buf);
     if (!known)
-        return PyErr_Format(PyExc_ValueError,
-                            "ps: expected a pick selector of this buffer, got unknown handle %lld",
-                            (long long)h);
+        return unknown_selector(h);
     if (pick_arrays(args[1], args[2], &e, &p, &n) < 0)
         return NULL;
     if (batch_arrays(self, n, NULL, arrays) < 0) {
@@ -1020,9 +1023,7 @@ static PyObject *replay_set_priority(ReplayObject *self, PyObject *const *args, 
     Py_DECREF(p);
     Py_DECREF(pr);
     if (st == EXR_ENOTFOUND)
-        return PyErr_Format(PyExc_ValueError,
-                            "ps: expected a pick selector of this buffer, got unknown handle %lld",
-                            (long long)h);
+        return unknown_selector(h);
     if (st != EXR_OK)
         return exr_raise(st, "set_priority");
     return PyLong_FromSize_t(applied);
@@ -1318,9 +1319,7 @@ static PyObject *replay_priority_stats(ReplayObject *self, PyObject *ps)
     exr_status st = exr_buffer_priority_stats_locked(self->buf, h, &total, &min_pos, &n);
     exr_buffer_unlock(self->buf);
     if (st != EXR_OK)
-        return PyErr_Format(PyExc_ValueError,
-                            "ps: expected a pick selector of this buffer, got unknown handle %lld",
-                            (long long)h);
+        return unknown_selector(h);
     return Py_BuildValue("(ddK)", total, min_pos, (unsigned long long)n);
 }
 
