@@ -405,8 +405,8 @@ fail:
     return st;
 }
 
-static exr_status record_steps(exr_buffer *b, int64_t h, const exr_steps *in, int64_t *out_h,
-                               bool lock_each)
+exr_status exr_buffer_record_locked(exr_buffer *b, int64_t h, const exr_steps *in,
+                                    int64_t *out_h)
 {
     if (in->T == 0)
         return EXR_EINVAL;
@@ -414,30 +414,15 @@ static exr_status record_steps(exr_buffer *b, int64_t h, const exr_steps *in, in
     const unsigned char *st = in->states, *ac = in->actions, *rw = in->rewards;
     for (size_t t = 0; t < in->T; t++) {
         bool last = t + 1 == in->T;
-        if (lock_each)
-            exr_buffer_lock(b);
         exr_status r = record_one_locked(
             b, h, st + t * L->state_bytes, ac + t * L->action_bytes, rw + t * L->reward_bytes,
             in->priorities ? in->priorities[t] : NAN, last ? in->final_state : NULL,
             last && in->end, last && in->terminated, &h);
-        if (lock_each)
-            exr_buffer_unlock(b);
         if (r != EXR_OK)
             return r;
     }
     *out_h = h;
     return EXR_OK;
-}
-
-exr_status exr_buffer_record_locked(exr_buffer *b, int64_t h, const exr_steps *in,
-                                    int64_t *out_h)
-{
-    return record_steps(b, h, in, out_h, false);
-}
-
-exr_status exr_buffer_record(exr_buffer *b, int64_t h, const exr_steps *in, int64_t *out_h)
-{
-    return record_steps(b, h, in, out_h, true);
 }
 
 /* ---- selectors --------------------------------------------------------- */

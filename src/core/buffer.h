@@ -81,10 +81,6 @@ exr_status exr_buffer_new_episode_locked(exr_buffer *b, int64_t *h);
  * the handle recorded into last. EXR_EINVAL if T == 0. O(T) amortised. */
 exr_status exr_buffer_record_locked(exr_buffer *b, int64_t h, const exr_steps *in,
                                     int64_t *out_h);
-/* The same, taking the lock for each step: a long rollout of large states
- * then lets other threads (a get_batch) in between its steps, which is what
- * T record calls would do. */
-exr_status exr_buffer_record(exr_buffer *b, int64_t h, const exr_steps *in, int64_t *out_h);
 
 /* Selectors: kind indexes exr_selector_kinds; params has the kind's nparams
  * values (validated: EXR_EINVAL). Handles grow from 0, never reused. */

@@ -488,7 +488,9 @@ static PyObject *replay_record(ReplayObject *self, PyObject *const *args, Py_ssi
     };
     exr_status st;
     Py_BEGIN_ALLOW_THREADS
-    st = exr_buffer_record(self->buf, h, &in, &h);
+    exr_buffer_lock(self->buf);
+    st = exr_buffer_record_locked(self->buf, h, &in, &h);
+    exr_buffer_unlock(self->buf);
     Py_END_ALLOW_THREADS
     Py_DECREF(state);
     Py_XDECREF(action);
@@ -570,7 +572,9 @@ static PyObject *replay_record_many(ReplayObject *self, PyObject *const *args, P
     };
     exr_status st;
     Py_BEGIN_ALLOW_THREADS
-    st = exr_buffer_record(self->buf, h, &in, &h);
+    exr_buffer_lock(self->buf);
+    st = exr_buffer_record_locked(self->buf, h, &in, &h);
+    exr_buffer_unlock(self->buf);
     Py_END_ALLOW_THREADS
     Py_DECREF(states);
     Py_DECREF(actions);
