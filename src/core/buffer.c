@@ -60,6 +60,11 @@ exr_status exr_buffer_new(const exr_config *cfg, exr_buffer **out)
         free(b);
         return EXR_ENOMEM;
     }
+    if (pthread_cond_init(&b->published, NULL) != 0) {
+        pthread_mutex_destroy(&b->mu);
+        free(b);
+        return EXR_ENOMEM;
+    }
     exr_episodes_init(&b->eps);
     exr_pick_table_init(&b->picks);
     b->hand = EXR_NIL;
@@ -96,6 +101,7 @@ void exr_buffer_free(exr_buffer *b)
     for (size_t i = 0; i < b->nsels; i++)
         b->sels[i].sel->vt->destroy(b->sels[i].sel);
     free(b->sels);
+    pthread_cond_destroy(&b->published);
     pthread_mutex_destroy(&b->mu);
     free(b);
 }
@@ -271,138 +277,313 @@ static void shrink_ended_locked(exr_buffer *b, exr_episode *e)
     body->last_rows = (uint32_t)used;
 }
 
-static exr_status record_one_locked(exr_buffer *b, int64_t h, const void *state,
-                                    const void *action, const void *reward, double priority,
-                                    const void *final_state, bool end, bool terminated,
-                                    int64_t *out_h)
+/* ---- recording: reserve, copy, publish ---------------------------------
+ *
+ * A record call reserves its rows under the lock: every allocation, the
+ * records' bookkeeping (counts, flags, priorities, picks entered into the
+ * table and the selectors) and the eviction it causes, step by step exactly
+ * as single records would do it. The rows' bytes are copied after that. A
+ * small call copies them under the same lock hold; a large one marks its
+ * episode busy, pins what it writes into (as get_batch pins what it reads),
+ * copies with no lock held, then publishes: clears busy under the lock.
+ *
+ * While an episode is busy, get_batch skips its picks entered by the call
+ * (positions >= m_pub; they are drawn again), episode() shows its first
+ * n_pub records, a second record call into it waits, and serialize waits.
+ * Its eviction may go ahead: the body is parked until the copy ends. */
+
+/* Rows a segment that must hold `need` rows grows to: doubling from `rows`,
+ * as step-by-step growth does, at most its nominal size. */
+static size_t grown_rows(const exr_store_layout *L, size_t k, size_t rows, size_t need)
+{
+    size_t cap = exr_store_seg_cap(L, k);
+    while (rows < need && rows < cap)
+        rows *= 2;
+    return rows < cap ? rows : cap;
+}
+
+/* What recording T steps into one episode allocates, made before anything
+ * visible changes. */
+typedef struct {
+    exr_body *fresh;          /* body of a new episode, or NULL */
+    unsigned char **segs;     /* new segments, nnew of them */
+    size_t nnew, new_last_rows;
+    unsigned char *grown;     /* replaces the last segment, or NULL */
+    size_t grown_rows;
+    exr_dead *node;           /* parks the replaced segment */
+    unsigned char *fin;       /* final state, or NULL */
+    unsigned char *segs_small[4];
+} rec_prep;
+
+static void prep_free(rec_prep *pr)
+{
+    for (size_t j = 0; pr->segs && j < pr->nnew; j++)
+        free(pr->segs[j]);
+    if (pr->segs != pr->segs_small)
+        free(pr->segs);
+    free(pr->grown);
+    free(pr->node);
+    free(pr->fin);
+    exr_body_free(pr->fresh);
+}
+
+/* Allocates everything that recording T steps into episode slot (EXR_NIL:
+ * a new one) needs. On failure the buffer is as it was (an existing
+ * episode's aux or segment table may have grown: room, not content). */
+static exr_status prepare_locked(exr_buffer *b, uint32_t slot, size_t T, bool want_fin,
+                                 rec_prep *pr)
 {
     const exr_store_layout *L = &b->lay;
-    uint32_t slot = exr_episodes_find(&b->eps, h);
-    if (slot != EXR_NIL && b->eps.slab[slot].ended)
-        slot = EXR_NIL;
-    bool fresh = slot == EXR_NIL;
-    exr_body *body = NULL, *fresh_body = NULL;
-    unsigned char *newseg = NULL, *fin = NULL;
-    exr_dead *node = NULL;
-    size_t new_rows = 0;
-    exr_status st = EXR_OK;
+    exr_status st = EXR_ENOMEM;
+    memset(pr, 0, sizeof *pr);
+    exr_body *body;
     uint64_t n = 0;
-
-    /* Phase 1: every allocation this step needs; nothing visible changes. */
-    if (fresh && b->next_handle >= EXR_MAX_HANDLE)
-        return EXR_EOVERFLOW;
-    if (fresh) {
+    if (slot == EXR_NIL) {
+        if (b->next_handle >= EXR_MAX_HANDLE)
+            return EXR_EOVERFLOW;
         st = exr_episodes_reserve(&b->eps);
         if (st != EXR_OK)
             return st;
-        fresh_body = body = exr_body_new(4);
+        body = pr->fresh = exr_body_new(4);
         if (!body)
             return EXR_ENOMEM;
+        st = EXR_ENOMEM;
     } else {
         body = b->eps.slab[slot].body;
         n = b->eps.slab[slot].n;
-        if (n >= (uint64_t)UINT32_MAX - 1)
-            return EXR_EOVERFLOW;
     }
-    if (n + 1 > body->aux_cap) {
+    if (n > (uint64_t)UINT32_MAX - 1 || T > (uint64_t)UINT32_MAX - 1 - n) {
+        st = EXR_EOVERFLOW;
+        goto fail;
+    }
+    uint64_t end = n + T;
+    if (end > body->aux_cap) {
         /* aux is read only under the lock, so it may move */
-        uint64_t cap = body->aux_cap ? body->aux_cap * 2 : 16;
+        uint64_t cap = body->aux_cap ? body->aux_cap : 16;
+        while (cap < end)
+            cap *= 2;
         uint32_t *aux = realloc(body->aux, cap * sizeof *aux);
-        if (!aux) {
-            st = EXR_ENOMEM;
+        if (!aux)
             goto fail;
-        }
         body->aux = aux;
         body->aux_cap = cap;
     }
-    size_t k, off;
-    exr_store_locate(L, n, &k, &off);
-    if (k >= body->nsegs) {
-        /* a new segment: room for a few rows at first */
-        if (k >= body->cap) {
-            exr_body *grown = exr_body_grow(body, body->cap * 2);
-            if (!grown) {
-                st = EXR_ENOMEM;
-                goto fail;
-            }
-            body = grown;
-            if (fresh)
-                fresh_body = grown;
-            else
-                b->eps.slab[slot].body = grown; /* same content, new place */
-        }
-        new_rows = first_rows(L, k);
-    } else if (off == body->last_rows) {
-        /* the last segment is full before its nominal size: double it; the
-         * old copy is parked while a get_batch may still be reading it */
-        new_rows = (size_t)body->last_rows * 2;
-        if (new_rows > exr_store_seg_cap(L, k))
-            new_rows = exr_store_seg_cap(L, k);
-        if (b->readers && !(node = malloc(sizeof *node))) {
-            st = EXR_ENOMEM;
+    size_t k_last, off_last;
+    exr_store_locate(L, end - 1, &k_last, &off_last);
+    if (k_last >= body->cap) {
+        uint32_t c = body->cap;
+        while (c <= k_last)
+            c *= 2;
+        exr_body *g = exr_body_grow(body, c);
+        if (!g)
             goto fail;
+        body = g;
+        if (pr->fresh)
+            pr->fresh = g;
+        else
+            b->eps.slab[slot].body = g; /* same content, new place */
+    }
+    if (body->nsegs) {
+        /* the last segment, allocated smaller than it must now hold */
+        size_t k = body->nsegs - 1;
+        size_t need = k < k_last ? exr_store_seg_cap(L, k) : off_last + 1;
+        if (need > body->last_rows) {
+            pr->grown_rows = grown_rows(L, k, body->last_rows, need);
+            if (b->readers && !(pr->node = malloc(sizeof *pr->node)))
+                goto fail;
+            if (!(pr->grown = exr_store_seg_alloc(L, pr->grown_rows)))
+                goto fail;
         }
     }
-    if (new_rows && !(newseg = exr_store_seg_alloc(L, new_rows))) {
-        st = EXR_ENOMEM;
+    if (k_last + 1 > body->nsegs) {
+        pr->nnew = k_last + 1 - body->nsegs;
+        pr->segs = pr->nnew <= 4 ? pr->segs_small : calloc(pr->nnew, sizeof *pr->segs);
+        if (!pr->segs)
+            goto fail;
+        for (size_t j = 0; j < pr->nnew; j++) {
+            size_t k = body->nsegs + j;
+            size_t rows = k < k_last ? exr_store_seg_cap(L, k)
+                                     : grown_rows(L, k, first_rows(L, k), off_last + 1);
+            if (!(pr->segs[j] = exr_store_seg_alloc(L, rows)))
+                goto fail;
+            pr->new_last_rows = rows;
+        }
+    }
+    if (want_fin && !(pr->fin = malloc(L->state_bytes)))
+        goto fail;
+    size_t extra;
+    if (!exr_add_size(T, b->cfg.pick_len, &extra)) {
+        st = EXR_EOVERFLOW;
         goto fail;
     }
-    if (end && final_state) {
-        fin = malloc(L->state_bytes);
-        if (!fin) {
-            st = EXR_ENOMEM;
-            goto fail;
-        }
-    }
-    st = reserve_picks(b, (size_t)b->cfg.pick_len + 1);
+    st = reserve_picks(b, extra);
     if (st != EXR_OK)
         goto fail;
+    return EXR_OK;
+fail:
+    prep_free(pr);
+    return st;
+}
 
-    /* Phase 2: commit; nothing below can fail. */
-    if (fresh) {
-        *out_h = b->next_handle++;
-        slot = exr_episodes_insert(&b->eps, *out_h, body);
-    } else {
-        *out_h = h;
+/* Puts the prepared segments (and a new episode) in place; cannot fail. */
+static uint32_t commit_prep_locked(exr_buffer *b, uint32_t slot, rec_prep *pr, int64_t *h)
+{
+    const exr_store_layout *L = &b->lay;
+    if (pr->fresh) {
+        *h = b->next_handle++;
+        slot = exr_episodes_insert(&b->eps, *h, pr->fresh);
+        pr->fresh = NULL;
     }
     exr_episode *e = &b->eps.slab[slot];
-    if (newseg && k >= body->nsegs) {
-        body->segs[body->nsegs++] = newseg;
-    } else if (newseg) {
-        memcpy(newseg, body->segs[k], off * L->row_bytes);
-        bury_segment(b, body->segs[k], node);
-        body->segs[k] = newseg;
-    }
-    if (newseg)
-        body->last_rows = (uint32_t)new_rows;
-    unsigned char *seg = body->segs[k];
-    memcpy(exr_seg_state(L, seg, off), state, L->state_bytes);
-    memcpy(exr_seg_action(L, seg, off), action, L->action_bytes);
-    memcpy(exr_seg_reward(L, seg, off), reward, L->reward_bytes);
-    float rp = prio_to_float(priority);
-    memcpy(&body->aux[n], &rp, sizeof rp);
-    e->n = n + 1;
-    b->n_records++;
-    if (end) {
-        e->ended = 1;
-        e->terminated = terminated;
-        if (fin) {
-            memcpy(fin, final_state, L->state_bytes);
-            body->final_state = fin;
+    exr_body *body = e->body;
+    if (pr->grown) {
+        size_t k = body->nsegs - 1, kk, off, valid = 0;
+        if (e->n) {
+            exr_store_locate(L, e->n - 1, &kk, &off);
+            valid = kk == k ? off + 1 : 0;
         }
+        memcpy(pr->grown, body->segs[k], valid * L->row_bytes);
+        bury_segment(b, body->segs[k], pr->node);
+        body->segs[k] = pr->grown;
+        body->last_rows = (uint32_t)pr->grown_rows;
+        pr->grown = NULL;
+        pr->node = NULL;
     }
-    enter_picks_locked(b, slot);
-    if (end)
-        shrink_ended_locked(b, e);
-    evict_over_capacity_locked(b);
-    return EXR_OK;
+    for (size_t j = 0; j < pr->nnew; j++)
+        body->segs[body->nsegs++] = pr->segs[j];
+    if (pr->nnew)
+        body->last_rows = (uint32_t)pr->new_last_rows;
+    if (pr->segs != pr->segs_small)
+        free(pr->segs);
+    pr->segs = NULL;
+    pr->nnew = 0;
+    return slot;
+}
 
-fail:
-    free(newseg);
-    free(fin);
-    free(node);
-    exr_body_free(fresh_body);
-    return st;
+/* Copies steps [t0, t0 + count) of in into rows [pos, pos + count) of body. */
+static void copy_rows(const exr_store_layout *L, exr_body *body, uint64_t pos, const exr_steps *in,
+                      size_t t0, size_t count)
+{
+    size_t sb = L->state_bytes, ab = L->action_bytes, rb = L->reward_bytes;
+    const unsigned char *st = in->states, *ac = in->actions, *rw = in->rewards;
+    for (size_t i = 0; i < count;) {
+        size_t k, off;
+        exr_store_locate(L, pos + i, &k, &off);
+        size_t run = exr_store_seg_cap(L, k) - off;
+        if (run > count - i)
+            run = count - i;
+        unsigned char *row = exr_seg_row(L, body->segs[k], off);
+        for (size_t r = 0; r < run; r++, row += L->row_bytes) {
+            size_t t = t0 + i + r;
+            memcpy(row, st + t * sb, sb);
+            memcpy(row + sb, ac + t * ab, ab);
+            memcpy(row + sb + ab, rw + t * rb, rb);
+        }
+        i += run;
+    }
+}
+
+/* What a record call leaves to copy and publish: steps [step, step + count)
+ * of its input went to positions [first, first + count) of episode h (the
+ * last one it recorded into; h = -1 if that one was evicted by the call). */
+typedef struct {
+    int64_t h;
+    uint32_t slot;
+    uint64_t first;
+    size_t step, count;
+} rec_plan;
+
+/* The steps recorded as T single records would be. defer: the rows' bytes
+ * are left for the caller to copy (the episode is marked busy); else they
+ * are copied here. A failure leaves the buffer as it was, except after the
+ * episode recorded into was itself evicted by this call: the steps before
+ * the failing one then stay (the only case: it needs a second episode). */
+static exr_status record_steps_locked(exr_buffer *b, int64_t h, const exr_steps *in, bool defer,
+                                      rec_plan *plan, int64_t *out_h)
+{
+    const exr_store_layout *L = &b->lay;
+    size_t t = 0;
+    for (;;) {
+        /* one pass per episode recorded into */
+        uint32_t slot = exr_episodes_find(&b->eps, h);
+        if (slot != EXR_NIL && b->eps.slab[slot].ended)
+            slot = EXR_NIL;
+        size_t t0 = t;
+        rec_prep pr;
+        exr_status st = prepare_locked(b, slot, in->T - t, in->end && in->final_state, &pr);
+        if (st != EXR_OK)
+            return st;
+        slot = commit_prep_locked(b, slot, &pr, &h);
+        exr_episode *e = &b->eps.slab[slot];
+        uint64_t first = e->n;
+        if (defer) {
+            e->busy = 1;
+            e->n_pub = e->n;
+            e->m_pub = e->m;
+        }
+        bool evicted = false;
+        while (t < in->T && !evicted) {
+            exr_body *body = e->body;
+            uint64_t n = e->n;
+            bool last = t + 1 == in->T;
+            if (!defer)
+                copy_rows(L, body, n, in, t, 1);
+            float rp = prio_to_float(in->priorities ? in->priorities[t] : NAN);
+            memcpy(&body->aux[n], &rp, sizeof rp);
+            e->n = n + 1;
+            b->n_records++;
+            if (last && in->end) {
+                e->ended = 1;
+                e->terminated = in->terminated;
+                if (pr.fin) {
+                    memcpy(pr.fin, in->final_state, L->state_bytes);
+                    body->final_state = pr.fin;
+                    pr.fin = NULL;
+                }
+            }
+            enter_picks_locked(b, slot);
+            if (last && in->end)
+                shrink_ended_locked(b, e);
+            evict_over_capacity_locked(b);
+            evicted = b->eps.slab[slot].handle != h;
+            t++;
+        }
+        free(pr.fin); /* unused when the episode was evicted before the end */
+        if (t < in->T)
+            continue; /* the rest starts a new episode */
+        *out_h = h;
+        *plan = (rec_plan){evicted ? -1 : h, slot, first, t0, in->T - t0};
+        return EXR_OK;
+    }
+}
+
+/* THE publish point of every record call: the rows of plan are visible to
+ * get_batch, episode() and serialize from here on. Lock held. */
+static void publish_locked(exr_buffer *b, const rec_plan *plan, bool deferred)
+{
+    if (deferred && plan->h >= 0) {
+        uint32_t s = exr_episodes_find(&b->eps, plan->h);
+        if (s != EXR_NIL)
+            b->eps.slab[s].busy = 0;
+    }
+}
+
+/* Waits (the lock released meanwhile) until no record call copies into
+ * episode h, so that rollouts into one episode stay contiguous and in order. */
+static void wait_not_busy_locked(exr_buffer *b, int64_t h)
+{
+    for (;;) {
+        uint32_t s = exr_episodes_find(&b->eps, h);
+        if (s == EXR_NIL || !b->eps.slab[s].busy)
+            return;
+        pthread_cond_wait(&b->published, &b->mu);
+    }
+}
+
+void exr_buffer_quiesce_locked(exr_buffer *b)
+{
+    while (b->writers)
+        pthread_cond_wait(&b->published, &b->mu);
 }
 
 exr_status exr_buffer_record_locked(exr_buffer *b, int64_t h, const exr_steps *in,
@@ -410,19 +591,45 @@ exr_status exr_buffer_record_locked(exr_buffer *b, int64_t h, const exr_steps *i
 {
     if (in->T == 0)
         return EXR_EINVAL;
-    const exr_store_layout *L = &b->lay;
-    const unsigned char *st = in->states, *ac = in->actions, *rw = in->rewards;
-    for (size_t t = 0; t < in->T; t++) {
-        bool last = t + 1 == in->T;
-        exr_status r = record_one_locked(
-            b, h, st + t * L->state_bytes, ac + t * L->action_bytes, rw + t * L->reward_bytes,
-            in->priorities ? in->priorities[t] : NAN, last ? in->final_state : NULL,
-            last && in->end, last && in->terminated, &h);
-        if (r != EXR_OK)
-            return r;
+    wait_not_busy_locked(b, h);
+    rec_plan plan;
+    exr_status st = record_steps_locked(b, h, in, false, &plan, out_h);
+    if (st == EXR_OK)
+        publish_locked(b, &plan, false);
+    return st;
+}
+
+static void pin_locked(exr_buffer *b, exr_reader *r);
+static void unpin_locked(exr_buffer *b, exr_reader *r);
+
+exr_status exr_buffer_record(exr_buffer *b, int64_t h, const exr_steps *in, int64_t *out_h)
+{
+    if (in->T == 0)
+        return EXR_EINVAL;
+    size_t bytes;
+    bool defer = !exr_mul_size(in->T, b->lay.row_bytes, &bytes) || bytes >= EXR_COPY_UNLOCKED;
+    exr_buffer_lock(b);
+    wait_not_busy_locked(b, h);
+    rec_plan plan;
+    exr_status st = record_steps_locked(b, h, in, defer, &plan, out_h);
+    if (st == EXR_OK && defer && plan.h >= 0) {
+        /* reserved: copy with no lock held, the body pinned */
+        exr_reader me;
+        exr_body *body = b->eps.slab[plan.slot].body;
+        pin_locked(b, &me);
+        b->writers++;
+        exr_buffer_unlock(b);
+        copy_rows(&b->lay, body, plan.first, in, plan.step, plan.count);
+        exr_buffer_lock(b);
+        b->writers--;
+        unpin_locked(b, &me);
     }
-    *out_h = h;
-    return EXR_OK;
+    if (st == EXR_OK)
+        publish_locked(b, &plan, defer);
+    if (defer) /* waiters on a busy episode, and serialize, look again */
+        pthread_cond_broadcast(&b->published);
+    exr_buffer_unlock(b);
+    return st;
 }
 
 /* ---- selectors --------------------------------------------------------- */
@@ -648,6 +855,9 @@ static void plan_batch_locked(exr_buffer *b, size_t count, const size_t *idx, pl
     for (size_t i = 0; i < count; i++)
         plan_pick_locked(b, &b->picks.v[idx[i]], &plans[i], &out->pick_epi[i],
                          &out->pick_pos[i], &out->seq_len[i], &out->seq_len_next[i]);
+    if (out->pick_index)
+        for (size_t i = 0; i < count; i++)
+            out->pick_index[i] = (int64_t)idx[i];
 }
 
 static inline void prefetch_range(const unsigned char *p, size_t n)
@@ -714,6 +924,28 @@ static void unpin_locked(exr_buffer *b, exr_reader *r)
             lo = o->epoch;
     /* a body buried at epoch e was visible to readers pinned before e */
     free_graveyard_upto(b, lo);
+}
+
+/* Whether the pick at table index i is published: not entered by a record
+ * call still copying its rows. */
+static inline bool pick_visible_locked(const exr_buffer *b, size_t i)
+{
+    const exr_pick *pk = &b->picks.v[i];
+    const exr_episode *e = &b->eps.slab[pk->slot];
+    return !e->busy || pk->pos < e->m_pub;
+}
+
+/* Draws again, one at a time, every pick of idx that is not published yet
+ * (a draw conditioned on the published picks). 0 if some pick still is not
+ * after 64 draws, or the selector cannot draw. */
+static int redraw_unpublished_locked(exr_buffer *b, exr_selector *s, size_t count, size_t *idx,
+                                     float *w, double *scratch)
+{
+    for (size_t i = 0; i < count; i++)
+        for (int tries = 0; !pick_visible_locked(b, idx[i]); tries++)
+            if (tries == 64 || s->vt->sample(s, b->picks.n, 1, &idx[i], &w[i], scratch) != EXR_OK)
+                return 0;
+    return 1;
 }
 
 /* Per-call scratch: on the stack for small batches (most calls), on the
@@ -783,9 +1015,16 @@ exr_status exr_buffer_get_batch(exr_buffer *b, int64_t h, size_t count, exr_batc
     if (st != EXR_OK)
         return st;
     exr_buffer_lock(b);
-    sel_entry *e = find_sel(b, h);
-    st = !e ? EXR_ENOTFOUND
-            : e->sel->vt->sample(e->sel, b->picks.n, count, sc.idx, out->weight, sc.scratch);
+    for (;;) {
+        sel_entry *e = find_sel(b, h);
+        st = !e ? EXR_ENOTFOUND
+                : e->sel->vt->sample(e->sel, b->picks.n, count, sc.idx, out->weight, sc.scratch);
+        if (st != EXR_OK || !b->writers ||
+            redraw_unpublished_locked(b, e->sel, count, sc.idx, out->weight, sc.scratch))
+            break;
+        /* (nearly) every pick drawn is still being copied: wait for a publish */
+        pthread_cond_wait(&b->published, &b->mu);
+    }
     if (st != EXR_OK) {
         exr_buffer_unlock(b);
         scratch_free(&sc);
@@ -827,7 +1066,7 @@ exr_status exr_buffer_gather(exr_buffer *b, int64_t h, size_t count, const int64
         st = EXR_ENOTFOUND;
     for (size_t i = 0; st == EXR_OK && i < count; i++) {
         sc.idx[i] = pick_index_locked(b, epi[i], pos[i]);
-        if (sc.idx[i] == SIZE_MAX)
+        if (sc.idx[i] == SIZE_MAX || !pick_visible_locked(b, sc.idx[i]))
             st = EXR_ENOTFOUND;
     }
     if (st != EXR_OK) {
@@ -841,10 +1080,23 @@ exr_status exr_buffer_gather(exr_buffer *b, int64_t h, size_t count, const int64
 
 /* ---- priorities -------------------------------------------------------- */
 
-exr_status exr_buffer_set_priority_locked(exr_buffer *b, int64_t h, size_t count,
-                                          const int64_t *epi, const int64_t *pos,
-                                          const double *prio, size_t prio_stride,
-                                          size_t *applied)
+/* Table index of pick (epi, pos) when hint still holds it: a batch's index
+ * is only a hint, since picks move by swap-removal after it was drawn. The
+ * table holds live picks only, and handles are never reused, so an entry
+ * naming this episode's handle and this position is this pick. */
+static inline int hint_holds(const exr_buffer *b, int64_t hint, int64_t epi, int64_t pos)
+{
+    if (hint < 0 || (uint64_t)hint >= b->picks.n)
+        return 0;
+    const exr_pick *pk = &b->picks.v[hint];
+    return (int64_t)pk->pos == pos && b->eps.slab[pk->slot].handle == epi;
+}
+
+#define PRIO_SMALL 256
+
+static exr_status set_priority_impl(exr_buffer *b, int64_t h, size_t count, const int64_t *epi,
+                                    const int64_t *pos, const int64_t *hint, const double *prio,
+                                    size_t prio_stride, size_t *applied)
 {
     sel_entry *e = find_sel(b, h);
     if (!e)
@@ -856,39 +1108,77 @@ exr_status exr_buffer_set_priority_locked(exr_buffer *b, int64_t h, size_t count
     }
     size_t done = 0;
     if (e->sel->vt->prioritized && count) {
-        /* Pass 1 finds each pick's episode and prefetches its aux entry;
-         * pass 2 reads the pick indices; then the selector updates all of
-         * them at once. Dependent misses of different picks overlap. */
-        size_t *idx = malloc(count * sizeof *idx), *scratch = malloc(count * sizeof *scratch);
-        uint32_t **aux = malloc(count * sizeof *aux);
-        double *kept = malloc(count * sizeof *kept);
-        if (!idx || !scratch || !aux || !kept) {
-            free(idx);
-            free(scratch);
-            free(aux);
-            free(kept);
-            return EXR_ENOMEM;
+        size_t small_idx[PRIO_SMALL], small_scratch[PRIO_SMALL];
+        double small_kept[PRIO_SMALL];
+        size_t *idx = small_idx, *scratch = small_scratch;
+        double *kept = small_kept;
+        if (count > PRIO_SMALL) {
+            size_t bytes;
+            if (!exr_mul_size(count, sizeof(size_t), &bytes))
+                return EXR_EOVERFLOW;
+            idx = malloc(bytes);
+            scratch = malloc(bytes);
+            kept = malloc(count * sizeof *kept);
+            if (!idx || !scratch || !kept) {
+                free(idx);
+                free(scratch);
+                free(kept);
+                return EXR_ENOMEM;
+            }
+        }
+        /* Pass 1 prefetches what pass 2 reads (the hinted table entries, or
+         * the picks' aux entries through the map); pass 2 resolves. The
+         * dependent misses of different picks overlap. */
+        for (size_t i = 0; i < count; i++) {
+            if (hint && hint[i] >= 0 && (uint64_t)hint[i] < b->picks.n) {
+                __builtin_prefetch(&b->picks.v[hint[i]]);
+            } else {
+                uint32_t *aux = pick_aux_locked(b, epi[i], pos[i]);
+                if (aux)
+                    __builtin_prefetch(aux);
+            }
         }
         for (size_t i = 0; i < count; i++) {
-            aux[i] = pick_aux_locked(b, epi[i], pos[i]);
-            if (aux[i])
-                __builtin_prefetch(aux[i]);
-        }
-        for (size_t i = 0; i < count; i++) {
-            if (!aux[i])
-                continue;
-            idx[done] = *aux[i];
+            size_t j;
+            if (hint && hint_holds(b, hint[i], epi[i], pos[i])) {
+                j = (size_t)hint[i];
+            } else {
+                const uint32_t *aux = pick_aux_locked(b, epi[i], pos[i]);
+                if (!aux)
+                    continue;
+                j = *aux;
+            }
+            idx[done] = j;
             kept[done] = prio[i * prio_stride];
             done++;
         }
         e->sel->vt->update_many(e->sel, done, idx, kept, scratch);
-        free(idx);
-        free(scratch);
-        free(aux);
-        free(kept);
+        if (idx != small_idx) {
+            free(idx);
+            free(scratch);
+            free(kept);
+        }
     }
     *applied = done;
     return EXR_OK;
+}
+
+exr_status exr_buffer_set_priority_locked(exr_buffer *b, int64_t h, size_t count,
+                                          const int64_t *epi, const int64_t *pos,
+                                          const double *prio, size_t prio_stride,
+                                          size_t *applied)
+{
+    return set_priority_impl(b, h, count, epi, pos, NULL, prio, prio_stride, applied);
+}
+
+exr_status exr_buffer_set_priority(exr_buffer *b, int64_t h, size_t count, const int64_t *epi,
+                                   const int64_t *pos, const int64_t *hint, const double *prio,
+                                   size_t prio_stride, size_t *applied)
+{
+    exr_buffer_lock(b);
+    exr_status st = set_priority_impl(b, h, count, epi, pos, hint, prio, prio_stride, applied);
+    exr_buffer_unlock(b);
+    return st;
 }
 
 exr_status exr_buffer_priority_stats_locked(const exr_buffer *b, int64_t h, double *total,
@@ -911,10 +1201,12 @@ exr_status exr_buffer_episode_info_locked(const exr_buffer *b, int64_t h, uint64
     if (slot == EXR_NIL)
         return EXR_ENOTFOUND;
     const exr_episode *e = &b->eps.slab[slot];
-    *n = e->n;
-    *ended = e->ended;
-    *terminated = e->terminated;
-    *has_final = e->body->final_state != NULL;
+    /* a busy episode shows what it held before the call copying into it,
+     * which had not ended it (an ended episode takes no more records) */
+    *n = e->busy ? e->n_pub : e->n;
+    *ended = e->ended && !e->busy;
+    *terminated = e->terminated && !e->busy;
+    *has_final = e->body->final_state != NULL && !e->busy;
     return EXR_OK;
 }
 
@@ -927,11 +1219,11 @@ exr_status exr_buffer_episode_copy_locked(const exr_buffer *b, int64_t h, void *
     const exr_store_layout *L = &b->lay;
     const exr_episode *e = &b->eps.slab[slot];
     unsigned char *st = state, *ac = action, *rw = reward;
-    uint64_t p = 0;
-    for (uint32_t k = 0; p < e->n; k++) {
+    uint64_t p = 0, n = e->busy ? e->n_pub : e->n;
+    for (uint32_t k = 0; p < n; k++) {
         size_t cnt = exr_store_seg_cap(L, k);
-        if (cnt > e->n - p)
-            cnt = (size_t)(e->n - p);
+        if (cnt > n - p)
+            cnt = (size_t)(n - p);
         unsigned char *seg = e->body->segs[k];
         for (size_t r = 0; r < cnt; r++) {
             memcpy(st + (p + r) * L->state_bytes, exr_seg_state(L, seg, r), L->state_bytes);
@@ -940,7 +1232,7 @@ exr_status exr_buffer_episode_copy_locked(const exr_buffer *b, int64_t h, void *
         }
         p += cnt;
     }
-    if (final && e->body->final_state)
+    if (final && e->body->final_state && !e->busy)
         memcpy(final, e->body->final_state, L->state_bytes);
     return EXR_OK;
 }

@@ -58,6 +58,7 @@ typedef struct {
     void *state, *action, *reward, *state_next;
     int64_t *seq_len, *seq_len_next, *pick_epi, *pick_pos;
     float *weight;
+    int64_t *pick_index; /* the picks' table indices when drawn; NULL: not wanted */
 } exr_batch_out;
 
 exr_status exr_buffer_new(const exr_config *cfg, exr_buffer **out);
@@ -81,6 +82,18 @@ exr_status exr_buffer_new_episode_locked(exr_buffer *b, int64_t *h);
  * the handle recorded into last. EXR_EINVAL if T == 0. O(T) amortised. */
 exr_status exr_buffer_record_locked(exr_buffer *b, int64_t h, const exr_steps *in,
                                     int64_t *out_h);
+
+/* The same, taking the lock itself: the rows are reserved under the lock,
+ * their bytes copied with no lock held when they are EXR_COPY_UNLOCKED
+ * bytes or more, then published under the lock. A record call into an
+ * episode another call is copying into waits for it. On failure the buffer
+ * is as it was (but see buffer.c: an episode evicted by its own call). */
+#define EXR_COPY_UNLOCKED ((size_t)8 << 10)
+exr_status exr_buffer_record(exr_buffer *b, int64_t h, const exr_steps *in, int64_t *out_h);
+
+/* Waits (the lock released meanwhile) until no record call is copying:
+ * every row is then published. serialize and save call it first. */
+void exr_buffer_quiesce_locked(exr_buffer *b);
 
 /* Selectors: kind indexes exr_selector_kinds; params has the kind's nparams
  * values (validated: EXR_EINVAL). Handles grow from 0, never reused. */
@@ -107,6 +120,14 @@ exr_status exr_buffer_set_priority_locked(exr_buffer *b, int64_t h, size_t count
                                           const int64_t *epi, const int64_t *pos,
                                           const double *prio, size_t prio_stride,
                                           size_t *applied);
+
+/* The same, taking the lock itself. hint (NULL: none) holds each pick's
+ * table index as a batch gave it (exr_batch_out.pick_index): used where it
+ * still names the pick, skipping the handle lookup; where it no longer
+ * does (the pick moved or left since), the pick is looked up as above. */
+exr_status exr_buffer_set_priority(exr_buffer *b, int64_t h, size_t count, const int64_t *epi,
+                                   const int64_t *pos, const int64_t *hint, const double *prio,
+                                   size_t prio_stride, size_t *applied);
 
 /* Selector h's draw weights over all picks: their sum, the smallest positive
  * one, and the number of picks (for combining shards). O(1). */

@@ -33,6 +33,8 @@ typedef struct exr_reader {
 
 struct exr_buffer {
     pthread_mutex_t mu;
+    pthread_cond_t published; /* signalled when a record call publishes */
+    uint64_t writers;         /* record calls copying without the lock */
     exr_config cfg;
     exr_store_layout lay;
     exr_episodes eps;

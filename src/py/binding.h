@@ -76,8 +76,17 @@ exr_modstate *exr_state_of_type(PyTypeObject *tp);
  * and argument ("ps: ..."). Always returns NULL. */
 PyObject *exr_raise(exr_status st, const char *what);
 
-/* Takes the buffer's lock; if another thread holds it, waits without the GIL. */
+/* The binding's one way to hold the buffer's lock: called with the GIL,
+ * takes the lock (waiting without the GIL if another thread holds it);
+ * release with exr_buffer_unlock. Work that takes long under the lock
+ * (serialize, save) releases the GIL inside, never the other way round:
+ * no thread ever waits for the lock while holding the GIL. Calls that copy
+ * rows (record, get_batch, set_priority) take the lock themselves inside
+ * the core and are made with the GIL released, never through this. */
 void exr_lock_with_gil(exr_buffer *b);
+/* The same, then waits (without the GIL) until every recorded row is
+ * published: what serialize and save need. */
+void exr_lock_published_with_gil(exr_buffer *b);
 
 /* An ndarray of exactly descr, C-contiguous and aligned, of shape
  * (lead..., shape...) where lead has nlead leading dims (-1: any length).

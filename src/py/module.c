@@ -57,6 +57,14 @@ void exr_lock_with_gil(exr_buffer *b)
     Py_END_ALLOW_THREADS
 }
 
+void exr_lock_published_with_gil(exr_buffer *b)
+{
+    exr_lock_with_gil(b);
+    Py_BEGIN_ALLOW_THREADS
+    exr_buffer_quiesce_locked(b);
+    Py_END_ALLOW_THREADS
+}
+
 void exr_shape_str(char *buf, size_t len, int nd, const npy_intp *shape)
 {
     size_t used = 0;
@@ -201,6 +209,8 @@ static PyStructSequence_Field batch_fields[] = {
     {"pick_epi", "(B,) int64 episode handle of each pick"},
     {"pick_pos", "(B,) int64 position of each pick's first step"},
     {"weight", "(B,) float32 importance-sampling weights (ones for uniform)"},
+    {"pick_index", "(B,) int64 where each pick was in the pick table when drawn: lets\n"
+                   "set_priority(ps, batch, p) skip the handle lookup while it still holds"},
     {NULL, NULL},
 };
 

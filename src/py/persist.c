@@ -228,7 +228,7 @@ static PyObject *serialize_bytes(ReplayObject *self, int level)
     meta_buf meta;
     if (meta_of(self, &meta) < 0)
         return NULL;
-    exr_lock_with_gil(self->buf);
+    exr_lock_published_with_gil(self->buf);
     uint64_t bound = exr_codec_bound(exr_codec_raw_size_locked(self->buf, meta.n), level);
     if (bound > (uint64_t)PY_SSIZE_T_MAX) {
         exr_buffer_unlock(self->buf);
@@ -379,8 +379,8 @@ PyObject *exr_replay_save(ReplayObject *self, PyObject *const *args, Py_ssize_t 
     int err = 0;
     exr_status st;
     const char *cpath = PyBytes_AS_STRING(path);
+    exr_lock_published_with_gil(self->buf);
     Py_BEGIN_ALLOW_THREADS
-    exr_buffer_lock(self->buf);
     st = exr_file_save_locked(self->buf, meta.b, meta.n, level, cpath, cb ? progress_call : NULL,
                               &pc, &err);
     exr_buffer_unlock(self->buf);

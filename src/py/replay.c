@@ -488,9 +488,7 @@ static PyObject *replay_record(ReplayObject *self, PyObject *const *args, Py_ssi
     };
     exr_status st;
     Py_BEGIN_ALLOW_THREADS
-    exr_buffer_lock(self->buf);
-    st = exr_buffer_record_locked(self->buf, h, &in, &h);
-    exr_buffer_unlock(self->buf);
+    st = exr_buffer_record(self->buf, h, &in, &h);
     Py_END_ALLOW_THREADS
     Py_DECREF(state);
     Py_XDECREF(action);
@@ -572,9 +570,7 @@ static PyObject *replay_record_many(ReplayObject *self, PyObject *const *args, P
     };
     exr_status st;
     Py_BEGIN_ALLOW_THREADS
-    exr_buffer_lock(self->buf);
-    st = exr_buffer_record_locked(self->buf, h, &in, &h);
-    exr_buffer_unlock(self->buf);
+    st = exr_buffer_record(self->buf, h, &in, &h);
     Py_END_ALLOW_THREADS
     Py_DECREF(states);
     Py_DECREF(actions);
@@ -674,10 +670,11 @@ static PyObject *replay_remove_pick_selector(ReplayObject *self, PyObject *ps)
 
 /* ---- batches ------------------------------------------------------------ */
 
-enum { F_STATE, F_ACTION, F_REWARD, F_NEXT, F_LEN, F_LEN_NEXT, F_EPI, F_POS, F_WEIGHT, NFIELDS };
+enum { F_STATE, F_ACTION, F_REWARD, F_NEXT, F_LEN, F_LEN_NEXT, F_EPI, F_POS, F_WEIGHT, F_INDEX,
+       NFIELDS };
 static const char *const field_names[NFIELDS] = {"state", "action", "reward", "state_next",
                                                  "seq_len", "seq_len_next", "pick_epi",
-                                                 "pick_pos", "weight"};
+                                                 "pick_pos", "weight", "pick_index"};
 
 /* Expected dtype and shape of batch field f for B picks. */
 static PyArray_Descr *field_spec(ReplayObject *self, int f, npy_intp B, int *nd, npy_intp *dims)
@@ -820,6 +817,7 @@ static void batch_out_of(PyObject **arrays, exr_batch_out *o)
     o->pick_epi = DATA(F_EPI);
     o->pick_pos = DATA(F_POS);
     o->weight = DATA(F_WEIGHT);
+    o->pick_index = DATA(F_INDEX);
 #undef DATA
 }
 
@@ -973,20 +971,52 @@ static PyObject *replay_gather(ReplayObject *self, PyObject *const *args, Py_ssi
     return batch_result(self, arrays, NULL);
 }
 
+/* set_priority(ps, batch, priorities): the batch's picks, reached through
+ * the table indices it carries where they still hold. */
+static int batch_pick_arrays(ReplayObject *self, PyObject *batch, PyArrayObject **e,
+                             PyArrayObject **p, PyArrayObject **x, npy_intp *n)
+{
+    PyArray_Descr *i64 = PyArray_DescrFromType(NPY_INT64);
+    *n = -1;
+    *e = exr_as_array(PyStructSequence_GetItem(batch, F_EPI), i64, 1, n, 0, NULL, "batch.pick_epi");
+    *p = *e ? exr_as_array(PyStructSequence_GetItem(batch, F_POS), i64, 1, n, 0, NULL,
+                           "batch.pick_pos")
+            : NULL;
+    *x = *p ? exr_as_array(PyStructSequence_GetItem(batch, F_INDEX), i64, 1, n, 0, NULL,
+                           "batch.pick_index")
+            : NULL;
+    Py_DECREF(i64);
+    (void)self;
+    if (!*x) {
+        Py_CLEAR(*e);
+        Py_CLEAR(*p);
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *replay_set_priority(ReplayObject *self, PyObject *const *args, Py_ssize_t nargs,
                                      PyObject *kwnames)
 {
     EXR_GUARD(self, NULL);
     static const char *const names[] = {"ps", "pick_epi", "pick_pos", "priorities"};
+    static const char *const bnames[] = {"ps", "batch", "priorities"};
     PyObject *a[4];
-    if (exr_parse_args(args, nargs, kwnames, "set_priority", names, 4, 4, a) < 0)
+    int fast = nargs >= 2 && Py_IS_TYPE(args[1], mstate(self)->batch_type);
+    if (fast) {
+        if (exr_parse_args(args, nargs, kwnames, "set_priority", bnames, 3, 3, a) < 0)
+            return NULL;
+        a[3] = a[2];
+    } else if (exr_parse_args(args, nargs, kwnames, "set_priority", names, 4, 4, a) < 0) {
         return NULL;
+    }
     int64_t h;
     if (exr_selector_handle(self, a[0], &h) < 0)
         return NULL;
-    PyArrayObject *e, *p, *pr = NULL;
+    PyArrayObject *e, *p, *x = NULL, *pr = NULL;
     npy_intp n;
-    if (pick_arrays(a[1], a[2], &e, &p, &n) < 0)
+    if (fast ? batch_pick_arrays(self, a[1], &e, &p, &x, &n) < 0
+             : pick_arrays(a[1], a[2], &e, &p, &n) < 0)
         return NULL;
     PyArray_Descr *f64 = PyArray_DescrFromType(NPY_FLOAT64);
     npy_intp m = n;
@@ -1017,14 +1047,14 @@ static PyObject *replay_set_priority(ReplayObject *self, PyObject *const *args, 
     }
     exr_status st;
     size_t applied = 0;
+    const int64_t *hint = x ? PyArray_DATA(x) : NULL;
     Py_BEGIN_ALLOW_THREADS
-    exr_buffer_lock(self->buf);
-    st = exr_buffer_set_priority_locked(self->buf, h, (size_t)n, PyArray_DATA(e), PyArray_DATA(p),
-                                        pv, stride, &applied);
-    exr_buffer_unlock(self->buf);
+    st = exr_buffer_set_priority(self->buf, h, (size_t)n, PyArray_DATA(e), PyArray_DATA(p), hint,
+                                 pv, stride, &applied);
     Py_END_ALLOW_THREADS
     Py_DECREF(e);
     Py_DECREF(p);
+    Py_XDECREF(x);
     Py_DECREF(pr);
     if (st == EXR_ENOTFOUND)
         return unknown_selector(h);
@@ -1034,6 +1064,7 @@ static PyObject *replay_set_priority(ReplayObject *self, PyObject *const *args, 
 error:
     Py_DECREF(e);
     Py_DECREF(p);
+    Py_XDECREF(x);
     Py_XDECREF(pr);
     return NULL;
 }
