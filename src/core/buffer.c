@@ -72,12 +72,49 @@ exr_status exr_buffer_new(const exr_config *cfg, exr_buffer **out)
     return EXR_OK;
 }
 
+/* A segment of `rows` rows: a spare one of that size if there is one. */
+static unsigned char *seg_alloc_locked(exr_buffer *b, size_t rows)
+{
+    for (size_t i = 0; i < b->nspare; i++) {
+        if (b->spare[i].rows == rows) {
+            unsigned char *seg = b->spare[i].seg;
+            b->spare_bytes -= rows * b->lay.row_bytes;
+            b->spare[i] = b->spare[--b->nspare];
+            return seg;
+        }
+    }
+    return exr_store_seg_alloc(&b->lay, rows);
+}
+
+static void seg_free_locked(exr_buffer *b, unsigned char *seg, size_t rows)
+{
+    size_t bytes = rows * b->lay.row_bytes;
+    if (seg && b->nspare < EXR_SPARE_SEGS && bytes <= EXR_SPARE_BYTES - b->spare_bytes) {
+        b->spare[b->nspare].seg = seg;
+        b->spare[b->nspare++].rows = rows;
+        b->spare_bytes += bytes;
+    } else {
+        free(seg);
+    }
+}
+
+/* Frees an evicted episode's body, its segments kept as spares. */
+static void body_free_locked(exr_buffer *b, exr_body *body)
+{
+    for (uint32_t k = 0; k < body->nsegs; k++) {
+        seg_free_locked(b, body->segs[k],
+                        k + 1 < body->nsegs ? exr_store_seg_cap(&b->lay, k) : body->last_rows);
+        body->segs[k] = NULL;
+    }
+    exr_body_free(body);
+}
+
 static void free_graveyard_upto(exr_buffer *b, uint64_t epoch)
 {
     while (b->grave_head && b->grave_head->epoch <= epoch) {
         exr_body *d = b->grave_head;
         b->grave_head = d->next_dead;
-        exr_body_free(d);
+        body_free_locked(b, d);
     }
     if (!b->grave_head)
         b->grave_tail = NULL;
@@ -96,6 +133,8 @@ void exr_buffer_free(exr_buffer *b)
     if (!b)
         return;
     free_graveyard_upto(b, UINT64_MAX);
+    for (size_t i = 0; i < b->nspare; i++)
+        free(b->spare[i].seg);
     exr_episodes_free(&b->eps);
     exr_pick_table_free(&b->picks);
     for (size_t i = 0; i < b->nsels; i++)
@@ -166,7 +205,7 @@ static void remove_pick_locked(exr_buffer *b, size_t i)
 static void bury_or_free(exr_buffer *b, exr_body *body)
 {
     if (!b->readers) {
-        exr_body_free(body);
+        body_free_locked(b, body);
         return;
     }
     body->epoch = ++b->epoch;
@@ -302,6 +341,14 @@ static size_t grown_rows(const exr_store_layout *L, size_t k, size_t rows, size_
     return rows < cap ? rows : cap;
 }
 
+/* The rows a last segment of `rows` holding `used` gets when the call ends
+ * the episode: `used` if the end would cut the spare (shrink_ended_locked),
+ * so that the cut, a copy of every row, is not needed. */
+static size_t exact_rows(const exr_store_layout *L, size_t rows, size_t used, bool ends)
+{
+    return ends && (rows - used) * L->row_bytes >= 1024 ? used : rows;
+}
+
 /* What recording T steps into one episode allocates, made before anything
  * visible changes. */
 typedef struct {
@@ -330,7 +377,7 @@ static void prep_free(rec_prep *pr)
 /* Allocates everything that recording T steps into episode slot (EXR_NIL:
  * a new one) needs. On failure the buffer is as it was (an existing
  * episode's aux or segment table may have grown: room, not content). */
-static exr_status prepare_locked(exr_buffer *b, uint32_t slot, size_t T, bool want_fin,
+static exr_status prepare_locked(exr_buffer *b, uint32_t slot, size_t T, bool ends, bool want_fin,
                                  rec_prep *pr)
 {
     const exr_store_layout *L = &b->lay;
@@ -362,6 +409,8 @@ static exr_status prepare_locked(exr_buffer *b, uint32_t slot, size_t T, bool wa
         uint64_t cap = body->aux_cap ? body->aux_cap : 16;
         while (cap < end)
             cap *= 2;
+        if (ends)
+            cap = end; /* what the end would shrink it to */
         uint32_t *aux = realloc(body->aux, cap * sizeof *aux);
         if (!aux)
             goto fail;
@@ -388,10 +437,11 @@ static exr_status prepare_locked(exr_buffer *b, uint32_t slot, size_t T, bool wa
         size_t k = body->nsegs - 1;
         size_t need = k < k_last ? exr_store_seg_cap(L, k) : off_last + 1;
         if (need > body->last_rows) {
-            pr->grown_rows = grown_rows(L, k, body->last_rows, need);
+            pr->grown_rows = exact_rows(L, grown_rows(L, k, body->last_rows, need), need,
+                                        ends && k == k_last);
             if (b->readers && !(pr->node = malloc(sizeof *pr->node)))
                 goto fail;
-            if (!(pr->grown = exr_store_seg_alloc(L, pr->grown_rows)))
+            if (!(pr->grown = seg_alloc_locked(b, pr->grown_rows)))
                 goto fail;
         }
     }
@@ -403,8 +453,9 @@ static exr_status prepare_locked(exr_buffer *b, uint32_t slot, size_t T, bool wa
         for (size_t j = 0; j < pr->nnew; j++) {
             size_t k = body->nsegs + j;
             size_t rows = k < k_last ? exr_store_seg_cap(L, k)
-                                     : grown_rows(L, k, first_rows(L, k), off_last + 1);
-            if (!(pr->segs[j] = exr_store_seg_alloc(L, rows)))
+                                     : exact_rows(L, grown_rows(L, k, first_rows(L, k), off_last + 1),
+                                                  off_last + 1, ends);
+            if (!(pr->segs[j] = seg_alloc_locked(b, rows)))
                 goto fail;
             pr->new_last_rows = rows;
         }
@@ -510,7 +561,7 @@ static exr_status record_steps_locked(exr_buffer *b, int64_t h, const exr_steps 
             slot = EXR_NIL;
         size_t t0 = t;
         rec_prep pr;
-        exr_status st = prepare_locked(b, slot, in->T - t, in->end && in->final_state, &pr);
+        exr_status st = prepare_locked(b, slot, in->T - t, in->end, in->end && in->final_state, &pr);
         if (st != EXR_OK)
             return st;
         slot = commit_prep_locked(b, slot, &pr, &h);

@@ -19,6 +19,14 @@ typedef struct {
     exr_selector *sel;
 } sel_entry;
 
+/* Freed segments kept for the next episodes: at most this many, and at most
+ * EXR_SPARE_BYTES. A buffer at capacity evicts about what it records, in
+ * segments of the same sizes, so new segments come from here instead of
+ * fresh pages (whose first touch, a page fault and a page clear, costs
+ * about as much as the copy into them). */
+#define EXR_SPARE_SEGS 32
+#define EXR_SPARE_BYTES ((size_t)16 << 20)
+
 /* A segment replaced while a copy may still read it (buffer.c). */
 typedef struct exr_dead {
     struct exr_dead *next;
@@ -49,6 +57,12 @@ struct exr_buffer {
     uint64_t epoch;
     exr_body *grave_head, *grave_tail;
     exr_dead *dead_head, *dead_tail;
+    /* segments of evicted episodes kept for reuse (buffer.c) */
+    struct {
+        unsigned char *seg;
+        size_t rows;
+    } spare[EXR_SPARE_SEGS];
+    size_t nspare, spare_bytes;
 };
 
 /* Room for one more entry in b->sels. */
