@@ -4,6 +4,7 @@
 #   make venv     create $(VENV) and install the package (editable) with the test and ray extras
 #   make build    (re)build the extension in place (exreplay/_core*.so) for the venv
 #   make ctest    C unit tests of src/core under ASan+UBSan (no Python)
+#   make ctest-tsan  stress test of src/core from many pthreads under ThreadSanitizer
 #   make pytest   pytest against the in-place build
 #   make asan     pytest against an ASan+UBSan build of the extension
 #   make warnings build once with -Werror (proves -Wall -Wextra is clean)
@@ -38,7 +39,7 @@ CTEST_SRC := tests/c/test_core.c
 
 export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
 
-.PHONY: test venv build warnings ctest pytest asan demo demo-paper bench bench-quick bench-deps clean distclean zlib
+.PHONY: test venv build warnings ctest ctest-tsan pytest asan demo demo-paper bench bench-quick bench-deps clean distclean zlib
 
 # --- environment ------------------------------------------------------------
 
@@ -86,6 +87,17 @@ build/test_core: $(CTEST_SRC) $(wildcard tests/c/*.h) $(CORE_SRC) $(CORE_HDR) | 
 ctest: build/test_core
 	./build/test_core
 
+# The core from many pthreads at once under ThreadSanitizer (tests/c/test_stress.c):
+# a short run here; STRESS_SECONDS=60 ./build/test_stress for a soak.
+STRESS_SECONDS ?= 3
+build/test_stress: tests/c/test_stress.c $(CORE_SRC) $(CORE_HDR) | zlib
+	@mkdir -p build
+	$(CTEST_CC) -std=c11 -O1 -g -Wall -Wextra -Werror -pthread -fsanitize=thread \
+	  -Isrc/core -o $@ tests/c/test_stress.c $(CORE_SRC) -lz -lm
+
+ctest-tsan: build/test_stress
+	TSAN_OPTIONS=halt_on_error=1:exitcode=66 STRESS_SECONDS=$(STRESS_SECONDS) ./build/test_stress
+
 pytest: build
 	$(VPY) -m pytest -q tests
 
@@ -119,7 +131,7 @@ asan: venv | zlib
 
 # Each step in order, timed; any failure stops the run with a non-zero exit.
 test: venv
-	@for step in warnings build ctest pytest bench-quick asan; do \
+	@for step in warnings build ctest ctest-tsan pytest bench-quick asan; do \
 	  echo "=== make $$step"; s=$$(date +%s); \
 	  $(MAKE) --no-print-directory $$step; \
 	  echo "=== make $$step: ok in $$(( $$(date +%s) - s ))s"; \

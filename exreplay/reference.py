@@ -100,6 +100,9 @@ _FLOAT32 = np.dtype(np.float32)
 # --------------------------------------------------------------------------
 
 
+_MISSING = object()  # an argument not given
+
+
 class PickSelectorClass(enum.IntEnum):
     """The kinds of pick selector (the paper's ``PickSelectorClass``)."""
 
@@ -703,12 +706,24 @@ class ReferenceReplay:
             sel = self._selector_arg(ps)
             del self._selectors[sel.public.handle]
 
-    def set_priority(self, ps, pick_epi, pick_pos, priorities):
+    def set_priority(self, ps, pick_epi, pick_pos=_MISSING, priorities=_MISSING):
         """Set the priority of picks; returns how many were applied.
 
         Picks that no longer exist are skipped.  The last value wins for a
         pick given twice.  A uniform selector accepts and ignores the call.
+        ``set_priority(ps, batch, priorities)`` names the picks of a Batch.
         """
+        if isinstance(pick_epi, Batch):
+            if pick_pos is not _MISSING and priorities is not _MISSING:
+                raise TypeError("set_priority(ps, batch, priorities): takes 3 arguments, got 4")
+            if pick_pos is not _MISSING:
+                priorities = pick_pos
+            if priorities is _MISSING:
+                raise TypeError("set_priority() missing 1 required argument: 'priorities'")
+            pick_epi, pick_pos = pick_epi.pick_epi, pick_epi.pick_pos
+        elif pick_pos is _MISSING or priorities is _MISSING:
+            missing = "pick_pos" if pick_pos is _MISSING else "priorities"
+            raise TypeError(f"set_priority() missing 1 required argument: '{missing}'")
         with self._lock:
             sel = self._selector_arg(ps)
             epi, pos = self._pick_arrays(pick_epi, pick_pos)

@@ -1,0 +1,500 @@
+/*
+ * test_stress.c - src/core driven from many pthreads at once, built with
+ * -fsanitize=thread by `make ctest-tsan` (part of `make test`, a short run;
+ * `STRESS_SECONDS=60 ./build/test_stress` for a soak).
+ *
+ * One small buffer (eviction all the time, second-chance so that the hand
+ * also reaches episodes being recorded into), and at the same time:
+ *
+ *   writers    record_many rollouts of 1..80 steps, into episodes of their
+ *              own and into one episode they share; large rollouts take the
+ *              copy-without-the-lock path, small ones copy under the lock
+ *   samplers   get_batch from a uniform and a prioritized selector, and check
+ *              every row of every pick against what a writer recorded: a row
+ *              is whole (all its words agree), the next row of a pick is the
+ *              next step of the same rollout or the first step of another
+ *   updaters   get_batch + set_priority through the batch's table indices
+ *              (exr_buffer_set_priority with hints) and through the handles
+ *   churn      adds and removes a selector
+ *   snapshot   serializes the buffer, reads it back, and checks every episode
+ *              of the copy (rollouts contiguous and in order) and its invariants
+ *
+ * then the invariant check and the same episode check on the buffer itself.
+ * Exit status 0 with "stress: ok" when every check held.
+ */
+#define _DEFAULT_SOURCE
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "buffer.h"
+#include "codec.h"
+
+/* a state: W words; word 0 the rollout id, 1 the step, 2 the rollout's
+ * length, the rest a function of the three (a torn row shows) */
+enum { W = 64, MAX_T = 80, PICK_LEN = 4, NWRITERS = 3, NSAMPLERS = 2, NUPDATERS = 1 };
+
+static atomic_int g_bad;
+static atomic_int g_stop;
+static atomic_uint_fast32_t g_next_rollout = 1;
+static exr_buffer *g_buf;
+static int64_t g_sel_uniform, g_sel_prio;
+static atomic_long g_batches, g_records;
+
+/* the shared episode's handle (recording may move it to a new episode) */
+static pthread_mutex_t g_shared_mu = PTHREAD_MUTEX_INITIALIZER;
+static int64_t g_shared = -1;
+
+#define BAD(...)                                                                                   \
+    do {                                                                                           \
+        fprintf(stderr, __VA_ARGS__);                                                              \
+        fputc('\n', stderr);                                                                       \
+        atomic_fetch_add(&g_bad, 1);                                                               \
+    } while (0)
+
+static uint32_t word(uint32_t rollout, uint32_t step, uint32_t T, int i)
+{
+    uint32_t x = rollout * 2654435761u ^ step * 40503u ^ T * 97u ^ (uint32_t)i * 2246822519u;
+    return x ^ (x >> 13);
+}
+
+static void fill_state(uint32_t *s, uint32_t rollout, uint32_t step, uint32_t T)
+{
+    s[0] = rollout;
+    s[1] = step;
+    s[2] = T;
+    for (int i = 3; i < W; i++)
+        s[i] = word(rollout, step, T, i);
+}
+
+/* 1 if s is a whole row a writer recorded (or all zeros when zero_ok) */
+static int state_ok(const uint32_t *s, int zero_ok)
+{
+    if (zero_ok) {
+        int zero = 1;
+        for (int i = 0; i < W && zero; i++)
+            zero = s[i] == 0;
+        if (zero)
+            return 1;
+    }
+    if (s[0] == 0 || s[2] == 0 || s[2] > MAX_T || s[1] >= s[2])
+        return 0;
+    for (int i = 3; i < W; i++)
+        if (s[i] != word(s[0], s[1], s[2], i))
+            return 0;
+    return 1;
+}
+
+/* b may follow a in an episode: the next step of a's rollout, or a new
+ * rollout's first step after a's last one (or after a's rollout was cut by
+ * its episode's eviction: b starts an episode, which the caller knows) */
+static int follows(const uint32_t *a, const uint32_t *b)
+{
+    if (b[0] == a[0])
+        return b[1] == a[1] + 1;
+    return b[1] == 0 && a[1] + 1 == a[2];
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static uint64_t xorshift(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *s = x;
+}
+
+/* ---- writers ------------------------------------------------------------- */
+
+static void *writer(void *arg)
+{
+    uint64_t rng = 0x9e3779b97f4a7c15ull * (uintptr_t)arg + 1;
+    static _Thread_local uint32_t st[MAX_T][W];
+    int64_t ac[MAX_T], own = -1;
+    float rw[MAX_T];
+    double pr[MAX_T];
+    uint32_t fin[W];
+    while (!atomic_load(&g_stop)) {
+        size_t T = 1 + xorshift(&rng) % MAX_T;
+        uint32_t id = (uint32_t)atomic_fetch_add(&g_next_rollout, 1);
+        for (size_t t = 0; t < T; t++) {
+            fill_state(st[t], id, (uint32_t)t, (uint32_t)T);
+            ac[t] = (int64_t)id << 20 | (int64_t)t;
+            rw[t] = (float)t;
+            pr[t] = (double)(xorshift(&rng) % 1000) / 100.0;
+        }
+        fill_state(fin, id, (uint32_t)T - 1, (uint32_t)T);
+        int shared = xorshift(&rng) % 3 == 0;
+        bool end = !shared && xorshift(&rng) % 4 == 0;
+        exr_steps in = {st, ac, rw, xorshift(&rng) % 2 ? pr : NULL, T, end ? fin : NULL, end, false};
+        int64_t h = own, out;
+        if (shared) {
+            pthread_mutex_lock(&g_shared_mu);
+            h = g_shared;
+            pthread_mutex_unlock(&g_shared_mu);
+        }
+        exr_status s = exr_buffer_record(g_buf, h, &in, &out);
+        if (s != EXR_OK) {
+            BAD("record: status %d", (int)s);
+            break;
+        }
+        atomic_fetch_add(&g_records, (long)T);
+        if (shared) {
+            pthread_mutex_lock(&g_shared_mu);
+            if (g_shared == h)
+                g_shared = out;
+            pthread_mutex_unlock(&g_shared_mu);
+        } else {
+            own = end ? -1 : out;
+        }
+    }
+    return NULL;
+}
+
+/* ---- samplers ------------------------------------------------------------ */
+
+enum { B = 32 };
+
+typedef struct {
+    uint32_t st[B * PICK_LEN][W], nx[B * PICK_LEN][W];
+    int64_t ac[B * PICK_LEN];
+    float rw[B * PICK_LEN];
+    int64_t len[B], lnx[B], epi[B], pos[B], idx[B];
+    float w[B];
+    exr_batch_out o;
+} batch_t;
+
+static void batch_init(batch_t *bt)
+{
+    bt->o = (exr_batch_out){bt->st, bt->ac, bt->rw, bt->nx, bt->len, bt->lnx,
+                            bt->epi, bt->pos, bt->w, bt->idx};
+}
+
+static void check_batch(const batch_t *bt)
+{
+    for (int i = 0; i < B; i++) {
+        int64_t l = bt->len[i];
+        if (l < 1 || l > PICK_LEN || bt->pos[i] < 0 || bt->epi[i] < 0) {
+            BAD("batch: pick %d has seq_len %lld at (%lld, %lld)", i, (long long)l,
+                (long long)bt->epi[i], (long long)bt->pos[i]);
+            return;
+        }
+        for (int t = 0; t < l; t++) {
+            const uint32_t *s = bt->st[i * PICK_LEN + t];
+            if (!state_ok(s, 0)) {
+                BAD("batch: pick %d row %d is torn or unpublished (rollout %u step %u)", i, t, s[0],
+                    s[1]);
+                return;
+            }
+            if (bt->ac[i * PICK_LEN + t] != ((int64_t)s[0] << 20 | s[1]) ||
+                bt->rw[i * PICK_LEN + t] != (float)s[1]) {
+                BAD("batch: pick %d row %d: action/reward of another row", i, t);
+                return;
+            }
+            if (t > 0 && !follows(bt->st[i * PICK_LEN + t - 1], s)) {
+                BAD("batch: pick %d rows %d, %d: rollout %u step %u then rollout %u step %u", i,
+                    t - 1, t, bt->st[i * PICK_LEN + t - 1][0], bt->st[i * PICK_LEN + t - 1][1],
+                    s[0], s[1]);
+                return;
+            }
+            const uint32_t *nx = bt->nx[i * PICK_LEN + t];
+            if (!state_ok(nx, 1)) {
+                BAD("batch: pick %d next state %d is torn", i, t);
+                return;
+            }
+            if (t + 1 < l && memcmp(nx, bt->st[i * PICK_LEN + t + 1], sizeof(uint32_t) * W) != 0) {
+                BAD("batch: pick %d next state %d is not state %d", i, t, t + 1);
+                return;
+            }
+        }
+        if (!(bt->w[i] >= 0 && bt->w[i] <= 1.0f + 1e-6f)) {
+            BAD("batch: weight %g", (double)bt->w[i]);
+            return;
+        }
+    }
+}
+
+static void *sampler(void *arg)
+{
+    int64_t sel = (intptr_t)arg ? g_sel_prio : g_sel_uniform;
+    batch_t *bt = malloc(sizeof *bt);
+    if (!bt) {
+        BAD("sampler: out of memory");
+        return NULL;
+    }
+    batch_init(bt);
+    while (!atomic_load(&g_stop)) {
+        exr_status s = exr_buffer_get_batch(g_buf, sel, B, &bt->o);
+        if (s == EXR_EEMPTY)
+            continue;
+        if (s != EXR_OK) {
+            BAD("get_batch: status %d", (int)s);
+            break;
+        }
+        check_batch(bt);
+        atomic_fetch_add(&g_batches, 1);
+    }
+    free(bt);
+    return NULL;
+}
+
+static void *updater(void *arg)
+{
+    (void)arg;
+    uint64_t rng = 77;
+    batch_t *bt = malloc(sizeof *bt);
+    if (!bt) {
+        BAD("updater: out of memory");
+        return NULL;
+    }
+    batch_init(bt);
+    double p[B];
+    while (!atomic_load(&g_stop)) {
+        exr_status s = exr_buffer_get_batch(g_buf, g_sel_prio, B, &bt->o);
+        if (s == EXR_EEMPTY)
+            continue;
+        if (s != EXR_OK) {
+            BAD("updater get_batch: status %d", (int)s);
+            break;
+        }
+        check_batch(bt);
+        for (int i = 0; i < B; i++)
+            p[i] = (double)(xorshift(&rng) % 500) / 50.0;
+        /* some hints stale on purpose: they must fall back, never misapply */
+        if (xorshift(&rng) % 4 == 0)
+            bt->idx[xorshift(&rng) % B] += 1;
+        size_t applied;
+        int hinted = xorshift(&rng) % 2;
+        s = exr_buffer_set_priority(g_buf, g_sel_prio, B, bt->epi, bt->pos, hinted ? bt->idx : NULL,
+                                    p, 1, &applied);
+        if (s != EXR_OK || applied > B) {
+            BAD("set_priority: status %d, %zu applied", (int)s, applied);
+            break;
+        }
+        /* an applied priority reads back (the pick may be gone since) */
+        double stored[B];
+        exr_buffer_lock(g_buf);
+        s = exr_buffer_stored_priority_locked(g_buf, g_sel_prio, B, bt->epi, bt->pos, stored);
+        exr_buffer_unlock(g_buf);
+        if (s != EXR_OK)
+            BAD("stored priority: status %d", (int)s);
+    }
+    free(bt);
+    return NULL;
+}
+
+static void *churn(void *arg)
+{
+    (void)arg;
+    double params[2] = {0.6, 0.4};
+    while (!atomic_load(&g_stop)) {
+        int64_t h;
+        exr_buffer_lock(g_buf);
+        exr_status s = exr_buffer_add_selector_locked(g_buf, 1, params, &h);
+        exr_buffer_unlock(g_buf);
+        if (s != EXR_OK) {
+            BAD("add selector: status %d", (int)s);
+            break;
+        }
+        batch_t *bt = malloc(sizeof *bt);
+        if (bt) {
+            batch_init(bt);
+            s = exr_buffer_get_batch(g_buf, h, B, &bt->o);
+            if (s == EXR_OK)
+                check_batch(bt);
+            else if (s != EXR_EEMPTY)
+                BAD("churn get_batch: status %d", (int)s);
+            free(bt);
+        }
+        exr_buffer_lock(g_buf);
+        s = exr_buffer_remove_selector_locked(g_buf, h);
+        exr_buffer_unlock(g_buf);
+        if (s != EXR_OK)
+            BAD("remove selector: status %d", (int)s);
+    }
+    return NULL;
+}
+
+/* ---- whole-buffer checks ------------------------------------------------- */
+
+/* Every episode: whole rows, rollouts contiguous and in order. Lock held. */
+static void check_episodes_locked(exr_buffer *b, const char *what)
+{
+    char msg[256];
+    if (exr_buffer_check_locked(b, msg, sizeof msg)) {
+        BAD("%s: invariant: %s", what, msg);
+        return;
+    }
+    uint64_t ne = exr_buffer_num_episodes_locked(b);
+    int64_t *hs = malloc((ne ? ne : 1) * sizeof *hs);
+    if (!hs) {
+        BAD("%s: out of memory", what);
+        return;
+    }
+    exr_buffer_handles_locked(b, hs);
+    for (uint64_t i = 0; i < ne; i++) {
+        uint64_t n;
+        bool ended, term, has_final;
+        if (exr_buffer_episode_info_locked(b, hs[i], &n, &ended, &term, &has_final) != EXR_OK) {
+            BAD("%s: episode %lld not found", what, (long long)hs[i]);
+            break;
+        }
+        uint32_t(*st)[W] = malloc((n ? n : 1) * sizeof *st);
+        int64_t *ac = malloc((n ? n : 1) * sizeof *ac);
+        float *rw = malloc((n ? n : 1) * sizeof *rw);
+        if (!st || !ac || !rw) {
+            BAD("%s: out of memory", what);
+        } else {
+            exr_buffer_episode_copy_locked(b, hs[i], st, ac, rw, NULL);
+            for (uint64_t t = 0; t < n; t++) {
+                if (!state_ok(st[t], 0)) {
+                    BAD("%s: episode %lld row %llu is torn", what, (long long)hs[i],
+                        (unsigned long long)t);
+                    break;
+                }
+                if (t > 0 && !follows(st[t - 1], st[t])) {
+                    BAD("%s: episode %lld rows %llu, %llu: rollout %u step %u then rollout %u step %u",
+                        what, (long long)hs[i], (unsigned long long)t - 1, (unsigned long long)t,
+                        st[t - 1][0], st[t - 1][1], st[t][0], st[t][1]);
+                    break;
+                }
+            }
+        }
+        free(st);
+        free(ac);
+        free(rw);
+    }
+    free(hs);
+}
+
+typedef struct {
+    unsigned char *p;
+    size_t cap, used;
+} mem_t;
+
+static exr_status sink(void *ctx, const void *p, size_t n)
+{
+    mem_t *m = ctx;
+    if (n > m->cap - m->used)
+        return EXR_ENOMEM;
+    memcpy(m->p + m->used, p, n);
+    m->used += n;
+    return EXR_OK;
+}
+
+static exr_status source(void *ctx, void *p, size_t cap, size_t *got)
+{
+    mem_t *m = ctx;
+    size_t n = m->cap - m->used < cap ? m->cap - m->used : cap;
+    memcpy(p, m->p + m->used, n);
+    m->used += n;
+    *got = n;
+    return EXR_OK;
+}
+
+static void *snapshot(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&g_stop)) {
+        unsigned char header[EXR_HEADER_BYTES];
+        exr_buffer_lock(g_buf);
+        exr_buffer_quiesce_locked(g_buf);
+        uint64_t bound = exr_codec_bound(exr_codec_raw_size_locked(g_buf, 0), 0);
+        mem_t m = {malloc(bound), bound, 0};
+        exr_status s = m.p ? exr_codec_write_locked(g_buf, NULL, 0, 0, sink, &m, NULL, NULL, header)
+                           : EXR_ENOMEM;
+        exr_buffer_unlock(g_buf);
+        if (s != EXR_OK) {
+            BAD("serialize: status %d", (int)s);
+            free(m.p);
+            break;
+        }
+        mem_t in = {m.p, m.used, 0};
+        exr_buffer *copy = NULL;
+        unsigned char meta[EXR_META_MAX];
+        size_t meta_len;
+        s = exr_codec_read(header, source, &in, &copy, meta, &meta_len);
+        free(m.p);
+        if (s != EXR_OK) {
+            BAD("unserialize: status %d", (int)s);
+            break;
+        }
+        exr_buffer_lock(copy);
+        check_episodes_locked(copy, "snapshot");
+        exr_buffer_unlock(copy);
+        exr_buffer_free(copy);
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+int main(void)
+{
+    const char *env = getenv("STRESS_SECONDS");
+    double seconds = env ? atof(env) : 3.0;
+    exr_config cfg = {
+        .state_bytes = W * sizeof(uint32_t),
+        .action_bytes = sizeof(int64_t),
+        .reward_bytes = sizeof(float),
+        .capacity = 600, /* a few rollouts: eviction all the time */
+        .pick_len = PICK_LEN,
+        .allow_short = true,
+        .eviction = EXR_EVICT_SECOND_CHANCE,
+        .seed = 5,
+    };
+    if (exr_buffer_new(&cfg, &g_buf) != EXR_OK)
+        return 2;
+    double prio_params[2] = {0.6, 0.4};
+    exr_buffer_lock(g_buf);
+    if (exr_buffer_add_selector_locked(g_buf, 0, NULL, &g_sel_uniform) != EXR_OK ||
+        exr_buffer_add_selector_locked(g_buf, 1, prio_params, &g_sel_prio) != EXR_OK)
+        return 2;
+    exr_buffer_unlock(g_buf);
+
+    enum { NT = NWRITERS + NSAMPLERS + NUPDATERS + 2 };
+    pthread_t th[NT];
+    int nt = 0;
+    for (int i = 0; i < NWRITERS; i++)
+        pthread_create(&th[nt++], NULL, writer, (void *)(intptr_t)(i + 1));
+    for (int i = 0; i < NSAMPLERS; i++)
+        pthread_create(&th[nt++], NULL, sampler, (void *)(intptr_t)i);
+    for (int i = 0; i < NUPDATERS; i++)
+        pthread_create(&th[nt++], NULL, updater, NULL);
+    pthread_create(&th[nt++], NULL, churn, NULL);
+    pthread_create(&th[nt++], NULL, snapshot, NULL);
+
+    double t0 = now();
+    while (now() - t0 < seconds && !atomic_load(&g_bad)) {
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        exr_buffer_lock(g_buf);
+        char msg[256];
+        if (exr_buffer_check_locked(g_buf, msg, sizeof msg))
+            BAD("invariant during the run: %s", msg);
+        exr_buffer_unlock(g_buf);
+    }
+    atomic_store(&g_stop, 1);
+    for (int i = 0; i < nt; i++)
+        pthread_join(th[i], NULL);
+
+    exr_buffer_lock(g_buf);
+    exr_buffer_quiesce_locked(g_buf);
+    check_episodes_locked(g_buf, "final");
+    exr_buffer_unlock(g_buf);
+    exr_buffer_free(g_buf);
+    printf("stress: %ld records, %ld batches checked in %.1f s: %s\n", atomic_load(&g_records),
+           atomic_load(&g_batches), seconds, atomic_load(&g_bad) ? "FAILED" : "ok");
+    return atomic_load(&g_bad) ? 1 : 0;
+}

@@ -1,0 +1,313 @@
+"""Recording that copies without the lock, and priority updates by pick index.
+
+record_many reserves its rows under the buffer's lock, copies large rollouts
+with no lock held, then publishes them (docs/design.md, "Locking"); a batch
+carries its picks' table indices so that set_priority(ps, batch, p) can skip
+the handle lookup while they still hold (docs/semantics.md). These tests
+check the semantics single-threaded (against both implementations where the
+API is shared), then the same paths from many threads, each test ending in
+the buffer's invariant check.
+"""
+
+import collections
+import random
+import threading
+import traceback
+
+import numpy as np
+import pytest
+
+from exreplay import ExperienceReplay, PickSelectorClass
+
+U = PickSelectorClass.Uniform
+P = PickSelectorClass.Prioritized
+
+
+def _frames(tag, t0, T):
+    """84x84 uint8 frames (rows of 7 KB: record_many copies them without the
+    lock); every byte a function of (tag, step)."""
+    t = np.arange(t0, t0 + T)
+    f = np.empty((T, 84, 84), np.uint8)
+    f[:] = ((tag * 31 + t * 7) % 251).astype(np.uint8)[:, None, None]
+    f[:, 0, 0] = t & 255
+    f[:, 0, 1] = (t >> 8) & 255
+    f[:, 0, 2] = tag & 255
+    f[:, 0, 3] = (tag >> 8) & 255
+    return f
+
+
+def _frame_ok(x):
+    """Whole frames: every byte agrees with the (tag, step) in its corner."""
+    t = x[..., 0, 0].astype(np.int64) + (x[..., 0, 1].astype(np.int64) << 8)
+    tag = x[..., 0, 2].astype(np.int64) + (x[..., 0, 3].astype(np.int64) << 8)
+    body = ((tag * 31 + t * 7) % 251).astype(np.uint8)
+    return (x[..., 1:, :] == body[..., None, None]).all(axis=(-2, -1)), t, tag
+
+
+# ---- single thread: the batch form of set_priority ---------------------------
+
+
+def _filled(make_buffer, capacity=None, eviction="fifo"):
+    buf = make_buffer((2,), state_dtype="float32", capacity=capacity, pick_len=2,
+                      eviction=eviction, seed=3)
+    pr = buf.new_pick_selector(P, alpha=1.0, beta=0.5)
+    for i in range(6):
+        s = np.stack([np.full(10, i), np.arange(10)], axis=1).astype(np.float32)
+        buf.record_many(None, s, np.arange(10), np.ones(10, np.float32),
+                        final_state=np.zeros(2, np.float32))
+    return buf, pr
+
+
+def test_set_priority_batch_form_same_as_handles(make_buffer):
+    a, pa = _filled(make_buffer)
+    b, pb = _filled(make_buffer)
+    ba, bb = a.get_batch(40, pa), b.get_batch(40, pb)
+    assert np.array_equal(ba.pick_epi, bb.pick_epi) and np.array_equal(ba.pick_pos, bb.pick_pos)
+    p = np.linspace(0.5, 9.0, 40)
+    assert a.set_priority(pa, ba, p) == b.set_priority(pb, bb.pick_epi, bb.pick_pos, p) == 40
+    e, q = a._picks()
+    assert np.array_equal(a._priority(pa, e, q), b._priority(pb, e, q))
+    # keyword priorities and a broadcast scalar
+    assert a.set_priority(pa, ba, priorities=2.0) == b.set_priority(pb, bb.pick_epi, bb.pick_pos, 2.0)
+    assert np.array_equal(a._priority(pa, e, q), b._priority(pb, e, q))
+    a._check()
+
+
+def test_set_priority_batch_form_after_eviction(make_buffer):
+    """Picks that moved in the table (swap-removal after an eviction) or left
+    it: the batch's indices no longer hold, the handles decide."""
+    a, pa = _filled(make_buffer, capacity=60)
+    b, pb = _filled(make_buffer, capacity=60)
+    ba, bb = a.get_batch(64, pa), b.get_batch(64, pb)
+    for buf in (a, b):  # evicts the oldest episodes: picks leave and move
+        for i in range(3):
+            s = np.stack([np.full(10, 10 + i), np.arange(10)], axis=1).astype(np.float32)
+            buf.record_many(None, s, np.arange(10), np.ones(10, np.float32))
+    p = np.random.default_rng(1).uniform(0.1, 5.0, 64)
+    n = a.set_priority(pa, ba, p)
+    assert n == b.set_priority(pb, bb.pick_epi, bb.pick_pos, p)
+    assert 0 < n < 64  # some picks are gone
+    e, q = a._picks()
+    assert np.array_equal(a._priority(pa, e, q), b._priority(pb, e, q))
+    a._check()
+
+
+def test_set_priority_batch_form_stale_indices_fall_back():
+    """A batch whose indices were tampered with still reaches its picks."""
+    buf, pr = _filled(ExperienceReplay)
+    twin, tpr = _filled(ExperienceReplay)
+    b = buf.get_batch(30, pr)
+    bt = twin.get_batch(30, tpr)
+    b.pick_index[:] = b.pick_index[::-1]
+    b.pick_index[:3] = [-5, 10**9, 0]
+    p = np.linspace(1, 3, 30)
+    assert buf.set_priority(pr, b, p) == twin.set_priority(tpr, bt.pick_epi, bt.pick_pos, p) == 30
+    e, q = buf._picks()
+    assert np.array_equal(buf._priority(pr, e, q), twin._priority(tpr, e, q))
+    buf._check()
+
+
+def test_set_priority_batch_form_after_selector_churn():
+    """Selectors created and removed between the draw and the update: the
+    indices are the table's, shared by every selector, and stay valid."""
+    buf, pr = _filled(ExperienceReplay)
+    b = buf.get_batch(16, pr)
+    extra = [buf.new_pick_selector(P) for _ in range(3)]
+    buf.remove_pick_selector(extra[1])
+    assert buf.set_priority(extra[0], b, 4.0) == 16
+    assert np.allclose(buf._priority(extra[0], b.pick_epi, b.pick_pos), 4.0 ** 0.6)  # p^alpha
+    buf.remove_pick_selector(extra[0])
+    with pytest.raises(ValueError, match="ps"):
+        buf.set_priority(extra[0], b, 1.0)
+    assert buf.set_priority(pr, b, 1.0) == 16
+    buf._check()
+
+
+def test_set_priority_batch_form_errors():
+    buf, pr = _filled(ExperienceReplay)
+    b = buf.get_batch(4, pr)
+    with pytest.raises(ValueError, match="priorities"):
+        buf.set_priority(pr, b, [1.0, -1.0, 1.0, 1.0])
+    with pytest.raises(ValueError, match="priorities"):
+        buf.set_priority(pr, b, [1.0, 2.0])
+    with pytest.raises(TypeError):
+        buf.set_priority(pr, b, 1.0, 2.0)
+    with pytest.raises(TypeError):
+        buf.set_priority(pr, b.pick_epi, b.pick_pos)  # the handle form needs four
+    buf._check()
+
+
+def test_batch_pick_index_is_hidden_from_unpacking():
+    buf, pr = _filled(ExperienceReplay)
+    b = buf.get_batch(5, pr)
+    assert len(tuple(b)) == 8
+    assert b.pick_index.dtype == np.int64 and b.pick_index.shape == (5,)
+    e, q = buf._picks()
+    assert np.array_equal(e[b.pick_index], b.pick_epi) and np.array_equal(q[b.pick_index], b.pick_pos)
+
+
+# ---- single thread: large rollouts (copied without the lock) -----------------
+
+
+def test_large_record_many_round_trips_and_evicts_itself():
+    """A rollout longer than the capacity: the episode recorded into is
+    evicted by its own call, the rest goes into a new one, as single records
+    would do it."""
+    buf = ExperienceReplay((84, 84), state_dtype="uint8", capacity=50, pick_len=1, seed=0)
+    ps = buf.new_pick_selector(U)
+    h = buf.record_many(None, _frames(1, 0, 120), np.arange(120), np.zeros(120))
+    assert len(buf) <= 50 and buf.num_episodes >= 1
+    ep = buf.episode(h)
+    ok, t, tag = _frame_ok(ep.state)
+    assert ok.all() and (tag == 1).all() and (np.diff(t) == 1).all() and t[-1] == 119
+    b = buf.get_batch(64, ps)
+    assert _frame_ok(b.state)[0].all()
+    buf._check()
+
+
+# ---- many threads ------------------------------------------------------------
+
+
+class Runner:
+    def __init__(self):
+        self.stop = threading.Event()
+        self.errors = []
+        self.threads = []
+        self.counts = collections.Counter()
+
+    def spawn(self, name, fn, *args):
+        def run():
+            try:
+                fn(*args)
+            except BaseException:  # noqa: BLE001 - any exception fails the test
+                self.errors.append(f"{name}:\n{traceback.format_exc()}")
+                self.stop.set()
+
+        self.threads.append(threading.Thread(target=run, name=name, daemon=True))
+
+    def run(self, duration):
+        for t in self.threads:
+            t.start()
+        self.stop.wait(duration)
+        self.stop.set()
+        for t in self.threads:
+            t.join(60)
+            assert not t.is_alive(), f"thread {t.name} hangs"
+        assert not self.errors, "\n".join(self.errors)
+
+
+@pytest.mark.parametrize("eviction", ["fifo", "second_chance"])
+def test_reserve_copy_publish_from_many_threads(eviction):
+    """Writers record large rollouts (copied without the lock) into their own
+    episodes and into one shared episode; samplers check that no batch shows
+    a row that is reserved but not yet copied (a torn or zero frame), updaters
+    use the batch form of set_priority while eviction moves picks, a churner
+    adds and removes selectors, an inspector reads episodes and serializes."""
+    L = 4
+    buf = ExperienceReplay((84, 84), state_dtype="uint8", capacity=1200, pick_len=L,
+                           allow_short=True, eviction=eviction, seed=4)
+    u = buf.new_pick_selector(U)
+    pr = buf.new_pick_selector(P, alpha=0.7, beta=0.5)
+    buf.record_many(None, _frames(0, 0, 50), np.arange(50), np.zeros(50))
+    run = Runner()
+    shared = {"h": buf.new_episode()}
+    shared_mu = threading.Lock()
+    tags = iter(range(1, 60000))
+    tag_mu = threading.Lock()
+
+    def next_tag():
+        with tag_mu:
+            return next(tags)
+
+    def writer(seed):
+        rng = random.Random(seed)
+        own = None
+        while not run.stop.is_set():
+            tag = next_tag()
+            T = rng.randint(1, 60)
+            f = _frames(tag, 0, T)
+            if rng.random() < 0.4:
+                with shared_mu:
+                    h = shared["h"]
+                out = buf.record_many(h, f, np.arange(T), np.full(T, tag, np.float32))
+                with shared_mu:
+                    if shared["h"] == h:
+                        shared["h"] = out
+            else:
+                end = rng.random() < 0.3
+                own = buf.record_many(own, f, np.arange(T), np.full(T, tag, np.float32),
+                                      terminated=end)
+                if end:
+                    own = None
+            run.counts["records"] += T
+
+    def sampler(seed, ps):
+        rng = random.Random(seed)
+        while not run.stop.is_set():
+            b = buf.get_batch(rng.choice([16, 64]), ps)
+            valid = np.arange(L)[None, :] < b.seq_len[:, None]
+            ok, t, tag = _frame_ok(b.state)
+            assert (ok | ~valid).all(), "a torn or unpublished row in a batch"
+            # along a pick: the same rollout, one step apart, or a new rollout from step 0
+            same = tag[:, 1:] == tag[:, :-1]
+            nxt = np.where(same, t[:, 1:] == t[:, :-1] + 1, t[:, 1:] == 0)
+            assert (nxt | ~valid[:, 1:]).all(), "a rollout is not contiguous in its episode"
+            assert (b.action[valid] == t[valid]).all() and (b.reward[valid] == tag[valid]).all()
+            run.counts["batches"] += 1
+
+    def updater(seed):
+        rng = np.random.default_rng(seed)
+        while not run.stop.is_set():
+            b = buf.get_batch(64, pr)
+            n = buf.set_priority(pr, b, rng.uniform(0.01, 5.0, 64))
+            assert 0 <= n <= 64
+            run.counts["applied"] += n
+
+    def churner(seed):
+        rng = random.Random(seed)
+        while not run.stop.is_set():
+            ps = buf.new_pick_selector(rng.choice([U, P]))
+            b = buf.get_batch(8, ps)
+            assert _frame_ok(b.state)[0][np.arange(L)[None, :] < b.seq_len[:, None]].all()
+            buf.set_priority(ps, b, 2.0)
+            buf.remove_pick_selector(ps)
+            run.counts["churn"] += 1
+
+    def inspector(seed):
+        rng = random.Random(seed)
+        while not run.stop.is_set():
+            hs = buf._handles()
+            if hs:
+                try:
+                    ep = buf.episode(rng.choice(hs))
+                except ValueError:
+                    pass  # evicted meanwhile
+                else:
+                    ok, t, tag = _frame_ok(ep.state)
+                    assert ok.all(), "episode() shows a row not yet published"
+            if rng.random() < 0.1:
+                copy = ExperienceReplay.unserialize(buf.serialize())
+                copy._check()
+                for h in copy._handles()[:5]:
+                    assert _frame_ok(copy.episode(h).state)[0].all()
+                run.counts["snapshots"] += 1
+            run.stop.wait(0.002)
+
+    for w in range(3):
+        run.spawn(f"writer{w}", writer, 10 + w)
+    run.spawn("sampler_u", sampler, 1, u)
+    run.spawn("sampler_p", sampler, 2, pr)
+    run.spawn("updater", updater, 3)
+    run.spawn("churner", churner, 4)
+    run.spawn("inspector", inspector, 5)
+    run.run(2.0)
+    buf._check()
+    c = run.counts
+    assert c["records"] > buf.capacity and c["batches"] > 0 and c["applied"] > 0, c
+    assert c["churn"] > 0, c
+    # every episode: rollouts contiguous and in order
+    for h in buf._handles():
+        ok, t, tag = _frame_ok(buf.episode(h).state)
+        assert ok.all()
+        same = tag[1:] == tag[:-1]
+        assert np.where(same, t[1:] == t[:-1] + 1, t[1:] == 0).all()
