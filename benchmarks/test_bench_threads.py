@@ -70,6 +70,18 @@ def _atari():
                                 sample="get_batch(64, uniform)")
 
 
+def _atari_samplers():
+    """Two learner threads drawing get_batch(64) from one Atari buffer."""
+    buf, _, samp, desc = _atari()
+    return buf, samp, samp, dict(desc, record="get_batch(64, uniform)")
+
+
+def _atari_writers():
+    """Two actor threads record_many-ing 100-step Atari rollouts into one buffer."""
+    buf, rec, _, desc = _atari()
+    return buf, rec, rec, dict(desc, sample="record_many(100 steps)")
+
+
 def _control():
     """The machine's own ceiling: GIL-free NumPy work (np.sin over 64k float64
     into a preallocated array: a ufunc loop, GIL released, single-threaded) on
@@ -93,9 +105,13 @@ def _loop(fn, n):
         fn()
 
 
-@pytest.mark.parametrize("workload", ["control", "apex", "atari"])
+WORKLOADS = {"apex": _apex, "atari": _atari, "atari_samplers": _atari_samplers,
+             "atari_writers": _atari_writers, "control": _control}
+
+
+@pytest.mark.parametrize("workload", ["control", "apex", "atari", "atari_samplers", "atari_writers"])
 def test_threads(workload):
-    buf, rec, samp, desc = {"apex": _apex, "atari": _atari, "control": _control}[workload]()
+    buf, rec, samp, desc = WORKLOADS[workload]()
     T = harness.thread_seconds()
     # Calibrate: counts that make each side take about T alone.
     t_rec = harness.median_time(rec, 21)
@@ -140,3 +156,67 @@ def test_threads(workload):
     print(f"\nthreads {workload}: sequential {m_seq * 1e3:.1f} ms, concurrent {m_par * 1e3:.1f} ms, "
           f"speedup {m_seq / m_par:.2f}x ({n_rec} record calls + {n_samp} sample calls)")
     assert buf is None or len(buf) > 0
+
+
+# --- 4 writers and 1 learner ------------------------------------------------------
+
+WRITERS = 4
+# Each writer thread records, then waits as an actor stepping its environment
+# would: busy this fraction of the time when alone (4 writers: half a core in
+# all), so that the learner's core is its own unless the buffer takes it.
+WRITER_DUTY = 0.125
+
+
+@pytest.mark.parametrize("shape", ["apex", "atari"])
+def test_writers_and_learner(shape):
+    """The learner's batches/s alone, and with 4 writer threads recording at
+    the same time (goal: >= 0.8x). Both from the same run, interleaved."""
+    buf, rec, samp, desc = {"apex": _apex, "atari": _atari}[shape]()
+    D = 0.3 if harness.quick() else 2.0
+    t_rec = harness.median_time(rec, 21)
+    pause = t_rec * (1 / WRITER_DUTY - 1)
+
+    def learner(stop, out):
+        n = 0
+        t0 = time.perf_counter()
+        while not stop.is_set():
+            samp()
+            n += 1
+        out.append(n / (time.perf_counter() - t0))
+
+    def writer(stop, out):
+        n = 0
+        while not stop.is_set():
+            rec()
+            n += 1
+            stop.wait(pause)
+        out.append(n)
+
+    def phase(with_writers):
+        stop, lrate, wcounts = threading.Event(), [], []
+        ths = [threading.Thread(target=learner, args=(stop, lrate))]
+        if with_writers:
+            ths += [threading.Thread(target=writer, args=(stop, wcounts)) for _ in range(WRITERS)]
+        for th in ths:
+            th.start()
+        time.sleep(D)
+        stop.set()
+        for th in ths:
+            th.join()
+        return lrate[0], sum(wcounts) * EP / D
+
+    alone, together, records = [], [], []
+    for _ in range(harness.rounds(5, 1)):
+        alone.append(phase(False)[0])
+        r, rec_s = phase(True)
+        together.append(r)
+        records.append(rec_s)
+    m_alone, m_tog = float(np.median(alone)), float(np.median(together))
+    harness.add_custom(
+        "writers_learner", workload=shape, writers=WRITERS, writer_duty=WRITER_DUTY,
+        learner_alone_per_s=m_alone, learner_with_writers_per_s=m_tog, ratio=m_tog / m_alone,
+        records_per_s=float(np.median(records)), phase_s=D, rounds=len(alone), **desc,
+    )
+    print(f"\n4 writers + 1 learner {shape}: learner alone {m_alone:.0f}/s, with writers {m_tog:.0f}/s "
+          f"({m_tog / m_alone:.2f}x), writers {np.median(records):.0f} records/s")
+    assert len(buf) > 0

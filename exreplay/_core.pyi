@@ -5,7 +5,7 @@ docs/semantics.md.
 """
 
 from collections.abc import Sequence
-from typing import Any, Final, SupportsIndex, final
+from typing import Any, Final, SupportsIndex, final, overload
 
 import numpy as np
 from _typeshed import structseq
@@ -66,6 +66,9 @@ class Batch(
     def pick_pos(self) -> NDArray[np.int64]: ...
     @property
     def weight(self) -> NDArray[np.float32]: ...
+    @property
+    def pick_index(self) -> NDArray[np.int64]: ...
+    """(B,) where each pick was in the pick table when drawn (set_priority's batch form)"""
 
 @final
 class EpisodeData(
@@ -163,9 +166,12 @@ class ExperienceReplay:
     def get_batch(
         self, batch_size: SupportsIndex, ps: SupportsIndex, out: Batch | None = None
     ) -> Batch: ...
+    @overload
     def set_priority(
         self, ps: SupportsIndex, pick_epi: ArrayLike, pick_pos: ArrayLike, priorities: ArrayLike
     ) -> int: ...
+    @overload
+    def set_priority(self, ps: SupportsIndex, batch: Batch, priorities: ArrayLike) -> int: ...
 
     def priority_stats(self, ps: SupportsIndex, /) -> tuple[float, float, int]: ...
     def stored_priorities(
