@@ -1,3 +1,4 @@
+#define _GNU_SOURCE /* pthread_rwlockattr_setkind_np */
 #include "buffer.h"
 
 #include <float.h>
@@ -8,6 +9,13 @@
 #include <string.h>
 
 #include "buffer_impl.h"
+
+struct exr_locks {
+    pthread_rwlock_t rw;
+    pthread_mutex_t pin_mu;
+    pthread_mutex_t wait_mu;
+    pthread_cond_t published; /* signalled when a record call publishes */
+};
 
 /* ---- small helpers ---------------------------------------------------- */
 
@@ -56,12 +64,42 @@ exr_status exr_buffer_new(const exr_config *cfg, exr_buffer **out)
         free(b);
         return st;
     }
-    if (pthread_mutex_init(&b->mu, NULL) != 0) {
+    if (!(b->lk = malloc(sizeof *b->lk))) {
         free(b);
         return EXR_ENOMEM;
     }
-    if (pthread_cond_init(&b->published, NULL) != 0) {
-        pthread_mutex_destroy(&b->mu);
+    /* writers first: a stream of overlapping get_batch calls must not
+     * keep a record call out */
+    pthread_rwlockattr_t ra;
+    int ok = pthread_rwlockattr_init(&ra) == 0;
+    if (ok) {
+        pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+        ok = pthread_rwlock_init(&b->lk->rw, &ra) == 0;
+        pthread_rwlockattr_destroy(&ra);
+    }
+    if (!ok) {
+        free(b->lk);
+        free(b);
+        return EXR_ENOMEM;
+    }
+    if (pthread_mutex_init(&b->lk->pin_mu, NULL) != 0) {
+        pthread_rwlock_destroy(&b->lk->rw);
+        free(b->lk);
+        free(b);
+        return EXR_ENOMEM;
+    }
+    if (pthread_mutex_init(&b->lk->wait_mu, NULL) != 0) {
+        pthread_mutex_destroy(&b->lk->pin_mu);
+        pthread_rwlock_destroy(&b->lk->rw);
+        free(b->lk);
+        free(b);
+        return EXR_ENOMEM;
+    }
+    if (pthread_cond_init(&b->lk->published, NULL) != 0) {
+        pthread_mutex_destroy(&b->lk->wait_mu);
+        pthread_mutex_destroy(&b->lk->pin_mu);
+        pthread_rwlock_destroy(&b->lk->rw);
+        free(b->lk);
         free(b);
         return EXR_ENOMEM;
     }
@@ -75,17 +113,21 @@ exr_status exr_buffer_new(const exr_config *cfg, exr_buffer **out)
 /* A segment of `rows` rows: a spare one of that size if there is one. */
 static unsigned char *seg_alloc_locked(exr_buffer *b, size_t rows)
 {
+    unsigned char *seg = NULL;
+    pthread_mutex_lock(&b->lk->pin_mu);
     for (size_t i = 0; i < b->nspare; i++) {
         if (b->spare[i].rows == rows) {
-            unsigned char *seg = b->spare[i].seg;
+            seg = b->spare[i].seg;
             b->spare_bytes -= rows * b->lay.row_bytes;
             b->spare[i] = b->spare[--b->nspare];
-            return seg;
+            break;
         }
     }
-    return exr_store_seg_alloc(&b->lay, rows);
+    pthread_mutex_unlock(&b->lk->pin_mu);
+    return seg ? seg : exr_store_seg_alloc(&b->lay, rows);
 }
 
+/* pin_mu held */
 static void seg_free_locked(exr_buffer *b, unsigned char *seg, size_t rows)
 {
     size_t bytes = rows * b->lay.row_bytes;
@@ -98,7 +140,7 @@ static void seg_free_locked(exr_buffer *b, unsigned char *seg, size_t rows)
     }
 }
 
-/* Frees an evicted episode's body, its segments kept as spares. */
+/* Frees an evicted episode's body, its segments kept as spares. pin_mu held. */
 static void body_free_locked(exr_buffer *b, exr_body *body)
 {
     for (uint32_t k = 0; k < body->nsegs; k++) {
@@ -137,19 +179,48 @@ void exr_buffer_free(exr_buffer *b)
         free(b->spare[i].seg);
     exr_episodes_free(&b->eps);
     exr_pick_table_free(&b->picks);
-    for (size_t i = 0; i < b->nsels; i++)
+    for (size_t i = 0; i < b->nsels; i++) {
+        pthread_mutex_destroy(&b->sels[i].sel->mu);
         b->sels[i].sel->vt->destroy(b->sels[i].sel);
+    }
     free(b->sels);
-    pthread_cond_destroy(&b->published);
-    pthread_mutex_destroy(&b->mu);
+    pthread_cond_destroy(&b->lk->published);
+    pthread_mutex_destroy(&b->lk->wait_mu);
+    pthread_mutex_destroy(&b->lk->pin_mu);
+    pthread_rwlock_destroy(&b->lk->rw);
+    free(b->lk);
     free(b);
 }
 
 const exr_config *exr_buffer_config(const exr_buffer *b) { return &b->cfg; }
 
-void exr_buffer_lock(exr_buffer *b) { pthread_mutex_lock(&b->mu); }
-int exr_buffer_trylock(exr_buffer *b) { return pthread_mutex_trylock(&b->mu) == 0; }
-void exr_buffer_unlock(exr_buffer *b) { pthread_mutex_unlock(&b->mu); }
+void exr_buffer_lock(exr_buffer *b) { pthread_rwlock_wrlock(&b->lk->rw); }
+int exr_buffer_trylock(exr_buffer *b) { return pthread_rwlock_trywrlock(&b->lk->rw) == 0; }
+void exr_buffer_unlock(exr_buffer *b) { pthread_rwlock_unlock(&b->lk->rw); }
+static void lock_shared(exr_buffer *b) { pthread_rwlock_rdlock(&b->lk->rw); }
+
+/* Waits for the next publish with the storage lock released meanwhile, and
+ * takes it again as it was (exclusive or shared). The publisher signals
+ * holding the lock exclusively, so taking wait_mu before letting go of rw
+ * means no publish can slip in between. */
+static void wait_publish(exr_buffer *b, bool shared)
+{
+    pthread_mutex_lock(&b->lk->wait_mu);
+    pthread_rwlock_unlock(&b->lk->rw);
+    pthread_cond_wait(&b->lk->published, &b->lk->wait_mu);
+    pthread_mutex_unlock(&b->lk->wait_mu);
+    if (shared)
+        lock_shared(b);
+    else
+        exr_buffer_lock(b);
+}
+
+static void signal_publish(exr_buffer *b)
+{
+    pthread_mutex_lock(&b->lk->wait_mu);
+    pthread_cond_broadcast(&b->lk->published);
+    pthread_mutex_unlock(&b->lk->wait_mu);
+}
 
 uint64_t exr_buffer_len_locked(const exr_buffer *b) { return b->n_records; }
 uint64_t exr_buffer_num_episodes_locked(const exr_buffer *b) { return b->eps.count; }
@@ -204,36 +275,40 @@ static void remove_pick_locked(exr_buffer *b, size_t i)
 
 static void bury_or_free(exr_buffer *b, exr_body *body)
 {
+    pthread_mutex_lock(&b->lk->pin_mu);
     if (!b->readers) {
         body_free_locked(b, body);
-        return;
+    } else {
+        body->epoch = ++b->epoch;
+        body->next_dead = NULL;
+        if (b->grave_tail)
+            b->grave_tail->next_dead = body;
+        else
+            b->grave_head = body;
+        b->grave_tail = body;
     }
-    body->epoch = ++b->epoch;
-    body->next_dead = NULL;
-    if (b->grave_tail)
-        b->grave_tail->next_dead = body;
-    else
-        b->grave_head = body;
-    b->grave_tail = body;
+    pthread_mutex_unlock(&b->lk->pin_mu);
 }
 
 /* A segment that a copy running without the lock may still read: freed now
  * if none runs, else parked with node (allocated beforehand) until they end. */
 static void bury_segment(exr_buffer *b, unsigned char *seg, exr_dead *node)
 {
+    pthread_mutex_lock(&b->lk->pin_mu);
     if (!b->readers) {
         free(seg);
         free(node);
-        return;
+    } else {
+        node->seg = seg;
+        node->epoch = ++b->epoch;
+        node->next = NULL;
+        if (b->dead_tail)
+            b->dead_tail->next = node;
+        else
+            b->dead_head = node;
+        b->dead_tail = node;
     }
-    node->seg = seg;
-    node->epoch = ++b->epoch;
-    node->next = NULL;
-    if (b->dead_tail)
-        b->dead_tail->next = node;
-    else
-        b->dead_head = node;
-    b->dead_tail = node;
+    pthread_mutex_unlock(&b->lk->pin_mu);
 }
 
 static void evict_episode_locked(exr_buffer *b, uint32_t slot)
@@ -304,8 +379,8 @@ static void shrink_ended_locked(exr_buffer *b, exr_episode *e)
     if (spare * L->row_bytes < 1024)
         return;
     unsigned char *seg = exr_store_seg_alloc(L, used);
-    exr_dead *node = b->readers ? malloc(sizeof *node) : NULL;
-    if (!seg || (b->readers && !node)) {
+    exr_dead *node = malloc(sizeof *node);
+    if (!seg || !node) {
         free(seg);
         free(node);
         return;
@@ -439,7 +514,7 @@ static exr_status prepare_locked(exr_buffer *b, uint32_t slot, size_t T, bool en
         if (need > body->last_rows) {
             pr->grown_rows = exact_rows(L, grown_rows(L, k, body->last_rows, need), need,
                                         ends && k == k_last);
-            if (b->readers && !(pr->node = malloc(sizeof *pr->node)))
+            if (!(pr->node = malloc(sizeof *pr->node)))
                 goto fail;
             if (!(pr->grown = seg_alloc_locked(b, pr->grown_rows)))
                 goto fail;
@@ -627,14 +702,14 @@ static void wait_not_busy_locked(exr_buffer *b, int64_t h)
         uint32_t s = exr_episodes_find(&b->eps, h);
         if (s == EXR_NIL || !b->eps.slab[s].busy)
             return;
-        pthread_cond_wait(&b->published, &b->mu);
+        wait_publish(b, false);
     }
 }
 
 void exr_buffer_quiesce_locked(exr_buffer *b)
 {
     while (b->writers)
-        pthread_cond_wait(&b->published, &b->mu);
+        wait_publish(b, false);
 }
 
 exr_status exr_buffer_record_locked(exr_buffer *b, int64_t h, const exr_steps *in,
@@ -651,7 +726,7 @@ exr_status exr_buffer_record_locked(exr_buffer *b, int64_t h, const exr_steps *i
 }
 
 static void pin_locked(exr_buffer *b, exr_reader *r);
-static void unpin_locked(exr_buffer *b, exr_reader *r);
+static void unpin(exr_buffer *b, exr_reader *r);
 
 exr_status exr_buffer_record(exr_buffer *b, int64_t h, const exr_steps *in, int64_t *out_h)
 {
@@ -673,12 +748,12 @@ exr_status exr_buffer_record(exr_buffer *b, int64_t h, const exr_steps *in, int6
         copy_rows(&b->lay, body, plan.first, in, plan.step, plan.count);
         exr_buffer_lock(b);
         b->writers--;
-        unpin_locked(b, &me);
+        unpin(b, &me);
     }
     if (st == EXR_OK)
         publish_locked(b, &plan, defer);
-    if (defer) /* waiters on a busy episode, and serialize, look again */
-        pthread_cond_broadcast(&b->published);
+    if (defer) /* waiters on a busy episode, serialize and get_batch look again */
+        signal_publish(b);
     exr_buffer_unlock(b);
     return st;
 }
@@ -716,6 +791,10 @@ exr_status exr_buffer_add_selector_locked(exr_buffer *b, int kind, const double 
     st = vt->create(&s, params, b->picks.n);
     if (st != EXR_OK)
         return st;
+    if (pthread_mutex_init(&s->mu, NULL) != 0) {
+        vt->destroy(s);
+        return EXR_ENOMEM;
+    }
     int64_t handle = b->next_sel_handle++;
     exr_rng_seed(&s->rng, b->cfg.seed, (uint64_t)handle);
     /* Existing picks start at the selector's maximum so far: their recorded
@@ -732,6 +811,7 @@ exr_status exr_buffer_remove_selector_locked(exr_buffer *b, int64_t h)
     sel_entry *e = find_sel(b, h);
     if (!e)
         return EXR_ENOTFOUND;
+    pthread_mutex_destroy(&e->sel->mu);
     e->sel->vt->destroy(e->sel);
     size_t i = (size_t)(e - b->sels);
     memmove(b->sels + i, b->sels + i + 1, (b->nsels - i - 1) * sizeof *b->sels);
@@ -773,8 +853,10 @@ static void plan_pick_locked(exr_buffer *b, const exr_pick *pk, plan_t *pl, int6
 {
     const exr_store_layout *L = &b->lay;
     exr_episode *e = &b->eps.slab[pk->slot];
-    if (!e->sampled)
-        e->sampled = 1; /* only written when it changes: the line stays clean */
+    /* only written when it changes: the line stays clean. Atomic: samplers
+     * plan under the shared lock; eviction reads it under the exclusive one */
+    if (!__atomic_load_n(&e->sampled, __ATOMIC_RELAXED))
+        __atomic_store_n(&e->sampled, 1, __ATOMIC_RELAXED);
     uint64_t p = pk->pos, c = complete_steps(e);
     uint64_t l = c - p < b->cfg.pick_len ? c - p : b->cfg.pick_len;
     size_t k, off;
@@ -951,18 +1033,23 @@ static void copy_batch(const exr_buffer *b, size_t count, const plan_t *plans,
     }
 }
 
+/* rw held (shared or exclusive): nothing can be buried meanwhile */
 static void pin_locked(exr_buffer *b, exr_reader *r)
 {
+    pthread_mutex_lock(&b->lk->pin_mu);
     r->epoch = b->epoch;
     r->prev = NULL;
     r->next = b->readers;
     if (b->readers)
         b->readers->prev = r;
     b->readers = r;
+    pthread_mutex_unlock(&b->lk->pin_mu);
 }
 
-static void unpin_locked(exr_buffer *b, exr_reader *r)
+/* No other lock needed (takes pin_mu). */
+static void unpin(exr_buffer *b, exr_reader *r)
 {
+    pthread_mutex_lock(&b->lk->pin_mu);
     if (r->prev)
         r->prev->next = r->next;
     else
@@ -975,6 +1062,7 @@ static void unpin_locked(exr_buffer *b, exr_reader *r)
             lo = o->epoch;
     /* a body buried at epoch e was visible to readers pinned before e */
     free_graveyard_upto(b, lo);
+    pthread_mutex_unlock(&b->lk->pin_mu);
 }
 
 /* Whether the pick at table index i is published: not entered by a record
@@ -1052,9 +1140,7 @@ static exr_status finish_batch(exr_buffer *b, size_t count, batch_scratch *sc,
     pin_locked(b, &me);
     exr_buffer_unlock(b);
     copy_batch(b, count, sc->plans, out);
-    exr_buffer_lock(b);
-    unpin_locked(b, &me);
-    exr_buffer_unlock(b);
+    unpin(b, &me);
     scratch_free(sc);
     return EXR_OK;
 }
@@ -1065,16 +1151,22 @@ exr_status exr_buffer_get_batch(exr_buffer *b, int64_t h, size_t count, exr_batc
     exr_status st = scratch_alloc(&sc, count);
     if (st != EXR_OK)
         return st;
-    exr_buffer_lock(b);
+    lock_shared(b);
     for (;;) {
         sel_entry *e = find_sel(b, h);
-        st = !e ? EXR_ENOTFOUND
-                : e->sel->vt->sample(e->sel, b->picks.n, count, sc.idx, out->weight, sc.scratch);
-        if (st != EXR_OK || !b->writers ||
-            redraw_unpublished_locked(b, e->sel, count, sc.idx, out->weight, sc.scratch))
+        if (!e) {
+            st = EXR_ENOTFOUND;
+            break;
+        }
+        pthread_mutex_lock(&e->sel->mu);
+        st = e->sel->vt->sample(e->sel, b->picks.n, count, sc.idx, out->weight, sc.scratch);
+        int done = st != EXR_OK || !b->writers ||
+                   redraw_unpublished_locked(b, e->sel, count, sc.idx, out->weight, sc.scratch);
+        pthread_mutex_unlock(&e->sel->mu);
+        if (done)
             break;
         /* (nearly) every pick drawn is still being copied: wait for a publish */
-        pthread_cond_wait(&b->published, &b->mu);
+        wait_publish(b, true);
     }
     if (st != EXR_OK) {
         exr_buffer_unlock(b);
@@ -1111,7 +1203,7 @@ exr_status exr_buffer_gather(exr_buffer *b, int64_t h, size_t count, const int64
     exr_status st = scratch_alloc(&sc, count);
     if (st != EXR_OK)
         return st;
-    exr_buffer_lock(b);
+    lock_shared(b);
     sel_entry *e = find_sel(b, h);
     if (!e)
         st = EXR_ENOTFOUND;
@@ -1125,7 +1217,9 @@ exr_status exr_buffer_gather(exr_buffer *b, int64_t h, size_t count, const int64
         scratch_free(&sc);
         return st;
     }
+    pthread_mutex_lock(&e->sel->mu);
     e->sel->vt->weights(e->sel, b->picks.n, count, sc.idx, out->weight);
+    pthread_mutex_unlock(&e->sel->mu);
     return finish_batch(b, count, &sc, out);
 }
 
@@ -1203,7 +1297,9 @@ static exr_status set_priority_impl(exr_buffer *b, int64_t h, size_t count, cons
             kept[done] = prio[i * prio_stride];
             done++;
         }
+        pthread_mutex_lock(&e->sel->mu);
         e->sel->vt->update_many(e->sel, done, idx, kept, scratch);
+        pthread_mutex_unlock(&e->sel->mu);
         if (idx != small_idx) {
             free(idx);
             free(scratch);
@@ -1226,7 +1322,7 @@ exr_status exr_buffer_set_priority(exr_buffer *b, int64_t h, size_t count, const
                                    const int64_t *pos, const int64_t *hint, const double *prio,
                                    size_t prio_stride, size_t *applied)
 {
-    exr_buffer_lock(b);
+    lock_shared(b);
     exr_status st = set_priority_impl(b, h, count, epi, pos, hint, prio, prio_stride, applied);
     exr_buffer_unlock(b);
     return st;

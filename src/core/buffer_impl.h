@@ -39,10 +39,22 @@ typedef struct exr_reader {
     uint64_t epoch;
 } exr_reader;
 
+/* The locks (docs/design.md, "Locking"), in the order they are taken:
+ *
+ *   rw        the storage lock: everything below unless noted. Taken shared
+ *             by get_batch and set_priority (they read the tables and change
+ *             only their own selector), exclusive by everything else.
+ *   sel->mu   one per selector: its state (sum tree, rng). Taken with rw
+ *             shared; with rw exclusive no selector lock is needed.
+ *   pin_mu    readers, epoch, graveyard and spare segments: a copy unpins
+ *             with no other lock held.
+ *   wait_mu   with `published`: waiting for a record call to publish.
+ */
+struct exr_locks; /* rw, pin_mu, wait_mu, published: defined in buffer.c */
+
 struct exr_buffer {
-    pthread_mutex_t mu;
-    pthread_cond_t published; /* signalled when a record call publishes */
-    uint64_t writers;         /* record calls copying without the lock */
+    struct exr_locks *lk;
+    uint64_t writers; /* record calls copying without the lock */
     exr_config cfg;
     exr_store_layout lay;
     exr_episodes eps;

@@ -741,6 +741,10 @@ static exr_status read_payload(exr_in *in, exr_buffer **out, unsigned char *meta
         exr_selector *s;
         if ((st = vt->create(&s, params, b->picks.n)))
             return st == EXR_EINVAL ? EXR_ECORRUPT : st;
+        if (pthread_mutex_init(&s->mu, NULL) != 0) {
+            vt->destroy(s);
+            return EXR_ENOMEM;
+        }
         b->sels[b->nsels++] = (sel_entry){h, s};
         memcpy(s->rng.s, head + 16, 32);
         if (!(s->rng.s[0] | s->rng.s[1] | s->rng.s[2] | s->rng.s[3]))

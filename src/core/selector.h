@@ -13,6 +13,7 @@
 #define EXR_SELECTOR_H
 
 #include <math.h>
+#include <pthread.h>
 #include <stdbool.h>
 
 #include "exr.h"
@@ -78,6 +79,7 @@ typedef struct {
 struct exr_selector {
     const exr_selector_vtable *vt;
     exr_rng rng;
+    pthread_mutex_t mu; /* held by a draw or an update under the shared storage lock (buffer.c) */
 };
 
 /* Selector kinds by their public number (PickSelectorClass). */
