@@ -2,20 +2,24 @@
  * buffer.h - the experience replay: episodes, picks, selectors, eviction.
  *
  *   exr_buffer
- *   +-- mu (pthread mutex): guards everything below
+ *   +-- rw (reader/writer lock): guards everything below; per-selector and
+ *   |   other small locks in buffer_impl.h / docs/design.md ("Locking")
  *   +-- episodes (episode.h)  slot -> { handle, n, m, flags, body -> segments }
  *   +-- picks (pick_table.h)  [ {slot, pos, prio} ... ]   <-> aux[pos] in segments
  *   +-- sels[]                { handle, selector* } (selector.h vtables)
  *   +-- hand                  second-chance position (evict.h)
  *   +-- readers, graveyard    bodies evicted while a get_batch copies from them
  *
- * Locking: functions named *_locked need mu held (exr_buffer_lock); the rest
- * take it themselves. get_batch holds mu only to choose picks and pin their
- * storage, copies without it, then takes it again to unpin; an evicted
- * episode's storage is freed once no copy that could see it is running.
+ * Locking: functions named *_locked need the lock held exclusively
+ * (exr_buffer_lock); the rest take it themselves. get_batch and
+ * set_priority take it shared (plus their selector's mutex); get_batch
+ * holds it only to choose picks and pin their storage and copies without
+ * it. exr_buffer_record reserves rows under it, copies a large rollout
+ * without it, and publishes under it. An evicted episode's storage is freed
+ * once no copy that could see it is running.
  *
  * Errors: every function returns an exr_status; on anything but EXR_OK the
- * buffer is as it was (record_many: the steps before the failing one stay).
+ * buffer is as it was (one exception in exr_buffer_record, see buffer.c).
  */
 #ifndef EXR_BUFFER_H
 #define EXR_BUFFER_H
