@@ -15,6 +15,12 @@ import subprocess
 import sys
 import time
 
+# NumPy's OpenBLAS starts a pool of threads that can spin on the second core
+# of a 2-core machine and steal it from the thread benchmarks (no benchmark
+# makes a BLAS call). Set before NumPy is first imported; Ray's workers
+# inherit it. An explicit setting in the environment wins.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 _T0 = time.time()
 
 

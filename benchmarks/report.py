@@ -35,7 +35,8 @@ GOAL_GET32_US = 3.0
 GOAL_GET32_OUT_US = 1.5
 GOAL_PRIO_RATIO = 3.0
 GOAL_R2D2_FLOOR = 1.2
-GOAL_THREADS = 1.6
+GOAL_THREADS = 0.85  # x the control's speedup in the same run
+GOAL_WRITERS_LEARNER = 0.8
 GOAL_PERSIST_L1_VS_ZLIB = 0.9  # level 1: >= 0.9x zlib's speed, serialize and unserialize
 GOAL_PERSIST_L0_GBPS = 1.0  # level 0: >= 1 GB/s, serialize and unserialize
 GOAL_SAVE_PEAK_FRACTION = 0.1  # save(): "no second full copy", judged as peak extra < 10 % of the file
@@ -646,6 +647,8 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
     cp = cpprb_rows(rows)
     shapes = {(r["case"], r["impl"]): r for r in rows if r.get("suite") == "shapes"}
     threads = [c for c in custom if c["kind"] == "threads"]
+    writers_learner = [c for c in custom if c["kind"] == "writers_learner"]
+    ray_cpprb = [c for c in custom if c["kind"] == "ray_vs_cpprb"]
     memory = [c for c in custom if c["kind"] == "memory"]
 
     # ---- goals
@@ -752,13 +755,21 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
     # threads
     ex_threads = [t for t in threads if t["workload"] != "control"]
     ctl = [t for t in threads if t["workload"] == "control"]
-    if ex_threads:
+    if ex_threads and ctl:
+        c = ctl[0]["speedup"]
         goals.append([
-            "two threads", f"≥ {GOAL_THREADS}× one thread",
-            "; ".join(f"{t['workload']}: {fmt_ratio(t['speedup'])}" for t in ex_threads)
-            + (f" (control, NumPy ufuncs on both threads: {fmt_ratio(ctl[0]['speedup'])}, the machine's ceiling "
-               "at the time)" if ctl else ""),
-            verdict(all(t["speedup"] >= GOAL_THREADS for t in ex_threads)),
+            "two threads", f"≥ {GOAL_THREADS}× the control's speedup (same run)",
+            "; ".join(f"{t['workload']}: {fmt_ratio(t['speedup'])} = {t['speedup'] / c:.2f}× the control"
+                      for t in ex_threads)
+            + f" (control, NumPy ufuncs on both threads: {fmt_ratio(c)}, the machine's ceiling at the time)",
+            verdict(all(t["speedup"] >= GOAL_THREADS * c for t in ex_threads)),
+        ])
+    if writers_learner:
+        goals.append([
+            "4 writers + 1 learner", f"learner ≥ {GOAL_WRITERS_LEARNER}× its rate alone",
+            "; ".join(f"{w['workload']}: {fmt_ratio(w['ratio'])} ({w['learner_with_writers_per_s']:,.0f} vs "
+                      f"{w['learner_alone_per_s']:,.0f} batches/s)" for w in writers_learner),
+            verdict(all(w["ratio"] >= GOAL_WRITERS_LEARNER for w in writers_learner)),
         ])
     goals += persistence_goals(persist)
     L.append("## Goals")
@@ -944,6 +955,34 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
             ])
         L.append(table(["workload", "state", "capacity", "recording thread", "sampling thread", "sequential",
                         "two threads", "speedup"], trs))
+        L.append("")
+
+    if writers_learner:
+        L.append(
+            f"**4 writers + 1 learner.** One learner thread draws (the sampling side of the workload above) as fast as it "
+            f"can, alone and then with {writers_learner[0]['writers']} writer threads recording at the same time; each "
+            f"writer waits between its calls as an actor stepping an environment would, busy "
+            f"{writers_learner[0]['writer_duty']:.0%} of the time when alone, so that the writers take about half a "
+            "core together and the learner's core is its own unless the buffer takes it. Medians over "
+            f"{writers_learner[0]['rounds']} alternating pairs of {writers_learner[0]['phase_s']} s phases."
+        )
+        L.append("")
+        L.append(table(["workload", "learner alone", "learner with writers", "ratio", "writers' records/s"], [
+            [w["workload"], f"{w['learner_alone_per_s']:,.0f}/s", f"{w['learner_with_writers_per_s']:,.0f}/s",
+             fmt_ratio(w["ratio"]), f"{w['records_per_s']:,.0f}"] for w in writers_learner]))
+        L.append("")
+    if ray_cpprb:
+        L.append(
+            "**Ray: ReplayActor against a cpprb actor and the Ray floor** (`benchmarks/test_bench_ray_cpprb.py`). "
+            "4 writer actors send 100-step rollouts with priorities, one learner draws 16 minibatches of 64 per "
+            "call and sends their priorities back in one call; each actor alone (writers only, learner only), then "
+            "both at once. *floor*: an actor that takes the same rollouts and returns ready-made batches, no replay."
+        )
+        L.append("")
+        L.append(table(["shape", "actor", "records/s alone", "minibatches/s alone", "records/s together",
+                        "minibatches/s together"], [
+            [r["shape"], r["actor"], f"{r['records_alone']:,.0f}", f"{r['minibatches_alone']:,.1f}",
+             f"{r['records']:,.0f}", f"{r['minibatches']:,.1f}"] for r in ray_cpprb]))
         L.append("")
 
     # ---- memory

@@ -1,0 +1,233 @@
+"""Ray: exreplay's ReplayActor against what an Ape-X user would write otherwise.
+
+Three actors on one local Ray cluster (ray.init(num_cpus=2)), the same load,
+the same run, one after the other:
+
+- "exreplay": exreplay.ray.ReplayActor (writers and learner in their own
+  concurrency groups; the buffer records and samples with the GIL released);
+- "cpprb": a plain Ray actor (one thread) holding cpprb's
+  PrioritizedReplayBuffer (next_of="obs" for frames, as cpprb recommends);
+- "floor": an actor that receives the same rollouts and returns ready-made
+  batches of the same shapes, with no replay at all: what Ray's per-call cost
+  alone allows (the "Ray floor").
+
+Load: 4 writer actors send 100-step rollouts with priorities (2 in flight
+each); one learner task draws 16 minibatches of 64 per call and sends their
+1024 priorities back in one call (2 in flight). Two state shapes: (4,)
+float32 and 84x84 uint8 frames. pick_len 1 (cpprb stores 1-step transitions).
+Each phase runs D seconds (3 s; quick 0.5 s); the rates are what the writers
+and the learner got acknowledged (client side, the same count for all three).
+Nothing asserts on a time.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+
+import harness
+
+if os.environ.get("EXREPLAY_ASAN"):
+    pytest.skip("Ray benchmarks do not run under ASan", allow_module_level=True)
+
+ray = pytest.importorskip("ray")
+cpprb = pytest.importorskip("cpprb")
+
+T = 100
+WRITERS = 4
+BATCH = 64
+K = 16
+SHAPES = {"small": ((4,), "float32"), "atari": ((84, 84), "uint8")}
+
+
+def _capacity(shape):
+    if harness.quick():
+        return 2_000
+    return 200_000 if shape == "small" else 20_000
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+def _actors():
+    """Actor classes (defined here so that Ray pickles them by value)."""
+
+    @ray.remote(num_cpus=0)
+    class CpprbActor:
+        def __init__(self, shape, dtype, capacity):
+            import cpprb as _cpprb
+
+            env = {"obs": {"shape": shape, "dtype": np.dtype(dtype)}, "act": {"dtype": np.int64},
+                   "rew": {}, "done": {}}
+            kw = dict(next_of="obs") if len(shape) > 1 else {}
+            if not kw:
+                env["next_obs"] = {"shape": shape, "dtype": np.dtype(dtype)}
+            self.rb = _cpprb.PrioritizedReplayBuffer(capacity, env, alpha=0.6, **kw)
+            self.frames = len(shape) > 1
+
+        def record(self, w, states, actions, rewards, prios, final):
+            if self.frames:
+                self.rb.add(obs=states, act=actions, rew=rewards, next_obs=np.concatenate([states[1:], final[None]]),
+                            done=np.zeros(len(states)), priorities=prios)
+                self.rb.on_episode_end()
+            else:
+                self.rb.add(obs=states, act=actions, rew=rewards, next_obs=np.concatenate([states[1:], final[None]]),
+                            done=np.zeros(len(states)), priorities=prios)
+            return len(states)
+
+        def sample(self, batch, k):
+            s = self.rb.sample(batch * k, beta=0.4)
+            return [{f: v[i * batch:(i + 1) * batch] for f, v in s.items()} for i in range(k)]
+
+        def update(self, idx, prios):
+            self.rb.update_priorities(idx, prios)
+            return len(idx)
+
+        def size(self):
+            return self.rb.get_stored_size()
+
+    @ray.remote(num_cpus=0)
+    class FloorActor:
+        """Receives rollouts, returns ready-made batches: no replay."""
+
+        def __init__(self, shape, dtype, capacity):
+            rng = np.random.default_rng(0)
+            B = BATCH * K
+            if np.dtype(dtype).kind == "u":
+                st = rng.integers(0, 256, (B, 1, *shape), dtype=dtype)
+            else:
+                st = rng.standard_normal((B, 1, *shape)).astype(dtype)
+            self.fields = dict(state=st, action=np.zeros((B, 1), np.int64), reward=np.zeros((B, 1), np.float32),
+                               state_next=st.copy(), seq_len=np.ones(B, np.int64), seq_len_next=np.ones(B, np.int64),
+                               pick_epi=np.arange(B), pick_pos=np.zeros(B, np.int64), weight=np.ones(B, np.float32))
+
+        def record(self, w, states, actions, rewards, prios, final):
+            return len(states)
+
+        def sample(self, batch, k):
+            return [{f: v[i * batch:(i + 1) * batch] for f, v in self.fields.items()} for i in range(k)]
+
+        def update(self, idx, prios):
+            return len(idx)
+
+    @ray.remote(num_cpus=0)
+    class Writer:
+        def __init__(self, w, shape, dtype):
+            rng = np.random.default_rng(w)
+            if np.dtype(dtype).kind == "u":
+                self.s = rng.integers(0, 256, (T, *shape), dtype=dtype)
+                self.fin = rng.integers(0, 256, shape, dtype=dtype)
+            else:
+                self.s = rng.standard_normal((T, *shape)).astype(dtype)
+                self.fin = rng.standard_normal(shape).astype(dtype)
+            self.a = rng.integers(0, 2, T)
+            self.r = np.ones(T, np.float32)
+            self.p = rng.random(T) + 0.01
+            self.w = w
+            self.seq = 0
+
+        def run(self, kind, actor, seconds):
+            from exreplay.ray import Rollout
+
+            t_end = time.perf_counter() + seconds
+            inflight, n = [], 0
+            while time.perf_counter() < t_end:
+                if len(inflight) >= 2:
+                    done, inflight = ray.wait(inflight, num_returns=1)
+                    n += sum(ray.get(done))
+                if kind == "exreplay":
+                    ro = Rollout(self.s, self.a, self.r, self.p, ends=[T - 1], final_states=self.fin[None],
+                                 terminated=[False])
+                    inflight.append(actor.record_rollout.remote(self.w, ro, self.seq))
+                    self.seq += 1
+                else:
+                    inflight.append(actor.record.remote(self.w, self.s, self.a, self.r, self.p, self.fin))
+            n += sum(ray.get(inflight))
+            return n
+
+    @ray.remote(num_cpus=0)
+    def learner(kind, actor, seconds):
+        t_end = time.perf_counter() + seconds
+        n, pending = 0, []
+        p = np.full(BATCH * K, 0.5)
+        while time.perf_counter() < t_end:
+            if kind == "exreplay":
+                bs = ray.get(actor.get_batch.remote(BATCH, 0, K))
+                epi = np.concatenate([b.pick_epi for b in bs])
+                pos = np.concatenate([b.pick_pos for b in bs])
+                pending.append(actor.set_priority.remote(0, epi, pos, p))
+            else:
+                bs = ray.get(actor.sample.remote(BATCH, K))
+                idx = np.concatenate([b["indexes"] for b in bs]) if "indexes" in bs[0] else \
+                    np.concatenate([b["pick_epi"] for b in bs])
+                pending.append(actor.update.remote(idx, p))
+            if len(pending) > 2:
+                ray.get(pending.pop(0))
+            n += K
+        ray.get(pending)
+        return n
+
+    return CpprbActor, FloorActor, Writer, learner
+
+
+def _fill(kind, actor, writers, cap):
+    """Records until the buffer is full (so that recording evicts)."""
+    n = 0
+    while n < cap:
+        n += sum(ray.get([w.run.remote(kind, actor, 0.2) for w in writers]))
+
+
+@pytest.mark.parametrize("shape", ["small", "atari"])
+def test_replay_actor_vs_cpprb_actor(cluster, shape):
+    if harness.quick() and shape == "atari":
+        pytest.skip("the frames run in the full benchmark only (the quick run keeps the small shape as a smoke test)")
+    from exreplay.ray import ReplayActor
+
+    CpprbActor, FloorActor, Writer, learner = _actors()
+    st_shape, dtype = SHAPES[shape]
+    cap = _capacity(shape)
+    D = 0.3 if harness.quick() else 3.0
+    actors = {
+        "exreplay": ReplayActor.options(num_cpus=0).remote(
+            state_shape=st_shape, state_dtype=dtype, capacity=cap, pick_len=1, seed=0,
+            selectors=[("prioritized", {"alpha": 0.6, "beta": 0.4})]),
+        "cpprb": CpprbActor.remote(st_shape, dtype, cap),
+        "floor": FloorActor.remote(st_shape, dtype, cap),
+    }
+    res = {}
+    for kind, actor in actors.items():
+        writers = [Writer.remote(w, st_shape, dtype) for w in range(WRITERS)]
+        ray.get([w.__ray_ready__.remote() for w in writers])
+        if not harness.quick():
+            _fill(kind, actor, writers, cap)
+        ray.get(learner.remote(kind, actor, 0.2))  # warm-up
+        t0 = time.perf_counter()
+        rec_alone = sum(ray.get([w.run.remote(kind, actor, D) for w in writers])) / (time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        mb_alone = ray.get(learner.remote(kind, actor, D)) / (time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        jobs = [w.run.remote(kind, actor, D) for w in writers] + [learner.remote(kind, actor, D)]
+        out = ray.get(jobs)
+        dt = time.perf_counter() - t0
+        res[kind] = dict(records_alone=rec_alone, minibatches_alone=mb_alone,
+                         records=sum(out[:-1]) / dt, minibatches=out[-1] / dt)
+        for w in writers:
+            ray.kill(w)
+        ray.kill(actor)
+    for kind, r in res.items():
+        harness.add_custom("ray_vs_cpprb", shape=shape, actor=kind, capacity=cap, phase_s=D, **r)
+        print(f"\n{shape} {kind:8s}: alone {r['records_alone']:,.0f} records/s, {r['minibatches_alone']:,.0f} "
+              f"minibatches/s; together {r['records']:,.0f} records/s + {r['minibatches']:,.0f} minibatches/s")
+    e, c, f = res["exreplay"], res["cpprb"], res["floor"]
+    print(f"{shape}: exreplay/cpprb records {e['records'] / c['records']:.2f}x, minibatches "
+          f"{e['minibatches'] / c['minibatches']:.2f}x; floor/exreplay minibatches "
+          f"{f['minibatches'] / e['minibatches']:.2f}x, records {f['records'] / e['records']:.2f}x; "
+          f"exreplay together/alone records {e['records'] / e['records_alone']:.2f}x, minibatches "
+          f"{e['minibatches'] / e['minibatches_alone']:.2f}x")
