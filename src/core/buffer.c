@@ -1255,8 +1255,10 @@ static exr_status set_priority_impl(exr_buffer *b, int64_t h, size_t count, cons
     if (e->sel->vt->prioritized && count) {
         size_t small_idx[PRIO_SMALL], small_scratch[PRIO_SMALL];
         double small_kept[PRIO_SMALL];
+        uint32_t *small_aux[PRIO_SMALL];
         size_t *idx = small_idx, *scratch = small_scratch;
         double *kept = small_kept;
+        uint32_t **aux = small_aux;
         if (count > PRIO_SMALL) {
             size_t bytes;
             if (!exr_mul_size(count, sizeof(size_t), &bytes))
@@ -1264,34 +1266,40 @@ static exr_status set_priority_impl(exr_buffer *b, int64_t h, size_t count, cons
             idx = malloc(bytes);
             scratch = malloc(bytes);
             kept = malloc(count * sizeof *kept);
-            if (!idx || !scratch || !kept) {
+            aux = malloc(count * sizeof *aux);
+            if (!idx || !scratch || !kept || !aux) {
                 free(idx);
                 free(scratch);
                 free(kept);
+                free(aux);
                 return EXR_ENOMEM;
             }
         }
-        /* Pass 1 prefetches what pass 2 reads (the hinted table entries, or
-         * the picks' aux entries through the map); pass 2 resolves. The
-         * dependent misses of different picks overlap. */
+        /* Pass 1 prefetches what pass 2 reads: the hinted table entry, or
+         * the pick's aux entry found through the map (kept in aux[i]; NULL:
+         * no such pick; `unresolved`: hinted, not looked up). Pass 2
+         * resolves. The dependent misses of different picks overlap. */
+        static uint32_t unresolved_;
+        uint32_t *const unresolved = &unresolved_;
         for (size_t i = 0; i < count; i++) {
             if (hint && hint[i] >= 0 && (uint64_t)hint[i] < b->picks.n) {
                 __builtin_prefetch(&b->picks.v[hint[i]]);
+                aux[i] = unresolved;
             } else {
-                uint32_t *aux = pick_aux_locked(b, epi[i], pos[i]);
-                if (aux)
-                    __builtin_prefetch(aux);
+                aux[i] = pick_aux_locked(b, epi[i], pos[i]);
+                if (aux[i])
+                    __builtin_prefetch(aux[i]);
             }
         }
         for (size_t i = 0; i < count; i++) {
             size_t j;
-            if (hint && hint_holds(b, hint[i], epi[i], pos[i])) {
+            if (aux[i] == unresolved && hint_holds(b, hint[i], epi[i], pos[i])) {
                 j = (size_t)hint[i];
             } else {
-                const uint32_t *aux = pick_aux_locked(b, epi[i], pos[i]);
-                if (!aux)
+                const uint32_t *a = aux[i] == unresolved ? pick_aux_locked(b, epi[i], pos[i]) : aux[i];
+                if (!a)
                     continue;
-                j = *aux;
+                j = *a;
             }
             idx[done] = j;
             kept[done] = prio[i * prio_stride];
@@ -1304,6 +1312,7 @@ static exr_status set_priority_impl(exr_buffer *b, int64_t h, size_t count, cons
             free(idx);
             free(scratch);
             free(kept);
+            free(aux);
         }
     }
     *applied = done;
