@@ -205,8 +205,7 @@ def test_replay_actor_vs_cpprb_actor(cluster, shape):
     for kind, actor in actors.items():
         writers = [Writer.remote(w, st_shape, dtype) for w in range(WRITERS)]
         ray.get([w.__ray_ready__.remote() for w in writers])
-        if not harness.quick():
-            _fill(kind, actor, writers, cap)
+        _fill(kind, actor, writers, cap)
         ray.get(learner.remote(kind, actor, 0.2))  # warm-up
         t0 = time.perf_counter()
         rec_alone = sum(ray.get([w.run.remote(kind, actor, D) for w in writers])) / (time.perf_counter() - t0)
