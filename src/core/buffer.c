@@ -391,6 +391,8 @@ static exr_status record_one_locked(exr_buffer *b, int64_t h, const void *state,
             body->final_state = fin;
         }
     }
+    if (b->hook)
+        b->hook(b->hook_ctx, b, e->handle, n, exr_seg_row(L, seg, off), fin, end, terminated);
     enter_picks_locked(b, slot);
     if (end)
         shrink_ended_locked(b, e);
@@ -715,6 +717,15 @@ static void unpin_locked(exr_buffer *b, exr_reader *r)
     /* a body buried at epoch e was visible to readers pinned before e */
     free_graveyard_upto(b, lo);
 }
+
+void exr_buffer_set_hook_locked(exr_buffer *b, exr_step_hook fn, void *ctx)
+{
+    b->hook = fn;
+    b->hook_ctx = fn ? ctx : NULL;
+}
+
+void exr_buffer_pin_locked(exr_buffer *b, exr_reader *r) { pin_locked(b, r); }
+void exr_buffer_unpin_locked(exr_buffer *b, exr_reader *r) { unpin_locked(b, r); }
 
 /* Per-call scratch: on the stack for small batches (most calls), on the
  * heap beyond. */

@@ -47,6 +47,9 @@ struct exr_buffer {
     uint64_t epoch;
     exr_body *grave_head, *grave_tail;
     exr_dead *dead_head, *dead_tail;
+    /* the experience log's hook (buffer.h) */
+    exr_step_hook hook;
+    void *hook_ctx;
 };
 
 /* Room for one more entry in b->sels. */
