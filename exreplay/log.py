@@ -354,6 +354,11 @@ class LogReader:
                 raise _bad(path, off, "bad chunk header (magic or CRC)")
             total = HDR + h.body_len + TRL
             if total > remaining:
+                # torn, unless a whole later chunk ends the file: then the
+                # length is wrong, which no crash of the writer produces
+                t = _trailer_at(f, path, schema, self.size)
+                if t is not None and t[0] > off:
+                    raise _bad(path, off, "chunk length runs past the next chunk")
                 self.torn = remaining
                 return
             if with_body:
