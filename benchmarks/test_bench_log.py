@@ -358,3 +358,45 @@ def test_merge_8_logs(tmp_path):
     RESULTS["merge"] = {"inputs": 8, "records": total, "input_bytes": in_bytes,
                         "merge_s": m, "recompress_s": b, "merge_vs_recompress": b / m,
                         "merge_MBps_in": in_bytes / m / 1e6, "rounds": rounds}
+
+
+# ---- the Ape-X example with and without --log ------------------------------------------
+
+
+def test_apex_example_with_log(tmp_path):
+    """python -m exreplay.examples.apex_cartpole for a fixed time (goal out of
+    reach, so every run trains as long), alternating without and with --log:
+    mean inserts/s and samples/s of the replay."""
+    ray = pytest.importorskip("ray")
+    from exreplay.examples import apex_cartpole as apex
+
+    seconds = 4 if harness.quick() else 20
+    rounds = 1 if harness.quick() else 3
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False)
+    runs = {"off": [], "log": []}
+    try:
+        for r in range(rounds):
+            for mode in ("off", "log"):
+                argv = ["--seed", str(r), "--time-limit", str(seconds), "--goal", "1e9",
+                        "--eval-every", "1e9", "--quiet"]
+                if mode == "log":
+                    argv += ["--log", str(tmp_path / ("apex%d" % r))]
+                s = apex.run(apex.parse_args(argv), log=lambda *a: None)
+                runs[mode].append({"inserts_per_s": s["mean_inserts_per_s"],
+                                   "samples_per_s": s["mean_samples_per_s"],
+                                   "records": s["records"],
+                                   "log_records": s.get("log", {}).get("records"),
+                                   "merge_s": s.get("log", {}).get("merge_s")})
+    finally:
+        if started:
+            ray.shutdown()
+    med = {m: {k: statistics.median(x[k] for x in v) for k in ("inserts_per_s", "samples_per_s")}
+           for m, v in runs.items()}
+    RESULTS["apex_example"] = {
+        "seconds": seconds, "rounds": rounds, "runs": runs, "median": med,
+        "inserts_ratio": med["log"]["inserts_per_s"] / med["off"]["inserts_per_s"],
+        "samples_ratio": med["log"]["samples_per_s"] / med["off"]["samples_per_s"],
+    }
