@@ -256,12 +256,114 @@ static exr_status write_block(exr_log *lg, unsigned kind, unsigned codec, uint32
     struct iovec iov[3] = {{hd, CHUNK_HEADER}, {(void *)body, body_len}, {tr, CHUNK_TRAILER}};
     exr_status s = write_all(lg->fd, iov, 3);
     if (s == EXR_OK) {
+        pthread_mutex_lock(&lg->mu);
         lg->st.file_bytes += CHUNK_HEADER + body_len + CHUNK_TRAILER;
         if (kind == KIND_RECORDS) {
             lg->st.chunks++;
             lg->st.records += count;
             lg->st.raw_bytes += raw_len;
         }
+        pthread_mutex_unlock(&lg->mu);
+    }
+    return s;
+}
+
+/* Builds the chunk's raw body in lg->raw, unpins, compresses, writes.
+ * Runs on the writer thread without lg->mu. */
+static void unpin_chunk(chunk *c)
+{
+    if (c->pinned) {
+        exr_buffer_lock(c->pinned);
+        exr_buffer_unpin_locked(c->pinned, &c->reader);
+        exr_buffer_unlock(c->pinned);
+        c->pinned = NULL;
+    }
+}
+
+/* The metadata columns of the raw body into p (META_BYTES * n bytes). */
+static void put_meta(const exr_log *lg, const chunk *c, unsigned char *p)
+{
+    size_t n = c->n;
+    for (size_t i = 0; i < n; i++, p += 8)
+        put64(p, (uint64_t)c->ts[i]);
+    for (size_t i = 0; i < n; i++, p += 8)
+        put64(p, (uint64_t)c->h[i]);
+    for (size_t i = 0; i < n; i++, p += 8)
+        put64(p, (uint64_t)c->pos[i]);
+    for (size_t i = 0; i < n; i++, p += 4)
+        put32(p, lg->o.source);
+    memcpy(p, c->fl, n);
+}
+
+/* Adds [p, p + len) to the iovec list, joined to the last entry when it
+ * continues it (consecutive rows of one segment). */
+static void iov_add(struct iovec *v, size_t *nv, const unsigned char *p, size_t len)
+{
+    if (*nv && (const unsigned char *)v[*nv - 1].iov_base + v[*nv - 1].iov_len == p) {
+        v[*nv - 1].iov_len += len;
+        return;
+    }
+    v[*nv].iov_base = (void *)p;
+    v[*nv].iov_len = len;
+    (*nv)++;
+}
+
+/* Stored (level 0): the rows go to the file straight from where they are
+ * (the buffer's pinned storage or the chunk's own), without a copy here;
+ * the CRC is chained over the same pieces. Unpins after the write. */
+static exr_status write_stored(exr_log *lg, chunk *c)
+{
+    size_t n = c->n, meta = META_BYTES * n, nv = 0;
+    exr_status s = grow(&lg->raw, &lg->raw_cap, meta);
+    struct iovec *v = NULL;
+    size_t vbytes;
+    if (s == EXR_OK && (!exr_mul_size(n + c->nfin + 3, sizeof *v, &vbytes) ||
+                        !(v = malloc(vbytes))))
+        s = EXR_ENOMEM;
+    if (s != EXR_OK) {
+        unpin_chunk(c);
+        return s;
+    }
+    unsigned char hd[CHUNK_HEADER], tr[CHUNK_TRAILER];
+    put_meta(lg, c, lg->raw);
+    v[nv].iov_base = hd;
+    v[nv++].iov_len = CHUNK_HEADER;
+    v[nv].iov_base = lg->raw;
+    v[nv++].iov_len = meta;
+    for (size_t i = 0; i < n; i++)
+        iov_add(v, &nv, c->rows[i], lg->row);
+    for (size_t i = 0; i < c->nfin; i++)
+        iov_add(v, &nv, c->fins[i], lg->sb);
+    uint32_t bc = (uint32_t)crc32(0L, Z_NULL, 0);
+    for (size_t k = 1; k < nv; k++) {
+        const unsigned char *p = v[k].iov_base;
+        for (size_t off = 0; off < v[k].iov_len;) {
+            size_t m = v[k].iov_len - off > (1u << 30) ? (1u << 30) : v[k].iov_len - off;
+            bc = (uint32_t)crc32(bc, p + off, (uInt)m);
+            off += m;
+        }
+    }
+    header_bytes(hd, KIND_RECORDS, CODEC_STORED, (uint32_t)n, lg->o.source, c->ts[0],
+                 c->ts[n - 1], c->raw, c->raw, bc);
+    trailer_bytes(tr, CHUNK_HEADER + c->raw + CHUNK_TRAILER, hd);
+    v[nv].iov_base = tr;
+    v[nv++].iov_len = CHUNK_TRAILER;
+    for (size_t k = 0; k < nv && s == EXR_OK;) {
+        size_t m = nv - k > 512 ? 512 : nv - k;
+        s = write_all(lg->fd, v + k, (int)m);
+        k += m;
+    }
+    int e = errno;
+    free(v);
+    unpin_chunk(c);
+    errno = e;
+    if (s == EXR_OK) {
+        pthread_mutex_lock(&lg->mu);
+        lg->st.file_bytes += CHUNK_HEADER + c->raw + CHUNK_TRAILER;
+        lg->st.chunks++;
+        lg->st.records += n;
+        lg->st.raw_bytes += c->raw;
+        pthread_mutex_unlock(&lg->mu);
     }
     return s;
 }
@@ -270,51 +372,30 @@ static exr_status write_block(exr_log *lg, unsigned kind, unsigned codec, uint32
  * Runs on the writer thread without lg->mu. */
 static exr_status write_chunk(exr_log *lg, chunk *c)
 {
+    if (lg->o.level == 0)
+        return write_stored(lg, c);
     size_t n = c->n;
     exr_status s = grow(&lg->raw, &lg->raw_cap, c->raw);
     if (s == EXR_OK) {
-        unsigned char *p = lg->raw;
-        for (size_t i = 0; i < n; i++, p += 8)
-            put64(p, (uint64_t)c->ts[i]);
-        for (size_t i = 0; i < n; i++, p += 8)
-            put64(p, (uint64_t)c->h[i]);
-        for (size_t i = 0; i < n; i++, p += 8)
-            put64(p, (uint64_t)c->pos[i]);
-        for (size_t i = 0; i < n; i++, p += 4)
-            put32(p, lg->o.source);
-        memcpy(p, c->fl, n);
-        p += n;
+        put_meta(lg, c, lg->raw);
+        unsigned char *p = lg->raw + META_BYTES * n;
         for (size_t i = 0; i < n; i++, p += lg->row)
             memcpy(p, c->rows[i], lg->row);
         for (size_t i = 0; i < c->nfin; i++, p += lg->sb)
             memcpy(p, c->fins[i], lg->sb);
     }
-    if (c->pinned) {
-        /* the rows are copied: the buffer may free what they were in */
-        exr_buffer_lock(c->pinned);
-        exr_buffer_unpin_locked(c->pinned, &c->reader);
-        exr_buffer_unlock(c->pinned);
-        c->pinned = NULL;
-    }
+    unpin_chunk(c); /* the rows are copied: the buffer may free what they were in */
     if (s != EXR_OK)
         return s;
-    const unsigned char *body = lg->raw;
-    size_t blen = c->raw;
-    unsigned codec = CODEC_STORED;
-    if (lg->o.level > 0) {
-        uLong bound = compressBound((uLong)c->raw);
-        s = grow(&lg->zbuf, &lg->zcap, bound);
-        if (s != EXR_OK)
-            return s;
-        uLongf zl = bound;
-        if (compress2(lg->zbuf, &zl, lg->raw, (uLong)c->raw, lg->o.level) != Z_OK)
-            return EXR_ENOMEM;
-        body = lg->zbuf;
-        blen = zl;
-        codec = CODEC_ZLIB;
-    }
-    return write_block(lg, KIND_RECORDS, codec, (uint32_t)n, c->ts[0], c->ts[n - 1], body, blen,
-                       c->raw);
+    uLong bound = compressBound((uLong)c->raw);
+    s = grow(&lg->zbuf, &lg->zcap, bound);
+    if (s != EXR_OK)
+        return s;
+    uLongf zl = bound;
+    if (compress2(lg->zbuf, &zl, lg->raw, (uLong)c->raw, lg->o.level) != Z_OK)
+        return EXR_ENOMEM;
+    return write_block(lg, KIND_RECORDS, CODEC_ZLIB, (uint32_t)n, c->ts[0], c->ts[n - 1],
+                       lg->zbuf, zl, c->raw);
 }
 
 /* With lg->mu: the open chunk goes to the queue. */
@@ -347,15 +428,16 @@ static void *writer_main(void *arg)
             pthread_mutex_unlock(&lg->mu);
             exr_status s = EXR_OK;
             int err = 0;
+            uint64_t t0 = mono_ns();
             if (!failed) {
                 s = write_chunk(lg, c);
                 err = s == EXR_EIO ? errno : s == EXR_ENOMEM ? ENOMEM : 0;
-            } else if (c->pinned) {
-                exr_buffer_lock(c->pinned);
-                exr_buffer_unpin_locked(c->pinned, &c->reader);
-                exr_buffer_unlock(c->pinned);
+            } else {
+                unpin_chunk(c);
             }
+            uint64_t busy = mono_ns() - t0;
             pthread_mutex_lock(&lg->mu);
+            lg->st.writer_ns += busy;
             if (err && !lg->st.error)
                 lg->st.error = err;
             lg->st.backlog -= c->raw;
@@ -611,12 +693,13 @@ exr_status exr_log_flush(exr_log *lg, bool sync)
         pthread_cond_wait(&lg->done, &lg->mu);
     int err = lg->st.error;
     int fd = lg->fd;
+    bool do_sync = sync || lg->o.fsync;
     pthread_mutex_unlock(&lg->mu);
     if (err) {
         errno = err;
         return EXR_EIO;
     }
-    if ((sync || lg->o.fsync) && fd >= 0 && fsync(fd) != 0)
+    if (do_sync && fd >= 0 && fsync(fd) != 0)
         return EXR_EIO;
     return EXR_OK;
 }
@@ -649,13 +732,22 @@ exr_status exr_log_close(exr_log *lg)
         if (s == EXR_OK && lg->o.fsync && fsync(lg->fd) != 0)
             s = EXR_EIO;
     }
-    if (lg->fd >= 0 && close(lg->fd) != 0 && s == EXR_OK)
-        s = EXR_EIO;
+    pthread_mutex_lock(&lg->mu);
+    int fd = lg->fd;
     lg->fd = -1;
+    pthread_mutex_unlock(&lg->mu);
+    if (fd >= 0 && close(fd) != 0 && s == EXR_OK)
+        s = EXR_EIO;
     return s;
 }
 
-bool exr_log_closed(const exr_log *lg) { return lg->closed; }
+bool exr_log_closed(exr_log *lg)
+{
+    pthread_mutex_lock(&lg->mu);
+    bool c = lg->closed;
+    pthread_mutex_unlock(&lg->mu);
+    return c;
+}
 
 void exr_log_free(exr_log *lg)
 {

@@ -54,6 +54,7 @@ typedef struct {
     uint64_t backlog;        /* raw bytes recorded, not yet written */
     uint64_t throttled, throttle_ns; /* waits in exr_log_throttle and their time */
     uint64_t dropped;        /* steps lost to out-of-memory in the buffer hook */
+    uint64_t writer_ns;      /* the writer thread's time building, compressing, writing chunks */
     int error;               /* errno of the first failed write, or 0 */
 } exr_log_stats;
 
@@ -84,7 +85,7 @@ exr_status exr_log_flush(exr_log *lg, bool sync);
 /* Flushes, writes the end marker, stops the writer and closes the file.
  * Further appends are EXR_EINVAL. Idempotent. */
 exr_status exr_log_close(exr_log *lg);
-bool exr_log_closed(const exr_log *lg);
+bool exr_log_closed(exr_log *lg);
 
 /* Closes (if needed) and frees. The log must not be attached. */
 void exr_log_free(exr_log *lg);

@@ -502,14 +502,14 @@ static PyObject *log_stats(LogObject *self, void *c)
     (void)c;
     exr_log_stats s;
     exr_log_get_stats(self->lg, &s);
-    return Py_BuildValue("{sKsKsKsKsKsKsdsKsi}", "records", (unsigned long long)s.records,
+    return Py_BuildValue("{sKsKsKsKsKsKsdsKsisd}", "records", (unsigned long long)s.records,
                          "chunks", (unsigned long long)s.chunks, "file_bytes",
                          (unsigned long long)s.file_bytes, "raw_bytes",
                          (unsigned long long)s.raw_bytes, "backlog",
                          (unsigned long long)s.backlog, "throttled",
                          (unsigned long long)s.throttled, "throttle_seconds",
                          (double)s.throttle_ns / 1e9, "dropped", (unsigned long long)s.dropped,
-                         "errno", s.error);
+                         "errno", s.error, "writer_seconds", (double)s.writer_ns / 1e9);
 }
 
 static PyObject *log_get_path(LogObject *self, void *c)
@@ -572,7 +572,8 @@ static PyMethodDef log_methods[] = {
 static PyGetSetDef log_getset[] = {
     {"stats", (getter)log_stats, NULL,
      "dict: records, chunks, file_bytes, raw_bytes written; backlog (bytes not yet\n"
-     "written); throttled, throttle_seconds (waits for the writer); dropped; errno",
+     "written); throttled, throttle_seconds (waits for the writer); dropped; errno;\n"
+     "writer_seconds (the writer thread's time building, compressing and writing chunks)",
      NULL},
     {"path", (getter)log_get_path, NULL, "the log's file", NULL},
     {"source", (getter)log_get_source, NULL, "the source id written with every record", NULL},
