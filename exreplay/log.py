@@ -531,13 +531,21 @@ def info(path: PathLike) -> dict:
 
 
 class _Writer:
-    """Writes records chunks in the log format from Python (used by merge)."""
+    """Writes records chunks in the log format from Python (used by merge).
+
+    Compression and writing run on one helper thread (zlib releases the GIL),
+    overlapping the caller's reading and merging; at most two chunks wait
+    for it, so memory stays bounded."""
 
     def __init__(self, path, schema: _Schema, level: int, sources):
+        from concurrent.futures import ThreadPoolExecutor
+
         self.f = builtins.open(path, "xb")
         self.schema = schema
         self.level = level
         self.f.write(schema.header_bytes({"sources": sorted(sources)}))
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="exreplay-log-merge")
+        self.pending: list = []
 
     def write(self, r: _Raw):
         n = len(r.ts)
@@ -548,10 +556,16 @@ class _Writer:
                         r.pos.astype("<i8", copy=False).tobytes(),
                         r.src.astype("<u4", copy=False).tobytes(),
                         r.fl.tobytes(), r.rows.tobytes(), r.fins.tobytes()))
-        body = zlib.compress(raw, self.level) if self.level else raw
         src = int(r.src[0]) if np.all(r.src == r.src[0]) else MIXED_SOURCE
+        while len(self.pending) >= 2:
+            self.pending.pop(0).result()
+        self.pending.append(self.pool.submit(self._compress_write, raw, n, src,
+                                             int(r.ts[0]), int(r.ts[-1])))
+
+    def _compress_write(self, raw, n, src, first, last):
+        body = zlib.compress(raw, self.level) if self.level else raw
         self._block(KIND_RECORDS, CODEC_ZLIB if self.level else CODEC_STORED, n, src,
-                    int(r.ts[0]), int(r.ts[-1]), len(raw), body)
+                    first, last, len(raw), body)
 
     def _block(self, kind, codec, count, src, first, last, raw_len, body):
         hb = struct.pack("<4sHHIIqqQQI", CHUNK_MAGIC, kind, codec, count, src, first, last,
@@ -562,10 +576,22 @@ class _Writer:
         self.f.write(body)
         self.f.write(_TRL.pack(HDR + len(body) + TRL, hcrc, TRAILER_MAGIC))
 
+    def drain(self):
+        while self.pending:
+            self.pending.pop(0).result()
+
     def close(self, last_ts):
+        self.drain()
+        self.pool.shutdown()
         self._block(KIND_END, CODEC_STORED, 0, MIXED_SOURCE, last_ts, last_ts, 0, b"")
         self.f.flush()
         os.fsync(self.f.fileno())
+        self.f.close()
+
+    def abort(self):
+        for fu in self.pending:
+            fu.cancel()
+        self.pool.shutdown(wait=True)
         self.f.close()
 
 
@@ -721,7 +747,7 @@ def merge(inputs: Sequence[PathLike], output: PathLike, *, level: int = 1,
                 w.write(_concat(pending, schema))
             w.close(last_ts)
         except BaseException:
-            w.f.close()
+            w.abort()
             try:
                 os.unlink(output)
             except OSError:
