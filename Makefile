@@ -10,7 +10,9 @@
 #   make warnings build once with -Werror (proves -Wall -Wextra is clean)
 #   make bench    the full benchmark suite (benchmarks/), then docs/benchmarks.md + docs/img/*.png
 #   make bench-quick  every benchmark at a few small sizes: a smoke run of seconds (part of `make test`)
-#   make demo     Ape-X DQN on CartPole on a local Ray cluster (python -m exreplay.examples.apex_cartpole)
+#   make demo     Ape-X DQN on CartPole on a local Ray cluster (python -m exreplay.examples.apex_cartpole),
+#                 logging every experience (--log build/demo-log), then the merged log's info and tail
+#   make fuzz-log a long mutation fuzz of the experience log reader (tests/test_fuzz_log.py)
 #   make demo-paper  the paper's record/get_batch timings against the pure-Python buffer (python -m exreplay.demo)
 #   make clean | distclean
 
@@ -39,7 +41,7 @@ CTEST_SRC := tests/c/test_core.c
 
 export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
 
-.PHONY: test venv build warnings ctest ctest-tsan pytest asan demo demo-paper bench bench-quick bench-deps clean distclean zlib
+.PHONY: test venv build warnings ctest ctest-tsan pytest asan demo demo-paper bench bench-quick bench-deps clean distclean zlib fuzz-log
 
 # --- environment ------------------------------------------------------------
 
@@ -143,8 +145,15 @@ test: venv
 # CPUs: stops at mean greedy return >= 475 over 20 episodes (about 10-35 s of
 # training here, plus a few seconds of Ray start-up) or after 5 minutes.
 DEMO_ARGS ?=
+DEMO_LOG  ?= build/demo-log
 demo: build
-	$(VPY) -m exreplay.examples.apex_cartpole $(DEMO_ARGS)
+	$(VPY) -m exreplay.examples.apex_cartpole --log $(DEMO_LOG) $(DEMO_ARGS)
+	$(VPY) -m exreplay.log info $(DEMO_LOG)/merged.xlog
+	$(VPY) -m exreplay.log tail -n 3 $(DEMO_LOG)/merged.xlog
+
+LOG_FUZZ_INPUTS ?= 200000
+fuzz-log: build
+	EXREPLAY_LOG_FUZZ_INPUTS=$(LOG_FUZZ_INPUTS) $(VPY) -m pytest -q tests/test_fuzz_log.py
 
 demo-paper: build
 	$(VPY) -m exreplay.demo

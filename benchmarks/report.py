@@ -1062,6 +1062,9 @@ def main(argv=None):
     ray_md = os.path.abspath(args.ray_md or os.path.join(os.path.dirname(md), "benchmarks_ray.md"))
     ray_md_rel = os.path.relpath(ray_md, os.path.dirname(md)) if os.path.exists(ray_md) else None
     text = build(data, rows, extra, img_dir, img_rel, plt, persist, ray, ray_md_rel)
+    from log_report import insert_log_section  # benchmarks/log_report.py: the experience log
+
+    text = insert_log_section(text, os.path.join(json_dir, "log.json"))
     with open(md + ".tmp", "w") as f:
         f.write(text)
     os.replace(md + ".tmp", md)

@@ -13,12 +13,13 @@ is safe to share between threads.
 executable specification and the benchmark baseline.
 """
 
-from exreplay._core import Batch, EpisodeData, ExperienceReplay, PickSelector
+from exreplay._core import Batch, EpisodeData, ExperienceLog, ExperienceReplay, PickSelector
 from exreplay.reference import PickSelectorClass
 
 __all__ = [
     "Batch",
     "EpisodeData",
+    "ExperienceLog",
     "ExperienceReplay",
     "PickSelector",
     "PickSelectorClass",

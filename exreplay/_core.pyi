@@ -4,6 +4,7 @@ The reference for behaviour is docs/api.md; the precise rules are in
 docs/semantics.md.
 """
 
+import os
 from collections.abc import Sequence
 from typing import Any, Final, SupportsIndex, final, overload
 
@@ -133,7 +134,17 @@ class ExperienceReplay:
         allow_short: bool = False,
         eviction: str = "fifo",
         seed: SupportsIndex | None = None,
+        log: ExperienceLog | None = None,
     ) -> ExperienceReplay: ...
+
+    # --- the experience log (docs/log.md) ---
+    def attach_log(self, log: ExperienceLog, /) -> None: ...
+    def detach_log(self) -> ExperienceLog | None: ...
+    @property
+    def log(self) -> ExperienceLog | None: ...
+    @classmethod
+    def from_log(cls, path: str | os.PathLike[str], **kwargs: Any) -> ExperienceReplay: ...
+    def ingest(self, path: str | os.PathLike[str]) -> int: ...
 
     # --- recording (GIL released) ---
     def new_episode(self) -> int: ...
@@ -218,3 +229,61 @@ class ExperienceReplay:
 def _floor_gather(
     rows: NDArray[Any], starts: ArrayLike, L: SupportsIndex, /
 ) -> tuple[NDArray[Any], NDArray[Any]]: ...
+
+
+class ExperienceLog:
+    """An append-only, chunked, zlib-compressed file of experience (docs/log.md)."""
+
+    def __new__(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        source: SupportsIndex = 0,
+        level: SupportsIndex = 1,
+        chunk_bytes: SupportsIndex = 1048576,
+        flush_interval: float | None = 1.0,
+        fsync: bool = False,
+        max_backlog: SupportsIndex = 268435456,
+        overwrite: bool = False,
+        state_shape: SupportsIndex | Sequence[SupportsIndex] | None = None,
+        state_dtype: DTypeLike = "float32",
+        action_shape: SupportsIndex | Sequence[SupportsIndex] = (),
+        action_dtype: DTypeLike = "int64",
+        reward_dtype: DTypeLike = "float32",
+    ) -> ExperienceLog: ...
+    def append(
+        self,
+        h: SupportsIndex,
+        pos: SupportsIndex,
+        state: ArrayLike,
+        action: ArrayLike,
+        reward: ArrayLike,
+        final_state: ArrayLike | None = None,
+        terminated: bool = False,
+    ) -> None: ...
+    def append_many(
+        self,
+        h: SupportsIndex,
+        pos: SupportsIndex,
+        states: ArrayLike,
+        actions: ArrayLike,
+        rewards: ArrayLike,
+        final_state: ArrayLike | None = None,
+        terminated: bool = False,
+    ) -> None: ...
+    def flush(self, sync: bool = False) -> None: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> ExperienceLog: ...
+    def __exit__(self, *exc: object) -> bool: ...
+    @property
+    def stats(self) -> dict[str, Any]: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def source(self) -> int: ...
+    @property
+    def level(self) -> int: ...
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def attached(self) -> bool: ...

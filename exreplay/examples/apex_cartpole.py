@@ -411,6 +411,9 @@ def parse_args(argv=None):
     p.add_argument("--progress-every", type=float, default=5.0, help="seconds between progress lines")
     p.add_argument("--num-cpus", type=int, default=2, help="CPUs of the local Ray cluster (if one is started)")
     p.add_argument("--json", default=None, help="write the summary to this JSON file")
+    p.add_argument("--log", default=None, metavar="DIR",
+                   help="log every experience (each replay shard writes DIR/replay-<shard>.xlog on "
+                        "its node) and merge the logs into DIR/merged.xlog at the end (docs/log.md)")
     p.add_argument("--quiet", action="store_true")
     return p.parse_args(argv)
 
@@ -432,7 +435,7 @@ def run(args, log=print):
             args.shards, impl=args.replay, state_shape=(OBS_DIM,), capacity=args.capacity,
             pick_len=N_STEP, allow_short=True, seed=args.seed,
             selectors=[("prioritized", {"alpha": 0.6, "beta": 0.4})],
-            actor_options={"num_cpus": 0},
+            actor_options={"num_cpus": 0}, log_dir=args.log,
         )
         replay.wait_ready()
         K = args.actors
@@ -551,6 +554,14 @@ def run(args, log=print):
         )
         for a in actors + [learner, evaluator]:
             ray.kill(a)
+        if args.log:
+            t_merge = time.perf_counter()
+            merged = replay.gather_logs(args.log)
+            summary["log"] = dict(merged, merge_s=round(time.perf_counter() - t_merge, 2))
+            log(f"log: {merged['records']} experiences from sources {merged['sources']} merged in "
+                f"timestamp order into {merged['path']} ({merged['bytes'] / 1e6:.1f} MB, "
+                f"{merged['chunks']} chunks, {summary['log']['merge_s']:.2f} s); "
+                f"python -m exreplay.log info|tail {merged['path']}")
         replay.shutdown()
         return summary
     finally:

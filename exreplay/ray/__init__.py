@@ -40,6 +40,7 @@ __all__ = [
     "Rollout",
     "split_batch",
     "concat_batches",
+    "gather_logs",
 ]
 
 _KINDS = {
@@ -251,10 +252,15 @@ class ReplayServer:
     ``(kind, params)``. Default: one prioritized selector (alpha=0.6, beta=0.4).
     buffer: an existing buffer (e.g. from ``ray.put``/``unserialize``) to serve
     instead of building one; its selectors are then taken as they are.
+    log: ``{"dir": DIR, "source": k, "level": 1, ...}`` attaches an experience
+    log (docs/log.md) written on this actor's node to ``DIR/replay-<k>.xlog``:
+    every step recorded here is logged by the buffer's own writer thread, and
+    nothing extra crosses Ray per append. ``gather_logs`` merges the logs.
     The other keyword arguments go to the buffer's constructor.
     """
 
-    def __init__(self, *, impl: str = "c", selectors=(("prioritized", {}),), buffer=None, **buffer_kwargs):
+    def __init__(self, *, impl: str = "c", selectors=(("prioritized", {}),), buffer=None, log=None,
+                 **buffer_kwargs):
         self._selectors: dict[int, PickSelectorClass] = {}
         self._params: dict[int, dict] = {}
         self._sel_objs: dict[int, Any] = {}
@@ -277,6 +283,9 @@ class ReplayServer:
             for kind, params in specs:
                 self.new_pick_selector(kind, **params)
         self.impl = "c" if isinstance(self.buf, exreplay.ExperienceReplay) else "reference"
+        self._log = None
+        if log is not None:
+            self._open_log(**log)
         self._meter = _Meter()
         self._streams: dict[Hashable, int | None] = {}
         self._stream_seq: dict[Hashable, int] = {}
@@ -455,6 +464,55 @@ class ReplayServer:
     def ping(self) -> bool:
         return True
 
+    # -- the experience log (docs/log.md) ----------------------------------------------
+
+    def _open_log(self, dir: str, source: int = 0, **log_kwargs) -> None:
+        import os
+
+        if self.impl != "c":
+            raise ValueError("log: the experience log needs impl='c'")
+        os.makedirs(dir, exist_ok=True)
+        path = os.path.join(dir, f"replay-{source}.xlog")
+        log_kwargs.setdefault("overwrite", True)
+        self._log = exreplay.ExperienceLog(path, source=source, **log_kwargs)
+        self.buf.attach_log(self._log)
+
+    def log_info(self) -> dict | None:
+        """Where this actor's log is (path, node id, host) and its writer's stats."""
+        if self._log is None:
+            return None
+        import os
+        import socket
+
+        node = None
+        try:
+            import ray
+
+            if ray.is_initialized():
+                node = ray.get_runtime_context().get_node_id()
+        except ImportError:  # pragma: no cover - a plain ReplayServer without Ray
+            pass
+        return dict(path=self._log.path, source=self._log.source, node_id=node,
+                    host=socket.gethostname(), closed=self._log.closed,
+                    bytes=os.path.getsize(self._log.path), stats=self._log.stats)
+
+    def log_close(self) -> dict | None:
+        """Stops logging and closes the log (flushed, end marker); returns log_info()."""
+        if self._log is None:
+            return None
+        if not self._log.closed:
+            self._log.close()
+        return self.log_info()
+
+    def log_read(self, offset: int, size: int) -> bytes:
+        """size bytes of the log file from offset (fewer at its end): how
+        gather_logs ships a log from another node, piece by piece."""
+        if self._log is None:
+            raise ValueError("log_read: this replay has no log")
+        with open(self._log.path, "rb") as f:
+            f.seek(offset)
+            return f.read(min(size, 64 << 20))
+
 
 
 # --- the Ray actor ------------------------------------------------------------------
@@ -532,7 +590,8 @@ class ShardedReplay:
 
     def __init__(self, n_shards: int | None = None, *, actors=None, seed: int | None = None,
                  selectors=(("prioritized", {}),), capacity: int | None = 1_000_000,
-                 actor_options: dict | None = None, impl: str = "c", **buffer_kwargs):
+                 actor_options: dict | None = None, impl: str = "c", log_dir: str | None = None,
+                 log_options: dict | None = None, **buffer_kwargs):
         ray = _ray()
         if actors is None:
             if n_shards is None or n_shards < 1:
@@ -544,7 +603,9 @@ class ShardedReplay:
             actors = [
                 Actor.options(**opts).remote(
                     impl=impl, selectors=selectors, capacity=cap,
-                    seed=None if seed is None else seed + i, **buffer_kwargs)
+                    seed=None if seed is None else seed + i,
+                    log=None if log_dir is None else dict(log_options or {}, dir=log_dir, source=i),
+                    **buffer_kwargs)
                 for i in range(n_shards)
             ]
         self.shards = list(actors)
@@ -688,8 +749,67 @@ class ShardedReplay:
         """Every shard's whole buffer (through the object store)."""
         return _ray().get([s.buffer.remote() for s in self.shards])
 
+    def gather_logs(self, dest_dir: str, output: str | None = None, **kwargs) -> dict:
+        """gather_logs over the shards (see the module function)."""
+        return gather_logs(self.shards, dest_dir, output, **kwargs)
+
     def shutdown(self) -> None:
         ray = _ray()
         for s in self.shards:
             ray.kill(s)
         self.shards = []
+
+
+# --- the experience log on Ray ------------------------------------------------------
+
+
+def gather_logs(replays, dest_dir: str, output: str | None = None, *, force_ship: bool = False,
+                piece_bytes: int = 8 << 20, level: int = 1, progress=None) -> dict:
+    """Closes the experience logs of ReplayActors (built with ``log=`` or a
+    ShardedReplay with ``log_dir=``) and merges them into ``output``
+    (default ``dest_dir/merged.xlog``) in timestamp order; returns
+    ``exreplay.log.info`` of it.
+
+    A log on this process's node is read where it is; one on another node
+    (or every one, with ``force_ship``) is copied into ``dest_dir`` through
+    Ray in pieces of ``piece_bytes``, one at a time, so neither side holds
+    more than a piece. Logs are merged in source order, so records with
+    equal timestamps keep it.
+    """
+    import os
+
+    import exreplay.log as xlog
+
+    ray = _ray()
+    replays = list(replays)
+    infos = ray.get([r.log_close.remote() for r in replays])
+    if any(i is None for i in infos):
+        raise ValueError("replays: a ReplayActor without a log (build it with log=)")
+    here = ray.get_runtime_context().get_node_id()
+    os.makedirs(dest_dir, exist_ok=True)
+    local = []
+    shipped = 0
+    for r, info in sorted(zip(replays, infos), key=lambda x: x[1]["source"]):
+        path = info["path"]
+        if not force_ship and info["node_id"] == here and os.path.exists(path):
+            local.append(path)
+            continue
+        dst = os.path.join(dest_dir, f"shipped-{info['source']}.xlog")
+        with open(dst, "wb") as f:
+            off = 0
+            while off < info["bytes"]:
+                piece = ray.get(r.log_read.remote(off, piece_bytes))
+                if not piece:
+                    break
+                f.write(piece)
+                off += len(piece)
+                shipped += len(piece)
+        local.append(dst)
+    output = output or os.path.join(dest_dir, "merged.xlog")
+    if os.path.exists(output):
+        os.unlink(output)
+    out = xlog.merge(local, output, level=level, progress=progress)
+    out["inputs"] = local
+    out["shipped_bytes"] = shipped
+    return out
+

@@ -76,6 +76,18 @@ class ReplayActor(ReplayServer):
     def ping(self, *args, **kwargs):
         return ReplayServer.ping(self, *args, **kwargs)
 
+    @ray.method(concurrency_group="control")
+    def log_info(self, *args, **kwargs):
+        return ReplayServer.log_info(self, *args, **kwargs)
+
+    @ray.method(concurrency_group="control")
+    def log_close(self, *args, **kwargs):
+        return ReplayServer.log_close(self, *args, **kwargs)
+
+    @ray.method(concurrency_group="control")
+    def log_read(self, *args, **kwargs):
+        return ReplayServer.log_read(self, *args, **kwargs)
+
 
 
 ReplayActor.__doc__ = ReplayServer.__doc__

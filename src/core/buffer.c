@@ -658,14 +658,22 @@ static exr_status record_steps_locked(exr_buffer *b, int64_t h, const exr_steps 
             memcpy(&body->aux[n], &rp, sizeof rp);
             e->n = n + 1;
             b->n_records++;
+            const unsigned char *fin = NULL;
             if (last && in->end) {
                 e->ended = 1;
                 e->terminated = in->terminated;
                 if (pr.fin) {
                     memcpy(pr.fin, in->final_state, L->state_bytes);
                     body->final_state = pr.fin;
+                    fin = pr.fin;
                     pr.fin = NULL;
                 }
+            }
+            if (b->hook) { /* the row is in place: never deferred with a hook */
+                size_t k, off;
+                exr_store_locate(L, n, &k, &off);
+                b->hook(b->hook_ctx, b, h, n, exr_seg_row(L, body->segs[k], off), fin,
+                        last && in->end, last && in->end && in->terminated);
             }
             enter_picks_locked(b, slot);
             if (last && in->end)
@@ -735,6 +743,10 @@ exr_status exr_buffer_record(exr_buffer *b, int64_t h, const exr_steps *in, int6
     size_t bytes;
     bool defer = !exr_mul_size(in->T, b->lay.row_bytes, &bytes) || bytes >= EXR_COPY_UNLOCKED;
     exr_buffer_lock(b);
+    /* The log's hook reads each row as it is committed, so a buffer with a
+     * log attached copies under the lock (docs/design.md). */
+    if (b->hook)
+        defer = false;
     wait_not_busy_locked(b, h);
     rec_plan plan;
     exr_status st = record_steps_locked(b, h, in, defer, &plan, out_h);
@@ -1086,6 +1098,15 @@ static int redraw_unpublished_locked(exr_buffer *b, exr_selector *s, size_t coun
                 return 0;
     return 1;
 }
+
+void exr_buffer_set_hook_locked(exr_buffer *b, exr_step_hook fn, void *ctx)
+{
+    b->hook = fn;
+    b->hook_ctx = fn ? ctx : NULL;
+}
+
+void exr_buffer_pin_locked(exr_buffer *b, exr_reader *r) { pin_locked(b, r); }
+void exr_buffer_unpin_locked(exr_buffer *b, exr_reader *r) { unpin(b, r); }
 
 /* Per-call scratch: on the stack for small batches (most calls), on the
  * heap beyond. */

@@ -146,6 +146,21 @@ exr_status exr_buffer_episode_info_locked(const exr_buffer *b, int64_t h, uint64
 exr_status exr_buffer_episode_copy_locked(const exr_buffer *b, int64_t h, void *state,
                                           void *action, void *reward, void *final);
 
+/* The experience log's hook (log.h): called under the lock once for every
+ * step that exr_buffer_record_locked commits, before the eviction it may
+ * cause, with the step's episode handle and position, its row
+ * (state|action|reward in the buffer's storage), its final state (NULL if
+ * none) and whether it ends the episode. fn NULL removes the hook. */
+typedef void (*exr_step_hook)(void *ctx, exr_buffer *b, int64_t h, uint64_t pos,
+                              const unsigned char *row, const unsigned char *final_state,
+                              bool end, bool terminated);
+void exr_buffer_set_hook_locked(exr_buffer *b, exr_step_hook fn, void *ctx);
+/* Pins the storage of every row now in the buffer, as get_batch does:
+ * nothing it holds is freed (evicted or regrown) until the unpin. */
+typedef struct exr_reader exr_reader;
+void exr_buffer_pin_locked(exr_buffer *b, exr_reader *r);
+void exr_buffer_unpin_locked(exr_buffer *b, exr_reader *r);
+
 /* Test hooks. handles: num_episodes entries, ascending. picks: num_picks
  * entries in table order. */
 void exr_buffer_handles_locked(const exr_buffer *b, int64_t *out);

@@ -75,6 +75,9 @@ struct exr_buffer {
         size_t rows;
     } spare[EXR_SPARE_SEGS];
     size_t nspare, spare_bytes;
+    /* the experience log's hook (buffer.h) */
+    exr_step_hook hook;
+    void *hook_ctx;
 };
 
 /* Room for one more entry in b->sels. */

@@ -27,6 +27,7 @@ typedef struct {
     PyTypeObject *batch_type;
     PyTypeObject *episode_type;
     PyTypeObject *block_type;
+    PyTypeObject *log_type;
     /* batch memory kept for reuse (block.c); used with the GIL held */
     struct {
         void *mem;
@@ -47,6 +48,7 @@ typedef struct {
     int eviction;
     PyObject *weakreflist;
     unsigned long busy_thread; /* the thread inside save()'s progress callback */
+    PyObject *log;             /* the ExperienceLog attached (log.c), or NULL */
 } ReplayObject;
 
 /* save() calls its progress callback with the buffer locked: a call back
@@ -138,5 +140,19 @@ int exr_index_to_handle(PyObject *o, int64_t *h);
 /* Accepts a PickSelector of this buffer or an integer handle. -1 with an
  * exception on error. */
 int exr_selector_handle(ReplayObject *self, PyObject *ps, int64_t *h);
+
+/* log.c: ExperienceLog, and attaching one to a buffer. */
+struct exr_log;
+int exr_log_init_type(PyObject *module, exr_modstate *st);
+int exr_replay_attach_log(ReplayObject *self, PyObject *log);
+void exr_replay_detach_log(ReplayObject *self); /* no-op without a log */
+struct exr_log *exr_replay_log(ReplayObject *self); /* NULL without a log */
+PyObject *exr_replay_attach_log_py(ReplayObject *self, PyObject *log);
+PyObject *exr_replay_detach_log_py(ReplayObject *self, PyObject *unused);
+PyObject *exr_replay_get_log(ReplayObject *self, void *c);
+PyObject *exr_replay_from_log(PyObject *cls, PyObject *args, PyObject *kw);
+PyObject *exr_replay_ingest(ReplayObject *self, PyObject *args, PyObject *kw);
+/* Waits while the log's backlog is full (log.h); call without the GIL. */
+void exr_log_throttle(struct exr_log *lg);
 
 #endif

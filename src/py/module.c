@@ -256,7 +256,7 @@ static int module_exec(PyObject *m)
         PyModule_AddObjectRef(m, "EpisodeData", (PyObject *)st->episode_type) < 0)
         return -1;
     if (exr_block_init_type(m, st) < 0 || exr_selector_init_type(m, st) < 0 ||
-        exr_replay_init_type(m, st) < 0)
+        exr_replay_init_type(m, st) < 0 || exr_log_init_type(m, st) < 0)
         return -1;
     for (int k = 0; k < exr_selector_nkinds; k++)
         if (PyModule_AddIntConstant(m, exr_selector_kinds[k]->name, k) < 0)
@@ -274,6 +274,7 @@ static int module_traverse(PyObject *m, visitproc visit, void *arg)
     Py_VISIT(st->batch_type);
     Py_VISIT(st->episode_type);
     Py_VISIT(st->block_type);
+    Py_VISIT(st->log_type);
     return 0;
 }
 
@@ -285,6 +286,7 @@ static int module_clear(PyObject *m)
     Py_CLEAR(st->batch_type);
     Py_CLEAR(st->episode_type);
     Py_CLEAR(st->block_type);
+    Py_CLEAR(st->log_type);
     return 0;
 }
 

@@ -277,12 +277,13 @@ static PyObject *replay_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"state_shape", "state_dtype", "action_shape", "action_dtype",
                              "reward_dtype", "capacity", "pick_len", "allow_short",
-                             "eviction", "seed", NULL};
+                             "eviction", "seed", "log", NULL};
     PyObject *o_sshape, *o_sdtype = NULL, *o_ashape = NULL, *o_adtype = NULL, *o_rdtype = NULL;
     PyObject *o_cap = NULL, *o_plen = NULL, *o_short = NULL, *o_evict = NULL, *o_seed = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OOOOOOOOO:ExperienceReplay", kwlist, &o_sshape,
+    PyObject *o_log = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OOOOOOOOOO:ExperienceReplay", kwlist, &o_sshape,
                                      &o_sdtype, &o_ashape, &o_adtype, &o_rdtype, &o_cap, &o_plen,
-                                     &o_short, &o_evict, &o_seed))
+                                     &o_short, &o_evict, &o_seed, &o_log))
         return NULL;
     ReplayObject *self = (ReplayObject *)type->tp_alloc(type, 0);
     if (!self)
@@ -406,6 +407,8 @@ static PyObject *replay_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         exr_raise(st, "ExperienceReplay");
         goto error;
     }
+    if (o_log != Py_None && exr_replay_attach_log(self, o_log) < 0)
+        goto error;
     return (PyObject *)self;
 error:
     Py_DECREF(self);
@@ -417,6 +420,8 @@ static void replay_dealloc(ReplayObject *self)
     PyTypeObject *tp = Py_TYPE(self);
     if (self->weakreflist)
         PyObject_ClearWeakRefs((PyObject *)self);
+    if (self->buf)
+        exr_replay_detach_log(self);
     exr_buffer_free(self->buf);
     Py_XDECREF(self->state_descr);
     Py_XDECREF(self->action_descr);
@@ -487,7 +492,10 @@ static PyObject *replay_record(ReplayObject *self, PyObject *const *args, Py_ssi
         .terminated = terminated,
     };
     exr_status st;
+    struct exr_log *lg = exr_replay_log(self);
     Py_BEGIN_ALLOW_THREADS
+    if (lg)
+        exr_log_throttle(lg); /* the log's back-pressure, before any lock */
     st = exr_buffer_record(self->buf, h, &in, &h);
     Py_END_ALLOW_THREADS
     Py_DECREF(state);
@@ -569,7 +577,10 @@ static PyObject *replay_record_many(ReplayObject *self, PyObject *const *args, P
         .terminated = terminated,
     };
     exr_status st;
+    struct exr_log *lg = exr_replay_log(self);
     Py_BEGIN_ALLOW_THREADS
+    if (lg)
+        exr_log_throttle(lg); /* the log's back-pressure, before any lock */
     st = exr_buffer_record(self->buf, h, &in, &h);
     Py_END_ALLOW_THREADS
     Py_DECREF(states);
@@ -1438,6 +1449,18 @@ static PyMethodDef replay_methods[] = {
      "stored_priorities($self, ps, pick_epi, pick_pos, /)\n--\n\n"
      "float64 array of the stored p**alpha of each pick (as float32) for a\n"
      "prioritized selector. ValueError for a missing pick."},
+    {"attach_log", (PyCFunction)exr_replay_attach_log_py, METH_O,
+     "attach_log($self, log, /)\n--\n\nEvery step recorded from now on is also written to log\n"
+     "(an ExperienceLog; docs/log.md)."},
+    {"detach_log", (PyCFunction)exr_replay_detach_log_py, METH_NOARGS,
+     "detach_log($self, /)\n--\n\nStops logging; returns the log (or None)."},
+    {"from_log", (PyCFunction)(void (*)(void))exr_replay_from_log,
+     METH_VARARGS | METH_KEYWORDS | METH_CLASS,
+     "from_log(path, *, capacity=None, **kwargs)\n--\n\nA new buffer holding every step of "
+     "the log at path\n(docs/log.md)."},
+    {"ingest", (PyCFunction)(void (*)(void))exr_replay_ingest, METH_VARARGS | METH_KEYWORDS,
+     "ingest($self, path)\n--\n\nRecords every step of the log at path into this buffer;\n"
+     "returns the number of steps."},
     {"_handles", (PyCFunction)replay_handles, METH_NOARGS, "test hook: live handles, ascending"},
     {"_picks", (PyCFunction)replay_picks, METH_NOARGS, "test hook: (pick_epi, pick_pos)"},
     {"_gather", (PyCFunction)(void (*)(void))replay_gather, METH_FASTCALL,
@@ -1463,6 +1486,7 @@ static PyGetSetDef replay_getset[] = {
      NULL},
     {"eviction", (getter)get_eviction, NULL, "'fifo' or 'second_chance'", NULL},
     {"seed", (getter)get_seed, NULL, "the seed given (None: from the OS)", NULL},
+    {"log", (getter)exr_replay_get_log, NULL, "the ExperienceLog attached, or None", NULL},
     {NULL},
 };
 
@@ -1481,7 +1505,7 @@ static PyType_Slot replay_slots[] = {
     {Py_tp_doc,
      "ExperienceReplay(state_shape, state_dtype='float32', action_shape=(), "
      "action_dtype='int64', reward_dtype='float32', capacity=1000000, pick_len=1, "
-     "allow_short=False, eviction='fifo', seed=None)\n--\n\n"
+     "allow_short=False, eviction='fifo', seed=None, log=None)\n--\n\n"
      "An experience replay buffer of episodes, drawn from as fixed-length picks.\n"
      "See docs/api.md."},
     {0, NULL},

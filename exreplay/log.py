@@ -1,0 +1,903 @@
+"""Reading, merging and replaying experience logs (docs/log.md).
+
+An experience log is the file an :class:`exreplay.ExperienceLog` writes: every
+step recorded into a buffer (or appended to the log) with a timestamp and a
+source id, in zlib-compressed chunks. This module reads it back:
+
+- :func:`open` iterates a log chunk by chunk as NumPy arrays (:class:`Chunk`),
+  never loading the whole file;
+- :func:`tail` returns the last ``n`` records, reading from the end;
+- :func:`info` summarises a log from its chunk headers;
+- :func:`merge` writes one log in timestamp order from many (streaming k-way);
+- ``ExperienceReplay.from_log`` / ``buf.ingest`` rebuild a buffer from a log.
+
+Every reader is held to the standard of ``unserialize``: bytes that are not a
+valid log raise ``ValueError`` (naming the file and the offset); a chunk cut
+short at the end of the file (a writer killed mid-write) ends the iteration
+cleanly and is reported as the torn tail. No allocation is larger than what
+the file's own length justifies.
+
+Command line: ``python -m exreplay.log info|tail|merge|cat FILE...``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import os
+import struct
+import sys
+import time
+import zlib
+from typing import Callable, Iterator, NamedTuple, Optional, Sequence, Union
+
+import numpy as np
+
+__all__ = ["Chunk", "LogReader", "open", "tail", "info", "merge", "main", "FLAG_END",
+           "FLAG_TERMINATED", "FLAG_FINAL", "MIXED_SOURCE"]
+
+FILE_MAGIC = b"EXRPLOG\n"
+FILE_VERSION = 1
+CHUNK_MAGIC = b"XRCK"
+TRAILER_MAGIC = b"XREN"
+KIND_RECORDS, KIND_END = 1, 2
+CODEC_STORED, CODEC_ZLIB = 0, 1
+FLAG_END, FLAG_TERMINATED, FLAG_FINAL = 1, 2, 4
+MIXED_SOURCE = 0xFFFFFFFF
+MAX_SCHEMA = 4096
+MAX_RAW = 1 << 31  # raw bytes of one chunk (the writer stays under 2**30 + one step)
+META = 29  # timestamp, handle, position (8 bytes each), source (4), flags (1)
+# deflate expands at most about 1032:1; a longer claim is corrupt
+ZLIB_RATIO = 1032
+
+_HDR = struct.Struct("<4sHHIIqqQQII")  # 56 bytes
+_TRL = struct.Struct("<QI4s")  # 16 bytes
+HDR, TRL = _HDR.size, _TRL.size
+assert HDR == 56 and TRL == 16
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class Chunk(NamedTuple):
+    """The records of one chunk (or of a tail) as NumPy arrays, in log order.
+
+    ``final_states`` holds one state per record whose flags have
+    ``FLAG_FINAL``, in the same order as those records.
+    """
+
+    states: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    handles: np.ndarray  # int64
+    positions: np.ndarray  # int64: the step's position in its episode
+    timestamps: np.ndarray  # int64 nanoseconds, CLOCK_REALTIME
+    sources: np.ndarray  # uint32
+    flags: np.ndarray  # uint8: FLAG_END | FLAG_TERMINATED | FLAG_FINAL
+    final_states: np.ndarray
+
+
+class _Raw(NamedTuple):
+    """A chunk's records undecoded: rows are state|action|reward bytes."""
+
+    ts: np.ndarray
+    h: np.ndarray
+    pos: np.ndarray
+    src: np.ndarray
+    fl: np.ndarray
+    rows: np.ndarray  # (n, row) uint8
+    fins: np.ndarray  # (nfin, state_bytes) uint8
+
+
+class _Schema:
+    """The record layout of a log (its file header)."""
+
+    def __init__(self, sb, ab, rb, js, header_len):
+        self.state_bytes, self.action_bytes, self.reward_bytes = sb, ab, rb
+        self.row = sb + ab + rb
+        self.header_len = header_len
+        self.json = js
+        self.state_dtype, self.state_shape = js["state"]
+        self.action_dtype, self.action_shape = js["action"]
+        self.reward_dtype, _ = js["reward"]
+        self.sources = js.get("sources")
+
+    def same_layout(self, o: "_Schema") -> bool:
+        return (self.state_dtype == o.state_dtype and self.state_shape == o.state_shape
+                and self.action_dtype == o.action_dtype and self.action_shape == o.action_shape
+                and self.reward_dtype == o.reward_dtype)
+
+    def header_bytes(self, extra: Optional[dict] = None) -> bytes:
+        js = {k: {"dtype": d.str, "shape": list(s)} for k, (d, s) in
+              (("state", (self.state_dtype, self.state_shape)),
+               ("action", (self.action_dtype, self.action_shape)),
+               ("reward", (self.reward_dtype, ())))}
+        if extra:
+            js.update(extra)
+        blob = json.dumps(js).encode()
+        if len(blob) > MAX_SCHEMA:
+            raise ValueError("schema: longer than %d bytes" % MAX_SCHEMA)
+        hl = 8 + 4 + 4 + 24 + 4 + len(blob) + 4
+        head = (FILE_MAGIC + struct.pack("<IIQQQI", FILE_VERSION, hl, self.state_bytes,
+                                         self.action_bytes, self.reward_bytes, len(blob)) + blob)
+        return head + struct.pack("<I", zlib.crc32(head))
+
+
+def _bad(path, off, what):
+    return ValueError("%s: not a valid experience log at byte %d: %s" % (path, off, what))
+
+
+def _field(js, name, path, nbytes, reward=False):
+    f = js.get(name)
+    if not isinstance(f, dict) or not isinstance(f.get("dtype"), str) or not isinstance(
+            f.get("shape"), list):
+        raise _bad(path, 0, "schema field %r missing or malformed" % name)
+    ds = f["dtype"]
+    if len(ds) > 8 or len(ds) < 2 or ds[0] not in "<>|=" or ds[1] not in ("f" if reward else "biuf"):
+        raise _bad(path, 0, "schema %s dtype %r is not a plain numeric dtype" % (name, ds))
+    try:
+        dt = np.dtype(ds)
+    except TypeError as e:
+        raise _bad(path, 0, "schema %s dtype %r: %s" % (name, ds, e)) from None
+    if dt.kind not in ("f" if reward else "biuf") or dt.fields is not None or dt.subdtype:
+        raise _bad(path, 0, "schema %s dtype %r is not a plain numeric dtype" % (name, ds))
+    shape = f["shape"]
+    if len(shape) > 30 or not all(type(d) is int and 1 <= d <= 1 << 40 for d in shape):
+        raise _bad(path, 0, "schema %s shape %r" % (name, shape))
+    if reward and shape:
+        raise _bad(path, 0, "schema reward shape must be ()")
+    size = dt.itemsize
+    for d in shape:
+        size *= d
+    if size != nbytes:
+        raise _bad(path, 0, "schema %s takes %d bytes, the header says %d" % (name, size, nbytes))
+    return dt.newbyteorder("<") if dt.byteorder == ">" else dt, tuple(shape)
+
+
+def _read_schema(f, path) -> _Schema:
+    head = f.read(44)
+    if len(head) < 44 or head[:8] != FILE_MAGIC:
+        raise _bad(path, 0, "no experience log header (magic %r)" % head[:8])
+    version, hl, sb, ab, rb, slen = struct.unpack("<IIQQQI", head[8:44])
+    if version != FILE_VERSION:
+        raise _bad(path, 8, "format version %d (this reader knows %d)" % (version, FILE_VERSION))
+    if slen > MAX_SCHEMA or hl != 44 + slen + 4:
+        raise _bad(path, 12, "header length %d / schema length %d" % (hl, slen))
+    rest = f.read(slen + 4)
+    if len(rest) < slen + 4:
+        raise _bad(path, 44, "file header cut short")
+    (crc,) = struct.unpack("<I", rest[slen:])
+    if zlib.crc32(head + rest[:slen]) != crc:
+        raise _bad(path, 44 + slen, "file header CRC mismatch")
+    if sb < 1 or sb > MAX_RAW or ab > MAX_RAW or rb not in (2, 4, 8):
+        raise _bad(path, 16, "field sizes %d/%d/%d" % (sb, ab, rb))
+    try:
+        js = json.loads(rest[:slen].decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise _bad(path, 44, "schema is not JSON: %s" % e) from None
+    if not isinstance(js, dict):
+        raise _bad(path, 44, "schema is not a JSON object")
+    fields = {
+        "state": _field(js, "state", path, sb),
+        "action": _field(js, "action", path, ab),
+        "reward": _field(js, "reward", path, rb, reward=True),
+    }
+    src = js.get("sources")
+    if src is not None and not (isinstance(src, list) and all(
+            type(s) is int and 0 <= s < MIXED_SOURCE for s in src)):
+        raise _bad(path, 44, "schema sources %r" % (src,))
+    fields["sources"] = src
+    return _Schema(sb, ab, rb, fields, hl)
+
+
+class _Header(NamedTuple):
+    kind: int
+    codec: int
+    count: int
+    source: int
+    first: int
+    last: int
+    raw_len: int
+    body_len: int
+    body_crc: int
+    header_crc: int
+
+
+def _parse_header(b: bytes, path, off, schema: _Schema, remaining: int):
+    """A checked chunk header, or None if b is not a whole valid header."""
+    magic, kind, codec, count, source, first, last, raw, blen, bcrc, hcrc = _HDR.unpack(b)
+    if magic != CHUNK_MAGIC or zlib.crc32(b[:52]) != hcrc:
+        return None
+    h = _Header(kind, codec, count, source, first, last, raw, blen, bcrc, hcrc)
+    if kind == KIND_END:
+        if count or raw or blen or codec != CODEC_STORED:
+            raise _bad(path, off, "end marker with contents")
+        return h
+    if kind != KIND_RECORDS or codec not in (CODEC_STORED, CODEC_ZLIB):
+        raise _bad(path, off, "chunk kind %d codec %d" % (kind, codec))
+    if count < 1 or raw > MAX_RAW or count * (META + schema.row) > raw:
+        raise _bad(path, off, "chunk of %d records in %d raw bytes" % (count, raw))
+    if (raw - count * (META + schema.row)) % schema.state_bytes or (
+            raw - count * (META + schema.row)) // schema.state_bytes > count:
+        raise _bad(path, off, "chunk raw length %d does not fit %d records" % (raw, count))
+    if codec == CODEC_STORED and blen != raw:
+        raise _bad(path, off, "stored chunk body %d != raw %d" % (blen, raw))
+    if codec == CODEC_ZLIB and raw > blen * ZLIB_RATIO + 64:
+        raise _bad(path, off, "chunk claims %d raw bytes from %d compressed" % (raw, blen))
+    if first > last:
+        raise _bad(path, off, "chunk first timestamp after its last")
+    return h
+
+
+def _decode(h: _Header, body: bytes, path, off, schema: _Schema) -> _Raw:
+    if zlib.crc32(body) != h.body_crc:
+        raise _bad(path, off, "chunk body CRC mismatch")
+    if h.codec == CODEC_ZLIB:
+        d = zlib.decompressobj()
+        try:
+            raw = d.decompress(body, h.raw_len)
+        except zlib.error as e:
+            raise _bad(path, off, "chunk body: %s" % e) from None
+        if len(raw) != h.raw_len or not d.eof or d.unused_data or d.unconsumed_tail:
+            raise _bad(path, off, "chunk body does not inflate to %d bytes" % h.raw_len)
+    else:
+        raw = body
+    n = h.count
+    buf = memoryview(raw)
+    ts = np.frombuffer(buf, "<i8", n, 0)
+    hh = np.frombuffer(buf, "<i8", n, 8 * n)
+    pos = np.frombuffer(buf, "<i8", n, 16 * n)
+    src = np.frombuffer(buf, "<u4", n, 24 * n)
+    fl = np.frombuffer(buf, "u1", n, 28 * n)
+    rows = np.frombuffer(buf, "u1", n * schema.row, META * n).reshape(n, schema.row)
+    nfin = int(np.count_nonzero(fl & FLAG_FINAL))
+    if n * (META + schema.row) + nfin * schema.state_bytes != h.raw_len:
+        raise _bad(path, off, "chunk has %d final states, its length says otherwise" % nfin)
+    fins = np.frombuffer(buf, "u1", nfin * schema.state_bytes,
+                         (META + schema.row) * n).reshape(nfin, schema.state_bytes)
+    if np.any(fl & ~np.uint8(7)) or np.any((fl & (FLAG_TERMINATED | FLAG_FINAL)).astype(bool)
+                                           & ~(fl & FLAG_END).astype(bool)):
+        raise _bad(path, off, "record flags")
+    if ts[0] != h.first or ts[-1] != h.last or (n > 1 and np.any(ts[1:] < ts[:-1])):
+        raise _bad(path, off, "timestamps out of order or not those of the header")
+    if np.any(pos < 0):
+        raise _bad(path, off, "negative position")
+    if h.source != MIXED_SOURCE and np.any(src != h.source):
+        raise _bad(path, off, "record source differs from the chunk's")
+    if np.any(src == MIXED_SOURCE):
+        raise _bad(path, off, "record source %d" % MIXED_SOURCE)
+    return _Raw(ts, hh, pos, src, fl, rows, fins)
+
+
+def _to_chunk(r: _Raw, schema: _Schema) -> Chunk:
+    n, sb, ab = len(r.ts), schema.state_bytes, schema.action_bytes
+    rows = r.rows
+    states = np.ascontiguousarray(rows[:, :sb]).view(schema.state_dtype).reshape(
+        (n,) + schema.state_shape)
+    actions = np.ascontiguousarray(rows[:, sb:sb + ab]).view(schema.action_dtype).reshape(
+        (n,) + schema.action_shape)
+    rewards = np.ascontiguousarray(rows[:, sb + ab:]).view(schema.reward_dtype).reshape(n)
+    fins = np.ascontiguousarray(r.fins).view(schema.state_dtype).reshape(
+        (len(r.fins),) + schema.state_shape)
+    return Chunk(states, actions, rewards, r.h.copy(), r.pos.copy(), r.ts.copy(),
+                 r.src.copy(), r.fl.copy(), fins)
+
+
+class LogReader:
+    """An open experience log: iterate it for :class:`Chunk` s (see :func:`open`).
+
+    After the iteration ends, ``torn`` is the number of bytes of an
+    incomplete last chunk that were skipped (0 for a whole file) and
+    ``ended`` tells whether the writer closed the log (its end marker).
+    """
+
+    def __init__(self, path: PathLike):
+        self.path = os.fspath(path)
+        self._f = builtins.open(self.path, "rb")
+        try:
+            self.schema = _read_schema(self._f, self.path)
+            self.size = os.fstat(self._f.fileno()).st_size
+        except BaseException:
+            self._f.close()
+            raise
+        self.torn = 0
+        self.ended = False
+
+    # layout
+    @property
+    def state_shape(self):
+        return self.schema.state_shape
+
+    @property
+    def state_dtype(self):
+        return self.schema.state_dtype
+
+    @property
+    def action_shape(self):
+        return self.schema.action_shape
+
+    @property
+    def action_dtype(self):
+        return self.schema.action_dtype
+
+    @property
+    def reward_dtype(self):
+        return self.schema.reward_dtype
+
+    def close(self):
+        self._f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def _headers(self, with_body: bool):
+        """(offset, header, body or None) for each records chunk; sets torn/ended."""
+        f, path, schema = self._f, self.path, self.schema
+        off = schema.header_len
+        f.seek(off)
+        last_ts = None
+        while True:
+            remaining = self.size - off
+            if remaining == 0:
+                return
+            if self.ended:
+                raise _bad(path, off, "data after the end marker")
+            hb = f.read(HDR)
+            if len(hb) < HDR:
+                self.torn = remaining
+                return
+            h = _parse_header(hb, path, off, schema, remaining)
+            if h is None:
+                raise _bad(path, off, "bad chunk header (magic or CRC)")
+            total = HDR + h.body_len + TRL
+            if total > remaining:
+                # torn, unless a whole later chunk ends the file: then the
+                # length is wrong, which no crash of the writer produces
+                t = _trailer_at(f, path, schema, self.size)
+                if t is not None and t[0] > off:
+                    raise _bad(path, off, "chunk length runs past the next chunk")
+                self.torn = remaining
+                return
+            if with_body:
+                body = f.read(h.body_len)
+                if len(body) != h.body_len:
+                    raise _bad(path, off, "file shrank while reading")
+            else:
+                body = None
+                f.seek(h.body_len, 1)
+            tb = f.read(TRL)
+            tot, thcrc, tmagic = _TRL.unpack(tb)
+            if tmagic != TRAILER_MAGIC or tot != total or thcrc != h.header_crc:
+                raise _bad(path, off + HDR + h.body_len, "bad chunk trailer")
+            if h.kind == KIND_END:
+                self.ended = True
+            else:
+                if last_ts is not None and h.first < last_ts:
+                    raise _bad(path, off, "chunk starts before the previous one ends")
+                last_ts = h.last
+                yield off, h, body
+            off += total
+
+    def raw_chunks(self) -> Iterator[_Raw]:
+        for off, h, body in self._headers(True):
+            yield _decode(h, body, self.path, off, self.schema)
+
+    def __iter__(self) -> Iterator[Chunk]:
+        for r in self.raw_chunks():
+            yield _to_chunk(r, self.schema)
+
+
+def open(path: PathLike) -> LogReader:  # noqa: A001 - the module's reader, as in the docs
+    """Opens a log for reading; iterate the result for one :class:`Chunk` per
+    chunk. Raises ValueError if the file is not an experience log."""
+    return LogReader(path)
+
+
+# ---- tail ---------------------------------------------------------------------
+
+
+def _trailer_at(f, path, schema, end) -> Optional[tuple]:
+    """(start, header) of the chunk whose trailer ends at byte `end`, if valid."""
+    if end - schema.header_len < HDR + TRL:
+        return None
+    f.seek(end - TRL)
+    tot, thcrc, tmagic = _TRL.unpack(f.read(TRL))
+    if tmagic != TRAILER_MAGIC or tot < HDR + TRL or tot > end - schema.header_len:
+        return None
+    start = end - tot
+    f.seek(start)
+    hb = f.read(HDR)
+    try:
+        h = _parse_header(hb, path, start, schema, end - start)
+    except ValueError:
+        return None
+    if h is None or h.header_crc != thcrc or HDR + h.body_len + TRL != tot:
+        return None
+    return start, h
+
+
+def _last_whole_end(f, path, schema, size) -> int:
+    """End offset of the last whole chunk: the file's end, or, with a torn
+    tail, the last trailer before it that checks out (scanning back over at
+    most the torn bytes)."""
+    if size == schema.header_len or _trailer_at(f, path, schema, size):
+        return size
+    step = 1 << 20
+    hi = size
+    while hi > schema.header_len:
+        lo = max(schema.header_len, hi - step)
+        f.seek(lo)
+        block = f.read(hi - lo + 3)
+        i = len(block)
+        while True:
+            i = block.rfind(TRAILER_MAGIC, 0, i)
+            if i < 0:
+                break
+            end = lo + i + 4
+            if end <= size and _trailer_at(f, path, schema, end):
+                return end
+        hi = lo
+    return schema.header_len
+
+
+def tail(path: PathLike, n: int = 100) -> Chunk:
+    """The last ``n`` records of a log (fewer if it holds fewer), reading only
+    the chunks that hold them, from the end of the file: the cost does not
+    grow with the file. A torn tail is skipped."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise (TypeError if not isinstance(n, int) or isinstance(n, bool) else ValueError)(
+            "n: expected an int >= 0, got %r" % (n,))
+    path = os.fspath(path)
+    with builtins.open(path, "rb") as f:
+        schema = _read_schema(f, path)
+        size = os.fstat(f.fileno()).st_size
+        end = _last_whole_end(f, path, schema, size)
+        found = []
+        have = 0
+        while have < n and end > schema.header_len:
+            t = _trailer_at(f, path, schema, end)
+            if t is None:
+                raise _bad(path, end, "no valid chunk ends here")
+            start, h = t
+            if h.kind == KIND_RECORDS:
+                f.seek(start + HDR)
+                found.append(_decode(h, f.read(h.body_len), path, start, schema))
+                have += h.count
+            end = start
+    found.reverse()
+    return _take_last(found, n, schema)
+
+
+def _concat(raws: Sequence[_Raw], schema: _Schema) -> _Raw:
+    if not raws:
+        z = np.zeros(0, "<i8")
+        return _Raw(z, z, z, np.zeros(0, "<u4"), np.zeros(0, "u1"),
+                    np.zeros((0, schema.row), "u1"), np.zeros((0, schema.state_bytes), "u1"))
+    if len(raws) == 1:
+        return raws[0]
+    return _Raw(*(np.concatenate([getattr(r, k) for r in raws]) for k in _Raw._fields))
+
+
+def _take_last(raws, n, schema) -> Chunk:
+    r = _concat(raws, schema)
+    k = max(0, len(r.ts) - n)
+    skipped_fins = int(np.count_nonzero(r.fl[:k] & FLAG_FINAL))
+    r = _Raw(r.ts[k:], r.h[k:], r.pos[k:], r.src[k:], r.fl[k:], r.rows[k:], r.fins[skipped_fins:])
+    return _to_chunk(r, schema)
+
+
+# ---- info ----------------------------------------------------------------------
+
+
+def info(path: PathLike) -> dict:
+    """records, chunks, sources, first/last timestamp (ns), bytes, torn (bytes of an
+    incomplete last chunk), ended (closed by its writer), and the record layout.
+    Reads the chunk headers only."""
+    with LogReader(path) as r:
+        records = chunks = 0
+        sources = set(r.schema.sources or ())
+        first = last = None
+        for _, h, _ in r._headers(False):
+            records += h.count
+            chunks += 1
+            if h.source != MIXED_SOURCE:
+                sources.add(h.source)
+            if first is None:
+                first = h.first
+            last = h.last
+        return {
+            "path": r.path,
+            "records": records,
+            "chunks": chunks,
+            "sources": sorted(sources),
+            "first_ts": first,
+            "last_ts": last,
+            "span_s": (last - first) / 1e9 if first is not None else 0.0,
+            "bytes": r.size,
+            "torn": r.torn,
+            "ended": r.ended,
+            "state_shape": r.state_shape,
+            "state_dtype": str(r.state_dtype),
+            "action_shape": r.action_shape,
+            "action_dtype": str(r.action_dtype),
+            "reward_dtype": str(r.reward_dtype),
+        }
+
+
+# ---- writing (merge) ----------------------------------------------------------------
+
+
+class _Writer:
+    """Writes records chunks in the log format from Python (used by merge).
+
+    Compression and writing run on one helper thread (zlib releases the GIL),
+    overlapping the caller's reading and merging; at most two chunks wait
+    for it, so memory stays bounded."""
+
+    def __init__(self, path, schema: _Schema, level: int, sources):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.f = builtins.open(path, "xb")
+        self.schema = schema
+        self.level = level
+        self.f.write(schema.header_bytes({"sources": sorted(sources)}))
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="exreplay-log-merge")
+        self.pending: list = []
+
+    def write(self, r: _Raw):
+        n = len(r.ts)
+        if not n:
+            return
+        raw = b"".join((r.ts.astype("<i8", copy=False).tobytes(),
+                        r.h.astype("<i8", copy=False).tobytes(),
+                        r.pos.astype("<i8", copy=False).tobytes(),
+                        r.src.astype("<u4", copy=False).tobytes(),
+                        r.fl.tobytes(), r.rows.tobytes(), r.fins.tobytes()))
+        src = int(r.src[0]) if np.all(r.src == r.src[0]) else MIXED_SOURCE
+        while len(self.pending) >= 2:
+            self.pending.pop(0).result()
+        self.pending.append(self.pool.submit(self._compress_write, raw, n, src,
+                                             int(r.ts[0]), int(r.ts[-1])))
+
+    def _compress_write(self, raw, n, src, first, last):
+        body = zlib.compress(raw, self.level) if self.level else raw
+        self._block(KIND_RECORDS, CODEC_ZLIB if self.level else CODEC_STORED, n, src,
+                    first, last, len(raw), body)
+
+    def _block(self, kind, codec, count, src, first, last, raw_len, body):
+        hb = struct.pack("<4sHHIIqqQQI", CHUNK_MAGIC, kind, codec, count, src, first, last,
+                         raw_len, len(body), zlib.crc32(body))
+        hcrc = zlib.crc32(hb)
+        hb += struct.pack("<I", hcrc)
+        self.f.write(hb)
+        self.f.write(body)
+        self.f.write(_TRL.pack(HDR + len(body) + TRL, hcrc, TRAILER_MAGIC))
+
+    def drain(self):
+        while self.pending:
+            self.pending.pop(0).result()
+
+    def close(self, last_ts):
+        self.drain()
+        self.pool.shutdown()
+        self._block(KIND_END, CODEC_STORED, 0, MIXED_SOURCE, last_ts, last_ts, 0, b"")
+        self.f.flush()
+        os.fsync(self.f.fileno())
+        self.f.close()
+
+    def abort(self):
+        for fu in self.pending:
+            fu.cancel()
+        self.pool.shutdown(wait=True)
+        self.f.close()
+
+
+class _Input:
+    """One merge input: a window of its records that holds every record it has
+    with a timestamp up to the window's last, plus one chunk of lookahead."""
+
+    def __init__(self, reader: LogReader):
+        self.reader = reader
+        self.it = reader.raw_chunks()
+        self.next = next(self.it, None)
+        self.win: Optional[_Raw] = None
+        self.read_bytes = 0
+
+    @property
+    def exhausted(self):
+        return self.next is None
+
+    def refill(self, schema):
+        parts = [self.win] if self.win is not None and len(self.win.ts) else []
+        while self.next is not None and (
+                not parts or int(self.next.ts[0]) == int(parts[-1].ts[-1])):
+            parts.append(self.next)
+            self.read_bytes += self.next.rows.nbytes
+            self.next = next(self.it, None)
+        self.win = _concat(parts, schema) if parts else None
+
+    def take(self, bound) -> Optional[_Raw]:
+        w = self.win
+        if w is None or not len(w.ts):
+            return None
+        k = len(w.ts) if bound is None else int(np.searchsorted(w.ts, bound, side="right"))
+        if k == 0:
+            return None
+        nf = int(np.count_nonzero(w.fl[:k] & FLAG_FINAL))
+        taken = _Raw(w.ts[:k], w.h[:k], w.pos[:k], w.src[:k], w.fl[:k], w.rows[:k], w.fins[:nf])
+        self.win = _Raw(w.ts[k:], w.h[k:], w.pos[k:], w.src[k:], w.fl[k:], w.rows[k:], w.fins[nf:])
+        return taken
+
+
+def _merge_parts(parts: Sequence[_Raw], schema) -> _Raw:
+    """Records of several windows in timestamp order; ties keep input order."""
+    if len(parts) == 1:
+        return parts[0]
+    r = _concat(parts, schema)
+    order = np.argsort(r.ts, kind="stable")
+    # the final states follow their records: index them by record
+    fin_of = np.full(len(r.ts), -1, np.int64)
+    has = (r.fl & FLAG_FINAL).astype(bool)
+    fin_of[has] = np.arange(int(has.sum()))
+    fo = fin_of[order]
+    return _Raw(r.ts[order], r.h[order], r.pos[order], r.src[order], r.fl[order],
+                r.rows[order], r.fins[fo[fo >= 0]])
+
+
+class _Progress:
+    def __init__(self, total, progress):
+        self.total = total
+        self.cb = progress if callable(progress) else None
+        self.bar = progress is True or (progress is None and total >= 256 << 20
+                                        and sys.stderr.isatty())
+        self.t0 = time.monotonic()
+        self.shown = 0.0
+
+    def __call__(self, done, final=False):
+        if self.cb:
+            self.cb(done, self.total)
+        if not self.bar:
+            return
+        now = time.monotonic()
+        if not final and now - self.shown < 0.2:
+            return
+        self.shown = now
+        frac = min(1.0, done / self.total) if self.total else 1.0
+        w = 30
+        el = now - self.t0
+        sys.stderr.write("\rmerge [%-*s] %5.1f%% %.0f MB/s" % (
+            w, "#" * int(frac * w), 100 * frac, done / max(el, 1e-9) / 1e6))
+        if final:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def merge(inputs: Sequence[PathLike], output: PathLike, *, level: int = 1,
+          chunk_bytes: int = 1 << 20,
+          progress: Union[None, bool, Callable[[int, int], None]] = None) -> dict:
+    """Writes one log holding every record of ``inputs`` in timestamp order.
+
+    A streaming k-way merge: each input holds a window of at most a few chunks
+    (its current one, one of lookahead, and those that share one timestamp),
+    so memory does not grow with the logs. Records with equal timestamps keep
+    the order of ``inputs`` (and within one input, their order in it).
+    ``output`` must not exist. ``progress``: True draws a bar on stderr, a
+    callable gets (bytes_done, bytes_total); None draws the bar only for
+    inputs of 256 MB or more on a terminal. Returns :func:`info` of the
+    output. Torn tails of the inputs are skipped.
+    """
+    if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= 9:
+        raise ValueError("level: expected an int from 0 to 9, got %r" % (level,))
+    if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or not (
+            1 <= chunk_bytes <= 1 << 30):
+        raise ValueError("chunk_bytes: expected an int from 1 to 2**30, got %r" % (chunk_bytes,))
+    if isinstance(inputs, (str, bytes, os.PathLike)) or not len(inputs):
+        raise ValueError("inputs: expected a non-empty sequence of log paths, got %r" % (inputs,))
+    readers = []
+    try:
+        for p in inputs:
+            readers.append(LogReader(p))
+        schema = readers[0].schema
+        for r in readers[1:]:
+            if not r.schema.same_layout(schema):
+                raise ValueError("inputs: %s has a record layout different from %s's"
+                                 % (r.path, readers[0].path))
+        sources = set()
+        for r in readers:
+            sources.update(info(r.path)["sources"])
+        total = sum(r.size for r in readers)
+        prog = _Progress(total, progress)
+        ins = [_Input(r) for r in readers]
+        for i in ins:
+            i.refill(schema)
+        w = _Writer(output, schema, level, sources)
+        pending: list = []
+        pending_bytes = 0
+        last_ts = 0
+        per_rec = META + schema.row
+        try:
+            while any(i.win is not None and len(i.win.ts) for i in ins):
+                live = [int(i.win.ts[-1]) for i in ins
+                        if not i.exhausted and i.win is not None and len(i.win.ts)]
+                bound = min(live) if live else None
+                parts = [p for p in (i.take(bound) for i in ins) if p is not None]
+                if parts:
+                    m = _merge_parts(parts, schema)
+                    pending.append(m)
+                    pending_bytes += len(m.ts) * per_rec + m.fins.nbytes
+                    last_ts = int(m.ts[-1])
+                    while pending_bytes >= chunk_bytes:
+                        r = _concat(pending, schema)
+                        k = min(len(r.ts), max(1, chunk_bytes // per_rec))
+                        nf = int(np.count_nonzero(r.fl[:k] & FLAG_FINAL))
+                        w.write(_Raw(r.ts[:k], r.h[:k], r.pos[:k], r.src[:k], r.fl[:k],
+                                     r.rows[:k], r.fins[:nf]))
+                        rest = _Raw(r.ts[k:], r.h[k:], r.pos[k:], r.src[k:], r.fl[k:],
+                                    r.rows[k:], r.fins[nf:])
+                        pending = [rest] if len(rest.ts) else []
+                        pending_bytes = len(rest.ts) * per_rec + rest.fins.nbytes
+                for i in ins:
+                    if i.win is None or not len(i.win.ts):
+                        i.refill(schema)
+                prog(sum(i.reader._f.tell() for i in ins))
+            if pending:
+                w.write(_concat(pending, schema))
+            w.close(last_ts)
+        except BaseException:
+            w.abort()
+            try:
+                os.unlink(output)
+            except OSError:
+                pass
+            raise
+        prog(total, final=True)
+    finally:
+        for r in readers:
+            r.close()
+    return info(output)
+
+
+# ---- buffers from logs ------------------------------------------------------------------
+
+
+def _ingest(buf, path: PathLike) -> int:
+    """Records every step of the log into buf, in log order. Episodes are keyed
+    by (source, handle) in the log and get new handles in buf; a step that
+    ends its episode ends it in buf too. Returns the number of steps."""
+    with LogReader(path) as r:
+        s = r.schema
+        if (tuple(buf.state_shape) != s.state_shape or np.dtype(buf.state_dtype) != s.state_dtype
+                or tuple(buf.action_shape) != s.action_shape
+                or np.dtype(buf.action_dtype) != s.action_dtype
+                or np.dtype(buf.reward_dtype) != s.reward_dtype):
+            raise ValueError("path: %s's record layout differs from the buffer's" % r.path)
+        open_eps: dict = {}
+        count = 0
+        for c in r:
+            n = len(c.timestamps)
+            key_change = np.ones(n, bool)
+            if n > 1:
+                key_change[1:] = ((c.handles[1:] != c.handles[:-1])
+                                  | (c.sources[1:] != c.sources[:-1])
+                                  | ((c.flags[:-1] & FLAG_END) != 0))
+            starts = np.flatnonzero(key_change)
+            ends = np.append(starts[1:], n)
+            fin_idx = np.cumsum((c.flags & FLAG_FINAL) != 0) - 1
+            for a, b in zip(starts.tolist(), ends.tolist()):
+                key = (int(c.sources[a]), int(c.handles[a]))
+                h = open_eps.get(key)
+                fl = int(c.flags[b - 1])
+                fin = c.final_states[fin_idx[b - 1]] if fl & FLAG_FINAL else None
+                h = buf.record_many(h, c.states[a:b], c.actions[a:b], c.rewards[a:b],
+                                    final_state=fin, terminated=bool(fl & FLAG_TERMINATED))
+                if fl & FLAG_END:
+                    open_eps.pop(key, None)
+                else:
+                    open_eps[key] = h
+                count += b - a
+        return count
+
+
+def _from_log(cls, path: PathLike, **kwargs):
+    """cls (ExperienceReplay) with the log's record layout, then _ingest."""
+    with LogReader(path) as r:
+        s = r.schema
+    for k in ("state_shape", "state_dtype", "action_shape", "action_dtype", "reward_dtype"):
+        if k in kwargs:
+            raise TypeError("from_log: %s comes from the log, not an argument" % k)
+    buf = cls(s.state_shape, s.state_dtype, s.action_shape, s.action_dtype, s.reward_dtype,
+              **kwargs)
+    _ingest(buf, path)
+    return buf
+
+
+# ---- command line ----------------------------------------------------------------------
+
+
+def _fmt_ts(ns):
+    if ns is None:
+        return "-"
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns // 10**9)) + ".%09dZ" % (ns % 10**9)
+
+
+def _print_records(c: Chunk, out, full=False):
+    for i in range(len(c.timestamps)):
+        fl = int(c.flags[i])
+        tags = "".join(t for b, t in ((FLAG_END, "E"), (FLAG_TERMINATED, "T"), (FLAG_FINAL, "F"))
+                       if fl & b) or "-"
+        st = c.states[i]
+        state = (np.array2string(st, threshold=8, edgeitems=2, separator=",")
+                 if full or st.size <= 8 else "%s%s mean=%.4g" % (st.dtype, st.shape,
+                                                                   float(st.mean())))
+        out.write("%s src=%d h=%d pos=%d %s action=%s reward=%.6g state=%s\n" % (
+            _fmt_ts(int(c.timestamps[i])), int(c.sources[i]), int(c.handles[i]),
+            int(c.positions[i]), tags, np.array2string(c.actions[i], separator=","),
+            float(c.rewards[i]), state.replace("\n", "")))
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m exreplay.log",
+                                 description="Inspect and merge experience logs (docs/log.md).")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("info", help="summary of each log (from its chunk headers)")
+    p.add_argument("files", nargs="+")
+    p.add_argument("--json", action="store_true", help="one JSON object a line")
+    p = sub.add_parser("tail", help="the last N records")
+    p.add_argument("files", nargs="+")
+    p.add_argument("-n", type=int, default=100)
+    p = sub.add_parser("cat", help="every record, one a line")
+    p.add_argument("files", nargs="+")
+    p = sub.add_parser("merge", help="merge logs into one, in timestamp order")
+    p.add_argument("files", nargs="+")
+    p.add_argument("-o", "--output", required=True)
+    p.add_argument("--level", type=int, default=1)
+    p.add_argument("--no-progress", action="store_true")
+    a = ap.parse_args(argv)
+    out = sys.stdout
+    try:
+        if a.cmd == "info":
+            for fn in a.files:
+                d = info(fn)
+                if a.json:
+                    d = dict(d, state_shape=list(d["state_shape"]),
+                             action_shape=list(d["action_shape"]))
+                    out.write(json.dumps(d) + "\n")
+                    continue
+                out.write("%s\n  records %d in %d chunks, %d bytes%s%s\n  sources %s\n"
+                          "  time %s .. %s (%.3f s)\n  state %s %s, action %s %s, reward %s\n" % (
+                              fn, d["records"], d["chunks"], d["bytes"],
+                              ", closed" if d["ended"] else ", not closed",
+                              ", torn tail of %d bytes" % d["torn"] if d["torn"] else "",
+                              d["sources"], _fmt_ts(d["first_ts"]), _fmt_ts(d["last_ts"]),
+                              d["span_s"], d["state_dtype"], d["state_shape"],
+                              d["action_dtype"], d["action_shape"], d["reward_dtype"]))
+        elif a.cmd == "tail":
+            for fn in a.files:
+                _print_records(tail(fn, a.n), out)
+        elif a.cmd == "cat":
+            for fn in a.files:
+                with LogReader(fn) as r:
+                    for c in r:
+                        _print_records(c, out)
+                    if r.torn:
+                        sys.stderr.write("%s: torn tail of %d bytes skipped\n" % (fn, r.torn))
+        elif a.cmd == "merge":
+            d = merge(a.files, a.output, level=a.level,
+                      progress=False if a.no_progress else None)
+            out.write("%s: %d records in %d chunks, %d bytes, sources %s\n" % (
+                a.output, d["records"], d["chunks"], d["bytes"], d["sources"]))
+    except (ValueError, OSError) as e:
+        sys.stderr.write("error: %s\n" % e)
+        return 1
+    except BrokenPipeError:
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

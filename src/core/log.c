@@ -1,0 +1,812 @@
+/*
+ * log.c - the experience log writer (log.h; the format is docs/log.md).
+ */
+#define _GNU_SOURCE
+#include "log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "buffer_impl.h"
+
+#define FILE_MAGIC "EXRPLOG\n"
+#define FILE_VERSION 1u
+#define CHUNK_MAGIC 0x4b435258u   /* "XRCK" little-endian */
+#define TRAILER_MAGIC 0x4e455258u /* "XREN" */
+#define CHUNK_HEADER 56
+#define CHUNK_TRAILER 16
+#define KIND_RECORDS 1u
+#define KIND_END 2u
+#define CODEC_STORED 0u
+#define CODEC_ZLIB 1u
+#define META_BYTES 29 /* ts, handle, pos (8 each), source (4), flags (1) */
+#define ARENA_BLOCK ((size_t)1 << 20)
+
+typedef struct arena_blk {
+    struct arena_blk *next;
+    size_t used, cap;
+    unsigned char data[];
+} arena_blk;
+
+typedef struct chunk {
+    struct chunk *next;
+    size_t n, cap;
+    int64_t *ts, *h, *pos;
+    uint8_t *fl;
+    const unsigned char **rows;
+    const unsigned char **fins;
+    size_t nfin, fincap;
+    arena_blk *arena;
+    size_t raw;         /* raw body bytes so far */
+    exr_buffer *pinned; /* the buffer whose storage rows point into, or NULL */
+    exr_reader reader;
+    uint64_t seq;
+    uint64_t born_ns;   /* monotonic time of the first step */
+} chunk;
+
+struct exr_log {
+    pthread_mutex_t mu;
+    pthread_cond_t wake;  /* to the writer: work, flush or stop */
+    pthread_cond_t done;  /* from the writer: a chunk written, backlog shrank */
+    pthread_t thread;
+    bool thread_started, stop, closed, has_schema;
+    int fd;
+    exr_log_opts o;
+    size_t sb, ab, rb, row;
+    chunk *open;
+    chunk *qhead, *qtail;
+    uint64_t sealed_seq, written_seq;
+    int64_t last_ts;
+    exr_buffer *buf;
+    exr_log_stats st;
+    /* writer-thread scratch */
+    unsigned char *raw, *zbuf;
+    size_t raw_cap, zcap;
+};
+
+/* ---- little-endian helpers ---------------------------------------------- */
+
+static void put32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+static void put64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+static void put16(unsigned char *p, uint16_t v)
+{
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+}
+
+static uint64_t mono_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static int64_t real_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (int64_t)t.tv_sec * 1000000000 + (int64_t)t.tv_nsec;
+}
+
+static exr_status write_all(int fd, struct iovec *iov, int n)
+{
+    while (n > 0) {
+        ssize_t w = writev(fd, iov, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return EXR_EIO;
+        }
+        size_t left = (size_t)w;
+        while (n > 0 && left >= iov->iov_len) {
+            left -= iov->iov_len;
+            iov++;
+            n--;
+        }
+        if (n > 0) {
+            iov->iov_base = (char *)iov->iov_base + left;
+            iov->iov_len -= left;
+        }
+    }
+    return EXR_OK;
+}
+
+/* ---- chunks --------------------------------------------------------------- */
+
+static void chunk_free(chunk *c)
+{
+    if (!c)
+        return;
+    free(c->ts);
+    free(c->h);
+    free(c->pos);
+    free(c->fl);
+    free(c->rows);
+    free(c->fins);
+    for (arena_blk *a = c->arena, *nx; a; a = nx) {
+        nx = a->next;
+        free(a);
+    }
+    free(c);
+}
+
+/* Room for one more step (and a final state). */
+static exr_status chunk_reserve(chunk *c, bool fin)
+{
+    if (c->n == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 256;
+        int64_t *ts = realloc(c->ts, cap * sizeof *ts);
+        if (!ts)
+            return EXR_ENOMEM;
+        c->ts = ts;
+        int64_t *h = realloc(c->h, cap * sizeof *h);
+        if (!h)
+            return EXR_ENOMEM;
+        c->h = h;
+        int64_t *pos = realloc(c->pos, cap * sizeof *pos);
+        if (!pos)
+            return EXR_ENOMEM;
+        c->pos = pos;
+        uint8_t *fl = realloc(c->fl, cap);
+        if (!fl)
+            return EXR_ENOMEM;
+        c->fl = fl;
+        const unsigned char **rows = realloc(c->rows, cap * sizeof *rows);
+        if (!rows)
+            return EXR_ENOMEM;
+        c->rows = rows;
+        c->cap = cap;
+    }
+    if (fin && c->nfin == c->fincap) {
+        size_t cap = c->fincap ? c->fincap * 2 : 16;
+        const unsigned char **f = realloc(c->fins, cap * sizeof *f);
+        if (!f)
+            return EXR_ENOMEM;
+        c->fins = f;
+        c->fincap = cap;
+    }
+    return EXR_OK;
+}
+
+/* n bytes of the chunk's own storage (never moves). */
+static unsigned char *chunk_alloc(chunk *c, size_t n)
+{
+    arena_blk *a = c->arena;
+    if (!a || a->cap - a->used < n) {
+        size_t cap = n > ARENA_BLOCK ? n : ARENA_BLOCK;
+        a = malloc(sizeof *a + cap);
+        if (!a)
+            return NULL;
+        a->used = 0;
+        a->cap = cap;
+        a->next = c->arena;
+        c->arena = a;
+    }
+    unsigned char *p = a->data + a->used;
+    a->used += n;
+    return p;
+}
+
+/* ---- the writer thread ----------------------------------------------------- */
+
+static exr_status grow(unsigned char **p, size_t *cap, size_t need)
+{
+    if (*cap >= need)
+        return EXR_OK;
+    unsigned char *q = realloc(*p, need);
+    if (!q)
+        return EXR_ENOMEM;
+    *p = q;
+    *cap = need;
+    return EXR_OK;
+}
+
+static void header_bytes(unsigned char *hd, unsigned kind, unsigned codec, uint32_t count,
+                         uint32_t source, int64_t first, int64_t last, uint64_t raw,
+                         uint64_t body, uint32_t body_crc)
+{
+    put32(hd, CHUNK_MAGIC);
+    put16(hd + 4, (uint16_t)kind);
+    put16(hd + 6, (uint16_t)codec);
+    put32(hd + 8, count);
+    put32(hd + 12, source);
+    put64(hd + 16, (uint64_t)first);
+    put64(hd + 24, (uint64_t)last);
+    put64(hd + 32, raw);
+    put64(hd + 40, body);
+    put32(hd + 48, body_crc);
+    put32(hd + 52, (uint32_t)crc32(0L, hd, 52));
+}
+
+static void trailer_bytes(unsigned char *tr, uint64_t total, const unsigned char *hd)
+{
+    put64(tr, total);
+    memcpy(tr + 8, hd + 52, 4); /* the header's CRC */
+    put32(tr + 12, TRAILER_MAGIC);
+}
+
+static exr_status write_block(exr_log *lg, unsigned kind, unsigned codec, uint32_t count,
+                              int64_t first, int64_t last, const unsigned char *body,
+                              size_t body_len, size_t raw_len)
+{
+    unsigned char hd[CHUNK_HEADER], tr[CHUNK_TRAILER];
+    uint32_t bc = (uint32_t)crc32(0L, body, (uInt)0);
+    for (size_t off = 0; off < body_len;) {
+        size_t k = body_len - off > (1u << 30) ? (1u << 30) : body_len - off;
+        bc = (uint32_t)crc32(bc, body + off, (uInt)k);
+        off += k;
+    }
+    header_bytes(hd, kind, codec, count, lg->o.source, first, last, raw_len, body_len, bc);
+    trailer_bytes(tr, CHUNK_HEADER + body_len + CHUNK_TRAILER, hd);
+    struct iovec iov[3] = {{hd, CHUNK_HEADER}, {(void *)body, body_len}, {tr, CHUNK_TRAILER}};
+    exr_status s = write_all(lg->fd, iov, 3);
+    if (s == EXR_OK) {
+        pthread_mutex_lock(&lg->mu);
+        lg->st.file_bytes += CHUNK_HEADER + body_len + CHUNK_TRAILER;
+        if (kind == KIND_RECORDS) {
+            lg->st.chunks++;
+            lg->st.records += count;
+            lg->st.raw_bytes += raw_len;
+        }
+        pthread_mutex_unlock(&lg->mu);
+    }
+    return s;
+}
+
+/* Builds the chunk's raw body in lg->raw, unpins, compresses, writes.
+ * Runs on the writer thread without lg->mu. */
+static void unpin_chunk(chunk *c)
+{
+    if (c->pinned) {
+        exr_buffer_lock(c->pinned);
+        exr_buffer_unpin_locked(c->pinned, &c->reader);
+        exr_buffer_unlock(c->pinned);
+        c->pinned = NULL;
+    }
+}
+
+/* The metadata columns of the raw body into p (META_BYTES * n bytes). */
+static void put_meta(const exr_log *lg, const chunk *c, unsigned char *p)
+{
+    size_t n = c->n;
+    for (size_t i = 0; i < n; i++, p += 8)
+        put64(p, (uint64_t)c->ts[i]);
+    for (size_t i = 0; i < n; i++, p += 8)
+        put64(p, (uint64_t)c->h[i]);
+    for (size_t i = 0; i < n; i++, p += 8)
+        put64(p, (uint64_t)c->pos[i]);
+    for (size_t i = 0; i < n; i++, p += 4)
+        put32(p, lg->o.source);
+    memcpy(p, c->fl, n);
+}
+
+/* Adds [p, p + len) to the iovec list, joined to the last entry when it
+ * continues it (consecutive rows of one segment). */
+static void iov_add(struct iovec *v, size_t *nv, const unsigned char *p, size_t len)
+{
+    if (*nv && (const unsigned char *)v[*nv - 1].iov_base + v[*nv - 1].iov_len == p) {
+        v[*nv - 1].iov_len += len;
+        return;
+    }
+    v[*nv].iov_base = (void *)p;
+    v[*nv].iov_len = len;
+    (*nv)++;
+}
+
+/* Stored (level 0): the rows go to the file straight from where they are
+ * (the buffer's pinned storage or the chunk's own), without a copy here;
+ * the CRC is chained over the same pieces. Unpins after the write. */
+static exr_status write_stored(exr_log *lg, chunk *c)
+{
+    size_t n = c->n, meta = META_BYTES * n, nv = 0;
+    exr_status s = grow(&lg->raw, &lg->raw_cap, meta);
+    struct iovec *v = NULL;
+    size_t vbytes;
+    if (s == EXR_OK && (!exr_mul_size(n + c->nfin + 3, sizeof *v, &vbytes) ||
+                        !(v = malloc(vbytes))))
+        s = EXR_ENOMEM;
+    if (s != EXR_OK) {
+        unpin_chunk(c);
+        return s;
+    }
+    unsigned char hd[CHUNK_HEADER], tr[CHUNK_TRAILER];
+    put_meta(lg, c, lg->raw);
+    v[nv].iov_base = hd;
+    v[nv++].iov_len = CHUNK_HEADER;
+    v[nv].iov_base = lg->raw;
+    v[nv++].iov_len = meta;
+    for (size_t i = 0; i < n; i++)
+        iov_add(v, &nv, c->rows[i], lg->row);
+    for (size_t i = 0; i < c->nfin; i++)
+        iov_add(v, &nv, c->fins[i], lg->sb);
+    uint32_t bc = (uint32_t)crc32(0L, Z_NULL, 0);
+    for (size_t k = 1; k < nv; k++) {
+        const unsigned char *p = v[k].iov_base;
+        for (size_t off = 0; off < v[k].iov_len;) {
+            size_t m = v[k].iov_len - off > (1u << 30) ? (1u << 30) : v[k].iov_len - off;
+            bc = (uint32_t)crc32(bc, p + off, (uInt)m);
+            off += m;
+        }
+    }
+    header_bytes(hd, KIND_RECORDS, CODEC_STORED, (uint32_t)n, lg->o.source, c->ts[0],
+                 c->ts[n - 1], c->raw, c->raw, bc);
+    trailer_bytes(tr, CHUNK_HEADER + c->raw + CHUNK_TRAILER, hd);
+    v[nv].iov_base = tr;
+    v[nv++].iov_len = CHUNK_TRAILER;
+    for (size_t k = 0; k < nv && s == EXR_OK;) {
+        size_t m = nv - k > 512 ? 512 : nv - k;
+        s = write_all(lg->fd, v + k, (int)m);
+        k += m;
+    }
+    int e = errno;
+    free(v);
+    unpin_chunk(c);
+    errno = e;
+    if (s == EXR_OK) {
+        pthread_mutex_lock(&lg->mu);
+        lg->st.file_bytes += CHUNK_HEADER + c->raw + CHUNK_TRAILER;
+        lg->st.chunks++;
+        lg->st.records += n;
+        lg->st.raw_bytes += c->raw;
+        pthread_mutex_unlock(&lg->mu);
+    }
+    return s;
+}
+
+/* Builds the chunk's raw body in lg->raw, unpins, compresses, writes.
+ * Runs on the writer thread without lg->mu. */
+static exr_status write_chunk(exr_log *lg, chunk *c)
+{
+    if (lg->o.level == 0)
+        return write_stored(lg, c);
+    size_t n = c->n;
+    exr_status s = grow(&lg->raw, &lg->raw_cap, c->raw);
+    if (s == EXR_OK) {
+        put_meta(lg, c, lg->raw);
+        unsigned char *p = lg->raw + META_BYTES * n;
+        for (size_t i = 0; i < n; i++, p += lg->row)
+            memcpy(p, c->rows[i], lg->row);
+        for (size_t i = 0; i < c->nfin; i++, p += lg->sb)
+            memcpy(p, c->fins[i], lg->sb);
+    }
+    unpin_chunk(c); /* the rows are copied: the buffer may free what they were in */
+    if (s != EXR_OK)
+        return s;
+    uLong bound = compressBound((uLong)c->raw);
+    s = grow(&lg->zbuf, &lg->zcap, bound);
+    if (s != EXR_OK)
+        return s;
+    uLongf zl = bound;
+    if (compress2(lg->zbuf, &zl, lg->raw, (uLong)c->raw, lg->o.level) != Z_OK)
+        return EXR_ENOMEM;
+    return write_block(lg, KIND_RECORDS, CODEC_ZLIB, (uint32_t)n, c->ts[0], c->ts[n - 1],
+                       lg->zbuf, zl, c->raw);
+}
+
+/* With lg->mu: the open chunk goes to the queue. */
+static void seal_locked(exr_log *lg)
+{
+    chunk *c = lg->open;
+    if (!c || !c->n)
+        return;
+    lg->open = NULL;
+    c->seq = ++lg->sealed_seq;
+    if (lg->qtail)
+        lg->qtail->next = c;
+    else
+        lg->qhead = c;
+    lg->qtail = c;
+    pthread_cond_signal(&lg->wake);
+}
+
+static void *writer_main(void *arg)
+{
+    exr_log *lg = arg;
+    pthread_mutex_lock(&lg->mu);
+    for (;;) {
+        if (lg->qhead) {
+            chunk *c = lg->qhead;
+            lg->qhead = c->next;
+            if (!lg->qhead)
+                lg->qtail = NULL;
+            bool failed = lg->st.error != 0;
+            pthread_mutex_unlock(&lg->mu);
+            exr_status s = EXR_OK;
+            int err = 0;
+            uint64_t t0 = mono_ns();
+            if (!failed) {
+                s = write_chunk(lg, c);
+                err = s == EXR_EIO ? errno : s == EXR_ENOMEM ? ENOMEM : 0;
+            } else {
+                unpin_chunk(c);
+            }
+            uint64_t busy = mono_ns() - t0;
+            pthread_mutex_lock(&lg->mu);
+            lg->st.writer_ns += busy;
+            if (err && !lg->st.error)
+                lg->st.error = err;
+            lg->st.backlog -= c->raw;
+            lg->written_seq = c->seq;
+            chunk_free(c);
+            pthread_cond_broadcast(&lg->done);
+            continue;
+        }
+        if (lg->stop)
+            break;
+        if (lg->open && lg->open->n && lg->o.flush_ns) {
+            uint64_t due = lg->open->born_ns + lg->o.flush_ns, now = mono_ns();
+            if (now >= due) {
+                seal_locked(lg);
+                continue;
+            }
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            uint64_t wait = due - now;
+            ts.tv_sec += (time_t)(wait / 1000000000u);
+            ts.tv_nsec += (long)(wait % 1000000000u);
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&lg->wake, &lg->mu, &ts);
+        } else {
+            pthread_cond_wait(&lg->wake, &lg->mu);
+        }
+    }
+    pthread_mutex_unlock(&lg->mu);
+    return NULL;
+}
+
+/* ---- lifecycle -------------------------------------------------------------- */
+
+exr_status exr_log_open(const char *path, const exr_log_opts *o, bool overwrite, exr_log **out)
+{
+    if (o->level < 0 || o->level > 9 || o->chunk_bytes == 0 || o->chunk_bytes > EXR_LOG_MAX_CHUNK)
+        return EXR_EINVAL;
+    exr_log *lg = calloc(1, sizeof *lg);
+    if (!lg)
+        return EXR_ENOMEM;
+    lg->o = *o;
+    lg->fd = -1;
+    if (pthread_mutex_init(&lg->mu, NULL) != 0) {
+        free(lg);
+        return EXR_ENOMEM;
+    }
+    if (pthread_cond_init(&lg->wake, NULL) != 0) {
+        pthread_mutex_destroy(&lg->mu);
+        free(lg);
+        return EXR_ENOMEM;
+    }
+    if (pthread_cond_init(&lg->done, NULL) != 0) {
+        pthread_cond_destroy(&lg->wake);
+        pthread_mutex_destroy(&lg->mu);
+        free(lg);
+        return EXR_ENOMEM;
+    }
+    int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (overwrite ? O_TRUNC : O_EXCL);
+    lg->fd = open(path, flags, 0644);
+    if (lg->fd < 0) {
+        int e = errno;
+        exr_log_free(lg);
+        errno = e;
+        return EXR_EIO;
+    }
+    if (pthread_create(&lg->thread, NULL, writer_main, lg) != 0) {
+        exr_log_free(lg);
+        return EXR_ENOMEM;
+    }
+    lg->thread_started = true;
+    *out = lg;
+    return EXR_OK;
+}
+
+exr_status exr_log_set_schema(exr_log *lg, const void *schema, size_t len, size_t sb, size_t ab,
+                              size_t rb)
+{
+    size_t row;
+    if (len > EXR_LOG_MAX_SCHEMA || sb == 0 || !exr_add_size(sb, ab, &row) ||
+        !exr_add_size(row, rb, &row) || row > EXR_LOG_MAX_CHUNK / 2)
+        return EXR_EINVAL;
+    pthread_mutex_lock(&lg->mu);
+    exr_status s = EXR_OK;
+    if (lg->closed) {
+        s = EXR_EINVAL;
+    } else if (lg->has_schema) {
+        if (sb != lg->sb || ab != lg->ab || rb != lg->rb)
+            s = EXR_EINVAL;
+    } else {
+        /* magic 8, version 4, header bytes 4, state/action/reward bytes 3x8,
+         * schema length 4, schema, CRC 4 */
+        size_t hl = 8 + 4 + 4 + 24 + 4 + len + 4;
+        unsigned char *hd = malloc(hl);
+        if (!hd) {
+            s = EXR_ENOMEM;
+        } else {
+            memcpy(hd, FILE_MAGIC, 8);
+            put32(hd + 8, FILE_VERSION);
+            put32(hd + 12, (uint32_t)hl);
+            put64(hd + 16, sb);
+            put64(hd + 24, ab);
+            put64(hd + 32, rb);
+            put32(hd + 40, (uint32_t)len);
+            if (len)
+                memcpy(hd + 44, schema, len);
+            put32(hd + 44 + len, (uint32_t)crc32(0L, hd, (uInt)(44 + len)));
+            struct iovec iov = {hd, hl};
+            /* nothing else writes before the schema is set */
+            s = write_all(lg->fd, &iov, 1);
+            free(hd);
+            if (s == EXR_OK) {
+                lg->st.file_bytes += hl;
+                lg->sb = sb;
+                lg->ab = ab;
+                lg->rb = rb;
+                lg->row = row;
+                lg->has_schema = true;
+            }
+        }
+    }
+    pthread_mutex_unlock(&lg->mu);
+    return s;
+}
+
+bool exr_log_has_schema(const exr_log *lg) { return lg->has_schema; }
+
+/* With lg->mu: a step into the open chunk. row/fin are already where they
+ * will stay until the writer copies them. */
+static exr_status add_locked(exr_log *lg, int64_t h, uint64_t pos, const unsigned char *row,
+                             const unsigned char *fin, unsigned flags, unsigned char **copy_row,
+                             unsigned char **copy_fin)
+{
+    chunk *c = lg->open;
+    if (!c) {
+        c = calloc(1, sizeof *c);
+        if (!c)
+            return EXR_ENOMEM;
+        c->born_ns = mono_ns();
+        lg->open = c;
+        pthread_cond_signal(&lg->wake); /* the writer's flush timer starts */
+    }
+    bool has_fin = (flags & EXR_LOG_FINAL) != 0;
+    exr_status s = chunk_reserve(c, has_fin);
+    if (s != EXR_OK)
+        return s;
+    if (copy_row) {
+        unsigned char *r = chunk_alloc(c, lg->row);
+        unsigned char *f = has_fin ? chunk_alloc(c, lg->sb) : NULL;
+        if (!r || (has_fin && !f))
+            return EXR_ENOMEM; /* the arena keeps what it got; harmless */
+        *copy_row = r;
+        if (copy_fin)
+            *copy_fin = f;
+        row = r;
+        fin = f;
+    }
+    int64_t ts = real_ns();
+    if (ts < lg->last_ts)
+        ts = lg->last_ts; /* time never goes back within a log */
+    lg->last_ts = ts;
+    size_t i = c->n++;
+    c->ts[i] = ts;
+    c->h[i] = h;
+    c->pos[i] = (int64_t)pos;
+    c->fl[i] = (uint8_t)flags;
+    c->rows[i] = row;
+    if (has_fin)
+        c->fins[c->nfin++] = fin;
+    size_t add = META_BYTES + lg->row + (has_fin ? lg->sb : 0);
+    c->raw += add;
+    lg->st.backlog += add;
+    if (c->raw >= lg->o.chunk_bytes || c->raw + add > EXR_LOG_MAX_CHUNK)
+        seal_locked(lg);
+    return EXR_OK;
+}
+
+exr_status exr_log_append(exr_log *lg, int64_t h, uint64_t pos, const void *state,
+                          const void *action, const void *reward, const void *fin,
+                          unsigned flags)
+{
+    if (flags & ~7u || ((flags & (EXR_LOG_TERMINATED | EXR_LOG_FINAL)) && !(flags & EXR_LOG_END)) ||
+        (!fin != !(flags & EXR_LOG_FINAL)) || pos > (uint64_t)INT64_MAX)
+        return EXR_EINVAL;
+    pthread_mutex_lock(&lg->mu);
+    exr_status s = EXR_OK;
+    unsigned char *r = NULL, *f = NULL;
+    if (lg->closed || !lg->has_schema)
+        s = EXR_EINVAL;
+    else
+        s = add_locked(lg, h, pos, NULL, NULL, flags, &r, &f);
+    if (s == EXR_OK) {
+        memcpy(r, state, lg->sb);
+        memcpy(r + lg->sb, action, lg->ab);
+        memcpy(r + lg->sb + lg->ab, reward, lg->rb);
+        if (f)
+            memcpy(f, fin, lg->sb);
+    }
+    pthread_mutex_unlock(&lg->mu);
+    return s;
+}
+
+/* The buffer's step hook: runs with b locked. */
+static void on_step(void *ctx, exr_buffer *b, int64_t h, uint64_t pos, const unsigned char *row,
+                    const unsigned char *fin, bool end, bool terminated)
+{
+    exr_log *lg = ctx;
+    unsigned flags = (end ? EXR_LOG_END : 0) | (end && terminated ? EXR_LOG_TERMINATED : 0) |
+                     (end && fin ? EXR_LOG_FINAL : 0);
+    pthread_mutex_lock(&lg->mu);
+    exr_status s = EXR_EINVAL;
+    if (!lg->closed) {
+        s = add_locked(lg, h, pos, row, end ? fin : NULL, flags, NULL, NULL);
+        chunk *c = lg->open;
+        if (s == EXR_OK && !c) {
+            /* sealed by this step: pin the sealed one if it is not yet */
+            c = lg->qtail;
+        }
+        if (s == EXR_OK && c && !c->pinned) {
+            exr_buffer_pin_locked(b, &c->reader);
+            c->pinned = b;
+        }
+    }
+    if (s != EXR_OK)
+        lg->st.dropped++;
+    pthread_mutex_unlock(&lg->mu);
+}
+
+void exr_log_throttle(exr_log *lg)
+{
+    pthread_mutex_lock(&lg->mu);
+    if (lg->o.max_backlog && lg->st.backlog >= lg->o.max_backlog && !lg->closed) {
+        uint64_t t0 = mono_ns();
+        lg->st.throttled++;
+        /* what it waits for must reach the writer even if its chunk is open */
+        seal_locked(lg);
+        while (lg->st.backlog >= lg->o.max_backlog && !lg->closed &&
+               lg->written_seq < lg->sealed_seq)
+            pthread_cond_wait(&lg->done, &lg->mu);
+        lg->st.throttle_ns += mono_ns() - t0;
+    }
+    pthread_mutex_unlock(&lg->mu);
+}
+
+exr_status exr_log_flush(exr_log *lg, bool sync)
+{
+    pthread_mutex_lock(&lg->mu);
+    seal_locked(lg);
+    uint64_t target = lg->sealed_seq;
+    while (lg->written_seq < target)
+        pthread_cond_wait(&lg->done, &lg->mu);
+    int err = lg->st.error;
+    int fd = lg->fd;
+    bool do_sync = sync || lg->o.fsync;
+    pthread_mutex_unlock(&lg->mu);
+    if (err) {
+        errno = err;
+        return EXR_EIO;
+    }
+    if (do_sync && fd >= 0 && fsync(fd) != 0)
+        return EXR_EIO;
+    return EXR_OK;
+}
+
+exr_status exr_log_close(exr_log *lg)
+{
+    pthread_mutex_lock(&lg->mu);
+    bool was = lg->closed;
+    exr_buffer *b = lg->buf;
+    pthread_mutex_unlock(&lg->mu);
+    if (was)
+        return EXR_OK;
+    if (b)
+        exr_log_detach(lg, b);
+    exr_status s = lg->has_schema ? exr_log_flush(lg, false) : EXR_OK;
+    pthread_mutex_lock(&lg->mu);
+    lg->closed = true;
+    seal_locked(lg); /* the writer drains its queue before it stops */
+    lg->stop = true;
+    pthread_cond_signal(&lg->wake);
+    pthread_mutex_unlock(&lg->mu);
+    if (lg->thread_started) {
+        pthread_join(lg->thread, NULL);
+        lg->thread_started = false;
+    }
+    /* the queue is empty: flush waited for it and nothing is added once closed */
+    if (s == EXR_OK && lg->has_schema) {
+        s = write_block(lg, KIND_END, CODEC_STORED, 0, lg->last_ts, lg->last_ts,
+                        (const unsigned char *)"", 0, 0);
+        if (s == EXR_OK && lg->o.fsync && fsync(lg->fd) != 0)
+            s = EXR_EIO;
+    }
+    pthread_mutex_lock(&lg->mu);
+    int fd = lg->fd;
+    lg->fd = -1;
+    pthread_mutex_unlock(&lg->mu);
+    if (fd >= 0 && close(fd) != 0 && s == EXR_OK)
+        s = EXR_EIO;
+    return s;
+}
+
+bool exr_log_closed(exr_log *lg)
+{
+    pthread_mutex_lock(&lg->mu);
+    bool c = lg->closed;
+    pthread_mutex_unlock(&lg->mu);
+    return c;
+}
+
+void exr_log_free(exr_log *lg)
+{
+    if (!lg)
+        return;
+    if (lg->thread_started || lg->fd >= 0) {
+        int e = errno;
+        if (lg->thread_started)
+            (void)exr_log_close(lg);
+        else
+            close(lg->fd);
+        errno = e;
+    }
+    chunk_free(lg->open);
+    free(lg->raw);
+    free(lg->zbuf);
+    pthread_cond_destroy(&lg->done);
+    pthread_cond_destroy(&lg->wake);
+    pthread_mutex_destroy(&lg->mu);
+    free(lg);
+}
+
+exr_status exr_log_attach_locked(exr_log *lg, exr_buffer *b)
+{
+    const exr_config *cfg = exr_buffer_config(b);
+    pthread_mutex_lock(&lg->mu);
+    exr_status s = EXR_OK;
+    if (lg->buf || lg->closed || !lg->has_schema || cfg->state_bytes != lg->sb ||
+        cfg->action_bytes != lg->ab || cfg->reward_bytes != lg->rb)
+        s = EXR_EINVAL;
+    else
+        lg->buf = b;
+    pthread_mutex_unlock(&lg->mu);
+    if (s == EXR_OK)
+        exr_buffer_set_hook_locked(b, on_step, lg);
+    return s;
+}
+
+void exr_log_detach(exr_log *lg, exr_buffer *b)
+{
+    exr_buffer_lock(b);
+    exr_buffer_set_hook_locked(b, NULL, NULL);
+    exr_buffer_unlock(b);
+    pthread_mutex_lock(&lg->mu);
+    bool mine = lg->buf == b;
+    if (mine)
+        lg->buf = NULL;
+    pthread_mutex_unlock(&lg->mu);
+    if (mine)
+        (void)exr_log_flush(lg, false); /* the writer lets go of b's rows */
+}
+
+exr_buffer *exr_log_attached(const exr_log *lg) { return lg->buf; }
+
+void exr_log_get_stats(exr_log *lg, exr_log_stats *st)
+{
+    pthread_mutex_lock(&lg->mu);
+    *st = lg->st;
+    pthread_mutex_unlock(&lg->mu);
+}
+
+const exr_log_opts *exr_log_options(const exr_log *lg) { return &lg->o; }

@@ -1,0 +1,104 @@
+/*
+ * log.h - the experience log writer: an append-only, chunked file of every
+ * step recorded (docs/log.md has the format byte by byte).
+ *
+ *   caller (record / append)          writer thread (one per log)
+ *   ------------------------          ---------------------------
+ *   open chunk += step (metadata,     sealed chunk -> raw body (copies rows,
+ *   a pointer to the row)               unpins the buffer) -> zlib -> write()
+ *   chunk >= chunk_bytes: seal it  ->  queue  -> written_seq, backlog -= bytes
+ *
+ * A step recorded into a buffer is not copied on the caller's thread: the
+ * log keeps a pointer to the row in the buffer's own storage and pins that
+ * storage (as get_batch does) until the writer thread has copied the rows of
+ * the chunk. A step appended without a buffer is copied into the chunk.
+ *
+ * Back-pressure: the backlog is the raw bytes of every step not yet written.
+ * exr_log_throttle waits while it is at least max_backlog; the binding calls
+ * it before taking the buffer's lock, so memory stays bounded by
+ * max_backlog plus one call's steps and no one waits with the lock held.
+ *
+ * Locks: buffer mu -> log mu (the hook runs under the buffer's lock and
+ * takes the log's). The writer thread takes the buffer's lock (to unpin)
+ * only while it holds no log lock.
+ */
+#ifndef EXR_LOG_H
+#define EXR_LOG_H
+
+#include <stdbool.h>
+
+#include "buffer.h"
+#include "exr.h"
+
+typedef struct exr_log exr_log;
+
+/* Flags of a step (one byte a record in the file). */
+#define EXR_LOG_END 1u        /* the step ends its episode */
+#define EXR_LOG_TERMINATED 2u /* ... and its next state is terminal */
+#define EXR_LOG_FINAL 4u      /* ... and a final state is stored for it */
+
+#define EXR_LOG_MAX_SCHEMA 4096
+#define EXR_LOG_MAX_CHUNK ((size_t)1 << 30) /* raw bytes of one chunk */
+
+typedef struct {
+    uint32_t source;       /* the writer's source id (an actor's index) */
+    int level;             /* zlib level 0..9; 0 = stored, not compressed */
+    size_t chunk_bytes;    /* a chunk is sealed once its raw body reaches this */
+    uint64_t flush_ns;     /* a chunk older than this is sealed and written (0: never) */
+    bool fsync;            /* exr_log_flush also fsyncs */
+    size_t max_backlog;    /* exr_log_throttle waits while this much is unwritten */
+} exr_log_opts;
+
+typedef struct {
+    uint64_t records, chunks, file_bytes, raw_bytes; /* written so far */
+    uint64_t backlog;        /* raw bytes recorded, not yet written */
+    uint64_t throttled, throttle_ns; /* waits in exr_log_throttle and their time */
+    uint64_t dropped;        /* steps lost to out-of-memory in the buffer hook */
+    uint64_t writer_ns;      /* the writer thread's time building, compressing, writing chunks */
+    int error;               /* errno of the first failed write, or 0 */
+} exr_log_stats;
+
+/* Creates path (EXR_EIO with errno if it exists and !overwrite) and starts
+ * the writer thread. Nothing is written before exr_log_set_schema. */
+exr_status exr_log_open(const char *path, const exr_log_opts *o, bool overwrite, exr_log **out);
+
+/* Fixes the record layout and writes the file header (once). schema is the
+ * binding's description of the fields (docs/log.md), at most
+ * EXR_LOG_MAX_SCHEMA bytes. A second call with the same layout and schema
+ * is a no-op; a different one is EXR_EINVAL. */
+exr_status exr_log_set_schema(exr_log *lg, const void *schema, size_t len, size_t state_bytes,
+                              size_t action_bytes, size_t reward_bytes);
+bool exr_log_has_schema(const exr_log *lg);
+
+/* One step, copied. fin is the final state (with EXR_LOG_FINAL) or NULL. */
+exr_status exr_log_append(exr_log *lg, int64_t h, uint64_t pos, const void *state,
+                          const void *action, const void *reward, const void *fin,
+                          unsigned flags);
+
+/* Waits (without any buffer lock held) while the backlog is >= max_backlog. */
+void exr_log_throttle(exr_log *lg);
+
+/* Returns once every step appended or recorded before it is in the file
+ * (and on disk, with opts.fsync or sync). EXR_EIO if a write failed. */
+exr_status exr_log_flush(exr_log *lg, bool sync);
+
+/* Flushes, writes the end marker, stops the writer and closes the file.
+ * Further appends are EXR_EINVAL. Idempotent. */
+exr_status exr_log_close(exr_log *lg);
+bool exr_log_closed(exr_log *lg);
+
+/* Closes (if needed) and frees. The log must not be attached. */
+void exr_log_free(exr_log *lg);
+
+/* With b locked: every step b records from now on is logged. At most one
+ * buffer at a time (EXR_EINVAL); the schema must be set. */
+exr_status exr_log_attach_locked(exr_log *lg, exr_buffer *b);
+/* Takes b's lock itself: stops logging b's steps, then waits until the
+ * writer holds no pointer into b (b may be freed afterwards). */
+void exr_log_detach(exr_log *lg, exr_buffer *b);
+exr_buffer *exr_log_attached(const exr_log *lg);
+
+void exr_log_get_stats(exr_log *lg, exr_log_stats *st);
+const exr_log_opts *exr_log_options(const exr_log *lg);
+
+#endif

@@ -1,0 +1,750 @@
+/*
+ * log.c - ExperienceLog: the Python face of the experience log writer
+ * (src/core/log.h, docs/log.md), and what ExperienceReplay needs to log
+ * into one (attach_log, detach_log, from_log, ingest).
+ */
+#include "binding.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#include "log.h"
+
+typedef struct {
+    PyObject_HEAD
+    exr_log *lg;
+    PyObject *path;
+    PyArray_Descr *state_descr, *action_descr, *reward_descr; /* NULL until the schema */
+    int state_nd, action_nd;
+    npy_intp state_shape[NPY_MAXDIMS], action_shape[NPY_MAXDIMS];
+    PyObject *owner; /* the ExperienceReplay attached to (borrowed), or NULL */
+} LogObject;
+
+static PyTypeObject *log_type(PyObject *any)
+{
+    exr_modstate *st = exr_state_of_type(Py_TYPE(any));
+    return st ? st->log_type : NULL;
+}
+
+static PyObject *log_error(exr_status st, const char *what, PyObject *path)
+{
+    if (st == EXR_EIO)
+        return PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path);
+    return exr_raise(st, what);
+}
+
+/* ---- schema ---------------------------------------------------------------- */
+
+static int shape_of(PyObject *o, const char *name, int *nd, npy_intp *shape)
+{
+    PyObject *seq = NULL;
+    if (PyIndex_Check(o) && !PyBool_Check(o))
+        seq = PyTuple_Pack(1, o);
+    else if (PyTuple_Check(o) || PyList_Check(o))
+        seq = PySequence_Tuple(o);
+    else
+        return PyErr_Format(PyExc_TypeError, "%s: expected an int or a tuple of ints, got %s",
+                            name, Py_TYPE(o)->tp_name),
+               -1;
+    if (!seq)
+        return -1;
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
+    if (n > NPY_MAXDIMS - 2) {
+        Py_DECREF(seq);
+        return PyErr_Format(PyExc_ValueError, "%s: expected at most %d dimensions, got %zd",
+                            name, NPY_MAXDIMS - 2, n),
+               -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *d = PyTuple_GET_ITEM(seq, i);
+        Py_ssize_t v = PyBool_Check(d) || !PyIndex_Check(d) ? -2 : PyNumber_AsSsize_t(d, NULL);
+        if (v == -1 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        if (v < 1 || v > ((Py_ssize_t)1 << 40)) {
+            Py_DECREF(seq);
+            return PyErr_Format(PyExc_ValueError,
+                                "%s: expected positive int dimensions, got %R at index %zd", name,
+                                d, i),
+                   -1;
+        }
+        shape[i] = v;
+    }
+    *nd = (int)n;
+    Py_DECREF(seq);
+    return 0;
+}
+
+static size_t nbytes_of(PyArray_Descr *d, int nd, const npy_intp *shape)
+{
+    size_t v = (size_t)PyDataType_ELSIZE(d);
+    for (int i = 0; i < nd; i++)
+        if (!exr_mul_size(v, (size_t)shape[i], &v) || v > ((size_t)1 << 40))
+            return 0;
+    return v;
+}
+
+/* {"state": {"dtype": "<f4", "shape": [4]}, "action": ..., "reward": ...} */
+static int field_json(char *buf, size_t cap, size_t *len, const char *name, PyArray_Descr *d,
+                      int nd, const npy_intp *shape, int last)
+{
+    PyObject *s = PyObject_GetAttrString((PyObject *)d, "str");
+    if (!s)
+        return -1;
+    const char *ds = PyUnicode_AsUTF8(s);
+    if (!ds) {
+        Py_DECREF(s);
+        return -1;
+    }
+    int w = snprintf(buf + *len, cap - *len, "\"%s\": {\"dtype\": \"%s\", \"shape\": [", name, ds);
+    Py_DECREF(s);
+    if (w < 0 || (size_t)w >= cap - *len)
+        goto full;
+    *len += (size_t)w;
+    for (int i = 0; i < nd; i++) {
+        w = snprintf(buf + *len, cap - *len, "%s%lld", i ? ", " : "", (long long)shape[i]);
+        if (w < 0 || (size_t)w >= cap - *len)
+            goto full;
+        *len += (size_t)w;
+    }
+    w = snprintf(buf + *len, cap - *len, "]}%s", last ? "}" : ", ");
+    if (w < 0 || (size_t)w >= cap - *len)
+        goto full;
+    *len += (size_t)w;
+    return 0;
+full:
+    PyErr_SetString(PyExc_ValueError, "schema: too long");
+    return -1;
+}
+
+/* Fixes the log's schema (descrs are borrowed and get new references). */
+static int set_schema(LogObject *self, PyArray_Descr *sd, int snd, const npy_intp *ss,
+                      PyArray_Descr *ad, int and_, const npy_intp *as, PyArray_Descr *rd)
+{
+    size_t sb = nbytes_of(sd, snd, ss), ab = nbytes_of(ad, and_, as),
+           rb = (size_t)PyDataType_ELSIZE(rd);
+    if (!sb || (!ab && PyDataType_ELSIZE(ad))) {
+        PyErr_SetString(PyExc_ValueError, "state_shape: one item would take more than 1 TiB");
+        return -1;
+    }
+    char js[EXR_LOG_MAX_SCHEMA];
+    size_t len = 0;
+    js[len++] = '{';
+    if (field_json(js, sizeof js, &len, "state", sd, snd, ss, 0) < 0 ||
+        field_json(js, sizeof js, &len, "action", ad, and_, as, 0) < 0 ||
+        field_json(js, sizeof js, &len, "reward", rd, 0, NULL, 1) < 0)
+        return -1;
+    exr_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = exr_log_set_schema(self->lg, js, len, sb, ab, rb);
+    Py_END_ALLOW_THREADS
+    if (st != EXR_OK) {
+        if (st == EXR_EINVAL)
+            PyErr_SetString(PyExc_ValueError, "log: closed, or its record layout cannot change");
+        else
+            log_error(st, "log", self->path);
+        return -1;
+    }
+    Py_INCREF(sd);
+    Py_INCREF(ad);
+    Py_INCREF(rd);
+    self->state_descr = sd;
+    self->action_descr = ad;
+    self->reward_descr = rd;
+    self->state_nd = snd;
+    self->action_nd = and_;
+    memcpy(self->state_shape, ss, (size_t)snd * sizeof *ss);
+    memcpy(self->action_shape, as, (size_t)and_ * sizeof *as);
+    return 0;
+}
+
+/* ---- the type ---------------------------------------------------------------- */
+
+static int bounded_size(PyObject *o, const char *name, size_t lo, size_t hi, size_t *out)
+{
+    if (PyBool_Check(o) || !PyIndex_Check(o))
+        return PyErr_Format(PyExc_TypeError, "%s: expected an int, got %s", name,
+                            Py_TYPE(o)->tp_name),
+               -1;
+    Py_ssize_t v = PyNumber_AsSsize_t(o, NULL);
+    if (v == -1 && PyErr_Occurred())
+        PyErr_Clear();
+    if (v < 0 || (size_t)v < lo || (size_t)v > hi)
+        return PyErr_Format(PyExc_ValueError, "%s: expected an int from %zu to %zu, got %R", name,
+                            lo, hi, o),
+               -1;
+    *out = (size_t)v;
+    return 0;
+}
+
+static PyObject *log_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"path",         "source",       "level",        "chunk_bytes",
+                             "flush_interval", "fsync",      "max_backlog",  "overwrite",
+                             "state_shape",  "state_dtype",  "action_shape", "action_dtype",
+                             "reward_dtype", NULL};
+    PyObject *o_path, *o_source = NULL, *o_level = NULL, *o_chunk = NULL, *o_flush = NULL;
+    PyObject *o_max = NULL, *o_sshape = Py_None, *o_sdtype = NULL, *o_ashape = NULL;
+    PyObject *o_adtype = NULL, *o_rdtype = NULL;
+    int do_fsync = 0, overwrite = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$OOOOpOpOOOOO:ExperienceLog", kwlist, &o_path,
+                                     &o_source, &o_level, &o_chunk, &o_flush, &do_fsync, &o_max,
+                                     &overwrite, &o_sshape, &o_sdtype, &o_ashape, &o_adtype,
+                                     &o_rdtype))
+        return NULL;
+    exr_log_opts o = {.source = 0,
+                      .level = 1,
+                      .chunk_bytes = (size_t)1 << 20,
+                      .flush_ns = 1000000000u,
+                      .fsync = do_fsync != 0,
+                      .max_backlog = (size_t)256 << 20};
+    size_t v;
+    if (o_source) {
+        if (bounded_size(o_source, "source", 0, UINT32_MAX - 1, &v) < 0)
+            return NULL;
+        o.source = (uint32_t)v;
+    }
+    if (o_level) {
+        if (bounded_size(o_level, "level", 0, 9, &v) < 0)
+            return NULL;
+        o.level = (int)v;
+    }
+    if (o_chunk && bounded_size(o_chunk, "chunk_bytes", 1, EXR_LOG_MAX_CHUNK, &o.chunk_bytes) < 0)
+        return NULL;
+    if (o_max && bounded_size(o_max, "max_backlog", 0, (size_t)1 << 48, &o.max_backlog) < 0)
+        return NULL;
+    if (o_flush && o_flush != Py_None) {
+        double f = PyFloat_AsDouble(o_flush);
+        if (f == -1.0 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return PyErr_Format(PyExc_TypeError,
+                                "flush_interval: expected seconds (a number > 0) or None, got %s",
+                                Py_TYPE(o_flush)->tp_name);
+        }
+        if (!(f > 0) || f > 1e6)
+            return PyErr_Format(PyExc_ValueError,
+                                "flush_interval: expected seconds in (0, 1e6] or None, got %R",
+                                o_flush);
+        o.flush_ns = (uint64_t)(f * 1e9);
+        if (!o.flush_ns)
+            o.flush_ns = 1;
+    } else if (o_flush == Py_None) {
+        o.flush_ns = 0;
+    }
+    PyObject *fspath = NULL;
+    if (!PyUnicode_FSConverter(o_path, &fspath))
+        return NULL;
+    LogObject *self = (LogObject *)type->tp_alloc(type, 0);
+    if (!self) {
+        Py_DECREF(fspath);
+        return NULL;
+    }
+    self->path = PyOS_FSPath(o_path);
+    if (!self->path) {
+        Py_DECREF(fspath);
+        Py_DECREF(self);
+        return NULL;
+    }
+    exr_status st;
+    const char *cpath = PyBytes_AS_STRING(fspath);
+    Py_BEGIN_ALLOW_THREADS
+    st = exr_log_open(cpath, &o, overwrite != 0, &self->lg);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(fspath);
+    if (st != EXR_OK) {
+        if (st == EXR_EIO && errno == EEXIST)
+            PyErr_Format(PyExc_FileExistsError,
+                         "path: %R exists (pass overwrite=True to replace it)", self->path);
+        else
+            log_error(st, "ExperienceLog", self->path);
+        Py_DECREF(self);
+        return NULL;
+    }
+    if (o_sshape != Py_None) {
+        int snd = 0, and_ = 0;
+        npy_intp ss[NPY_MAXDIMS], as[NPY_MAXDIMS];
+        PyArray_Descr *sd = NULL, *ad = NULL, *rd = NULL;
+        PyObject *tmp = NULL;
+        int ok = shape_of(o_sshape, "state_shape", &snd, ss) == 0 &&
+                 (!o_ashape || shape_of(o_ashape, "action_shape", &and_, as) == 0);
+        if (ok) {
+            if (!o_sdtype)
+                o_sdtype = tmp = PyUnicode_FromString("float32");
+            sd = o_sdtype ? exr_dtype_arg(o_sdtype, "state_dtype", 0) : NULL;
+            Py_XDECREF(tmp);
+            ad = !sd ? NULL
+                 : o_adtype ? exr_dtype_arg(o_adtype, "action_dtype", 0)
+                            : PyArray_DescrFromType(NPY_INT64);
+            rd = !ad ? NULL
+                 : o_rdtype ? exr_dtype_arg(o_rdtype, "reward_dtype", 1)
+                            : PyArray_DescrFromType(NPY_FLOAT32);
+            ok = rd && set_schema(self, sd, snd, ss, ad, and_, as, rd) == 0;
+        }
+        Py_XDECREF(sd);
+        Py_XDECREF(ad);
+        Py_XDECREF(rd);
+        if (!ok) {
+            Py_DECREF(self);
+            return NULL;
+        }
+    } else if (o_sdtype || o_ashape || o_adtype || o_rdtype) {
+        Py_DECREF(self);
+        return PyErr_Format(PyExc_ValueError,
+                            "state_shape: needed with state_dtype, action_shape, action_dtype "
+                            "or reward_dtype, got None");
+    }
+    return (PyObject *)self;
+}
+
+static void log_dealloc(LogObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    if (self->lg) {
+        Py_BEGIN_ALLOW_THREADS
+        exr_log_free(self->lg);
+        Py_END_ALLOW_THREADS
+    }
+    Py_XDECREF(self->path);
+    Py_XDECREF(self->state_descr);
+    Py_XDECREF(self->action_descr);
+    Py_XDECREF(self->reward_descr);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+static int need_open(LogObject *self, const char *what)
+{
+    if (exr_log_closed(self->lg)) {
+        PyErr_Format(PyExc_ValueError, "%s: the log is closed", what);
+        return -1;
+    }
+    if (!self->state_descr) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: the log has no record layout yet: pass state_shape (and dtypes) to "
+                     "ExperienceLog, or attach it to an ExperienceReplay",
+                     what);
+        return -1;
+    }
+    return 0;
+}
+
+static int flag_arg(PyObject *o, const char *name, int *out)
+{
+    if (!o) {
+        *out = 0;
+        return 0;
+    }
+    int v = PyObject_IsTrue(o);
+    if (v < 0)
+        return -1;
+    if (!PyBool_Check(o) && !PyLong_Check(o) && !PyArray_IsScalar(o, Bool))
+        return PyErr_Format(PyExc_TypeError, "%s: expected a bool, got %s", name,
+                            Py_TYPE(o)->tp_name),
+               -1;
+    *out = v;
+    return 0;
+}
+
+/* append_many(h, pos, states, actions, rewards, final_state=None, terminated=False) and the
+ * one-step append(h, pos, state, action, reward, ...): many = 0 or 1. */
+static PyObject *log_append_impl(LogObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                 PyObject *kwnames, int many)
+{
+    static const char *const n1[] = {"h", "pos", "state", "action", "reward", "final_state",
+                                     "terminated"};
+    static const char *const nm[] = {"h", "pos", "states", "actions", "rewards", "final_state",
+                                     "terminated"};
+    const char *fname = many ? "append_many" : "append";
+    const char *const *names = many ? nm : n1;
+    PyObject *a[7];
+    if (exr_parse_args(args, nargs, kwnames, fname, names, 5, 7, a) < 0)
+        return NULL;
+    if (need_open(self, fname) < 0)
+        return NULL;
+    int64_t h;
+    if (PyBool_Check(a[0]) || !PyIndex_Check(a[0]))
+        return PyErr_Format(PyExc_TypeError, "h: expected an int, got %s", Py_TYPE(a[0])->tp_name);
+    if (exr_index_to_handle(a[0], &h) < 0)
+        return NULL;
+    size_t pos;
+    if (bounded_size(a[1], "pos", 0, (size_t)INT64_MAX / 2, &pos) < 0)
+        return NULL;
+    int terminated;
+    if (flag_arg(a[6], "terminated", &terminated) < 0)
+        return NULL;
+    PyArrayObject *s = NULL, *ac = NULL, *r = NULL, *fin = NULL;
+    npy_intp T = -1;
+    int nlead = many ? 1 : 0;
+    npy_intp *lead = many ? &T : NULL;
+    s = exr_as_array(a[2], self->state_descr, nlead, lead, self->state_nd, self->state_shape,
+                     names[2]);
+    if (!s)
+        goto error;
+    if (many && T == 0) {
+        PyErr_SetString(PyExc_ValueError, "states: expected at least one step, got 0");
+        goto error;
+    }
+    ac = exr_as_array(a[3], self->action_descr, nlead, lead, self->action_nd, self->action_shape,
+                      names[3]);
+    if (!ac)
+        goto error;
+    r = exr_as_array(a[4], self->reward_descr, nlead, lead, 0, NULL, names[4]);
+    if (!r)
+        goto error;
+    if (a[5] && a[5] != Py_None) {
+        fin = exr_as_array(a[5], self->state_descr, 0, NULL, self->state_nd, self->state_shape,
+                           "final_state");
+        if (!fin)
+            goto error;
+    }
+    if (!many)
+        T = 1;
+    size_t sb = nbytes_of(self->state_descr, self->state_nd, self->state_shape);
+    size_t ab = nbytes_of(self->action_descr, self->action_nd, self->action_shape);
+    size_t rb = (size_t)PyDataType_ELSIZE(self->reward_descr);
+    const unsigned char *sp = PyArray_DATA(s), *ap = PyArray_DATA(ac), *rp = PyArray_DATA(r);
+    const void *fp = fin ? PyArray_DATA(fin) : NULL;
+    unsigned endfl = (fin || terminated ? EXR_LOG_END : 0) | (terminated ? EXR_LOG_TERMINATED : 0) |
+                     (fin ? EXR_LOG_FINAL : 0);
+    exr_status st = EXR_OK;
+    exr_log *lg = self->lg;
+    Py_BEGIN_ALLOW_THREADS
+    exr_log_throttle(lg);
+    for (npy_intp t = 0; t < T && st == EXR_OK; t++) {
+        bool last = t + 1 == T;
+        st = exr_log_append(lg, h, pos + (size_t)t, sp + (size_t)t * sb, ap + (size_t)t * ab,
+                            rp + (size_t)t * rb, last ? fp : NULL, last ? endfl : 0);
+    }
+    Py_END_ALLOW_THREADS
+    Py_DECREF(s);
+    Py_DECREF(ac);
+    Py_DECREF(r);
+    Py_XDECREF(fin);
+    if (st != EXR_OK)
+        return exr_raise(st, fname);
+    Py_RETURN_NONE;
+error:
+    Py_XDECREF(s);
+    Py_XDECREF(ac);
+    Py_XDECREF(r);
+    Py_XDECREF(fin);
+    return NULL;
+}
+
+static PyObject *log_append(LogObject *self, PyObject *const *args, Py_ssize_t nargs,
+                            PyObject *kwnames)
+{
+    return log_append_impl(self, args, nargs, kwnames, 0);
+}
+
+static PyObject *log_append_many(LogObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                 PyObject *kwnames)
+{
+    return log_append_impl(self, args, nargs, kwnames, 1);
+}
+
+static PyObject *log_flush(LogObject *self, PyObject *const *args, Py_ssize_t nargs,
+                           PyObject *kwnames)
+{
+    static const char *const names[] = {"sync"};
+    PyObject *a[1];
+    if (exr_parse_args(args, nargs, kwnames, "flush", names, 0, 1, a) < 0)
+        return NULL;
+    int sync;
+    if (flag_arg(a[0], "sync", &sync) < 0)
+        return NULL;
+    exr_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = exr_log_flush(self->lg, sync != 0);
+    Py_END_ALLOW_THREADS
+    if (st != EXR_OK)
+        return log_error(st, "flush", self->path);
+    Py_RETURN_NONE;
+}
+
+static PyObject *log_close(LogObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (self->owner) {
+        /* the buffer lets go of the log first */
+        ReplayObject *rb = (ReplayObject *)self->owner;
+        exr_replay_detach_log(rb);
+    }
+    exr_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = exr_log_close(self->lg);
+    Py_END_ALLOW_THREADS
+    if (st != EXR_OK)
+        return log_error(st, "close", self->path);
+    Py_RETURN_NONE;
+}
+
+static PyObject *log_enter(LogObject *self, PyObject *unused)
+{
+    (void)unused;
+    return Py_NewRef(self);
+}
+
+static PyObject *log_exit(LogObject *self, PyObject *args)
+{
+    (void)args;
+    PyObject *r = log_close(self, NULL);
+    if (!r)
+        return NULL;
+    Py_DECREF(r);
+    Py_RETURN_FALSE;
+}
+
+static PyObject *log_stats(LogObject *self, void *c)
+{
+    (void)c;
+    exr_log_stats s;
+    exr_log_get_stats(self->lg, &s);
+    return Py_BuildValue("{sKsKsKsKsKsKsdsKsisd}", "records", (unsigned long long)s.records,
+                         "chunks", (unsigned long long)s.chunks, "file_bytes",
+                         (unsigned long long)s.file_bytes, "raw_bytes",
+                         (unsigned long long)s.raw_bytes, "backlog",
+                         (unsigned long long)s.backlog, "throttled",
+                         (unsigned long long)s.throttled, "throttle_seconds",
+                         (double)s.throttle_ns / 1e9, "dropped", (unsigned long long)s.dropped,
+                         "errno", s.error, "writer_seconds", (double)s.writer_ns / 1e9);
+}
+
+static PyObject *log_get_path(LogObject *self, void *c)
+{
+    (void)c;
+    return Py_NewRef(self->path);
+}
+static PyObject *log_get_source(LogObject *self, void *c)
+{
+    (void)c;
+    return PyLong_FromUnsignedLong(exr_log_options(self->lg)->source);
+}
+static PyObject *log_get_level(LogObject *self, void *c)
+{
+    (void)c;
+    return PyLong_FromLong(exr_log_options(self->lg)->level);
+}
+static PyObject *log_get_closed(LogObject *self, void *c)
+{
+    (void)c;
+    return PyBool_FromLong(exr_log_closed(self->lg));
+}
+static PyObject *log_get_attached(LogObject *self, void *c)
+{
+    (void)c;
+    return PyBool_FromLong(self->owner != NULL);
+}
+
+static PyObject *log_repr(LogObject *self)
+{
+    return PyUnicode_FromFormat("ExperienceLog(%R, source=%u, level=%d%s)", self->path,
+                                (unsigned)exr_log_options(self->lg)->source,
+                                exr_log_options(self->lg)->level,
+                                exr_log_closed(self->lg) ? ", closed" : "");
+}
+
+static PyMethodDef log_methods[] = {
+    {"append", (PyCFunction)(void (*)(void))log_append, METH_FASTCALL | METH_KEYWORDS,
+     "append($self, h, pos, state, action, reward, final_state=None, terminated=False)\n--\n\n"
+     "Logs one step of episode h at position pos, without a buffer. final_state\n"
+     "or terminated=True marks it as its episode's last step. Needs a record\n"
+     "layout (state_shape=... at construction). Releases the GIL."},
+    {"append_many", (PyCFunction)(void (*)(void))log_append_many, METH_FASTCALL | METH_KEYWORDS,
+     "append_many($self, h, pos, states, actions, rewards, final_state=None, terminated=False)\n"
+     "--\n\nLogs T steps of episode h at positions pos .. pos + T - 1; the last one\n"
+     "carries final_state and terminated."},
+    {"flush", (PyCFunction)(void (*)(void))log_flush, METH_FASTCALL | METH_KEYWORDS,
+     "flush($self, sync=False)\n--\n\n"
+     "Returns once every step logged before it is written to the file (a kill -9\n"
+     "afterwards loses none of it); with sync=True (or fsync=True at construction)\n"
+     "also fsyncs. Releases the GIL."},
+    {"close", (PyCFunction)log_close, METH_NOARGS,
+     "close($self, /)\n--\n\nDetaches from its buffer, flushes, writes the end marker and "
+     "closes the file."},
+    {"__enter__", (PyCFunction)log_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)log_exit, METH_VARARGS, NULL},
+    {NULL},
+};
+
+static PyGetSetDef log_getset[] = {
+    {"stats", (getter)log_stats, NULL,
+     "dict: records, chunks, file_bytes, raw_bytes written; backlog (bytes not yet\n"
+     "written); throttled, throttle_seconds (waits for the writer); dropped; errno;\n"
+     "writer_seconds (the writer thread's time building, compressing and writing chunks)",
+     NULL},
+    {"path", (getter)log_get_path, NULL, "the log's file", NULL},
+    {"source", (getter)log_get_source, NULL, "the source id written with every record", NULL},
+    {"level", (getter)log_get_level, NULL, "zlib level (0: stored)", NULL},
+    {"closed", (getter)log_get_closed, NULL, "whether close() was called", NULL},
+    {"attached", (getter)log_get_attached, NULL, "whether a buffer logs into it", NULL},
+    {NULL},
+};
+
+static PyType_Slot log_slots[] = {
+    {Py_tp_new, log_new},
+    {Py_tp_dealloc, log_dealloc},
+    {Py_tp_methods, log_methods},
+    {Py_tp_getset, log_getset},
+    {Py_tp_repr, log_repr},
+    {Py_tp_doc,
+     "ExperienceLog(path, *, source=0, level=1, chunk_bytes=1048576, flush_interval=1.0,\n"
+     "fsync=False, max_backlog=268435456, overwrite=False, state_shape=None,\n"
+     "state_dtype='float32', action_shape=(), action_dtype='int64', reward_dtype='float32')\n"
+     "--\n\n"
+     "An append-only, chunked, zlib-compressed file of experience (docs/log.md),\n"
+     "written by a thread of its own. Attach it to an ExperienceReplay (log= or\n"
+     "attach_log) to log every recorded step, or append steps directly."},
+    {0, NULL},
+};
+
+static PyType_Spec log_spec = {
+    .name = "exreplay._core.ExperienceLog",
+    .basicsize = sizeof(LogObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = log_slots,
+};
+
+int exr_log_init_type(PyObject *m, exr_modstate *st)
+{
+    st->log_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &log_spec, NULL);
+    if (!st->log_type)
+        return -1;
+    return PyModule_AddObjectRef(m, "ExperienceLog", (PyObject *)st->log_type);
+}
+
+/* ---- ExperienceReplay's side -------------------------------------------------- */
+
+static int same_descr(PyArray_Descr *a, PyArray_Descr *b) { return PyArray_EquivTypes(a, b); }
+
+int exr_replay_attach_log(ReplayObject *self, PyObject *o)
+{
+    PyTypeObject *lt = log_type((PyObject *)self);
+    if (!lt || !PyObject_TypeCheck(o, lt)) {
+        PyErr_Format(PyExc_TypeError, "log: expected an ExperienceLog, got %s",
+                     Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    LogObject *lo = (LogObject *)o;
+    if (self->log) {
+        PyErr_SetString(PyExc_ValueError,
+                        "log: this buffer already logs into an ExperienceLog (detach_log() first)");
+        return -1;
+    }
+    if (lo->owner) {
+        PyErr_SetString(PyExc_ValueError, "log: already attached to another buffer");
+        return -1;
+    }
+    if (exr_log_closed(lo->lg)) {
+        PyErr_SetString(PyExc_ValueError, "log: the log is closed");
+        return -1;
+    }
+    if (lo->state_descr) {
+        if (!same_descr(lo->state_descr, self->state_descr) ||
+            !same_descr(lo->action_descr, self->action_descr) ||
+            !same_descr(lo->reward_descr, self->reward_descr) || lo->state_nd != self->state_nd ||
+            lo->action_nd != self->action_nd ||
+            memcmp(lo->state_shape, self->state_shape,
+                   (size_t)self->state_nd * sizeof(npy_intp)) ||
+            memcmp(lo->action_shape, self->action_shape,
+                   (size_t)self->action_nd * sizeof(npy_intp))) {
+            PyErr_SetString(PyExc_ValueError,
+                            "log: its record layout (state/action shapes and dtypes, reward "
+                            "dtype) differs from this buffer's");
+            return -1;
+        }
+    } else if (set_schema(lo, self->state_descr, self->state_nd, self->state_shape,
+                          self->action_descr, self->action_nd, self->action_shape,
+                          self->reward_descr) < 0) {
+        return -1;
+    }
+    exr_lock_with_gil(self->buf);
+    exr_status st = exr_log_attach_locked(lo->lg, self->buf);
+    exr_buffer_unlock(self->buf);
+    if (st != EXR_OK) {
+        PyErr_SetString(PyExc_ValueError, "log: closed or attached elsewhere");
+        return -1;
+    }
+    lo->owner = (PyObject *)self;
+    self->log = Py_NewRef(o);
+    return 0;
+}
+
+void exr_replay_detach_log(ReplayObject *self)
+{
+    if (!self->log)
+        return;
+    LogObject *lo = (LogObject *)self->log;
+    exr_log *lg = lo->lg;
+    exr_buffer *b = self->buf;
+    Py_BEGIN_ALLOW_THREADS
+    exr_log_detach(lg, b);
+    Py_END_ALLOW_THREADS
+    lo->owner = NULL;
+    Py_CLEAR(self->log);
+}
+
+exr_log *exr_replay_log(ReplayObject *self)
+{
+    return self->log ? ((LogObject *)self->log)->lg : NULL;
+}
+
+PyObject *exr_replay_attach_log_py(ReplayObject *self, PyObject *o)
+{
+    EXR_GUARD(self, NULL);
+    if (exr_replay_attach_log(self, o) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+PyObject *exr_replay_detach_log_py(ReplayObject *self, PyObject *unused)
+{
+    (void)unused;
+    EXR_GUARD(self, NULL);
+    PyObject *r = self->log ? Py_NewRef(self->log) : Py_NewRef(Py_None);
+    exr_replay_detach_log(self);
+    return r;
+}
+
+PyObject *exr_replay_get_log(ReplayObject *self, void *c)
+{
+    (void)c;
+    return Py_NewRef(self->log ? self->log : Py_None);
+}
+
+/* from_log and ingest live in exreplay/log.py (they only read and record). */
+static PyObject *call_py(const char *fn, PyObject *first, PyObject *args, PyObject *kw)
+{
+    PyObject *mod = PyImport_ImportModule("exreplay.log");
+    if (!mod)
+        return NULL;
+    PyObject *f = PyObject_GetAttrString(mod, fn);
+    Py_DECREF(mod);
+    if (!f)
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(args);
+    PyObject *all = PyTuple_New(n + 1);
+    if (!all) {
+        Py_DECREF(f);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(all, 0, Py_NewRef(first));
+    for (Py_ssize_t i = 0; i < n; i++)
+        PyTuple_SET_ITEM(all, i + 1, Py_NewRef(PyTuple_GET_ITEM(args, i)));
+    PyObject *r = PyObject_Call(f, all, kw);
+    Py_DECREF(all);
+    Py_DECREF(f);
+    return r;
+}
+
+PyObject *exr_replay_from_log(PyObject *cls, PyObject *args, PyObject *kw)
+{
+    return call_py("_from_log", cls, args, kw);
+}
+
+PyObject *exr_replay_ingest(ReplayObject *self, PyObject *args, PyObject *kw)
+{
+    return call_py("_ingest", (PyObject *)self, args, kw);
+}

@@ -1,0 +1,591 @@
+"""The experience log: writer (ExperienceLog), reader (exreplay.log), merge,
+tail, ingest, crash safety (kill -9), back-pressure, bad input."""
+
+import os
+import signal
+import struct
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import zlib
+
+import numpy as np
+import pytest
+
+import exreplay
+import exreplay.log as xlog
+from exreplay import ExperienceLog, ExperienceReplay
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def read_all(path):
+    """Every record of a log, concatenated, in log order."""
+    with xlog.open(path) as r:
+        cs = list(r)
+        torn, ended = r.torn, r.ended
+    if not cs:
+        return None, torn, ended
+    cat = xlog.Chunk(*(np.concatenate([getattr(c, f) for c in cs]) for f in xlog.Chunk._fields))
+    return cat, torn, ended
+
+
+def record_script(buf, rng, steps, frame=(3, 2), end_every=7):
+    """Records a random mix of record/record_many; returns what went in, in order:
+    list of (state, action, reward, end, terminated, final)."""
+    out = []
+    h = None
+    t = 0
+    while t < steps:
+        k = int(rng.integers(1, 6))
+        s = rng.integers(0, 255, (k,) + frame, dtype=np.uint8)
+        a = rng.normal(size=(k, 2)).astype(np.float32)
+        r = rng.normal(size=k).astype(np.float32)
+        end = rng.random() < 1 / end_every
+        term = end and rng.random() < 0.5
+        fin = rng.integers(0, 255, frame, dtype=np.uint8) if end and not term else None
+        if k == 1 and rng.random() < 0.5:
+            h = buf.record(h, s[0], a[0], r[0], final_state=fin, terminated=term)
+        else:
+            h = buf.record_many(h, s, a, r, final_state=fin, terminated=term)
+        for i in range(k):
+            last = i == k - 1
+            out.append((s[i], a[i], r[i], last and end, last and term, fin if last else None))
+        t += k
+    return out
+
+
+def check_against(cat, rec):
+    assert len(cat.timestamps) == len(rec)
+    for i, (s, a, r, end, term, fin) in enumerate(rec):
+        assert np.array_equal(cat.states[i], s)
+        assert np.array_equal(cat.actions[i], a)
+        assert cat.rewards[i] == r
+        fl = int(cat.flags[i])
+        assert bool(fl & xlog.FLAG_END) == bool(end)
+        assert bool(fl & xlog.FLAG_TERMINATED) == bool(term)
+        assert bool(fl & xlog.FLAG_FINAL) == (fin is not None)
+    fins = [f for (_, _, _, _, _, f) in rec if f is not None]
+    assert len(cat.final_states) == len(fins)
+    for x, y in zip(cat.final_states, fins):
+        assert np.array_equal(x, y)
+    assert np.all(np.diff(cat.timestamps) >= 0)
+
+
+@pytest.mark.parametrize("level", [0, 1, 6])
+def test_round_trip_with_eviction(tmp_path, level):
+    p = tmp_path / "a.log"
+    lg = ExperienceLog(p, source=3, level=level, chunk_bytes=500)
+    buf = ExperienceReplay((3, 2), "uint8", (2,), "float32", capacity=40, log=lg)
+    assert buf.log is lg and lg.attached
+    rng = np.random.default_rng(1)
+    t0 = time.time_ns()
+    rec = record_script(buf, rng, 400)
+    N = len(rec)
+    lg.close()
+    assert not lg.attached and buf.log is None
+    cat, torn, ended = read_all(p)
+    assert torn == 0 and ended
+    check_against(cat, rec)  # evicted steps (capacity 40 of 400) are all there
+    assert len(buf) <= 40
+    assert np.all(cat.sources == 3)
+    assert t0 <= cat.timestamps[0] and cat.timestamps[-1] <= time.time_ns()
+    # handles and positions: consecutive positions within an episode
+    for h in np.unique(cat.handles):
+        pos = cat.positions[cat.handles == h]
+        assert np.array_equal(pos, np.arange(len(pos)))
+    d = xlog.info(p)
+    assert d["records"] == N and d["sources"] == [3] and d["chunks"] > 5
+    assert d["ended"] and d["torn"] == 0 and d["bytes"] == os.path.getsize(p)
+    assert d["state_shape"] == (3, 2) and d["action_shape"] == (2,)
+    st = lg.stats
+    assert st["records"] == N and st["backlog"] == 0 and st["dropped"] == 0
+
+
+def test_live_buffer_episodes_match_log(tmp_path):
+    p = tmp_path / "b.log"
+    lg = ExperienceLog(p, chunk_bytes=300)
+    buf = ExperienceReplay(4, capacity=None)
+    buf.attach_log(lg)
+    rng = np.random.default_rng(2)
+    h = None
+    for i in range(60):
+        h = buf.record_many(h, rng.normal(size=(3, 4)).astype(np.float32), [1, 2, 3],
+                            [0.5, 0.25, 0.0], terminated=(i % 5 == 4))
+    lg.flush()
+    cat, torn, ended = read_all(p)
+    assert not ended and torn == 0
+    for hh in buf._handles():
+        ep = buf.episode(int(hh))
+        sel = cat.handles == hh
+        assert np.array_equal(cat.states[sel], ep.state)
+        assert np.array_equal(cat.actions[sel], ep.action)
+    assert buf.detach_log() is lg
+    buf.record(None, np.zeros(4, np.float32), 0, 0.0)  # not logged any more
+    lg.close()
+    assert xlog.info(p)["records"] == 180
+
+
+def test_from_log_and_ingest(tmp_path):
+    p = tmp_path / "c.log"
+    lg = ExperienceLog(p, source=1)
+    buf = ExperienceReplay((2,), capacity=None, log=lg, pick_len=2)
+    rng = np.random.default_rng(3)
+    rec = record_script_flat(buf, rng)
+    lg.close()
+    b2 = ExperienceReplay.from_log(p, capacity=None, pick_len=2)
+    assert len(b2) == len(buf) and b2.num_episodes == buf.num_episodes
+    assert b2.num_picks == buf.num_picks
+    for h1, h2 in zip(buf._handles(), b2._handles()):
+        e1, e2 = buf.episode(int(h1)), b2.episode(int(h2))
+        for f in ("state", "action", "reward"):
+            assert np.array_equal(getattr(e1, f), getattr(e2, f))
+        assert (e1.ended, e1.terminated) == (e2.ended, e2.terminated)
+        if e1.final_state is not None:
+            assert np.array_equal(e1.final_state, e2.final_state)
+    b3 = ExperienceReplay((2,), capacity=None)
+    assert b3.ingest(p) == len(rec)
+    b2._check()
+    with pytest.raises(ValueError, match="layout"):
+        ExperienceReplay((3,)).ingest(p)
+    with pytest.raises(TypeError, match="state_shape"):
+        ExperienceReplay.from_log(p, state_shape=(2,))
+
+
+def record_script_flat(buf, rng):
+    rec = []
+    h = None
+    for i in range(50):
+        k = int(rng.integers(1, 4))
+        s = rng.normal(size=(k, 2)).astype(np.float32)
+        fin = rng.normal(size=2).astype(np.float32) if i % 6 == 5 else None
+        h = buf.record_many(h, s, np.arange(k), np.ones(k, np.float32), final_state=fin,
+                            terminated=i % 9 == 8)
+        rec.extend(s)
+    return rec
+
+
+def test_standalone_append(tmp_path):
+    p = tmp_path / "d.log"
+    with ExperienceLog(p, source=9, state_shape=(2,), state_dtype="int16",
+                       action_shape=(), action_dtype="int32", reward_dtype="float64") as lg:
+        lg.append(5, 0, [1, 2], 3, 0.5)
+        lg.append_many(5, 1, [[3, 4], [5, 6]], [7, 8], [0.25, 1.0], final_state=[9, 9])
+        lg.append(6, 0, [0, 0], 0, 0.0, terminated=True)
+        assert "source=9" in repr(lg)
+    assert lg.closed
+    c = xlog.tail(p, 100)
+    assert c.states.dtype == np.int16 and c.actions.dtype == np.int32
+    assert c.rewards.dtype == np.float64
+    assert c.states.tolist() == [[1, 2], [3, 4], [5, 6], [0, 0]]
+    assert c.handles.tolist() == [5, 5, 5, 6] and c.positions.tolist() == [0, 1, 2, 0]
+    assert c.flags.tolist() == [0, 0, xlog.FLAG_END | xlog.FLAG_FINAL,
+                                xlog.FLAG_END | xlog.FLAG_TERMINATED]
+    assert c.final_states.tolist() == [[9, 9]]
+    assert c.sources.tolist() == [9] * 4
+
+
+def test_writer_errors(tmp_path):
+    p = tmp_path / "e.log"
+    lg = ExperienceLog(p)
+    with pytest.raises(ValueError, match="no record layout"):
+        lg.append(0, 0, [1.0], 0, 0.0)
+    with pytest.raises(FileExistsError, match="overwrite"):
+        ExperienceLog(p)
+    for kw, exc in [({"source": -1}, ValueError), ({"level": 10}, ValueError),
+                    ({"level": "1"}, TypeError), ({"chunk_bytes": 0}, ValueError),
+                    ({"flush_interval": -1}, ValueError), ({"flush_interval": "x"}, TypeError),
+                    ({"state_dtype": "float32"}, ValueError),
+                    ({"state_shape": (0,)}, ValueError),
+                    ({"state_shape": 2, "state_dtype": object}, TypeError)]:
+        with pytest.raises(exc):
+            ExperienceLog(tmp_path / "x.log", overwrite=True, **kw)
+    buf = ExperienceReplay((4,), log=lg)
+    with pytest.raises(ValueError, match="already"):
+        buf.attach_log(ExperienceLog(tmp_path / "f.log"))
+    with pytest.raises(ValueError, match="another buffer"):
+        ExperienceReplay((4,)).attach_log(lg)
+    with pytest.raises(TypeError, match="ExperienceLog"):
+        ExperienceReplay((4,), log=3)
+    g = ExperienceLog(tmp_path / "g.log", state_shape=(5,))
+    with pytest.raises(ValueError, match="layout"):
+        ExperienceReplay((4,), log=g)
+    with pytest.raises(ValueError, match="state"):
+        lg.append(0, 0, [1.0, 2.0], 0, 0.0)  # wrong shape, nothing logged
+    with pytest.raises(TypeError, match="h:"):
+        lg.append("x", 0, [1.0] * 4, 0, 0.0)
+    with pytest.raises(ValueError, match="pos"):
+        lg.append(0, -1, [1.0] * 4, 0, 0.0)
+    lg.close()
+    with pytest.raises(ValueError, match="closed"):
+        lg.append(0, 0, [1.0] * 4, 0, 0.0)
+    with pytest.raises(ValueError, match="closed"):
+        ExperienceReplay((4,), log=lg)
+    buf.record(None, np.zeros(4, np.float32), 0, 0.0)  # the buffer is detached: fine
+    assert xlog.info(p)["records"] == 0
+
+
+def test_buffer_dropped_before_log(tmp_path):
+    p = tmp_path / "h.log"
+    lg = ExperienceLog(p, chunk_bytes=1 << 20)
+    buf = ExperienceReplay((4,), capacity=10, log=lg)
+    for i in range(100):
+        buf.record(None, np.full(4, i, np.float32), i, 0.0, terminated=True)
+    del buf  # detaches: the log lets go of the buffer's rows first
+    lg.close()
+    cat, _, _ = read_all(p)
+    assert cat.actions.tolist() == list(range(100))
+    assert np.array_equal(cat.states[:, 0], np.arange(100))
+
+
+def test_flush_interval_writes_on_its_own(tmp_path):
+    p = tmp_path / "i.log"
+    lg = ExperienceLog(p, flush_interval=0.05)
+    buf = ExperienceReplay((4,), log=lg)
+    buf.record(None, np.zeros(4, np.float32), 0, 0.0)
+    deadline = time.monotonic() + 10
+    while xlog.info(p)["records"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert xlog.info(p)["records"] == 1
+    lg2 = ExperienceLog(tmp_path / "j.log", flush_interval=None, state_shape=4)
+    lg2.append(0, 0, np.zeros(4), 0, 0.0)
+    time.sleep(0.2)
+    assert xlog.info(tmp_path / "j.log")["records"] == 0
+    lg2.flush(sync=True)
+    assert xlog.info(tmp_path / "j.log")["records"] == 1
+
+
+def test_back_pressure_bounds_the_backlog(tmp_path):
+    p = tmp_path / "k.log"
+    frame = 84 * 84
+    lg = ExperienceLog(p, level=9, chunk_bytes=64 << 10, max_backlog=256 << 10)
+    buf = ExperienceReplay((84, 84), "uint8", capacity=2000, log=lg)
+    rng = np.random.default_rng(4)
+    frames = rng.integers(0, 255, (32, 84, 84), dtype=np.uint8)
+    peak = 0
+    h = None
+    for i in range(60):
+        h = buf.record_many(h, frames, np.zeros(32, np.int64), np.zeros(32, np.float32))
+        peak = max(peak, lg.stats["backlog"])
+    st = lg.stats
+    # at most max_backlog plus one call's steps are ever waiting
+    assert peak <= (256 << 10) + 32 * (frame + 8 + 4 + 29)
+    assert st["throttled"] > 0
+    lg.close()
+    assert xlog.info(p)["records"] == 60 * 32
+
+
+def test_threads_record_and_sample_with_log(tmp_path):
+    p = tmp_path / "t.log"
+    lg = ExperienceLog(p, chunk_bytes=4096, max_backlog=64 << 10)
+    buf = ExperienceReplay((8,), capacity=500, pick_len=2, log=lg)
+    ps = buf.new_pick_selector(exreplay.PickSelectorClass.Uniform)
+    n_threads, per = 6, 300
+    counts = []
+    errors = []
+
+    def actor(k):
+        rng = np.random.default_rng(k)
+        h = None
+        n = 0
+        try:
+            for i in range(per):
+                T = int(rng.integers(1, 5))
+                st = np.full((T, 8), k, np.float32)
+                h = buf.record_many(h, st, np.full(T, k), np.zeros(T, np.float32),
+                                    terminated=rng.random() < 0.2)
+                n += T
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+        counts.append(n)
+
+    def learner():
+        for _ in range(300):
+            if buf.num_picks:
+                buf.get_batch(32, ps)
+
+    ts = [threading.Thread(target=actor, args=(k,)) for k in range(n_threads)]
+    ts.append(threading.Thread(target=learner))
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors
+    buf._check()
+    lg.close()
+    cat, _, _ = read_all(p)
+    assert len(cat.timestamps) == sum(counts)
+    assert np.all(np.diff(cat.timestamps) >= 0)
+    # every row is whole: a thread's steps carry its id in state and action
+    assert np.all(cat.states == cat.actions[:, None].astype(np.float32))
+    got = np.bincount(cat.actions, minlength=n_threads)
+    assert sorted(got.tolist()) == sorted(counts)
+
+
+# ---- tail -------------------------------------------------------------------------
+
+
+def test_tail_across_chunks(tmp_path):
+    p = tmp_path / "tail.log"
+    lg = ExperienceLog(p, chunk_bytes=200, state_shape=(3,))
+    for i in range(500):
+        lg.append(i // 10, i % 10, [i, i, i], i, float(i),
+                  final_state=[-i, 0, 0] if i % 10 == 9 else None)
+    lg.close()
+    cat, _, _ = read_all(p)
+    assert xlog.info(p)["chunks"] > 20
+    for n in [0, 1, 2, 3, 7, 99, 100, 101, 250, 499, 500, 10000]:
+        t = xlog.tail(p, n)
+        k = min(n, 500)
+        assert t.actions.tolist() == list(range(500 - k, 500))
+        assert np.array_equal(t.timestamps, cat.timestamps[500 - k:])
+        nf = int(np.count_nonzero(t.flags & xlog.FLAG_FINAL))
+        assert np.array_equal(t.final_states, cat.final_states[len(cat.final_states) - nf:]
+                              if nf else cat.final_states[:0])
+    assert xlog.tail(p).actions.tolist() == list(range(400, 500))
+    with pytest.raises(ValueError, match="n:"):
+        xlog.tail(p, -1)
+    with pytest.raises(TypeError, match="n:"):
+        xlog.tail(p, 1.5)
+
+
+def test_torn_tail_every_cut(tmp_path):
+    p = tmp_path / "torn.log"
+    lg = ExperienceLog(p, chunk_bytes=300, state_shape=(2,), level=1)
+    for i in range(60):
+        lg.append(0, i, [i, i], i, 0.0)
+    lg.close()
+    data = p.read_bytes()
+    whole = read_all(p)[0]
+    with xlog.open(p) as r:
+        heads = [(off, h.count) for off, h, _ in r._headers(False)]
+        hl = r.schema.header_len
+    end_marker = len(data) - xlog.HDR - xlog.TRL
+    ends = [o for o, _ in heads[1:]] + [end_marker]  # where each records chunk ends
+    q = tmp_path / "cut.log"
+    step = max(1, (len(data) - hl) // 250)
+    for cut in sorted(set(list(range(hl, len(data), step)) + [len(data) - 1, len(data) - 17,
+                                                               end_marker])):
+        q.write_bytes(data[:cut])
+        done = [k for k, e in enumerate(ends) if e <= cut]
+        n = sum(heads[k][1] for k in done)
+        last_end = ends[done[-1]] if done else hl
+        cat, torn, ended = read_all(q)
+        got = 0 if cat is None else len(cat.timestamps)
+        assert got == n, cut
+        assert cat is None or np.array_equal(cat.actions, whole.actions[:n])
+        assert torn == cut - last_end and not ended
+        t = xlog.tail(q, 7)
+        assert t.actions.tolist() == whole.actions[max(0, n - 7):n].tolist()
+        d = xlog.info(q)
+        assert d["records"] == n and d["torn"] == cut - last_end
+
+
+# ---- merge --------------------------------------------------------------------------
+
+
+def write_log(path, ts, source, handles=None, chunk=None):
+    """A log with given timestamps (through the Python writer)."""
+    n = len(ts)
+    schema = xlog._Schema(4, 8, 4, {"state": (np.dtype("<f4"), (1,)),
+                                    "action": (np.dtype("<i8"), ()),
+                                    "reward": (np.dtype("<f4"), ()), "sources": None}, 0)
+    w = xlog._Writer(path, schema, 1, [source])
+    rows = np.zeros((n, 16), np.uint8)
+    rows[:, :4] = np.arange(n, dtype="<f4").view(np.uint8).reshape(n, 4)
+    rows[:, 4:12] = np.full(n, source, "<i8").view(np.uint8).reshape(n, 8)
+    chunk = chunk or n
+    for a in range(0, n, chunk):
+        b = min(n, a + chunk)
+        w.write(xlog._Raw(np.asarray(ts[a:b], np.int64),
+                          np.asarray(handles[a:b] if handles is not None else np.zeros(b - a),
+                                     np.int64),
+                          np.arange(a, b, dtype=np.int64), np.full(b - a, source, np.uint32),
+                          np.zeros(b - a, np.uint8), rows[a:b], np.zeros((0, 4), np.uint8)))
+    w.close(int(ts[-1]))
+
+
+def test_merge_order_and_stability(tmp_path):
+    rng = np.random.default_rng(5)
+    paths, expect = [], []
+    for k in range(5):
+        n = int(rng.integers(50, 300))
+        ts = np.sort(rng.integers(0, 60, n))  # many equal timestamps, within and across
+        p = tmp_path / ("in%d.log" % k)
+        write_log(p, ts, source=10 + k, chunk=int(rng.integers(1, 40)))
+        paths.append(p)
+        expect.extend((int(t), k, i) for i, t in enumerate(ts))
+    expect.sort(key=lambda e: (e[0], e[1]))  # stable: input order, then log order
+    out = tmp_path / "merged.log"
+    seen = []
+    d = xlog.merge(paths, out, chunk_bytes=500, progress=lambda done, total: seen.append(done))
+    assert seen and seen[-1] == sum(os.path.getsize(p) for p in paths)
+    cat, torn, ended = read_all(out)
+    assert ended and torn == 0
+    got = list(zip(cat.timestamps.tolist(), (cat.sources - 10).tolist(),
+                   cat.states[:, 0].astype(int).tolist()))
+    assert got == expect
+    assert d["records"] == len(expect) and d["sources"] == [10, 11, 12, 13, 14]
+    # a merged log is a log: tail, merge again, from_log
+    assert np.array_equal(xlog.tail(out, 30).timestamps, cat.timestamps[-30:])
+    out2 = tmp_path / "merged2.log"
+    xlog.merge([out], out2)
+    assert np.array_equal(read_all(out2)[0].timestamps, cat.timestamps)
+    with pytest.raises(FileExistsError):
+        xlog.merge(paths, out)
+
+
+def test_merge_real_writers_and_final_states(tmp_path):
+    paths = []
+    bufs = []
+    for k in range(3):
+        p = tmp_path / ("a%d.log" % k)
+        lg = ExperienceLog(p, source=k, chunk_bytes=256)
+        b = ExperienceReplay((2,), capacity=None, log=lg)
+        bufs.append((b, lg))
+        paths.append(p)
+    rng = np.random.default_rng(6)
+    hs = [None] * 3
+    for i in range(300):
+        k = int(rng.integers(0, 3))
+        b, _ = bufs[k]
+        end = rng.random() < 0.15
+        hs[k] = b.record(hs[k], np.full(2, i, np.float32), i, float(k),
+                         final_state=np.full(2, -i, np.float32) if end else None)
+    for _, lg in bufs:
+        lg.close()
+    out = tmp_path / "m.log"
+    xlog.merge(paths, out)
+    cat, _, _ = read_all(out)
+    assert cat.actions.tolist() == list(range(300))  # recorded in this order
+    assert np.array_equal(cat.sources, cat.rewards.astype(np.uint32))
+    fin_rows = cat.actions[(cat.flags & xlog.FLAG_FINAL) != 0]
+    assert np.array_equal(cat.final_states[:, 0], -fin_rows.astype(np.float32))
+    b2 = ExperienceReplay.from_log(out, capacity=None)
+    assert len(b2) == 300
+    assert b2.num_episodes == sum(b.num_episodes for b, _ in bufs)
+
+
+def test_merge_rejects_mixed_layouts(tmp_path):
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    ExperienceLog(a, state_shape=(2,)).close()
+    ExperienceLog(b, state_shape=(3,)).close()
+    with pytest.raises(ValueError, match="layout"):
+        xlog.merge([a, b], tmp_path / "o.log")
+    with pytest.raises(ValueError, match="inputs"):
+        xlog.merge([], tmp_path / "o.log")
+    with pytest.raises(ValueError, match="level"):
+        xlog.merge([a], tmp_path / "o.log", level=11)
+    assert not (tmp_path / "o.log").exists()
+
+
+# ---- command line --------------------------------------------------------------------
+
+
+def test_command_line(tmp_path, capsys):
+    p = tmp_path / "cli.log"
+    with ExperienceLog(p, source=2, state_shape=(2,)) as lg:
+        for i in range(20):
+            lg.append(0, i, [i, 0], i, 1.0, terminated=i == 19)
+    assert xlog.main(["info", str(p)]) == 0
+    out = capsys.readouterr().out
+    assert "records 20 in 1 chunks" in out and "sources [2]" in out and "closed" in out
+    assert xlog.main(["tail", "-n", "3", str(p)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 and "pos=19 ET" in lines[-1]
+    assert xlog.main(["cat", str(p)]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 20
+    o = tmp_path / "o.log"
+    assert xlog.main(["merge", "-o", str(o), str(p), str(p)]) == 0
+    assert "40 records" in capsys.readouterr().out
+    bad = tmp_path / "bad.log"
+    bad.write_bytes(b"not a log at all")
+    assert xlog.main(["info", str(bad)]) == 1
+    assert "not a valid experience log" in capsys.readouterr().err
+    r = subprocess.run([sys.executable, "-m", "exreplay.log", "info", "--json", str(p)],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0 and '"records": 20' in r.stdout
+
+
+# ---- bad input ----------------------------------------------------------------------
+
+
+def test_bad_files(tmp_path):
+    p = tmp_path / "ok.log"
+    with ExperienceLog(p, state_shape=(2,), chunk_bytes=100) as lg:
+        for i in range(30):
+            lg.append(0, i, [i, 0], i, 1.0)
+    data = p.read_bytes()
+    cases = {
+        "empty": b"",
+        "magic": b"XXXXXXXX" + data[8:],
+        "version": data[:8] + struct.pack("<I", 2) + data[12:],
+        "header crc": data[:20] + b"\xff" + data[21:],
+        "garbage after": data + b"\x00" * 100,
+        "flipped body": data[:200] + bytes([data[200] ^ 1]) + data[201:],
+    }
+    for name, blob in cases.items():
+        q = tmp_path / "bad.log"
+        q.write_bytes(blob)
+        with pytest.raises(ValueError, match="not a valid experience log"):
+            read_all(q)
+            xlog.info(q)
+            xlog.tail(q)
+    with pytest.raises(FileNotFoundError):
+        xlog.open(tmp_path / "missing.log")
+
+
+KILL_CHILD = textwrap.dedent("""
+    import sys, numpy as np
+    from exreplay import ExperienceLog, ExperienceReplay
+    path, seed = sys.argv[1], int(sys.argv[2])
+    lg = ExperienceLog(path, source=1, chunk_bytes=int(sys.argv[3]), flush_interval=0.01)
+    buf = ExperienceReplay((16,), "uint8", capacity=1000, log=lg)
+    n = 0
+    h = None
+    rng = np.random.default_rng(seed)
+    while True:
+        T = int(rng.integers(1, 20))
+        st = (np.arange(n, n + T)[:, None] + np.arange(16)).astype(np.uint8)
+        h = buf.record_many(h, st, np.arange(n, n + T), np.zeros(T, np.float32))
+        n += T
+        if rng.random() < 0.2:
+            lg.flush()
+            print(n, flush=True)
+""")
+
+
+@pytest.mark.parametrize("chunk_bytes", [256, 64 << 10])
+def test_kill_9_loses_nothing_flushed(tmp_path, chunk_bytes):
+    script = tmp_path / "child.py"
+    script.write_text(KILL_CHILD)
+    rng = np.random.default_rng(chunk_bytes)
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    rounds = 12
+    for r in range(rounds):
+        p = tmp_path / ("k%d.log" % r)
+        proc = subprocess.Popen([sys.executable, str(script), str(p), str(r), str(chunk_bytes)],
+                                stdout=subprocess.PIPE, text=True, env=env)
+        flushed = 0
+        want = int(rng.integers(3, 60))
+        for _ in range(want):
+            line = proc.stdout.readline()
+            if not line:
+                break
+            flushed = int(line)
+        time.sleep(float(rng.random()) * 0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        proc.stdout.close()
+        assert flushed > 0
+        cat, torn, ended = read_all(p)
+        assert not ended
+        n = len(cat.timestamps)
+        assert n >= flushed  # nothing flushed is lost
+        assert cat.actions.tolist() == list(range(n))  # and what is there is a prefix
+        want_states = (np.arange(n)[:, None] + np.arange(16)).astype(np.uint8)
+        assert np.array_equal(cat.states, want_states)
+        t = xlog.tail(p, 5)
+        assert t.actions.tolist() == list(range(max(0, n - 5), n))

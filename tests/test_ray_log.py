@@ -1,0 +1,83 @@
+"""The experience log on Ray: each replay shard logs on its node, gather_logs
+merges (reading local files in place, or shipping them through Ray piece by
+piece), and the Ape-X example's --log. Real local cluster, no mocks; skipped
+without Ray and under ASan (as tests/test_ray.py)."""
+
+import os
+
+import numpy as np
+import pytest
+
+if os.environ.get("EXREPLAY_ASAN"):
+    pytest.skip("Ray tests do not run under ASan", allow_module_level=True)
+
+ray = pytest.importorskip("ray")
+
+import exreplay.log as xlog  # noqa: E402
+from exreplay.ray import ReplayServer, ShardedReplay  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+def test_replay_server_logs_locally(tmp_path):
+    srv = ReplayServer(state_shape=(4,), capacity=50, log={"dir": str(tmp_path), "source": 7})
+    for k in range(20):
+        srv.record_many(None, np.full((10, 4), k, np.float32), np.arange(10),
+                        np.ones(10, np.float32), terminated=True)
+    info = srv.log_close()
+    assert info["source"] == 7 and info["closed"] and info["path"].endswith("replay-7.xlog")
+    d = xlog.info(info["path"])
+    assert d["records"] == 200 and d["sources"] == [7] and d["ended"]  # evicted ones too
+    assert len(srv.buf) <= 50
+    assert srv.log_read(0, 8) == b"EXRPLOG\n"
+    with pytest.raises(ValueError, match="impl"):
+        ReplayServer(impl="reference", state_shape=(4,), log={"dir": str(tmp_path)})
+
+
+@pytest.mark.parametrize("force_ship", [False, True])
+def test_sharded_logs_gather(cluster, tmp_path, force_ship):
+    logs = tmp_path / "logs"
+    sh = ShardedReplay(2, state_shape=(4,), capacity=1000, log_dir=str(logs),
+                       selectors=["uniform"], actor_options={"num_cpus": 0})
+    sh.wait_ready()
+    n = 0
+    for k in range(30):
+        T = 5 + k % 7
+        s = np.zeros((T, 4), np.float32)
+        s[:, 0] = k
+        ray.get(sh.shards[k % 2].record_many.remote(None, s, np.arange(T), np.ones(T, np.float32),
+                                                    terminated=True))
+        n += T
+    out = tmp_path / "gathered" / "all.xlog"
+    d = sh.gather_logs(str(tmp_path / "gathered"), str(out), force_ship=force_ship,
+                       piece_bytes=100)
+    assert d["records"] == n and d["sources"] == [0, 1]
+    assert (d["shipped_bytes"] > 0) == force_ship
+    with xlog.open(out) as r:
+        cs = list(r)
+    ts = np.concatenate([c.timestamps for c in cs])
+    assert np.all(np.diff(ts) >= 0)
+    eps = np.concatenate([c.states[:, 0] for c in cs])
+    assert sorted(set(eps.astype(int).tolist())) == list(range(30))
+    sh.shutdown()
+
+
+def test_apex_with_log(cluster, tmp_path):
+    from exreplay.examples import apex_cartpole as apex
+
+    d = tmp_path / "apexlog"
+    args = apex.parse_args(["--seed", "1", "--actors", "2", "--shards", "2", "--time-limit", "4",
+                            "--warmup", "300", "--eval-every", "10", "--goal", "10000",
+                            "--log", str(d), "--quiet"])
+    lines = []
+    s = apex.run(args, log=lines.append)
+    lg = s["log"]
+    assert lg["records"] >= s["records"] > 0 and lg["sources"] == [0, 1]
+    assert os.path.exists(d / "merged.xlog") and any(x.startswith("log:") for x in lines)
+    t = xlog.tail(d / "merged.xlog", 100)
+    assert len(t.timestamps) == 100 and t.states.shape == (100, 4)
