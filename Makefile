@@ -1,7 +1,7 @@
 # exreplay — build, test and CI entry points (GNU make).
 #
 #   make test     warnings build, C unit tests, pytest, then pytest again under ASan+UBSan
-#   make venv     create $(VENV) and install the package (editable) with the test and ray extras
+#   make venv     create $(VENV) and install the package (editable) with the test, ray and rllib extras
 #   make build    (re)build the extension in place (exreplay/_core*.so) for the venv
 #   make ctest    C unit tests of src/core under ASan+UBSan (no Python)
 #   make pytest   pytest against the in-place build
@@ -29,7 +29,7 @@ ASAN_PYTEST_ARGS ?= -m "not slow"
 
 VPY     := $(VENV)/bin/python
 # The stamp's name changes when the extras installed with the venv change.
-STAMP   := $(VENV)/.exreplay-installed-test-ray
+STAMP   := $(VENV)/.exreplay-installed-test-ray-rllib
 ASANPKG := build/asan-pkg
 
 CORE_SRC := $(sort $(wildcard src/core/*.c))
@@ -48,7 +48,7 @@ $(STAMP): pyproject.toml setup.py
 	@test -x $(VPY) || { echo "creating $(VENV) with $(PY)"; $(PY) -m venv $(VENV); }
 	@$(MAKE) --no-print-directory zlib
 	$(VPY) -m pip install --quiet --disable-pip-version-check --upgrade pip setuptools wheel
-	$(VPY) -m pip install --disable-pip-version-check --progress-bar off -e '.[test,ray]'
+	$(VPY) -m pip install --disable-pip-version-check --progress-bar off -e '.[test,ray,rllib]'
 	@touch $@
 
 # zlib headers: needed by setup.py and by the C tests.
