@@ -790,11 +790,13 @@ static int batch_arrays(ReplayObject *self, npy_intp B, PyObject *out, PyObject 
         if (!ok) {
             char want[256];
             exr_shape_str(want, sizeof want, nd, dims);
-            PyErr_Format(PyExc_ValueError,
-                         "out: expected out.%s to be a writeable C-contiguous %S array of shape "
-                         "%s, got %R",
-                         field_names[f], (PyObject *)d, want,
-                         PyArray_Check(a) ? (PyObject *)PyArray_DESCR((PyArrayObject *)a) : a);
+            PyObject *got = exr_describe_value(a);
+            if (got)
+                PyErr_Format(PyExc_ValueError,
+                             "out: expected out.%s to be a writeable C-contiguous %S array of "
+                             "shape %s, got %U",
+                             field_names[f], (PyObject *)d, want, got);
+            Py_XDECREF(got);
             Py_DECREF(d);
             goto error;
         }
@@ -844,16 +846,12 @@ static PyObject *batch_result(ReplayObject *self, PyObject **arrays, PyObject *o
 
 static PyObject *batch_error(ReplayObject *self, exr_status st, int64_t h, PyObject **arrays)
 {
-    (void)self;
     for (int f = 0; f < NFIELDS; f++)
         Py_XDECREF(arrays[f]);
     if (st == EXR_ENOTFOUND)
         return unknown_selector(h);
     if (st == EXR_EEMPTY)
-        return PyErr_Format(PyExc_ValueError,
-                            "get_batch: no pick can be drawn (the buffer holds no pick, or "
-                            "every priority of selector %lld is zero)",
-                            (long long)h);
+        return exr_empty_batch_error(self, h);
     return exr_raise(st, "get_batch");
 }
 
@@ -1397,6 +1395,15 @@ static PyMethodDef replay_methods[] = {
     {"__reduce_ex__", (PyCFunction)exr_replay_reduce_ex, METH_O,
      "Pickles through serialize(level=0); with protocol 5 the payload goes out\n"
      "of band as a PickleBuffer."},
+    {"for_spaces", (PyCFunction)(void (*)(void))exr_for_spaces_cls,
+     METH_VARARGS | METH_KEYWORDS | METH_CLASS,
+     "for_spaces(observation_space, action_space, **kwargs)\n--\n\n"
+     "A buffer whose state and action shapes and dtypes match a pair of gymnasium\n"
+     "spaces (Box, Discrete, MultiDiscrete, MultiBinary). kwargs are the other\n"
+     "constructor arguments (capacity, pick_len, ...).\n\n"
+     "Returns: a new ExperienceReplay. Raises ValueError naming the space for\n"
+     "any other space (Dict, Tuple, ...: flatten them first), TypeError if\n"
+     "kwargs repeat a shape or dtype. Holds the GIL."},
     {"priority_stats", (PyCFunction)replay_priority_stats, METH_O,
      "priority_stats($self, ps, /)\n--\n\n"
      "(total, min_positive, num_picks) of selector ps's draw weights p**alpha\n"
@@ -1447,6 +1454,7 @@ static PyType_Slot replay_slots[] = {
     {Py_tp_getset, replay_getset},
     {Py_tp_members, replay_members},
     {Py_sq_length, replay_len},
+    {Py_tp_repr, exr_replay_repr},
     {Py_tp_doc,
      "ExperienceReplay(state_shape, state_dtype='float32', action_shape=(), "
      "action_dtype='int64', reward_dtype='float32', capacity=1000000, pick_len=1, "
