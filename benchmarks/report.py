@@ -24,6 +24,7 @@ import json
 import math
 import os
 import statistics
+import sys
 from collections import defaultdict
 
 # Goals of issue 4, as ratios measured in one run.
@@ -1023,6 +1024,15 @@ def main(argv=None):
     ray_md = os.path.abspath(args.ray_md or os.path.join(os.path.dirname(md), "benchmarks_ray.md"))
     ray_md_rel = os.path.relpath(ray_md, os.path.dirname(md)) if os.path.exists(ray_md) else None
     text = build(data, rows, extra, img_dir, img_rel, plt, persist, ray, ray_md_rel)
+    # RLlib (make bench-rllib): its own results file, its own section.
+    rllib_json = os.path.join(json_dir, "rllib.json")
+    if os.path.exists(rllib_json):
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from rllib_dqn import markdown_section
+
+        with open(rllib_json) as f:
+            section = "\n".join(markdown_section(json.load(f))) + "\n"
+        text = text.replace("## Reproducing\n", section + "## Reproducing\n", 1)
     with open(md + ".tmp", "w") as f:
         f.write(text)
     os.replace(md + ".tmp", md)
