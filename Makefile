@@ -133,7 +133,7 @@ test: venv
 # --- other ------------------------------------------------------------------
 
 # Ape-X DQN (exreplay/examples/apex_cartpole.py) on a local Ray cluster of 2
-# CPUs: stops at mean greedy return >= 475 over 20 episodes (about 10-35 s of
+# CPUs: stops at mean greedy return >= 475 over 20 episodes (3-40 s of
 # training here, plus a few seconds of Ray start-up) or after 5 minutes.
 DEMO_ARGS ?=
 demo: build
