@@ -96,6 +96,7 @@ def test_episodes_round_trip_their_data():
     assert b.is_truncated and not b.is_terminated and len(b) == 3
 
 
+@pytest.mark.slow  # many draws: skipped in the (several times slower) ASan run
 @pytest.mark.parametrize("n_step", [1, 3])
 def test_sample_n_step_rewards_and_next_observations(n_step):
     rng = np.random.default_rng(0)
@@ -134,6 +135,7 @@ def test_terminated_and_truncated_only_at_the_end():
     assert seen == {(u, t) for u in (False, True) for t in range(3)}
 
 
+@pytest.mark.slow  # many draws: skipped in the (several times slower) ASan run
 def test_sample_random_n_step_range():
     rng = np.random.default_rng(2)
     buf = PrioritizedEpisodeReplayBuffer(capacity=10000, n_step=(1, 5), seed=2)
@@ -217,6 +219,7 @@ def test_fragments_continue_their_episode():
     assert ts == set(range(10))
 
 
+@pytest.mark.slow  # many draws: skipped in the (several times slower) ASan run
 def test_update_priorities_applies_to_last_sample():
     rng = np.random.default_rng(3)
     buf = PrioritizedEpisodeReplayBuffer(capacity=100, alpha=1.0, seed=3)
@@ -240,6 +243,7 @@ def test_update_priorities_applies_to_last_sample():
         buf.update_priorities(np.ones(3))
 
 
+@pytest.mark.slow  # many draws: skipped in the (several times slower) ASan run
 def test_one_high_priority_item_dominates():
     buf = PrioritizedEpisodeReplayBuffer(capacity=10, alpha=1.0, seed=4)
     buf.add(make_episode(10, "a"))
@@ -318,6 +322,7 @@ def test_get_state_set_state_round_trip():
 # ------------------------------------------------ against RLlib's own buffer
 
 
+@pytest.mark.slow  # many draws: skipped in the (several times slower) ASan run
 def test_against_rllib_buffer_same_episodes():
     rng = np.random.default_rng(8)
     eps = []
