@@ -483,27 +483,29 @@ class _ExreplayEpisodeBuffer:
         self._last_epi, self._last_pos = epi, pos
         self.sampled_timesteps += B
 
-        keys = np.unique(epi * (1 << 32) + pos)
-        n_eps = int(np.unique(epi).size)
-        mean_n = float(n.mean())
+        el, pl = epi.tolist(), pos.tolist()
+        self._log_sample_metrics(B, len(set(el)), len(set(zip(el, pl))), float(n.mean()), resamples)
+        return out
+
+    def _log_sample_metrics(self, B, n_eps, n_steps, mean_n, resamples):
+        """RLlib's sample metrics (get_metrics), under the keys RLlib's buffer uses."""
         self._update_sample_metrics(
             num_env_steps_sampled=B,
             num_episodes_per_sample=n_eps,
-            num_env_steps_per_sample=int(keys.size),
+            num_env_steps_per_sample=n_steps,
             sampled_n_step=mean_n,
             num_resamples=resamples,
             agent_to_num_steps_sampled={DEFAULT_AGENT_ID: B},
             agent_to_num_episodes_per_sample={DEFAULT_AGENT_ID: n_eps},
-            agent_to_num_steps_per_sample={DEFAULT_AGENT_ID: int(keys.size)},
+            agent_to_num_steps_per_sample={DEFAULT_AGENT_ID: n_steps},
             agent_to_sampled_n_step={DEFAULT_AGENT_ID: mean_n},
             agent_to_num_resamples={DEFAULT_AGENT_ID: resamples},
             module_to_num_steps_sampled={DEFAULT_MODULE_ID: B},
             module_to_num_episodes_per_sample={DEFAULT_MODULE_ID: n_eps},
-            module_to_num_steps_per_sample={DEFAULT_MODULE_ID: int(keys.size)},
+            module_to_num_steps_per_sample={DEFAULT_MODULE_ID: n_steps},
             module_to_sampled_n_step={DEFAULT_MODULE_ID: mean_n},
             module_to_num_resamples={DEFAULT_MODULE_ID: resamples},
         )
-        return out
 
     # -------------------------------------------------------------- counts
     def get_num_episodes(self, module_id=None) -> int:
