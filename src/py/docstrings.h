@@ -171,4 +171,38 @@ PyDoc_STRVAR(exr_doc_load,
 "  file, or not a valid serialized buffer), TypeError (bad path type).\n"
 "GIL: released while reading. O(size).");
 
+PyDoc_STRVAR(exr_doc_for_spaces,
+"for_spaces(observation_space, action_space, **kwargs)\n--\n\n"
+"A buffer whose state and action shapes and dtypes match a pair of\n"
+"gymnasium spaces.\n\n"
+"Args:\n"
+"  observation_space, action_space: Box, MultiDiscrete or MultiBinary (shape\n"
+"    and dtype kept) or Discrete (a scalar int64).\n"
+"  kwargs: the other constructor arguments (capacity, pick_len, ...).\n\n"
+"Returns: a new ExperienceReplay.\n"
+"Raises: ValueError naming the argument for any other space (Dict, Tuple,\n"
+"  ...: flatten them first), TypeError if kwargs repeat a shape or dtype.\n"
+"GIL: held.");
+
+PyDoc_STRVAR(exr_doc_priority_stats,
+"priority_stats($self, ps, /)\n--\n\n"
+"Totals of selector ps's draw weights p**alpha, all read at one moment.\n\n"
+"Args: ps: a PickSelector of this buffer or its int handle.\n"
+"Returns: (total, min_positive, num_picks): the sum of p**alpha, the\n"
+"  smallest positive one (inf if none) and the picks held; a uniform\n"
+"  selector reports (num_picks, 1.0, num_picks). What a sharded replay needs\n"
+"  to draw across buffers and normalise weights globally.\n"
+"Raises: TypeError (not a selector or int), ValueError (unknown selector).\n"
+"GIL: held. O(1).");
+
+PyDoc_STRVAR(exr_doc_stored_priorities,
+"stored_priorities($self, ps, pick_epi, pick_pos, /)\n--\n\n"
+"The stored draw weights p**alpha of given picks of a prioritized selector.\n\n"
+"Args: ps: a prioritized PickSelector or handle; pick_epi, pick_pos: 1-D,\n"
+"  same length, as set_priority takes them.\n"
+"Returns: a float64 array (the values are stored as float32).\n"
+"Raises: TypeError (unconvertible input), ValueError (a pick that does not\n"
+"  exist, a uniform or unknown selector, mismatched lengths).\n"
+"GIL: held. O(count).");
+
 #endif

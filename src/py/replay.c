@@ -1375,23 +1375,11 @@ static PyMethodDef replay_methods[] = {
      "of band as a PickleBuffer."},
     {"for_spaces", (PyCFunction)(void (*)(void))exr_for_spaces_cls,
      METH_VARARGS | METH_KEYWORDS | METH_CLASS,
-     "for_spaces(observation_space, action_space, **kwargs)\n--\n\n"
-     "A buffer whose state and action shapes and dtypes match a pair of gymnasium\n"
-     "spaces (Box, Discrete, MultiDiscrete, MultiBinary). kwargs are the other\n"
-     "constructor arguments (capacity, pick_len, ...).\n\n"
-     "Returns: a new ExperienceReplay. Raises ValueError naming the space for\n"
-     "any other space (Dict, Tuple, ...: flatten them first), TypeError if\n"
-     "kwargs repeat a shape or dtype. Holds the GIL."},
+     exr_doc_for_spaces},
     {"priority_stats", (PyCFunction)replay_priority_stats, METH_O,
-     "priority_stats($self, ps, /)\n--\n\n"
-     "(total, min_positive, num_picks) of selector ps's draw weights p**alpha\n"
-     "(uniform: num_picks, 1.0, num_picks), all taken at one moment. With\n"
-     "stored_priorities, what a sharded replay needs to draw across buffers\n"
-     "and normalise weights globally. O(1)."},
+     exr_doc_priority_stats},
     {"stored_priorities", (PyCFunction)(void (*)(void))replay_priority, METH_FASTCALL,
-     "stored_priorities($self, ps, pick_epi, pick_pos, /)\n--\n\n"
-     "float64 array of the stored p**alpha of each pick (as float32) for a\n"
-     "prioritized selector. ValueError for a missing pick."},
+     exr_doc_stored_priorities},
     {"_handles", (PyCFunction)replay_handles, METH_NOARGS, "test hook: live handles, ascending"},
     {"_picks", (PyCFunction)replay_picks, METH_NOARGS, "test hook: (pick_epi, pick_pos)"},
     {"_gather", (PyCFunction)(void (*)(void))replay_gather, METH_FASTCALL,
