@@ -1,7 +1,7 @@
 # exreplay — build, test and CI entry points (GNU make).
 #
 #   make test     warnings build, C unit tests, pytest, then pytest again under ASan+UBSan
-#   make venv     create $(VENV) and install the package (editable) with the test and ray extras
+#   make venv     create $(VENV) and install the package (editable) with the test, ray and rllib extras
 #   make build    (re)build the extension in place (exreplay/_core*.so) for the venv
 #   make ctest    C unit tests of src/core under ASan+UBSan (no Python)
 #   make ctest-tsan  stress test of src/core from many pthreads under ThreadSanitizer
@@ -14,6 +14,10 @@
 #                 logging every experience (--log build/demo-log), then the merged log's info and tail
 #   make fuzz-log a long mutation fuzz of the experience log reader (tests/test_fuzz_log.py)
 #   make demo-paper  the paper's record/get_batch timings against the pure-Python buffer (python -m exreplay.demo)
+#   make bench-rllib  RLlib's DQN on CartPole with exreplay's and RLlib's buffers, and the replay calls alone
+#   make pymatrix     build + API/error/persistence tests on CPython 3.10, 3.12 and 3.13 (pyenv)
+#   make numpy-oldest build against the oldest supported NumPy (1.x headers) and test
+#   make dist-check   python -m build: wheel + sdist, each installed in a fresh venv and tested from outside
 #   make clean | distclean
 
 SHELL := /bin/bash
@@ -32,7 +36,7 @@ ASAN_PYTEST_ARGS ?= -m "not slow"
 
 VPY     := $(VENV)/bin/python
 # The stamp's name changes when the extras installed with the venv change.
-STAMP   := $(VENV)/.exreplay-installed-test-ray
+STAMP   := $(VENV)/.exreplay-installed-test-ray-rllib
 ASANPKG := build/asan-pkg
 
 CORE_SRC := $(sort $(wildcard src/core/*.c))
@@ -42,6 +46,7 @@ CTEST_SRC := tests/c/test_core.c
 export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
 
 .PHONY: test venv build warnings ctest ctest-tsan pytest asan demo demo-paper bench bench-quick bench-deps clean distclean zlib fuzz-log
+.PHONY: bench-rllib pymatrix numpy-oldest dist-check
 
 # --- environment ------------------------------------------------------------
 
@@ -51,7 +56,7 @@ $(STAMP): pyproject.toml setup.py
 	@test -x $(VPY) || { echo "creating $(VENV) with $(PY)"; $(PY) -m venv $(VENV); }
 	@$(MAKE) --no-print-directory zlib
 	$(VPY) -m pip install --quiet --disable-pip-version-check --upgrade pip setuptools wheel
-	$(VPY) -m pip install --disable-pip-version-check --progress-bar off -e '.[test,ray]'
+	$(VPY) -m pip install --disable-pip-version-check --progress-bar off -e '.[test,ray,rllib]'
 	@touch $@
 
 # zlib headers: needed by setup.py and by the C tests.
@@ -142,7 +147,7 @@ test: venv
 # --- other ------------------------------------------------------------------
 
 # Ape-X DQN (exreplay/examples/apex_cartpole.py) on a local Ray cluster of 2
-# CPUs: stops at mean greedy return >= 475 over 20 episodes (about 10-35 s of
+# CPUs: stops at mean greedy return >= 475 over 20 episodes (3-40 s of
 # training here, plus a few seconds of Ray start-up) or after 5 minutes.
 DEMO_ARGS ?=
 DEMO_LOG  ?= build/demo-log
@@ -199,6 +204,48 @@ bench-quick: build bench-deps
 		$(BENCH_PYTEST) --bench-quick --benchmark-json=$(QUICK_DIR)/quick.json
 	MPLBACKEND=Agg $(VPY) benchmarks/report.py $(QUICK_DIR)/quick.json --md $(QUICK_DIR)/benchmarks.md \
 		--persistence $(QUICK_DIR)/persistence.json --ray $(QUICK_DIR)/ray.json --ray-md $(QUICK_DIR)/benchmarks_ray.md
+
+# RLlib: docs/benchmarks.md section "RLlib" (via report.py) from benchmarks/results/rllib.json.
+BENCH_RLLIB_ARGS ?=
+bench-rllib: build
+	$(VPY) benchmarks/rllib_dqn.py $(BENCH_RLLIB_ARGS)
+	@if [ -f $(BENCH_JSON) ]; then MPLBACKEND=Agg $(VPY) benchmarks/report.py $(BENCH_JSON) \
+		--persistence $(BENCH_PERSIST) --ray $(BENCH_RAY) --ray-md $(BENCH_RAY_MD); fi
+
+# --- other Pythons, the oldest NumPy, the packages ---------------------------
+# Each installs exreplay (not editable) into a fresh venv under build/ and runs
+# the API, error, diagnostics and persistence tests from outside the checkout.
+PYENV_ROOT ?= /root/.pyenv
+MATRIX     ?= 3.10 3.12 3.13
+pymatrix: | zlib
+	@for v in $(MATRIX); do \
+	  py=$$(ls -d $(PYENV_ROOT)/versions/$$v.*/bin/python3 2>/dev/null | sort -V | tail -n 1); \
+	  if [ -z "$$py" ]; then echo "python $$v not found under $(PYENV_ROOT)/versions" >&2; exit 1; fi; \
+	  echo "=== python $$v: $$py"; \
+	  .ci/outside_test.sh "$$py" build/py$$v "$$PWD"; \
+	done
+
+# The oldest NumPy tested: 1.24.4, built against with --no-build-isolation
+# (1.x headers).  1.23 builds and imports too, but there a ragged list becomes
+# an object array (NumPy's deprecation period), so `state=[[1, 2], [3]]` is a
+# TypeError ("got object") rather than the ValueError the tests expect.
+NUMPY_OLDEST ?= 1.24.4
+numpy-oldest: | zlib
+	.ci/outside_test.sh $(PY) build/numpy-oldest --no-build-isolation "$$PWD" -- "numpy==$(NUMPY_OLDEST)"
+
+# python -m build makes the wheel and the sdist; the sdist's own tests/ are
+# the ones run, against the wheel and then against the sdist installed.
+dist-check: venv | zlib
+	$(VPY) -m pip install --quiet --disable-pip-version-check build
+	rm -rf build/dist && $(VPY) -m build --outdir build/dist . >/dev/null
+	@ls build/dist
+	rm -rf build/sdist-src && mkdir -p build/sdist-src && tar -xzf build/dist/exreplay-*.tar.gz -C build/sdist-src
+	@test -f build/sdist-src/exreplay-*/LICENSE && test -f build/sdist-src/exreplay-*/tests/conftest.py && \
+	  test -f build/sdist-src/exreplay-*/docs/api.md || { echo "sdist lacks LICENSE, tests or docs" >&2; exit 1; }
+	EXREPLAY_TESTS_DIR=$$(ls -d $$PWD/build/sdist-src/exreplay-*)/tests \
+	  .ci/outside_test.sh $(PY) build/dist-wheel "$$(ls $$PWD/build/dist/*.whl)"
+	EXREPLAY_TESTS_DIR=$$(ls -d $$PWD/build/sdist-src/exreplay-*)/tests \
+	  .ci/outside_test.sh $(PY) build/dist-sdist "$$(ls $$PWD/build/dist/*.tar.gz)"
 
 clean:
 	rm -rf build dist *.egg-info exreplay/_core*.so .pytest_cache .hypothesis .benchmarks

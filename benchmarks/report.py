@@ -24,6 +24,7 @@ import json
 import math
 import os
 import statistics
+import sys
 from collections import defaultdict
 
 # Goals of issue 4, as ratios measured in one run.
@@ -1065,6 +1066,15 @@ def main(argv=None):
     from log_report import insert_log_section  # benchmarks/log_report.py: the experience log
 
     text = insert_log_section(text, os.path.join(json_dir, "log.json"))
+    # RLlib (make bench-rllib): its own results file, its own section.
+    rllib_json = os.path.join(json_dir, "rllib.json")
+    if os.path.exists(rllib_json):
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from rllib_dqn import markdown_section
+
+        with open(rllib_json) as f:
+            section = "\n".join(markdown_section(json.load(f))) + "\n"
+        text = text.replace("## Reproducing\n", section + "## Reproducing\n", 1)
     with open(md + ".tmp", "w") as f:
         f.write(text)
     os.replace(md + ".tmp", md)

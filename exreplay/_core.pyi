@@ -136,6 +136,19 @@ class ExperienceReplay:
         seed: SupportsIndex | None = None,
         log: ExperienceLog | None = None,
     ) -> ExperienceReplay: ...
+    @classmethod
+    def for_spaces(
+        cls,
+        observation_space: Any,
+        action_space: Any,
+        *,
+        reward_dtype: DTypeLike = "float32",
+        capacity: SupportsIndex | None = 1000000,
+        pick_len: SupportsIndex = 1,
+        allow_short: bool = False,
+        eviction: str = "fifo",
+        seed: SupportsIndex | None = None,
+    ) -> ExperienceReplay: ...
 
     # --- the experience log (docs/log.md) ---
     def attach_log(self, log: ExperienceLog, /) -> None: ...

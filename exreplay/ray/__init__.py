@@ -2,7 +2,8 @@
 
 Importing this module needs only NumPy; Ray is imported when a Ray object is
 first used (``ReplayActor``, ``ShardedReplay``), and its absence is then an
-``ImportError`` that names the extra to install (``pip install 'exreplay[ray]'``).
+``ImportError`` that says what to install (``pip install ray gymnasium``, or
+``pip install -e '.[ray]'`` in a checkout).
 
     import ray
     from exreplay.ray import ReplayActor, ShardedReplay
@@ -60,7 +61,8 @@ def _ray():
         import ray
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError(
-            "exreplay.ray needs Ray: pip install 'exreplay[ray]' (ray, gymnasium)"
+            "exreplay.ray needs Ray: pip install ray gymnasium "
+            "(or, in an exreplay checkout, pip install -e '.[ray]')"
         ) from e
     return ray
 

@@ -16,6 +16,12 @@
 #endif
 #include <numpy/arrayobject.h>
 
+/* NumPy 2 headers define PyDataType_ELSIZE (and make it work on 1.x at run
+ * time); building against NumPy 1.x headers needs the field access. */
+#if !defined(PyDataType_ELSIZE) && NPY_ABI_VERSION < 0x02000000
+#define PyDataType_ELSIZE(descr) ((npy_intp)(descr)->elsize)
+#endif
+
 #include "buffer.h"
 
 #define EXR_BLOCK_CACHE_N 8
@@ -154,5 +160,11 @@ PyObject *exr_replay_from_log(PyObject *cls, PyObject *args, PyObject *kw);
 PyObject *exr_replay_ingest(ReplayObject *self, PyObject *args, PyObject *kw);
 /* Waits while the log's backlog is full (log.h); call without the GIL. */
 void exr_log_throttle(struct exr_log *lg);
+/* diag.c: reprs, the empty get_batch error, for_spaces. */
+PyObject *exr_replay_repr(PyObject *self);
+int exr_install_reprs(exr_modstate *st);
+PyObject *exr_empty_batch_error(ReplayObject *self, int64_t h);
+PyObject *exr_describe_value(PyObject *o);
+PyObject *exr_for_spaces_cls(PyObject *cls, PyObject *args, PyObject *kwargs);
 
 #endif

@@ -255,6 +255,8 @@ static int module_exec(PyObject *m)
     if (!st->episode_type ||
         PyModule_AddObjectRef(m, "EpisodeData", (PyObject *)st->episode_type) < 0)
         return -1;
+    if (exr_install_reprs(st) < 0)
+        return -1;
     if (exr_block_init_type(m, st) < 0 || exr_selector_init_type(m, st) < 0 ||
         exr_replay_init_type(m, st) < 0 || exr_log_init_type(m, st) < 0)
         return -1;

@@ -4,6 +4,7 @@
  * GIL for the core call that does the work, and converts the result back.
  */
 #include "binding.h"
+#include "docstrings.h"
 
 #include <math.h>
 #include <structmember.h>
@@ -798,11 +799,13 @@ static int batch_arrays(ReplayObject *self, npy_intp B, PyObject *out, PyObject 
         if (!ok) {
             char want[256];
             exr_shape_str(want, sizeof want, nd, dims);
-            PyErr_Format(PyExc_ValueError,
-                         "out: expected out.%s to be a writeable C-contiguous %S array of shape "
-                         "%s, got %R",
-                         field_names[f], (PyObject *)d, want,
-                         PyArray_Check(a) ? (PyObject *)PyArray_DESCR((PyArrayObject *)a) : a);
+            PyObject *got = exr_describe_value(a);
+            if (got)
+                PyErr_Format(PyExc_ValueError,
+                             "out: expected out.%s to be a writeable C-contiguous %S array of "
+                             "shape %s, got %U",
+                             field_names[f], (PyObject *)d, want, got);
+            Py_XDECREF(got);
             Py_DECREF(d);
             goto error;
         }
@@ -853,16 +856,12 @@ static PyObject *batch_result(ReplayObject *self, PyObject **arrays, PyObject *o
 
 static PyObject *batch_error(ReplayObject *self, exr_status st, int64_t h, PyObject **arrays)
 {
-    (void)self;
     for (int f = 0; f < NFIELDS; f++)
         Py_XDECREF(arrays[f]);
     if (st == EXR_ENOTFOUND)
         return unknown_selector(h);
     if (st == EXR_EEMPTY)
-        return PyErr_Format(PyExc_ValueError,
-                            "get_batch: no pick can be drawn (the buffer holds no pick, or "
-                            "every priority of selector %lld is zero)",
-                            (long long)h);
+        return exr_empty_batch_error(self, h);
     return exr_raise(st, "get_batch");
 }
 
@@ -1386,69 +1385,43 @@ static PyObject *replay_check(ReplayObject *self, PyObject *unused)
 
 static PyMethodDef replay_methods[] = {
     {"new_episode", (PyCFunction)replay_new_episode, METH_NOARGS,
-     "new_episode($self, /)\n--\n\nCreates an empty episode and returns its handle (an int)."},
+     exr_doc_new_episode},
     {"record", (PyCFunction)(void (*)(void))replay_record, METH_FASTCALL | METH_KEYWORDS,
-     "record($self, h, state, action, reward, final_state=None, terminated=False, priority=None)\n"
-     "--\n\n"
-     "Appends one step to episode h and returns the handle recorded into.\n\n"
-     "An unknown, evicted or ended h (or None) starts a new episode. final_state\n"
-     "or terminated=True ends the episode. priority is the initial priority of\n"
-     "the pick that starts at this step. Releases the GIL."},
+     exr_doc_record},
     {"record_many", (PyCFunction)(void (*)(void))replay_record_many,
      METH_FASTCALL | METH_KEYWORDS,
-     "record_many($self, h, states, actions, rewards, final_state=None, terminated=False, "
-     "priorities=None)\n--\n\n"
-     "Appends T steps at once, exactly as T calls of record would; the last one\n"
-     "carries final_state and terminated. Returns the handle recorded into last."},
+     exr_doc_record_many},
     {"new_pick_selector", (PyCFunction)(void (*)(void))replay_new_pick_selector,
      METH_VARARGS | METH_KEYWORDS,
-     "new_pick_selector($self, kind, /, **params)\n--\n\n"
-     "Adds a pick selector of the given PickSelectorClass and returns it.\n"
-     "Prioritized takes alpha=0.6 and beta=0.4."},
+     exr_doc_new_pick_selector},
     {"remove_pick_selector", (PyCFunction)replay_remove_pick_selector, METH_O,
-     "remove_pick_selector($self, ps, /)\n--\n\nRemoves a pick selector; its handle becomes "
-     "unknown."},
+     exr_doc_remove_pick_selector},
     {"get_batch", (PyCFunction)(void (*)(void))replay_get_batch, METH_FASTCALL | METH_KEYWORDS,
-     "get_batch($self, batch_size, ps, out=None)\n--\n\n"
-     "Draws batch_size picks with selector ps (with replacement) and returns a\n"
-     "Batch. With out=, refills that Batch's arrays in place. Releases the GIL."},
+     exr_doc_get_batch},
     {"set_priority", (PyCFunction)(void (*)(void))replay_set_priority,
      METH_FASTCALL | METH_KEYWORDS,
-     "set_priority($self, ps, pick_epi, pick_pos, priorities)\n--\n\n"
-     "Sets the priorities of picks for selector ps. Picks that no longer exist\n"
-     "are skipped; returns how many were set. Releases the GIL."},
+     exr_doc_set_priority},
     {"episode", (PyCFunction)replay_episode, METH_O,
-     "episode($self, h, /)\n--\n\nA copy of episode h as EpisodeData."},
+     exr_doc_episode},
     {"serialize", (PyCFunction)(void (*)(void))exr_replay_serialize,
      METH_FASTCALL | METH_KEYWORDS,
-     "serialize($self, level=6)\n--\n\n"
-     "The whole buffer as bytes (docs/format.md): configuration, episodes,\n"
-     "picks, selectors with their priorities and generators, eviction state.\n"
-     "level is zlib's 0-9; 0 stores. Releases the GIL."},
+     exr_doc_serialize},
     {"unserialize", (PyCFunction)exr_replay_unserialize_cls, METH_O | METH_CLASS,
-     "unserialize(data, /)\n--\n\n"
-     "A buffer from serialize()'s bytes (any bytes-like object). Raises\n"
-     "ValueError for anything that is not a valid serialized buffer."},
+     exr_doc_unserialize},
     {"save", (PyCFunction)(void (*)(void))exr_replay_save, METH_FASTCALL | METH_KEYWORDS,
-     "save($self, path, level=6, progress=None)\n--\n\n"
-     "Writes the buffer to path, replacing it atomically (temp file, fsync,\n"
-     "rename, fsync of the directory). progress(done, total) is called every\n"
-     "64 MiB written. Releases the GIL while compressing and writing."},
+     exr_doc_save},
     {"load", (PyCFunction)exr_replay_load_cls, METH_O | METH_CLASS,
-     "load(path, /)\n--\n\nA buffer from a file written by save()."},
+     exr_doc_load},
     {"__reduce_ex__", (PyCFunction)exr_replay_reduce_ex, METH_O,
      "Pickles through serialize(level=0); with protocol 5 the payload goes out\n"
      "of band as a PickleBuffer."},
+    {"for_spaces", (PyCFunction)(void (*)(void))exr_for_spaces_cls,
+     METH_VARARGS | METH_KEYWORDS | METH_CLASS,
+     exr_doc_for_spaces},
     {"priority_stats", (PyCFunction)replay_priority_stats, METH_O,
-     "priority_stats($self, ps, /)\n--\n\n"
-     "(total, min_positive, num_picks) of selector ps's draw weights p**alpha\n"
-     "(uniform: num_picks, 1.0, num_picks), all taken at one moment. With\n"
-     "stored_priorities, what a sharded replay needs to draw across buffers\n"
-     "and normalise weights globally. O(1)."},
+     exr_doc_priority_stats},
     {"stored_priorities", (PyCFunction)(void (*)(void))replay_priority, METH_FASTCALL,
-     "stored_priorities($self, ps, pick_epi, pick_pos, /)\n--\n\n"
-     "float64 array of the stored p**alpha of each pick (as float32) for a\n"
-     "prioritized selector. ValueError for a missing pick."},
+     exr_doc_stored_priorities},
     {"attach_log", (PyCFunction)exr_replay_attach_log_py, METH_O,
      "attach_log($self, log, /)\n--\n\nEvery step recorded from now on is also written to log\n"
      "(an ExperienceLog; docs/log.md)."},
@@ -1502,12 +1475,8 @@ static PyType_Slot replay_slots[] = {
     {Py_tp_getset, replay_getset},
     {Py_tp_members, replay_members},
     {Py_sq_length, replay_len},
-    {Py_tp_doc,
-     "ExperienceReplay(state_shape, state_dtype='float32', action_shape=(), "
-     "action_dtype='int64', reward_dtype='float32', capacity=1000000, pick_len=1, "
-     "allow_short=False, eviction='fifo', seed=None, log=None)\n--\n\n"
-     "An experience replay buffer of episodes, drawn from as fixed-length picks.\n"
-     "See docs/api.md."},
+    {Py_tp_repr, exr_replay_repr},
+    {Py_tp_doc, (void *)exr_doc_replay},
     {0, NULL},
 };
 

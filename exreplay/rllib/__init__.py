@@ -1,0 +1,736 @@
+"""exreplay as the replay buffer of RLlib (new API stack).
+
+Two classes that subclass RLlib's own episode buffers and keep their
+contract, each backed by one :class:`exreplay.ExperienceReplay`::
+
+    config.training(replay_buffer_config={
+        "type": "exreplay.rllib.PrioritizedEpisodeReplayBuffer",
+        "capacity": 50_000, "alpha": 0.6, "beta": 0.4,
+        "n_step": 3,          # the largest n-step that `sample` will be asked for
+    })
+
+Pass the class by its dotted name: RLlib's DQN tests the type with a
+substring check, which a class object fails.  Importing this module imports
+RLlib; ``import exreplay`` alone does not.  docs/rllib.md describes what is
+supported and how it differs from RLlib's buffers.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+import numpy as np
+
+try:
+    from ray.rllib.core import DEFAULT_AGENT_ID, DEFAULT_MODULE_ID
+    from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+    from ray.rllib.utils.replay_buffers.episode_replay_buffer import (
+        EpisodeReplayBuffer as _RLlibEpisodeReplayBuffer,
+    )
+    from ray.rllib.utils.replay_buffers.prioritized_episode_buffer import (
+        PrioritizedEpisodeReplayBuffer as _RLlibPrioritizedEpisodeReplayBuffer,
+    )
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "exreplay.rllib needs RLlib, gymnasium and torch: "
+        "pip install 'ray[rllib]' gymnasium torch, or from an exreplay checkout "
+        "pip install -e '.[rllib]'  (import failed: %s)" % e
+    ) from e
+
+import exreplay
+from exreplay._spaces import spec_for_spaces
+
+__all__ = ["EpisodeReplayBuffer", "PrioritizedEpisodeReplayBuffer"]
+
+# get_state() format version (the dict's "exreplay_state_version").
+_STATE_VERSION = 1
+# Redraw rounds for rows whose pick is shorter than the n-step drawn for it.
+_MAX_REDRAW_ROUNDS = 1000
+
+
+def _n_step_bounds(n_step) -> Tuple[int, int, bool]:
+    """(lowest n, highest n, random) for an `n_step` of RLlib's forms.
+
+    An int is a fixed n-step; a tuple/list ``(lo, hi)`` is a range that
+    ``sample`` draws from per row as RLlib's buffer does, with
+    ``rng.integers(lo, hi)``: lo <= n < hi.
+    """
+    if n_step is None:
+        return 1, 1, False
+    if isinstance(n_step, (tuple, list)):
+        if len(n_step) != 2 or not all(isinstance(v, (int, np.integer)) for v in n_step):
+            raise TypeError("n_step: expected an int or a (low, high) pair of ints, got %r" % (n_step,))
+        lo, hi = int(n_step[0]), int(n_step[1])
+        if lo < 1 or hi <= lo:
+            raise ValueError(
+                "n_step: expected a range (low, high) with 1 <= low < high "
+                "(n is drawn from low .. high-1, as RLlib does), got %r" % (n_step,)
+            )
+        return lo, hi - 1, True
+    if isinstance(n_step, bool) or not isinstance(n_step, (int, np.integer)):
+        raise TypeError("n_step: expected an int or a (low, high) pair of ints, got %r" % (n_step,))
+    if n_step < 1:
+        raise ValueError("n_step: expected an int >= 1, got %d" % n_step)
+    return int(n_step), int(n_step), False
+
+
+class _Running:
+    """An episode that is still open: its handle, steps held, last observation."""
+
+    __slots__ = ("h", "length", "last_obs")
+
+    def __init__(self, h, length, last_obs):
+        self.h = h
+        self.length = length
+        self.last_obs = last_obs
+
+
+class _ExreplayEpisodeBuffer:
+    """The implementation shared by both classes (a mixin placed first in the MRO)."""
+
+    _prioritized = False
+
+    # ---------------------------------------------------------------- set-up
+    def _exr_init(
+        self,
+        capacity,
+        batch_size_B,
+        batch_length_T,
+        metrics_num_episodes_for_smoothing,
+        n_step,
+        alpha,
+        seed,
+        observation_space,
+        action_space,
+        kwargs,
+    ):
+        if batch_length_T is not None and batch_length_T > 1:
+            raise ValueError(
+                "batch_length_T: exreplay's RLlib buffers sample single transitions "
+                "(batch_length_T 0 or 1, what DQN uses); got %r" % (batch_length_T,)
+            )
+        if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
+            raise ValueError("capacity: expected an int >= 1 (timesteps), got %r" % (capacity,))
+        # RLlib passes every key of replay_buffer_config; these are RLlib's own
+        # and have no meaning here ("beta" is given to every sample() call).
+        unknown = set(kwargs) - {"beta", "type", "storage_unit", "replay_sequence_length"}
+        if unknown:
+            raise TypeError(
+                "unexpected argument(s) %s; exreplay's RLlib buffers take capacity, "
+                "batch_size_B, batch_length_T, alpha, n_step, seed, observation_space, "
+                "action_space" % ", ".join(sorted(map(repr, unknown)))
+            )
+        _RLlibEpisodeReplayBuffer.__init__(
+            self,
+            capacity=int(capacity),
+            batch_size_B=batch_size_B,
+            batch_length_T=1 if batch_length_T is None else max(int(batch_length_T), 1),
+            metrics_num_episodes_for_smoothing=metrics_num_episodes_for_smoothing,
+        )
+        lo, hi, _ = _n_step_bounds(n_step)
+        if not (isinstance(alpha, (int, float, np.floating)) and np.isfinite(alpha) and alpha >= 0):
+            raise ValueError("alpha: expected a finite number >= 0, got %r" % (alpha,))
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+            raise ValueError("seed: expected None or an int >= 0, got %r" % (seed,))
+        self._alpha = float(alpha)
+        self._n_max = hi
+        self._seed = seed
+        self.rng = np.random.default_rng(seed)
+        self._buf = None
+        self._sel = None
+        self._running: Dict[Any, _Running] = {}
+        self._h_id: Dict[int, Any] = {}
+        self._h_min = 0  # smallest live handle: FIFO evicts in handle order
+        self._next_h = 0  # one past the largest handle recorded into
+        self._end_len = np.full(64, -1, np.int64)  # per handle: length once ended
+        self._last_epi = np.empty(0, np.int64)
+        self._last_pos = np.empty(0, np.int64)
+        self._gamma_pows = None
+        if (observation_space is None) != (action_space is None):
+            raise ValueError("observation_space and action_space: give both or neither")
+        if observation_space is not None:
+            self._build(spec_for_spaces(observation_space, action_space))
+
+    def _build(self, spec: Dict[str, Any]) -> None:
+        self._buf = exreplay.ExperienceReplay(
+            reward_dtype="float64",
+            capacity=self.capacity,
+            pick_len=self._n_max,
+            allow_short=self._n_max > 1,
+            eviction="fifo",
+            seed=self._seed,
+            **spec,
+        )
+        if self._prioritized:
+            self._sel = self._buf.new_pick_selector(
+                exreplay.PickSelectorClass.Prioritized, alpha=self._alpha, beta=0.0
+            )
+        else:
+            self._sel = self._buf.new_pick_selector(exreplay.PickSelectorClass.Uniform)
+
+    def _spec_from_episode(self, eps, obs, act) -> Dict[str, Any]:
+        spaces = (getattr(eps, "observation_space", None), getattr(eps, "action_space", None))
+        if spaces[0] is not None and spaces[1] is not None:
+            return spec_for_spaces(*spaces)
+        for name, a in (("observations", obs), ("actions", act)):
+            if a.dtype.kind not in "biuf":
+                raise TypeError(
+                    "episodes: exreplay stores %s as NumPy arrays of bool, int or float "
+                    "(Box, Discrete, MultiDiscrete spaces), got dtype %s; Dict, Tuple and "
+                    "other structured spaces are not supported" % (name, a.dtype)
+                )
+        return dict(
+            state_shape=obs.shape[1:],
+            state_dtype=obs.dtype,
+            action_shape=act.shape[1:],
+            action_dtype=act.dtype,
+        )
+
+    # ------------------------------------------------------------- episodes
+    @property
+    def episodes(self) -> List[SingleAgentEpisode]:
+        """The episodes held, oldest first, rebuilt from the buffer (a copy)."""
+        if self._buf is None:
+            return []
+        self._refresh_evicted()
+        out = []
+        for h in range(self._h_min, self._next_h):
+            if h not in self._h_id:
+                continue
+            d = self._buf.episode(h)
+            id_ = self._h_id[h]
+            run = self._running.get(id_)
+            if d.ended:
+                last = d.final_state if d.final_state is not None else np.zeros_like(d.state[:1])[0]
+            else:
+                last = run.last_obs if run is not None else None
+            obs = list(d.state) + ([last] if last is not None else [])
+            n = len(obs) - 1
+            out.append(
+                SingleAgentEpisode(
+                    id_=id_,
+                    observations=obs,
+                    actions=list(d.action[:n]),
+                    rewards=list(d.reward[:n]),
+                    terminated=bool(d.terminated),
+                    truncated=bool(d.ended and not d.terminated),
+                    len_lookback_buffer=0,
+                )
+            )
+        return out
+
+    @episodes.setter
+    def episodes(self, value) -> None:
+        # RLlib's __init__ assigns an empty deque; anything else is a misuse.
+        if len(value):
+            raise AttributeError("episodes: read-only on exreplay's RLlib buffers")
+
+    def _refresh_evicted(self) -> int:
+        """Drops the bookkeeping of evicted episodes; returns how many were evicted."""
+        if self._buf is None:
+            return 0
+        h_min = self._next_h - self._buf.num_episodes
+        evicted = h_min - self._h_min
+        if evicted > 0:
+            for h in range(self._h_min, h_min):
+                id_ = self._h_id.pop(h, None)
+                run = self._running.get(id_)
+                if run is not None and run.h == h:
+                    del self._running[id_]
+            self._h_min = h_min
+        return evicted
+
+    def _set_end(self, h: int, length: int) -> None:
+        if h >= len(self._end_len):
+            grown = np.full(max(2 * len(self._end_len), h + 1), -1, np.int64)
+            grown[: len(self._end_len)] = self._end_len
+            self._end_len = grown
+        self._end_len[h] = length
+
+    # ------------------------------------------------------------------ add
+    def add(
+        self,
+        episodes: Union[List[SingleAgentEpisode], SingleAgentEpisode],
+        weight: Optional[float] = None,
+    ) -> None:
+        """Records episodes (or fragments of running ones, matched by ``id_``).
+
+        Each fragment goes in with one ``record_many``; a fragment whose
+        ``id_`` names an episode still held and open continues it.  The
+        steps get priority ``weight`` (``None``: the selector's maximum so
+        far).  Whole episodes are evicted, oldest first, while more than
+        ``capacity`` timesteps are held.  Raises TypeError/ValueError for
+        observations or actions the buffer cannot hold, before recording
+        the offending fragment.
+        """
+        if isinstance(episodes, SingleAgentEpisode):
+            episodes = [episodes]
+        len_before = len(self._buf) if self._buf is not None else 0
+        self._refresh_evicted()
+        h_min_before = self._h_min
+        steps_added = 0
+        episodes_added = 0
+        for eps in episodes:
+            if not isinstance(eps, SingleAgentEpisode):
+                raise TypeError(
+                    "episodes: expected SingleAgentEpisode objects (multi-agent episodes are "
+                    "not supported), got %s" % type(eps).__name__
+                )
+            T = len(eps)
+            run = self._running.get(eps.id_)
+            if T == 0:
+                if eps.is_done and run is not None:
+                    # A zero-step closing fragment: nothing to record; the
+                    # episode stays open in the buffer (no final state).
+                    del self._running[eps.id_]
+                continue
+            obs = np.asarray(eps.get_observations())
+            act = np.asarray(eps.get_actions())
+            rew = np.asarray(eps.get_rewards(), dtype=np.float64)
+            if self._buf is None:
+                self._build(self._spec_from_episode(eps, obs, act))
+            h = None
+            if run is not None and self._h_min <= run.h:
+                h = run.h
+            done = bool(eps.is_done)
+            prios = None if weight is None else np.full(T, float(weight))
+            h2 = self._buf.record_many(
+                h,
+                obs[:-1],
+                act,
+                rew,
+                final_state=obs[-1] if done else None,
+                terminated=bool(eps.is_terminated),
+                priorities=prios,
+            )
+            steps_added += T
+            self._next_h = max(self._next_h, h2 + 1)
+            if h2 != h:
+                episodes_added += 1
+            self._h_id[h2] = eps.id_
+            if h2 == h:
+                length = run.length + T
+            elif h is None:
+                length = T
+            else:  # the open episode was evicted while recording: continued in h2
+                length = len(self._buf.episode(h2).reward)
+            if done:
+                self._running.pop(eps.id_, None)
+                self._set_end(h2, length)
+            else:
+                self._running[eps.id_] = _Running(h2, length, obs[-1])
+            self._refresh_evicted()
+        self._num_timesteps_added += steps_added
+        n_evicted = self._h_min - h_min_before
+        steps_evicted = len_before + steps_added - (len(self._buf) if self._buf is not None else 0)
+        self._update_add_metrics(
+            num_episodes_added=episodes_added,
+            num_env_steps_added=steps_added,
+            num_episodes_evicted=n_evicted,
+            num_env_steps_evicted=steps_evicted,
+            agent_to_num_episodes_added={DEFAULT_AGENT_ID: episodes_added},
+            agent_to_num_steps_added={DEFAULT_AGENT_ID: steps_added},
+            agent_to_num_episodes_evicted={DEFAULT_AGENT_ID: n_evicted},
+            agent_to_num_steps_evicted={DEFAULT_AGENT_ID: steps_evicted},
+            module_to_num_steps_added={DEFAULT_MODULE_ID: steps_added},
+            module_to_num_episodes_added={DEFAULT_MODULE_ID: episodes_added},
+            module_to_num_episodes_evicted={DEFAULT_MODULE_ID: n_evicted},
+            module_to_num_steps_evicted={DEFAULT_MODULE_ID: steps_evicted},
+        )
+
+    # --------------------------------------------------------------- sample
+    def sample(
+        self,
+        num_items: Optional[int] = None,
+        *,
+        batch_size_B: Optional[int] = None,
+        batch_length_T: Optional[int] = None,
+        n_step: Optional[Union[int, Tuple[int, int]]] = None,
+        beta: float = 0.0,
+        gamma: float = 0.99,
+        include_infos: bool = False,
+        include_extra_model_outputs: bool = False,
+        to_numpy: bool = False,
+        sample_episodes: Optional[bool] = True,
+        lookback: int = 0,
+        min_batch_length_T: int = 0,
+        **kwargs,
+    ) -> List[SingleAgentEpisode]:
+        """Draws transitions and returns them as one-step SingleAgentEpisodes.
+
+        Each returned episode has ``observations=[o_t, o_{t+n}]``,
+        ``actions=[a_t]``, ``rewards=[sum_k gamma**k r_{t+k}]`` (k < n),
+        ``terminated``/``truncated`` set only when t+n is the episode's end,
+        ``extra_model_outputs={"weights": [w], "n_step": [n]}`` and
+        ``t_started=t``.  The n-step returns and next observations are
+        computed from the batch arrays with NumPy, no loop per step.
+
+        ``n_step`` is an int or a range ``(lo, hi)`` drawn per row
+        (lo <= n < hi), at most the ``n_step`` the buffer was built with.
+        Weights are ``(p_min / p_i) ** beta`` over every item held, as RLlib
+        normalises them (1.0 at ``beta=0`` and for the uniform buffer).
+
+        Raises ValueError for ``include_infos``/``include_extra_model_outputs``
+        (not stored), sequences (``batch_length_T`` > 1, ``lookback`` > 1,
+        ``min_batch_length_T`` > 0, ``sample_episodes=False``), an ``n_step``
+        over the buffer's, or an empty buffer.
+        """
+        if include_infos or include_extra_model_outputs:
+            raise ValueError(
+                "include_infos/include_extra_model_outputs: exreplay's RLlib buffers store "
+                "observations, actions and rewards only; infos and extra model outputs "
+                "are not kept (docs/rllib.md)"
+            )
+        if (batch_length_T or 0) > 1 or (lookback or 0) > 1 or (min_batch_length_T or 0) > 0:
+            raise ValueError(
+                "batch_length_T/lookback/min_batch_length_T: exreplay's RLlib buffers sample "
+                "single transitions (DQN without a stateful module); got batch_length_T=%r, "
+                "lookback=%r, min_batch_length_T=%r" % (batch_length_T, lookback, min_batch_length_T)
+            )
+        if sample_episodes is False:
+            raise ValueError(
+                "sample_episodes=False: exreplay's RLlib buffers return a list of "
+                "one-step SingleAgentEpisodes (sample_episodes=True)"
+            )
+        if num_items is not None:
+            if batch_size_B is not None:
+                raise ValueError("num_items and batch_size_B: give one, not both")
+            batch_size_B = num_items
+        B = int(batch_size_B or self.batch_size_B)
+        if B < 1:
+            raise ValueError("num_items/batch_size_B: expected an int >= 1, got %r" % (B,))
+        lo, hi, random_n = _n_step_bounds(n_step)
+        if hi > self._n_max:
+            raise ValueError(
+                "n_step: %r asks for up to %d steps, but this buffer was built for at most "
+                "n_step=%d; set replay_buffer_config['n_step'] to the algorithm's n_step"
+                % (n_step, hi, self._n_max)
+            )
+        if self._buf is None or self._buf.num_picks == 0:
+            raise ValueError(
+                "sample: nothing to sample yet (%d timesteps held; a step can be drawn once "
+                "the step after it, or the episode's end, has been added)"
+                % (0 if self._buf is None else len(self._buf))
+            )
+        beta = 0.0 if beta is None else float(beta)
+        if not (np.isfinite(beta) and beta >= 0):
+            raise ValueError("beta: expected a finite number >= 0, got %r" % (beta,))
+
+        b = self._buf.get_batch(B, self._sel)
+        state, action, reward, state_next = b.state, b.action, b.reward, b.state_next
+        seq_len, seq_len_next, epi, pos = b.seq_len, b.seq_len_next, b.pick_epi, b.pick_pos
+        if random_n:
+            n = self.rng.integers(lo, hi + 1, size=B)
+        else:
+            n = np.full(B, lo, np.int64)
+        short = seq_len < n
+        resamples = 0
+        if short.any():
+            # A pick shorter than the n drawn for it (near an episode's end):
+            # redraw those rows, as RLlib's buffer rejects and redraws them.
+            state, action, reward, state_next = state.copy(), action.copy(), reward.copy(), state_next.copy()
+            seq_len, seq_len_next, epi, pos = seq_len.copy(), seq_len_next.copy(), epi.copy(), pos.copy()
+            for _ in range(_MAX_REDRAW_ROUNDS):
+                rows = np.flatnonzero(short)
+                if rows.size == 0:
+                    break
+                resamples += rows.size
+                r = self._buf.get_batch(int(rows.size), self._sel)
+                state[rows], action[rows], reward[rows], state_next[rows] = r.state, r.action, r.reward, r.state_next
+                seq_len[rows], seq_len_next[rows] = r.seq_len, r.seq_len_next
+                epi[rows], pos[rows] = r.pick_epi, r.pick_pos
+                if random_n:
+                    n[rows] = self.rng.integers(lo, hi + 1, size=rows.size)
+                short = seq_len < n
+            else:
+                raise ValueError(
+                    "sample: no transition with n_step=%r found in %d draws: the episodes held "
+                    "are shorter than the n-step" % (n_step, resamples)
+                )
+
+        # Importance weights as RLlib computes them: (N P(i))**-beta over the
+        # largest such weight, (N P_min)**-beta, which is (leaf_min / leaf_i)**beta
+        # with leaf = p**alpha as stored (the selector's own beta stays 0).
+        if self._prioritized and beta > 0.0:
+            _, min_leaf, _ = self._buf.priority_stats(self._sel)
+            weight = (min_leaf / self._buf.stored_priorities(self._sel, epi, pos)) ** beta
+        else:
+            weight = np.ones(B)
+
+        # n-step returns, next observations and end flags, vectorised.
+        L = reward.shape[1]
+        if self._gamma_pows is None or self._gamma_pows[0] != gamma or len(self._gamma_pows[1]) != L:
+            self._gamma_pows = (gamma, float(gamma) ** np.arange(L, dtype=np.float64))
+        pows = self._gamma_pows[1]
+        if L == 1:
+            ret = reward[:, 0].astype(np.float64)
+        else:
+            mask = np.arange(L)[None, :] < n[:, None]
+            ret = np.where(mask, reward * pows, 0.0).sum(axis=1)
+        rows = np.arange(B)
+        obs0 = state[:, 0]
+        obs_n = state_next[rows, n - 1]
+        act0 = action[:, 0]
+        at_end = n == seq_len
+        terminated = at_end & (seq_len_next < seq_len)
+        end_len = self._end_len[np.minimum(epi, len(self._end_len) - 1)]
+        end_len = np.where(epi < len(self._end_len), end_len, -1)
+        truncated = ~terminated & (end_len == pos + n)
+
+        out = _episodes_from_arrays(
+            obs0, obs_n, act0, ret, terminated, truncated, weight, n, pos, to_numpy
+        )
+        self._last_epi, self._last_pos = epi, pos
+        self.sampled_timesteps += B
+
+        el, pl = epi.tolist(), pos.tolist()
+        self._log_sample_metrics(B, len(set(el)), len(set(zip(el, pl))), float(n.mean()), resamples)
+        return out
+
+    def _log_sample_metrics(self, B, n_eps, n_steps, mean_n, resamples):
+        """RLlib's sample metrics (get_metrics), under the keys RLlib's buffer uses."""
+        self._update_sample_metrics(
+            num_env_steps_sampled=B,
+            num_episodes_per_sample=n_eps,
+            num_env_steps_per_sample=n_steps,
+            sampled_n_step=mean_n,
+            num_resamples=resamples,
+            agent_to_num_steps_sampled={DEFAULT_AGENT_ID: B},
+            agent_to_num_episodes_per_sample={DEFAULT_AGENT_ID: n_eps},
+            agent_to_num_steps_per_sample={DEFAULT_AGENT_ID: n_steps},
+            agent_to_sampled_n_step={DEFAULT_AGENT_ID: mean_n},
+            agent_to_num_resamples={DEFAULT_AGENT_ID: resamples},
+            module_to_num_steps_sampled={DEFAULT_MODULE_ID: B},
+            module_to_num_episodes_per_sample={DEFAULT_MODULE_ID: n_eps},
+            module_to_num_steps_per_sample={DEFAULT_MODULE_ID: n_steps},
+            module_to_sampled_n_step={DEFAULT_MODULE_ID: mean_n},
+            module_to_num_resamples={DEFAULT_MODULE_ID: resamples},
+        )
+
+    # -------------------------------------------------------------- counts
+    def get_num_episodes(self, module_id=None) -> int:
+        """Episodes held (open ones included)."""
+        return 0 if self._buf is None else self._buf.num_episodes
+
+    def get_num_episodes_evicted(self, module_id=None) -> int:
+        """Episodes evicted since the buffer was created."""
+        self._refresh_evicted()
+        return self._h_min
+
+    def get_num_timesteps(self, module_id=None) -> int:
+        """Timesteps held."""
+        return 0 if self._buf is None else len(self._buf)
+
+    def get_added_timesteps(self, module_id=None) -> int:
+        """Timesteps added since the buffer was created."""
+        return self._num_timesteps_added
+
+    def get_sampled_timesteps(self, module_id=None) -> int:
+        """Transitions sampled since the buffer was created."""
+        return self.sampled_timesteps
+
+    def __len__(self) -> int:
+        return self.get_num_timesteps()
+
+    @property
+    def exreplay_buffer(self) -> Optional["exreplay.ExperienceReplay"]:
+        """The ExperienceReplay behind this buffer (None before the first add)."""
+        return self._buf
+
+    @property
+    def last_sampled(self) -> Tuple[np.ndarray, np.ndarray]:
+        """(pick_epi, pick_pos) of the last sample's items, pending update_priorities."""
+        return self._last_epi, self._last_pos
+
+    # --------------------------------------------------------------- state
+    def get_state(self) -> Dict[str, Any]:
+        """A picklable dict holding the whole buffer (``serialize`` bytes) and counters."""
+        self._refresh_evicted()
+        held = np.arange(self._h_min, self._next_h)
+        return {
+            "exreplay_state_version": _STATE_VERSION,
+            "prioritized": self._prioritized,
+            "buffer": None if self._buf is None else self._buf.serialize(level=1),
+            "selector": None if self._sel is None else int(self._sel),
+            "alpha": self._alpha,
+            "n_max": self._n_max,
+            "h_min": self._h_min,
+            "next_h": self._next_h,
+            "h_id": list(self._h_id.items()),
+            "running": [(k, r.h, r.length, r.last_obs) for k, r in self._running.items()],
+            "end_len": (held, self._end_len[held[held < len(self._end_len)]]) if held.size else None,
+            "last_sampled": (self._last_epi, self._last_pos),
+            "_num_timesteps_added": self._num_timesteps_added,
+            "sampled_timesteps": self.sampled_timesteps,
+            "rng": self.rng.bit_generator.state,
+        }
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        """Restores a ``get_state`` dict (the buffer draws as the saved one would)."""
+        if not isinstance(state, dict) or state.get("exreplay_state_version") != _STATE_VERSION:
+            raise ValueError(
+                "state: expected a dict from get_state() of exreplay's RLlib buffer "
+                "(exreplay_state_version %d)" % _STATE_VERSION
+            )
+        if bool(state["prioritized"]) != self._prioritized:
+            raise ValueError(
+                "state: saved by a %s buffer, restoring into a %s one"
+                % (
+                    "prioritized" if state["prioritized"] else "uniform",
+                    "prioritized" if self._prioritized else "uniform",
+                )
+            )
+        buf = None if state["buffer"] is None else exreplay.ExperienceReplay.unserialize(state["buffer"])
+        self._buf = buf
+        self._sel = state["selector"]
+        self._alpha = state["alpha"]
+        self._n_max = state["n_max"]
+        self._h_min = state["h_min"]
+        self._next_h = state["next_h"]
+        self._h_id = dict(state["h_id"])
+        self._running = {k: _Running(h, n, o) for k, h, n, o in state["running"]}
+        self._end_len = np.full(max(64, self._next_h), -1, np.int64)
+        if state["end_len"] is not None:
+            held, vals = state["end_len"]
+            self._end_len[held[: len(vals)]] = vals
+        self._last_epi, self._last_pos = state["last_sampled"]
+        self._num_timesteps_added = state["_num_timesteps_added"]
+        self.sampled_timesteps = state["sampled_timesteps"]
+        self.rng.bit_generator.state = state["rng"]
+        if buf is not None:
+            self.capacity = buf.capacity
+
+    def __repr__(self) -> str:
+        return "<%s capacity=%d n_step<=%d timesteps=%d episodes=%d%s>" % (
+            type(self).__name__,
+            self.capacity,
+            self._n_max,
+            self.get_num_timesteps(),
+            self.get_num_episodes(),
+            " alpha=%g" % self._alpha if self._prioritized else "",
+        )
+
+
+def _episodes_from_arrays(obs0, obs_n, act0, ret, terminated, truncated, weight, n, pos, to_numpy):
+    """The list of one-step SingleAgentEpisodes RLlib's sample() returns.
+
+    This is the per-item cost RLlib imposes (one object per transition);
+    everything it is built from was computed vectorised.
+    """
+    out = []
+    append = out.append
+    w = weight.tolist()
+    nl = n.tolist()
+    tl = pos.tolist()
+    rl = ret.tolist()
+    term = terminated.tolist()
+    trunc = truncated.tolist()
+    for i in range(len(nl)):
+        e = SingleAgentEpisode(
+            observations=[obs0[i], obs_n[i]],
+            actions=[act0[i]],
+            rewards=[rl[i]],
+            terminated=term[i],
+            truncated=trunc[i],
+            extra_model_outputs={"weights": [w[i]], "n_step": [nl[i]]},
+            len_lookback_buffer=0,
+            t_started=tl[i],
+        )
+        if to_numpy:
+            e.to_numpy()
+        append(e)
+    return out
+
+
+class EpisodeReplayBuffer(_ExreplayEpisodeBuffer, _RLlibEpisodeReplayBuffer):
+    """RLlib's ``EpisodeReplayBuffer`` contract on an exreplay buffer, uniform sampling.
+
+    Args:
+        capacity: timesteps held; whole episodes are evicted, oldest first,
+            while more are held.
+        batch_size_B: default batch size of ``sample``.
+        batch_length_T: 0 or 1 (single transitions only).
+        n_step: the largest n-step ``sample`` will be asked for: an int, or
+            a range ``(lo, hi)`` as DQN's ``n_step`` (then n < hi).  The
+            buffer stores picks of that many steps.
+        seed: seeds the exreplay buffer and the n-step draws (None: OS entropy).
+        observation_space, action_space: build the buffer now from gymnasium
+            spaces (Box, Discrete, MultiDiscrete; others are a ValueError);
+            otherwise it is built from the first episode added.
+
+    Raises:
+        ValueError/TypeError for a bad argument or an unsupported space.
+    """
+
+    def __init__(
+        self,
+        capacity: int = 10000,
+        *,
+        batch_size_B: int = 16,
+        batch_length_T: int = 1,
+        metrics_num_episodes_for_smoothing: int = 100,
+        n_step: Union[int, Tuple[int, int]] = 1,
+        seed: Optional[int] = None,
+        observation_space=None,
+        action_space=None,
+        **kwargs,
+    ):
+        self._exr_init(
+            capacity, batch_size_B, batch_length_T, metrics_num_episodes_for_smoothing,
+            n_step, 1.0, seed, observation_space, action_space, kwargs,
+        )
+
+
+class PrioritizedEpisodeReplayBuffer(_ExreplayEpisodeBuffer, _RLlibPrioritizedEpisodeReplayBuffer):
+    """RLlib's ``PrioritizedEpisodeReplayBuffer`` contract on an exreplay buffer.
+
+    Proportional prioritization: item i is drawn with probability
+    p_i**alpha / sum p**alpha; new steps get the largest priority so far
+    (1.0 at first) unless ``add(..., weight=)`` gives one.  Arguments are
+    those of :class:`EpisodeReplayBuffer` plus ``alpha`` (>= 0).
+    ``update_priorities`` sets the priorities of the last ``sample``'s items.
+    """
+
+    _prioritized = True
+
+    def __init__(
+        self,
+        capacity: int = 10000,
+        *,
+        batch_size_B: int = 16,
+        batch_length_T: int = 1,
+        alpha: float = 1.0,
+        metrics_num_episodes_for_smoothing: int = 100,
+        n_step: Union[int, Tuple[int, int]] = 1,
+        seed: Optional[int] = None,
+        observation_space=None,
+        action_space=None,
+        **kwargs,
+    ):
+        self._exr_init(
+            capacity, batch_size_B, batch_length_T, metrics_num_episodes_for_smoothing,
+            n_step, alpha, seed, observation_space, action_space, kwargs,
+        )
+
+    def update_priorities(self, priorities, module_id=None) -> None:
+        """Sets the priorities of the last ``sample``'s items (in its order).
+
+        Each priority is clipped below at 1e-12 as RLlib does, stored as
+        ``p**alpha`` and raises the maximum priority given to new steps.
+        Items evicted since the sample are skipped.  Raises ValueError if
+        the length differs from the last sample's (or there was none), or
+        for NaN/infinite values; nothing changes then.  Releases the GIL
+        while the priorities are applied.
+        """
+        p = np.asarray(priorities, dtype=np.float64).reshape(-1)
+        if p.size != self._last_epi.size:
+            raise ValueError(
+                "priorities: expected %d values (one per item of the last sample), got %d"
+                % (self._last_epi.size, p.size)
+            )
+        if p.size == 0:
+            return
+        p = np.maximum(p, 1e-12)
+        self._buf.set_priority(self._sel, self._last_epi, self._last_pos, p)
+        self._last_epi = np.empty(0, np.int64)
+        self._last_pos = np.empty(0, np.int64)

@@ -1,0 +1,196 @@
+/*
+ * diag.c - what a user sees when printing or misusing the binding's objects:
+ * the reprs of ExperienceReplay, Batch and EpisodeData (configuration and
+ * counts; shapes and dtypes instead of array contents), the get_batch error
+ * that says why no pick can be drawn, the description of a wrong out= array,
+ * and ExperienceReplay.for_spaces (which lives in exreplay/_spaces.py).
+ */
+#include "binding.h"
+
+#include <string.h>
+#include <structmember.h>
+
+/* repr(ExperienceReplay): the constructor's arguments, then the counts. */
+PyObject *exr_replay_repr(PyObject *self)
+{
+    static const char *const attrs[] = {"state_shape", "state_dtype", "action_shape",
+                                        "action_dtype", "reward_dtype", "capacity",
+                                        "pick_len", "allow_short", "eviction", "seed"};
+    enum { NATTR = sizeof attrs / sizeof attrs[0] };
+    PyObject *v[NATTR] = {0};
+    PyObject *res = NULL;
+    for (int i = 0; i < NATTR; i++) {
+        PyObject *a = PyObject_GetAttrString(self, attrs[i]);
+        if (!a)
+            goto done;
+        /* dtypes as their names: float32, not dtype('float32') */
+        if (PyArray_DescrCheck(a)) {
+            v[i] = PyObject_Str(a);
+            Py_DECREF(a);
+            if (!v[i])
+                goto done;
+        } else {
+            v[i] = a;
+        }
+    }
+    ReplayObject *r = (ReplayObject *)self;
+    exr_lock_with_gil(r->buf);
+    unsigned long long n = exr_buffer_len_locked(r->buf);
+    unsigned long long e = exr_buffer_num_episodes_locked(r->buf);
+    unsigned long long p = exr_buffer_num_picks_locked(r->buf);
+    exr_buffer_unlock(r->buf);
+    res = PyUnicode_FromFormat(
+        "ExperienceReplay(state_shape=%R, state_dtype=%U, action_shape=%R, action_dtype=%U, "
+        "reward_dtype=%U, capacity=%R, pick_len=%R, allow_short=%R, eviction=%R, seed=%R; "
+        "%llu records in %llu episodes, %llu picks)",
+        v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], n, e, p);
+done:
+    for (int i = 0; i < NATTR; i++)
+        Py_XDECREF(v[i]);
+    return res;
+}
+
+/* "float32 (32, 4, 4)" for an array, repr() for anything else. */
+static PyObject *value_summary(PyObject *o)
+{
+    if (!PyArray_Check(o))
+        return PyObject_Repr(o);
+    PyArrayObject *a = (PyArrayObject *)o;
+    char shape[256];
+    exr_shape_str(shape, sizeof shape, PyArray_NDIM(a), PyArray_DIMS(a));
+    PyObject *dt = PyObject_Str((PyObject *)PyArray_DESCR(a));
+    if (!dt)
+        return NULL;
+    PyObject *s = PyUnicode_FromFormat("%U%s", dt, shape);
+    Py_DECREF(dt);
+    return s;
+}
+
+/* repr of a Batch or an EpisodeData: every field (the hidden weight too),
+ * arrays summarised as dtype(shape). */
+static PyObject *struct_repr(PyObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject *parts = PyList_New(0), *res = NULL;
+    if (!parts)
+        return NULL;
+    /* n_fields counts the fields reachable by name only (weight) too */
+    PyObject *nf = PyObject_GetAttrString((PyObject *)tp, "n_fields");
+    Py_ssize_t n = nf ? PyLong_AsSsize_t(nf) : -1;
+    Py_XDECREF(nf);
+    if (n < 0)
+        goto done;
+    for (Py_ssize_t i = 0; i < n && tp->tp_members[i].name; i++) {
+        PyObject *val = PyStructSequence_GetItem(self, i);
+        PyObject *s = val ? value_summary(val) : NULL;
+        PyObject *item = s ? PyUnicode_FromFormat("%s=%U", tp->tp_members[i].name, s) : NULL;
+        Py_XDECREF(s);
+        if (!item || PyList_Append(parts, item) < 0) {
+            Py_XDECREF(item);
+            goto done;
+        }
+        Py_DECREF(item);
+    }
+    PyObject *sep = PyUnicode_FromString(", ");
+    PyObject *body = sep ? PyUnicode_Join(sep, parts) : NULL;
+    Py_XDECREF(sep);
+    if (body) {
+        const char *name = strrchr(tp->tp_name, '.');
+        res = PyUnicode_FromFormat("%s(%U)", name ? name + 1 : tp->tp_name, body);
+        Py_DECREF(body);
+    }
+done:
+    Py_DECREF(parts);
+    return res;
+}
+
+int exr_install_reprs(exr_modstate *st)
+{
+    st->batch_type->tp_repr = struct_repr;
+    st->episode_type->tp_repr = struct_repr;
+    PyType_Modified(st->batch_type);
+    PyType_Modified(st->episode_type);
+    return 0;
+}
+
+/* The ValueError of get_batch when selector h has nothing to draw: says
+ * which of the usual causes it is. Always NULL. */
+PyObject *exr_empty_batch_error(ReplayObject *self, int64_t h)
+{
+    exr_lock_with_gil(self->buf);
+    unsigned long long n = exr_buffer_len_locked(self->buf);
+    unsigned long long e = exr_buffer_num_episodes_locked(self->buf);
+    unsigned long long p = exr_buffer_num_picks_locked(self->buf);
+    exr_buffer_unlock(self->buf);
+    unsigned long long L = exr_buffer_config(self->buf)->pick_len;
+    if (n == 0)
+        return PyErr_Format(PyExc_ValueError,
+                            "get_batch: no pick can be drawn: the buffer is empty (%llu episodes, "
+                            "0 records)", e);
+    if (p > 0)
+        return PyErr_Format(PyExc_ValueError,
+                            "get_batch: no pick can be drawn: every priority of selector %lld is "
+                            "zero (%llu picks held)", (long long)h, p);
+    if (n == e && n > 1)
+        return PyErr_Format(
+            PyExc_ValueError,
+            "get_batch: no pick can be drawn: each of the %llu records is in an episode of its "
+            "own, so no episode has the pick_len=%llu complete steps a pick needs. record() "
+            "returns the handle to continue the episode with: pass it back "
+            "(h = buf.record(h, ...))",
+            n, L);
+    return PyErr_Format(
+        PyExc_ValueError,
+        "get_batch: no pick can be drawn: the %llu records are in %llu episodes, all shorter "
+        "than a pick (pick_len=%llu complete steps; an open episode's last step is complete "
+        "only once the next record or the episode's end arrives)%s",
+        n, e, L,
+        exr_buffer_config(self->buf)->allow_short
+            ? ""
+            : "; allow_short=True also makes shorter picks at the end of ended episodes");
+}
+
+/* "a float32 array of shape (3, 4), not C-contiguous" or "a list". */
+PyObject *exr_describe_value(PyObject *o)
+{
+    if (!PyArray_Check(o))
+        return PyUnicode_FromFormat("a %s", Py_TYPE(o)->tp_name);
+    PyArrayObject *a = (PyArrayObject *)o;
+    char shape[256];
+    exr_shape_str(shape, sizeof shape, PyArray_NDIM(a), PyArray_DIMS(a));
+    PyObject *dt = PyObject_Str((PyObject *)PyArray_DESCR(a));
+    if (!dt)
+        return NULL;
+    PyObject *s = PyUnicode_FromFormat(
+        "a %U array of shape %s%s%s%s", dt, shape,
+        PyArray_IS_C_CONTIGUOUS(a) ? "" : ", not C-contiguous",
+        PyArray_ISALIGNED(a) ? "" : ", not aligned",
+        PyArray_ISWRITEABLE(a) ? "" : ", read-only");
+    Py_DECREF(dt);
+    return s;
+}
+
+/* ExperienceReplay.for_spaces(observation_space, action_space, **kwargs). */
+PyObject *exr_for_spaces_cls(PyObject *cls, PyObject *args, PyObject *kwargs)
+{
+    PyObject *mod = PyImport_ImportModule("exreplay._spaces");
+    if (!mod)
+        return NULL;
+    PyObject *fn = PyObject_GetAttrString(mod, "for_spaces");
+    Py_DECREF(mod);
+    if (!fn)
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(args);
+    PyObject *full = PyTuple_New(n + 1);
+    if (!full) {
+        Py_DECREF(fn);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(full, 0, Py_NewRef(cls));
+    for (Py_ssize_t i = 0; i < n; i++)
+        PyTuple_SET_ITEM(full, i + 1, Py_NewRef(PyTuple_GET_ITEM(args, i)));
+    PyObject *res = PyObject_Call(fn, full, kwargs);
+    Py_DECREF(full);
+    Py_DECREF(fn);
+    return res;
+}

@@ -1,0 +1,210 @@
+/*
+ * docstrings.h - help() text of ExperienceReplay's methods: arguments,
+ * return value, errors, GIL behaviour and cost, since docs/ does not ship in
+ * the wheel. docs/api.md has the full reference; keep the two in step.
+ */
+#ifndef EXR_DOCSTRINGS_H
+#define EXR_DOCSTRINGS_H
+
+#include <Python.h>
+
+PyDoc_STRVAR(exr_doc_replay,
+"ExperienceReplay(state_shape, state_dtype='float32', action_shape=(), "
+"action_dtype='int64', reward_dtype='float32', capacity=1000000, pick_len=1, "
+"allow_short=False, eviction='fifo', seed=None, log=None)\n--\n\n"
+"An experience replay buffer of episodes, drawn from as picks of pick_len\n"
+"consecutive steps, uniformly or by priority.\n\n"
+"Args:\n"
+"  state_shape, action_shape: an int or a tuple of ints >= 1; () is a scalar.\n"
+"  state_dtype, action_dtype: any bool, int, uint or float dtype.\n"
+"  reward_dtype: float16, float32 or float64.\n"
+"  capacity: the most records held (int >= 1) or None (unbounded); over it,\n"
+"    whole episodes are evicted.\n"
+"  pick_len: steps per pick, 1 .. 2**20.\n"
+"  allow_short: ended episodes also have shorter picks at their end.\n"
+"  eviction: 'fifo' (oldest episode first) or 'second_chance'.\n"
+"  seed: an int in [0, 2**64) or None (OS entropy); same seed, same calls,\n"
+"    same batches.\n"
+"  log: an ExperienceLog that every recorded step is also written to\n"
+"    (docs/log.md), or None.\n\n"
+"Raises TypeError for a wrong type, ValueError for a wrong value (both\n"
+"name the argument). ExperienceReplay.for_spaces builds one from gymnasium\n"
+"spaces. Thread-safe; record/get_batch/set_priority release the GIL.");
+
+PyDoc_STRVAR(exr_doc_new_episode,
+"new_episode($self, /)\n--\n\n"
+"Creates an empty episode.\n\n"
+"Returns: its handle, an int (0, 1, 2, ... over all episodes, never reused).\n"
+"Raises: MemoryError.\n"
+"GIL: held, except while waiting for the buffer's lock. O(1).");
+
+PyDoc_STRVAR(exr_doc_record,
+"record($self, h, state, action, reward, final_state=None, terminated=False, "
+"priority=None)\n--\n\n"
+"Appends one step to episode h.\n\n"
+"Args:\n"
+"  h: the handle the previous record returned; None (or an unknown,\n"
+"    evicted or ended handle) starts a new episode.\n"
+"  state: shape state_shape. action: shape action_shape. reward: a scalar.\n"
+"  final_state: the next state after this step; ends the episode.\n"
+"  terminated: True ends the episode on a terminal state.\n"
+"  priority: initial priority (finite, >= 0) of the pick starting here;\n"
+"    None: the selector's maximum so far.\n\n"
+"Returns: the handle recorded into. Always continue with it: passing None\n"
+"again starts a new episode every step, and no pick ever forms.\n"
+"Raises: TypeError (h not None/int, unconvertible input, bad terminated or\n"
+"  priority type), ValueError (wrong shape, value out of range, negative or\n"
+"  NaN priority), MemoryError. On an error the buffer is unchanged.\n"
+"GIL: released. O(1) amortised, + O(log N) per new pick per prioritized\n"
+"selector, + evictions.");
+
+PyDoc_STRVAR(exr_doc_record_many,
+"record_many($self, h, states, actions, rewards, final_state=None, terminated=False, "
+"priorities=None)\n--\n\n"
+"Appends T >= 1 steps at once, exactly as T calls of record would.\n\n"
+"Args:\n"
+"  h: as for record.\n"
+"  states (T, *state_shape), actions (T, *action_shape), rewards (T,),\n"
+"  priorities (T,) or None.\n"
+"  final_state, terminated: apply to the last step.\n\n"
+"Returns: the handle recorded into last.\n"
+"Raises: as record; T = 0 or mismatched lengths are a ValueError. Every\n"
+"  input is validated before anything changes.\n"
+"GIL: released for the whole rollout, under one lock hold. O(T).");
+
+PyDoc_STRVAR(exr_doc_new_pick_selector,
+"new_pick_selector($self, kind, /, **params)\n--\n\n"
+"Adds a pick selector.\n\n"
+"Args:\n"
+"  kind: PickSelectorClass.Uniform or .Prioritized (or 0 / 1).\n"
+"  params: Prioritized takes alpha=0.6 and beta=0.4 (finite, >= 0);\n"
+"    Uniform takes none.\n\n"
+"Returns: a PickSelector (usable wherever an int handle is).\n"
+"Raises: TypeError (non-int kind, unknown parameter, non-number value),\n"
+"  ValueError (kind out of range, parameter not finite or < 0), MemoryError.\n"
+"GIL: held. O(N) uniform, O(N log N) prioritized.");
+
+PyDoc_STRVAR(exr_doc_remove_pick_selector,
+"remove_pick_selector($self, ps, /)\n--\n\n"
+"Removes a pick selector; its handle becomes unknown to every method.\n\n"
+"Args: ps: a PickSelector of this buffer or its int handle.\n"
+"Returns: None.\n"
+"Raises: TypeError (not a selector or int), ValueError (unknown handle or\n"
+"  a selector of another buffer).\n"
+"GIL: held.");
+
+PyDoc_STRVAR(exr_doc_get_batch,
+"get_batch($self, batch_size, ps, out=None)\n--\n\n"
+"Draws batch_size picks, with replacement, with selector ps.\n\n"
+"Args:\n"
+"  batch_size: an int >= 1.\n"
+"  ps: a PickSelector of this buffer or its int handle.\n"
+"  out: a Batch of the same batch_size whose arrays are refilled in place.\n\n"
+"Returns: a Batch (state, action, reward, state_next, seq_len, seq_len_next,\n"
+"  pick_epi, pick_pos, and .weight), or out itself.\n"
+"Raises: TypeError (non-int batch_size or ps, out not a Batch), ValueError\n"
+"  (batch_size < 1, unknown selector, an out array of the wrong shape or\n"
+"  dtype, or no pick can be drawn: the message says why), MemoryError.\n"
+"  On an error out is not written.\n"
+"GIL: released. O(B*L), + O(B log N) prioritized; never scans the buffer.");
+
+PyDoc_STRVAR(exr_doc_set_priority,
+"set_priority($self, ps, pick_epi, pick_pos, priorities)\n--\n\n"
+"Sets the priorities of picks (pick_epi[i], pick_pos[i]) for selector ps.\n\n"
+"Args:\n"
+"  ps: a PickSelector or int handle.\n"
+"  pick_epi, pick_pos: 1-D, same length (a batch's fields).\n"
+"  priorities: 1-D of that length, or one number for all; finite, >= 0.\n\n"
+"Returns: how many were applied (evicted picks are skipped; 0 on a\n"
+"  uniform selector). Each also raises the selector's maximum so far.\n"
+"Raises: TypeError (unconvertible input), ValueError (mismatched lengths,\n"
+"  negative/NaN/infinite priority, unknown selector); nothing changes then.\n"
+"GIL: released. O(K log N).");
+
+PyDoc_STRVAR(exr_doc_episode,
+"episode($self, h, /)\n--\n\n"
+"A copy of episode h.\n\n"
+"Args: h: an episode handle.\n"
+"Returns: EpisodeData(state, action, reward, final_state, ended, terminated),\n"
+"  new arrays of the episode's n steps; final_state is None if none was given.\n"
+"Raises: TypeError (h not an int), ValueError (h not held: evicted or never\n"
+"  created).\n"
+"GIL: held while copying. O(n).");
+
+PyDoc_STRVAR(exr_doc_serialize,
+"serialize($self, level=6)\n--\n\n"
+"The whole buffer as bytes: configuration, episodes, picks, selectors with\n"
+"their priorities and generator states, eviction state (docs/format.md).\n\n"
+"Args: level: zlib level 0-9 (0 stores uncompressed).\n"
+"Returns: bytes, for unserialize.\n"
+"Raises: TypeError (level not an int), ValueError (level out of range),\n"
+"  MemoryError.\n"
+"GIL: released while writing; other threads' calls wait for it. O(size).");
+
+PyDoc_STRVAR(exr_doc_unserialize,
+"unserialize(data, /)\n--\n\n"
+"A new buffer from serialize()'s bytes; it draws the same batches as the\n"
+"original would.\n\n"
+"Args: data: any contiguous bytes-like object (bytes, memoryview, uint8 array).\n"
+"Returns: a new ExperienceReplay (use int selector handles on it).\n"
+"Raises: TypeError (not bytes-like), ValueError for anything that is not a\n"
+"  valid serialized buffer (never crashes), MemoryError.\n"
+"GIL: released while reading and validating. O(size).");
+
+PyDoc_STRVAR(exr_doc_save,
+"save($self, path, level=6, progress=None)\n--\n\n"
+"Writes the bytes serialize(level) would return to path, streaming,\n"
+"replacing the file atomically (temp file, fsync, rename, directory fsync).\n\n"
+"Args:\n"
+"  path: str, bytes or os.PathLike. level: zlib 0-9.\n"
+"  progress: called as progress(done, total) every 64 MiB written, with the\n"
+"    buffer locked (it must not use the buffer).\n\n"
+"Returns: None.\n"
+"Raises: TypeError (bad path/level/progress type), ValueError (level out of\n"
+"  range), OSError with the path; on any error the old file is untouched.\n"
+"GIL: released while compressing and writing. O(size).");
+
+PyDoc_STRVAR(exr_doc_load,
+"load(path, /)\n--\n\n"
+"A new buffer from a file written by save().\n\n"
+"Args: path: str, bytes or os.PathLike.\n"
+"Returns: a new ExperienceReplay.\n"
+"Raises: OSError (missing or unreadable file), ValueError (not a regular\n"
+"  file, or not a valid serialized buffer), TypeError (bad path type).\n"
+"GIL: released while reading. O(size).");
+
+PyDoc_STRVAR(exr_doc_for_spaces,
+"for_spaces(observation_space, action_space, **kwargs)\n--\n\n"
+"A buffer whose state and action shapes and dtypes match a pair of\n"
+"gymnasium spaces.\n\n"
+"Args:\n"
+"  observation_space, action_space: Box, MultiDiscrete or MultiBinary (shape\n"
+"    and dtype kept) or Discrete (a scalar int64).\n"
+"  kwargs: the other constructor arguments (capacity, pick_len, ...).\n\n"
+"Returns: a new ExperienceReplay.\n"
+"Raises: ValueError naming the argument for any other space (Dict, Tuple,\n"
+"  ...: flatten them first), TypeError if kwargs repeat a shape or dtype.\n"
+"GIL: held.");
+
+PyDoc_STRVAR(exr_doc_priority_stats,
+"priority_stats($self, ps, /)\n--\n\n"
+"Totals of selector ps's draw weights p**alpha, all read at one moment.\n\n"
+"Args: ps: a PickSelector of this buffer or its int handle.\n"
+"Returns: (total, min_positive, num_picks): the sum of p**alpha, the\n"
+"  smallest positive one (inf if none) and the picks held; a uniform\n"
+"  selector reports (num_picks, 1.0, num_picks). What a sharded replay needs\n"
+"  to draw across buffers and normalise weights globally.\n"
+"Raises: TypeError (not a selector or int), ValueError (unknown selector).\n"
+"GIL: held. O(1).");
+
+PyDoc_STRVAR(exr_doc_stored_priorities,
+"stored_priorities($self, ps, pick_epi, pick_pos, /)\n--\n\n"
+"The stored draw weights p**alpha of given picks of a prioritized selector.\n\n"
+"Args: ps: a prioritized PickSelector or handle; pick_epi, pick_pos: 1-D,\n"
+"  same length, as set_priority takes them.\n"
+"Returns: a float64 array (the values are stored as float32).\n"
+"Raises: TypeError (unconvertible input), ValueError (a pick that does not\n"
+"  exist, a uniform or unknown selector, mismatched lengths).\n"
+"GIL: held. O(count).");
+
+#endif

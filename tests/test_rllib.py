@@ -1,0 +1,423 @@
+"""exreplay.rllib: RLlib's episode-buffer contract on an ExperienceReplay.
+
+The behaviours RLlib's own prioritized episode buffer is tested for, checked
+on exreplay's classes through the public API (RLlib's private segment-tree
+checks have exreplay equivalents: stored_priorities, the sampled items),
+then exreplay's buffer against RLlib's own on the same episodes, the state
+round trip, and a short DQN run that names the buffer by its dotted type.
+"""
+
+import pickle
+
+import numpy as np
+import pytest
+
+pytest.importorskip("ray.rllib", reason="needs the rllib extra")
+pytest.importorskip("torch", reason="needs the rllib extra")
+
+from ray.rllib.env.single_agent_episode import SingleAgentEpisode  # noqa: E402
+from ray.rllib.utils.replay_buffers.episode_replay_buffer import (  # noqa: E402
+    EpisodeReplayBuffer as RLlibEpisodeReplayBuffer,
+)
+from ray.rllib.utils.replay_buffers.prioritized_episode_buffer import (  # noqa: E402
+    PrioritizedEpisodeReplayBuffer as RLlibPER,
+)
+
+from exreplay.rllib import EpisodeReplayBuffer, PrioritizedEpisodeReplayBuffer  # noqa: E402
+
+
+def make_episode(n, id_=None, base=0.0, terminated=True, truncated=False, start=0):
+    """Observation t is base + start + t, action t is start + t, reward t is 0.1 (start + t + 1)."""
+    eps = SingleAgentEpisode(id_=id_, observations=[base + start], infos=[{}])
+    for t in range(start, start + n):
+        eps.add_env_step(observation=base + t + 1, action=int(t), reward=0.1 * (t + 1), infos={})
+    eps.is_terminated = terminated
+    eps.is_truncated = truncated and not terminated
+    return eps
+
+
+def random_episodes(rng, count, lo=1, hi=200):
+    out = []
+    for i in range(count):
+        term = bool(rng.random() > 0.5)
+        out.append(make_episode(int(rng.integers(lo, hi)), id_=str(i), terminated=term,
+                                truncated=not term and bool(rng.random() > 0.2)))
+    return out
+
+
+def unpack(e):
+    return (
+        e.get_observations(0),
+        e.get_actions(-1),
+        e.get_rewards(-1),
+        e.get_observations(-1),
+        e.is_terminated,
+        e.is_truncated,
+        e.get_extra_model_outputs("weights", -1),
+        e.get_extra_model_outputs("n_step", -1),
+    )
+
+
+# ----------------------------------------------------------------- contract
+
+
+def test_subclasses_rllib_buffers():
+    assert issubclass(PrioritizedEpisodeReplayBuffer, RLlibPER)
+    assert issubclass(EpisodeReplayBuffer, RLlibEpisodeReplayBuffer)
+    assert not issubclass(EpisodeReplayBuffer, RLlibPER)
+
+
+def test_add_evicts_whole_episodes_by_timesteps():
+    buf = PrioritizedEpisodeReplayBuffer(capacity=100)
+    for id_, n, eps_held, ts in (("A", 50, 1, 50), ("B", 25, 2, 75), ("C", 25, 3, 100), ("D", 1, 3, 51)):
+        buf.add(make_episode(n, id_))
+        assert (buf.get_num_episodes(), buf.get_num_timesteps()) == (eps_held, ts)
+    assert {e.id_ for e in buf.episodes} == {"B", "C", "D"}
+    assert buf.get_num_episodes_evicted() == 1
+    buf.add(make_episode(2, "F"))
+    for i in range(10):
+        buf.add(make_episode(10, str(i)))
+    assert (buf.get_num_episodes(), buf.get_num_timesteps()) == (10, 100)
+    buf.add(make_episode(21, "G"))
+    assert (buf.get_num_episodes(), buf.get_num_timesteps()) == (8, 91)
+    assert {e.id_ for e in buf.episodes} == {"3", "4", "5", "6", "7", "8", "9", "G"}
+    assert buf.get_added_timesteps() == 50 + 25 + 25 + 1 + 2 + 100 + 21
+    assert len(buf) == 91
+
+
+def test_episodes_round_trip_their_data():
+    buf = PrioritizedEpisodeReplayBuffer(capacity=1000)
+    buf.add([make_episode(5, "a", terminated=True), make_episode(3, "b", terminated=False, truncated=True)])
+    a, b = buf.episodes
+    assert a.id_ == "a" and a.is_terminated and not a.is_truncated
+    np.testing.assert_allclose(a.get_observations(), np.arange(6.0))
+    np.testing.assert_array_equal(a.get_actions(), np.arange(5))
+    np.testing.assert_allclose(a.get_rewards(), 0.1 * np.arange(1, 6))
+    assert b.is_truncated and not b.is_terminated and len(b) == 3
+
+
+@pytest.mark.slow  # many draws: skipped in the (several times slower) ASan run
+@pytest.mark.parametrize("n_step", [1, 3])
+def test_sample_n_step_rewards_and_next_observations(n_step):
+    rng = np.random.default_rng(0)
+    buf = PrioritizedEpisodeReplayBuffer(capacity=10000, n_step=n_step, seed=1)
+    for e in random_episodes(rng, 200):
+        buf.add(e)
+    for i in range(100):
+        sample = buf.sample(batch_size_B=16, n_step=n_step)
+        assert buf.get_sampled_timesteps() == 16 * (i + 1)
+        assert len(sample) == 16
+        for e in sample:
+            obs, action, reward, next_obs, term, trunc, weight, n = unpack(e)
+            assert not (term and trunc)
+            assert len(e) == 1 and e.t_started == action
+            assert obs == pytest.approx(action, abs=1e-8)
+            assert next_obs == pytest.approx(obs + n_step, abs=1e-8)
+            direct = sum(0.99**k * 0.1 * (obs + k + 1) for k in range(n_step))
+            assert reward == pytest.approx(direct, abs=1e-8)
+            assert weight == pytest.approx(1.0, abs=1e-8)  # beta = 0
+            assert n == n_step
+
+
+def test_terminated_and_truncated_only_at_the_end():
+    buf = PrioritizedEpisodeReplayBuffer(capacity=1000, n_step=2, seed=0)
+    buf.add([make_episode(4, "t", terminated=True, base=0.0),
+             make_episode(4, "u", terminated=False, truncated=True, base=100.0)])
+    seen = set()
+    for _ in range(50):
+        for e in buf.sample(batch_size_B=16, n_step=2):
+            obs = float(e.get_observations(0))
+            at_end = e.t_started + 2 == 4
+            seen.add((obs >= 100, e.t_started))
+            assert e.is_terminated == (at_end and obs < 100)
+            assert e.is_truncated == (at_end and obs >= 100)
+    # every (episode, t) with t + n <= length is reachable, no other
+    assert seen == {(u, t) for u in (False, True) for t in range(3)}
+
+
+@pytest.mark.slow  # many draws: skipped in the (several times slower) ASan run
+def test_sample_random_n_step_range():
+    rng = np.random.default_rng(2)
+    buf = PrioritizedEpisodeReplayBuffer(capacity=10000, n_step=(1, 5), seed=2)
+    for e in random_episodes(rng, 200):
+        buf.add(e)
+    for _ in range(100):
+        sample = buf.sample(batch_size_B=16, n_step=(1, 5))
+        ns = [e.get_extra_model_outputs("n_step", -1) for e in sample]
+        assert all(1 <= n <= 4 for n in ns)
+        assert np.var(ns) > 0
+        for e, n in zip(sample, ns):
+            obs, next_obs = e.get_observations(0), e.get_observations(-1)
+            assert next_obs == pytest.approx(obs + n)
+            direct = sum(0.99**k * 0.1 * (obs + k + 1) for k in range(n))
+            assert e.get_rewards(-1) == pytest.approx(direct, abs=1e-8)
+
+
+def test_n_step_over_the_built_one_is_refused():
+    buf = PrioritizedEpisodeReplayBuffer(capacity=100, n_step=2)
+    buf.add(make_episode(10, "a"))
+    with pytest.raises(ValueError, match=r"n_step.*replay_buffer_config\['n_step'\]"):
+        buf.sample(batch_size_B=4, n_step=3)
+    with pytest.raises(ValueError, match="n_step"):
+        buf.sample(batch_size_B=4, n_step=(1, 4))  # up to 3
+    buf.sample(batch_size_B=4, n_step=(1, 3))  # up to 2: fine
+
+
+def test_infos_and_extra_model_outputs_are_refused_clearly():
+    buf = PrioritizedEpisodeReplayBuffer(capacity=1000)
+    buf.add(make_episode(10, "a"))
+    for kw in ({"include_infos": True}, {"include_extra_model_outputs": True}):
+        with pytest.raises(ValueError, match="infos and extra model outputs are not kept"):
+            buf.sample(batch_size_B=4, **kw)
+    with pytest.raises(ValueError, match="single transitions"):
+        buf.sample(batch_size_B=4, batch_length_T=8)
+
+
+def test_unsupported_spaces_refused_at_construction():
+    gym = pytest.importorskip("gymnasium")
+    obs = gym.spaces.Dict({"a": gym.spaces.Box(-1, 1, (2,))})
+    with pytest.raises(ValueError, match="observation_space.*Dict"):
+        PrioritizedEpisodeReplayBuffer(observation_space=obs, action_space=gym.spaces.Discrete(2))
+    buf = PrioritizedEpisodeReplayBuffer(
+        observation_space=gym.spaces.Box(0, 255, (3, 4), np.uint8), action_space=gym.spaces.Box(-1, 1, (2,))
+    )
+    rb = buf.exreplay_buffer
+    assert rb.state_shape == (3, 4) and rb.state_dtype == np.uint8
+    assert rb.action_shape == (2,) and rb.action_dtype == np.float32
+    with pytest.raises(TypeError, match="unexpected argument"):
+        PrioritizedEpisodeReplayBuffer(capacity=10, bogus=1)
+
+
+def test_dict_observations_refused_at_first_add():
+    eps = SingleAgentEpisode(observations=[{"a": 0}])
+    eps.add_env_step(observation={"a": 1}, action=0, reward=0.0)
+    buf = PrioritizedEpisodeReplayBuffer(capacity=100)
+    with pytest.raises(TypeError, match="Dict, Tuple and other structured spaces"):
+        buf.add(eps)
+    assert buf.get_num_timesteps() == 0
+
+
+def test_fragments_continue_their_episode():
+    buf = PrioritizedEpisodeReplayBuffer(capacity=1000, n_step=3, seed=0)
+    # one 12-step episode in three fragments (as EnvRunners send them)
+    for k, (start, n) in enumerate(((0, 5), (5, 4), (9, 3))):
+        frag = make_episode(n, "run", terminated=k == 2, start=start)
+        buf.add(frag)
+        assert buf.get_num_episodes() == 1
+    assert buf.get_num_timesteps() == 12
+    (ep,) = buf.episodes
+    np.testing.assert_allclose(ep.get_observations(), np.arange(13.0))
+    # items across the fragment borders have the right 3-step returns
+    ts = set()
+    for _ in range(100):
+        for e in buf.sample(batch_size_B=8, n_step=3):
+            o = float(e.get_observations(0))
+            ts.add(e.t_started)
+            assert e.get_observations(-1) == pytest.approx(o + 3)
+            assert e.get_rewards(-1) == pytest.approx(sum(0.99**k * 0.1 * (o + k + 1) for k in range(3)))
+            assert e.is_terminated == (e.t_started == 9)
+    assert ts == set(range(10))
+
+
+@pytest.mark.slow  # many draws: skipped in the (several times slower) ASan run
+def test_update_priorities_applies_to_last_sample():
+    rng = np.random.default_rng(3)
+    buf = PrioritizedEpisodeReplayBuffer(capacity=100, alpha=1.0, seed=3)
+    for e in random_episodes(rng, 200):
+        buf.add(e)
+    sample = buf.sample(batch_size_B=16, n_step=1)
+    weights = np.array([e.get_extra_model_outputs("weights", -1) for e in sample])
+    assert np.all(np.abs(weights - 1) < 1e-5)
+    epi, pos = (a.copy() for a in buf.last_sampled)
+    buf.update_priorities(np.full(16, 0.01))
+    rb = buf.exreplay_buffer
+    np.testing.assert_allclose(rb.stored_priorities(0, epi, pos), 0.01, rtol=1e-6)
+    keys = set(zip(epi.tolist(), pos.tolist()))
+    hits = 0
+    for _ in range(400):
+        buf.sample(batch_size_B=16, n_step=1)
+        e2, p2 = buf.last_sampled
+        hits += any((a, b) in keys for a, b in zip(e2.tolist(), p2.tolist()))
+    assert hits / 400 < 0.15
+    with pytest.raises(ValueError, match="expected 16 values"):
+        buf.update_priorities(np.ones(3))
+
+
+@pytest.mark.slow  # many draws: skipped in the (several times slower) ASan run
+def test_one_high_priority_item_dominates():
+    buf = PrioritizedEpisodeReplayBuffer(capacity=10, alpha=1.0, seed=4)
+    buf.add(make_episode(10, "a"))
+    rb = buf.exreplay_buffer
+    (h,) = rb._handles()
+    rb.set_priority(0, [h], [1], [np.random.default_rng(4).random() + 0.2])
+    rb.set_priority(0, [h] * 9, [0, 2, 3, 4, 5, 6, 7, 8, 9], 0.01)
+    for _ in range(10):
+        buf.sample(1000)
+        assert np.mean(buf.last_sampled[1] == 1) > 0.8
+
+
+def test_weights_follow_rllib_normalisation():
+    buf = PrioritizedEpisodeReplayBuffer(capacity=1000, alpha=0.6, seed=5)
+    buf.add(make_episode(50, "a"))
+    buf.sample(batch_size_B=50)
+    prios = np.linspace(0.1, 3.0, 50)
+    buf.update_priorities(prios)
+    sample = buf.sample(batch_size_B=64, beta=0.4)
+    epi, pos = buf.last_sampled
+    stored = buf.exreplay_buffer.stored_priorities(0, epi, pos)
+    leaves = buf.exreplay_buffer.stored_priorities(0, *buf.exreplay_buffer._picks())
+    # RLlib: w = (N P(i))**-beta / max_j (N P(j))**-beta = (min_leaf / leaf_i) ** beta
+    want = (leaves.min() / stored) ** 0.4
+    got = np.array([e.get_extra_model_outputs("weights", -1) for e in sample])
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    assert np.all((got > 0) & (got <= 1))
+
+
+def test_uniform_buffer_weights_are_one():
+    buf = EpisodeReplayBuffer(capacity=1000, n_step=2, seed=6)
+    buf.add([make_episode(20, "a"), make_episode(7, "b", base=50.0)])
+    sample = buf.sample(batch_size_B=32, n_step=2, beta=0.7)
+    assert all(e.get_extra_model_outputs("weights", -1) == 1.0 for e in sample)
+    # DQN sends priorities only to an isinstance(PrioritizedEpisodeReplayBuffer)
+    assert not isinstance(buf, RLlibPER)
+
+
+# ----------------------------------------------------------- state round trip
+
+
+def test_get_state_set_state_round_trip():
+    rng = np.random.default_rng(7)
+    buf = PrioritizedEpisodeReplayBuffer(capacity=100, n_step=(1, 4), alpha=0.6, seed=7)
+    for e in random_episodes(rng, 200):
+        buf.add(e)
+    buf.add(make_episode(5, "open", terminated=False))
+    buf.sample(batch_size_B=16, n_step=(1, 4))
+    buf.update_priorities(rng.random(16) + 0.1)
+    buf.sample(batch_size_B=16, n_step=(1, 4))
+    state = pickle.loads(pickle.dumps(buf.get_state()))
+    buf2 = PrioritizedEpisodeReplayBuffer(capacity=100, n_step=(1, 4), alpha=0.6)
+    buf2.set_state(state)
+    for f in ("get_num_episodes", "get_num_episodes_evicted", "get_num_timesteps",
+              "get_added_timesteps", "get_sampled_timesteps"):
+        assert getattr(buf, f)() == getattr(buf2, f)(), f
+    assert [e.id_ for e in buf.episodes] == [e.id_ for e in buf2.episodes]
+    np.testing.assert_array_equal(buf.last_sampled[0], buf2.last_sampled[0])
+    # the same next draws, priorities and continuation of the open episode
+    buf.update_priorities(np.full(16, 2.0))
+    buf2.update_priorities(np.full(16, 2.0))
+    cont = make_episode(3, "open", terminated=True, start=5)
+    buf.add(cont)
+    buf2.add(cont)
+    a = buf.sample(batch_size_B=32, n_step=(1, 4), beta=0.5)
+    b = buf2.sample(batch_size_B=32, n_step=(1, 4), beta=0.5)
+    for x, y in zip(a, b):
+        assert unpack(x) == pytest.approx(unpack(y))
+    np.testing.assert_array_equal(np.asarray(buf.episodes[-1].get_observations()), np.asarray(buf2.episodes[-1].get_observations()))
+    with pytest.raises(ValueError, match="get_state"):
+        buf2.set_state({"episodes": []})
+    with pytest.raises(ValueError, match="prioritized"):
+        EpisodeReplayBuffer().set_state(state)
+
+
+# ------------------------------------------------ against RLlib's own buffer
+
+
+@pytest.mark.slow  # many draws: skipped in the (several times slower) ASan run
+def test_against_rllib_buffer_same_episodes():
+    rng = np.random.default_rng(8)
+    eps = []
+    for i in range(30):
+        e = make_episode(int(rng.integers(3, 40)), id_="e%d" % i, base=1000.0 * i,
+                         terminated=bool(i % 2))
+        e.is_truncated = not e.is_terminated
+        eps.append(e)
+    ours = PrioritizedEpisodeReplayBuffer(capacity=10000, alpha=0.6, n_step=3, seed=8)
+    theirs = RLlibPER(capacity=10000, alpha=0.6)
+    ours.add(eps)
+    theirs.add(eps)
+    assert ours.get_num_timesteps() == theirs.get_num_timesteps()
+    assert ours.get_num_episodes() == theirs.get_num_episodes()
+
+    def items(buf, draws):
+        got = {}
+        for _ in range(draws):
+            for e in buf.sample(batch_size_B=64, n_step=3, gamma=0.9):
+                key = (float(e.get_observations(0)), e.t_started)
+                got[key] = (float(e.get_observations(-1)), float(e.get_rewards(-1)),
+                            e.is_terminated, e.is_truncated)
+            if type(buf) is RLlibPER:
+                buf._last_sampled_indices.clear()
+        return got
+
+    a, b = items(ours, 250), items(theirs, 250)
+    # the same items reachable: every (episode, t) with t + 3 <= its length
+    want = {(1000.0 * i + t, t) for i, e in enumerate(eps) for t in range(len(e) - 2)}
+    assert set(a) == set(b) == want
+    for k in a:
+        assert a[k][0] == b[k][0] and a[k][2:] == b[k][2:], k
+        assert a[k][1] == pytest.approx(b[k][1], rel=1e-12), k
+        o = k[0]
+        assert a[k][1] == pytest.approx(sum(0.9**j * 0.1 * ((o % 1000) + j + 1) for j in range(3)))
+
+    # priorities go to the items of the last sample: give each item a
+    # priority derived from its observation, read them back by item
+    sample = ours.sample(batch_size_B=64, n_step=3)
+    pri = np.array([1.0 + (float(e.get_observations(0)) % 7) for e in sample])
+    ours.update_priorities(pri)
+    rb = ours.exreplay_buffer
+    handles = rb._handles()
+    by_obs = {}
+    for h in handles:
+        d = rb.episode(h)
+        for p in range(len(d.reward)):
+            by_obs[float(d.state[p])] = (h, p)
+    epi = np.array([by_obs[float(e.get_observations(0))][0] for e in sample])
+    pos = np.array([by_obs[float(e.get_observations(0))][1] for e in sample])
+    np.testing.assert_allclose(rb.stored_priorities(0, epi, pos), pri**0.6, rtol=1e-6)
+
+
+# ------------------------------------------------------------ a short DQN run
+
+
+@pytest.mark.slow
+def test_dqn_trains_through_dotted_type_string():
+    import ray
+    from ray.rllib.algorithms.dqn import DQNConfig
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    try:
+        config = (
+            DQNConfig()
+            .environment("CartPole-v1")
+            .env_runners(num_env_runners=0)
+            .learners(num_learners=0)
+            .debugging(seed=0)
+            .reporting(min_sample_timesteps_per_iteration=64)
+            .training(
+                train_batch_size_per_learner=16,
+                num_steps_sampled_before_learning_starts=32,
+                n_step=(1, 3),
+                replay_buffer_config={
+                    "type": "exreplay.rllib.PrioritizedEpisodeReplayBuffer",
+                    "capacity": 2000, "alpha": 0.6, "beta": 0.4, "n_step": (1, 3),
+                },
+            )
+        )
+        algo = config.build_algo()
+        try:
+            buf = algo.local_replay_buffer
+            assert isinstance(buf, PrioritizedEpisodeReplayBuffer)
+            for _ in range(2):
+                algo.train()
+            assert buf.get_num_timesteps() > 32
+            assert buf.get_sampled_timesteps() > 0
+            assert buf.last_sampled[0].size == 0  # DQN sent the priorities back
+            state = pickle.loads(pickle.dumps(buf.get_state()))
+            restored = PrioritizedEpisodeReplayBuffer(capacity=2000, alpha=0.6, n_step=(1, 3))
+            restored.set_state(state)
+            assert restored.get_num_timesteps() == buf.get_num_timesteps()
+            assert restored.get_sampled_timesteps() == buf.get_sampled_timesteps()
+        finally:
+            algo.stop()
+    finally:
+        ray.shutdown()
