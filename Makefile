@@ -23,7 +23,8 @@ VENV ?= .venv
 # make predefines CC=cc; the C tests and the libasan lookup want gcc.
 CTEST_CC ?= gcc
 CTEST_CFLAGS ?= -std=c11 -O1 -g -Wall -Wextra -Werror -pthread \
-                -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+                -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer \
+                -fno-sanitize-recover=undefined,float-cast-overflow
 # Extra pytest arguments for the ASan run (it is several times slower).
 ASAN_PYTEST_ARGS ?= -m "not slow"
 

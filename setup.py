@@ -6,7 +6,7 @@ extension module.  One extension, ``exreplay._core``, is built from every
 CPython/NumPy binding).
 
 Environment switches:
-  EXREPLAY_SANITIZE=1  -O1 -g with AddressSanitizer + UBSan (the `make asan` build)
+  EXREPLAY_SANITIZE=1  -O1 -g with AddressSanitizer + UBSan + float-cast-overflow (`make asan`)
   EXREPLAY_WERROR=1    add -Werror (the `make warnings` build)
 """
 
@@ -75,13 +75,14 @@ if SANITIZE:
     compile_args += [
         "-O1",
         "-g",
-        "-fsanitize=address,undefined",
+        # float-cast-overflow: not part of GCC's "undefined"
+        "-fsanitize=address,undefined,float-cast-overflow",
         "-fno-omit-frame-pointer",
-        "-fno-sanitize-recover=undefined",
+        "-fno-sanitize-recover=undefined,float-cast-overflow",
         # Python's CFLAGS carry -DNDEBUG; keep the core's assert()s live here.
         "-UNDEBUG",
     ]
-    link_args += ["-fsanitize=address,undefined"]
+    link_args += ["-fsanitize=address,undefined,float-cast-overflow"]
 else:
     compile_args += ["-O3"]
 if WERROR:

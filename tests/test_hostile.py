@@ -126,7 +126,8 @@ def test_record_and_set_priority_stay_fast_against_colliding_handles():
 def _bomb(junk=2_000_000, row_state=1032):
     """A zlib input: a valid prefix declaring one open episode of as many
     rows of row_state + 4 bytes as the 1032:1 limit lets it declare, 64 real
-    rows, then junk (inflate fails there). ~junk bytes."""
+    rows, then junk (inflate fails there). ~junk bytes. (Random junk would
+    not do: it can inflate to a hundred times its size before it fails.)"""
     b = ExperienceReplay(
         state_shape=(row_state,), state_dtype="uint8", action_dtype="int32", capacity=None, pick_len=1
     )
@@ -140,12 +141,12 @@ def _bomb(junk=2_000_000, row_state=1032):
 
     c = zlib.compressobj(1)
     body = c.compress(head_for(0)) + c.compress(bytes(row * 64)) + c.flush(zlib.Z_SYNC_FLUSH)
-    body += os.urandom(junk)
+    body += b"\xff" * junk  # a deflate block of the reserved type 3: inflate fails here
     rows = (1032 * len(body) - 4096) // (row + 4)
     c = zlib.compressobj(1)
     head = head_for(rows)
     body = c.compress(head) + c.compress(bytes(row * 64)) + c.flush(zlib.Z_SYNC_FLUSH)
-    body += os.urandom(junk)
+    body += b"\xff" * junk  # a deflate block of the reserved type 3: inflate fails here
     raw_len = len(head) + rows * (row + 4) + 100
     assert raw_len <= 1032 * len(body)
     return bytes(fw.make_header(raw_len, len(body), 1, 0)) + body

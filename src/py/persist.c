@@ -7,6 +7,8 @@
  */
 #include "binding.h"
 
+#include "args.h"
+
 #include "codec.h"
 #include "file.h"
 
@@ -191,18 +193,9 @@ static int level_arg(PyObject *o, int *level)
         *level = 6;
         return 0;
     }
-    if (PyBool_Check(o) || !PyIndex_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "level: expected an int from 0 to 9, got %s",
-                     Py_TYPE(o)->tp_name);
+    int64_t v;
+    if (exr_int_arg(o, "level", "an int from 0 to 9", 0, 9, &v) < 0)
         return -1;
-    }
-    Py_ssize_t v = PyNumber_AsSsize_t(o, NULL);
-    if (v == -1 && PyErr_Occurred())
-        return -1;
-    if (v < 0 || v > 9) {
-        PyErr_Format(PyExc_ValueError, "level: expected an int from 0 to 9, got %zd", v);
-        return -1;
-    }
     *level = (int)v;
     return 0;
 }
