@@ -8,6 +8,8 @@ CPython/NumPy binding).
 Environment switches:
   EXREPLAY_SANITIZE=1  -O1 -g with AddressSanitizer + UBSan + float-cast-overflow (`make asan`)
   EXREPLAY_WERROR=1    add -Werror (the `make warnings` build)
+  EXREPLAY_ALLOCFAIL=1 the allocation-failure test build (`make allocfail`): adds
+                       tests/allocfail/allocfail.c and wraps the malloc family
 """
 
 import os
@@ -90,6 +92,10 @@ if WERROR:
 
 core_sources = _rel_glob("src/core/*.c")
 py_sources = _rel_glob("src/py/*.c")
+if _flag("EXREPLAY_ALLOCFAIL"):
+    py_sources += ["tests/allocfail/allocfail.c"]
+    link_args += ["-Wl," + ",".join("--wrap=" + f for f in
+                                    ("malloc", "calloc", "realloc", "aligned_alloc", "posix_memalign"))]
 headers = _rel_glob("src/core/*.h") + _rel_glob("src/py/*.h") + ["setup.py"]
 
 ext = Extension(

@@ -15,10 +15,7 @@ PyObject *exr_raise(exr_status st, const char *what)
 {
     switch (st) {
     case EXR_ENOMEM:
-        if (what && *what)
-            PyErr_Format(PyExc_MemoryError, "%s: out of memory", what);
-        else
-            PyErr_NoMemory();
+        PyErr_Format(PyExc_MemoryError, "%s: out of memory", what && *what ? what : "exreplay");
         break;
     case EXR_EOVERFLOW:
         PyErr_Format(PyExc_MemoryError,

@@ -181,7 +181,8 @@ static PyObject *raise_read(exr_status st, int err, const char *what, PyObject *
         return PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path);
     }
     if (st == EXR_ENOMEM)
-        return PyErr_NoMemory();
+        return PyErr_Format(PyExc_MemoryError,
+                            "%s: out of memory while reading the serialized buffer", what);
     return PyErr_Format(PyExc_ValueError, "%s: invalid serialized buffer", what);
 }
 
@@ -225,7 +226,9 @@ static PyObject *serialize_bytes(ReplayObject *self, int level)
     uint64_t bound = exr_codec_bound(exr_codec_raw_size_locked(self->buf, meta.n), level);
     if (bound > (uint64_t)PY_SSIZE_T_MAX) {
         exr_buffer_unlock(self->buf);
-        return PyErr_NoMemory();
+        return PyErr_Format(PyExc_MemoryError,
+                            "serialize: %llu bytes would exceed the largest bytes object",
+                            (unsigned long long)bound);
     }
     /* made while the lock is held, so the size cannot change before writing */
     PyObject *bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)bound);
@@ -402,7 +405,7 @@ PyObject *exr_replay_load_cls(PyObject *cls, PyObject *pathobj)
     unsigned char *meta = PyMem_RawMalloc(EXR_META_MAX);
     if (!meta) {
         Py_DECREF(path);
-        return PyErr_NoMemory();
+        return PyErr_Format(PyExc_MemoryError, "load: out of memory");
     }
     exr_buffer *b = NULL;
     size_t meta_len = 0;

@@ -1146,7 +1146,7 @@ static PyObject *replay_handles(ReplayObject *self, PyObject *unused)
         exr_buffer_handles_locked(self->buf, v);
     exr_buffer_unlock(self->buf);
     if (!v)
-        return PyErr_NoMemory();
+        return PyErr_Format(PyExc_MemoryError, "_handles: out of memory");
     PyObject *l = PyList_New((Py_ssize_t)n);
     for (uint64_t i = 0; l && i < n; i++) {
         PyObject *x = PyLong_FromLongLong(v[i]);
