@@ -116,7 +116,7 @@ asan: venv | zlib
 	  libasan=$$($(CTEST_CC) -print-file-name=libasan.so) && \
 	  echo "LD_PRELOAD=$$libasan" && \
 	  env LD_PRELOAD="$$libasan" \
-	      ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
+	      ASAN_OPTIONS=detect_leaks=1:malloc_context_size=2:allocator_may_return_null=1 \
 	      LSAN_OPTIONS=suppressions=$(abspath .ci/lsan.supp):print_suppressions=0 \
 	      UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	      PYTHONMALLOC=malloc \
