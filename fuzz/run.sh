@@ -3,9 +3,10 @@
 #
 #   fuzz/run.sh SECONDS            every harness fuzz/fuzz_NAME.c, SECONDS each
 #   fuzz/run.sh SECONDS NAME...    only those
-#   fuzz/run.sh --coverage NAME    line/region coverage of src/core by NAME's
-#                                  working corpus (a separate, uninstrumented-
-#                                  for-fuzzing build with clang's source coverage)
+#   fuzz/run.sh --coverage NAME [CORPUS]
+#                                  line/region coverage of src/core by a corpus
+#                                  (default: NAME's working corpus), from a
+#                                  separate build with clang's source coverage
 #
 # A harness is one file, fuzz/fuzz_NAME.c, defining LLVMFuzzerTestOneInput
 # over the core (src/core/*.c, no Python). Its committed seed corpus is
@@ -63,7 +64,7 @@ need_clang
 if [ "${1:-}" = "--coverage" ]; then
     name=${2:?usage: fuzz/run.sh --coverage NAME}
     bin=$(build "$name" "$OUT/fuzz_$name-cov" -fsanitize=fuzzer -fprofile-instr-generate -fcoverage-mapping)
-    corpus="$OUT/corpus/$name"
+    corpus=${3:-$OUT/corpus/$name}
     [ -d "$corpus" ] || corpus="fuzz/seeds/$name"
     rm -f "$OUT/cov-$name".prof*
     LLVM_PROFILE_FILE="$OUT/cov-$name.profraw" "$bin" -runs=0 "$corpus" >/dev/null 2>&1
