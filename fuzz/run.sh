@@ -67,7 +67,7 @@ if [ "${1:-}" = "--coverage" ]; then
     corpus=${3:-$OUT/corpus/$name}
     [ -d "$corpus" ] || corpus="fuzz/seeds/$name"
     rm -f "$OUT/cov-$name".prof*
-    LLVM_PROFILE_FILE="$OUT/cov-$name.profraw" "$bin" -runs=0 "$corpus" >/dev/null 2>&1
+    LLVM_PROFILE_FILE="$OUT/cov-$name.profraw" "$bin" -runs=0 -max_len=1048576 "$corpus" "fuzz/seeds/$name" >/dev/null 2>&1
     llvm-profdata merge -sparse "$OUT/cov-$name.profraw" -o "$OUT/cov-$name.profdata"
     llvm-cov report "$bin" -instr-profile="$OUT/cov-$name.profdata" src/core/*.c
     exit 0
