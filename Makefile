@@ -8,6 +8,10 @@
 #   make pytest   pytest against the in-place build
 #   make asan     pytest against an ASan+UBSan build of the extension
 #   make warnings build once with -Werror (proves -Wall -Wextra is clean)
+#   make fuzz     libFuzzer harnesses fuzz/fuzz_*.c under ASan+UBSan, FUZZ_TIME s each (docs/fuzzing.md)
+#   make fuzz-smoke  the same for FUZZ_SMOKE_TIME s each (part of `make test`)
+#   make allocfail   every public operation with its Nth allocation failing, for every N
+#   make soak     the thread stress test's soak mode for SOAK_SECONDS (default an hour)
 #   make bench    the full benchmark suite (benchmarks/), then docs/benchmarks.md + docs/img/*.png
 #   make bench-quick  every benchmark at a few small sizes: a smoke run of seconds (part of `make test`)
 #   make demo     Ape-X DQN on CartPole on a local Ray cluster (python -m exreplay.examples.apex_cartpole),
@@ -30,7 +34,8 @@ VENV ?= .venv
 # make predefines CC=cc; the C tests and the libasan lookup want gcc.
 CTEST_CC ?= gcc
 CTEST_CFLAGS ?= -std=c11 -O1 -g -Wall -Wextra -Werror -pthread \
-                -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+                -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer \
+                -fno-sanitize-recover=undefined,float-cast-overflow
 # Extra pytest arguments for the ASan run (it is several times slower).
 ASAN_PYTEST_ARGS ?= -m "not slow"
 
@@ -47,6 +52,7 @@ export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
 
 .PHONY: test venv build warnings ctest ctest-tsan pytest asan demo demo-paper bench bench-quick bench-deps clean distclean zlib fuzz-log
 .PHONY: bench-rllib pymatrix numpy-oldest dist-check
+.PHONY: fuzz fuzz-smoke allocfail soak
 
 # --- environment ------------------------------------------------------------
 
@@ -129,7 +135,8 @@ asan: venv | zlib
 	  libasan=$$($(CTEST_CC) -print-file-name=libasan.so) && \
 	  echo "LD_PRELOAD=$$libasan" && \
 	  env LD_PRELOAD="$$libasan" \
-	      ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 \
+	      ASAN_OPTIONS=detect_leaks=1:malloc_context_size=2:allocator_may_return_null=1 \
+	      LSAN_OPTIONS=suppressions=$(abspath .ci/lsan.supp):print_suppressions=0 \
 	      UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	      PYTHONMALLOC=malloc \
 	      PYTHONPATH="$$PWD" \
@@ -138,11 +145,33 @@ asan: venv | zlib
 
 # Each step in order, timed; any failure stops the run with a non-zero exit.
 test: venv
-	@for step in warnings build ctest ctest-tsan pytest bench-quick asan; do \
+	@for step in warnings build ctest ctest-tsan pytest bench-quick fuzz-smoke allocfail asan; do \
 	  echo "=== make $$step"; s=$$(date +%s); \
 	  $(MAKE) --no-print-directory $$step; \
 	  echo "=== make $$step: ok in $$(( $$(date +%s) - s ))s"; \
 	done
+
+# Coverage-guided fuzzing (clang's libFuzzer; fuzz/run.sh installs clang as
+# root if it is missing). Each fuzz/fuzz_NAME.c is one harness, seeded from
+# fuzz/seeds/NAME/.
+FUZZ_TIME ?= 600
+FUZZ_SMOKE_TIME ?= 20
+fuzz: | zlib
+	fuzz/run.sh $(FUZZ_TIME)
+
+fuzz-smoke: | zlib
+	fuzz/run.sh $(FUZZ_SMOKE_TIME)
+
+# Allocation-failure testing (tests/test_allocfail.py): a build of the
+# extension whose malloc family fails on the Nth call, for every N.
+allocfail: venv | zlib
+	so=$$($(VPY) tests/allocfail/build.py | tail -1) && \
+	  EXREPLAY_ALLOCFAIL_SO="$$so" $(VPY) -m pytest -q -p no:cacheprovider tests/test_allocfail.py
+
+# The thread stress test's soak mode (tests/test_threads.py::test_soak).
+SOAK_SECONDS ?= 3600
+soak: build
+	EXREPLAY_SOAK_SECONDS=$(SOAK_SECONDS) $(VPY) -m pytest -q -s -p no:cacheprovider tests/test_threads.py -k soak
 
 # --- other ------------------------------------------------------------------
 

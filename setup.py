@@ -6,8 +6,10 @@ extension module.  One extension, ``exreplay._core``, is built from every
 CPython/NumPy binding).
 
 Environment switches:
-  EXREPLAY_SANITIZE=1  -O1 -g with AddressSanitizer + UBSan (the `make asan` build)
+  EXREPLAY_SANITIZE=1  -O1 -g with AddressSanitizer + UBSan + float-cast-overflow (`make asan`)
   EXREPLAY_WERROR=1    add -Werror (the `make warnings` build)
+  EXREPLAY_ALLOCFAIL=1 the allocation-failure test build (`make allocfail`): adds
+                       tests/allocfail/allocfail.c and wraps the malloc family
 """
 
 import os
@@ -75,13 +77,14 @@ if SANITIZE:
     compile_args += [
         "-O1",
         "-g",
-        "-fsanitize=address,undefined",
+        # float-cast-overflow: not part of GCC's "undefined"
+        "-fsanitize=address,undefined,float-cast-overflow",
         "-fno-omit-frame-pointer",
-        "-fno-sanitize-recover=undefined",
+        "-fno-sanitize-recover=undefined,float-cast-overflow",
         # Python's CFLAGS carry -DNDEBUG; keep the core's assert()s live here.
         "-UNDEBUG",
     ]
-    link_args += ["-fsanitize=address,undefined"]
+    link_args += ["-fsanitize=address,undefined,float-cast-overflow"]
 else:
     compile_args += ["-O3"]
 if WERROR:
@@ -89,6 +92,10 @@ if WERROR:
 
 core_sources = _rel_glob("src/core/*.c")
 py_sources = _rel_glob("src/py/*.c")
+if _flag("EXREPLAY_ALLOCFAIL"):
+    py_sources += ["tests/allocfail/allocfail.c"]
+    link_args += ["-Wl," + ",".join("--wrap=" + f for f in
+                                    ("malloc", "calloc", "realloc", "aligned_alloc", "posix_memalign"))]
 headers = _rel_glob("src/core/*.h") + _rel_glob("src/py/*.h") + ["setup.py"]
 
 ext = Extension(

@@ -533,6 +533,23 @@ INT64_MAX = 2**63 - 1
 BATCH_BYTES_LIMIT = 64 << 20
 
 
+MAX_HANDLE = 1 << 62
+
+
+def _expect_limit(buf, fn, text):
+    """fn must raise MemoryError saying `text` and leave buf as it was."""
+    before = buf.serialize(level=0)
+    try:
+        fn()
+    except MemoryError as e:
+        if text not in str(e):
+            raise
+    else:
+        raise Failure("a handle counter at 2**62 gave out another handle")
+    if buf.serialize(level=0) != before:
+        raise Failure("a refused call at the handle limit changed the buffer")
+
+
 def check_input(data: bytes, stats: dict | None = None) -> str:
     """Runs one input; returns "rejected" or "accepted", raises Failure otherwise."""
     ER = exreplay.ExperienceReplay
@@ -579,16 +596,24 @@ def check_input(data: bytes, stats: dict | None = None) -> str:
             step = "_check after get_batch"
             buf._check()
         next_handle, next_sel = struct.unpack_from("<qq", out, HEADER + 16 + 48)
-        # unserialize refuses handles beyond 2**62, so neither can overflow here
+        # unserialize takes counters up to 2**62 (what the writer can write):
+        # at exactly 2**62 the next handle is refused, and nothing changes
+        limit = "a size limit was reached"
         step = "new_pick_selector"
-        h = int(buf.new_pick_selector(exreplay.PickSelectorClass.Uniform))
-        if h != next_sel:
-            raise Failure(f"new_pick_selector returned {h}, expected {next_sel}")
+        if next_sel == MAX_HANDLE:
+            _expect_limit(buf, lambda: buf.new_pick_selector(exreplay.PickSelectorClass.Uniform), limit)
+        else:
+            h = int(buf.new_pick_selector(exreplay.PickSelectorClass.Uniform))
+            if h != next_sel:
+                raise Failure(f"new_pick_selector returned {h}, expected {next_sel}")
         if info["state_bytes"] <= (1 << 20) and info["action_bytes"] <= (1 << 20):
             step = "record"
             s = np.zeros(buf.state_shape, buf.state_dtype)
             a = np.zeros(buf.action_shape, buf.action_dtype)
-            buf.record(None, s, a, 1.0, final_state=s)
+            if next_handle == MAX_HANDLE:
+                _expect_limit(buf, lambda: buf.record(None, s, a, 1.0, final_state=s), limit)
+            else:
+                buf.record(None, s, a, 1.0, final_state=s)
             step = "_check after record"
             buf._check()
         step = "serialize(1)"

@@ -6,13 +6,15 @@ a loop; the parent kills it with SIGKILL at random moments (a fixed RNG seed,
 so the run is reproducible) and after each kill loads the file and checks it
 is exactly one of the two buffers.
 
-What a kill may leave behind: save() writes into a temp file
-"<dir>/.<name>.XXXXXX" (mkstemp) and renames it over <name> only once it is
-complete and fsync'ed. A process killed before the rename leaves that temp
-file in the directory (nobody is left to unlink it). Such stray files are
-harmless: they never carry the target's name, later saves make their own
-unique temp file, and a later save to the same path works. The tests check
-that, and that stray files only ever have that name pattern.
+What a kill may leave behind: save() writes into an unnamed file
+(O_TMPFILE) in the target's directory, and gives it a temp name
+"<dir>/.<name>.<pid>.XXXXXX" only once it is complete and fsync'ed, just
+before the rename over <name>. A kill leaves nothing, or (in the instant
+between the two) that temp file. Where the file system has no O_TMPFILE the
+temp file is named from the start. Either way every save first removes the
+temp files of that name whose writer's pid is no longer running, so crashed
+saves never pile up. The tests check that, and that stray files only ever
+have that name pattern.
 """
 
 import os
@@ -60,7 +62,7 @@ while True:
 """
 
 KILLS = 20
-TEMP_RE = re.compile(r"^\.replay\.exr\.[A-Za-z0-9]{6}$")
+TEMP_RE = re.compile(r"^\.replay\.exr\.[0-9]+\.[A-Za-z0-9]{6}$")
 
 
 def _env():
@@ -138,36 +140,101 @@ def test_sigkill_during_save_leaves_old_or_new_file(tmp_path):
 
     # both buffers were found at some point: the kills landed across saves
     assert seen[1] and seen[2], seen
+    # every save sweeps the temp files of dead writers: at most the last
+    # kill's can be left (and with O_TMPFILE, almost always none)
     strays = [n for n in os.listdir(tmp_path) if n != "replay.exr"]
-    assert len(strays) <= KILLS
+    assert len(strays) <= 1, strays
 
-    # stray temp files do not break later saves and loads of the same path
+    # a later save of the same path works, and removes what is left
     buf = ExperienceReplay.load(path)
     other = ExperienceReplay.unserialize(expected[3 - fingerprint(buf)[1]])
     other.save(path, level=0)
     assert ExperienceReplay.load(path).serialize(0) == other.serialize(0)
-    assert set(os.listdir(tmp_path)) == {"replay.exr", *strays}  # no new leftovers
-    # and they are what they look like: unfinished saves, not buffers
-    for name in strays:
+    assert os.listdir(tmp_path) == ["replay.exr"]
+
+
+def _dead_pid():
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def test_save_sweeps_temp_files_of_dead_writers_only(tmp_path):
+    """Temp files of killed saves (their pid gone) are removed by the next
+    save of that name; those of running writers, other names and other
+    patterns are left alone."""
+    path = tmp_path / "replay.exr"
+    dead = _dead_pid()
+    stale = [tmp_path / f".replay.exr.{dead}.AbC123", tmp_path / f".replay.exr.{dead}.zzzzzz"]
+    keep = [
+        tmp_path / f".replay.exr.{os.getpid()}.AbC123",  # a live writer (this process)
+        tmp_path / f".replay.exr.1.AbC123",  # pid 1 runs
+        tmp_path / f".other.exr.{dead}.AbC123",  # another name
+        tmp_path / f".replay.exr.{dead}.AbC12",  # not the pattern
+        tmp_path / f".replay.exr.{dead}x.AbC123",
+        tmp_path / ".replay.exr.AAAAAA",  # the old pattern: no pid, so no way to tell
+    ]
+    for f in stale + keep:
+        f.write_bytes(b"partial")
+    os.mkdir(tmp_path / f".replay.exr.{dead}.dir123")  # not a regular file
+    keep.append(tmp_path / f".replay.exr.{dead}.dir123")
+    buf = ExperienceReplay((2,), seed=1)
+    buf.record(None, [1, 2], 0, 0.0)
+    buf.save(path)
+    assert sorted(os.listdir(tmp_path)) == sorted(["replay.exr"] + [f.name for f in keep])
+    assert len(ExperienceReplay.load(path)) == 1
+
+
+def test_sigkill_mid_write_leaves_nothing_after_the_next_save(tmp_path):
+    """20 kills in the middle of writing a 4 MB buffer: the directory never
+    collects temp files (before: one per kill, 137 MB after 60)."""
+    path = tmp_path / "big.exr"
+    child_src = (
+        "import sys, numpy as np\n"
+        "from exreplay import ExperienceReplay\n"
+        "b = ExperienceReplay((1024,), state_dtype='uint8', capacity=None)\n"
+        "b.record_many(None, np.ones((4000, 1024), np.uint8), np.zeros(4000, np.int64), np.zeros(4000, np.float32))\n"
+        "print('ready', flush=True)\n"
+        "while True:\n"
+        "    b.save(sys.argv[1], level=0)\n"
+    )
+    rng = random.Random(7)
+    for k in range(20):
+        child = subprocess.Popen([sys.executable, "-c", child_src, str(path)], env=_env(),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
-            ExperienceReplay.load(tmp_path / name)
-        except ValueError:
-            pass  # partial (the header is written last)
-        else:
-            pass  # complete but killed before the rename: still a valid buffer
-        os.unlink(tmp_path / name)
+            assert child.stdout.readline().strip() == b"ready", child.stderr.read()[-2000:]
+            time.sleep(rng.uniform(0.0, 0.05))
+            child.send_signal(signal.SIGKILL)
+            child.wait(timeout=10)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+            child.stdout.close()
+            child.stderr.close()
+        names = os.listdir(tmp_path)
+        assert all(n == "big.exr" or re.match(r"^\.big\.exr\.[0-9]+\.[A-Za-z0-9]{6}$", n)
+                   for n in names), names
+        assert len(names) <= 2, names  # the file, and at most the last kill's temp file
+    ExperienceReplay.load(path)._check()
+    ExperienceReplay((1,)).save(path)
+    assert os.listdir(tmp_path) == ["big.exr"]
 
 
 def test_stray_temp_file_with_colliding_pattern_is_not_reused(tmp_path):
     """A leftover temp file from an earlier crash is never opened again:
-    mkstemp creates a new unique name (O_EXCL)."""
+    every save makes a new unique name (O_EXCL or linkat)."""
     path = tmp_path / "replay.exr"
     stray = tmp_path / ".replay.exr.AAAAAA"
+    live = tmp_path / f".replay.exr.{os.getpid()}.AAAAAA"
     stray.write_bytes(b"partial")
+    live.write_bytes(b"partial")
     buf = ExperienceReplay((2,), seed=1)
     buf.record(None, [1, 2], 0, 0.0)
     for _ in range(20):
         buf.save(path)
     assert stray.read_bytes() == b"partial"
-    assert sorted(os.listdir(tmp_path)) == [".replay.exr.AAAAAA", "replay.exr"]
+    assert live.read_bytes() == b"partial"
+    assert sorted(os.listdir(tmp_path)) == sorted([stray.name, live.name, "replay.exr"])
     assert len(ExperienceReplay.load(path)) == 1

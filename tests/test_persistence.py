@@ -546,7 +546,8 @@ def test_save_progress_callback(tmp_path, big_buffer):
         assert marker_of(ExperienceReplay.load(p)) == 7
         names = os.listdir(tmp_path)
         assert "big.exr" in names
-        assert any(n.startswith(".big.exr.") for n in names), names
+        assert all(n == "big.exr" or n.startswith(".big.exr.") for n in names), names
+        assert save_temp_open(tmp_path, "big.exr"), "no temp file open in the directory"
 
     big_buffer.save(p, level=0, progress=progress)
     assert calls, "progress was never called for a payload over 64 MiB"
@@ -1441,17 +1442,31 @@ def test_gil_released_during_serialize_save_load(medium_buffer, tmp_path):
     assert n > 0, "load held the GIL throughout"
 
 
+def save_temp_open(directory, name):
+    """Whether this process holds a file open in directory other than name:
+    save()'s temp file, unnamed (O_TMPFILE: "dir/#123 (deleted)") or named
+    ".name.PID.XXXXXX" where the file system has no O_TMPFILE."""
+    prefix = os.path.realpath(directory) + "/"
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(prefix) and target[len(prefix):] != name:
+            return True
+    return False
+
+
 def test_other_thread_runs_during_save(medium_buffer, tmp_path):
-    """Stronger than counting: the other thread sees save()'s temp file,
-    which exists only while save() runs."""
+    """Stronger than counting: the other thread sees save()'s temp file
+    open, which it is only while save() runs."""
     seen = []
     stop = threading.Event()
 
     def watch():
         while not stop.is_set():
-            names = os.listdir(tmp_path)
-            if any(n.startswith(".w.exr.") for n in names):
-                seen.append(names)
+            if save_temp_open(tmp_path, "w.exr"):
+                seen.append(os.listdir(tmp_path))
                 return
 
     t = threading.Thread(target=watch)

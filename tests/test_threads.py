@@ -210,11 +210,13 @@ def updater(run, buf, pr, recent, seed):
         run.counts["asked"] += len(e)
 
 
-def churner(run, buf, L, seed):
+def churner(run, buf, L, seed, max_mine=None):
     rng = random.Random(seed)
     mine = []
     while not run.stop.is_set():
         r = rng.random()
+        if max_mine is not None and len(mine) >= max_mine:
+            r = 0.5  # remove one: a soak must not grow its live selectors without bound
         if r < 0.35 or not mine:
             kind = rng.choice([U, P])
             kw = dict(alpha=rng.uniform(0, 1), beta=rng.uniform(0, 1)) if kind == P else {}
@@ -434,3 +436,91 @@ def test_get_batch_with_big_frames_concurrent_with_record():
     assert run.counts["records"] > buf.capacity and run.counts["batches"] > 0, run.counts
     buf._check()
     check_frames(buf.get_batch(64, u), L)
+
+
+# ---- soak: everything at once, for a configurable time ------------------------
+#
+# EXREPLAY_SOAK_SECONDS (default 4; `make soak` runs an hour) of writers,
+# samplers, an updater, a selector churner, an inspector and a persister
+# (serialize / unserialize / save / load) against one buffer under eviction.
+# At the end _check() passes and the resident set has stayed flat: after a
+# warm-up (the first quarter) the RSS of the last quarter must not exceed the
+# warm-up's peak by more than 25 % + 48 MiB. A leak of even a few KiB per
+# operation shows over an hour; over seconds the test checks the mechanics.
+
+SOAK_SECONDS = float(os.environ.get("EXREPLAY_SOAK_SECONDS", "2" if ASAN else "4"))
+
+
+def rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def persister(run, buf, directory, seed):
+    rng = random.Random(seed)
+    k = 0
+    while not run.stop.is_set():
+        k += 1
+        level = rng.choice([0, 1, 6])
+        data = buf.serialize(level)
+        c = ExperienceReplay.unserialize(data)
+        c._check()
+        path = os.path.join(directory, f"soak{k % 2}.exr")
+        buf.save(path, level=rng.choice([0, 1]))
+        d = ExperienceReplay.load(path)
+        d._check()
+        assert len(d) <= buf.capacity
+        del c, d, data
+        run.counts["persisted"] += 1
+        run.stop.wait(0.05)
+
+
+@pytest.mark.parametrize("eviction", ["second_chance"])
+def test_soak(eviction, tmp_path):
+    L = 4
+    buf = ExperienceReplay((W,), state_dtype="float64", action_dtype="int64",
+                           reward_dtype="float64", capacity=3000, pick_len=L, allow_short=True,
+                           eviction=eviction, seed=2)
+    u = buf.new_pick_selector(U)
+    pr = buf.new_pick_selector(P, alpha=0.6, beta=0.4)
+    for i in range(20):
+        buf.record_many(None, states_for(9, i, 0, 10), np.arange(10), np.arange(10) * 0.5,
+                        final_state=states_for(9, i, 10, 1)[0])
+    run = Runner()
+    recent = collections.deque(maxlen=64)
+    for w in range(3):
+        run.spawn(f"writer{w}", writer, run, buf, w, 200 + w)
+    run.spawn("sampler", sampler, run, buf, [u, pr], recent, L, True, 21)
+    run.spawn("updater", updater, run, buf, pr, recent, 22)
+    run.spawn("churner", churner, run, buf, L, 23, 8)
+    run.spawn("inspector", inspector, run, buf, 24)
+    run.spawn("persister", persister, run, buf, str(tmp_path), 25)
+    samples = []  # (seconds since start, RSS)
+    t0 = __import__("time").monotonic()
+    for t in run.threads:
+        t.start()
+    samples.append((0.0, rss_bytes()))
+    while not run.stop.wait(0.1):
+        now = __import__("time").monotonic() - t0
+        samples.append((now, rss_bytes()))
+        if now >= SOAK_SECONDS:
+            break
+    run.stop.set()
+    for t in run.threads:
+        t.join(60)
+        assert not t.is_alive(), f"thread {t.name} hangs"
+    assert not run.errors, "\n".join(run.errors)
+    buf._check()
+    c = run.counts
+    print(f"soak {SOAK_SECONDS:g} s: {dict(c)}")
+    assert c["records"] > buf.capacity and c["batches"] and c["persisted"] and c["churn"], c
+    if not ASAN:  # ASan's quarantine holds freed memory back on purpose
+        q = SOAK_SECONDS / 4
+        warm = max(r for t, r in samples if t <= q or t == samples[1 if len(samples) > 1 else 0][0])
+        late = [r for t, r in samples if t >= 3 * q] or [samples[-1][1]]
+        quarters = [max([r for t, r in samples if k * q <= t < (k + 1) * q] or [0]) / 2**20
+                    for k in range(4)]
+        print(f"RSS: warm-up peak {warm / 2**20:.1f} MiB, last quarter max "
+              f"{max(late) / 2**20:.1f} MiB; peak per quarter "
+              f"{', '.join(f'{x:.1f}' for x in quarters)} MiB; {len(samples)} samples")
+        assert max(late) <= warm * 1.25 + (48 << 20), (warm, max(late))

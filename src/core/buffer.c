@@ -1455,6 +1455,8 @@ int exr_buffer_check_locked(const exr_buffer *b, char *msg, size_t msglen)
     int64_t prev_handle = -1;
     uint32_t prev_slot = EXR_NIL;
     bool hand_seen = b->hand == EXR_NIL;
+    if (b->cfg.eviction == EXR_EVICT_FIFO && b->hand != EXR_NIL)
+        FAIL("a FIFO buffer has a second-chance hand (slot %u)", (unsigned)b->hand);
     for (uint32_t s = t->head; s != EXR_NIL; s = t->slab[s].next) {
         const exr_episode *e = &t->slab[s];
         if (++count > t->count)

@@ -532,6 +532,65 @@ static int config_ok(const exr_config *c)
            (c->eviction == EXR_EVICT_FIFO || c->eviction == EXR_EVICT_SECOND_CHANCE);
 }
 
+/* Room for at least `need` aux entries, growing geometrically up to `total`. */
+static exr_status aux_reserve(exr_body *body, uint64_t need, uint64_t total)
+{
+    if (need <= body->aux_cap)
+        return EXR_OK;
+    uint64_t cap = body->aux_cap * 2 > need ? body->aux_cap * 2 : need;
+    if (cap > total)
+        cap = total;
+    uint32_t *aux = realloc(body->aux, (size_t)cap * sizeof *aux);
+    if (!aux)
+        return EXR_ENOMEM;
+    body->aux = aux;
+    body->aux_cap = cap;
+    return EXR_OK;
+}
+
+#define READ_GROW_FIRST ((size_t)1 << 16)
+
+/* A new 64-byte aligned array of `bytes` (rounded up to a line, as
+ * exr_store_seg_alloc makes them) filled from the input. A zlib body may
+ * declare far more than it holds, so there the array starts small and
+ * doubles as the bytes arrive (each doubling copies what is there): what it
+ * takes is at most about three times what has really been inflated. */
+static exr_status read_alloc(exr_in *in, size_t bytes, unsigned char **out)
+{
+    if (bytes > in->raw_left)
+        return EXR_ECORRUPT;
+    size_t full = (bytes + 63) & ~(size_t)63; /* bytes <= raw_left: no overflow */
+    if (!full)
+        full = 64;
+    size_t cap = in->compressed && full > READ_GROW_FIRST ? READ_GROW_FIRST : full, have = 0;
+    unsigned char *p = aligned_alloc(64, cap);
+    if (!p)
+        return EXR_ENOMEM;
+    for (;;) {
+        size_t part = (bytes < cap ? bytes : cap) - have;
+        exr_status st = exr_in_read(in, p + have, part);
+        if (st != EXR_OK) {
+            free(p);
+            return st;
+        }
+        have += part;
+        if (have == bytes)
+            break;
+        size_t ncap = cap * 2 < full ? cap * 2 : full;
+        unsigned char *np = aligned_alloc(64, ncap);
+        if (!np) {
+            free(p);
+            return EXR_ENOMEM;
+        }
+        memcpy(np, p, have);
+        free(p);
+        p = np;
+        cap = ncap;
+    }
+    *out = p;
+    return EXR_OK;
+}
+
 static exr_status read_episode(exr_in *in, exr_buffer *b, int64_t *prev_handle, uint32_t *slot)
 {
     const exr_store_layout *L = &b->lay;
@@ -562,40 +621,30 @@ static exr_status read_episode(exr_in *in, exr_buffer *b, int64_t *prev_handle, 
         return EXR_ENOMEM;
     *slot = exr_episodes_insert(&b->eps, handle, body);
     exr_episode *e = &b->eps.slab[*slot];
-    e->n = n;
     e->ended = ended;
     e->terminated = term;
     e->sampled = sampled;
-    /* exactly the room the records take: every segment full but the last,
-     * which holds the rest (it grows again if the episode is recorded into) */
-    body->aux = malloc((n ? n : 1) * sizeof *body->aux);
-    if (!body->aux)
-        return EXR_ENOMEM;
-    body->aux_cap = n ? n : 1;
+    /* Storage is allocated as the rows arrive (read_alloc, aux grown with
+     * them): a declared size, which a zlib body can inflate 1032-fold, never
+     * reserves more than a small multiple of what has been read.  In the
+     * end every segment is full but the last, which holds exactly the rest
+     * (it grows again if the episode is recorded into). */
+    if (has_final && (st = read_alloc(in, L->state_bytes, &body->final_state)))
+        return st;
     uint64_t placed = 0;
     for (uint32_t k = 0; k < nsegs; k++) {
         size_t cap = exr_store_seg_cap(L, k), rows = n - placed < cap ? (size_t)(n - placed) : cap;
-        body->segs[k] = exr_store_seg_alloc(L, rows);
-        if (!body->segs[k])
-            return EXR_ENOMEM;
+        if ((st = aux_reserve(body, placed + rows, n)))
+            return st;
+        if ((st = read_alloc(in, rows * L->row_bytes, &body->segs[k])))
+            return st;
         body->nsegs = k + 1;
         body->last_rows = (uint32_t)rows;
         placed += rows;
+        e->n = placed; /* only what is there is counted, and freed on failure */
     }
-    if (has_final) {
-        body->final_state = malloc(L->state_bytes);
-        if (!body->final_state)
-            return EXR_ENOMEM;
-        if ((st = exr_in_read(in, body->final_state, L->state_bytes)))
-            return st;
-    }
-    uint64_t p = 0;
-    for (size_t k = 0; p < n; k++) {
-        size_t cap = exr_store_seg_cap(L, k), cnt = n - p < cap ? (size_t)(n - p) : cap;
-        if ((st = exr_in_read(in, exr_seg_row(L, body->segs[k], 0), cnt * L->row_bytes)))
-            return st;
-        p += cnt;
-    }
+    if ((st = aux_reserve(body, n ? n : 1, n ? n : 1)))
+        return st;
     e->m = exr_picks_target(b, e);
     b->n_records += n;
     for (uint64_t p = 0; p < e->m; p++)
@@ -637,9 +686,13 @@ static exr_status read_payload(exr_in *in, exr_buffer **out, unsigned char *meta
         if (cfgb[i])
             return EXR_ECORRUPT;
     /* handles are int64 counters; refusing absurd ones keeps them from ever
-     * wrapping (2^62 episodes would take millennia to record) */
-    if (cfgb[36] > 1 || !config_ok(&c) || next_handle < 0 || next_handle >= EXR_MAX_HANDLE ||
-        next_sel < 0 || next_sel >= EXR_MAX_HANDLE || hand < -1 || get64(cfgb + 72) != 0)
+     * wrapping (2^62 episodes would take millennia to record). A counter
+     * reaches EXR_MAX_HANDLE exactly once the last handle is given out, and
+     * the writer writes it: the reader takes what the writer can write.
+     * FIFO eviction never moves the hand, so a FIFO buffer has none. */
+    if (cfgb[36] > 1 || !config_ok(&c) || next_handle < 0 || next_handle > EXR_MAX_HANDLE ||
+        next_sel < 0 || next_sel > EXR_MAX_HANDLE || hand < -1 || get64(cfgb + 72) != 0 ||
+        (c.eviction == EXR_EVICT_FIFO && hand != -1))
         return EXR_ECORRUPT;
     if ((st = in_section(in, SEC_META, &len)))
         return st;
@@ -660,13 +713,20 @@ static exr_status read_payload(exr_in *in, exr_buffer **out, unsigned char *meta
     uint64_t eps_start = in->raw_left + 8;
     if (count > in->raw_left / EPISODE_HEAD)
         return EXR_ECORRUPT;
-    *slots = malloc((count ? count : 1) * sizeof **slots);
-    if (!*slots)
-        return EXR_ENOMEM;
+    /* grown as episodes arrive, like their storage (read_alloc) */
+    uint64_t slots_cap = 0;
     int64_t prev = -1;
-    for (uint64_t i = 0; i < count; i++)
+    for (uint64_t i = 0; i < count; i++) {
+        if (i == slots_cap) {
+            slots_cap = slots_cap ? (slots_cap * 2 < count ? slots_cap * 2 : count) : 64;
+            uint32_t *ns = realloc(*slots, (size_t)slots_cap * sizeof **slots);
+            if (!ns)
+                return EXR_ENOMEM;
+            *slots = ns;
+        }
         if ((st = read_episode(in, b, &prev, &(*slots)[i])))
             return st;
+    }
     if (eps_start - in->raw_left != len)
         return EXR_ECORRUPT;
     if (b->cfg.capacity && b->n_records > b->cfg.capacity)

@@ -1,10 +1,68 @@
+#define _GNU_SOURCE /* getrandom */
 #include "episode.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+/* The map's hash is keyed with a per-process random key: handles come from
+ * serialized input as well as from the counter, and an input may choose them
+ * freely (increasing, below 2^62). With a fixed hash it could put them all
+ * in one probe chain and make loading, record and set_priority quadratic;
+ * without the key it cannot aim. SipHash-1-3 of the one 8-byte word. */
+static uint64_t hash_key[2];
+static pthread_once_t hash_key_once = PTHREAD_ONCE_INIT;
+
+static void hash_key_init(void)
+{
+    uint64_t k[2] = {0, 0};
+    ssize_t got = getrandom(k, sizeof k, GRND_NONBLOCK);
+    if (got != (ssize_t)sizeof k) {
+        /* no entropy from the kernel yet: the clock, the pid and an address
+         * are still not something a file can aim at in advance */
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        k[0] ^= (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ULL ^ (uint64_t)ts.tv_sec;
+        k[1] ^= ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&got;
+    }
+    hash_key[0] = k[0];
+    hash_key[1] = k[1];
+}
+
+#define ROTL(x, b) (((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND                                                                              \
+    do {                                                                                      \
+        v0 += v1; v1 = ROTL(v1, 13); v1 ^= v0; v0 = ROTL(v0, 32);                             \
+        v2 += v3; v3 = ROTL(v3, 16); v3 ^= v2;                                                \
+        v0 += v3; v3 = ROTL(v3, 21); v3 ^= v0;                                                \
+        v2 += v1; v1 = ROTL(v1, 17); v1 ^= v2; v2 = ROTL(v2, 32);                             \
+    } while (0)
+
+static size_t hash_slot(int64_t h, size_t cap)
+{
+    uint64_t m = (uint64_t)h, k0 = hash_key[0], k1 = hash_key[1];
+    uint64_t v0 = k0 ^ 0x736f6d6570736575ULL, v1 = k1 ^ 0x646f72616e646f6dULL;
+    uint64_t v2 = k0 ^ 0x6c7967656e657261ULL, v3 = k1 ^ 0x7465646279746573ULL;
+    uint64_t last = (uint64_t)8 << 56;
+    v3 ^= m;
+    SIPROUND;
+    v0 ^= m;
+    v3 ^= last;
+    SIPROUND;
+    v0 ^= last;
+    v2 ^= 0xff;
+    SIPROUND;
+    SIPROUND;
+    SIPROUND;
+    return (size_t)(v0 ^ v1 ^ v2 ^ v3) & (cap - 1);
+}
 
 void exr_episodes_init(exr_episodes *t)
 {
+    pthread_once(&hash_key_once, hash_key_init);
     memset(t, 0, sizeof *t);
     t->free_head = t->head = t->tail = EXR_NIL;
 }
@@ -17,11 +75,6 @@ void exr_episodes_free(exr_episodes *t)
     free(t->keys);
     free(t->vals);
     exr_episodes_init(t);
-}
-
-static size_t hash_slot(int64_t h, size_t cap)
-{
-    return (size_t)(((uint64_t)h * 0x9E3779B97F4A7C15ULL) >> 17) & (cap - 1);
 }
 
 uint32_t exr_episodes_find(const exr_episodes *t, int64_t handle)

@@ -1,12 +1,15 @@
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* O_TMPFILE, linkat */
 #include "file.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef struct {
@@ -56,38 +59,133 @@ static mode_t default_mode(void)
     return 0666 & ~mask;
 }
 
-/* "dir/name" -> "dir/.name.XXXXXX" and "dir" (or "."). */
-static int temp_names(const char *path, char **tmp, char **dir)
+/* Temp files: "dir/.NAME.PID.XXXXXX", in the target's directory so that
+ * the rename is atomic. The writer's pid in the name lets a later save tell
+ * the temp file of a crashed writer (pid gone) from that of a save still
+ * running, in this process or another. */
+#define TMP_SUFFIX_MAX 40 /* ".%ld." + "XXXXXX" + NUL, with room */
+
+/* "dir/name" -> "dir" (or ".") and the base name. */
+static int split_path(const char *path, char **dir, const char **base)
 {
     const char *slash = strrchr(path, '/');
     size_t dlen = slash ? (size_t)(slash - path) : 0;
-    const char *base = slash ? slash + 1 : path;
-    *tmp = malloc(strlen(path) + 16);
+    *base = slash ? slash + 1 : path;
     *dir = malloc(dlen + 2);
-    if (!*tmp || !*dir) {
-        free(*tmp);
-        free(*dir);
+    if (!*dir)
         return -1;
-    }
     if (slash) {
         memcpy(*dir, path, dlen ? dlen : 1);
         (*dir)[dlen ? dlen : 1] = 0;
-        sprintf(*tmp, "%.*s/.%s.XXXXXX", (int)dlen, path, base);
     } else {
         strcpy(*dir, ".");
-        sprintf(*tmp, ".%s.XXXXXX", base);
     }
     return 0;
+}
+
+/* "dir/.name.PID.XXXXXX" (the X's for mkstemp or random_suffix to fill). */
+static char *temp_name(const char *dir, const char *base)
+{
+    size_t n = strlen(dir) + strlen(base) + TMP_SUFFIX_MAX;
+    char *tmp = malloc(n);
+    if (tmp)
+        snprintf(tmp, n, "%s/.%s.%ld.XXXXXX", dir, base, (long)getpid());
+    return tmp;
+}
+
+static void random_suffix(char *tmp)
+{
+    static const char chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    static unsigned long long ctr;
+    unsigned long long x = (unsigned long long)ts.tv_nsec * 0x9E3779B97F4A7C15ULL ^
+                           __atomic_add_fetch(&ctr, 0x632BE59BD9B4E019ULL, __ATOMIC_RELAXED);
+    char *p = tmp + strlen(tmp) - 6;
+    for (int i = 0; i < 6; i++, x /= 62)
+        p[i] = chars[x % 62];
+}
+
+/* Unlinks dir/.base.PID.XXXXXX files whose PID is no running process: temp
+ * files of saves that were killed before they could clean up. Only regular
+ * files of this user with exactly that name pattern are touched; a pid that
+ * has been reused by a live process keeps its file until that one ends too. */
+static void sweep_stale(const char *dir, const char *base)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    size_t blen = strlen(base);
+    int dfd = dirfd(d);
+    struct dirent *ent;
+    while ((ent = readdir(d))) {
+        const char *n = ent->d_name;
+        if (n[0] != '.' || strncmp(n + 1, base, blen) != 0 || n[1 + blen] != '.')
+            continue;
+        const char *p = n + 2 + blen, *q = p;
+        long pid = 0;
+        while (*q >= '0' && *q <= '9' && pid < 100000000)
+            pid = pid * 10 + (*q++ - '0');
+        if (q == p || pid <= 0 || *q != '.' || strlen(q + 1) != 6)
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue; /* running (or not ours to ask about): leave it */
+        struct stat st;
+        if (fstatat(dfd, n, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+            st.st_uid == geteuid())
+            unlinkat(dfd, n, 0);
+    }
+    closedir(d);
+}
+
+/* An unnamed file in dir (O_TMPFILE): a crash leaves nothing behind. -1 if
+ * the file system (or the kernel) has no O_TMPFILE, or /proc is missing
+ * (linkat needs /proc/self/fd to give it a name). */
+static int open_unnamed(const char *dir)
+{
+#ifdef O_TMPFILE
+    if (access("/proc/self/fd", X_OK) != 0)
+        return -1;
+    return open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+#else
+    (void)dir;
+    return -1;
+#endif
+}
+
+/* Gives the unnamed file fd the name tmp (a fresh .name.PID.XXXXXX). */
+static int link_unnamed(int fd, char *tmp)
+{
+    char proc[64];
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+    for (int tries = 0; tries < 100; tries++) {
+        random_suffix(tmp);
+        if (linkat(AT_FDCWD, proc, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW) == 0)
+            return 0;
+        if (errno != EEXIST)
+            return -1;
+    }
+    return -1;
 }
 
 exr_status exr_file_save_locked(const exr_buffer *b, const void *meta, size_t meta_len, int level,
                                 const char *path, exr_progress_fn progress, void *ctx, int *err)
 {
     char *tmp, *dir;
+    const char *base;
     *err = 0;
-    if (temp_names(path, &tmp, &dir) < 0)
+    if (split_path(path, &dir, &base) < 0)
         return EXR_ENOMEM;
-    int fd = mkstemp(tmp);
+    if (!(tmp = temp_name(dir, base))) {
+        free(dir);
+        return EXR_ENOMEM;
+    }
+    sweep_stale(dir, base);
+    int fd = open_unnamed(dir), named = 0;
+    if (fd < 0) {
+        fd = mkstemp(tmp);
+        named = 1;
+    }
     if (fd < 0) {
         *err = errno;
         free(tmp);
@@ -96,7 +194,7 @@ exr_status exr_file_save_locked(const exr_buffer *b, const void *meta, size_t me
     }
     fsink s = {fd, 0};
     unsigned char header[EXR_HEADER_BYTES] = {0};
-    /* mkstemp makes the file 0600: give it what replacing the old file (or
+    /* the file is made 0600: give it what replacing the old file (or
      * creating a new one) should */
     struct stat old;
     mode_t mode = stat(path, &old) == 0 ? (old.st_mode & 07777) : default_mode();
@@ -119,6 +217,15 @@ exr_status exr_file_save_locked(const exr_buffer *b, const void *meta, size_t me
         *err = errno;
         st = EXR_EIO;
     }
+    /* an unnamed file gets its temp name only now, complete and on disk */
+    if (st == EXR_OK && !named) {
+        if (link_unnamed(fd, tmp) == 0) {
+            named = 1;
+        } else {
+            *err = errno;
+            st = EXR_EIO;
+        }
+    }
     if (close(fd) != 0 && st == EXR_OK) {
         *err = errno;
         st = EXR_EIO;
@@ -128,7 +235,8 @@ exr_status exr_file_save_locked(const exr_buffer *b, const void *meta, size_t me
         st = EXR_EIO;
     }
     if (st != EXR_OK) {
-        unlink(tmp);
+        if (named)
+            unlink(tmp);
     } else {
         /* the rename itself must reach the disk */
         int dfd = open(dir, O_RDONLY | O_DIRECTORY);

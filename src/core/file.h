@@ -2,12 +2,16 @@
  * file.h - save and load a buffer to and from a file, streaming (no second
  * full copy in memory).
  *
- *   save: dir/.name.XXXXXX  --write header hole, stream body, write header,
- *         fsync-->  rename over dir/name  --> fsync(dir)
+ *   save: sweep dir/.name.PID.XXXXXX of dead PIDs --> unnamed file in dir
+ *         (O_TMPFILE; else mkstemp dir/.name.PID.XXXXXX)  --write header
+ *         hole, stream body, write header, fsync--> linkat as
+ *         dir/.name.PID.XXXXXX --> rename over dir/name --> fsync(dir)
  *
  * A crash at any moment leaves either the old file or the new one complete:
- * the new bytes only get the file's name once they are on disk. The new file
- * gets the old one's permissions, or 0666 less the umask if there was none.
+ * the new bytes only get the file's name once they are on disk. What else a
+ * crash can leave (a named temp file) the next save of that name removes.
+ * The new file gets the old one's permissions, or 0666 less the umask if
+ * there was none.
  */
 #ifndef EXR_FILE_H
 #define EXR_FILE_H

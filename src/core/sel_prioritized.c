@@ -143,7 +143,8 @@ static void p_update_many(exr_selector *b, size_t count, const size_t *idx, cons
 static void weights_of(const prio_sel *s, size_t count, const size_t *idx, float *w)
 {
     float lo = exr_sumtree_min(&s->tree);
-    float beta = (float)s->beta;
+    /* beta is any finite double >= 0; float's range saturates (no cast out of range) */
+    float beta = s->beta > FLT_MAX ? FLT_MAX : (float)s->beta;
     for (size_t b = 0; b < count; b++) {
         float leaf = exr_sumtree_get(&s->tree, idx[b]);
         /* a zero leaf is reachable only through _gather */

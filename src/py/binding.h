@@ -138,11 +138,6 @@ PyObject *exr_selector_new(ReplayObject *owner, int64_t h, int kind);
 /* _core._floor_gather (floor.c). */
 PyObject *exr_floor_gather_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
-/* An integer-like (anything with __index__ but a bool) as int64; -1 for
- * one beyond int64 (no episode or selector has such a handle). -1 with an
- * exception if __index__ fails. */
-int exr_index_to_handle(PyObject *o, int64_t *h);
-
 /* Accepts a PickSelector of this buffer or an integer handle. -1 with an
  * exception on error. */
 int exr_selector_handle(ReplayObject *self, PyObject *ps, int64_t *h);

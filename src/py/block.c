@@ -75,7 +75,8 @@ PyObject *exr_block_new(exr_modstate *st, size_t size)
         if (!b->mem) {
             b->size = 0;
             Py_DECREF(b);
-            return PyErr_NoMemory();
+            return PyErr_Format(PyExc_MemoryError, "get_batch: out of memory (a batch of %zu bytes)",
+                                size);
         }
     }
     return (PyObject *)b;

@@ -6,6 +6,8 @@
 #define EXR_IMPORT_ARRAY_HERE
 #include "binding.h"
 
+#include "args.h"
+
 #include <math.h>
 #include <structseq.h>
 
@@ -13,10 +15,7 @@ PyObject *exr_raise(exr_status st, const char *what)
 {
     switch (st) {
     case EXR_ENOMEM:
-        if (what && *what)
-            PyErr_Format(PyExc_MemoryError, "%s: out of memory", what);
-        else
-            PyErr_NoMemory();
+        PyErr_Format(PyExc_MemoryError, "%s: out of memory", what && *what ? what : "exreplay");
         break;
     case EXR_EOVERFLOW:
         PyErr_Format(PyExc_MemoryError,
@@ -32,20 +31,6 @@ PyObject *exr_raise(exr_status st, const char *what)
         break;
     }
     return NULL;
-}
-
-int exr_index_to_handle(PyObject *o, int64_t *h)
-{
-    PyObject *v = PyNumber_Index(o);
-    if (!v)
-        return -1;
-    int overflow;
-    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-    Py_DECREF(v);
-    if (x == -1 && PyErr_Occurred())
-        return -1;
-    *h = overflow ? -1 : (int64_t)x;
-    return 0;
 }
 
 void exr_lock_with_gil(exr_buffer *b)
@@ -73,38 +58,6 @@ void exr_shape_str(char *buf, size_t len, int nd, const npy_intp *shape)
         used += (size_t)snprintf(buf + used, len - used, i ? ", %ld" : "%ld", (long)shape[i]);
     if (used < len)
         snprintf(buf + used, len - used, nd == 1 ? ",)" : ")");
-}
-
-/* Python ints went into arr (int64 or uint64); do they all fit descr? */
-static int weak_ints_fit(PyArrayObject *arr, PyArray_Descr *descr, const char *arg)
-{
-    int bits = (int)PyDataType_ELSIZE(descr) * 8;
-    int is_signed = descr->kind == 'i';
-    long double lo = is_signed ? -ldexpl(1.0L, bits - 1) : 0;
-    long double hi = is_signed ? ldexpl(1.0L, bits - 1) - 1 : ldexpl(1.0L, bits) - 1;
-    npy_intp n = PyArray_SIZE(arr);
-    int src_signed = PyArray_DESCR(arr)->kind == 'i';
-    if (PyDataType_ELSIZE(PyArray_DESCR(arr)) != 8)
-        return 0; /* NumPy made these from Python ints: always 8 bytes */
-    for (npy_intp i = 0; i < n; i++) {
-        const char *p = (const char *)PyArray_DATA(arr) + i * 8;
-        long double v;
-        if (src_signed) {
-            int64_t x;
-            memcpy(&x, p, 8);
-            v = (long double)x;
-        } else {
-            uint64_t x;
-            memcpy(&x, p, 8);
-            v = (long double)x;
-        }
-        if (v < lo || v > hi) {
-            PyErr_Format(PyExc_ValueError, "%s: expected values that fit %S, got %lld%s", arg,
-                         (PyObject *)descr, (long long)v, v > (long double)LLONG_MAX ? "+" : "");
-            return -1;
-        }
-    }
-    return 0;
 }
 
 static void want_str(char *buf, size_t len, int nlead, const npy_intp *lead, int nd,
@@ -157,7 +110,10 @@ PyArrayObject *exr_as_array(PyObject *obj, PyArray_Descr *descr, int nlead, npy_
     int equiv = PyArray_EquivTypes(have, descr);
     char hk = have->kind, wk = descr->kind;
     int weak_int = !typed && (hk == 'i' || hk == 'u') && (wk == 'i' || wk == 'u');
-    int weak_ok = !typed && (PyArray_SIZE(arr) == 0 || weak_int);
+    /* Python ints beyond int64 make NumPy promote to float64 or object;
+     * whether they fit the column is decided by their values (args.c) */
+    int maybe_ints = !typed && (wk == 'i' || wk == 'u') && (hk == 'f' || hk == 'O');
+    int weak_ok = !typed && (PyArray_SIZE(arr) == 0 || weak_int || maybe_ints);
     if (!equiv && !weak_ok && !PyArray_CanCastTypeTo(have, descr, NPY_SAME_KIND_CASTING)) {
         PyErr_Format(PyExc_TypeError,
                      "%s: expected %S (or a dtype that casts to it under same_kind), got %S", arg,
@@ -183,9 +139,20 @@ PyArrayObject *exr_as_array(PyObject *obj, PyArray_Descr *descr, int nlead, npy_
             lead[i] = PyArray_DIM(arr, i);
     if (equiv && PyArray_IS_C_CONTIGUOUS(arr) && PyArray_ISALIGNED(arr))
         return arr; /* read in place: no copy */
-    if (weak_int && !equiv && weak_ints_fit(arr, descr, arg) < 0) {
-        Py_DECREF(arr);
-        return NULL;
+    if ((weak_int && !equiv) || maybe_ints) {
+        int not_ints;
+        PyArrayObject *out = exr_ints_by_value(obj, arr, descr, arg, &not_ints);
+        if (out || !not_ints) {
+            Py_DECREF(arr);
+            return out;
+        }
+        if (!PyArray_CanCastTypeTo(have, descr, NPY_SAME_KIND_CASTING)) {
+            PyErr_Format(PyExc_TypeError,
+                         "%s: expected %S (or a dtype that casts to it under same_kind), got %S",
+                         arg, (PyObject *)descr, (PyObject *)have);
+            Py_DECREF(arr);
+            return NULL;
+        }
     }
     Py_INCREF(descr);
     PyArrayObject *out = (PyArrayObject *)PyArray_FromArray(

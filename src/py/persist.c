@@ -7,6 +7,8 @@
  */
 #include "binding.h"
 
+#include "args.h"
+
 #include "codec.h"
 #include "file.h"
 
@@ -179,7 +181,8 @@ static PyObject *raise_read(exr_status st, int err, const char *what, PyObject *
         return PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path);
     }
     if (st == EXR_ENOMEM)
-        return PyErr_NoMemory();
+        return PyErr_Format(PyExc_MemoryError,
+                            "%s: out of memory while reading the serialized buffer", what);
     return PyErr_Format(PyExc_ValueError, "%s: invalid serialized buffer", what);
 }
 
@@ -191,18 +194,9 @@ static int level_arg(PyObject *o, int *level)
         *level = 6;
         return 0;
     }
-    if (PyBool_Check(o) || !PyIndex_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "level: expected an int from 0 to 9, got %s",
-                     Py_TYPE(o)->tp_name);
+    int64_t v;
+    if (exr_int_arg(o, "level", "an int from 0 to 9", 0, 9, &v) < 0)
         return -1;
-    }
-    Py_ssize_t v = PyNumber_AsSsize_t(o, NULL);
-    if (v == -1 && PyErr_Occurred())
-        return -1;
-    if (v < 0 || v > 9) {
-        PyErr_Format(PyExc_ValueError, "level: expected an int from 0 to 9, got %zd", v);
-        return -1;
-    }
     *level = (int)v;
     return 0;
 }
@@ -232,7 +226,9 @@ static PyObject *serialize_bytes(ReplayObject *self, int level)
     uint64_t bound = exr_codec_bound(exr_codec_raw_size_locked(self->buf, meta.n), level);
     if (bound > (uint64_t)PY_SSIZE_T_MAX) {
         exr_buffer_unlock(self->buf);
-        return PyErr_NoMemory();
+        return PyErr_Format(PyExc_MemoryError,
+                            "serialize: %llu bytes would exceed the largest bytes object",
+                            (unsigned long long)bound);
     }
     /* made while the lock is held, so the size cannot change before writing */
     PyObject *bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)bound);
@@ -409,7 +405,7 @@ PyObject *exr_replay_load_cls(PyObject *cls, PyObject *pathobj)
     unsigned char *meta = PyMem_RawMalloc(EXR_META_MAX);
     if (!meta) {
         Py_DECREF(path);
-        return PyErr_NoMemory();
+        return PyErr_Format(PyExc_MemoryError, "load: out of memory");
     }
     exr_buffer *b = NULL;
     size_t meta_len = 0;

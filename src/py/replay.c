@@ -7,6 +7,8 @@
 #include "docstrings.h"
 
 #include <math.h>
+
+#include "args.h"
 #include <structmember.h>
 
 /* ---- argument helpers --------------------------------------------------- */
@@ -61,42 +63,7 @@ static int handle_arg(PyObject *o, int64_t *h)
         *h = -1;
         return 0;
     }
-    if (PyBool_Check(o) || !PyIndex_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "h: expected an int episode handle or None, got %s",
-                     Py_TYPE(o)->tp_name);
-        return -1;
-    }
-    return exr_index_to_handle(o, h);
-}
-
-static int number_arg(PyObject *o, const char *name, double *out)
-{
-    if (PyFloat_CheckExact(o)) {
-        *out = PyFloat_AS_DOUBLE(o);
-        return 0;
-    }
-    int seq = PyArray_Check(o) ? PyArray_NDIM((PyArrayObject *)o) > 0
-                               : PySequence_Check(o) && !PyUnicode_Check(o) && !PyBytes_Check(o);
-    if (seq) {
-        PyErr_Format(PyExc_ValueError, "%s: expected a scalar, got a %s", name,
-                     Py_TYPE(o)->tp_name);
-        return -1;
-    }
-    if (PyBool_Check(o) || !(PyFloat_Check(o) || PyLong_Check(o) || PyNumber_Check(o)) ||
-        PyComplex_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "%s: expected a real number, got %s", name,
-                     Py_TYPE(o)->tp_name);
-        return -1;
-    }
-    double v = PyFloat_AsDouble(o);
-    if (v == -1.0 && PyErr_Occurred()) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "%s: expected a real number, got %s", name,
-                     Py_TYPE(o)->tp_name);
-        return -1;
-    }
-    *out = v;
-    return 0;
+    return exr_handle_arg(o, "h", "an int episode handle or None", h);
 }
 
 static int priority_ok(double p) { return isfinite(p) && p >= 0; }
@@ -188,7 +155,7 @@ static exr_modstate *mstate(ReplayObject *self) { return exr_state_of_type(Py_TY
 static int shape_arg(PyObject *o, const char *name, int maxnd, int *nd, npy_intp *shape)
 {
     PyObject *seq;
-    if (PyIndex_Check(o) && !PyBool_Check(o)) {
+    if (exr_is_int(o)) {
         seq = PyTuple_Pack(1, o);
     } else if (PyTuple_Check(o) || PyList_Check(o)) {
         seq = PySequence_Tuple(o);
@@ -208,7 +175,7 @@ static int shape_arg(PyObject *o, const char *name, int maxnd, int *nd, npy_intp
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *d = PyTuple_GET_ITEM(seq, i);
-        if (PyBool_Check(d) || !PyIndex_Check(d)) {
+        if (!exr_is_int(d)) {
             PyErr_Format(PyExc_TypeError, "%s: expected a tuple of ints, got a %s at index %zd",
                          name, Py_TYPE(d)->tp_name, i);
             Py_DECREF(seq);
@@ -324,42 +291,21 @@ static PyObject *replay_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         cfg.capacity = 0;
         self->capacity = Py_NewRef(Py_None);
     } else {
-        if (PyBool_Check(o_cap) || !PyIndex_Check(o_cap)) {
-            PyErr_Format(PyExc_TypeError, "capacity: expected an int >= 1 or None, got %s",
-                         Py_TYPE(o_cap)->tp_name);
+        /* the file stores it as a u64 that restores as an int64: one range */
+        int64_t c;
+        if (exr_int_arg(o_cap, "capacity", "an int in [1, 2**63 - 1] or None", 1, INT64_MAX,
+                        &c) < 0)
             goto error;
-        }
-        self->capacity = PyNumber_Index(o_cap);
-        if (!self->capacity)
-            goto error;
-        int overflow;
-        long long c = PyLong_AsLongLongAndOverflow(self->capacity, &overflow);
-        if (overflow > 0)
-            c = LLONG_MAX;
-        if (c < 1 || overflow < 0) {
-            PyErr_Format(PyExc_ValueError, "capacity: expected an int >= 1 or None, got %R",
-                         o_cap);
-            goto error;
-        }
+        self->capacity = PyLong_FromLongLong(c);
         cfg.capacity = (uint64_t)c;
     }
     if (!self->capacity)
         goto error;
     cfg.pick_len = 1;
     if (o_plen) {
-        if (PyBool_Check(o_plen) || !PyIndex_Check(o_plen)) {
-            PyErr_Format(PyExc_TypeError, "pick_len: expected an int >= 1, got %s",
-                         Py_TYPE(o_plen)->tp_name);
+        int64_t v;
+        if (exr_int_arg(o_plen, "pick_len", NULL, 1, EXR_MAX_PICK_LEN, &v) < 0)
             goto error;
-        }
-        Py_ssize_t v = PyNumber_AsSsize_t(o_plen, NULL);
-        if (v == -1 && PyErr_Occurred())
-            goto error;
-        if (v < 1 || v > EXR_MAX_PICK_LEN) {
-            PyErr_Format(PyExc_ValueError, "pick_len: expected an int from 1 to %d, got %zd",
-                         EXR_MAX_PICK_LEN, v);
-            goto error;
-        }
         cfg.pick_len = (uint32_t)v;
     }
     if (o_short) {
@@ -386,21 +332,12 @@ static PyObject *replay_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         cfg.seed = exr_rng_entropy();
         self->seed = Py_NewRef(Py_None);
     } else {
-        if (PyBool_Check(o_seed) || !PyIndex_Check(o_seed)) {
-            PyErr_Format(PyExc_TypeError, "seed: expected an int in [0, 2**64) or None, got %s",
-                         Py_TYPE(o_seed)->tp_name);
+        uint64_t s;
+        if (exr_uint_arg(o_seed, "seed", "an int in [0, 2**64) or None", UINT64_MAX, &s) < 0)
             goto error;
-        }
-        self->seed = PyNumber_Index(o_seed);
+        self->seed = PyLong_FromUnsignedLongLong(s);
         if (!self->seed)
             goto error;
-        unsigned long long s = PyLong_AsUnsignedLongLong(self->seed);
-        if (s == (unsigned long long)-1 && PyErr_Occurred()) {
-            PyErr_Clear();
-            PyErr_Format(PyExc_ValueError, "seed: expected an int in [0, 2**64) or None, got %R",
-                         o_seed);
-            goto error;
-        }
         cfg.seed = s;
     }
     exr_status st = exr_buffer_new(&cfg, &self->buf);
@@ -459,7 +396,7 @@ static PyObject *replay_record(ReplayObject *self, PyObject *const *args, Py_ssi
     if (handle_arg(a[0], &h) < 0 || truth_arg(a[5], "terminated", &terminated) < 0)
         return NULL;
     if (a[6] && a[6] != Py_None) {
-        if (number_arg(a[6], "priority", &prio) < 0)
+        if (exr_real_arg(a[6], "priority", &prio) < 0)
             return NULL;
         if (!priority_ok(prio))
             return PyErr_Format(PyExc_ValueError,
@@ -543,6 +480,8 @@ static PyObject *replay_record_many(ReplayObject *self, PyObject *const *args, P
     if (!rewards)
         goto error;
     if (a[6] && a[6] != Py_None) {
+        if (exr_refuse_bools(a[6], "priorities") < 0)
+            goto error;
         PyArray_Descr *f64 = PyArray_DescrFromType(NPY_FLOAT64);
         prios = exr_as_array(a[6], f64, 1, &T, 0, NULL, "priorities");
         Py_DECREF(f64);
@@ -623,16 +562,11 @@ static PyObject *replay_new_pick_selector(ReplayObject *self, PyObject *args, Py
                             "PickSelectorClass (%zd given)",
                             PyTuple_GET_SIZE(args));
     PyObject *o = PyTuple_GET_ITEM(args, 0);
-    if (PyBool_Check(o) || !PyIndex_Check(o))
-        return PyErr_Format(PyExc_TypeError, "kind: expected a PickSelectorClass, got %s",
-                            Py_TYPE(o)->tp_name);
-    Py_ssize_t kind = PyNumber_AsSsize_t(o, NULL);
-    if (kind == -1 && PyErr_Occurred())
+    char want[64];
+    snprintf(want, sizeof want, "a PickSelectorClass (0 to %d)", exr_selector_nkinds - 1);
+    int64_t kind;
+    if (exr_int_arg(o, "kind", want, 0, exr_selector_nkinds - 1, &kind) < 0)
         return NULL;
-    if (kind < 0 || kind >= exr_selector_nkinds)
-        return PyErr_Format(PyExc_ValueError,
-                            "kind: expected a PickSelectorClass (0 to %d), got %R",
-                            exr_selector_nkinds - 1, o);
     const exr_selector_vtable *vt = exr_selector_kinds[kind];
     double params[EXR_SEL_MAXPARAMS];
     for (int k = 0; k < vt->nparams; k++)
@@ -650,7 +584,7 @@ static PyObject *replay_new_pick_selector(ReplayObject *self, PyObject *args, Py
                                     "new_pick_selector(): a %s selector takes no parameter %R",
                                     vt->name, key);
             const char *pname = vt->param_names[k];
-            if (number_arg(value, pname, &params[k]) < 0)
+            if (exr_real_arg(value, pname, &params[k]) < 0)
                 return NULL;
             if (!vt->param_ok(k, params[k]))
                 return PyErr_Format(PyExc_ValueError, "%s: expected a finite number >= 0, got %R",
@@ -867,23 +801,10 @@ static PyObject *batch_error(ReplayObject *self, exr_status st, int64_t h, PyObj
 
 static int batch_size_arg(PyObject *o, npy_intp *B)
 {
-    if (PyBool_Check(o) || !PyIndex_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "batch_size: expected an int >= 1, got %s",
-                     Py_TYPE(o)->tp_name);
+    int64_t v;
+    if (exr_int_arg(o, "batch_size", "an int in [1, 2**63 - 1]", 1, PY_SSIZE_T_MAX, &v) < 0)
         return -1;
-    }
-    Py_ssize_t v = PyNumber_AsSsize_t(o, NULL);
-    if (v == -1 && PyErr_Occurred()) {
-        if (!PyErr_ExceptionMatches(PyExc_OverflowError))
-            return -1;
-        PyErr_Clear();
-        v = -1;
-    }
-    if (v < 1) {
-        PyErr_Format(PyExc_ValueError, "batch_size: expected an int >= 1, got %R", o);
-        return -1;
-    }
-    *B = v;
+    *B = (npy_intp)v;
     return 0;
 }
 
@@ -1028,6 +949,11 @@ static PyObject *replay_set_priority(ReplayObject *self, PyObject *const *args, 
     if (fast ? batch_pick_arrays(self, a[1], &e, &p, &x, &n) < 0
              : pick_arrays(a[1], a[2], &e, &p, &n) < 0)
         return NULL;
+    if (exr_refuse_bools(a[3], "priorities") < 0) {
+        Py_DECREF(e);
+        Py_DECREF(p);
+        return NULL;
+    }
     PyArray_Descr *f64 = PyArray_DescrFromType(NPY_FLOAT64);
     npy_intp m = n;
     /* one priority for every pick, or one each */
@@ -1097,10 +1023,7 @@ static PyObject *replay_episode(ReplayObject *self, PyObject *ho)
 {
     EXR_GUARD(self, NULL);
     int64_t h;
-    if (PyBool_Check(ho) || !PyIndex_Check(ho))
-        return PyErr_Format(PyExc_TypeError, "h: expected an int episode handle, got %s",
-                            Py_TYPE(ho)->tp_name);
-    if (handle_arg(ho, &h) < 0)
+    if (exr_handle_arg(ho, "h", "an int episode handle", &h) < 0)
         return NULL;
     PyObject *st_a = NULL, *ac_a = NULL, *rw_a = NULL, *fin = NULL;
     for (;;) {
@@ -1264,7 +1187,7 @@ static PyObject *replay_handles(ReplayObject *self, PyObject *unused)
         exr_buffer_handles_locked(self->buf, v);
     exr_buffer_unlock(self->buf);
     if (!v)
-        return PyErr_NoMemory();
+        return PyErr_Format(PyExc_MemoryError, "_handles: out of memory");
     PyObject *l = PyList_New((Py_ssize_t)n);
     for (uint64_t i = 0; l && i < n; i++) {
         PyObject *x = PyLong_FromLongLong(v[i]);

@@ -5,6 +5,8 @@
  */
 #include "binding.h"
 
+#include "args.h"
+
 #include <structmember.h>
 
 PyObject *exr_selector_new(ReplayObject *owner, int64_t h, int kind)
@@ -33,12 +35,7 @@ int exr_selector_handle(ReplayObject *self, PyObject *ps, int64_t *h)
         *h = s->handle;
         return 0;
     }
-    if (!PyIndex_Check(ps) || PyBool_Check(ps)) {
-        PyErr_Format(PyExc_TypeError, "ps: expected a PickSelector or an int handle, got %s",
-                     Py_TYPE(ps)->tp_name);
-        return -1;
-    }
-    return exr_index_to_handle(ps, h);
+    return exr_handle_arg(ps, "ps", "a PickSelector or an int handle", h);
 }
 
 static void sel_dealloc(SelectorObject *s)
@@ -119,19 +116,9 @@ static int sel_set_param(SelectorObject *s, PyObject *value, void *closure)
         PyErr_Format(PyExc_AttributeError, "%s is fixed when the selector is created", name);
         return -1;
     }
-    if (PyBool_Check(value) || PyComplex_Check(value) ||
-        !(PyFloat_Check(value) || PyLong_Check(value) || PyNumber_Check(value))) {
-        PyErr_Format(PyExc_TypeError, "%s: expected a real number, got %s", name,
-                     Py_TYPE(value)->tp_name);
+    double v;
+    if (exr_real_arg(value, name, &v) < 0)
         return -1;
-    }
-    double v = PyFloat_AsDouble(value);
-    if (v == -1.0 && PyErr_Occurred()) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "%s: expected a real number, got %s", name,
-                     Py_TYPE(value)->tp_name);
-        return -1;
-    }
     if (!vt->param_ok(k, v)) {
         PyErr_Format(PyExc_ValueError, "%s: expected a finite number >= 0, got %R", name, value);
         return -1;

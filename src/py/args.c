@@ -1,0 +1,286 @@
+/*
+ * args.c - argument conversion shared by the binding (args.h).
+ */
+#include "args.h"
+
+#include <inttypes.h>
+
+int exr_is_int(PyObject *o) { return !PyBool_Check(o) && PyIndex_Check(o); }
+
+/* One Python int as its sign and magnitude: 1 if it fits 64 bits, 0 if not. */
+static int int_value(PyObject *o, int *neg, uint64_t *mag)
+{
+    int overflow;
+    long long x = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (x == -1 && PyErr_Occurred())
+        return -1;
+    if (!overflow) {
+        *neg = x < 0;
+        *mag = x < 0 ? (uint64_t)0 - (uint64_t)x : (uint64_t)x;
+        return 1;
+    }
+    if (overflow < 0)
+        return 0;
+    unsigned long long u = PyLong_AsUnsignedLongLong(o);
+    if (u == (unsigned long long)-1 && PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+            return -1;
+        PyErr_Clear();
+        return 0;
+    }
+    *neg = 0;
+    *mag = u;
+    return 1;
+}
+
+/* o as a Python int (new reference), or NULL with the TypeError. */
+static PyObject *index_of(PyObject *o, const char *name, const char *want)
+{
+    if (!exr_is_int(o)) {
+        PyErr_Format(PyExc_TypeError, "%s: expected %s, got %s", name, want,
+                     Py_TYPE(o)->tp_name);
+        return NULL;
+    }
+    return PyNumber_Index(o);
+}
+
+int exr_int_arg(PyObject *o, const char *name, const char *expected, int64_t lo, int64_t hi,
+                int64_t *out)
+{
+    char want[128];
+    if (expected)
+        snprintf(want, sizeof want, "%s", expected);
+    else
+        snprintf(want, sizeof want, "an int in [%" PRId64 ", %" PRId64 "]", lo, hi);
+    PyObject *v = index_of(o, name, want);
+    if (!v)
+        return -1;
+    int overflow;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (x == -1 && PyErr_Occurred()) {
+        Py_DECREF(v);
+        return -1;
+    }
+    if (overflow || x < lo || x > hi) {
+        PyErr_Format(PyExc_ValueError, "%s: expected %s, got %R", name, want, v);
+        Py_DECREF(v);
+        return -1;
+    }
+    Py_DECREF(v);
+    *out = (int64_t)x;
+    return 0;
+}
+
+int exr_uint_arg(PyObject *o, const char *name, const char *expected, uint64_t hi, uint64_t *out)
+{
+    char want[128];
+    if (expected)
+        snprintf(want, sizeof want, "%s", expected);
+    else
+        snprintf(want, sizeof want, "an int in [0, %" PRIu64 "]", hi);
+    PyObject *v = index_of(o, name, want);
+    if (!v)
+        return -1;
+    int neg;
+    uint64_t mag;
+    int r = int_value(v, &neg, &mag);
+    if (r < 0) {
+        Py_DECREF(v);
+        return -1;
+    }
+    if (r == 0 || neg || mag > hi) {
+        PyErr_Format(PyExc_ValueError, "%s: expected %s, got %R", name, want, v);
+        Py_DECREF(v);
+        return -1;
+    }
+    Py_DECREF(v);
+    *out = mag;
+    return 0;
+}
+
+int exr_real_arg(PyObject *o, const char *name, double *out)
+{
+    if (PyFloat_CheckExact(o)) {
+        *out = PyFloat_AS_DOUBLE(o);
+        return 0;
+    }
+    int seq = PyArray_Check(o) ? PyArray_NDIM((PyArrayObject *)o) > 0
+                               : PySequence_Check(o) && !PyUnicode_Check(o) && !PyBytes_Check(o);
+    if (seq) {
+        PyErr_Format(PyExc_ValueError, "%s: expected a scalar, got a %s", name,
+                     Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    if (PyBool_Check(o) || PyArray_IsScalar(o, Bool) || PyComplex_Check(o) ||
+        PyArray_IsScalar(o, ComplexFloating) ||
+        !(PyFloat_Check(o) || PyLong_Check(o) || PyNumber_Check(o))) {
+        PyErr_Format(PyExc_TypeError, "%s: expected a real number, got %s", name,
+                     Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    double v = PyFloat_AsDouble(o);
+    if (v == -1.0 && PyErr_Occurred()) {
+        if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError,
+                         "%s: expected a real number within float's range, got %s %s too "
+                         "large for a float",
+                         name, PyLong_Check(o) ? "an" : "a",
+                         PyLong_Check(o) ? "int" : Py_TYPE(o)->tp_name);
+            return -1;
+        }
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s: expected a real number, got %s", name,
+                     Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* ---- Python ints into an integer column ----------------------------------- */
+
+/* The range of an integer dtype of 1, 2, 4 or 8 bytes. */
+static void int_range(PyArray_Descr *d, int64_t *lo, uint64_t *hi)
+{
+    int bits = (int)PyDataType_ELSIZE(d) * 8;
+    if (d->kind == 'i') {
+        *hi = ((uint64_t)1 << (bits - 1)) - 1;
+        *lo = -(int64_t)*hi - 1;
+    } else {
+        *lo = 0;
+        *hi = bits == 64 ? UINT64_MAX : ((uint64_t)1 << bits) - 1;
+    }
+}
+
+static void store_int(void *p, int size, uint64_t bits)
+{
+    switch (size) {
+    case 1: { uint8_t v = (uint8_t)bits; memcpy(p, &v, 1); break; }
+    case 2: { uint16_t v = (uint16_t)bits; memcpy(p, &v, 2); break; }
+    case 4: { uint32_t v = (uint32_t)bits; memcpy(p, &v, 4); break; }
+    default: memcpy(p, &bits, 8); break;
+    }
+}
+
+PyArrayObject *exr_ints_by_value(PyObject *obj, PyArrayObject *arr, PyArray_Descr *descr,
+                                 const char *arg, int *not_ints)
+{
+    *not_ints = 0;
+    int64_t lo;
+    uint64_t hi;
+    int_range(descr, &lo, &hi);
+    int size = (int)PyDataType_ELSIZE(descr);
+    Py_INCREF(descr);
+    PyArrayObject *out = (PyArrayObject *)PyArray_NewFromDescr(
+        &PyArray_Type, descr, PyArray_NDIM(arr), PyArray_DIMS(arr), NULL, NULL, 0, NULL);
+    if (!out)
+        return NULL;
+    npy_intp n = PyArray_SIZE(arr);
+    char *dst = PyArray_DATA(out);
+    char hk = PyArray_DESCR(arr)->kind;
+    PyArrayObject *objs = NULL;
+    if ((hk != 'i' && hk != 'u') || PyDataType_ELSIZE(PyArray_DESCR(arr)) != 8) {
+        /* NumPy promoted to float64 or object: look at the ints themselves */
+        PyArray_Descr *od = PyArray_DescrFromType(NPY_OBJECT);
+        objs = (PyArrayObject *)PyArray_FromAny(obj, od, 0, 0, NPY_ARRAY_C_CONTIGUOUS, NULL);
+        if (!objs)
+            goto error;
+        if (!PyArray_SAMESHAPE(objs, arr)) {
+            *not_ints = 1;
+            goto error;
+        }
+    }
+    for (npy_intp i = 0; i < n; i++) {
+        int neg;
+        uint64_t mag;
+        PyObject *item = NULL;
+        if (objs) {
+            item = ((PyObject **)PyArray_DATA(objs))[i];
+            if (!PyLong_Check(item) || PyBool_Check(item)) {
+                *not_ints = 1;
+                goto error;
+            }
+            int r = int_value(item, &neg, &mag);
+            if (r < 0)
+                goto error;
+            if (r == 0)
+                goto out_of_range;
+        } else if (hk == 'i') {
+            int64_t x;
+            memcpy(&x, PyArray_BYTES(arr) + i * 8, 8);
+            neg = x < 0;
+            mag = neg ? (uint64_t)0 - (uint64_t)x : (uint64_t)x;
+        } else {
+            memcpy(&mag, PyArray_BYTES(arr) + i * 8, 8);
+            neg = 0;
+        }
+        if (neg ? mag > (uint64_t)0 - (uint64_t)lo : mag > hi)
+            goto out_of_range;
+        store_int(dst + i * size, size, neg ? (uint64_t)0 - mag : mag);
+        continue;
+    out_of_range:
+        if (!item) {
+            item = neg ? PyLong_FromLongLong(-(long long)(mag - 1) - 1)
+                       : PyLong_FromUnsignedLongLong(mag);
+            if (!item)
+                goto error;
+        } else {
+            Py_INCREF(item);
+        }
+        char range[96];
+        if (lo < 0)
+            snprintf(range, sizeof range, "[%" PRId64 ", %" PRIu64 "]", lo, hi);
+        else
+            snprintf(range, sizeof range, "[0, %" PRIu64 "]", hi);
+        PyErr_Format(PyExc_ValueError, "%s: expected values that fit %S, in %s, got %R", arg,
+                     (PyObject *)descr, range, item);
+        Py_DECREF(item);
+        goto error;
+    }
+    Py_XDECREF(objs);
+    return out;
+error:
+    Py_XDECREF(objs);
+    Py_DECREF(out);
+    return NULL;
+}
+
+int exr_refuse_bools(PyObject *o, const char *arg)
+{
+    int is_bool;
+    if (PyBool_Check(o) || PyArray_IsScalar(o, Bool)) {
+        is_bool = 1;
+    } else if (PyArray_Check(o)) {
+        is_bool = PyArray_DESCR((PyArrayObject *)o)->kind == 'b';
+    } else if (PyList_Check(o) || PyTuple_Check(o)) {
+        PyArrayObject *a = (PyArrayObject *)PyArray_FromAny(o, NULL, 0, 0, 0, NULL);
+        if (!a) {
+            PyErr_Clear(); /* the caller's conversion reports what is wrong */
+            return 0;
+        }
+        is_bool = PyArray_DESCR(a)->kind == 'b' && PyArray_SIZE(a) > 0;
+        Py_DECREF(a);
+    } else {
+        return 0;
+    }
+    if (is_bool) {
+        PyErr_Format(PyExc_TypeError, "%s: expected real numbers, got bool", arg);
+        return -1;
+    }
+    return 0;
+}
+
+int exr_handle_arg(PyObject *o, const char *name, const char *expected, int64_t *h)
+{
+    PyObject *v = index_of(o, name, expected);
+    if (!v)
+        return -1;
+    int overflow;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    Py_DECREF(v);
+    if (x == -1 && PyErr_Occurred())
+        return -1;
+    *h = overflow ? -1 : (int64_t)x;
+    return 0;
+}

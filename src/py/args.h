@@ -1,0 +1,50 @@
+/*
+ * args.h - argument conversion shared by the binding's methods: one helper
+ * for integer arguments (a name and a range), one for real-number scalars,
+ * and the by-value check of Python ints headed for an integer column.
+ *
+ * Every error names the argument, what was expected and what came:
+ * TypeError for the wrong kind of object, ValueError for a value out of
+ * range. Python ints are judged by their value, never through a float.
+ */
+#ifndef EXR_ARGS_H
+#define EXR_ARGS_H
+
+#include "binding.h"
+
+/* An integer argument: an object with __index__ that is not a bool. */
+int exr_is_int(PyObject *o);
+
+/* An integer argument in [lo, hi] into *out. TypeError "NAME: expected
+ * EXPECTED, got TYPE" for a non-int (bools too), ValueError "NAME: expected
+ * EXPECTED, got VALUE" outside the range. expected NULL says "an int in
+ * [lo, hi]". */
+int exr_int_arg(PyObject *o, const char *name, const char *expected, int64_t lo, int64_t hi,
+                int64_t *out);
+
+/* A handle (of an episode or a selector): an int argument, as int64; one
+ * beyond int64 becomes -1, which no episode or selector has, so that it is
+ * an unknown handle like any other (what that means is the caller's). */
+int exr_handle_arg(PyObject *o, const char *name, const char *expected, int64_t *h);
+
+/* The same for [0, hi] of the unsigned 64-bit range. */
+int exr_uint_arg(PyObject *o, const char *name, const char *expected, uint64_t hi, uint64_t *out);
+
+/* A real-number scalar: a float, an int, or anything with __float__ except
+ * bool and complex. TypeError for other types, ValueError for a sequence or
+ * an int too large for a double. */
+int exr_real_arg(PyObject *o, const char *name, double *out);
+
+/* TypeError when o is a bool, or an array or list of bools: priorities are
+ * real numbers, and True is not one (as exr_real_arg says for a scalar). */
+int exr_refuse_bools(PyObject *o, const char *arg);
+
+/* Python ints (obj: a list or scalar that holds no dtype of its own; arr:
+ * what NumPy made of it) converted by value into a new C-contiguous array of
+ * descr, an integer dtype. Returns NULL and sets *not_ints when some element is not
+ * a Python int (the caller then reports the dtype it got); NULL with
+ * ValueError naming arg and descr's range when a value does not fit. */
+PyArrayObject *exr_ints_by_value(PyObject *obj, PyArrayObject *arr, PyArray_Descr *descr,
+                                 const char *arg, int *not_ints);
+
+#endif

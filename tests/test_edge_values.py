@@ -1,0 +1,153 @@
+"""Python ints are converted by their value, not through NumPy's float
+promotion; every integer argument has one range, named in its ValueError;
+no out-of-range float-to-int cast is left (the ASan run builds with
+-fsanitize=float-cast-overflow as well)."""
+
+import numpy as np
+import pytest
+
+import exreplay
+from exreplay import ExperienceReplay, PickSelectorClass
+
+S1 = np.zeros(1, np.float32)
+I64 = "[-9223372036854775808, 9223372036854775807]"
+
+
+def unchanged(buf, exc, match, fn, *args, **kw):
+    before = buf.serialize(level=0)
+    with pytest.raises(exc, match=match):
+        fn(*args, **kw)
+    assert buf.serialize(level=0) == before
+    buf._check()
+
+
+def test_uint64_column_takes_python_ints_that_fit():
+    b = ExperienceReplay(state_shape=(1,), action_dtype="uint64")
+    h = b.record_many(None, np.zeros((3, 1), np.float32), [1, 2**63, 2**64 - 1], [0.0, 0.0, 0.0])
+    b.record(h, S1, 2**64 - 1, 0.0)
+    assert b.episode(h).action.tolist() == [1, 2**63, 2**64 - 1, 2**64 - 1]
+    unchanged(b, ValueError, r"actions: .*uint64, in \[0, 18446744073709551615\], got 18446744073709551616",
+              b.record_many, h, np.zeros((2, 1), np.float32), [1, 2**64], [0.0, 0.0])
+    unchanged(b, ValueError, r"actions: .*uint64.*got -1", b.record_many, h,
+              np.zeros((2, 1), np.float32), [-1, 2**63], [0.0, 0.0])
+
+
+@pytest.mark.parametrize(
+    "call, arg, bad",
+    [
+        (lambda b: b.record(None, S1, 2**63, 0.0), "action", "9223372036854775808"),
+        (lambda b: b.record(None, S1, -(2**63) - 1, 0.0), "action", "-9223372036854775809"),
+        (lambda b: b.record_many(None, np.zeros((1, 1), np.float32), [2**64], [0.0]), "actions",
+         "18446744073709551616"),
+        (lambda b: b.record_many(None, np.zeros((2, 1), np.float32), [1, 2**63], [0.0, 0.0]),
+         "actions", "9223372036854775808"),
+        (lambda b: b.record_many(None, np.zeros((2, 1), np.float32), [[2**200], [1]], [0.0, 0.0]),
+         "actions", None),
+    ],
+)
+def test_int64_column_out_of_range_is_valueerror_with_the_range(call, arg, bad):
+    b = ExperienceReplay(state_shape=(1,))
+    b.record(None, S1, 5, 0.0)
+    before = b.serialize(level=0)
+    with pytest.raises(ValueError) as info:
+        call(b)
+    msg = str(info.value)
+    assert msg.startswith(arg + ":"), msg
+    if bad is not None:
+        assert I64 in msg and msg.endswith("got " + bad), msg
+    assert "+" not in msg  # no value read through an out-of-range cast
+    assert b.serialize(level=0) == before
+    b._check()
+
+
+def test_small_int_column_by_value():
+    b = ExperienceReplay(state_shape=(1,), action_dtype="int8")
+    b.record_many(None, np.zeros((2, 1), np.float32), [-128, 127], [0.0, 0.0])
+    unchanged(b, ValueError, r"actions: expected values that fit int8, in \[-128, 127\], got 200",
+              b.record_many, None, np.zeros((2, 1), np.float32), [1, 200], [0.0, 0.0])
+    unchanged(b, ValueError, r"action: .*int8.*got -129", b.record, None, S1, -129, 0.0)
+
+
+def test_floats_into_int_column_stay_typeerror():
+    b = ExperienceReplay(state_shape=(1,))
+    unchanged(b, TypeError, "actions: expected int64", b.record_many, None,
+              np.zeros((2, 1), np.float32), [1, 2.5], [0.0, 0.0])
+
+
+def test_bool_priorities_refused_everywhere():
+    b = ExperienceReplay(state_shape=(1,))
+    ps = b.new_pick_selector(PickSelectorClass.Prioritized)
+    h = b.record_many(None, np.zeros((3, 1), np.float32), [0, 0, 0], [0.0, 0.0, 0.0])
+    unchanged(b, TypeError, "priority: expected a real number, got bool", b.record, h, S1, 0, 0.0,
+              priority=True)
+    unchanged(b, TypeError, "priorities: expected real numbers, got bool", b.set_priority, ps,
+              [h], [0], True)
+    unchanged(b, TypeError, "priorities: expected real numbers, got bool", b.set_priority, ps,
+              [h, h], [0, 1], [True, False])
+    unchanged(b, TypeError, "priorities: expected real numbers, got bool", b.set_priority, ps,
+              [h], [0], np.array([True]))
+    unchanged(b, TypeError, "priorities: expected real numbers, got bool", b.record_many, h,
+              np.zeros((1, 1), np.float32), [0], [0.0], priorities=[True])
+    b.set_priority(ps, [h], [0], 1)  # an int is a real number
+
+
+def test_huge_int_as_a_real_number_is_valueerror():
+    b = ExperienceReplay(state_shape=(1,))
+    unchanged(b, ValueError, "priority: expected a real number within float's range, got an int",
+              b.record, None, S1, 0, 0.0, priority=2**2000)
+    unchanged(b, ValueError, "alpha: expected a real number within float's range", b.new_pick_selector,
+              PickSelectorClass.Prioritized, alpha=2**2000)
+    ps = b.new_pick_selector(PickSelectorClass.Prioritized)
+    with pytest.raises(ValueError, match="beta: expected a real number within float's range"):
+        ps.beta = 2**2000
+
+
+@pytest.mark.parametrize("cap", [2**63, 2**64, 2**200])
+def test_capacity_beyond_int64_is_valueerror(cap):
+    with pytest.raises(ValueError, match=r"capacity: expected an int in \[1, 2\*\*63 - 1\] or None"):
+        ExperienceReplay(state_shape=(1,), capacity=cap)
+
+
+def test_largest_capacity_reads_back_the_same():
+    b = ExperienceReplay(state_shape=(1,), capacity=2**63 - 1)
+    b.record(None, S1, 0, 0.0)
+    assert b.capacity == 2**63 - 1
+    assert ExperienceReplay.unserialize(b.serialize()).capacity == 2**63 - 1
+
+
+@pytest.mark.parametrize(
+    "kw, arg",
+    [({"pick_len": 2**64}, "pick_len"), ({"seed": 2**64}, "seed"), ({"seed": -1}, "seed"),
+     ({"pick_len": 0}, "pick_len")],
+)
+def test_constructor_int_ranges_named(kw, arg):
+    with pytest.raises(ValueError, match=rf"^{arg}: expected .*\[.*, got "):
+        ExperienceReplay(state_shape=(1,), **kw)
+
+
+def test_other_int_arguments_name_their_range():
+    b = ExperienceReplay(state_shape=(1,))
+    b.record(None, S1, 0, 0.0, terminated=True)
+    ps = b.new_pick_selector(PickSelectorClass.Uniform)
+    unchanged(b, ValueError, r"level: expected an int from 0 to 9, got 10", b.serialize, 10)
+    unchanged(b, ValueError, r"level: expected an int from 0 to 9, got 18446744073709551616",
+              b.serialize, 2**64)
+    unchanged(b, ValueError, r"batch_size: expected an int in \[1, 2\*\*63 - 1\], got 0",
+              b.get_batch, 0, ps)
+    unchanged(b, ValueError, r"batch_size: .*got 36893488147419103232", b.get_batch, 2**65, ps)
+    unchanged(b, ValueError, r"kind: expected a PickSelectorClass \(0 to 1\), got 2",
+              b.new_pick_selector, 2)
+    unchanged(b, TypeError, r"level: expected an int from 0 to 9, got bool", b.serialize, True)
+
+
+def test_huge_beta_gives_sane_weights():
+    b = ExperienceReplay(state_shape=(1,), seed=1)
+    b.record_many(None, np.zeros((8, 1), np.float32), list(range(8)), [0.0] * 8, terminated=True)
+    ps = b.new_pick_selector(PickSelectorClass.Prioritized, alpha=1.0, beta=3.5e38)
+    batch = b.get_batch(4, ps)
+    b.set_priority(ps, batch.pick_epi, batch.pick_pos, [1.0, 2.0, 3.0, 4.0])
+    for beta in (3.4e38, 3.5e38, 1.7e308):
+        ps.beta = beta
+        w = b.get_batch(16, ps).weight
+        assert np.all((w >= 0) & (w <= 1)), w
+    b._check()

@@ -1,0 +1,287 @@
+"""Hostile serialized input and edge values: the regression tests of the
+defects that adversarial testing found (docs/fuzzing.md, "Hostile input").
+
+Each test here failed before its fix: a file of chosen colliding handles
+made loading quadratic; a small zlib input made the reader allocate
+gigabytes; a FIFO buffer's hand broke the invariants; the handle counters
+could be written at a value the reader refused.
+"""
+
+import os
+import resource
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+import zlib
+
+import numpy as np
+import pytest
+
+import exreplay
+from exreplay import ExperienceReplay
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import fuzz_worker as fw  # noqa: E402
+
+MAX_HANDLE = 1 << 62
+ASAN = os.environ.get("EXREPLAY_ASAN") == "1"
+
+
+def sections(payload):
+    """[(tag, content)] of a payload."""
+    out, off = [], 0
+    while off < len(payload):
+        tag, ln = struct.unpack_from("<IxxxxQ", payload, off)
+        out.append([tag, bytearray(payload[off + 16 : off + 16 + ln])])
+        off += 16 + ln
+    return out
+
+
+def join(secs):
+    return b"".join(struct.pack("<IIQ", t, 0, len(c)) + bytes(c) for t, c in secs)
+
+
+def empty_buffer(**kw):
+    kw.setdefault("state_shape", (1,))
+    kw.setdefault("state_dtype", "uint8")
+    kw.setdefault("pick_len", 1)
+    return ExperienceReplay(**kw)
+
+
+def with_open_episodes(handles, level=0, **kw):
+    """A valid serialized buffer holding one empty open episode per handle."""
+    secs = sections(fw.unpack(empty_buffer(**kw).serialize(level=0))[1])
+    cfg = secs[0][1]
+    struct.pack_into("<q", cfg, 48, max(handles) + 1)  # next_handle
+    eps = struct.pack("<Q", len(handles)) + b"".join(
+        struct.pack("<qQBBBBI", h, 0, 0, 0, 0, 0, 0) for h in handles
+    )
+    secs[2][1] = bytearray(eps)
+    return fw.pack(join(secs), level)
+
+
+def colliding_handles(n):
+    """n increasing handles < 2^62 that the old fixed hash, (h * phi >> 17)
+    & (cap - 1), put in one slot at every table size."""
+    inv = pow(0x9E3779B97F4A7C15, -1, 2**64)
+    hs = sorted(h for h in ((x << 37) * inv % 2**64 for x in range(1, 1 << 20)) if h < MAX_HANDLE)
+    assert len(hs) >= n
+    return hs[:n]
+
+
+def best_of(fn, k=3):
+    ts = []
+    for _ in range(k):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return min(ts)
+
+
+# --- 1. chosen keys -----------------------------------------------------------
+
+
+@pytest.mark.skipif(ASAN, reason="a timing ratio; the ASan build's times say nothing")
+def test_colliding_handles_load_about_as_fast_as_ordinary_ones():
+    n = 40_000
+    hostile = with_open_episodes(colliding_handles(n))
+    ordinary = with_open_episodes(list(range(0, 2 * n, 2)))
+    assert len(hostile) == len(ordinary)
+    b = ExperienceReplay.unserialize(hostile)
+    assert b.num_episodes == n
+    b._check()
+    t_ord = best_of(lambda: ExperienceReplay.unserialize(ordinary))
+    t_host = best_of(lambda: ExperienceReplay.unserialize(hostile))
+    # with the fixed hash this was ~100x (quadratic in n); keyed, ~1x
+    assert t_host < 5 * t_ord + 0.05, (t_host, t_ord)
+
+
+@pytest.mark.skipif(ASAN, reason="a timing ratio; the ASan build's times say nothing")
+def test_record_and_set_priority_stay_fast_against_colliding_handles():
+    n = 40_000
+    hs = colliding_handles(n)
+    times = {}
+    for name, handles in (("ordinary", list(range(0, 2 * n, 2))), ("hostile", hs)):
+        b = ExperienceReplay.unserialize(with_open_episodes(handles, pick_len=1))
+        ps = b.new_pick_selector(exreplay.PickSelectorClass.Prioritized, alpha=1.0, beta=0.0)
+        last = handles[-1]
+        s = np.zeros(1, np.uint8)
+
+        def work():
+            for _ in range(2000):
+                b.record(last, s, 0, 0.0)
+            b.set_priority(ps, np.full(2000, last), np.arange(2000), np.ones(2000))
+
+        times[name] = best_of(work)
+        b._check()
+    assert times["hostile"] < 5 * times["ordinary"] + 0.05, times
+
+
+# --- 2. memory bounded by what was inflated --------------------------------------
+
+
+def _bomb(junk=2_000_000, row_state=1032):
+    """A zlib input: a valid prefix declaring one open episode of as many
+    rows of row_state + 4 bytes as the 1032:1 limit lets it declare, 64 real
+    rows, then junk (inflate fails there). ~junk bytes. (Random junk would
+    not do: it can inflate to a hundred times its size before it fails.)"""
+    b = ExperienceReplay(
+        state_shape=(row_state,), state_dtype="uint8", action_dtype="int32", capacity=None, pick_len=1
+    )
+    secs = sections(fw.unpack(b.serialize(level=0))[1])
+    struct.pack_into("<q", secs[0][1], 48, 1)
+    row = row_state + 4 + 4  # uint8 state, int32 action, float32 reward
+
+    def head_for(rows):
+        ep = struct.pack("<Q", 1) + struct.pack("<qQBBBBI", 0, rows, 0, 0, 0, 0, 0)
+        return join(secs[:2]) + struct.pack("<IIQ", 3, 0, 8 + 24 + rows * (row + 4)) + ep
+
+    c = zlib.compressobj(1)
+    body = c.compress(head_for(0)) + c.compress(bytes(row * 64)) + c.flush(zlib.Z_SYNC_FLUSH)
+    body += b"\xff" * junk  # a deflate block of the reserved type 3: inflate fails here
+    rows = (1032 * len(body) - 4096) // (row + 4)
+    c = zlib.compressobj(1)
+    head = head_for(rows)
+    body = c.compress(head) + c.compress(bytes(row * 64)) + c.flush(zlib.Z_SYNC_FLUSH)
+    body += b"\xff" * junk  # a deflate block of the reserved type 3: inflate fails here
+    raw_len = len(head) + rows * (row + 4) + 100
+    assert raw_len <= 1032 * len(body)
+    return bytes(fw.make_header(raw_len, len(body), 1, 0)) + body
+
+
+def test_small_zlib_input_declaring_gigabytes_is_valueerror_under_2gib():
+    data = _bomb()
+    script = textwrap.dedent(
+        """
+        import resource, sys
+        import exreplay
+        data = open(sys.argv[1], "rb").read()
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+        try:
+            exreplay.ExperienceReplay.unserialize(data)
+        except ValueError as e:
+            print("ValueError", e)
+        except MemoryError as e:
+            print("MemoryError", repr(e))
+        # VmHWM: this process's peak RSS (ru_maxrss would carry the parent's
+        # over the fork and exec)
+        hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")][0].split()[1]
+        print("maxrss_kb", hwm)
+        """
+    )
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"exr-bomb-{os.getpid()}.bin")
+    with open(path, "wb") as f:
+        f.write(data)
+    try:
+        env = dict(os.environ)
+        if ASAN:
+            pytest.skip("ASan reserves terabytes of shadow: no RLIMIT_AS there")
+        r = subprocess.run(
+            [sys.executable, "-c", script, path], capture_output=True, text=True, timeout=120, env=env
+        )
+    finally:
+        os.unlink(path)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("ValueError data: invalid serialized buffer"), r.stdout
+    maxrss_mb = int(lines[1].split()[1]) / 1024
+    # the input is ~2 MB and holds 64 real rows; the interpreter and NumPy
+    # take ~40-60 MB; before the fix the reader mapped 2.2 GB first
+    assert maxrss_mb < 200 + 20 * len(data) / 2**20, maxrss_mb
+
+
+def test_small_zlib_input_reserves_little_address_space():
+    """Without a limit: the peak of the process's address space (VmPeak)
+    grows by a small multiple of the input, not by what it declares (before
+    the fix: 2.2 GB reserved, then ValueError)."""
+    if ASAN:
+        pytest.skip("ASan's allocator reserves its own address space")
+    data = _bomb(junk=1_000_000)
+    script = textwrap.dedent(
+        """
+        import sys
+        import exreplay
+
+        def vmpeak_kb():
+            for line in open("/proc/self/status"):
+                if line.startswith("VmPeak:"):
+                    return int(line.split()[1])
+
+        data = open(sys.argv[1], "rb").read()
+        before = vmpeak_kb()
+        try:
+            exreplay.ExperienceReplay.unserialize(data)
+        except ValueError:
+            print("ValueError")
+        print((vmpeak_kb() - before) // 1024)
+        """
+    )
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"exr-bomb2-{os.getpid()}.bin")
+    with open(path, "wb") as f:
+        f.write(data)
+    try:
+        r = subprocess.run([sys.executable, "-c", script, path], capture_output=True, text=True, timeout=120)
+    finally:
+        os.unlink(path)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.split()
+    assert out[0] == "ValueError"
+    grew_mb = int(out[1])
+    # declared: ~1 GB; read: 64 rows. Thread stacks, arenas: tens of MB.
+    assert grew_mb < 10 * len(data) / 2**20 + 64, grew_mb
+
+
+# --- 3. FIFO hand, 4. counter limits ------------------------------------------------
+
+
+def _patched_config(buf, fn):
+    secs = sections(fw.unpack(buf.serialize(level=0))[1])
+    fn(secs[0][1])
+    return fw.pack(join(secs), 0)
+
+
+def test_fifo_buffer_with_a_hand_is_refused():
+    b = ExperienceReplay(state_shape=(1,), state_dtype="uint8", pick_len=1, capacity=8, eviction="fifo")
+    s = np.zeros(1, np.uint8)
+    for _ in range(3):
+        h = b.new_episode()
+        for _ in range(2):
+            b.record(h, s, 0, 0.0)
+    first = b._handles()[0]
+    data = _patched_config(b, lambda cfg: struct.pack_into("<q", cfg, 64, first))
+    with pytest.raises(ValueError, match="data: invalid serialized buffer"):
+        ExperienceReplay.unserialize(data)
+    # the same hand with second-chance eviction is fine
+    sc = _patched_config(b, lambda cfg: (struct.pack_into("<q", cfg, 64, first), cfg.__setitem__(37, 1)))
+    r = ExperienceReplay.unserialize(sc)
+    r._check()
+
+
+@pytest.mark.parametrize("which", ["episode", "selector"])
+def test_counter_at_its_limit_round_trips(which):
+    b = empty_buffer()
+    off = 48 if which == "episode" else 56
+    data = _patched_config(b, lambda cfg: struct.pack_into("<q", cfg, off, MAX_HANDLE - 1))
+    r = ExperienceReplay.unserialize(data)
+    s = np.zeros(1, np.uint8)
+    if which == "episode":
+        assert r.new_episode() == MAX_HANDLE - 1
+        r.record(MAX_HANDLE - 1, s, 0, 0.0)
+        with pytest.raises(MemoryError, match="2\\*\\*62 handles"):
+            r.new_episode()
+    else:
+        assert int(r.new_pick_selector(exreplay.PickSelectorClass.Uniform)) == MAX_HANDLE - 1
+        with pytest.raises(MemoryError, match="2\\*\\*62 handles"):
+            r.new_pick_selector(exreplay.PickSelectorClass.Uniform)
+    r._check()
+    # what the writer writes at the limit, the reader takes
+    again = ExperienceReplay.unserialize(r.serialize())
+    again._check()
+    assert again.serialize() == r.serialize()
+    # and one past the limit is refused
+    past = _patched_config(b, lambda cfg: struct.pack_into("<q", cfg, off, MAX_HANDLE + 1))
+    with pytest.raises(ValueError):
+        ExperienceReplay.unserialize(past)
