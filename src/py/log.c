@@ -9,6 +9,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "args.h"
 #include "log.h"
 
 typedef struct {
@@ -162,19 +163,19 @@ static int set_schema(LogObject *self, PyArray_Descr *sd, int snd, const npy_int
 
 /* ---- the type ---------------------------------------------------------------- */
 
+/* An int in [lo, hi] (the binding's one integer helper, args.h). */
 static int bounded_size(PyObject *o, const char *name, size_t lo, size_t hi, size_t *out)
 {
-    if (PyBool_Check(o) || !PyIndex_Check(o))
-        return PyErr_Format(PyExc_TypeError, "%s: expected an int, got %s", name,
-                            Py_TYPE(o)->tp_name),
-               -1;
-    Py_ssize_t v = PyNumber_AsSsize_t(o, NULL);
-    if (v == -1 && PyErr_Occurred())
-        PyErr_Clear();
-    if (v < 0 || (size_t)v < lo || (size_t)v > hi)
-        return PyErr_Format(PyExc_ValueError, "%s: expected an int from %zu to %zu, got %R", name,
-                            lo, hi, o),
-               -1;
+    char want[96];
+    snprintf(want, sizeof want, "an int from %zu to %zu", lo, hi);
+    uint64_t v;
+    if (exr_uint_arg(o, name, want, hi, &v) < 0)
+        return -1;
+    if (v < lo) {
+        PyErr_Format(PyExc_ValueError, "%s: expected %s, got %llu", name, want,
+                     (unsigned long long)v);
+        return -1;
+    }
     *out = (size_t)v;
     return 0;
 }
@@ -364,9 +365,7 @@ static PyObject *log_append_impl(LogObject *self, PyObject *const *args, Py_ssiz
     if (need_open(self, fname) < 0)
         return NULL;
     int64_t h;
-    if (PyBool_Check(a[0]) || !PyIndex_Check(a[0]))
-        return PyErr_Format(PyExc_TypeError, "h: expected an int, got %s", Py_TYPE(a[0])->tp_name);
-    if (exr_index_to_handle(a[0], &h) < 0)
+    if (exr_handle_arg(a[0], "h", "an int", &h) < 0)
         return NULL;
     size_t pos;
     if (bounded_size(a[1], "pos", 0, (size_t)INT64_MAX / 2, &pos) < 0)
