@@ -67,7 +67,6 @@ Layout (SPEC §2, §4; the paper's design):
                 ``_behind`` stays empty and ``_ahead[0]`` is the oldest.
 """
 
-import enum
 import math
 import numbers
 import operator
@@ -80,6 +79,8 @@ from itertools import accumulate
 from typing import NamedTuple, Optional
 
 import numpy as np
+
+from exreplay._types import PickSelectorClass
 
 __all__ = [
     "Batch",
@@ -98,13 +99,6 @@ _FLOAT32 = np.dtype(np.float32)
 # --------------------------------------------------------------------------
 # Public small types
 # --------------------------------------------------------------------------
-
-
-class PickSelectorClass(enum.IntEnum):
-    """The kinds of pick selector (the paper's ``PickSelectorClass``)."""
-
-    Uniform = 0
-    Prioritized = 1
 
 
 class EpisodeData(NamedTuple):
