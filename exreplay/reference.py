@@ -25,7 +25,8 @@ make the same ones):
   ``pick_epi``, ``pick_pos``, ``priorities`` of ``set_priority``).
 - Integer arguments (handles, sizes, capacity, pick_len, seed, kind) take
   anything with ``__index__`` except bools (TypeError).  ``allow_short`` and
-  ``terminated`` take any object with a truth value.  ``state_dtype=None`` is
+  ``terminated`` take a bool, a NumPy bool or an int (a float, a string or an
+  array is a TypeError).  ``state_dtype=None`` is
   a TypeError (``numpy.dtype(None)`` would silently mean float64).  A
   non-string ``eviction`` is a ValueError, like any other wrong value.
 - ``seed=None`` reads back as None; the entropy drawn for it stays internal.
@@ -89,6 +90,10 @@ __all__ = [
     "RefPickSelector",
     "ReferenceReplay",
 ]
+
+# Limits the C buffer shares (docs/semantics.md).
+MAX_PICK_LEN = 1 << 20
+MAX_ITEM_BYTES = 1 << 40
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _INT64 = np.dtype(np.int64)
@@ -184,10 +189,11 @@ class RefPickSelector:
     equals its handle.
     """
 
-    __slots__ = ("_handle", "_kind", "_alpha", "_beta")
+    __slots__ = ("_handle", "_kind", "_alpha", "_beta", "_owner")
 
-    def __init__(self, handle, kind, alpha=None, beta=None):
+    def __init__(self, handle, kind, alpha=None, beta=None, owner=None):
         self._handle = int(handle)
+        self._owner = owner  # the buffer it was made by; another one refuses it
         self._kind = PickSelectorClass(kind)
         self._alpha = alpha
         self._beta = beta
@@ -268,11 +274,11 @@ def _int_arg(name, x):
 
 
 def _bool_arg(name, x):
-    """Truthiness, as C's "p" format; things without one are a TypeError."""
-    try:
-        return bool(x)
-    except Exception:
-        raise TypeError(f"{name}: expected a bool, got {_show(x)}") from None
+    """A bool, a NumPy bool or an int (its truth value); anything else is a
+    TypeError, so that a float, a string or an array is not read as a flag."""
+    if not isinstance(x, (bool, np.bool_, int)):
+        raise TypeError(f"{name}: expected a bool, got {_show(x)}")
+    return bool(x)
 
 
 def _finite_nonneg(name, x):
@@ -306,6 +312,16 @@ def _shape_arg(name, x):
         if d < 1:
             raise ValueError(f"{name}: expected every dimension >= 1, got {tuple(dims)}")
     return tuple(dims)
+
+
+def _item_bytes(name, dtype, shape):
+    """Bytes of one item; an item over MAX_ITEM_BYTES is a ValueError."""
+    n = dtype.itemsize
+    for d in shape:
+        n *= d
+        if n > MAX_ITEM_BYTES:
+            raise ValueError(f"{name}: one item would take more than 1 TiB")
+    return n
 
 
 def _dtype_arg(name, x, kinds="biuf"):
@@ -481,13 +497,15 @@ class ReferenceReplay:
         action_shape = _shape_arg("action_shape", action_shape)
         action_dtype = _dtype_arg("action_dtype", action_dtype)
         reward_dtype = _reward_dtype_arg(reward_dtype)
+        _item_bytes("state_shape", state_dtype, state_shape)
+        _item_bytes("action_shape", action_dtype, action_shape)
         if capacity is not None:
             capacity = _int_arg("capacity", capacity)
             if capacity < 1:
                 raise ValueError(f"capacity: expected an int >= 1 or None, got {capacity}")
         pick_len = _int_arg("pick_len", pick_len)
-        if pick_len < 1:
-            raise ValueError(f"pick_len: expected an int >= 1, got {pick_len}")
+        if not 1 <= pick_len <= MAX_PICK_LEN:
+            raise ValueError(f"pick_len: expected an int from 1 to {MAX_PICK_LEN}, got {pick_len}")
         allow_short = _bool_arg("allow_short", allow_short)
         if not (isinstance(eviction, str) and eviction in ("fifo", "second_chance")):
             raise ValueError(f"eviction: expected 'fifo' or 'second_chance', got {_show(eviction)}")
@@ -671,7 +689,7 @@ class ReferenceReplay:
                         f"new_pick_selector: expected no parameters for a Uniform selector, "
                         f"got {', '.join(sorted(params))}"
                     )
-                public = RefPickSelector(handle, kind)
+                public = RefPickSelector(handle, kind, owner=self)
                 sel = _Selector(public, self._make_rng(handle))
             else:
                 unknown = sorted(set(params) - {"alpha", "beta"})
@@ -682,7 +700,7 @@ class ReferenceReplay:
                     )
                 alpha = _finite_nonneg("alpha", params.get("alpha", 0.6))
                 beta = _finite_nonneg("beta", params.get("beta", 0.4))
-                public = RefPickSelector(handle, kind, alpha, beta)
+                public = RefPickSelector(handle, kind, alpha, beta, owner=self)
                 # Existing picks start at the new selector's maximum so far,
                 # 1.0: a recorded priority is not kept once its pick exists
                 # (the C buffer spends no memory on it).
@@ -904,6 +922,8 @@ class ReferenceReplay:
         return fa, terminated
 
     def _selector_arg(self, ps):
+        if isinstance(ps, RefPickSelector) and ps._owner is not self:
+            raise ValueError("ps: expected a pick selector of this buffer, got one of another buffer")
         k = _int_arg("ps", ps)
         sel = self._selectors.get(k)
         if sel is None:
