@@ -14,3 +14,4 @@ class PickSelectorClass(enum.IntEnum):
 
     Uniform = 0
     Prioritized = 1
+    Rank = 2

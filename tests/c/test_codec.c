@@ -94,7 +94,7 @@ static exr_status unserialize(const unsigned char *p, size_t n, exr_buffer **out
 
 /* ---- a buffer with a bit of everything ---------------------------------- */
 
-static exr_buffer *filled(int64_t *uni, int64_t *per)
+static exr_buffer *filled(int64_t *uni, int64_t *per, int64_t *rank)
 {
     exr_config cfg = {.state_bytes = 8, .action_bytes = 8, .reward_bytes = 4, .capacity = 50,
                       .pick_len = 3, .allow_short = true,
@@ -107,6 +107,8 @@ static exr_buffer *filled(int64_t *uni, int64_t *per)
     exr_status st = exr_buffer_add_selector_locked(b, 0, params, uni);
     if (st == EXR_OK)
         st = exr_buffer_add_selector_locked(b, 1, params, per);
+    if (st == EXR_OK)
+        st = exr_buffer_add_selector_locked(b, 2, params, rank);
     int64_t h = -1;
     for (int e = 0; st == EXR_OK && e < 9; e++) {
         enum { T = 8 };
@@ -153,8 +155,8 @@ static exr_status draw(exr_buffer *b, int64_t h, batch *o)
 
 static void round_trip_every_level(void)
 {
-    int64_t uni, per;
-    exr_buffer *b = filled(&uni, &per), *c = NULL;
+    int64_t uni, per, rank;
+    exr_buffer *b = filled(&uni, &per, &rank), *c = NULL;
     mem m = {0}, m2 = {0};
     batch *x = malloc(sizeof *x), *y = malloc(sizeof *y);
     char msg[256];
@@ -171,8 +173,8 @@ static void round_trip_every_level(void)
         exr_buffer_unlock(c);
         CHECK(serialize(c, level, &m2) == EXR_OK);
         CHECK(m2.n == m.n && memcmp(m2.p, m.p, m.n) == 0); /* same bytes again */
-        for (int k = 0; k < 3; k++) {
-            int64_t h = k % 2 ? per : uni;
+        for (int k = 0; k < 6; k++) {
+            int64_t h = k % 3 == 0 ? uni : k % 3 == 1 ? per : rank;
             CHECK(draw(b, h, x) == EXR_OK && draw(c, h, y) == EXR_OK);
             CHECK(memcmp(x, y, sizeof *x) == 0); /* the same next draws */
         }
@@ -193,8 +195,8 @@ done:
 
 static void damaged_input_is_refused(void)
 {
-    int64_t uni, per;
-    exr_buffer *b = filled(&uni, &per), *c = NULL;
+    int64_t uni, per, rank;
+    exr_buffer *b = filled(&uni, &per, &rank), *c = NULL;
     mem m = {0};
     CHECK(b);
     CHECK(serialize(b, 0, &m) == EXR_OK);
@@ -227,8 +229,8 @@ done:
 
 static void file_save_and_load(void)
 {
-    int64_t uni, per;
-    exr_buffer *b = filled(&uni, &per), *c = NULL;
+    int64_t uni, per, rank;
+    exr_buffer *b = filled(&uni, &per, &rank), *c = NULL;
     mem m = {0}, m2 = {0};
     char path[] = "/tmp/exr_test_codec_XXXXXX";
     int fd = mkstemp(path);

@@ -69,8 +69,10 @@ done:
     free(scratch);
 }
 
-/* Draw frequencies follow the stored draw weights (stats' total over the
- * stored values; 1 each where a selector stores none). */
+/* PER's weights are w_i = (N P(i))^-beta / max w, so with beta = 1 a pick's
+ * draw probability is proportional to 1 / w_i: draw frequencies must follow
+ * the weights that weights() reports, for every kind (a selector without a
+ * settable beta has weights 1: uniform). Pick 0 has priority 0. */
 static void frequencies_follow_weights(const exr_selector_vtable *vt)
 {
     enum { n = 8, draws = 200000 };
@@ -79,18 +81,26 @@ static void frequencies_follow_weights(const exr_selector_vtable *vt)
     float *w = malloc(draws * sizeof *w);
     double *scratch = malloc(draws * sizeof *scratch);
     CHECK(s && idx && w && scratch);
+    for (int k = vt->settable_from; k < vt->nparams; k++)
+        if (strcmp(vt->param_names[k], "beta") == 0)
+            vt->set_param(s, k, 1.0);
     CHECK(vt->reserve(s, n) == EXR_OK);
     for (size_t i = 0; i < n; i++)
-        vt->add(s, i, 1.0 + (double)i);
+        vt->add(s, i, (double)(i * i));
     CHECK(vt->sample(s, n, draws, idx, w, scratch) == EXR_OK);
     long count[n] = {0};
     for (size_t b = 0; b < draws; b++)
         count[idx[b]]++;
-    double total, min_pos;
-    vt->stats(s, n, &total, &min_pos);
+    size_t all[n];
+    float wt[n];
+    double inv_sum = 0;
+    for (size_t i = 0; i < n; i++)
+        all[i] = i;
+    vt->weights(s, n, n, all, wt);
+    for (size_t i = 0; i < n; i++)
+        inv_sum += 1.0 / wt[i];
     for (size_t i = 0; i < n; i++) {
-        double p = isnan(vt->stored(s, i)) ? 1.0 : vt->stored(s, i);
-        double expect = draws * p / total;
+        double expect = draws * (1.0 / wt[i]) / inv_sum;
         /* five standard deviations of a binomial count */
         CHECK(fabs((double)count[i] - expect) <= 5.0 * sqrt(expect) + 1.0);
     }
@@ -103,7 +113,7 @@ done:
 }
 
 /* remove(i, last) moves the last pick's state into i; update and update_many
- * agree; a zero priority is never drawn. */
+ * agree; nothing can be drawn exactly when the draw weights sum to zero. */
 static void remove_and_update(const exr_selector_vtable *vt)
 {
     enum { n = 64 };
@@ -146,19 +156,16 @@ static void remove_and_update(const exr_selector_vtable *vt)
     CHECK(vt->check(t, n, g_msg, sizeof g_msg) == 0);
     vt->destroy(u);
 
-    /* a pick whose priority is 0 is never drawn by a selector that stores them */
-    if (vt->prioritized) {
-        for (size_t i = 0; i < n; i++)
-            vt->update(t, i, i == 3 ? 2.0 : 0.0);
-        size_t out[256];
-        float w[256];
-        double scr[256];
-        CHECK(vt->sample(t, n, 256, out, w, scr) == EXR_OK);
-        for (size_t b = 0; b < 256; b++)
-            CHECK(out[b] == 3);
-        for (size_t i = 0; i < n; i++)
-            vt->update(t, i, 0.0);
-        CHECK(vt->sample(t, n, 1, out, w, scr) == EXR_EEMPTY);
+    /* nothing to draw exactly when the draw weights sum to zero */
+    for (size_t i = 0; i < n; i++)
+        vt->update(t, i, 0.0);
+    {
+        double total, min_pos;
+        size_t out[1];
+        float w[1];
+        double scr[1];
+        vt->stats(t, n, &total, &min_pos);
+        CHECK((vt->sample(t, n, 1, out, w, scr) == EXR_EEMPTY) == (total == 0));
     }
 done:
     if (s)
