@@ -46,7 +46,8 @@ ASANPKG := build/asan-pkg
 
 CORE_SRC := $(sort $(wildcard src/core/*.c))
 CORE_HDR := $(wildcard src/core/*.h)
-CTEST_SRC := tests/c/test_core.c
+# One C test program per tests/c/test_*.c (each links the whole core).
+CTESTS := $(patsubst tests/c/%.c,build/%,$(sort $(wildcard tests/c/test_*.c)))
 
 export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
 
@@ -93,12 +94,12 @@ warnings: venv
 
 # --- tests ------------------------------------------------------------------
 
-build/test_core: $(CTEST_SRC) $(wildcard tests/c/*.h) $(CORE_SRC) $(CORE_HDR) | zlib
+build/test_%: tests/c/test_%.c $(wildcard tests/c/*.h) $(CORE_SRC) $(CORE_HDR) | zlib
 	@mkdir -p build
-	$(CTEST_CC) $(CTEST_CFLAGS) -Isrc/core -o $@ $(CTEST_SRC) $(CORE_SRC) -lz -lm
+	$(CTEST_CC) $(CTEST_CFLAGS) -Isrc/core -o $@ $< $(CORE_SRC) -lz -lm
 
-ctest: build/test_core
-	./build/test_core
+ctest: $(CTESTS)
+	@for t in $(CTESTS); do echo "== $$t"; ./$$t; done
 
 # The core from many pthreads at once under ThreadSanitizer (tests/c/test_stress.c):
 # a short run here; STRESS_SECONDS=60 ./build/test_stress for a soak.

@@ -14,7 +14,7 @@ executable specification and the benchmark baseline.
 """
 
 from exreplay._core import Batch, EpisodeData, ExperienceLog, ExperienceReplay, PickSelector
-from exreplay.reference import PickSelectorClass
+from exreplay._types import PickSelectorClass
 
 __all__ = [
     "Batch",

@@ -25,7 +25,8 @@ make the same ones):
   ``pick_epi``, ``pick_pos``, ``priorities`` of ``set_priority``).
 - Integer arguments (handles, sizes, capacity, pick_len, seed, kind) take
   anything with ``__index__`` except bools (TypeError).  ``allow_short`` and
-  ``terminated`` take any object with a truth value.  ``state_dtype=None`` is
+  ``terminated`` take a bool, a NumPy bool or an int (a float, a string or an
+  array is a TypeError).  ``state_dtype=None`` is
   a TypeError (``numpy.dtype(None)`` would silently mean float64).  A
   non-string ``eviction`` is a ValueError, like any other wrong value.
 - ``seed=None`` reads back as None; the entropy drawn for it stays internal.
@@ -67,7 +68,6 @@ Layout (SPEC §2, §4; the paper's design):
                 ``_behind`` stays empty and ``_ahead[0]`` is the oldest.
 """
 
-import enum
 import math
 import numbers
 import operator
@@ -81,6 +81,8 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
+from exreplay._types import PickSelectorClass
+
 __all__ = [
     "Batch",
     "EpisodeData",
@@ -88,6 +90,10 @@ __all__ = [
     "RefPickSelector",
     "ReferenceReplay",
 ]
+
+# Limits the C buffer shares (docs/semantics.md).
+MAX_PICK_LEN = 1 << 20
+MAX_ITEM_BYTES = 1 << 40
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _INT64 = np.dtype(np.int64)
@@ -101,13 +107,6 @@ _FLOAT32 = np.dtype(np.float32)
 
 
 _MISSING = object()  # an argument not given
-
-
-class PickSelectorClass(enum.IntEnum):
-    """The kinds of pick selector (the paper's ``PickSelectorClass``)."""
-
-    Uniform = 0
-    Prioritized = 1
 
 
 class EpisodeData(NamedTuple):
@@ -193,10 +192,11 @@ class RefPickSelector:
     equals its handle.
     """
 
-    __slots__ = ("_handle", "_kind", "_alpha", "_beta")
+    __slots__ = ("_handle", "_kind", "_alpha", "_beta", "_owner")
 
-    def __init__(self, handle, kind, alpha=None, beta=None):
+    def __init__(self, handle, kind, alpha=None, beta=None, owner=None):
         self._handle = int(handle)
+        self._owner = owner  # the buffer it was made by; another one refuses it
         self._kind = PickSelectorClass(kind)
         self._alpha = alpha
         self._beta = beta
@@ -219,9 +219,10 @@ class RefPickSelector:
 
     @beta.setter
     def beta(self, value):
-        if self._kind != PickSelectorClass.Prioritized:
+        if self._kind == PickSelectorClass.Uniform:
             raise AttributeError(
-                f"beta: only a Prioritized selector has a beta, got a {self._kind.name} selector"
+                f"beta: only a Prioritized or Rank selector has a beta, got a "
+                f"{self._kind.name} selector"
             )
         self._beta = _finite_nonneg("beta", value)
 
@@ -242,9 +243,9 @@ class RefPickSelector:
         return hash(self._handle)
 
     def __repr__(self):
-        if self._kind == PickSelectorClass.Prioritized:
+        if self._kind != PickSelectorClass.Uniform:
             return (
-                f"RefPickSelector(handle={self._handle}, kind=PickSelectorClass.Prioritized, "
+                f"RefPickSelector(handle={self._handle}, kind=PickSelectorClass.{self._kind.name}, "
                 f"alpha={self._alpha!r}, beta={self._beta!r})"
             )
         return f"RefPickSelector(handle={self._handle}, kind=PickSelectorClass.{self._kind.name})"
@@ -277,11 +278,11 @@ def _int_arg(name, x):
 
 
 def _bool_arg(name, x):
-    """Truthiness, as C's "p" format; things without one are a TypeError."""
-    try:
-        return bool(x)
-    except Exception:
-        raise TypeError(f"{name}: expected a bool, got {_show(x)}") from None
+    """A bool, a NumPy bool or an int (its truth value); anything else is a
+    TypeError, so that a float, a string or an array is not read as a flag."""
+    if not isinstance(x, (bool, np.bool_, int)):
+        raise TypeError(f"{name}: expected a bool, got {_show(x)}")
+    return bool(x)
 
 
 def _finite_nonneg(name, x):
@@ -315,6 +316,16 @@ def _shape_arg(name, x):
         if d < 1:
             raise ValueError(f"{name}: expected every dimension >= 1, got {tuple(dims)}")
     return tuple(dims)
+
+
+def _item_bytes(name, dtype, shape):
+    """Bytes of one item; an item over MAX_ITEM_BYTES is a ValueError."""
+    n = dtype.itemsize
+    for d in shape:
+        n *= d
+        if n > MAX_ITEM_BYTES:
+            raise ValueError(f"{name}: one item would take more than 1 TiB")
+    return n
 
 
 def _dtype_arg(name, x, kinds="biuf"):
@@ -440,18 +451,129 @@ class _Episode:
         self.sampled = False
 
 
-class _Selector:
-    __slots__ = ("public", "rng", "leaves", "max_priority")
+class _RankHeap:
+    """A Rank selector's ordering of the picks, kept exactly as
+    src/core/sel_rank.c keeps it, since a pick's rank is its position here.
 
-    def __init__(self, public, rng, leaves=None, max_priority=1.0):
+    ``heap`` holds pick-table indices in a binary max-heap on ``key`` (the
+    priorities as float32), ``pos`` is its inverse, and after every
+    ``max(n, 64)`` changes the heap is sorted by (priority descending, pick
+    index), which makes each position the exact rank at that moment.
+    """
+
+    __slots__ = ("heap", "pos", "key", "changes")
+
+    def __init__(self):
+        self.heap, self.pos, self.key, self.changes = [], [], [], 0
+
+    def _place(self, at, pick):
+        self.heap[at] = pick
+        self.pos[pick] = at
+
+    def _sift_up(self, at):
+        x, key = self.heap[at], self.key
+        while at > 0:
+            up = (at - 1) // 2
+            if not key[x] > key[self.heap[up]]:
+                break
+            self._place(at, self.heap[up])
+            at = up
+        self._place(at, x)
+
+    def _sift_down(self, at):
+        x, key, heap, n = self.heap[at], self.key, self.heap, len(self.heap)
+        while True:
+            c = 2 * at + 1
+            if c >= n:
+                break
+            if c + 1 < n and key[heap[c + 1]] > key[heap[c]]:
+                c += 1
+            if not key[heap[c]] > key[x]:
+                break
+            self._place(at, heap[c])
+            at = c
+        self._place(at, x)
+
+    def _resift(self, at):
+        if at > 0 and self.key[self.heap[at]] > self.key[self.heap[(at - 1) // 2]]:
+            self._sift_up(at)
+        else:
+            self._sift_down(at)
+
+    def _changed(self):
+        self.changes += 1
+        if self.changes >= max(len(self.heap), 64):
+            self.heap.sort(key=lambda p: (-self.key[p], p))
+            for at, p in enumerate(self.heap):
+                self.pos[p] = at
+            self.changes = 0
+
+    def add(self, key):
+        i = len(self.key)
+        self.key.append(key)
+        self.heap.append(i)
+        self.pos.append(i)
+        self._sift_up(i)
+        self._changed()
+
+    def remove(self, i):
+        """Pick i leaves; the last pick takes index i (swap-removal)."""
+        last = len(self.key) - 1
+        at = self.pos[i]
+        moved = self.heap.pop()
+        if at < last:
+            self._place(at, moved)
+            self._resift(at)
+        if i != last:
+            self.key[i] = self.key[last]
+            self._place(self.pos[last], i)
+        self.key.pop()
+        self.pos.pop()
+        self._changed()
+
+    def update(self, i, key):
+        self.key[i] = key
+        self._resift(self.pos[i])
+        self._changed()
+
+
+def _rank_key(p):
+    """A Rank selector's stored priority: p as float32, saturated."""
+    return float(np.float32(min(p, _FLOAT32_MAX)))
+
+
+class _Selector:
+    __slots__ = ("public", "rng", "leaves", "max_priority", "rank")
+
+    def __init__(self, public, rng, leaves=None, max_priority=1.0, rank=None):
         self.public = public  # the RefPickSelector handed to the user
         self.rng = rng  # random.Random
-        self.leaves = leaves  # list parallel to the pick table, or None (uniform)
+        self.leaves = leaves  # list parallel to the pick table, or None
         self.max_priority = max_priority  # priority, not p ** alpha
+        self.rank = rank  # a _RankHeap for a Rank selector, else None
 
     @property
     def prioritized(self):
-        return self.leaves is not None
+        """Keeps a priority per pick (Prioritized or Rank)."""
+        return self.leaves is not None or self.rank is not None
+
+    def enter(self, p):
+        """A new pick (at the end of the table) with priority p."""
+        self.max_priority = max(self.max_priority, p)
+        if self.rank is not None:
+            self.rank.add(_rank_key(p))
+        else:
+            self.leaves.append(_leaf(p, self.public.alpha))
+
+    def set(self, i, p):
+        self.max_priority = max(self.max_priority, p)
+        if self.rank is not None:
+            self.rank.update(i, _rank_key(p))
+        else:
+            self.leaves[i] = _leaf(p, self.public.alpha)
+
+    def stored(self, i):
+        return self.rank.key[i] if self.rank is not None else self.leaves[i]
 
 
 # --------------------------------------------------------------------------
@@ -490,13 +612,15 @@ class ReferenceReplay:
         action_shape = _shape_arg("action_shape", action_shape)
         action_dtype = _dtype_arg("action_dtype", action_dtype)
         reward_dtype = _reward_dtype_arg(reward_dtype)
+        _item_bytes("state_shape", state_dtype, state_shape)
+        _item_bytes("action_shape", action_dtype, action_shape)
         if capacity is not None:
             capacity = _int_arg("capacity", capacity)
             if capacity < 1:
                 raise ValueError(f"capacity: expected an int >= 1 or None, got {capacity}")
         pick_len = _int_arg("pick_len", pick_len)
-        if pick_len < 1:
-            raise ValueError(f"pick_len: expected an int >= 1, got {pick_len}")
+        if not 1 <= pick_len <= MAX_PICK_LEN:
+            raise ValueError(f"pick_len: expected an int from 1 to {MAX_PICK_LEN}, got {pick_len}")
         allow_short = _bool_arg("allow_short", allow_short)
         if not (isinstance(eviction, str) and eviction in ("fifo", "second_chance")):
             raise ValueError(f"eviction: expected 'fifo' or 'second_chance', got {_show(eviction)}")
@@ -663,7 +787,8 @@ class ReferenceReplay:
     # -- selectors ---------------------------------------------------------
 
     def new_pick_selector(self, kind, **params):
-        """Add a selector (Uniform, or Prioritized with alpha=0.6, beta=0.4)."""
+        """Add a selector: Uniform, Prioritized (alpha=0.6, beta=0.4) or Rank
+        (alpha=0.7, beta=0.5)."""
         with self._lock:
             k = _int_arg("kind", kind)
             try:
@@ -680,23 +805,28 @@ class ReferenceReplay:
                         f"new_pick_selector: expected no parameters for a Uniform selector, "
                         f"got {', '.join(sorted(params))}"
                     )
-                public = RefPickSelector(handle, kind)
+                public = RefPickSelector(handle, kind, owner=self)
                 sel = _Selector(public, self._make_rng(handle))
             else:
                 unknown = sorted(set(params) - {"alpha", "beta"})
                 if unknown:
                     raise TypeError(
                         f"new_pick_selector: expected parameters alpha and beta for a "
-                        f"Prioritized selector, got {', '.join(unknown)}"
+                        f"{kind.name} selector, got {', '.join(unknown)}"
                     )
-                alpha = _finite_nonneg("alpha", params.get("alpha", 0.6))
-                beta = _finite_nonneg("beta", params.get("beta", 0.4))
-                public = RefPickSelector(handle, kind, alpha, beta)
+                a0, b0 = (0.7, 0.5) if kind == PickSelectorClass.Rank else (0.6, 0.4)
+                alpha = _finite_nonneg("alpha", params.get("alpha", a0))
+                beta = _finite_nonneg("beta", params.get("beta", b0))
+                public = RefPickSelector(handle, kind, alpha, beta, owner=self)
+                if kind == PickSelectorClass.Rank:
+                    sel = _Selector(public, self._make_rng(handle), None, 1.0, _RankHeap())
+                else:
+                    sel = _Selector(public, self._make_rng(handle), [], 1.0)
                 # Existing picks start at the new selector's maximum so far,
                 # 1.0: a recorded priority is not kept once its pick exists
                 # (the C buffer spends no memory on it).
-                leaves = [_leaf(1.0, alpha) for _ in self._table]
-                sel = _Selector(public, self._make_rng(handle), leaves, 1.0)
+                for _ in self._table:
+                    sel.enter(1.0)
             self._selectors[handle] = sel
             self._next_selector += 1
             return public
@@ -737,14 +867,12 @@ class ReferenceReplay:
             _check_priorities("priorities", pa)
             if not sel.prioritized:
                 return 0
-            alpha = sel.public.alpha
             applied = 0
             for e, p, v in zip(epi.tolist(), pos.tolist(), pa.tolist()):
                 i = self._pick_index(e, p)
                 if i is None:
                     continue
-                sel.leaves[i] = _leaf(v, alpha)
-                sel.max_priority = max(sel.max_priority, v)
+                sel.set(i, v)
                 applied += 1
             return applied
 
@@ -765,7 +893,16 @@ class ReferenceReplay:
                 self._check_out(out, B)
             if not self._table:
                 raise ValueError("get_batch: expected at least one pick in the buffer, got none")
-            if sel.prioritized:
+            if sel.rank is not None:
+                # rank r (1 = highest priority) with probability r^-alpha /
+                # sum_k k^-alpha; the pick at heap position r - 1
+                N = len(self._table)
+                cum = list(accumulate(float(r) ** -sel.public.alpha for r in range(1, N + 1)))
+                indices = []
+                for _ in range(B):
+                    r = min(bisect_right(cum, sel.rng.random() * cum[-1]), N - 1)
+                    indices.append(sel.rank.heap[r])
+            elif sel.prioritized:
                 # The prefix sums of the leaves, built by one linear scan; a
                 # draw u in [0, total) lands on the first leaf whose prefix
                 # sum exceeds u, which is never a zero leaf.
@@ -828,7 +965,7 @@ class ReferenceReplay:
                     f"ps: expected a Prioritized selector, got a Uniform one ({sel.public.handle})"
                 )
             indices = self._existing_indices(*self._pick_arrays(pick_epi, pick_pos))
-            return np.array([sel.leaves[i] for i in indices], dtype=np.float64)
+            return np.array([sel.stored(i) for i in indices], dtype=np.float64)
 
     def _check(self):
         """Check every internal invariant; AssertionError names the first broken."""
@@ -892,7 +1029,9 @@ class ReferenceReplay:
             )
             for k, sel in self._selectors.items():
                 assert sel.public.handle == k, f"selector {k}: wrong handle"
-                if sel.prioritized:
+                if sel.rank is not None:
+                    self._check_rank(k, sel.rank)
+                elif sel.prioritized:
                     assert len(sel.leaves) == len(self._table), (
                         f"selector {k}: {len(sel.leaves)} priorities for {len(self._table)} picks"
                     )
@@ -900,9 +1039,24 @@ class ReferenceReplay:
                         assert 0.0 <= v <= _FLOAT32_MAX and float(np.float32(v)) == v, (
                             f"selector {k}: priority {v!r} not a finite float32 >= 0"
                         )
+                if sel.prioritized:
                     assert math.isfinite(sel.max_priority) and sel.max_priority >= 1.0, (
                         f"selector {k}: maximum so far {sel.max_priority!r} below 1.0"
                     )
+
+    def _check_rank(self, k, rk):
+        n = len(self._table)
+        assert len(rk.heap) == len(rk.pos) == len(rk.key) == n, f"selector {k}: {n} picks"
+        assert 0 <= rk.changes < max(n, 64), f"selector {k}: {rk.changes} changes unsorted"
+        for at, p in enumerate(rk.heap):
+            assert rk.pos[p] == at, f"selector {k}: heap position {at} and pick {p} disagree"
+            v = rk.key[p]
+            assert 0.0 <= v <= _FLOAT32_MAX and float(np.float32(v)) == v, (
+                f"selector {k}: priority {v!r} not a finite float32 >= 0"
+            )
+            assert at == 0 or rk.key[rk.heap[(at - 1) // 2]] >= v, (
+                f"selector {k}: heap order broken at position {at}"
+            )
 
     # -- internals (the lock is held) --------------------------------------
 
@@ -925,6 +1079,8 @@ class ReferenceReplay:
         return fa, terminated
 
     def _selector_arg(self, ps):
+        if isinstance(ps, RefPickSelector) and ps._owner is not self:
+            raise ValueError("ps: expected a pick selector of this buffer, got one of another buffer")
         k = _int_arg("ps", ps)
         sel = self._selectors.get(k)
         if sel is None:
@@ -1001,19 +1157,21 @@ class ReferenceReplay:
         recorded = ep.priorities[pos]
         for sel in self._selectors.values():
             if sel.prioritized:
-                p = sel.max_priority if recorded is None else recorded
-                sel.leaves.append(_leaf(p, sel.public.alpha))
-                sel.max_priority = max(sel.max_priority, p)
+                sel.enter(sel.max_priority if recorded is None else recorded)
 
     def _remove_pick_locked(self, i):
         """Swap-remove entry i of the pick table (and of every selector)."""
+        for sel in self._selectors.values():
+            if sel.rank is not None:
+                sel.rank.remove(i)
         last = self._table.pop()
-        leaves = [sel.leaves.pop() if sel.prioritized else None for sel in self._selectors.values()]
+        leaves = [sel.leaves.pop() if sel.leaves is not None else None
+                  for sel in self._selectors.values()]
         if i < len(self._table):
             self._table[i] = last
             self._episodes[last[0]].pick_index[last[1]] = i
             for sel, leaf in zip(self._selectors.values(), leaves):
-                if sel.prioritized:
+                if sel.leaves is not None:
                     sel.leaves[i] = leaf
 
     def _evict_one_locked(self):
@@ -1111,7 +1269,13 @@ class ReferenceReplay:
             ep.sampled = True
 
         weight = batch.weight
-        if sel.prioritized:
+        if sel.rank is not None:
+            # w = (N P(r))^-beta / max_j w_j = (r / N) ** (alpha beta), r = rank
+            N = len(self._table)
+            ab = sel.public.alpha * sel.public.beta
+            for b, i in enumerate(indices):
+                weight[b] = ((sel.rank.pos[i] + 1) / N) ** ab
+        elif sel.prioritized:
             # PER: w_i = (N P(i))^-beta / max_j w_j over p_j > 0
             #          = (min positive leaf / leaf_i) ** beta
             beta = sel.public.beta

@@ -251,6 +251,7 @@ def seed_buffers():
     b = ER(state_shape=(4,), capacity=None, seed=7)
     u = b.new_pick_selector(K.Uniform)
     p = b.new_pick_selector(K.Prioritized, alpha=0.7, beta=0.5)
+    b.new_pick_selector(K.Rank, alpha=0.6, beta=0.5)
     _rec(b, b.new_episode(), rng, 5, final=True, prio=True)
     _rec(b, b.new_episode(), rng, 3, terminated=True)
     _rec(b, b.new_episode(), rng, 4, prio=True)

@@ -37,6 +37,9 @@ from exreplay.reference import PickSelectorClass, ReferenceReplay
 
 Uniform = PickSelectorClass.Uniform
 Prioritized = PickSelectorClass.Prioritized
+Rank = PickSelectorClass.Rank
+# selectors that keep a priority per pick
+PRIORITIZED = (Prioritized, Rank)
 
 ASAN = os.environ.get("EXREPLAY_ASAN") == "1"
 
@@ -125,11 +128,11 @@ def snapshot(buf, selectors):
     pk = sorted(zip(epi.tolist(), pos.tolist()))
     prios = []
     for ps, kind in selectors:
-        if kind == Prioritized and pk:
+        if kind in PRIORITIZED and pk:
             e = np.array([p[0] for p in pk], np.int64)
             q = np.array([p[1] for p in pk], np.int64)
             prios.append(buf._priority(ps, e, q).tolist())
-        if kind == Prioritized:
+        if kind in PRIORITIZED:
             prios.append(float(ps.beta))
     return (len(buf), buf.num_episodes, buf.num_picks, handles, eps, pk, prios)
 
@@ -177,7 +180,7 @@ class DifferentialMachine(RuleBasedStateMachine):
     # set_priority run from the first step (new_pick_selector adds more
     # later, when picks already exist).
     first_selectors = st.lists(
-        st.tuples(st.sampled_from([Uniform, Prioritized]), alphas, betas), max_size=2
+        st.tuples(st.sampled_from([Uniform, Prioritized, Rank]), alphas, betas), max_size=2
     )
 
     @initialize(seed=seeds, first=first_selectors)
@@ -324,14 +327,14 @@ class DifferentialMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.c is not None and len(self.sels) < 5)
     @rule(
-        kind=st.sampled_from([Uniform, Prioritized, Prioritized]),
+        kind=st.sampled_from([Uniform, Prioritized, Prioritized, Rank]),
         alpha=st.one_of(st.none(), alphas),
         beta=st.one_of(st.none(), betas),
         as_int=st.booleans(),
     )
     def new_pick_selector(self, kind, alpha, beta, as_int):
         params = {}
-        if kind == Prioritized:
+        if kind in PRIORITIZED:
             if alpha is not None:
                 params["alpha"] = alpha
             if beta is not None:
@@ -340,7 +343,7 @@ class DifferentialMachine(RuleBasedStateMachine):
         c_ps = self.c.new_pick_selector(k, **params)
         r_ps = self.r.new_pick_selector(k, **params)
         assert int(c_ps) == int(r_ps), f"selector handles {int(c_ps)} != {int(r_ps)}"
-        if kind == Prioritized:
+        if kind in PRIORITIZED:
             assert c_ps.alpha == r_ps.alpha and c_ps.beta == r_ps.beta
         self.sels.append((c_ps, r_ps, kind))
 
@@ -355,11 +358,11 @@ class DifferentialMachine(RuleBasedStateMachine):
         self.removed.append(int(c_ps))
 
     @precondition(
-        lambda self: self.c is not None and any(k == Prioritized for _, _, k in self.sels)
+        lambda self: self.c is not None and any(k in PRIORITIZED for _, _, k in self.sels)
     )
     @rule(data=st.data(), beta=betas)
     def set_beta(self, data, beta):
-        pri = [s for s in self.sels if s[2] == Prioritized]
+        pri = [s for s in self.sels if s[2] in PRIORITIZED]
         c_ps, r_ps, _ = data.draw(st.sampled_from(pri))
         c_ps.beta = beta
         r_ps.beta = beta
@@ -449,7 +452,7 @@ class DifferentialMachine(RuleBasedStateMachine):
         pr = np.array(data.draw(st.lists(priorities, min_size=B, max_size=B)), np.float64)
         nc = self.c.set_priority(c_ps, cb.pick_epi, cb.pick_pos, pr)
         nr = self.r.set_priority(r_ps, rb.pick_epi, rb.pick_pos, pr)
-        assert nc == nr == (B if kind == Prioritized else 0), (nc, nr)
+        assert nc == nr == (B if kind in PRIORITIZED else 0), (nc, nr)
 
     @precondition(lambda self: self.c is not None and self.sels)
     @rule(data=st.data(), n=st.integers(1, 8))
@@ -626,7 +629,7 @@ class DifferentialMachine(RuleBasedStateMachine):
         elif which == "remove_unknown_sel":
             fc, fr = both(lambda b: b.remove_pick_selector(unknown_sel))
         elif which == "beta_negative":
-            pri = [x for x in self.sels if x[2] == Prioritized]
+            pri = [x for x in self.sels if x[2] in PRIORITIZED]
             if not pri:
                 return
             cp, rp, _ = pri[0]
@@ -684,7 +687,7 @@ class DifferentialMachine(RuleBasedStateMachine):
             epi = np.array([e for e, _ in pr], np.int64)
             pos = np.array([p for _, p in pr], np.int64)
             for c_ps, r_ps, kind in self.sels:
-                if kind != Prioritized:
+                if kind not in PRIORITIZED:
                     continue
                 xc = c._priority(c_ps, epi, pos)
                 xr = r._priority(r_ps, epi, pos)

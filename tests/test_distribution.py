@@ -26,6 +26,7 @@ from exreplay.reference import PickSelectorClass, ReferenceReplay
 
 Uniform = PickSelectorClass.Uniform
 Prioritized = PickSelectorClass.Prioritized
+Rank = PickSelectorClass.Rank
 
 IMPLS = {"c": exreplay.ExperienceReplay, "reference": ReferenceReplay}
 
@@ -132,6 +133,56 @@ def assert_matches(counts, P, what):
 def set_all(buf, ps, epi, pos, raw):
     n = buf.set_priority(ps, epi, pos, np.asarray(raw, np.float64))
     assert n == len(epi)
+
+
+# --------------------------------------------------------------------------
+# rank
+# --------------------------------------------------------------------------
+
+
+def exact_ranks(raw):
+    """1-based ranks by priority (descending), ties by pick order: what a Rank
+    selector's heap holds right after it sorts itself (docs/semantics.md)."""
+    order = sorted(range(len(raw)), key=lambda i: (-raw[i], i))
+    ranks = np.empty(len(raw), np.int64)
+    ranks[order] = np.arange(1, len(raw) + 1)
+    return ranks
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.4, 1.0])
+@pytest.mark.parametrize("alpha", [0.5, 1.0])
+def test_rank_frequencies_and_weights(impl, alpha, beta):
+    buf = make_buffer(impl, episodes=3, steps=5, seed=3)
+    ps = buf.new_pick_selector(Rank, alpha=alpha, beta=beta)
+    epi, pos = picks_of(buf)
+    N = len(epi)
+    raw = PRIORITIES[:N]
+    # 15 adds and then 15 changes a round: the heap sorts itself after its
+    # 64th change, and rounds of the same values after that move nothing
+    for _ in range(5):
+        set_all(buf, ps, epi, pos, raw)
+    # (the picks of make_buffer are in table order when sorted by (epi, pos))
+    r = exact_ranks(raw)
+    P = r.astype(np.float64) ** -alpha
+    P /= P.sum()
+    counts, weights = draw_counts(buf, ps, epi, pos)
+    assert_matches(counts, P, f"rank, alpha={alpha}")  # zeros are drawn too
+    np.testing.assert_allclose(weights, (r / N) ** (alpha * beta), rtol=1e-6)
+
+
+def test_rank_ignores_priority_magnitudes(impl):
+    """Only the order counts: scaling every priority changes no draw."""
+    a, b = (make_buffer(impl, episodes=2, steps=5, seed=5) for _ in range(2))
+    pa, pb = (x.new_pick_selector(Rank) for x in (a, b))
+    epi, pos = picks_of(a)
+    raw = np.asarray(PRIORITIES[: len(epi)])
+    for _ in range(8):
+        set_all(a, pa, epi, pos, raw)
+        set_all(b, pb, epi, pos, raw * 1000.0 + 1.0)  # the same order
+    for _ in range(5):
+        x, y = a.get_batch(64, pa), b.get_batch(64, pb)
+        np.testing.assert_array_equal(x.pick_pos, y.pick_pos)
+        np.testing.assert_array_equal(x.weight, y.weight)
 
 
 # --------------------------------------------------------------------------

@@ -30,7 +30,7 @@ import pytest
 import exreplay
 from exreplay import ExperienceReplay
 
-U, P = 0, 1
+U, P, R = 0, 1, 2  # PickSelectorClass: Uniform, Prioritized, Rank
 HEADER = 40
 
 
@@ -157,7 +157,7 @@ def sample_ops(buf, rng, sels):
             log.append(("empty", h, str(e)))
             continue
         log.append((h, b.pick_epi.tolist(), b.pick_pos.tolist()))
-        if kind == P:
+        if kind in (P, R):
             pr = rng.exponential(2.0, len(b.pick_epi))
             log.append(buf.set_priority(h, b.pick_epi, b.pick_pos, pr))
     return log
@@ -185,6 +185,8 @@ def build(name, rng_seed=1):
     episode_ops(buf, rng, sels, 12, open_eps, max_len)
     s4 = buf.new_pick_selector(P, alpha=1.0, beta=0.0)
     sels[int(s4)] = P
+    s5 = buf.new_pick_selector(R, alpha=0.8, beta=0.3)
+    sels[int(s5)] = R
     buf.remove_pick_selector(s3)
     sels[int(s3)] = None
     episode_ops(buf, rng, sels, 10, open_eps, max_len)
@@ -233,7 +235,7 @@ def assert_same(a, b, sels):
             assert_arrays_equal(x.final_state, y.final_state, f"episode {h} final_state")
         assert x.ended == y.ended and x.terminated == y.terminated, h
     for h, kind in sels.items():
-        if kind == P and len(ea):
+        if kind in (P, R) and len(ea):
             assert_arrays_equal(a._priority(h, ea, pa), b._priority(h, ea, pa), f"priority {h}")
         if kind is None:
             for buf in (a, b):

@@ -47,6 +47,7 @@ __all__ = [
 _KINDS = {
     "uniform": PickSelectorClass.Uniform,
     "prioritized": PickSelectorClass.Prioritized,
+    "rank": PickSelectorClass.Rank,
 }
 
 # Concurrency groups of the ReplayActor: writers (record_*), the learner
@@ -72,7 +73,7 @@ def _kind(kind) -> PickSelectorClass:
         try:
             return _KINDS[kind.lower()]
         except KeyError:
-            raise ValueError(f"selector kind: expected 'uniform' or 'prioritized', got {kind!r}") from None
+            raise ValueError(f"selector kind: expected one of {sorted(_KINDS)}, got {kind!r}") from None
     return PickSelectorClass(int(kind))
 
 
@@ -309,8 +310,8 @@ class ReplayServer:
         """{handle: (kind name, alpha, beta)} (alpha, beta None for uniform)."""
         out = {}
         for h, k in self._selectors.items():
-            if k == PickSelectorClass.Prioritized:
-                out[h] = ("prioritized", *self._ab(h))
+            if k != PickSelectorClass.Uniform:
+                out[h] = (k.name.lower(), *self._ab(h))
             else:
                 out[h] = ("uniform", None, None)
         return out
@@ -437,6 +438,10 @@ class ReplayServer:
         n = len(epi)
         if kind == PickSelectorClass.Uniform:
             return float(n), (1.0 if n else float("inf")), n
+        if kind == PickSelectorClass.Rank:  # draw weights r**-alpha, r = 1..n
+            alpha = self._ab(int(ps))[0]
+            w = np.arange(1, n + 1, dtype=np.float64) ** -alpha
+            return float(w.sum()), (float(w[-1]) if n else float("inf")), n
         pa = np.asarray(self.buf._priority(ps, epi, pos), dtype=np.float64) if n else np.zeros(0)
         pos_pa = pa[pa > 0]
         return float(pa.sum()), (float(pos_pa.min()) if len(pos_pa) else float("inf")), n

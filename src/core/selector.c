@@ -1,9 +1,11 @@
 #include "selector.h"
 
 /* The index is the kind's public number: PickSelectorClass.Uniform == 0,
- * PickSelectorClass.Prioritized == 1. Append new kinds at the end. */
+ * PickSelectorClass.Prioritized == 1, PickSelectorClass.Rank == 2. Append
+ * new kinds at the end. */
 const exr_selector_vtable *const exr_selector_kinds[] = {
     &exr_sel_uniform,
     &exr_sel_prioritized,
+    &exr_sel_rank,
 };
 const int exr_selector_nkinds = (int)(sizeof exr_selector_kinds / sizeof exr_selector_kinds[0]);

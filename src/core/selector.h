@@ -88,5 +88,6 @@ extern const int exr_selector_nkinds;
 
 extern const exr_selector_vtable exr_sel_uniform;
 extern const exr_selector_vtable exr_sel_prioritized;
+extern const exr_selector_vtable exr_sel_rank;
 
 #endif
