@@ -101,16 +101,17 @@ build/test_%: tests/c/test_%.c $(wildcard tests/c/*.h) $(CORE_SRC) $(CORE_HDR) |
 ctest: $(CTESTS)
 	@for t in $(CTESTS); do echo "== $$t"; ./$$t; done
 
-# The core from many pthreads at once under ThreadSanitizer (tests/c/test_stress.c):
-# a short run here; STRESS_SECONDS=60 ./build/test_stress for a soak.
+# The core from many pthreads at once under ThreadSanitizer (tests/c/test_stress.c;
+# `make ctest` also runs it under ASan+UBSan): a short run here;
+# STRESS_SECONDS=60 ./build/tsan/test_stress for a soak.
 STRESS_SECONDS ?= 3
-build/test_stress: tests/c/test_stress.c $(CORE_SRC) $(CORE_HDR) | zlib
-	@mkdir -p build
+build/tsan/test_stress: tests/c/test_stress.c $(CORE_SRC) $(CORE_HDR) | zlib
+	@mkdir -p build/tsan
 	$(CTEST_CC) -std=c11 -O1 -g -Wall -Wextra -Werror -pthread -fsanitize=thread \
 	  -Isrc/core -o $@ tests/c/test_stress.c $(CORE_SRC) -lz -lm
 
-ctest-tsan: build/test_stress
-	TSAN_OPTIONS=halt_on_error=1:exitcode=66 STRESS_SECONDS=$(STRESS_SECONDS) ./build/test_stress
+ctest-tsan: build/tsan/test_stress
+	TSAN_OPTIONS=halt_on_error=1:exitcode=66 STRESS_SECONDS=$(STRESS_SECONDS) ./build/tsan/test_stress
 
 pytest: build
 	$(VPY) -m pytest -q tests

@@ -1,7 +1,7 @@
 /*
  * test_stress.c - src/core driven from many pthreads at once, built with
  * -fsanitize=thread by `make ctest-tsan` (part of `make test`, a short run;
- * `STRESS_SECONDS=60 ./build/test_stress` for a soak).
+ * `STRESS_SECONDS=60 ./build/tsan/test_stress` for a soak).
  *
  * One small buffer (eviction all the time, second-chance so that the hand
  * also reaches episodes being recorded into), and at the same time:
