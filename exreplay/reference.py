@@ -15,12 +15,18 @@ make the same ones):
 - Casting.  NumPy arrays and scalars follow ``numpy.can_cast(src, dst,
   "same_kind")`` strictly (an int64 array into a uint8 state is a TypeError).
   Plain Python numbers and sequences have no dtype of their own, so only
-  their kind counts (NEP 50): Python ints go into any integer dtype, and a
-  value that does not fit is a ValueError; Python floats into an integer
-  dtype are a TypeError.  Ragged sequences are a ValueError.
+  their kind counts (NEP 50): Python ints go into any integer dtype, judged
+  by their values (beyond int64 too), and a value that does not fit is a
+  ValueError naming the range; Python floats into an integer dtype are a
+  TypeError.  Ragged sequences are a ValueError.
+- Real-number scalars (a recorded ``priority``, ``alpha``, ``beta``): a
+  float, an int or anything with ``__float__`` (a 0-d array too), but not a
+  bool or a complex (TypeError); a sequence is a ValueError, and so is an int
+  too large for a float.  Priorities are never bools: ``True``, a NumPy bool
+  or an array or list of bools is a TypeError wherever priorities go.
 - Arguments are checked in order, and for each its type (TypeError) before
   its shape (ValueError): ``state=None`` or ``state="ab"`` is a TypeError, a
-  list given as ``priority`` a ValueError (shape ``(2,)``, not ``()``).  An
+  list given as ``priority`` a ValueError (a sequence, not a scalar).  An
   empty Python list is accepted wherever a sequence of any length is (as
   ``pick_epi``, ``pick_pos``, ``priorities`` of ``set_priority``).
 - Integer arguments (handles, sizes, capacity, pick_len, seed, kind) take
@@ -68,6 +74,7 @@ Layout (SPEC §2, §4; the paper's design):
                 ``_behind`` stays empty and ``_ahead[0]`` is the oldest.
 """
 
+import collections.abc
 import math
 import numbers
 import operator
@@ -285,14 +292,77 @@ def _bool_arg(name, x):
     return bool(x)
 
 
+def _real_arg(name, x):
+    """A real-number scalar as a Python float: a float, an int, or anything
+    with __float__, but not a bool or a complex (TypeError); a sequence or an
+    array of one or more dimensions is a ValueError, and so is an int too
+    large for a float (Python ints are judged by value)."""
+    if type(x) is float:
+        return x
+    if isinstance(x, np.ndarray):
+        seq = x.ndim > 0
+    else:
+        seq = isinstance(x, collections.abc.Sequence) and not isinstance(x, (str, bytes))
+    if seq:
+        raise ValueError(f"{name}: expected a scalar, got a {type(x).__name__}")
+    t = type(x)
+    numeric = any(hasattr(t, m) for m in ("__float__", "__index__", "__int__"))
+    if isinstance(x, (bool, np.bool_, complex, np.complexfloating)) or not numeric:
+        raise TypeError(f"{name}: expected a real number, got {_show(x)}")
+    try:
+        return float(x)
+    except OverflowError:
+        raise ValueError(f"{name}: expected a real number within float's range, got {_show(x)}") from None
+    except (TypeError, ValueError):
+        raise TypeError(f"{name}: expected a real number, got {_show(x)}") from None
+
+
 def _finite_nonneg(name, x):
-    """A real number (not a bool), finite and >= 0, as a Python float."""
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
-        raise TypeError(f"{name}: expected a finite number >= 0, got {_show(x)}")
-    v = float(x)
+    """A real number (_real_arg), finite and >= 0, as a Python float."""
+    v = _real_arg(name, x)
     if not (math.isfinite(v) and v >= 0.0):
         raise ValueError(f"{name}: expected a finite number >= 0, got {v!r}")
     return v
+
+
+def _refuse_bools(name, x):
+    """Priorities are real numbers: a bool, or an array or list of bools, is a
+    TypeError before anything else is looked at."""
+    if isinstance(x, (bool, np.bool_)):
+        is_bool = True
+    elif isinstance(x, np.ndarray):
+        is_bool = x.dtype.kind == "b"
+    elif isinstance(x, (list, tuple)):
+        try:
+            a = np.asarray(x)
+        except Exception:
+            return  # the conversion that follows reports what is wrong
+        is_bool = a.dtype.kind == "b" and a.size > 0
+    else:
+        return
+    if is_bool:
+        raise TypeError(f"{name}: expected real numbers, got bool")
+
+
+def _python_ints(name, x, dtype):
+    """x, a Python int or a (nested) sequence of them that NumPy could only
+    hold as object or float64, converted by value into dtype (an integer
+    dtype): a value outside dtype's range is a ValueError naming the range.
+    None when x holds anything but ints."""
+    try:
+        objs = np.asarray(x, dtype=object)
+    except Exception:
+        return None
+    flat = objs.reshape(-1).tolist()
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in flat):
+        return None
+    info = np.iinfo(dtype)
+    for v in flat:
+        if not info.min <= v <= info.max:
+            raise ValueError(
+                f"{name}: expected values in [{info.min}, {info.max}] ({dtype}), got {v}"
+            )
+    return np.array(flat, dtype=dtype).reshape(objs.shape)
 
 
 def _shape_arg(name, x):
@@ -368,6 +438,13 @@ def _array_arg(name, x, dtype, shape=None, what="an array"):
     except Exception:
         raise TypeError(f"{name}: expected {what}, got {_show(x)}") from None
     typed = isinstance(x, (np.ndarray, np.generic))
+    if not typed and dtype.kind in "iu" and a.dtype.kind in "fO":
+        # Python ints beyond int64 made NumPy pick float64 or object: they
+        # are judged by value, before the shape (types come first)
+        ints = _python_ints(name, x, dtype)
+        if ints is not None:
+            a, x = ints, ints
+            typed = True
     # An empty Python sequence has no dtype at all, so it is let through.
     weak_ok = not typed and (a.size == 0 or (a.dtype.kind in "iu" and dtype.kind in "iu"))
     if not weak_ok and not np.can_cast(a.dtype, dtype, "same_kind"):
@@ -616,8 +693,10 @@ class ReferenceReplay:
         _item_bytes("action_shape", action_dtype, action_shape)
         if capacity is not None:
             capacity = _int_arg("capacity", capacity)
-            if capacity < 1:
-                raise ValueError(f"capacity: expected an int >= 1 or None, got {capacity}")
+            if not 1 <= capacity <= 2**63 - 1:
+                raise ValueError(
+                    f"capacity: expected an int in [1, {2**63 - 1}] or None, got {capacity}"
+                )
         pick_len = _int_arg("pick_len", pick_len)
         if not 1 <= pick_len <= MAX_PICK_LEN:
             raise ValueError(f"pick_len: expected an int from 1 to {MAX_PICK_LEN}, got {pick_len}")
@@ -733,7 +812,7 @@ class ReferenceReplay:
             if priority is None:
                 p = None
             else:
-                pa = _array_arg("priority", priority, _FLOAT64, (), "a scalar priority")
+                pa = np.float64(_real_arg("priority", priority))
                 _check_priorities("priority", pa)
                 p = _recorded(float(pa))
             # Everything is valid; from here on nothing raises.
@@ -768,6 +847,7 @@ class ReferenceReplay:
             if priorities is None:
                 prios = [None] * T
             else:
+                _refuse_bools("priorities", priorities)
                 pa = _array_arg("priorities", priorities, _FLOAT64, (T,), "an array of priorities")
                 _check_priorities("priorities", pa)
                 prios = [_recorded(float(v)) for v in pa]
@@ -857,6 +937,7 @@ class ReferenceReplay:
         with self._lock:
             sel = self._selector_arg(ps)
             epi, pos = self._pick_arrays(pick_epi, pick_pos)
+            _refuse_bools("priorities", priorities)
             pa = _array_arg("priorities", priorities, _FLOAT64, None, "priorities")
             if pa.shape not in ((), epi.shape):
                 raise ValueError(

@@ -24,7 +24,8 @@ def test_batch_and_episode_reprs_summarise():
     r = repr(b)
     assert r == ("Batch(state=uint8(32, 1, 84, 84), action=int64(32, 1), reward=float32(32, 1), "
                  "state_next=uint8(32, 1, 84, 84), seq_len=int64(32,), seq_len_next=int64(32,), "
-                 "pick_epi=int64(32,), pick_pos=int64(32,), weight=float32(32,))")
+                 "pick_epi=int64(32,), pick_pos=int64(32,), weight=float32(32,), "
+                 "pick_index=int64(32,))")
     e = repr(buf.episode(h))
     assert e == ("EpisodeData(state=uint8(50, 84, 84), action=int64(50,), reward=float32(50,), "
                  "final_state=None, ended=False, terminated=False)")

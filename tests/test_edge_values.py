@@ -135,8 +135,8 @@ def test_other_int_arguments_name_their_range():
     unchanged(b, ValueError, r"batch_size: expected an int in \[1, 2\*\*63 - 1\], got 0",
               b.get_batch, 0, ps)
     unchanged(b, ValueError, r"batch_size: .*got 36893488147419103232", b.get_batch, 2**65, ps)
-    unchanged(b, ValueError, r"kind: expected a PickSelectorClass \(0 to 1\), got 2",
-              b.new_pick_selector, 2)
+    unchanged(b, ValueError, r"kind: expected a PickSelectorClass \(0 to 2\), got 3",
+              b.new_pick_selector, 3)
     unchanged(b, TypeError, r"level: expected an int from 0 to 9, got bool", b.serialize, True)
 
 

@@ -121,6 +121,30 @@ PyArrayObject *exr_as_array(PyObject *obj, PyArray_Descr *descr, int nlead, npy_
         Py_DECREF(arr);
         return NULL;
     }
+    if (maybe_ints) {
+        /* decided before the shape, as every type question is: Python ints
+         * are converted by value (ValueError if one does not fit), anything
+         * else must cast under same_kind (TypeError) */
+        int not_ints;
+        PyArrayObject *conv = exr_ints_by_value(obj, arr, descr, arg, &not_ints);
+        if (!conv && !not_ints) {
+            Py_DECREF(arr);
+            return NULL;
+        }
+        if (!conv && !PyArray_CanCastTypeTo(have, descr, NPY_SAME_KIND_CASTING)) {
+            PyErr_Format(PyExc_TypeError,
+                         "%s: expected %S (or a dtype that casts to it under same_kind), got %S",
+                         arg, (PyObject *)descr, (PyObject *)have);
+            Py_DECREF(arr);
+            return NULL;
+        }
+        if (conv) {
+            Py_DECREF(arr);
+            arr = conv;
+            equiv = 1;
+        }
+        maybe_ints = 0;
+    }
     int ok = PyArray_NDIM(arr) == nlead + nd;
     for (int i = 0; ok && i < nlead; i++)
         ok = lead[i] < 0 || PyArray_DIM(arr, i) == lead[i];
@@ -139,19 +163,12 @@ PyArrayObject *exr_as_array(PyObject *obj, PyArray_Descr *descr, int nlead, npy_
             lead[i] = PyArray_DIM(arr, i);
     if (equiv && PyArray_IS_C_CONTIGUOUS(arr) && PyArray_ISALIGNED(arr))
         return arr; /* read in place: no copy */
-    if ((weak_int && !equiv) || maybe_ints) {
+    if (weak_int && !equiv) {
         int not_ints;
         PyArrayObject *out = exr_ints_by_value(obj, arr, descr, arg, &not_ints);
         if (out || !not_ints) {
             Py_DECREF(arr);
             return out;
-        }
-        if (!PyArray_CanCastTypeTo(have, descr, NPY_SAME_KIND_CASTING)) {
-            PyErr_Format(PyExc_TypeError,
-                         "%s: expected %S (or a dtype that casts to it under same_kind), got %S",
-                         arg, (PyObject *)descr, (PyObject *)have);
-            Py_DECREF(arr);
-            return NULL;
         }
     }
     Py_INCREF(descr);

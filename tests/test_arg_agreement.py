@@ -1,0 +1,222 @@
+"""The C buffer and the reference accept and refuse the same arguments.
+
+For every argument of every public method, a set of odd values (bools, NumPy
+scalars, huge ints, floats, strings, None, sequences, arrays) is passed to
+both implementations built the same way.  Each call must end the same way in
+both: success, or the same exception type.  After a success the two buffers
+must hold the same records and picks; after a failure each must be exactly as
+it was (docs/semantics.md, "Inputs and errors").
+
+This is what keeps docs/semantics.md's argument rules true of both
+implementations: a new argument rule in one of them shows up here as a
+disagreement.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+import exreplay
+from exreplay import PickSelectorClass
+from exreplay.reference import ReferenceReplay
+
+IMPLS = (ReferenceReplay, exreplay.ExperienceReplay)
+
+
+class _Opaque:
+    """An object with no numeric, sequence or truth protocol of its own."""
+
+
+# Values whose handling differs most between "anything numpy.asarray takes"
+# and a strict argument parser.
+ODD = {
+    "True": True,
+    "False": False,
+    "0": 0,
+    "1": 1,
+    "-1": -1,
+    "3": 3,
+    "2**31": 2**31,
+    "2**62": 2**62,
+    "2**63": 2**63,
+    "-2**63-1": -(2**63) - 1,
+    "1.0": 1.0,
+    "1.5": 1.5,
+    "nan": math.nan,
+    "inf": math.inf,
+    "1j": 1j,
+    "str": "x",
+    "bytes": b"x",
+    "None": None,
+    "[]": [],
+    "[1]": [1],
+    "[1, 2]": [1, 2],
+    "np.int64(1)": np.int64(1),
+    "np.uint8(1)": np.uint8(1),
+    "np.bool_(True)": np.bool_(True),
+    "np.float32(1)": np.float32(1.0),
+    "np.array(1)": np.array(1),
+    "np.array([1.0])": np.array([1.0]),
+    "object": _Opaque(),
+}
+
+
+def outcome(fn):
+    """None on success, else the exception's type."""
+    try:
+        fn()
+    except Exception as ex:  # the type is what is compared
+        return type(ex)
+    return None
+
+
+def contents(buf):
+    """Everything observable about a buffer's records and picks."""
+    eps = []
+    for h in buf._handles():
+        d = buf.episode(h)
+        fs = None if d.final_state is None else d.final_state.tobytes()
+        eps.append((h, d.state.tobytes(), d.action.tobytes(), d.reward.tobytes(), fs,
+                    d.ended, d.terminated))
+    epi, pos = buf._picks()
+    return len(buf), eps, sorted(zip(epi.tolist(), pos.tolist()))
+
+
+def filled(cls, **kw):
+    """A buffer with two episodes (one ended), a uniform and a prioritized selector."""
+    cfg = dict(state_shape=(2,), capacity=100, pick_len=2, seed=0)
+    cfg.update(kw)
+    buf = cls(**cfg)
+    h = None
+    for t in range(5):
+        h = buf.record(h, np.full(2, t, np.float32), t, 1.0)
+    buf.record(h, np.zeros(2, np.float32), 0, 0.0, final_state=np.ones(2, np.float32))
+    h = None
+    for t in range(3):
+        h = buf.record(h, np.full(2, -t, np.float32), t, 0.5)
+    u = buf.new_pick_selector(PickSelectorClass.Uniform)
+    p = buf.new_pick_selector(PickSelectorClass.Prioritized, alpha=0.6, beta=0.4)
+    return buf, h, u, p
+
+
+def agree(call, values=ODD):
+    """Runs call(buf, h, u, p, value) on both implementations for each value."""
+    disagreements = {}
+    for name, v in values.items():
+        results = []
+        for cls in IMPLS:
+            buf, h, u, p = filled(cls)
+            before = contents(buf)
+            out = outcome(lambda: call(buf, h, u, p, v))
+            after = contents(buf)
+            if out is not None:
+                assert after == before, f"{cls.__name__} changed after {out.__name__} for {name}"
+            results.append((out, after))
+        (ro, rc), (co, cc) = results
+        if ro != co:
+            disagreements[name] = (getattr(ro, "__name__", "ok"), getattr(co, "__name__", "ok"))
+        elif ro is None and rc != cc:
+            disagreements[name] = ("ok, different contents", "")
+    assert not disagreements, f"reference vs C: {disagreements}"
+
+
+S = np.zeros(2, np.float32)
+S2 = np.zeros((2, 2), np.float32)
+
+RECORD_ARGS = {
+    "h": lambda b, h, u, p, v: b.record(v, S, 0, 0.0),
+    "state": lambda b, h, u, p, v: b.record(h, v, 0, 0.0),
+    "action": lambda b, h, u, p, v: b.record(h, S, v, 0.0),
+    "reward": lambda b, h, u, p, v: b.record(h, S, 0, v),
+    "final_state": lambda b, h, u, p, v: b.record(h, S, 0, 0.0, final_state=v),
+    "terminated": lambda b, h, u, p, v: b.record(h, S, 0, 0.0, terminated=v),
+    "priority": lambda b, h, u, p, v: b.record(h, S, 0, 0.0, priority=v),
+}
+
+RECORD_MANY_ARGS = {
+    "h": lambda b, h, u, p, v: b.record_many(v, S2, [0, 1], [0.0, 0.0]),
+    "states": lambda b, h, u, p, v: b.record_many(h, v, [0, 1], [0.0, 0.0]),
+    "actions": lambda b, h, u, p, v: b.record_many(h, S2, v, [0.0, 0.0]),
+    "rewards": lambda b, h, u, p, v: b.record_many(h, S2, [0, 1], v),
+    "final_state": lambda b, h, u, p, v: b.record_many(h, S2, [0, 1], [0.0, 0.0], final_state=v),
+    "terminated": lambda b, h, u, p, v: b.record_many(h, S2, [0, 1], [0.0, 0.0], terminated=v),
+    "priorities": lambda b, h, u, p, v: b.record_many(h, S2, [0, 1], [0.0, 0.0], priorities=v),
+}
+
+SELECTOR_ARGS = {
+    "kind": lambda b, h, u, p, v: b.new_pick_selector(v),
+    "alpha": lambda b, h, u, p, v: b.new_pick_selector(PickSelectorClass.Prioritized, alpha=v),
+    "beta": lambda b, h, u, p, v: b.new_pick_selector(PickSelectorClass.Prioritized, beta=v),
+    "beta=": lambda b, h, u, p, v: setattr(p, "beta", v),
+    "remove": lambda b, h, u, p, v: b.remove_pick_selector(v),
+}
+
+BATCH_ARGS = {
+    "batch_size": lambda b, h, u, p, v: b.get_batch(v, u),
+    "ps": lambda b, h, u, p, v: b.get_batch(2, v),
+    "out": lambda b, h, u, p, v: b.get_batch(2, u, out=v),
+    "episode": lambda b, h, u, p, v: b.episode(v),
+}
+
+SET_PRIORITY_ARGS = {
+    "ps": lambda b, h, u, p, v: b.set_priority(v, [0], [0], [1.0]),
+    "pick_epi": lambda b, h, u, p, v: b.set_priority(p, v, [0], [1.0]),
+    "pick_pos": lambda b, h, u, p, v: b.set_priority(p, [0], v, [1.0]),
+    "priorities": lambda b, h, u, p, v: b.set_priority(p, [0], [0], v),
+}
+
+
+@pytest.mark.parametrize("arg", sorted(RECORD_ARGS))
+def test_record_arguments_agree(arg):
+    agree(RECORD_ARGS[arg])
+
+
+@pytest.mark.parametrize("arg", sorted(RECORD_MANY_ARGS))
+def test_record_many_arguments_agree(arg):
+    agree(RECORD_MANY_ARGS[arg])
+
+
+@pytest.mark.parametrize("arg", sorted(SELECTOR_ARGS))
+def test_selector_arguments_agree(arg):
+    agree(SELECTOR_ARGS[arg])
+
+
+# A batch of 2**31 picks or more is a MemoryError in C but tries to allocate
+# in the reference: those sizes are tested against the C buffer alone
+# (tests/test_errors.py).
+SMALL = {k: v for k, v in ODD.items() if not (isinstance(v, int) and abs(v) >= 2**31)}
+
+
+@pytest.mark.parametrize("arg", sorted(BATCH_ARGS))
+def test_batch_and_episode_arguments_agree(arg):
+    agree(BATCH_ARGS[arg], SMALL if arg == "batch_size" else ODD)
+
+
+@pytest.mark.parametrize("arg", sorted(SET_PRIORITY_ARGS))
+def test_set_priority_arguments_agree(arg):
+    agree(SET_PRIORITY_ARGS[arg])
+
+
+CONSTRUCTOR_ARGS = (
+    "state_shape",
+    "state_dtype",
+    "action_shape",
+    "action_dtype",
+    "reward_dtype",
+    "capacity",
+    "pick_len",
+    "allow_short",
+    "eviction",
+    "seed",
+)
+
+
+@pytest.mark.parametrize("arg", CONSTRUCTOR_ARGS)
+def test_constructor_arguments_agree(arg):
+    disagreements = {}
+    for name, v in ODD.items():
+        outs = [outcome(lambda: cls(state_shape=(2,), **{arg: v})) for cls in IMPLS]
+        if outs[0] != outs[1]:
+            disagreements[name] = tuple(getattr(o, "__name__", "ok") for o in outs)
+    assert not disagreements, f"reference vs C: {disagreements}"
