@@ -25,8 +25,8 @@ def log_section(d):
     L.append(
         "`benchmarks/test_bench_log.py` (docs/log.md): every exreplay measurement beside its "
         "counterpart in the same run, medians over rounds. Results: `benchmarks/results/log.json`. "
-        "The machine is the shared 2-core VM; during this run other jobs kept its load average "
-        "far above 2, so absolute speeds are low and the spread between rounds is wide.")
+        "The machine is the shared 2-core VM, busy with other jobs during the run (load average "
+        "between about 2 and 10), so absolute speeds move and the spread between rounds is wide.")
     L.append("")
     rows = []
     ax = d.get("apex_example")
@@ -34,13 +34,17 @@ def log_section(d):
         runs_off = ", ".join("%.0f" % r["inserts_per_s"] for r in ax["runs"]["off"])
         runs_on = ", ".join("%.0f" % r["inserts_per_s"] for r in ax["runs"]["log"])
         ok = ax["inserts_ratio"] >= 0.98 and ax["samples_ratio"] >= 0.98
+        busy = [r.get("writer_s") for r in ax["runs"]["log"] if r.get("writer_s") is not None]
+        busy_txt = ("; the log writers were busy %s s of each %d-s run" % (
+            ", ".join("%.3f" % b for b in busy), ax["seconds"])) if busy else ""
         rows.append([
             "Ape-X example: logging every step", "≤ 2% of replay throughput (records/s and "
             "minibatches/s) against the same run without a log",
             "records/s %.3f×, samples/s %.3f× of the run without (%d rounds of %d s, alternating; "
             "inserts/s per round without: %s; with: %s)" % (
                 ax["inserts_ratio"], ax["samples_ratio"], ax["rounds"], ax["seconds"],
-                runs_off, runs_on), _v(ok) + (" (within the rounds' spread)" if not ok else "")])
+                runs_off, runs_on) + busy_txt,
+            _v(ok) + (" (within the rounds' spread)" if not ok else "")])
     pc = d.get("paced")
     if pc:
         l0, l1 = pc["level0"], pc["level1"]

@@ -407,7 +407,9 @@ def test_apex_example_with_log(tmp_path):
                                    "samples_per_s": s["mean_samples_per_s"],
                                    "records": s["records"],
                                    "log_records": s.get("log", {}).get("records"),
-                                   "merge_s": s.get("log", {}).get("merge_s")})
+                                   "merge_s": s.get("log", {}).get("merge_s"),
+                                   "writer_s": sum(w["writer_seconds"] for w in
+                                                   s.get("log", {}).get("writers", []))})
     finally:
         if started:
             ray.shutdown()

@@ -597,26 +597,45 @@ class _Writer:
 
 class _Input:
     """One merge input: a window of its records that holds every record it has
-    with a timestamp up to the window's last, plus one chunk of lookahead."""
+    with a timestamp up to the window's last, plus a lookahead of two chunks
+    being decoded (inflated and checked) on the merge's decode threads while
+    the caller merges: the file is read on the caller's thread."""
 
-    def __init__(self, reader: LogReader):
+    def __init__(self, reader: LogReader, pool):
+        from collections import deque
+
         self.reader = reader
-        self.it = reader.raw_chunks()
-        self.next = next(self.it, None)
+        self.pool = pool
+        self.heads = reader._headers(True)
+        self.futs = deque()
         self.win: Optional[_Raw] = None
-        self.read_bytes = 0
+        self._fill()
+
+    def _fill(self):
+        while len(self.futs) < 2:
+            x = next(self.heads, None)
+            if x is None:
+                return
+            off, h, body = x
+            self.futs.append(self.pool.submit(_decode, h, body, self.reader.path, off,
+                                              self.reader.schema))
+
+    def _peek(self) -> Optional[_Raw]:
+        return self.futs[0].result() if self.futs else None
+
+    def _pop(self) -> _Raw:
+        r = self.futs.popleft().result()
+        self._fill()
+        return r
 
     @property
     def exhausted(self):
-        return self.next is None
+        return not self.futs
 
     def refill(self, schema):
         parts = [self.win] if self.win is not None and len(self.win.ts) else []
-        while self.next is not None and (
-                not parts or int(self.next.ts[0]) == int(parts[-1].ts[-1])):
-            parts.append(self.next)
-            self.read_bytes += self.next.rows.nbytes
-            self.next = next(self.it, None)
+        while self.futs and (not parts or int(self._peek().ts[0]) == int(parts[-1].ts[-1])):
+            parts.append(self._pop())
         self.win = _concat(parts, schema) if parts else None
 
     def take(self, bound) -> Optional[_Raw]:
@@ -681,8 +700,8 @@ def merge(inputs: Sequence[PathLike], output: PathLike, *, level: int = 1,
     """Writes one log holding every record of ``inputs`` in timestamp order.
 
     A streaming k-way merge: each input holds a window of at most a few chunks
-    (its current one, one of lookahead, and those that share one timestamp),
-    so memory does not grow with the logs. Records with equal timestamps keep
+    (its current one, two of lookahead being decoded on helper threads, and
+    those that share one timestamp), so memory does not grow with the logs. Records with equal timestamps keep
     the order of ``inputs`` (and within one input, their order in it).
     ``output`` must not exist. ``progress``: True draws a bar on stderr, a
     callable gets (bytes_done, bytes_total); None draws the bar only for
@@ -696,7 +715,10 @@ def merge(inputs: Sequence[PathLike], output: PathLike, *, level: int = 1,
         raise ValueError("chunk_bytes: expected an int from 1 to 2**30, got %r" % (chunk_bytes,))
     if isinstance(inputs, (str, bytes, os.PathLike)) or not len(inputs):
         raise ValueError("inputs: expected a non-empty sequence of log paths, got %r" % (inputs,))
+    from concurrent.futures import ThreadPoolExecutor
+
     readers = []
+    pool = None
     try:
         for p in inputs:
             readers.append(LogReader(p))
@@ -710,7 +732,8 @@ def merge(inputs: Sequence[PathLike], output: PathLike, *, level: int = 1,
             sources.update(info(r.path)["sources"])
         total = sum(r.size for r in readers)
         prog = _Progress(total, progress)
-        ins = [_Input(r) for r in readers]
+        pool = ThreadPoolExecutor(2, thread_name_prefix="exreplay-log-decode")
+        ins = [_Input(r, pool) for r in readers]
         for i in ins:
             i.refill(schema)
         w = _Writer(output, schema, level, sources)
@@ -755,6 +778,8 @@ def merge(inputs: Sequence[PathLike], output: PathLike, *, level: int = 1,
             raise
         prog(total, final=True)
     finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
         for r in readers:
             r.close()
     return info(output)

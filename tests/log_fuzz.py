@@ -190,6 +190,16 @@ def check_file(path):
     inf, ierr = guarded("info", lambda: xlog.info(path))
     t, terr = guarded("tail", lambda: xlog.tail(path, 5))
     guarded("from_log", lambda: exreplay.ExperienceReplay.from_log(path, capacity=None))
+    out = path + ".merged"
+
+    def merged():
+        try:
+            return xlog.merge([path], out, chunk_bytes=200, progress=False)["records"]
+        finally:
+            if os.path.exists(out):
+                os.unlink(out)
+
+    nm, _ = guarded("merge", merged)
     if chunks is not None:
         n = sum(len(c.timestamps) for c in chunks)
         for c in chunks:
@@ -202,6 +212,8 @@ def check_file(path):
                 raise Failure("final states do not match the flags")
         if inf is None:
             raise Failure("open read %d records but info raised %s" % (n, ierr))
+        if nm is not None and not torn and nm != n:
+            raise Failure("merge wrote %d records, open read %d" % (nm, n))
         if inf["records"] != n:
             raise Failure("info says %d records, open read %d" % (inf["records"], n))
         if t is None and not torn:

@@ -818,5 +818,6 @@ def gather_logs(replays, dest_dir: str, output: str | None = None, *, force_ship
     out = xlog.merge(local, output, level=level, progress=progress)
     out["inputs"] = local
     out["shipped_bytes"] = shipped
+    out["writers"] = [i["stats"] for i in infos]
     return out
 
