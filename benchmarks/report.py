@@ -42,7 +42,7 @@ GOAL_PERSIST_L1_VS_ZLIB = 0.9  # level 1: >= 0.9x zlib's speed, serialize and un
 GOAL_PERSIST_L0_GBPS = 1.0  # level 0: >= 1 GB/s, serialize and unserialize
 GOAL_SAVE_PEAK_FRACTION = 0.1  # save(): "no second full copy", judged as peak extra < 10 % of the file
 
-# The paper's own numbers (seed 003 §4, SPEC §8), drawn as reference lines.
+# The paper's own numbers (the paper's §4; docs/benchmarks.md), drawn as reference lines.
 PAPER_RECORD_100_CPP_US = 700.0
 PAPER_RECORD_100_PY_US = 500.0
 PAPER_GET_5000_CPP_US = 800.0
@@ -424,7 +424,7 @@ def persistence_goals(persist):
     if saves:
         txt = "; ".join(f"level {r['level']}: {_mib(r['peak_extra_bytes'])} over the RSS before the save, for a "
                         f"{fmt_bytes(r['file_bytes'])} file" for r in saves)
-        rows.append(["save() of a ~2 GB buffer", "streams, no second full copy (SPEC §6); judged as peak extra "
+        rows.append(["save() of a ~2 GB buffer", "streams, no second full copy (docs/format.md); judged as peak extra "
                      f"memory < {GOAL_SAVE_PEAK_FRACTION:.0%} of the file", txt, verdict(all(_save_ok(r) for r in saves))])
     return rows
 
@@ -496,7 +496,7 @@ def persistence_section(persist):
             "`save(path, level)` of a buffer of about 2 GB, in a fresh process: the peak resident memory during "
             "the save (VmHWM, reset through `/proc/self/clear_refs` just before it) minus the RSS before it; "
             "the growth of `ru_maxrss` alongside (0 when the save never went above the process's earlier peak, "
-            "the fill). SPEC §6: save streams, nothing holds a second full copy."
+            "the fill). docs/format.md: save streams, nothing holds a second full copy."
         )
         L.append("")
         trs = [[r["level"], f"{r['records']:,}", fmt_bytes(r["file_bytes"]), fmt_bytes(r["rss_before"]),
@@ -994,7 +994,7 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
             "Resident memory (RSS from `/proc/self/statm`, which sees the C buffer's allocations that tracemalloc "
             "does not) before and after filling a buffer, in a fresh process (`benchmarks/memory_probe.py`), minus "
             "the payload (state 16 B + action 8 B + reward 4 B = 28 B per record); then the growth when one "
-            "prioritized selector is added, per pick. SPEC §4 targets ≤ 16 B per record and ≤ 16 B per pick."
+            "prioritized selector is added, per pick. docs/design.md targets ≤ 16 B per record and ≤ 16 B per pick."
         )
         L.append("")
         trs = []

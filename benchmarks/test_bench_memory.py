@@ -1,5 +1,5 @@
 """Memory: bytes per record held beyond the payload, and per pick for a prioritized
-selector (SPEC §4: targets <= 16 and <= 16).  Each measurement runs
+selector (docs/design.md: targets <= 16 and <= 16).  Each measurement runs
 benchmarks/memory_probe.py in a fresh process (RSS before/after filling)."""
 
 import json

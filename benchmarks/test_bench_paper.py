@@ -1,4 +1,4 @@
-"""The paper's experiment (seed 003 §4, SPEC §8).
+"""The paper's experiment (the paper's §4; docs/benchmarks.md).
 
 2^k episodes of round(2^s) records each, N = 2^k * round(2^s) records.
 State (4,) float32, action int64, reward float32; pick_len = 8; capacity = N.

@@ -1,5 +1,5 @@
 """Persistence: serialize / unserialize throughput against zlib and memcpy, and the
-peak memory of save() (SPEC §6: save streams, no second full copy).
+peak memory of save() (docs/format.md: save streams, no second full copy).
 
 The buffer: 84x84 uint8 frames (int64 actions, float32 rewards) in episodes of
 500 steps, filled by harness.fill (random frames: zlib's worst case), with a

@@ -1,5 +1,5 @@
 """Threads: one thread recording and one sampling, against the same work done
-sequentially in one thread (SPEC §4: the GIL is released inside record_many,
+sequentially in one thread (docs/design.md: the GIL is released inside record_many,
 get_batch and set_priority, and the buffer guards itself).
 
 Two workloads, each on a buffer filled to capacity first (so recording evicts):

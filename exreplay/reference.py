@@ -3,7 +3,7 @@
 `ReferenceReplay` has the API of the C buffer ``exreplay.ExperienceReplay``
 and behaves as ``docs/semantics.md`` says, decision by decision.  It is the
 definition the C buffer is differential-tested against, and the pure-Python
-baseline of the benchmarks (SPEC §8).  Clarity wins over speed everywhere:
+baseline of the benchmarks (docs/benchmarks.md).  Clarity wins over speed everywhere:
 plain lists and dicts, one ``random.Random`` per selector, and NumPy only to
 accept inputs and to build output arrays.
 
@@ -56,7 +56,7 @@ make the same ones):
 - Pickling works (by value); ``serialize``/``save`` and their format belong to
   the C buffer and are not provided here.
 
-Layout (SPEC §2, §4; the paper's design):
+Layout (docs/semantics.md; the paper's design):
 
     _episodes   dict handle -> _Episode, in handle order.  An episode keeps
                 per-record lists (state arrays, actions, rewards, first-step
@@ -663,7 +663,7 @@ class ReferenceReplay:
 
     Same constructor, methods, attributes, errors and test hooks as
     ``exreplay.ExperienceReplay``; the behaviour is that of
-    ``docs/semantics.md`` (and SPEC §2-§5), which this class exists to pin
+    ``docs/semantics.md``, which this class exists to pin
     down.  Every public method holds one ``threading.RLock``, so the buffer
     may be shared between threads.
 
@@ -1197,7 +1197,7 @@ class ReferenceReplay:
         return indices
 
     def _num_picks_for(self, n, ended):
-        """SPEC §2.1: the picks of an episode are positions 0 .. m-1."""
+        """docs/semantics.md: the picks of an episode are positions 0 .. m-1."""
         c = n if ended else max(n - 1, 0)
         if ended and self._allow_short:
             return c

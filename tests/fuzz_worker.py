@@ -1,4 +1,4 @@
-"""Mutation fuzzer of ExperienceReplay.unserialize (SPEC §6), run as a subprocess.
+"""Mutation fuzzer of ExperienceReplay.unserialize (docs/format.md), run as a subprocess.
 
 tests/test_fuzz.py starts this script (so that a segfault or an abort fails
 that test instead of killing pytest); fuzz/atheris_unserialize.py imports it

@@ -1,6 +1,6 @@
 """API tests of the C buffer ``exreplay.ExperienceReplay``.
 
-Every statement of SPEC §2-§3 and docs/semantics.md that can be observed
+Every statement of docs/api.md and docs/semantics.md that can be observed
 from Python, checked against the C class only (the reference and the
 differential tests live elsewhere). Expected batch contents are computed
 here from ``episode(h)``, never from another implementation.
@@ -370,7 +370,7 @@ def test_episode_data_fields():
     assert ep3.ended and not ep3.terminated and ep3.final_state is not None
 
 
-# ---- picks (SPEC §2.1) ------------------------------------------------------
+# ---- picks (docs/semantics.md) ------------------------------------------------------
 
 
 @pytest.mark.parametrize("pick_len", [1, 2, 3, 5])
@@ -477,7 +477,7 @@ def test_batch_shapes_dtypes_contents(name):
 
 
 def test_batch_arrays_own_their_memory():
-    # SPEC §4: the arrays own the memory get_batch filled (no second copy). All
+    # docs/design.md: the arrays own the memory get_batch filled (no second copy). All
     # nine share one block as their base, which lives until the last of them.
     buf = make()
     fill(buf, 10, ended=True)

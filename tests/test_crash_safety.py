@@ -1,4 +1,4 @@
-"""save() is crash safe (SPEC §6): a process killed at any moment during
+"""save() is crash safe (docs/format.md): a process killed at any moment during
 save() leaves the file holding either the old or the new buffer, complete.
 
 A child process saves two distinguishable buffers alternately to one path in

@@ -1,4 +1,4 @@
-"""Statistical tests of selection (SPEC §3 "Priorities", docs/semantics.md).
+"""Statistical tests of selection (docs/semantics.md, "Priorities").
 
 With fixed seeds, ~200k draws per check:
 

@@ -1,8 +1,8 @@
 """Bad inputs on every public method of the C buffer and its constructor.
 
 Each must raise the documented TypeError/ValueError, name the offending
-argument in the message, and leave the buffer exactly as it was (SPEC §3.1,
-docs/semantics.md "All validation happens before anything changes").
+argument in the message, and leave the buffer exactly as it was
+(docs/semantics.md, "All validation happens before anything changes").
 """
 
 import math
@@ -260,7 +260,7 @@ def test_get_batch_batch_size(env):
 
 
 def test_get_batch_overflowing_batch_size(env):
-    # SPEC §3.1: sizes that overflow are a MemoryError, and the message names the argument
+    # docs/semantics.md: sizes that overflow are a MemoryError, and the message names the argument
     expect_error(env, MemoryError, "batch_size", env["buf"].get_batch, 2**62, env["u"])
 
 

@@ -1,4 +1,4 @@
-"""Fuzzing ExperienceReplay.unserialize (SPEC §6): arbitrary bytes give a buffer or
+"""Fuzzing ExperienceReplay.unserialize (docs/format.md): arbitrary bytes give a buffer or
 ValueError; never a crash, a hang, MemoryError, or an allocation far beyond
 what the input's length justifies -- also when the checksums are fixed up.
 

@@ -1,5 +1,5 @@
 """Persistence of the C buffer: serialize / unserialize, save / load, pickling
-(SPEC §6, docs/format.md).
+(docs/format.md).
 
 - Round trips at every level for several configurations: the copy answers
   every query as the original does, draws the same batches, and stays

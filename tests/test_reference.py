@@ -1,4 +1,4 @@
-"""The statements of SPEC §2-§3, §5 and docs/semantics.md, as tests.
+"""The statements of docs/semantics.md, as tests.
 
 They use only the public API and the test hooks (`_handles`, `_picks`,
 `_gather`, `_priority`, `_check`), through the `make_buffer` fixture, so the
@@ -297,7 +297,7 @@ def test_stored_state_is_a_copy_of_the_input(make_buffer):
 
 
 # --------------------------------------------------------------------------
-# when a pick exists (SPEC §2.1)
+# when a pick exists (docs/semantics.md)
 # --------------------------------------------------------------------------
 
 
@@ -980,7 +980,7 @@ def test_selector_generators_are_independent(make_buffer):
 
 
 # --------------------------------------------------------------------------
-# eviction (SPEC §5)
+# eviction (docs/semantics.md)
 # --------------------------------------------------------------------------
 
 
@@ -1211,7 +1211,7 @@ def test_record_many_bad_inputs_change_nothing(make_buffer, kwargs, exc, argname
 
 
 # --------------------------------------------------------------------------
-# record: inputs, casting and errors (SPEC §3.1)
+# record: inputs, casting and errors (docs/semantics.md)
 # --------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""Concurrency stress of the C buffer (SPEC §4: every method is safe to call
+"""Concurrency stress of the C buffer (docs/design.md: every method is safe to call
 from many threads at once, and the GIL is released inside record,
 record_many, get_batch and set_priority).
 

@@ -962,7 +962,7 @@ static void copy_pick(const exr_store_layout *L, const plan_t *pl, size_t pick_l
     gather_rows(ac, pl, l, sb, L, ab);
     gather_rows(rw, pl, l, sb + ab, L, rb);
     /* Next states 0..l-2 are states 1..l-1: take them from the output just
-     * written, so each stored state is read once (SPEC §4). */
+     * written, so each stored state is read once (docs/design.md). */
     if (l > 1)
         copy_bytes(nx, st + sb, (l - 1) * sb);
     unsigned char *last = nx + (l - 1) * sb;

@@ -1,5 +1,5 @@
 /*
- * evict.h - which episode leaves when the buffer is over capacity (SPEC §5).
+ * evict.h - which episode leaves when the buffer is over capacity (docs/semantics.md).
  *
  *   fifo:           head of the live list (smallest handle)
  *   second_chance:  a hand walks the live list in handle order, wrapping:

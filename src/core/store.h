@@ -18,7 +18,7 @@
  *
  * Segments double in size up to about 1 MiB, then stay that size: a short
  * episode wastes little, and a long one never reallocates what it holds
- * (no giant realloc, SPEC §5). Every segment holds at least pick_len + 1
+ * (no giant realloc, docs/semantics.md). Every segment holds at least pick_len + 1
  * records, so a pick and its next states span at most two segments: one or
  * two memcpy per column.
  *
