@@ -36,8 +36,12 @@ CTEST_CC ?= gcc
 CTEST_CFLAGS ?= -std=c11 -O1 -g -Wall -Wextra -Werror -pthread \
                 -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer \
                 -fno-sanitize-recover=undefined,float-cast-overflow
-# Extra pytest arguments for the ASan run (it is several times slower).
-ASAN_PYTEST_ARGS ?= -m "not slow"
+# Extra pytest arguments for the ASan run (it is several times slower). The
+# RLlib adapter is Python over the buffer (which every other test drives
+# under ASan); importing torch and RLlib into the sanitized process makes
+# LeakSanitizer's exit-time scan crash ("Tracer caught signal 11") now and
+# then, so those tests run in `make pytest` only.
+ASAN_PYTEST_ARGS ?= -m "not slow" --ignore=tests/test_rllib.py
 
 VPY     := $(VENV)/bin/python
 # The stamp's name changes when the extras installed with the venv change.
