@@ -194,10 +194,39 @@ void exr_buffer_free(exr_buffer *b)
 
 const exr_config *exr_buffer_config(const exr_buffer *b) { return &b->cfg; }
 
-void exr_buffer_lock(exr_buffer *b) { pthread_rwlock_wrlock(&b->lk->rw); }
+/* The storage lock is held for microseconds at a time, less than a futex
+ * sleep and wake-up cost: a thread that finds it taken retries for a short
+ * while before it sleeps, so that a writer and a sampler taking turns do not
+ * hand the lock over through the scheduler at every call. */
+#define LOCK_SPINS 1000
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+void exr_buffer_lock(exr_buffer *b)
+{
+    for (int i = 0; i < LOCK_SPINS; i++) {
+        if (pthread_rwlock_trywrlock(&b->lk->rw) == 0)
+            return;
+        cpu_relax();
+    }
+    pthread_rwlock_wrlock(&b->lk->rw);
+}
 int exr_buffer_trylock(exr_buffer *b) { return pthread_rwlock_trywrlock(&b->lk->rw) == 0; }
 void exr_buffer_unlock(exr_buffer *b) { pthread_rwlock_unlock(&b->lk->rw); }
-static void lock_shared(exr_buffer *b) { pthread_rwlock_rdlock(&b->lk->rw); }
+static void lock_shared(exr_buffer *b)
+{
+    for (int i = 0; i < LOCK_SPINS; i++) {
+        if (pthread_rwlock_tryrdlock(&b->lk->rw) == 0)
+            return;
+        cpu_relax();
+    }
+    pthread_rwlock_rdlock(&b->lk->rw);
+}
 
 /* Waits for the next publish with the storage lock released meanwhile, and
  * takes it again as it was (exclusive or shared). The publisher signals
