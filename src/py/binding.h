@@ -155,6 +155,10 @@ PyObject *exr_replay_from_log(PyObject *cls, PyObject *args, PyObject *kw);
 PyObject *exr_replay_ingest(ReplayObject *self, PyObject *args, PyObject *kw);
 /* Waits while the log's backlog is full (log.h); call without the GIL. */
 void exr_log_throttle(struct exr_log *lg);
+/* module.c: module.fn(first, *args, **kw), for methods written in Python
+ * (for_spaces, from_log, ingest). NULL with an exception on failure. */
+PyObject *exr_call_python(const char *module, const char *fn, PyObject *first, PyObject *args,
+                          PyObject *kw);
 /* diag.c: reprs, the empty get_batch error, for_spaces. */
 PyObject *exr_replay_repr(PyObject *self);
 int exr_install_reprs(exr_modstate *st);

@@ -173,24 +173,5 @@ PyObject *exr_describe_value(PyObject *o)
 /* ExperienceReplay.for_spaces(observation_space, action_space, **kwargs). */
 PyObject *exr_for_spaces_cls(PyObject *cls, PyObject *args, PyObject *kwargs)
 {
-    PyObject *mod = PyImport_ImportModule("exreplay._spaces");
-    if (!mod)
-        return NULL;
-    PyObject *fn = PyObject_GetAttrString(mod, "for_spaces");
-    Py_DECREF(mod);
-    if (!fn)
-        return NULL;
-    Py_ssize_t n = PyTuple_GET_SIZE(args);
-    PyObject *full = PyTuple_New(n + 1);
-    if (!full) {
-        Py_DECREF(fn);
-        return NULL;
-    }
-    PyTuple_SET_ITEM(full, 0, Py_NewRef(cls));
-    for (Py_ssize_t i = 0; i < n; i++)
-        PyTuple_SET_ITEM(full, i + 1, Py_NewRef(PyTuple_GET_ITEM(args, i)));
-    PyObject *res = PyObject_Call(fn, full, kwargs);
-    Py_DECREF(full);
-    Py_DECREF(fn);
-    return res;
+    return exr_call_python("exreplay._spaces", "for_spaces", cls, args, kwargs);
 }

@@ -716,26 +716,7 @@ PyObject *exr_replay_get_log(ReplayObject *self, void *c)
 /* from_log and ingest live in exreplay/log.py (they only read and record). */
 static PyObject *call_py(const char *fn, PyObject *first, PyObject *args, PyObject *kw)
 {
-    PyObject *mod = PyImport_ImportModule("exreplay.log");
-    if (!mod)
-        return NULL;
-    PyObject *f = PyObject_GetAttrString(mod, fn);
-    Py_DECREF(mod);
-    if (!f)
-        return NULL;
-    Py_ssize_t n = PyTuple_GET_SIZE(args);
-    PyObject *all = PyTuple_New(n + 1);
-    if (!all) {
-        Py_DECREF(f);
-        return NULL;
-    }
-    PyTuple_SET_ITEM(all, 0, Py_NewRef(first));
-    for (Py_ssize_t i = 0; i < n; i++)
-        PyTuple_SET_ITEM(all, i + 1, Py_NewRef(PyTuple_GET_ITEM(args, i)));
-    PyObject *r = PyObject_Call(f, all, kw);
-    Py_DECREF(all);
-    Py_DECREF(f);
-    return r;
+    return exr_call_python("exreplay.log", fn, first, args, kw);
 }
 
 PyObject *exr_replay_from_log(PyObject *cls, PyObject *args, PyObject *kw)

@@ -178,6 +178,31 @@ PyArrayObject *exr_as_array(PyObject *obj, PyArray_Descr *descr, int nlead, npy_
     return out;
 }
 
+PyObject *exr_call_python(const char *module, const char *fn, PyObject *first, PyObject *args,
+                          PyObject *kw)
+{
+    PyObject *mod = PyImport_ImportModule(module);
+    if (!mod)
+        return NULL;
+    PyObject *f = PyObject_GetAttrString(mod, fn);
+    Py_DECREF(mod);
+    if (!f)
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(args);
+    PyObject *all = PyTuple_New(n + 1);
+    if (!all) {
+        Py_DECREF(f);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(all, 0, Py_NewRef(first));
+    for (Py_ssize_t i = 0; i < n; i++)
+        PyTuple_SET_ITEM(all, i + 1, Py_NewRef(PyTuple_GET_ITEM(args, i)));
+    PyObject *r = PyObject_Call(f, all, kw);
+    Py_DECREF(all);
+    Py_DECREF(f);
+    return r;
+}
+
 exr_modstate *exr_state_of_type(PyTypeObject *tp)
 {
     return (exr_modstate *)PyModule_GetState(PyType_GetModule(tp));
