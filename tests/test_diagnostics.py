@@ -117,3 +117,18 @@ def test_docstrings_carry_arguments_returns_errors_and_gil(name):
     assert "Returns" in doc or "returns" in doc, name
     assert "Raises" in doc or "raises" in doc, name
     assert "GIL" in doc, name
+
+
+@pytest.mark.parametrize(
+    "cls, words",
+    [
+        (exreplay.Batch, ("pick_len", "weight", "pick_index", "out=", "int64")),
+        (exreplay.EpisodeData, ("episode(h)", "final_state", "None")),
+        (exreplay.PickSelector, ("handle", "kind", "alpha", "beta", "ValueError", "Rank")),
+    ],
+)
+def test_types_say_what_they_hold(cls, words):
+    doc = cls.__doc__
+    assert doc and len(doc) > 150, cls
+    for w in words:
+        assert w in doc, (cls, w)

@@ -226,10 +226,14 @@ static PyStructSequence_Field batch_fields[] = {
 static PyStructSequence_Desc batch_desc = {
     "exreplay._core.Batch",
     "A batch of picks: (state, action, reward, state_next, seq_len, seq_len_next,\n"
-    "pick_epi, pick_pos), plus weight.\n\n"
-    "A batch of picks. Unpacks as the paper's 8-tuple; `weight` holds the\n"
-    "importance-sampling weights. Pass it back as get_batch(..., out=batch) to\n"
-    "refill its arrays in place.",
+    "pick_epi, pick_pos), plus weight and pick_index.\n\n"
+    "Unpacks as the paper's 8-tuple. B picks of L = pick_len steps: state,\n"
+    "state_next (B, L, *state_shape); action (B, L, *action_shape); reward (B, L);\n"
+    "seq_len, seq_len_next, pick_epi, pick_pos (B,) int64; weight (B,) float32\n"
+    "importance-sampling weights (ones for uniform); pick_index (B,) int64, which\n"
+    "lets set_priority(ps, batch, p) skip the handle lookup. Steps past seq_len are\n"
+    "zero. The arrays own their memory (one block, no copy after the fill); pass\n"
+    "the batch back as get_batch(..., out=batch) to refill them in place.",
     batch_fields,
     8,
 };
@@ -247,7 +251,9 @@ static PyStructSequence_Field episode_fields[] = {
 static PyStructSequence_Desc episode_desc = {
     "exreplay._core.EpisodeData",
     "A copy of one episode's steps: (state, action, reward, final_state, ended,\n"
-    "terminated).",
+    "terminated), as ExperienceReplay.episode(h) returns it.\n\n"
+    "The arrays are new (n steps each; the buffer keeps its own rows), final_state\n"
+    "is None where the episode has none, and ended/terminated are bools.",
     episode_fields,
     6,
 };

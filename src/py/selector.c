@@ -200,7 +200,18 @@ static PyType_Slot sel_slots[] = {
     {Py_nb_index, sel_index},
     {Py_nb_int, sel_index},
     {Py_tp_doc, "A pick selector of an ExperienceReplay (from new_pick_selector).\n\n"
-                "Behaves as its integer handle wherever a handle is expected."},
+                "Behaves as its integer handle wherever a handle is expected (it has\n"
+                "__index__ and compares equal to its handle); a selector object of another\n"
+                "buffer is refused with ValueError.\n\n"
+                "Attributes:\n"
+                "  handle: its int handle (0, 1, ... per buffer, never reused).\n"
+                "  kind: the PickSelectorClass value (0 Uniform, 1 Prioritized, 2 Rank).\n"
+                "  buffer: the ExperienceReplay it belongs to.\n"
+                "  alpha: the priority exponent, fixed at creation (None on Uniform).\n"
+                "  beta: the importance-weight exponent (None on Uniform); settable on\n"
+                "    Prioritized and Rank (finite, >= 0, else ValueError) for annealing,\n"
+                "    taking effect at the next batch. Reading or setting it after\n"
+                "    remove_pick_selector raises ValueError."},
     {0, NULL},
 };
 
