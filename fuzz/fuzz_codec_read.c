@@ -82,21 +82,6 @@ static exr_status source_mem(void *ctx, void *p, size_t cap, size_t *got)
     return EXR_OK;
 }
 
-typedef struct {
-    unsigned char *p;
-    size_t cap, used;
-} mem_sink;
-
-static exr_status sink_mem(void *ctx, const void *p, size_t n)
-{
-    mem_sink *m = ctx;
-    if (n > m->cap - m->used)
-        return EXR_EOVERFLOW;
-    memcpy(m->p + m->used, p, n);
-    m->used += n;
-    return EXR_OK;
-}
-
 static void fail(const char *what, const char *detail)
 {
     fprintf(stderr, "fuzz_codec_read: %s%s%s\n", what, detail ? ": " : "", detail ? detail : "");
@@ -125,9 +110,9 @@ static unsigned char *write_buffer(exr_buffer *b, const unsigned char *meta, siz
     uint64_t bound = exr_codec_bound(exr_codec_raw_size_locked(b, meta_len), 0);
     unsigned char *out = bound <= SIZE_MAX ? malloc((size_t)bound) : NULL;
     exr_status st = EXR_ENOMEM;
-    mem_sink m = {out + EXR_HEADER_BYTES, (size_t)bound - EXR_HEADER_BYTES, 0};
+    exr_mem_sink m = {out + EXR_HEADER_BYTES, (size_t)bound - EXR_HEADER_BYTES, 0};
     if (out)
-        st = exr_codec_write_locked(b, meta, meta_len, 0, sink_mem, &m, NULL, NULL, out);
+        st = exr_codec_write_locked(b, meta, meta_len, 0, exr_mem_sink_write, &m, NULL, NULL, out);
     exr_buffer_unlock(b);
     if (st != EXR_OK) {
         if (st != EXR_ENOMEM)

@@ -401,6 +401,16 @@ static exr_status in_refill(exr_in *in)
     return EXR_OK;
 }
 
+exr_status exr_mem_sink_write(void *ctx, const void *p, size_t n)
+{
+    exr_mem_sink *m = ctx;
+    if (n > m->cap - m->used)
+        return EXR_EOVERFLOW;
+    memcpy(m->p + m->used, p, n);
+    m->used += n;
+    return EXR_OK;
+}
+
 exr_status exr_in_read(exr_in *in, void *p, size_t n)
 {
     if (n > in->raw_left)

@@ -36,6 +36,15 @@ typedef int (*exr_progress_fn)(void *ctx, uint64_t done, uint64_t total);
 typedef struct exr_out exr_out;
 typedef struct exr_in exr_in;
 
+/* A sink into a caller's buffer of cap bytes (used: how many are written):
+ * exr_mem_sink_write is an exr_sink_fn, EXR_EOVERFLOW once the buffer is
+ * full. For serializing into a buffer sized by exr_codec_bound. */
+typedef struct {
+    unsigned char *p;
+    size_t cap, used;
+} exr_mem_sink;
+exr_status exr_mem_sink_write(void *ctx, const void *p, size_t n);
+
 /* Payload streams, for the selectors' save/load hooks. */
 exr_status exr_out_write(exr_out *o, const void *p, size_t n);
 exr_status exr_in_read(exr_in *in, void *p, size_t n); /* EXR_ECORRUPT if short */

@@ -201,21 +201,6 @@ static int level_arg(PyObject *o, int *level)
     return 0;
 }
 
-typedef struct {
-    unsigned char *p;
-    size_t cap, used;
-} mem_sink;
-
-static exr_status sink_mem(void *ctx, const void *p, size_t n)
-{
-    mem_sink *m = ctx;
-    if (n > m->cap - m->used)
-        return EXR_EOVERFLOW;
-    memcpy(m->p + m->used, p, n);
-    m->used += n;
-    return EXR_OK;
-}
-
 /* bytes of serialize(level); the buffer's lock is held while it is made. */
 static PyObject *serialize_bytes(ReplayObject *self, int level)
 {
@@ -237,10 +222,10 @@ static PyObject *serialize_bytes(ReplayObject *self, int level)
         return NULL;
     }
     unsigned char *out = (unsigned char *)PyBytes_AS_STRING(bytes);
-    mem_sink m = {out + EXR_HEADER_BYTES, (size_t)bound - EXR_HEADER_BYTES, 0};
+    exr_mem_sink m = {out + EXR_HEADER_BYTES, (size_t)bound - EXR_HEADER_BYTES, 0};
     exr_status st;
     Py_BEGIN_ALLOW_THREADS
-    st = exr_codec_write_locked(self->buf, meta.b, meta.n, level, sink_mem, &m, NULL, NULL, out);
+    st = exr_codec_write_locked(self->buf, meta.b, meta.n, level, exr_mem_sink_write, &m, NULL, NULL, out);
     exr_buffer_unlock(self->buf);
     Py_END_ALLOW_THREADS
     if (st != EXR_OK) {

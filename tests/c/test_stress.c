@@ -378,24 +378,10 @@ static void check_episodes_locked(exr_buffer *b, const char *what)
     free(hs);
 }
 
-typedef struct {
-    unsigned char *p;
-    size_t cap, used;
-} mem_t;
-
-static exr_status sink(void *ctx, const void *p, size_t n)
-{
-    mem_t *m = ctx;
-    if (n > m->cap - m->used)
-        return EXR_ENOMEM;
-    memcpy(m->p + m->used, p, n);
-    m->used += n;
-    return EXR_OK;
-}
-
+/* reads back what an exr_mem_sink holds: cap is its length, used the position */
 static exr_status source(void *ctx, void *p, size_t cap, size_t *got)
 {
-    mem_t *m = ctx;
+    exr_mem_sink *m = ctx;
     size_t n = m->cap - m->used < cap ? m->cap - m->used : cap;
     memcpy(p, m->p + m->used, n);
     m->used += n;
@@ -411,8 +397,8 @@ static void *snapshot(void *arg)
         exr_buffer_lock(g_buf);
         exr_buffer_quiesce_locked(g_buf);
         uint64_t bound = exr_codec_bound(exr_codec_raw_size_locked(g_buf, 0), 0);
-        mem_t m = {malloc(bound), bound, 0};
-        exr_status s = m.p ? exr_codec_write_locked(g_buf, NULL, 0, 0, sink, &m, NULL, NULL, header)
+        exr_mem_sink m = {malloc(bound), bound, 0};
+        exr_status s = m.p ? exr_codec_write_locked(g_buf, NULL, 0, 0, exr_mem_sink_write, &m, NULL, NULL, header)
                            : EXR_ENOMEM;
         exr_buffer_unlock(g_buf);
         if (s != EXR_OK) {
@@ -420,7 +406,7 @@ static void *snapshot(void *arg)
             free(m.p);
             break;
         }
-        mem_t in = {m.p, m.used, 0};
+        exr_mem_sink in = {m.p, m.used, 0};
         exr_buffer *copy = NULL;
         unsigned char meta[EXR_META_MAX];
         size_t meta_len;
