@@ -126,6 +126,30 @@ static inline uint64_t complete_steps(const exr_episode *e)
     return e->ended ? e->n : (e->n ? e->n - 1 : 0);
 }
 
+/* ---- buffer_restore.c: for the codec (it never writes these fields) ---- */
+
+/* The counters the serialized form carries (docs/format.md, CONFIG). */
+typedef struct {
+    int64_t next_handle, next_sel_handle;
+    int64_t hand; /* the episode the second-chance hand is on; -1: none */
+} exr_counters;
+void exr_buffer_counters_locked(const exr_buffer *b, exr_counters *c);
+/* A buffer being read: its handle counters, before its episodes arrive. */
+void exr_buffer_restore_handles_locked(exr_buffer *b, int64_t next_handle, int64_t next_sel);
+/* After its episodes: the hand onto episode `hand` (-1: none); EXR_ENOTFOUND
+ * if that episode is not live. */
+exr_status exr_buffer_restore_hand_locked(exr_buffer *b, int64_t hand);
+/* After an episode's rows are in place: its records counted, its picks
+ * marked "not entered yet" (entered by exr_buffer_restore_pick_locked). */
+void exr_buffer_restore_episode_locked(exr_buffer *b, uint32_t slot);
+/* The next entry of the pick table (room reserved): position pos of
+ * episode slot. EXR_ECORRUPT if that is no pick or it was entered before. */
+exr_status exr_buffer_restore_pick_locked(exr_buffer *b, uint32_t slot, uint32_t pos);
+/* A selector of kind vt with handle h appended (vt->create's status). */
+exr_status exr_buffer_restore_selector_locked(exr_buffer *b, int64_t h,
+                                              const exr_selector_vtable *vt, const double *params,
+                                              exr_selector **out);
+
 /* Room for one more entry in b->sels. */
 exr_status exr_buffer_reserve_selector_locked(exr_buffer *b);
 

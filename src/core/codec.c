@@ -12,6 +12,85 @@
 #include "buffer_impl.h"
 #include "codec_impl.h"
 
+/* ---- CONFIG: one table of (offset, width) that writer and reader share -- */
+
+static const struct {
+    uint8_t off, width;
+} config_layout[CF_N] = {
+    [CF_STATE_BYTES] = {0, 8}, [CF_ACTION_BYTES] = {8, 8}, [CF_REWARD_BYTES] = {16, 8},
+    [CF_CAPACITY] = {24, 8},   [CF_PICK_LEN] = {32, 4},    [CF_ALLOW_SHORT] = {36, 1},
+    [CF_EVICTION] = {37, 1},   [CF_SEED] = {40, 8},        [CF_NEXT_HANDLE] = {48, 8},
+    [CF_NEXT_SEL] = {56, 8},   [CF_HAND] = {64, 8},
+};
+
+void config_pack(const uint64_t v[CF_N], unsigned char out[CONFIG_BYTES])
+{
+    memset(out, 0, CONFIG_BYTES); /* the bytes no field covers are reserved: 0 */
+    for (int f = 0; f < CF_N; f++) {
+        uint64_t x = v[f];
+        memcpy(out + config_layout[f].off, &x, config_layout[f].width); /* little-endian */
+    }
+}
+
+int config_unpack(const unsigned char in[CONFIG_BYTES], uint64_t v[CF_N])
+{
+    unsigned char covered[CONFIG_BYTES] = {0};
+    for (int f = 0; f < CF_N; f++) {
+        uint64_t x = 0;
+        memcpy(&x, in + config_layout[f].off, config_layout[f].width);
+        v[f] = x;
+        memset(covered + config_layout[f].off, 1, config_layout[f].width);
+    }
+    for (size_t i = 0; i < CONFIG_BYTES; i++)
+        if (!covered[i] && in[i])
+            return 0;
+    return 1;
+}
+
+/* ---- an episode's and a selector's head --------------------------------- */
+
+void episode_head_pack(const episode_head *h, unsigned char out[EPISODE_HEAD])
+{
+    memset(out, 0, EPISODE_HEAD);
+    put64(out, (uint64_t)h->handle);
+    put64(out + 8, h->n);
+    out[16] = h->ended;
+    out[17] = h->terminated;
+    out[18] = h->sampled;
+    out[19] = h->has_final;
+}
+
+int episode_head_unpack(const unsigned char in[EPISODE_HEAD], episode_head *h)
+{
+    h->handle = (int64_t)get64(in);
+    h->n = get64(in + 8);
+    h->ended = in[16];
+    h->terminated = in[17];
+    h->sampled = in[18];
+    h->has_final = in[19];
+    return get32(in + 20) == 0;
+}
+
+void selector_head_pack(const selector_head *h, unsigned char out[SELECTOR_HEAD])
+{
+    put64(out, (uint64_t)h->handle);
+    put32(out + 8, h->kind);
+    put32(out + 12, h->nparams);
+    memcpy(out + 16, h->rng, 32);
+    memset(out + 48, 0, 8);
+}
+
+int selector_head_unpack(const unsigned char in[SELECTOR_HEAD], selector_head *h)
+{
+    h->handle = (int64_t)get64(in);
+    h->kind = get32(in + 8);
+    h->nparams = get32(in + 12);
+    memcpy(h->rng, in + 16, 32);
+    return get64(in + 48) == 0;
+}
+
+/* ---- section sizes: the one formula the writer and exr_codec_raw_size use */
+
 uint64_t episode_bytes(const exr_buffer *b, const exr_episode *e)
 {
     const exr_store_layout *L = &b->lay;
@@ -20,19 +99,34 @@ uint64_t episode_bytes(const exr_buffer *b, const exr_episode *e)
            4 * (e->n - e->m);
 }
 
+uint64_t episodes_len(const exr_buffer *b)
+{
+    uint64_t len = 8;
+    for (uint32_t s = b->eps.head; s != EXR_NIL; s = b->eps.slab[s].next)
+        len += episode_bytes(b, &b->eps.slab[s]);
+    return len;
+}
+
+uint64_t picks_len(uint64_t n) { return 8 + 8 * n; }
+
+uint64_t selector_bytes(const exr_selector *s, size_t npicks)
+{
+    return SELECTOR_HEAD + 8 * (uint64_t)s->vt->nparams + 8 + s->vt->state_size(s, npicks);
+}
+
+uint64_t selectors_len(const exr_buffer *b)
+{
+    uint64_t len = 8;
+    for (size_t i = 0; i < b->nsels; i++)
+        len += selector_bytes(b->sels[i].sel, b->picks.n);
+    return len;
+}
+
 uint64_t exr_codec_raw_size_locked(const exr_buffer *b, size_t meta_len)
 {
-    uint64_t size = 16 + CONFIG_BYTES + 16 + meta_len;
-    size += 16 + 8;
-    for (uint32_t s = b->eps.head; s != EXR_NIL; s = b->eps.slab[s].next)
-        size += episode_bytes(b, &b->eps.slab[s]);
-    size += 16 + 8 + 8 * (uint64_t)b->picks.n;
-    size += 16 + 8;
-    for (size_t i = 0; i < b->nsels; i++) {
-        const exr_selector_vtable *vt = b->sels[i].sel->vt;
-        size += SELECTOR_HEAD + 8 * (uint64_t)vt->nparams + 8 + vt->state_size(b->sels[i].sel, b->picks.n);
-    }
-    return size + 16;
+    /* every section is a 16-byte head and its content; END has none */
+    return 16 + CONFIG_BYTES + 16 + meta_len + 16 + episodes_len(b) + 16 +
+           picks_len(b->picks.n) + 16 + selectors_len(b) + 16;
 }
 
 uint64_t exr_codec_bound(uint64_t raw, int level)

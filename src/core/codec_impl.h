@@ -57,7 +57,39 @@ static inline uint32_t crc_update(uint32_t crc, const void *p, size_t n)
     return crc;
 }
 
-/* codec.c: the bytes episode e takes in the EPISODES section. */
+/* ---- the layout's one description (codec.c): writer and reader both go
+ * through these, so an offset or a size is written down once. */
+
+/* CONFIG's fields, in the order of docs/format.md. */
+enum {
+    CF_STATE_BYTES, CF_ACTION_BYTES, CF_REWARD_BYTES, CF_CAPACITY, CF_PICK_LEN, CF_ALLOW_SHORT,
+    CF_EVICTION, CF_SEED, CF_NEXT_HANDLE, CF_NEXT_SEL, CF_HAND, CF_N
+};
+void config_pack(const uint64_t v[CF_N], unsigned char out[CONFIG_BYTES]);
+/* 0 if a reserved byte is not 0. */
+int config_unpack(const unsigned char in[CONFIG_BYTES], uint64_t v[CF_N]);
+
+typedef struct {
+    int64_t handle;
+    uint64_t n;
+    uint8_t ended, terminated, sampled, has_final;
+} episode_head;
+void episode_head_pack(const episode_head *h, unsigned char out[EPISODE_HEAD]);
+int episode_head_unpack(const unsigned char in[EPISODE_HEAD], episode_head *h); /* 0: reserved != 0 */
+
+typedef struct {
+    int64_t handle;
+    uint32_t kind, nparams;
+    uint64_t rng[4];
+} selector_head;
+void selector_head_pack(const selector_head *h, unsigned char out[SELECTOR_HEAD]);
+int selector_head_unpack(const unsigned char in[SELECTOR_HEAD], selector_head *h);
+
+/* Section contents' sizes (without the 16-byte section head). */
 uint64_t episode_bytes(const exr_buffer *b, const exr_episode *e);
+uint64_t episodes_len(const exr_buffer *b);
+uint64_t picks_len(uint64_t n);
+uint64_t selector_bytes(const exr_selector *s, size_t npicks);
+uint64_t selectors_len(const exr_buffer *b);
 
 #endif

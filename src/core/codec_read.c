@@ -227,44 +227,42 @@ static exr_status read_alloc(exr_in *in, size_t bytes, unsigned char **out)
     return EXR_OK;
 }
 
-static exr_status read_episode(exr_in *in, exr_buffer *b, int64_t *prev_handle, uint32_t *slot)
+/* An episode's head, checked: handles rise, flags are 0 or 1, an episode
+ * ends with a final state or terminated, and what it will allocate is in
+ * the input first. */
+static exr_status read_episode_head(exr_in *in, const exr_buffer *b, int64_t *prev_handle,
+                                    episode_head *h)
 {
-    const exr_store_layout *L = &b->lay;
     unsigned char head[EPISODE_HEAD];
     exr_status st = exr_in_read(in, head, EPISODE_HEAD);
     if (st != EXR_OK)
         return st;
-    int64_t handle = (int64_t)get64(head);
-    uint64_t n = get64(head + 8);
-    uint8_t ended = head[16], term = head[17], sampled = head[18], has_final = head[19];
-    if (handle <= *prev_handle || handle >= b->next_handle || ended > 1 || term > 1 ||
-        sampled > 1 || has_final > 1 || get32(head + 20) != 0 || n >= (uint64_t)UINT32_MAX - 1 ||
-        (!ended && (term || has_final)) || (ended && !term && !has_final))
-        return EXR_ECORRUPT; /* an episode ends with a final state, or terminated */
-    *prev_handle = handle;
-    /* everything this episode will allocate must be in the input first */
-    uint64_t row = L->state_bytes + L->action_bytes + L->reward_bytes;
-    if (n > in->raw_left / (row + 4) || (has_final && L->state_bytes > in->raw_left))
+    int reserved_ok = episode_head_unpack(head, h);
+    exr_counters k;
+    exr_buffer_counters_locked(b, &k);
+    if (h->handle <= *prev_handle || h->handle >= k.next_handle || h->ended > 1 ||
+        h->terminated > 1 || h->sampled > 1 || h->has_final > 1 || !reserved_ok ||
+        h->n >= (uint64_t)UINT32_MAX - 1 || (!h->ended && (h->terminated || h->has_final)) ||
+        (h->ended && !h->terminated && !h->has_final))
         return EXR_ECORRUPT;
-    if ((st = exr_episodes_reserve(&b->eps)) != EXR_OK)
-        return st;
-    size_t k_last = 0, off;
-    if (n)
-        exr_store_locate(L, n - 1, &k_last, &off);
-    uint32_t nsegs = n ? (uint32_t)k_last + 1 : 0;
-    exr_body *body = exr_body_new(nsegs > 4 ? nsegs : 4);
-    if (!body)
-        return EXR_ENOMEM;
-    *slot = exr_episodes_insert(&b->eps, handle, body);
-    exr_episode *e = &b->eps.slab[*slot];
-    e->ended = ended;
-    e->terminated = term;
-    e->sampled = sampled;
-    /* Storage is allocated as the rows arrive (read_alloc, aux grown with
-     * them): a declared size, which a zlib body can inflate 1032-fold, never
-     * reserves more than a small multiple of what has been read.  In the
-     * end every segment is full but the last, which holds exactly the rest
-     * (it grows again if the episode is recorded into). */
+    *prev_handle = h->handle;
+    const exr_store_layout *L = &b->lay;
+    uint64_t row = L->state_bytes + L->action_bytes + L->reward_bytes;
+    if (h->n > in->raw_left / (row + 4) || (h->has_final && L->state_bytes > in->raw_left))
+        return EXR_ECORRUPT;
+    return EXR_OK;
+}
+
+/* An episode's final state and rows. Storage is allocated as the rows
+ * arrive (read_alloc, aux grown with them): a declared size, which a zlib
+ * body can inflate 1032-fold, never reserves more than a small multiple of
+ * what has been read. In the end every segment is full but the last, which
+ * holds exactly the rest (it grows again if the episode is recorded into). */
+static exr_status read_rows(exr_in *in, const exr_store_layout *L, exr_episode *e, uint64_t n,
+                            uint32_t nsegs, int has_final)
+{
+    exr_body *body = e->body;
+    exr_status st;
     if (has_final && (st = read_alloc(in, L->state_bytes, &body->final_state)))
         return st;
     uint64_t placed = 0;
@@ -279,15 +277,16 @@ static exr_status read_episode(exr_in *in, exr_buffer *b, int64_t *prev_handle, 
         placed += rows;
         e->n = placed; /* only what is there is counted, and freed on failure */
     }
-    if ((st = aux_reserve(body, n ? n : 1, n ? n : 1)))
-        return st;
-    e->m = exr_picks_target(b, e);
-    b->n_records += n;
-    for (uint64_t p = 0; p < e->m; p++)
-        *exr_aux_at(e, p) = UINT32_MAX; /* "no pick yet": filled by PICKS */
-    for (uint64_t p = e->m; p < n; p++) {
+    return aux_reserve(body, n ? n : 1, n ? n : 1);
+}
+
+/* The recorded priorities of the steps that are no pick yet. */
+static exr_status read_pending(exr_in *in, exr_episode *e)
+{
+    for (uint64_t p = e->m; p < e->n; p++) {
         float v;
-        if ((st = exr_in_read(in, &v, 4)))
+        exr_status st = exr_in_read(in, &v, 4);
+        if (st != EXR_OK)
             return st;
         if (!isnan(v) && (!(v >= 0) || isinf(v)))
             return EXR_ECORRUPT;
@@ -296,60 +295,91 @@ static exr_status read_episode(exr_in *in, exr_buffer *b, int64_t *prev_handle, 
     return EXR_OK;
 }
 
-static exr_status read_payload(exr_in *in, exr_buffer **out, unsigned char *meta,
-                               size_t *meta_len, uint32_t **slots)
+static exr_status read_episode(exr_in *in, exr_buffer *b, int64_t *prev_handle, uint32_t *slot)
 {
-    uint64_t len;
+    const exr_store_layout *L = &b->lay;
+    episode_head h;
+    exr_status st = read_episode_head(in, b, prev_handle, &h);
+    if (st != EXR_OK)
+        return st;
+    if ((st = exr_episodes_reserve(&b->eps)) != EXR_OK)
+        return st;
+    size_t k_last = 0, off;
+    if (h.n)
+        exr_store_locate(L, h.n - 1, &k_last, &off);
+    uint32_t nsegs = h.n ? (uint32_t)k_last + 1 : 0;
+    exr_body *body = exr_body_new(nsegs > 4 ? nsegs : 4);
+    if (!body)
+        return EXR_ENOMEM;
+    *slot = exr_episodes_insert(&b->eps, h.handle, body);
+    exr_episode *e = &b->eps.slab[*slot];
+    e->ended = h.ended;
+    e->terminated = h.terminated;
+    e->sampled = h.sampled;
+    if ((st = read_rows(in, L, e, h.n, nsegs, h.has_final)))
+        return st;
+    exr_buffer_restore_episode_locked(b, *slot);
+    return read_pending(in, e);
+}
+
+/* CONFIG: the configuration, and the counters read into *k. Handles are
+ * int64 counters; refusing absurd ones keeps them from ever wrapping (2^62
+ * episodes would take millennia to record). A counter reaches
+ * EXR_MAX_HANDLE exactly once the last handle is given out, and the writer
+ * writes it: the reader takes what the writer can write. FIFO eviction
+ * never moves the hand, so a FIFO buffer has none. */
+static exr_status read_config(exr_in *in, exr_config *c, exr_counters *k)
+{
+    uint64_t len, v[CF_N];
     unsigned char cfgb[CONFIG_BYTES];
     exr_status st = in_section(in, SEC_CONFIG, &len);
     if (st != EXR_OK)
         return st;
     if (len != CONFIG_BYTES || (st = exr_in_read(in, cfgb, CONFIG_BYTES)))
         return st ? st : EXR_ECORRUPT;
-    exr_config c = {
-        .state_bytes = get64(cfgb),
-        .action_bytes = get64(cfgb + 8),
-        .reward_bytes = get64(cfgb + 16),
-        .capacity = get64(cfgb + 24),
-        .pick_len = get32(cfgb + 32),
-        .allow_short = cfgb[36] != 0,
-        .eviction = cfgb[37],
-        .seed = get64(cfgb + 40),
+    int reserved_ok = config_unpack(cfgb, v);
+    *c = (exr_config){
+        .state_bytes = v[CF_STATE_BYTES],
+        .action_bytes = v[CF_ACTION_BYTES],
+        .reward_bytes = v[CF_REWARD_BYTES],
+        .capacity = v[CF_CAPACITY],
+        .pick_len = (uint32_t)v[CF_PICK_LEN],
+        .allow_short = v[CF_ALLOW_SHORT] != 0,
+        .eviction = (int)v[CF_EVICTION],
+        .seed = v[CF_SEED],
     };
-    int64_t next_handle = (int64_t)get64(cfgb + 48), next_sel = (int64_t)get64(cfgb + 56);
-    int64_t hand = (int64_t)get64(cfgb + 64);
-    for (int i = 38; i < 40; i++)
-        if (cfgb[i])
-            return EXR_ECORRUPT;
-    /* handles are int64 counters; refusing absurd ones keeps them from ever
-     * wrapping (2^62 episodes would take millennia to record). A counter
-     * reaches EXR_MAX_HANDLE exactly once the last handle is given out, and
-     * the writer writes it: the reader takes what the writer can write.
-     * FIFO eviction never moves the hand, so a FIFO buffer has none. */
-    if (cfgb[36] > 1 || !config_ok(&c) || next_handle < 0 || next_handle > EXR_MAX_HANDLE ||
-        next_sel < 0 || next_sel > EXR_MAX_HANDLE || hand < -1 || get64(cfgb + 72) != 0 ||
-        (c.eviction == EXR_EVICT_FIFO && hand != -1))
+    *k = (exr_counters){(int64_t)v[CF_NEXT_HANDLE], (int64_t)v[CF_NEXT_SEL], (int64_t)v[CF_HAND]};
+    if (!reserved_ok || v[CF_ALLOW_SHORT] > 1 || !config_ok(c) || k->next_handle < 0 ||
+        k->next_handle > EXR_MAX_HANDLE || k->next_sel_handle < 0 ||
+        k->next_sel_handle > EXR_MAX_HANDLE || k->hand < -1 ||
+        (c->eviction == EXR_EVICT_FIFO && k->hand != -1))
         return EXR_ECORRUPT;
-    if ((st = in_section(in, SEC_META, &len)))
+    return EXR_OK;
+}
+
+static exr_status read_meta(exr_in *in, unsigned char *meta, size_t *meta_len)
+{
+    uint64_t len;
+    exr_status st = in_section(in, SEC_META, &len);
+    if (st != EXR_OK)
         return st;
     if (len > EXR_META_MAX || (st = exr_in_read(in, meta, (size_t)len)))
         return st ? st : EXR_ECORRUPT;
     *meta_len = (size_t)len;
+    return EXR_OK;
+}
 
-    exr_buffer *b;
-    if ((st = exr_buffer_new(&c, &b)))
-        return st == EXR_EINVAL || st == EXR_EOVERFLOW ? EXR_ECORRUPT : st;
-    *out = b;
-    b->next_handle = next_handle;
-    b->next_sel_handle = next_sel;
-
-    uint64_t count;
+/* EPISODES; (*slots)[i] is the slot of the i-th, grown as episodes arrive
+ * (like their storage, read_alloc). */
+static exr_status read_episodes(exr_in *in, exr_buffer *b, uint32_t **slots)
+{
+    uint64_t len, count;
+    exr_status st;
     if ((st = in_section(in, SEC_EPISODES, &len)) || (st = in_u64(in, &count)))
         return st;
-    uint64_t eps_start = in->raw_left + 8;
+    uint64_t start = in->raw_left + 8;
     if (count > in->raw_left / EPISODE_HEAD)
         return EXR_ECORRUPT;
-    /* grown as episodes arrive, like their storage (read_alloc) */
     uint64_t slots_cap = 0;
     int64_t prev = -1;
     for (uint64_t i = 0; i < count; i++) {
@@ -363,19 +393,22 @@ static exr_status read_payload(exr_in *in, exr_buffer **out, unsigned char *meta
         if ((st = read_episode(in, b, &prev, &(*slots)[i])))
             return st;
     }
-    if (eps_start - in->raw_left != len)
+    if (start - in->raw_left != len)
         return EXR_ECORRUPT;
     if (b->cfg.capacity && b->n_records > b->cfg.capacity)
         return EXR_ECORRUPT;
-    if (hand >= 0 && (b->hand = exr_episodes_find(&b->eps, hand)) == EXR_NIL)
-        return EXR_ECORRUPT;
+    return EXR_OK;
+}
 
-    uint64_t npicks = 0;
+static exr_status read_picks(exr_in *in, exr_buffer *b, const uint32_t *slots)
+{
+    uint64_t len, count, npicks = 0;
+    exr_status st;
     for (uint32_t s = b->eps.head; s != EXR_NIL; s = b->eps.slab[s].next)
         npicks += b->eps.slab[s].m;
     if ((st = in_section(in, SEC_PICKS, &len)) || (st = in_u64(in, &count)))
         return st;
-    if (count != npicks || len != 8 + 8 * count)
+    if (count != npicks || len != picks_len(count))
         return EXR_ECORRUPT;
     if ((st = exr_pick_table_reserve(&b->picks, (size_t)count ? (size_t)count : 1)))
         return st;
@@ -388,68 +421,88 @@ static exr_status read_payload(exr_in *in, exr_buffer **out, unsigned char *meta
             uint32_t ord = run[2 * j], pos = run[2 * j + 1];
             if (ord >= b->eps.count)
                 return EXR_ECORRUPT;
-            uint32_t slot = (*slots)[ord];
-            exr_episode *e = &b->eps.slab[slot];
-            if (pos >= e->m)
-                return EXR_ECORRUPT;
-            uint32_t *aux = exr_aux_at(e, pos);
-            if (*aux != UINT32_MAX)
-                return EXR_ECORRUPT; /* the same pick twice */
-            *aux = (uint32_t)i;
-            b->picks.v[i] = (exr_pick){slot, pos};
-            b->picks.n = (size_t)i + 1;
+            if ((st = exr_buffer_restore_pick_locked(b, slots[ord], pos)))
+                return st;
         }
     }
+    return EXR_OK;
+}
 
+/* One selector: head, parameters, state. */
+static exr_status read_selector(exr_in *in, exr_buffer *b, int64_t *prev_sel)
+{
+    unsigned char head[SELECTOR_HEAD];
+    selector_head h;
+    exr_status st = exr_in_read(in, head, SELECTOR_HEAD);
+    if (st != EXR_OK)
+        return st;
+    exr_counters k;
+    exr_buffer_counters_locked(b, &k);
+    if (!selector_head_unpack(head, &h) || h.handle <= *prev_sel ||
+        h.handle >= k.next_sel_handle || h.kind >= (uint32_t)exr_selector_nkinds)
+        return EXR_ECORRUPT;
+    *prev_sel = h.handle;
+    const exr_selector_vtable *vt = exr_selector_kinds[h.kind];
+    if (h.nparams != (uint32_t)vt->nparams)
+        return EXR_ECORRUPT;
+    double params[EXR_SEL_MAXPARAMS];
+    for (uint32_t p = 0; p < h.nparams; p++) {
+        if ((st = exr_in_read(in, &params[p], 8)))
+            return st;
+        if (!vt->param_ok((int)p, params[p]))
+            return EXR_ECORRUPT;
+    }
+    uint64_t slen;
+    if ((st = in_u64(in, &slen)))
+        return st;
+    if (slen != vt->state_size(NULL, b->picks.n) || slen > in->raw_left)
+        return EXR_ECORRUPT;
+    exr_selector *s;
+    if ((st = exr_buffer_restore_selector_locked(b, h.handle, vt, params, &s)))
+        return st == EXR_EINVAL ? EXR_ECORRUPT : st;
+    memcpy(s->rng.s, h.rng, 32);
+    if (!(s->rng.s[0] | s->rng.s[1] | s->rng.s[2] | s->rng.s[3]))
+        return EXR_ECORRUPT;
+    return vt->load(s, b->picks.n, in);
+}
+
+static exr_status read_selectors(exr_in *in, exr_buffer *b)
+{
+    uint64_t len, count;
+    exr_status st;
     if ((st = in_section(in, SEC_SELECTORS, &len)) || (st = in_u64(in, &count)))
         return st;
-    uint64_t sels_start = in->raw_left + 8;
+    uint64_t start = in->raw_left + 8;
     if (count > in->raw_left / SELECTOR_HEAD)
         return EXR_ECORRUPT;
     int64_t prev_sel = -1;
-    for (uint64_t i = 0; i < count; i++) {
-        unsigned char head[SELECTOR_HEAD];
-        if ((st = exr_in_read(in, head, SELECTOR_HEAD)))
+    for (uint64_t i = 0; i < count; i++)
+        if ((st = read_selector(in, b, &prev_sel)))
             return st;
-        int64_t h = (int64_t)get64(head);
-        uint32_t kind = get32(head + 8), np = get32(head + 12);
-        if (h <= prev_sel || h >= b->next_sel_handle || kind >= (uint32_t)exr_selector_nkinds ||
-            get64(head + 48) != 0)
-            return EXR_ECORRUPT;
-        prev_sel = h;
-        const exr_selector_vtable *vt = exr_selector_kinds[kind];
-        if (np != (uint32_t)vt->nparams)
-            return EXR_ECORRUPT;
-        double params[EXR_SEL_MAXPARAMS];
-        for (uint32_t k = 0; k < np; k++) {
-            if ((st = exr_in_read(in, &params[k], 8)))
-                return st;
-            if (!vt->param_ok((int)k, params[k]))
-                return EXR_ECORRUPT;
-        }
-        uint64_t slen;
-        if ((st = in_u64(in, &slen)))
-            return st;
-        if (slen != vt->state_size(NULL, b->picks.n) || slen > in->raw_left)
-            return EXR_ECORRUPT;
-        if ((st = exr_buffer_reserve_selector_locked(b)))
-            return st;
-        exr_selector *s;
-        if ((st = vt->create(&s, params, b->picks.n)))
-            return st == EXR_EINVAL ? EXR_ECORRUPT : st;
-        if (pthread_mutex_init(&s->mu, NULL) != 0) {
-            vt->destroy(s);
-            return EXR_ENOMEM;
-        }
-        b->sels[b->nsels++] = (sel_entry){h, s};
-        memcpy(s->rng.s, head + 16, 32);
-        if (!(s->rng.s[0] | s->rng.s[1] | s->rng.s[2] | s->rng.s[3]))
-            return EXR_ECORRUPT;
-        if ((st = vt->load(s, b->picks.n, in)))
-            return st;
-    }
-    if (sels_start - in->raw_left != len)
+    return start - in->raw_left == len ? EXR_OK : EXR_ECORRUPT;
+}
+
+/* The sections in order (docs/format.md) into a new *out. */
+static exr_status read_payload(exr_in *in, exr_buffer **out, unsigned char *meta,
+                               size_t *meta_len, uint32_t **slots)
+{
+    exr_config c;
+    exr_counters k;
+    exr_status st;
+    if ((st = read_config(in, &c, &k)) || (st = read_meta(in, meta, meta_len)))
+        return st;
+    exr_buffer *b;
+    if ((st = exr_buffer_new(&c, &b)))
+        return st == EXR_EINVAL || st == EXR_EOVERFLOW ? EXR_ECORRUPT : st;
+    *out = b;
+    exr_buffer_restore_handles_locked(b, k.next_handle, k.next_sel_handle);
+    if ((st = read_episodes(in, b, slots)))
+        return st;
+    if (exr_buffer_restore_hand_locked(b, k.hand) != EXR_OK)
         return EXR_ECORRUPT;
+    if ((st = read_picks(in, b, *slots)) || (st = read_selectors(in, b)))
+        return st;
+    uint64_t len;
     if ((st = in_section(in, SEC_END, &len)))
         return st;
     return len == 0 ? EXR_OK : EXR_ECORRUPT;

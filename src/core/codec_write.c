@@ -139,57 +139,76 @@ static exr_status out_rows(exr_out *o, const exr_buffer *b, const exr_episode *e
     return EXR_OK;
 }
 
-static exr_status write_payload(exr_out *o, const exr_buffer *b, const void *meta,
-                                size_t meta_len, uint32_t *ordinal)
+static exr_status write_config(exr_out *o, const exr_buffer *b)
 {
     const exr_config *c = &b->cfg;
-    exr_status st;
-    unsigned char cfg[CONFIG_BYTES] = {0};
-    put64(cfg + 0, c->state_bytes);
-    put64(cfg + 8, c->action_bytes);
-    put64(cfg + 16, c->reward_bytes);
-    put64(cfg + 24, c->capacity);
-    put32(cfg + 32, c->pick_len);
-    cfg[36] = c->allow_short;
-    cfg[37] = (unsigned char)c->eviction;
-    put64(cfg + 40, c->seed);
-    put64(cfg + 48, (uint64_t)b->next_handle);
-    put64(cfg + 56, (uint64_t)b->next_sel_handle);
-    put64(cfg + 64, (uint64_t)(b->hand == EXR_NIL ? -1 : b->eps.slab[b->hand].handle));
-    if ((st = out_section(o, SEC_CONFIG, CONFIG_BYTES)) || (st = exr_out_write(o, cfg, CONFIG_BYTES)))
-        return st;
-    if ((st = out_section(o, SEC_META, meta_len)) || (st = exr_out_write(o, meta, meta_len)))
-        return st;
+    exr_counters k;
+    exr_buffer_counters_locked(b, &k);
+    uint64_t v[CF_N] = {
+        [CF_STATE_BYTES] = c->state_bytes,
+        [CF_ACTION_BYTES] = c->action_bytes,
+        [CF_REWARD_BYTES] = c->reward_bytes,
+        [CF_CAPACITY] = c->capacity,
+        [CF_PICK_LEN] = c->pick_len,
+        [CF_ALLOW_SHORT] = c->allow_short,
+        [CF_EVICTION] = (unsigned char)c->eviction,
+        [CF_SEED] = c->seed,
+        [CF_NEXT_HANDLE] = (uint64_t)k.next_handle,
+        [CF_NEXT_SEL] = (uint64_t)k.next_sel_handle,
+        [CF_HAND] = (uint64_t)k.hand,
+    };
+    unsigned char cfg[CONFIG_BYTES];
+    config_pack(v, cfg);
+    exr_status st = out_section(o, SEC_CONFIG, CONFIG_BYTES);
+    return st ? st : exr_out_write(o, cfg, CONFIG_BYTES);
+}
 
-    uint64_t eps_len = 8;
-    for (uint32_t s = b->eps.head; s != EXR_NIL; s = b->eps.slab[s].next)
-        eps_len += episode_bytes(b, &b->eps.slab[s]);
-    if ((st = out_section(o, SEC_EPISODES, eps_len)) || (st = out_u64(o, b->eps.count)))
+static exr_status write_meta(exr_out *o, const void *meta, size_t meta_len)
+{
+    exr_status st = out_section(o, SEC_META, meta_len);
+    return st ? st : exr_out_write(o, meta, meta_len);
+}
+
+/* One episode: head, final state, rows, the priorities of its steps that
+ * are no pick yet. */
+static exr_status write_episode(exr_out *o, const exr_buffer *b, const exr_episode *e)
+{
+    exr_status st;
+    episode_head h = {e->handle, e->n, e->ended, e->terminated, e->sampled,
+                      e->body->final_state != NULL};
+    unsigned char head[EPISODE_HEAD];
+    episode_head_pack(&h, head);
+    if ((st = exr_out_write(o, head, EPISODE_HEAD)))
+        return st;
+    if (e->body->final_state && (st = exr_out_write(o, e->body->final_state, b->cfg.state_bytes)))
+        return st;
+    if ((st = out_rows(o, b, e)))
+        return st;
+    for (uint64_t p = e->m; p < e->n; p++)
+        if ((st = exr_out_write(o, exr_aux_at(e, p), 4)))
+            return st;
+    return EXR_OK;
+}
+
+/* ordinal[slot]: the episode's index in the section, for PICKS. */
+static exr_status write_episodes(exr_out *o, const exr_buffer *b, uint32_t *ordinal)
+{
+    exr_status st;
+    if ((st = out_section(o, SEC_EPISODES, episodes_len(b))) || (st = out_u64(o, b->eps.count)))
         return st;
     uint32_t ord = 0;
     for (uint32_t s = b->eps.head; s != EXR_NIL; s = b->eps.slab[s].next, ord++) {
-        const exr_episode *e = &b->eps.slab[s];
         ordinal[s] = ord;
-        unsigned char head[EPISODE_HEAD] = {0};
-        put64(head, (uint64_t)e->handle);
-        put64(head + 8, e->n);
-        head[16] = e->ended;
-        head[17] = e->terminated;
-        head[18] = e->sampled;
-        head[19] = e->body->final_state != NULL;
-        if ((st = exr_out_write(o, head, EPISODE_HEAD)))
+        if ((st = write_episode(o, b, &b->eps.slab[s])))
             return st;
-        if (e->body->final_state && (st = exr_out_write(o, e->body->final_state, c->state_bytes)))
-            return st;
-        if ((st = out_rows(o, b, e)))
-            return st;
-        for (uint64_t p = e->m; p < e->n; p++)
-            if ((st = exr_out_write(o, exr_aux_at(e, p), 4)))
-                return st;
     }
+    return EXR_OK;
+}
 
-    if ((st = out_section(o, SEC_PICKS, 8 + 8 * (uint64_t)b->picks.n)) ||
-        (st = out_u64(o, b->picks.n)))
+static exr_status write_picks(exr_out *o, const exr_buffer *b, const uint32_t *ordinal)
+{
+    exr_status st;
+    if ((st = out_section(o, SEC_PICKS, picks_len(b->picks.n))) || (st = out_u64(o, b->picks.n)))
         return st;
     uint32_t run[2 * 1024];
     for (size_t i = 0; i < b->picks.n;) {
@@ -201,36 +220,50 @@ static exr_status write_payload(exr_out *o, const exr_buffer *b, const void *met
         if ((st = exr_out_write(o, run, 8 * k)))
             return st;
     }
+    return EXR_OK;
+}
 
-    uint64_t sels_len = 8;
-    for (size_t i = 0; i < b->nsels; i++) {
-        const exr_selector_vtable *vt = b->sels[i].sel->vt;
-        sels_len += SELECTOR_HEAD + 8 * (uint64_t)vt->nparams + 8 + vt->state_size(b->sels[i].sel, b->picks.n);
+static exr_status write_selector(exr_out *o, const exr_buffer *b, const sel_entry *se)
+{
+    const exr_selector *s = se->sel;
+    const exr_selector_vtable *vt = s->vt;
+    int kind = 0;
+    while (kind < exr_selector_nkinds && exr_selector_kinds[kind] != vt)
+        kind++;
+    selector_head h = {se->handle, (uint32_t)kind, (uint32_t)vt->nparams, {0}};
+    memcpy(h.rng, s->rng.s, 32);
+    unsigned char head[SELECTOR_HEAD];
+    selector_head_pack(&h, head);
+    exr_status st = exr_out_write(o, head, SELECTOR_HEAD);
+    for (int k = 0; st == EXR_OK && k < vt->nparams; k++) {
+        double v = vt->get_param(s, k);
+        st = exr_out_write(o, &v, 8);
     }
-    if ((st = out_section(o, SEC_SELECTORS, sels_len)) || (st = out_u64(o, b->nsels)))
+    if (st == EXR_OK)
+        st = out_u64(o, vt->state_size(s, b->picks.n));
+    return st ? st : vt->save(s, b->picks.n, o);
+}
+
+static exr_status write_selectors(exr_out *o, const exr_buffer *b)
+{
+    exr_status st;
+    if ((st = out_section(o, SEC_SELECTORS, selectors_len(b))) || (st = out_u64(o, b->nsels)))
         return st;
-    for (size_t i = 0; i < b->nsels; i++) {
-        const exr_selector *s = b->sels[i].sel;
-        const exr_selector_vtable *vt = s->vt;
-        int kind = 0;
-        while (kind < exr_selector_nkinds && exr_selector_kinds[kind] != vt)
-            kind++;
-        unsigned char head[SELECTOR_HEAD];
-        put64(head, (uint64_t)b->sels[i].handle);
-        put32(head + 8, (uint32_t)kind);
-        put32(head + 12, (uint32_t)vt->nparams);
-        memcpy(head + 16, s->rng.s, 32);
-        memset(head + 48, 0, 8);
-        if ((st = exr_out_write(o, head, SELECTOR_HEAD)))
+    for (size_t i = 0; i < b->nsels; i++)
+        if ((st = write_selector(o, b, &b->sels[i])))
             return st;
-        for (int k = 0; k < vt->nparams; k++) {
-            double v = vt->get_param(s, k);
-            if ((st = exr_out_write(o, &v, 8)))
-                return st;
-        }
-        if ((st = out_u64(o, vt->state_size(s, b->picks.n))) || (st = vt->save(s, b->picks.n, o)))
-            return st;
-    }
+    return EXR_OK;
+}
+
+/* The sections in order (docs/format.md). */
+static exr_status write_payload(exr_out *o, const exr_buffer *b, const void *meta,
+                                size_t meta_len, uint32_t *ordinal)
+{
+    exr_status st;
+    if ((st = write_config(o, b)) || (st = write_meta(o, meta, meta_len)) ||
+        (st = write_episodes(o, b, ordinal)) || (st = write_picks(o, b, ordinal)) ||
+        (st = write_selectors(o, b)))
+        return st;
     return out_section(o, SEC_END, 0);
 }
 

@@ -1,0 +1,74 @@
+/*
+ * buffer_restore.c - what the codec (codec_write.c, codec_read.c) needs of
+ * the buffer beyond reading its tables: the counters it saves, and the
+ * operations that put a read buffer back together. The codec never writes
+ * struct exr_buffer's fields itself.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "buffer_impl.h"
+
+void exr_buffer_counters_locked(const exr_buffer *b, exr_counters *c)
+{
+    c->next_handle = b->next_handle;
+    c->next_sel_handle = b->next_sel_handle;
+    c->hand = b->hand == EXR_NIL ? -1 : b->eps.slab[b->hand].handle;
+}
+
+void exr_buffer_restore_handles_locked(exr_buffer *b, int64_t next_handle, int64_t next_sel)
+{
+    b->next_handle = next_handle;
+    b->next_sel_handle = next_sel;
+}
+
+exr_status exr_buffer_restore_hand_locked(exr_buffer *b, int64_t hand)
+{
+    if (hand < 0)
+        return EXR_OK;
+    b->hand = exr_episodes_find(&b->eps, hand);
+    return b->hand == EXR_NIL ? EXR_ENOTFOUND : EXR_OK;
+}
+
+void exr_buffer_restore_episode_locked(exr_buffer *b, uint32_t slot)
+{
+    exr_episode *e = &b->eps.slab[slot];
+    e->m = exr_picks_target(b, e);
+    b->n_records += e->n;
+    for (uint64_t p = 0; p < e->m; p++)
+        *exr_aux_at(e, p) = UINT32_MAX; /* "no pick yet": filled by exr_buffer_restore_pick */
+}
+
+exr_status exr_buffer_restore_pick_locked(exr_buffer *b, uint32_t slot, uint32_t pos)
+{
+    exr_episode *e = &b->eps.slab[slot];
+    if (pos >= e->m)
+        return EXR_ECORRUPT;
+    uint32_t *aux = exr_aux_at(e, pos);
+    if (*aux != UINT32_MAX)
+        return EXR_ECORRUPT; /* the same pick twice */
+    size_t i = b->picks.n;
+    *aux = (uint32_t)i;
+    b->picks.v[i] = (exr_pick){slot, pos};
+    b->picks.n = i + 1;
+    return EXR_OK;
+}
+
+exr_status exr_buffer_restore_selector_locked(exr_buffer *b, int64_t h,
+                                              const exr_selector_vtable *vt, const double *params,
+                                              exr_selector **out)
+{
+    exr_status st = exr_buffer_reserve_selector_locked(b);
+    if (st != EXR_OK)
+        return st;
+    exr_selector *s;
+    if ((st = vt->create(&s, params, b->picks.n)))
+        return st;
+    if (pthread_mutex_init(&s->mu, NULL) != 0) {
+        vt->destroy(s);
+        return EXR_ENOMEM;
+    }
+    b->sels[b->nsels++] = (sel_entry){h, s};
+    *out = s;
+    return EXR_OK;
+}
