@@ -11,6 +11,38 @@
         return 1;                                                                                  \
     } while (0)
 
+/* One live episode (slot s): map, picks, segments, aux, end. */
+static int check_episode(const exr_buffer *b, uint32_t s, char *msg, size_t msglen)
+{
+    const exr_episode *e = &b->eps.slab[s];
+    if (exr_episodes_find(&b->eps, e->handle) != s)
+        FAIL("episode %lld: map does not lead to its slot", (long long)e->handle);
+    if (e->m != exr_picks_target(b, e))
+        FAIL("episode %lld: %llu picks, expected %llu", (long long)e->handle,
+             (unsigned long long)e->m, (unsigned long long)exr_picks_target(b, e));
+    size_t k, off;
+    exr_store_locate(&b->lay, e->n ? e->n - 1 : 0, &k, &off);
+    if (e->n && k >= e->body->nsegs)
+        FAIL("episode %lld: %llu records but %u segments", (long long)e->handle,
+             (unsigned long long)e->n, e->body->nsegs);
+    if (e->n && (e->body->last_rows < off + 1 || e->body->last_rows > exr_store_seg_cap(&b->lay, k) ||
+                  e->body->nsegs != k + 1))
+        FAIL("episode %lld: last segment holds %u rows for offset %zu of segment %zu (%u segments)",
+             (long long)e->handle, e->body->last_rows, off, k, e->body->nsegs);
+    if (e->body->aux_cap < e->n)
+        FAIL("episode %lld: aux has room for %llu of %llu records", (long long)e->handle,
+             (unsigned long long)e->body->aux_cap, (unsigned long long)e->n);
+    if (!e->ended && (e->terminated || e->body->final_state))
+        FAIL("episode %lld: open but has a final state or terminal flag", (long long)e->handle);
+    for (uint64_t p = 0; p < e->m; p++) {
+        uint32_t idx = *exr_aux_at(e, p);
+        if (idx >= b->picks.n || b->picks.v[idx].slot != s || b->picks.v[idx].pos != p)
+            FAIL("episode %lld: pick %llu points at table entry %u, which does not point back",
+                 (long long)e->handle, (unsigned long long)p, idx);
+    }
+    return 0;
+}
+
 int exr_buffer_check_locked(const exr_buffer *b, char *msg, size_t msglen)
 {
     const exr_episodes *t = &b->eps;
@@ -29,33 +61,10 @@ int exr_buffer_check_locked(const exr_buffer *b, char *msg, size_t msglen)
         if (e->handle <= prev_handle || e->handle >= b->next_handle)
             FAIL("episode %lld out of handle order (after %lld, next %lld)", (long long)e->handle,
                  (long long)prev_handle, (long long)b->next_handle);
-        if (exr_episodes_find(t, e->handle) != s)
-            FAIL("episode %lld: map does not lead to its slot", (long long)e->handle);
         if (s == b->hand)
             hand_seen = true;
-        if (e->m != exr_picks_target(b, e))
-            FAIL("episode %lld: %llu picks, expected %llu", (long long)e->handle,
-                 (unsigned long long)e->m, (unsigned long long)exr_picks_target(b, e));
-        size_t k, off;
-        exr_store_locate(&b->lay, e->n ? e->n - 1 : 0, &k, &off);
-        if (e->n && k >= e->body->nsegs)
-            FAIL("episode %lld: %llu records but %u segments", (long long)e->handle,
-                 (unsigned long long)e->n, e->body->nsegs);
-        if (e->n && (e->body->last_rows < off + 1 || e->body->last_rows > exr_store_seg_cap(&b->lay, k) ||
-                      e->body->nsegs != k + 1))
-            FAIL("episode %lld: last segment holds %u rows for offset %zu of segment %zu (%u segments)",
-                 (long long)e->handle, e->body->last_rows, off, k, e->body->nsegs);
-        if (e->body->aux_cap < e->n)
-            FAIL("episode %lld: aux has room for %llu of %llu records", (long long)e->handle,
-                 (unsigned long long)e->body->aux_cap, (unsigned long long)e->n);
-        if (!e->ended && (e->terminated || e->body->final_state))
-            FAIL("episode %lld: open but has a final state or terminal flag", (long long)e->handle);
-        for (uint64_t p = 0; p < e->m; p++) {
-            uint32_t idx = *exr_aux_at(e, p);
-            if (idx >= b->picks.n || b->picks.v[idx].slot != s || b->picks.v[idx].pos != p)
-                FAIL("episode %lld: pick %llu points at table entry %u, which does not point back",
-                     (long long)e->handle, (unsigned long long)p, idx);
-        }
+        if (check_episode(b, s, msg, msglen))
+            return 1;
         records += e->n;
         picks += e->m;
         prev_handle = e->handle;

@@ -21,6 +21,92 @@ static inline int hint_holds(const exr_buffer *b, int64_t hint, int64_t epi, int
 
 #define PRIO_SMALL 256
 
+/* Per-call scratch of set_priority: on the stack up to PRIO_SMALL picks. */
+typedef struct {
+    size_t *idx, *scratch;
+    double *kept;
+    uint32_t **aux;
+    size_t small_idx[PRIO_SMALL], small_scratch[PRIO_SMALL];
+    double small_kept[PRIO_SMALL];
+    uint32_t *small_aux[PRIO_SMALL];
+} prio_scratch;
+
+static exr_status prio_scratch_alloc(prio_scratch *s, size_t count)
+{
+    s->idx = s->small_idx;
+    s->scratch = s->small_scratch;
+    s->kept = s->small_kept;
+    s->aux = s->small_aux;
+    if (count <= PRIO_SMALL)
+        return EXR_OK;
+    size_t bytes;
+    if (!exr_mul_size(count, sizeof(size_t), &bytes))
+        return EXR_EOVERFLOW;
+    s->idx = malloc(bytes);
+    s->scratch = malloc(bytes);
+    s->kept = malloc(count * sizeof *s->kept);
+    s->aux = malloc(count * sizeof *s->aux);
+    if (!s->idx || !s->scratch || !s->kept || !s->aux) {
+        free(s->idx);
+        free(s->scratch);
+        free(s->kept);
+        free(s->aux);
+        return EXR_ENOMEM;
+    }
+    return EXR_OK;
+}
+
+static void prio_scratch_free(prio_scratch *s)
+{
+    if (s->idx == s->small_idx)
+        return;
+    free(s->idx);
+    free(s->scratch);
+    free(s->kept);
+    free(s->aux);
+}
+
+/* The table indices of the picks (epi[i], pos[i]) that exist, into
+ * s->idx, with their priorities into s->kept; returns how many. Pass 1
+ * prefetches what pass 2 reads: the hinted table entry, or the pick's aux
+ * entry found through the map (kept in aux[i]; NULL: no such pick;
+ * `unresolved`: hinted, not looked up). Pass 2 resolves. The dependent
+ * misses of different picks overlap. */
+static size_t resolve_picks_locked(const exr_buffer *b, size_t count, const int64_t *epi,
+                                   const int64_t *pos, const int64_t *hint, const double *prio,
+                                   size_t prio_stride, prio_scratch *s)
+{
+    static uint32_t unresolved_;
+    uint32_t *const unresolved = &unresolved_;
+    uint32_t **aux = s->aux;
+    size_t done = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (hint && hint[i] >= 0 && (uint64_t)hint[i] < b->picks.n) {
+            __builtin_prefetch(&b->picks.v[hint[i]]);
+            aux[i] = unresolved;
+        } else {
+            aux[i] = pick_aux_locked(b, epi[i], pos[i]);
+            if (aux[i])
+                __builtin_prefetch(aux[i]);
+        }
+    }
+    for (size_t i = 0; i < count; i++) {
+        size_t j;
+        if (aux[i] == unresolved && hint_holds(b, hint[i], epi[i], pos[i])) {
+            j = (size_t)hint[i];
+        } else {
+            const uint32_t *a = aux[i] == unresolved ? pick_aux_locked(b, epi[i], pos[i]) : aux[i];
+            if (!a)
+                continue;
+            j = *a;
+        }
+        s->idx[done] = j;
+        s->kept[done] = prio[i * prio_stride];
+        done++;
+    }
+    return done;
+}
+
 static exr_status set_priority_impl(exr_buffer *b, int64_t h, size_t count, const int64_t *epi,
                                     const int64_t *pos, const int64_t *hint, const double *prio,
                                     size_t prio_stride, size_t *applied)
@@ -35,67 +121,15 @@ static exr_status set_priority_impl(exr_buffer *b, int64_t h, size_t count, cons
     }
     size_t done = 0;
     if (e->sel->vt->prioritized && count) {
-        size_t small_idx[PRIO_SMALL], small_scratch[PRIO_SMALL];
-        double small_kept[PRIO_SMALL];
-        uint32_t *small_aux[PRIO_SMALL];
-        size_t *idx = small_idx, *scratch = small_scratch;
-        double *kept = small_kept;
-        uint32_t **aux = small_aux;
-        if (count > PRIO_SMALL) {
-            size_t bytes;
-            if (!exr_mul_size(count, sizeof(size_t), &bytes))
-                return EXR_EOVERFLOW;
-            idx = malloc(bytes);
-            scratch = malloc(bytes);
-            kept = malloc(count * sizeof *kept);
-            aux = malloc(count * sizeof *aux);
-            if (!idx || !scratch || !kept || !aux) {
-                free(idx);
-                free(scratch);
-                free(kept);
-                free(aux);
-                return EXR_ENOMEM;
-            }
-        }
-        /* Pass 1 prefetches what pass 2 reads: the hinted table entry, or
-         * the pick's aux entry found through the map (kept in aux[i]; NULL:
-         * no such pick; `unresolved`: hinted, not looked up). Pass 2
-         * resolves. The dependent misses of different picks overlap. */
-        static uint32_t unresolved_;
-        uint32_t *const unresolved = &unresolved_;
-        for (size_t i = 0; i < count; i++) {
-            if (hint && hint[i] >= 0 && (uint64_t)hint[i] < b->picks.n) {
-                __builtin_prefetch(&b->picks.v[hint[i]]);
-                aux[i] = unresolved;
-            } else {
-                aux[i] = pick_aux_locked(b, epi[i], pos[i]);
-                if (aux[i])
-                    __builtin_prefetch(aux[i]);
-            }
-        }
-        for (size_t i = 0; i < count; i++) {
-            size_t j;
-            if (aux[i] == unresolved && hint_holds(b, hint[i], epi[i], pos[i])) {
-                j = (size_t)hint[i];
-            } else {
-                const uint32_t *a = aux[i] == unresolved ? pick_aux_locked(b, epi[i], pos[i]) : aux[i];
-                if (!a)
-                    continue;
-                j = *a;
-            }
-            idx[done] = j;
-            kept[done] = prio[i * prio_stride];
-            done++;
-        }
+        prio_scratch s;
+        exr_status st = prio_scratch_alloc(&s, count);
+        if (st != EXR_OK)
+            return st;
+        done = resolve_picks_locked(b, count, epi, pos, hint, prio, prio_stride, &s);
         pthread_mutex_lock(&e->sel->mu);
-        e->sel->vt->update_many(e->sel, done, idx, kept, scratch);
+        e->sel->vt->update_many(e->sel, done, s.idx, s.kept, s.scratch);
         pthread_mutex_unlock(&e->sel->mu);
-        if (idx != small_idx) {
-            free(idx);
-            free(scratch);
-            free(kept);
-            free(aux);
-        }
+        prio_scratch_free(&s);
     }
     *applied = done;
     return EXR_OK;

@@ -16,19 +16,33 @@ static float prio_to_float(double p)
     return p > FLT_MAX ? FLT_MAX : (float)p;
 }
 
-exr_status exr_buffer_new_episode_locked(exr_buffer *b, int64_t *h)
+/* The prepare step of a new episode: a handle is left and its body and
+ * slot are allocated. Nothing visible changes. */
+static exr_status prepare_episode_locked(exr_buffer *b, exr_body **body)
 {
     if (b->next_handle >= EXR_MAX_HANDLE)
         return EXR_EOVERFLOW;
     exr_status st = exr_episodes_reserve(&b->eps);
     if (st != EXR_OK)
         return st;
-    exr_body *body = exr_body_new(4);
-    if (!body)
-        return EXR_ENOMEM;
+    *body = exr_body_new(4);
+    return *body ? EXR_OK : EXR_ENOMEM;
+}
+
+/* Its commit step: the episode gets its handle and goes live. */
+static uint32_t commit_episode_locked(exr_buffer *b, exr_body *body, int64_t *h)
+{
     *h = b->next_handle++;
-    exr_episodes_insert(&b->eps, *h, body);
-    return EXR_OK;
+    return exr_episodes_insert(&b->eps, *h, body);
+}
+
+exr_status exr_buffer_new_episode_locked(exr_buffer *b, int64_t *h)
+{
+    exr_body *body;
+    exr_status st = prepare_episode_locked(b, &body);
+    if (st == EXR_OK)
+        commit_episode_locked(b, body, h);
+    return st;
 }
 
 /* Rows a new last segment k starts with. Segment k > 0 has the nominal size
@@ -133,103 +147,119 @@ static void prep_free(rec_prep *pr)
     exr_body_free(pr->fresh);
 }
 
-/* Allocates everything that recording T steps into episode slot (EXR_NIL:
- * a new one) needs. On failure the buffer is as it was (an existing
- * episode's aux or segment table may have grown: room, not content). */
-static exr_status prepare_locked(exr_buffer *b, uint32_t slot, size_t T, bool ends, bool want_fin,
-                                 rec_prep *pr)
+/* Room in aux for `end` records: aux is read only under the lock, so it may
+ * move. An episode that ends here gets exactly what the end would shrink
+ * it to. */
+static exr_status grow_aux(exr_body *body, uint64_t end, bool ends)
+{
+    if (end <= body->aux_cap)
+        return EXR_OK;
+    uint64_t cap = body->aux_cap ? body->aux_cap : 16;
+    while (cap < end)
+        cap *= 2;
+    if (ends)
+        cap = end;
+    uint32_t *aux = realloc(body->aux, cap * sizeof *aux);
+    if (!aux)
+        return EXR_ENOMEM;
+    body->aux = aux;
+    body->aux_cap = cap;
+    return EXR_OK;
+}
+
+/* Room in the segment table for segment k_last (same content, maybe a
+ * new place: the body is updated where the episode or pr holds it). */
+static exr_status grow_seg_table(exr_buffer *b, uint32_t slot, rec_prep *pr, exr_body **body,
+                                 size_t k_last)
+{
+    if (k_last < (*body)->cap)
+        return EXR_OK;
+    uint32_t c = (*body)->cap;
+    while (c <= k_last)
+        c *= 2;
+    exr_body *g = exr_body_grow(*body, c);
+    if (!g)
+        return EXR_ENOMEM;
+    *body = g;
+    if (pr->fresh)
+        pr->fresh = g;
+    else
+        b->eps.slab[slot].body = g;
+    return EXR_OK;
+}
+
+/* The segments the rows up to (k_last, off_last) need: a larger copy of
+ * the last one if it was allocated smaller than it must now hold, and the
+ * new ones after it. */
+static exr_status prepare_segments(exr_buffer *b, const exr_body *body, size_t k_last,
+                                   size_t off_last, bool ends, rec_prep *pr)
 {
     const exr_store_layout *L = &b->lay;
-    exr_status st = EXR_ENOMEM;
-    memset(pr, 0, sizeof *pr);
-    exr_body *body;
-    uint64_t n = 0;
-    if (slot == EXR_NIL) {
-        if (b->next_handle >= EXR_MAX_HANDLE)
-            return EXR_EOVERFLOW;
-        st = exr_episodes_reserve(&b->eps);
-        if (st != EXR_OK)
-            return st;
-        body = pr->fresh = exr_body_new(4);
-        if (!body)
-            return EXR_ENOMEM;
-        st = EXR_ENOMEM;
-    } else {
-        body = b->eps.slab[slot].body;
-        n = b->eps.slab[slot].n;
-    }
-    if (n > (uint64_t)UINT32_MAX - 1 || T > (uint64_t)UINT32_MAX - 1 - n) {
-        st = EXR_EOVERFLOW;
-        goto fail;
-    }
-    uint64_t end = n + T;
-    if (end > body->aux_cap) {
-        /* aux is read only under the lock, so it may move */
-        uint64_t cap = body->aux_cap ? body->aux_cap : 16;
-        while (cap < end)
-            cap *= 2;
-        if (ends)
-            cap = end; /* what the end would shrink it to */
-        uint32_t *aux = realloc(body->aux, cap * sizeof *aux);
-        if (!aux)
-            goto fail;
-        body->aux = aux;
-        body->aux_cap = cap;
-    }
-    size_t k_last, off_last;
-    exr_store_locate(L, end - 1, &k_last, &off_last);
-    if (k_last >= body->cap) {
-        uint32_t c = body->cap;
-        while (c <= k_last)
-            c *= 2;
-        exr_body *g = exr_body_grow(body, c);
-        if (!g)
-            goto fail;
-        body = g;
-        if (pr->fresh)
-            pr->fresh = g;
-        else
-            b->eps.slab[slot].body = g; /* same content, new place */
-    }
     if (body->nsegs) {
-        /* the last segment, allocated smaller than it must now hold */
         size_t k = body->nsegs - 1;
         size_t need = k < k_last ? exr_store_seg_cap(L, k) : off_last + 1;
         if (need > body->last_rows) {
             pr->grown_rows = exact_rows(L, grown_rows(L, k, body->last_rows, need), need,
                                         ends && k == k_last);
             if (!(pr->node = malloc(sizeof *pr->node)))
-                goto fail;
+                return EXR_ENOMEM;
             if (!(pr->grown = seg_alloc_locked(b, pr->grown_rows)))
-                goto fail;
+                return EXR_ENOMEM;
         }
     }
-    if (k_last + 1 > body->nsegs) {
-        pr->nnew = k_last + 1 - body->nsegs;
-        pr->segs = pr->nnew <= 4 ? pr->segs_small : calloc(pr->nnew, sizeof *pr->segs);
-        if (!pr->segs)
-            goto fail;
-        for (size_t j = 0; j < pr->nnew; j++) {
-            size_t k = body->nsegs + j;
-            size_t rows = k < k_last ? exr_store_seg_cap(L, k)
-                                     : exact_rows(L, grown_rows(L, k, first_rows(L, k), off_last + 1),
-                                                  off_last + 1, ends);
-            if (!(pr->segs[j] = seg_alloc_locked(b, rows)))
-                goto fail;
-            pr->new_last_rows = rows;
-        }
+    if (k_last + 1 <= body->nsegs)
+        return EXR_OK;
+    pr->nnew = k_last + 1 - body->nsegs;
+    pr->segs = pr->nnew <= 4 ? pr->segs_small : calloc(pr->nnew, sizeof *pr->segs);
+    if (!pr->segs)
+        return EXR_ENOMEM;
+    for (size_t j = 0; j < pr->nnew; j++) {
+        size_t k = body->nsegs + j;
+        size_t rows = k < k_last ? exr_store_seg_cap(L, k)
+                                 : exact_rows(L, grown_rows(L, k, first_rows(L, k), off_last + 1),
+                                              off_last + 1, ends);
+        if (!(pr->segs[j] = seg_alloc_locked(b, rows)))
+            return EXR_ENOMEM;
+        pr->new_last_rows = rows;
     }
-    if (want_fin && !(pr->fin = malloc(L->state_bytes)))
-        goto fail;
-    size_t extra;
-    if (!exr_add_size(T, b->cfg.pick_len, &extra)) {
+    return EXR_OK;
+}
+
+/* The prepare step of recording T steps into episode slot (EXR_NIL: a new
+ * one, prepared as exr_buffer_new_episode_locked prepares it): everything
+ * it allocates. On failure the buffer is as it was (an existing episode's
+ * aux or segment table may have grown: room, not content). */
+static exr_status prepare_locked(exr_buffer *b, uint32_t slot, size_t T, bool ends, bool want_fin,
+                                 rec_prep *pr)
+{
+    exr_status st;
+    memset(pr, 0, sizeof *pr);
+    exr_body *body;
+    uint64_t n = 0;
+    if (slot == EXR_NIL) {
+        if ((st = prepare_episode_locked(b, &pr->fresh)))
+            return st;
+        body = pr->fresh;
+    } else {
+        body = b->eps.slab[slot].body;
+        n = b->eps.slab[slot].n;
+    }
+    size_t k_last, off_last, extra;
+    if (n > (uint64_t)UINT32_MAX - 1 || T > (uint64_t)UINT32_MAX - 1 - n ||
+        !exr_add_size(T, b->cfg.pick_len, &extra)) {
         st = EXR_EOVERFLOW;
         goto fail;
     }
-    st = reserve_picks(b, extra);
-    if (st != EXR_OK)
+    exr_store_locate(&b->lay, n + T - 1, &k_last, &off_last);
+    if ((st = grow_aux(body, n + T, ends)) || (st = grow_seg_table(b, slot, pr, &body, k_last)) ||
+        (st = prepare_segments(b, body, k_last, off_last, ends, pr)))
         goto fail;
-    return EXR_OK;
+    if (want_fin && !(pr->fin = malloc(b->lay.state_bytes))) {
+        st = EXR_ENOMEM;
+        goto fail;
+    }
+    if ((st = reserve_picks(b, extra)) == EXR_OK)
+        return EXR_OK;
 fail:
     prep_free(pr);
     return st;
@@ -240,8 +270,7 @@ static uint32_t commit_prep_locked(exr_buffer *b, uint32_t slot, rec_prep *pr, i
 {
     const exr_store_layout *L = &b->lay;
     if (pr->fresh) {
-        *h = b->next_handle++;
-        slot = exr_episodes_insert(&b->eps, *h, pr->fresh);
+        slot = commit_episode_locked(b, pr->fresh, h);
         pr->fresh = NULL;
     }
     exr_episode *e = &b->eps.slab[slot];
@@ -303,6 +332,47 @@ typedef struct {
     size_t step, count;
 } rec_plan;
 
+/* Commits step t of in as record n of episode slot (handle h): its
+ * priority, counts, end, the log's hook, its picks, eviction. The row
+ * itself is copied here unless defer. true if the episode was evicted. */
+static bool record_step_locked(exr_buffer *b, uint32_t slot, int64_t h, const exr_steps *in,
+                               size_t t, bool defer, rec_prep *pr)
+{
+    const exr_store_layout *L = &b->lay;
+    exr_episode *e = &b->eps.slab[slot];
+    exr_body *body = e->body;
+    uint64_t n = e->n;
+    bool last = t + 1 == in->T, ends = last && in->end;
+    if (!defer)
+        copy_rows(L, body, n, in, t, 1);
+    float rp = prio_to_float(in->priorities ? in->priorities[t] : NAN);
+    memcpy(&body->aux[n], &rp, sizeof rp);
+    e->n = n + 1;
+    b->n_records++;
+    const unsigned char *fin = NULL;
+    if (ends) {
+        e->ended = 1;
+        e->terminated = in->terminated;
+        if (pr->fin) {
+            memcpy(pr->fin, in->final_state, L->state_bytes);
+            body->final_state = pr->fin;
+            fin = pr->fin;
+            pr->fin = NULL;
+        }
+    }
+    if (b->hook) { /* the row is in place: never deferred with a hook */
+        size_t k, off;
+        exr_store_locate(L, n, &k, &off);
+        b->hook(b->hook_ctx, b, h, n, exr_seg_row(L, body->segs[k], off), fin, ends,
+                ends && in->terminated);
+    }
+    enter_picks_locked(b, slot);
+    if (ends)
+        shrink_ended_locked(b, e);
+    evict_over_capacity_locked(b);
+    return b->eps.slab[slot].handle != h;
+}
+
 /* The steps recorded as T single records would be. defer: the rows' bytes
  * are left for the caller to copy (the episode is marked busy); else they
  * are copied here. A failure leaves the buffer as it was, except after the
@@ -311,7 +381,6 @@ typedef struct {
 static exr_status record_steps_locked(exr_buffer *b, int64_t h, const exr_steps *in, bool defer,
                                       rec_plan *plan, int64_t *out_h)
 {
-    const exr_store_layout *L = &b->lay;
     size_t t = 0;
     for (;;) {
         /* one pass per episode recorded into */
@@ -332,40 +401,8 @@ static exr_status record_steps_locked(exr_buffer *b, int64_t h, const exr_steps 
             e->m_pub = e->m;
         }
         bool evicted = false;
-        while (t < in->T && !evicted) {
-            exr_body *body = e->body;
-            uint64_t n = e->n;
-            bool last = t + 1 == in->T;
-            if (!defer)
-                copy_rows(L, body, n, in, t, 1);
-            float rp = prio_to_float(in->priorities ? in->priorities[t] : NAN);
-            memcpy(&body->aux[n], &rp, sizeof rp);
-            e->n = n + 1;
-            b->n_records++;
-            const unsigned char *fin = NULL;
-            if (last && in->end) {
-                e->ended = 1;
-                e->terminated = in->terminated;
-                if (pr.fin) {
-                    memcpy(pr.fin, in->final_state, L->state_bytes);
-                    body->final_state = pr.fin;
-                    fin = pr.fin;
-                    pr.fin = NULL;
-                }
-            }
-            if (b->hook) { /* the row is in place: never deferred with a hook */
-                size_t k, off;
-                exr_store_locate(L, n, &k, &off);
-                b->hook(b->hook_ctx, b, h, n, exr_seg_row(L, body->segs[k], off), fin,
-                        last && in->end, last && in->end && in->terminated);
-            }
-            enter_picks_locked(b, slot);
-            if (last && in->end)
-                shrink_ended_locked(b, e);
-            evict_over_capacity_locked(b);
-            evicted = b->eps.slab[slot].handle != h;
-            t++;
-        }
+        while (t < in->T && !evicted)
+            evicted = record_step_locked(b, slot, h, in, t++, defer, &pr);
         free(pr.fin); /* unused when the episode was evicted before the end */
         if (t < in->T)
             continue; /* the rest starts a new episode */

@@ -168,6 +168,70 @@ static int link_unnamed(int fd, char *tmp)
     return -1;
 }
 
+/* The whole file into fd: mode, header room, payload, header, fsync. The
+ * file is made 0600: it gets what replacing the old file at path (or
+ * creating a new one) should. */
+static exr_status write_file(int fd, const exr_buffer *b, const void *meta, size_t meta_len,
+                             int level, const char *path, exr_progress_fn progress, void *ctx,
+                             int *err)
+{
+    fsink s = {fd, 0};
+    unsigned char header[EXR_HEADER_BYTES] = {0};
+    struct stat old;
+    mode_t mode = stat(path, &old) == 0 ? (old.st_mode & 07777) : default_mode();
+    if (fchmod(fd, mode) != 0) {
+        *err = errno;
+        return EXR_EIO;
+    }
+    exr_status st = write_all(fd, header, sizeof header, err);
+    if (st == EXR_OK) {
+        st = exr_codec_write_locked(b, meta, meta_len, level, sink_file, &s, progress, ctx,
+                                    header);
+        if (st == EXR_EIO)
+            *err = s.err;
+    }
+    if (st == EXR_OK && (pwrite(fd, header, sizeof header, 0) != (ssize_t)sizeof header ||
+                         fsync(fd) != 0)) {
+        *err = errno;
+        st = EXR_EIO;
+    }
+    return st;
+}
+
+/* The rename of a file in dir must reach the disk too. */
+static void sync_dir(const char *dir)
+{
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+}
+
+/* An unnamed file gets its temp name only once complete and on disk; then
+ * it is closed and renamed over path. */
+static exr_status publish_file(int fd, int *named, char *tmp, const char *path, exr_status st,
+                               int *err)
+{
+    if (st == EXR_OK && !*named) {
+        if (link_unnamed(fd, tmp) == 0) {
+            *named = 1;
+        } else {
+            *err = errno;
+            st = EXR_EIO;
+        }
+    }
+    if (close(fd) != 0 && st == EXR_OK) {
+        *err = errno;
+        st = EXR_EIO;
+    }
+    if (st == EXR_OK && rename(tmp, path) != 0) {
+        *err = errno;
+        st = EXR_EIO;
+    }
+    return st;
+}
+
 exr_status exr_file_save_locked(const exr_buffer *b, const void *meta, size_t meta_len, int level,
                                 const char *path, exr_progress_fn progress, void *ctx, int *err)
 {
@@ -192,59 +256,12 @@ exr_status exr_file_save_locked(const exr_buffer *b, const void *meta, size_t me
         free(dir);
         return EXR_EIO;
     }
-    fsink s = {fd, 0};
-    unsigned char header[EXR_HEADER_BYTES] = {0};
-    /* the file is made 0600: give it what replacing the old file (or
-     * creating a new one) should */
-    struct stat old;
-    mode_t mode = stat(path, &old) == 0 ? (old.st_mode & 07777) : default_mode();
-    exr_status st = fchmod(fd, mode) == 0 ? EXR_OK : EXR_EIO;
-    if (st != EXR_OK)
-        *err = errno;
-    if (st == EXR_OK)
-        st = write_all(fd, header, sizeof header, err);
-    if (st == EXR_OK) {
-        st = exr_codec_write_locked(b, meta, meta_len, level, sink_file, &s, progress, ctx,
-                                    header);
-        if (st == EXR_EIO)
-            *err = s.err;
-    }
-    if (st == EXR_OK && pwrite(fd, header, sizeof header, 0) != (ssize_t)sizeof header) {
-        *err = errno;
-        st = EXR_EIO;
-    }
-    if (st == EXR_OK && fsync(fd) != 0) {
-        *err = errno;
-        st = EXR_EIO;
-    }
-    /* an unnamed file gets its temp name only now, complete and on disk */
-    if (st == EXR_OK && !named) {
-        if (link_unnamed(fd, tmp) == 0) {
-            named = 1;
-        } else {
-            *err = errno;
-            st = EXR_EIO;
-        }
-    }
-    if (close(fd) != 0 && st == EXR_OK) {
-        *err = errno;
-        st = EXR_EIO;
-    }
-    if (st == EXR_OK && rename(tmp, path) != 0) {
-        *err = errno;
-        st = EXR_EIO;
-    }
-    if (st != EXR_OK) {
-        if (named)
-            unlink(tmp);
-    } else {
-        /* the rename itself must reach the disk */
-        int dfd = open(dir, O_RDONLY | O_DIRECTORY);
-        if (dfd >= 0) {
-            fsync(dfd);
-            close(dfd);
-        }
-    }
+    exr_status st = write_file(fd, b, meta, meta_len, level, path, progress, ctx, err);
+    st = publish_file(fd, &named, tmp, path, st, err);
+    if (st != EXR_OK && named)
+        unlink(tmp);
+    else if (st == EXR_OK)
+        sync_dir(dir);
     free(tmp);
     free(dir);
     return st;
