@@ -165,6 +165,78 @@ static void store_int(void *p, int size, uint64_t bits)
     }
 }
 
+/* The ValueError for a value that does not fit descr (range [lo, hi]):
+ * item, or the int of sign neg and magnitude mag. NULL. */
+static PyObject *range_error(const char *arg, PyArray_Descr *descr, int64_t lo, uint64_t hi,
+                             PyObject *item, int neg, uint64_t mag)
+{
+    if (!item) {
+        item = neg ? PyLong_FromLongLong(-(long long)(mag - 1) - 1)
+                   : PyLong_FromUnsignedLongLong(mag);
+        if (!item)
+            return NULL;
+    } else {
+        Py_INCREF(item);
+    }
+    char range[96];
+    if (lo < 0)
+        snprintf(range, sizeof range, "[%" PRId64 ", %" PRIu64 "]", lo, hi);
+    else
+        snprintf(range, sizeof range, "[0, %" PRIu64 "]", hi);
+    PyErr_Format(PyExc_ValueError, "%s: expected values that fit %S, in %s, got %R", arg,
+                 (PyObject *)descr, range, item);
+    Py_DECREF(item);
+    return NULL;
+}
+
+/* Value i as sign and magnitude: from the Python int itself (objs, an
+ * object array) or from arr's int64/uint64. 1, 0 if it is no int that fits
+ * 64 bits (*item set), -1 on error (*not_ints: it is no int). */
+static int int_at(PyArrayObject *objs, PyArrayObject *arr, npy_intp i, int *neg, uint64_t *mag,
+                  PyObject **item, int *not_ints)
+{
+    *item = NULL;
+    if (objs) {
+        *item = ((PyObject **)PyArray_DATA(objs))[i];
+        if (!PyLong_Check(*item) || PyBool_Check(*item)) {
+            *not_ints = 1;
+            return -1;
+        }
+        return int_value(*item, neg, mag);
+    }
+    if (PyArray_DESCR(arr)->kind == 'i') {
+        int64_t x;
+        memcpy(&x, PyArray_BYTES(arr) + i * 8, 8);
+        *neg = x < 0;
+        *mag = *neg ? (uint64_t)0 - (uint64_t)x : (uint64_t)x;
+    } else {
+        memcpy(mag, PyArray_BYTES(arr) + i * 8, 8);
+        *neg = 0;
+    }
+    return 1;
+}
+
+/* When NumPy promoted Python ints to float64 or object: the ints
+ * themselves, as an object array shaped like arr (else NULL, *objs NULL).
+ * -1 on error (*not_ints: obj is not shaped like arr). */
+static int promoted_ints(PyObject *obj, PyArrayObject *arr, PyArrayObject **objs, int *not_ints)
+{
+    char hk = PyArray_DESCR(arr)->kind;
+    *objs = NULL;
+    if ((hk == 'i' || hk == 'u') && PyDataType_ELSIZE(PyArray_DESCR(arr)) == 8)
+        return 0;
+    PyArray_Descr *od = PyArray_DescrFromType(NPY_OBJECT);
+    *objs = (PyArrayObject *)PyArray_FromAny(obj, od, 0, 0, NPY_ARRAY_C_CONTIGUOUS, NULL);
+    if (!*objs)
+        return -1;
+    if (!PyArray_SAMESHAPE(*objs, arr)) {
+        *not_ints = 1;
+        Py_CLEAR(*objs);
+        return -1;
+    }
+    return 0;
+}
+
 PyArrayObject *exr_ints_by_value(PyObject *obj, PyArrayObject *arr, PyArray_Descr *descr,
                                  const char *arg, int *not_ints)
 {
@@ -180,65 +252,21 @@ PyArrayObject *exr_ints_by_value(PyObject *obj, PyArrayObject *arr, PyArray_Desc
         return NULL;
     npy_intp n = PyArray_SIZE(arr);
     char *dst = PyArray_DATA(out);
-    char hk = PyArray_DESCR(arr)->kind;
     PyArrayObject *objs = NULL;
-    if ((hk != 'i' && hk != 'u') || PyDataType_ELSIZE(PyArray_DESCR(arr)) != 8) {
-        /* NumPy promoted to float64 or object: look at the ints themselves */
-        PyArray_Descr *od = PyArray_DescrFromType(NPY_OBJECT);
-        objs = (PyArrayObject *)PyArray_FromAny(obj, od, 0, 0, NPY_ARRAY_C_CONTIGUOUS, NULL);
-        if (!objs)
-            goto error;
-        if (!PyArray_SAMESHAPE(objs, arr)) {
-            *not_ints = 1;
-            goto error;
-        }
-    }
-    for (npy_intp i = 0; i < n; i++) {
-        int neg;
-        uint64_t mag;
-        PyObject *item = NULL;
-        if (objs) {
-            item = ((PyObject **)PyArray_DATA(objs))[i];
-            if (!PyLong_Check(item) || PyBool_Check(item)) {
-                *not_ints = 1;
-                goto error;
-            }
-            int r = int_value(item, &neg, &mag);
-            if (r < 0)
-                goto error;
-            if (r == 0)
-                goto out_of_range;
-        } else if (hk == 'i') {
-            int64_t x;
-            memcpy(&x, PyArray_BYTES(arr) + i * 8, 8);
-            neg = x < 0;
-            mag = neg ? (uint64_t)0 - (uint64_t)x : (uint64_t)x;
-        } else {
-            memcpy(&mag, PyArray_BYTES(arr) + i * 8, 8);
-            neg = 0;
-        }
-        if (neg ? mag > (uint64_t)0 - (uint64_t)lo : mag > hi)
-            goto out_of_range;
-        store_int(dst + i * size, size, neg ? (uint64_t)0 - mag : mag);
-        continue;
-    out_of_range:
-        if (!item) {
-            item = neg ? PyLong_FromLongLong(-(long long)(mag - 1) - 1)
-                       : PyLong_FromUnsignedLongLong(mag);
-            if (!item)
-                goto error;
-        } else {
-            Py_INCREF(item);
-        }
-        char range[96];
-        if (lo < 0)
-            snprintf(range, sizeof range, "[%" PRId64 ", %" PRIu64 "]", lo, hi);
-        else
-            snprintf(range, sizeof range, "[0, %" PRIu64 "]", hi);
-        PyErr_Format(PyExc_ValueError, "%s: expected values that fit %S, in %s, got %R", arg,
-                     (PyObject *)descr, range, item);
-        Py_DECREF(item);
+    if (promoted_ints(obj, arr, &objs, not_ints) < 0)
         goto error;
+    for (npy_intp i = 0; i < n; i++) {
+        int neg = 0;
+        uint64_t mag = 0;
+        PyObject *item;
+        int r = int_at(objs, arr, i, &neg, &mag, &item, not_ints);
+        if (r < 0)
+            goto error;
+        if (r == 0 || (neg ? mag > (uint64_t)0 - (uint64_t)lo : mag > hi)) {
+            range_error(arg, descr, lo, hi, item, neg, mag);
+            goto error;
+        }
+        store_int(dst + i * size, size, neg ? (uint64_t)0 - mag : mag);
     }
     Py_XDECREF(objs);
     return out;
@@ -371,5 +399,21 @@ int truth_arg(PyObject *o, const char *name, bool *out)
     if (t < 0)
         return -1;
     *out = t;
+    return 0;
+}
+
+int exr_check_priorities(const double *p, npy_intp n)
+{
+    for (npy_intp i = 0; i < n; i++) {
+        if (!priority_ok(p[i])) {
+            PyObject *bad = PyFloat_FromDouble(p[i]);
+            if (bad)
+                PyErr_Format(PyExc_ValueError,
+                             "priorities: expected finite numbers >= 0, got %R at index %zd", bad,
+                             (Py_ssize_t)i);
+            Py_XDECREF(bad);
+            return -1;
+        }
+    }
     return 0;
 }

@@ -76,75 +76,84 @@ static void want_str(char *buf, size_t len, int nlead, const npy_intp *lead, int
         snprintf(buf + used, len - used, nlead + nd == 1 ? ",)" : ")");
 }
 
-PyArrayObject *exr_as_array(PyObject *obj, PyArray_Descr *descr, int nlead, npy_intp *lead,
-                            int nd, const npy_intp *shape, const char *arg)
+/* obj as an ndarray of any dtype (a new reference), or NULL with a
+ * TypeError or ValueError naming arg. */
+static PyArrayObject *any_ndarray(PyObject *obj, PyArray_Descr *descr, const char *arg)
 {
-    PyArrayObject *arr;
-    /* NumPy arrays and scalars carry a dtype; Python numbers and sequences
-     * do not, so for them only the kind counts (NEP 50): Python ints go into
-     * any integer dtype if they fit. */
-    int typed = PyArray_Check(obj) || PyArray_IsScalar(obj, Generic);
     if (obj == Py_None) {
         PyErr_Format(PyExc_TypeError, "%s: expected an array-like of %S, got None", arg,
                      (PyObject *)descr);
         return NULL;
     }
-    if (PyArray_Check(obj)) {
-        arr = (PyArrayObject *)obj;
-        Py_INCREF(arr);
-    } else {
-        arr = (PyArrayObject *)PyArray_FromAny(obj, NULL, 0, 0, 0, NULL);
-        if (!arr) {
-            int ragged = PyErr_ExceptionMatches(PyExc_ValueError);
-            if (ragged || PyErr_ExceptionMatches(PyExc_TypeError)) {
-                PyErr_Clear();
-                PyErr_Format(ragged ? PyExc_ValueError : PyExc_TypeError,
-                             ragged ? "%s: expected an array-like of %S, got a ragged %s"
-                                    : "%s: expected an array-like of %S, got %s",
-                             arg, (PyObject *)descr, Py_TYPE(obj)->tp_name);
-            }
-            return NULL;
+    if (PyArray_Check(obj))
+        return (PyArrayObject *)Py_NewRef(obj);
+    PyArrayObject *arr = (PyArrayObject *)PyArray_FromAny(obj, NULL, 0, 0, 0, NULL);
+    if (!arr) {
+        int ragged = PyErr_ExceptionMatches(PyExc_ValueError);
+        if (ragged || PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_Format(ragged ? PyExc_ValueError : PyExc_TypeError,
+                         ragged ? "%s: expected an array-like of %S, got a ragged %s"
+                                : "%s: expected an array-like of %S, got %s",
+                         arg, (PyObject *)descr, Py_TYPE(obj)->tp_name);
         }
     }
-    PyArray_Descr *have = PyArray_DESCR(arr);
-    int equiv = PyArray_EquivTypes(have, descr);
+    return arr;
+}
+
+static PyObject *cast_error(PyArray_Descr *have, PyArray_Descr *descr, const char *arg)
+{
+    return PyErr_Format(PyExc_TypeError,
+                        "%s: expected %S (or a dtype that casts to it under same_kind), got %S",
+                        arg, (PyObject *)descr, (PyObject *)have);
+}
+
+/* The dtype question, decided before the shape: *arr is kept, replaced by
+ * Python ints converted by value (*equiv set), or refused (-1). NumPy
+ * arrays and scalars carry a dtype; Python numbers and sequences do not,
+ * so for them only the kind counts (NEP 50): Python ints go into any
+ * integer dtype if they fit. *weak_int: such ints, to convert by value. */
+static int check_dtype(PyObject *obj, PyArrayObject **arr, PyArray_Descr *descr, const char *arg,
+                       int *equiv, int *weak_int)
+{
+    int typed = PyArray_Check(obj) || PyArray_IsScalar(obj, Generic);
+    PyArray_Descr *have = PyArray_DESCR(*arr);
+    *equiv = PyArray_EquivTypes(have, descr);
     char hk = have->kind, wk = descr->kind;
-    int weak_int = !typed && (hk == 'i' || hk == 'u') && (wk == 'i' || wk == 'u');
+    *weak_int = !typed && (hk == 'i' || hk == 'u') && (wk == 'i' || wk == 'u');
     /* Python ints beyond int64 make NumPy promote to float64 or object;
      * whether they fit the column is decided by their values (args.c) */
     int maybe_ints = !typed && (wk == 'i' || wk == 'u') && (hk == 'f' || hk == 'O');
-    int weak_ok = !typed && (PyArray_SIZE(arr) == 0 || weak_int || maybe_ints);
-    if (!equiv && !weak_ok && !PyArray_CanCastTypeTo(have, descr, NPY_SAME_KIND_CASTING)) {
-        PyErr_Format(PyExc_TypeError,
-                     "%s: expected %S (or a dtype that casts to it under same_kind), got %S", arg,
-                     (PyObject *)descr, (PyObject *)have);
-        Py_DECREF(arr);
-        return NULL;
+    int weak_ok = !typed && (PyArray_SIZE(*arr) == 0 || *weak_int || maybe_ints);
+    int castable = PyArray_CanCastTypeTo(have, descr, NPY_SAME_KIND_CASTING);
+    if (!*equiv && !weak_ok && !castable) {
+        cast_error(have, descr, arg);
+        return -1;
     }
-    if (maybe_ints) {
-        /* decided before the shape, as every type question is: Python ints
-         * are converted by value (ValueError if one does not fit), anything
-         * else must cast under same_kind (TypeError) */
-        int not_ints;
-        PyArrayObject *conv = exr_ints_by_value(obj, arr, descr, arg, &not_ints);
-        if (!conv && !not_ints) {
-            Py_DECREF(arr);
-            return NULL;
-        }
-        if (!conv && !PyArray_CanCastTypeTo(have, descr, NPY_SAME_KIND_CASTING)) {
-            PyErr_Format(PyExc_TypeError,
-                         "%s: expected %S (or a dtype that casts to it under same_kind), got %S",
-                         arg, (PyObject *)descr, (PyObject *)have);
-            Py_DECREF(arr);
-            return NULL;
-        }
-        if (conv) {
-            Py_DECREF(arr);
-            arr = conv;
-            equiv = 1;
-        }
-        maybe_ints = 0;
+    if (!maybe_ints)
+        return 0;
+    /* Python ints are converted by value (ValueError if one does not fit),
+     * anything else must cast under same_kind (TypeError) */
+    int not_ints;
+    PyArrayObject *conv = exr_ints_by_value(obj, *arr, descr, arg, &not_ints);
+    if (!conv && !not_ints)
+        return -1;
+    if (!conv && !castable) {
+        cast_error(have, descr, arg);
+        return -1;
     }
+    if (conv) {
+        Py_SETREF(*arr, conv);
+        *equiv = 1;
+    }
+    return 0;
+}
+
+/* 0 if arr has shape (lead..., shape...) (lead[i] < 0: any length, filled
+ * in), else -1 with a ValueError naming arg. */
+static int check_shape(PyArrayObject *arr, int nlead, npy_intp *lead, int nd,
+                       const npy_intp *shape, const char *arg)
+{
     int ok = PyArray_NDIM(arr) == nlead + nd;
     for (int i = 0; ok && i < nlead; i++)
         ok = lead[i] < 0 || PyArray_DIM(arr, i) == lead[i];
@@ -155,12 +164,26 @@ PyArrayObject *exr_as_array(PyObject *obj, PyArray_Descr *descr, int nlead, npy_
         want_str(want, sizeof want, nlead, lead, nd, shape);
         exr_shape_str(got, sizeof got, PyArray_NDIM(arr), PyArray_DIMS(arr));
         PyErr_Format(PyExc_ValueError, "%s: expected shape %s, got %s", arg, want, got);
-        Py_DECREF(arr);
-        return NULL;
+        return -1;
     }
     for (int i = 0; i < nlead; i++)
         if (lead[i] < 0)
             lead[i] = PyArray_DIM(arr, i);
+    return 0;
+}
+
+PyArrayObject *exr_as_array(PyObject *obj, PyArray_Descr *descr, int nlead, npy_intp *lead,
+                            int nd, const npy_intp *shape, const char *arg)
+{
+    PyArrayObject *arr = any_ndarray(obj, descr, arg);
+    int equiv, weak_int;
+    if (!arr)
+        return NULL;
+    if (check_dtype(obj, &arr, descr, arg, &equiv, &weak_int) < 0 ||
+        check_shape(arr, nlead, lead, nd, shape, arg) < 0) {
+        Py_DECREF(arr);
+        return NULL;
+    }
     if (equiv && PyArray_IS_C_CONTIGUOUS(arr) && PyArray_ISALIGNED(arr))
         return arr; /* read in place: no copy */
     if (weak_int && !equiv) {

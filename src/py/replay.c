@@ -76,6 +76,109 @@ static int bytes_of(const char *name, PyArray_Descr *d, int nd, const npy_intp *
     return 0;
 }
 
+/* state_shape, the dtypes and action_shape into self, their sizes into cfg. */
+static int spaces_args(ReplayObject *self, PyObject *o_sshape, PyObject *o_sdtype,
+                       PyObject *o_ashape, PyObject *o_adtype, PyObject *o_rdtype,
+                       exr_config *cfg)
+{
+    PyObject *tmp = NULL;
+    if (shape_arg(o_sshape, "state_shape", NPY_MAXDIMS - 2, &self->state_nd, self->state_shape) < 0)
+        return -1;
+    if (o_ashape && shape_arg(o_ashape, "action_shape", NPY_MAXDIMS - 2, &self->action_nd,
+                              self->action_shape) < 0)
+        return -1;
+    if (!o_sdtype)
+        o_sdtype = tmp = PyUnicode_FromString("float32");
+    self->state_descr = o_sdtype ? exr_dtype_arg(o_sdtype, "state_dtype", 0) : NULL;
+    Py_CLEAR(tmp);
+    if (!self->state_descr)
+        return -1;
+    self->action_descr = o_adtype ? exr_dtype_arg(o_adtype, "action_dtype", 0)
+                                  : PyArray_DescrFromType(NPY_INT64);
+    if (!self->action_descr)
+        return -1;
+    self->reward_descr = o_rdtype ? exr_dtype_arg(o_rdtype, "reward_dtype", 1)
+                                  : PyArray_DescrFromType(NPY_FLOAT32);
+    if (!self->reward_descr)
+        return -1;
+    if (bytes_of("state_shape", self->state_descr, self->state_nd, self->state_shape,
+                 &cfg->state_bytes) < 0 ||
+        bytes_of("action_shape", self->action_descr, self->action_nd, self->action_shape,
+                 &cfg->action_bytes) < 0)
+        return -1;
+    cfg->reward_bytes = (size_t)PyDataType_ELSIZE(self->reward_descr);
+    return 0;
+}
+
+/* capacity: absent (10**6), None (no limit) or an int. */
+static int capacity_arg(ReplayObject *self, PyObject *o_cap, exr_config *cfg)
+{
+    if (!o_cap) {
+        cfg->capacity = 1000000;
+        self->capacity = PyLong_FromLong(1000000);
+    } else if (o_cap == Py_None) {
+        cfg->capacity = 0;
+        self->capacity = Py_NewRef(Py_None);
+    } else {
+        /* the file stores it as a u64 that restores as an int64: one range */
+        int64_t c;
+        if (exr_int_arg(o_cap, "capacity", "an int in [1, 2**63 - 1] or None", 1, INT64_MAX,
+                        &c) < 0)
+            return -1;
+        self->capacity = PyLong_FromLongLong(c);
+        cfg->capacity = (uint64_t)c;
+    }
+    return self->capacity ? 0 : -1;
+}
+
+/* pick_len, allow_short and eviction into cfg. */
+static int pick_args(PyObject *o_plen, PyObject *o_short, PyObject *o_evict, exr_config *cfg)
+{
+    cfg->pick_len = 1;
+    if (o_plen) {
+        int64_t v;
+        if (exr_int_arg(o_plen, "pick_len", NULL, 1, EXR_MAX_PICK_LEN, &v) < 0)
+            return -1;
+        cfg->pick_len = (uint32_t)v;
+    }
+    if (o_short) {
+        bool v;
+        if (truth_arg(o_short, "allow_short", &v) < 0)
+            return -1;
+        cfg->allow_short = v;
+    }
+    cfg->eviction = EXR_EVICT_FIFO;
+    if (!o_evict)
+        return 0;
+    if (PyUnicode_Check(o_evict) && PyUnicode_CompareWithASCIIString(o_evict, "fifo") == 0)
+        cfg->eviction = EXR_EVICT_FIFO;
+    else if (PyUnicode_Check(o_evict) &&
+             PyUnicode_CompareWithASCIIString(o_evict, "second_chance") == 0)
+        cfg->eviction = EXR_EVICT_SECOND_CHANCE;
+    else {
+        PyErr_Format(PyExc_ValueError, "eviction: expected 'fifo' or 'second_chance', got %R",
+                     o_evict);
+        return -1;
+    }
+    return 0;
+}
+
+/* seed: None (fresh entropy) or an int. */
+static int seed_arg(ReplayObject *self, PyObject *o_seed, exr_config *cfg)
+{
+    if (o_seed == Py_None) {
+        cfg->seed = exr_rng_entropy();
+        self->seed = Py_NewRef(Py_None);
+        return 0;
+    }
+    uint64_t s;
+    if (exr_uint_arg(o_seed, "seed", "an int in [0, 2**64) or None", UINT64_MAX, &s) < 0)
+        return -1;
+    self->seed = PyLong_FromUnsignedLongLong(s);
+    cfg->seed = s;
+    return self->seed ? 0 : -1;
+}
+
 static PyObject *replay_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"state_shape", "state_dtype", "action_shape", "action_dtype",
@@ -92,89 +195,12 @@ static PyObject *replay_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     if (!self)
         return NULL;
     exr_config cfg = {0};
-    PyObject *tmp = NULL;
-    if (shape_arg(o_sshape, "state_shape", NPY_MAXDIMS - 2, &self->state_nd, self->state_shape) < 0)
+    if (spaces_args(self, o_sshape, o_sdtype, o_ashape, o_adtype, o_rdtype, &cfg) < 0 ||
+        capacity_arg(self, o_cap, &cfg) < 0 || pick_args(o_plen, o_short, o_evict, &cfg) < 0)
         goto error;
-    if (o_ashape && shape_arg(o_ashape, "action_shape", NPY_MAXDIMS - 2, &self->action_nd,
-                              self->action_shape) < 0)
-        goto error;
-    if (!o_sdtype)
-        o_sdtype = tmp = PyUnicode_FromString("float32");
-    self->state_descr = o_sdtype ? exr_dtype_arg(o_sdtype, "state_dtype", 0) : NULL;
-    Py_CLEAR(tmp);
-    if (!self->state_descr)
-        goto error;
-    self->action_descr = o_adtype ? exr_dtype_arg(o_adtype, "action_dtype", 0)
-                                  : PyArray_DescrFromType(NPY_INT64);
-    if (!self->action_descr)
-        goto error;
-    self->reward_descr = o_rdtype ? exr_dtype_arg(o_rdtype, "reward_dtype", 1)
-                                  : PyArray_DescrFromType(NPY_FLOAT32);
-    if (!self->reward_descr)
-        goto error;
-    if (bytes_of("state_shape", self->state_descr, self->state_nd, self->state_shape,
-                 &cfg.state_bytes) < 0 ||
-        bytes_of("action_shape", self->action_descr, self->action_nd, self->action_shape,
-                 &cfg.action_bytes) < 0)
-        goto error;
-    cfg.reward_bytes = (size_t)PyDataType_ELSIZE(self->reward_descr);
-
-    if (!o_cap) {
-        cfg.capacity = 1000000;
-        self->capacity = PyLong_FromLong(1000000);
-    } else if (o_cap == Py_None) {
-        cfg.capacity = 0;
-        self->capacity = Py_NewRef(Py_None);
-    } else {
-        /* the file stores it as a u64 that restores as an int64: one range */
-        int64_t c;
-        if (exr_int_arg(o_cap, "capacity", "an int in [1, 2**63 - 1] or None", 1, INT64_MAX,
-                        &c) < 0)
-            goto error;
-        self->capacity = PyLong_FromLongLong(c);
-        cfg.capacity = (uint64_t)c;
-    }
-    if (!self->capacity)
-        goto error;
-    cfg.pick_len = 1;
-    if (o_plen) {
-        int64_t v;
-        if (exr_int_arg(o_plen, "pick_len", NULL, 1, EXR_MAX_PICK_LEN, &v) < 0)
-            goto error;
-        cfg.pick_len = (uint32_t)v;
-    }
-    if (o_short) {
-        bool v;
-        if (truth_arg(o_short, "allow_short", &v) < 0)
-            goto error;
-        cfg.allow_short = v;
-    }
-    cfg.eviction = EXR_EVICT_FIFO;
-    if (o_evict) {
-        if (PyUnicode_Check(o_evict) && PyUnicode_CompareWithASCIIString(o_evict, "fifo") == 0)
-            cfg.eviction = EXR_EVICT_FIFO;
-        else if (PyUnicode_Check(o_evict) &&
-                 PyUnicode_CompareWithASCIIString(o_evict, "second_chance") == 0)
-            cfg.eviction = EXR_EVICT_SECOND_CHANCE;
-        else {
-            PyErr_Format(PyExc_ValueError, "eviction: expected 'fifo' or 'second_chance', got %R",
-                         o_evict);
-            goto error;
-        }
-    }
     self->eviction = cfg.eviction;
-    if (o_seed == Py_None) {
-        cfg.seed = exr_rng_entropy();
-        self->seed = Py_NewRef(Py_None);
-    } else {
-        uint64_t s;
-        if (exr_uint_arg(o_seed, "seed", "an int in [0, 2**64) or None", UINT64_MAX, &s) < 0)
-            goto error;
-        self->seed = PyLong_FromUnsignedLongLong(s);
-        if (!self->seed)
-            goto error;
-        cfg.seed = s;
-    }
+    if (seed_arg(self, o_seed, &cfg) < 0)
+        goto error;
     exr_status st = exr_buffer_new(&cfg, &self->buf);
     if (st != EXR_OK) {
         exr_raise(st, "ExperienceReplay");

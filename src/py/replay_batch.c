@@ -148,81 +148,77 @@ static int batch_pick_arrays(ReplayObject *self, PyObject *batch, PyArrayObject 
     return 0;
 }
 
-PyObject *replay_set_priority(ReplayObject *self, PyObject *const *args, Py_ssize_t nargs,
-                                     PyObject *kwnames)
+/* set_priority's arguments into a[4] (ps, pick_epi, pick_pos, priorities),
+ * or (ps, batch, -, priorities) with *from_batch set. */
+static int set_priority_args(ReplayObject *self, PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames, PyObject **a, int *from_batch)
 {
-    EXR_GUARD(self, NULL);
     static const char *const names[] = {"ps", "pick_epi", "pick_pos", "priorities"};
     static const char *const bnames[] = {"ps", "batch", "priorities"};
-    PyObject *a[4];
-    int fast = nargs >= 2 && Py_IS_TYPE(args[1], mstate(self)->batch_type);
-    if (fast) {
-        if (exr_parse_args(args, nargs, kwnames, "set_priority", bnames, 3, 3, a) < 0)
-            return NULL;
-        a[3] = a[2];
-    } else if (exr_parse_args(args, nargs, kwnames, "set_priority", names, 4, 4, a) < 0) {
+    *from_batch = nargs >= 2 && Py_IS_TYPE(args[1], mstate(self)->batch_type);
+    if (!*from_batch)
+        return exr_parse_args(args, nargs, kwnames, "set_priority", names, 4, 4, a);
+    if (exr_parse_args(args, nargs, kwnames, "set_priority", bnames, 3, 3, a) < 0)
+        return -1;
+    a[3] = a[2];
+    return 0;
+}
+
+/* priorities: one for every pick (a scalar: *stride 0) or one each of n,
+ * as float64, all finite and >= 0. A new reference or NULL. */
+static PyArrayObject *priorities_values(PyObject *o, npy_intp n, size_t *stride)
+{
+    if (exr_refuse_bools(o, "priorities") < 0)
         return NULL;
-    }
-    int64_t h;
-    if (exr_selector_handle(self, a[0], &h) < 0)
-        return NULL;
-    PyArrayObject *e, *p, *x = NULL, *pr = NULL;
-    npy_intp n;
-    if (fast ? batch_pick_arrays(self, a[1], &e, &p, &x, &n) < 0
-             : pick_arrays(a[1], a[2], &e, &p, &n) < 0)
-        return NULL;
-    if (exr_refuse_bools(a[3], "priorities") < 0) {
-        Py_DECREF(e);
-        Py_DECREF(p);
-        return NULL;
-    }
     PyArray_Descr *f64 = PyArray_DescrFromType(NPY_FLOAT64);
     npy_intp m = n;
-    /* one priority for every pick, or one each */
-    int scalar = PyArray_Check(a[3]) ? PyArray_NDIM((PyArrayObject *)a[3]) == 0
-                                     : (PyFloat_Check(a[3]) || PyLong_Check(a[3]) ||
-                                        PyArray_IsScalar(a[3], Generic));
-    if (scalar)
-        pr = exr_as_array(a[3], f64, 0, NULL, 0, NULL, "priorities");
-    else
-        pr = exr_as_array(a[3], f64, 1, &m, 0, NULL, "priorities");
+    int scalar = PyArray_Check(o) ? PyArray_NDIM((PyArrayObject *)o) == 0
+                                  : (PyFloat_Check(o) || PyLong_Check(o) ||
+                                     PyArray_IsScalar(o, Generic));
+    PyArrayObject *pr = scalar ? exr_as_array(o, f64, 0, NULL, 0, NULL, "priorities")
+                               : exr_as_array(o, f64, 1, &m, 0, NULL, "priorities");
     Py_DECREF(f64);
-    if (!pr)
-        goto error;
-    const double *pv = PyArray_DATA(pr);
-    size_t stride = scalar ? 0 : 1;
+    *stride = scalar ? 0 : 1;
     /* a broadcast scalar is checked even when there is no pick to apply it to */
-    for (npy_intp i = 0; i < (scalar ? 1 : n); i++) {
-        if (!priority_ok(pv[i])) {
-            PyObject *bad = PyFloat_FromDouble(pv[i]);
-            if (bad)
-                PyErr_Format(PyExc_ValueError,
-                             "priorities: expected finite numbers >= 0, got %R at index %zd", bad,
-                             (Py_ssize_t)i);
-            Py_XDECREF(bad);
-            goto error;
-        }
+    if (pr && exr_check_priorities(PyArray_DATA(pr), scalar ? 1 : n) < 0)
+        Py_CLEAR(pr);
+    return pr;
+}
+
+PyObject *replay_set_priority(ReplayObject *self, PyObject *const *args, Py_ssize_t nargs,
+                              PyObject *kwnames)
+{
+    EXR_GUARD(self, NULL);
+    PyObject *a[4];
+    int from_batch;
+    int64_t h;
+    if (set_priority_args(self, args, nargs, kwnames, a, &from_batch) < 0 ||
+        exr_selector_handle(self, a[0], &h) < 0)
+        return NULL;
+    PyArrayObject *e, *p, *x = NULL, *pr;
+    npy_intp n;
+    if (from_batch ? batch_pick_arrays(self, a[1], &e, &p, &x, &n) < 0
+                   : pick_arrays(a[1], a[2], &e, &p, &n) < 0)
+        return NULL;
+    size_t stride, applied = 0;
+    exr_status st = EXR_OK;
+    if ((pr = priorities_values(a[3], n, &stride))) {
+        const int64_t *hint = x ? PyArray_DATA(x) : NULL;
+        const double *pv = PyArray_DATA(pr);
+        Py_BEGIN_ALLOW_THREADS
+        st = exr_buffer_set_priority(self->buf, h, (size_t)n, PyArray_DATA(e), PyArray_DATA(p),
+                                     hint, pv, stride, &applied);
+        Py_END_ALLOW_THREADS
     }
-    exr_status st;
-    size_t applied = 0;
-    const int64_t *hint = x ? PyArray_DATA(x) : NULL;
-    Py_BEGIN_ALLOW_THREADS
-    st = exr_buffer_set_priority(self->buf, h, (size_t)n, PyArray_DATA(e), PyArray_DATA(p), hint,
-                                 pv, stride, &applied);
-    Py_END_ALLOW_THREADS
     Py_DECREF(e);
     Py_DECREF(p);
     Py_XDECREF(x);
+    if (!pr)
+        return NULL;
     Py_DECREF(pr);
     if (st == EXR_ENOTFOUND)
         return unknown_selector(h);
     if (st != EXR_OK)
         return exr_raise(st, "set_priority");
     return PyLong_FromSize_t(applied);
-error:
-    Py_DECREF(e);
-    Py_DECREF(p);
-    Py_XDECREF(x);
-    Py_XDECREF(pr);
-    return NULL;
 }

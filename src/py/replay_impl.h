@@ -23,6 +23,10 @@ static inline PyObject *unknown_selector(int64_t h)
 
 static inline exr_modstate *mstate(ReplayObject *self) { return exr_state_of_type(Py_TYPE(self)); }
 
+/* args.c: 0 if p[0..n) are finite and >= 0, else -1 with a ValueError
+ * naming the first other value and its index. */
+int exr_check_priorities(const double *p, npy_intp n);
+
 /* args.c: a bool argument (bool, numpy.bool_ or int); absent is false. */
 int truth_arg(PyObject *o, const char *name, bool *out);
 

@@ -82,48 +82,107 @@ static PyObject *record_status(exr_status st, int64_t h)
     return PyLong_FromLongLong(h);
 }
 
+/* The arrays a record call holds until the core has copied them. */
+enum { HELD_STATE, HELD_ACTION, HELD_REWARD, HELD_FINAL, HELD_PRIO, NHELD };
+typedef struct {
+    PyArrayObject *v[NHELD];
+} held_arrays;
+
+static void release_arrays(held_arrays *held)
+{
+    for (int i = 0; i < NHELD; i++)
+        Py_CLEAR(held->v[i]);
+}
+
+/* The core's record with the GIL released (after the log's back-pressure,
+ * before any lock), then the held arrays released. The new handle or NULL. */
+static PyObject *record_steps(ReplayObject *self, int64_t h, const exr_steps *in,
+                              held_arrays *held)
+{
+    exr_status st;
+    struct exr_log *lg = exr_replay_log(self);
+    Py_BEGIN_ALLOW_THREADS
+    if (lg)
+        exr_log_throttle(lg);
+    st = exr_buffer_record(self->buf, h, in, &h);
+    Py_END_ALLOW_THREADS
+    release_arrays(held);
+    return record_status(st, h);
+}
+
+/* final_state: None/absent or one state. */
+static int final_state_arg(ReplayObject *self, PyObject *o, PyArrayObject **fin)
+{
+    if (!o || o == Py_None)
+        return 0;
+    *fin = exr_as_array(o, self->state_descr, 0, NULL, self->state_nd, self->state_shape,
+                        "final_state");
+    return *fin ? 0 : -1;
+}
+
+/* record's priority: None/absent (NAN) or a finite real >= 0. */
+static int priority_arg(PyObject *o, double *prio)
+{
+    *prio = NAN;
+    if (!o || o == Py_None)
+        return 0;
+    if (exr_real_arg(o, "priority", prio) < 0)
+        return -1;
+    if (!priority_ok(*prio)) {
+        PyErr_Format(PyExc_ValueError, "priority: expected a finite number >= 0 or None, got %R",
+                     o);
+        return -1;
+    }
+    return 0;
+}
+
+/* record_many's priorities: None/absent or T finite reals >= 0. */
+static int priorities_arg(PyObject *o, npy_intp *T, PyArrayObject **prios)
+{
+    if (!o || o == Py_None)
+        return 0;
+    if (exr_refuse_bools(o, "priorities") < 0)
+        return -1;
+    PyArray_Descr *f64 = PyArray_DescrFromType(NPY_FLOAT64);
+    *prios = exr_as_array(o, f64, 1, T, 0, NULL, "priorities");
+    Py_DECREF(f64);
+    if (!*prios)
+        return -1;
+    return exr_check_priorities(PyArray_DATA(*prios), *T);
+}
+
 PyObject *replay_record(ReplayObject *self, PyObject *const *args, Py_ssize_t nargs,
-                               PyObject *kwnames)
+                        PyObject *kwnames)
 {
     EXR_GUARD(self, NULL);
     static const char *const names[] = {"h", "state", "action", "reward",
                                         "final_state", "terminated", "priority"};
     PyObject *a[7];
-    PyArrayObject *state = NULL, *action = NULL, *reward = NULL, *fin = NULL;
+    held_arrays held = {{0}};
     unsigned char abuf[16], rbuf[16];
     if (exr_parse_args(args, nargs, kwnames, "record", names, 4, 7, a) < 0)
         return NULL;
     int64_t h;
     bool terminated;
-    double prio = NAN;
-    if (handle_arg(a[0], &h) < 0 || truth_arg(a[5], "terminated", &terminated) < 0)
+    double prio;
+    if (handle_arg(a[0], &h) < 0 || truth_arg(a[5], "terminated", &terminated) < 0 ||
+        priority_arg(a[6], &prio) < 0)
         return NULL;
-    if (a[6] && a[6] != Py_None) {
-        if (exr_real_arg(a[6], "priority", &prio) < 0)
-            return NULL;
-        if (!priority_ok(prio))
-            return PyErr_Format(PyExc_ValueError,
-                                "priority: expected a finite number >= 0 or None, got %R", a[6]);
+    held.v[HELD_STATE] = exr_as_array(a[1], self->state_descr, 0, NULL, self->state_nd,
+                                      self->state_shape, "state");
+    const void *ap = NULL, *rp = NULL;
+    if (!held.v[HELD_STATE] ||
+        !(ap = column_value(a[2], self->action_descr, self->action_nd, self->action_shape,
+                            "action", abuf, &held.v[HELD_ACTION])) ||
+        !(rp = column_value(a[3], self->reward_descr, 0, NULL, "reward", rbuf,
+                            &held.v[HELD_REWARD])) ||
+        final_state_arg(self, a[4], &held.v[HELD_FINAL]) < 0) {
+        release_arrays(&held);
+        return NULL;
     }
-    state = exr_as_array(a[1], self->state_descr, 0, NULL, self->state_nd, self->state_shape,
-                         "state");
-    if (!state)
-        goto error;
-    const void *ap = column_value(a[2], self->action_descr, self->action_nd, self->action_shape,
-                                  "action", abuf, &action);
-    if (!ap)
-        goto error;
-    const void *rp = column_value(a[3], self->reward_descr, 0, NULL, "reward", rbuf, &reward);
-    if (!rp)
-        goto error;
-    if (a[4] && a[4] != Py_None) {
-        fin = exr_as_array(a[4], self->state_descr, 0, NULL, self->state_nd, self->state_shape,
-                           "final_state");
-        if (!fin)
-            goto error;
-    }
+    PyArrayObject *fin = held.v[HELD_FINAL];
     exr_steps in = {
-        .states = PyArray_DATA(state),
+        .states = PyArray_DATA(held.v[HELD_STATE]),
         .actions = ap,
         .rewards = rp,
         .priorities = isnan(prio) ? NULL : &prio,
@@ -132,34 +191,36 @@ PyObject *replay_record(ReplayObject *self, PyObject *const *args, Py_ssize_t na
         .end = fin != NULL || terminated,
         .terminated = terminated,
     };
-    exr_status st;
-    struct exr_log *lg = exr_replay_log(self);
-    Py_BEGIN_ALLOW_THREADS
-    if (lg)
-        exr_log_throttle(lg); /* the log's back-pressure, before any lock */
-    st = exr_buffer_record(self->buf, h, &in, &h);
-    Py_END_ALLOW_THREADS
-    Py_DECREF(state);
-    Py_XDECREF(action);
-    Py_XDECREF(reward);
-    Py_XDECREF(fin);
-    return record_status(st, h);
-error:
-    Py_XDECREF(state);
-    Py_XDECREF(action);
-    Py_XDECREF(reward);
-    Py_XDECREF(fin);
-    return NULL;
+    return record_steps(self, h, &in, &held);
+}
+
+/* states, actions and rewards: T steps each (T >= 1). */
+static int steps_args(ReplayObject *self, PyObject *const *a, npy_intp *T, held_arrays *held)
+{
+    held->v[HELD_STATE] = exr_as_array(a[1], self->state_descr, 1, T, self->state_nd,
+                                       self->state_shape, "states");
+    if (!held->v[HELD_STATE])
+        return -1;
+    if (*T == 0) {
+        PyErr_SetString(PyExc_ValueError, "states: expected at least one step, got 0");
+        return -1;
+    }
+    held->v[HELD_ACTION] = exr_as_array(a[2], self->action_descr, 1, T, self->action_nd,
+                                        self->action_shape, "actions");
+    if (!held->v[HELD_ACTION])
+        return -1;
+    held->v[HELD_REWARD] = exr_as_array(a[3], self->reward_descr, 1, T, 0, NULL, "rewards");
+    return held->v[HELD_REWARD] ? 0 : -1;
 }
 
 PyObject *replay_record_many(ReplayObject *self, PyObject *const *args, Py_ssize_t nargs,
-                                    PyObject *kwnames)
+                             PyObject *kwnames)
 {
     EXR_GUARD(self, NULL);
     static const char *const names[] = {"h", "states", "actions", "rewards",
                                         "final_state", "terminated", "priorities"};
     PyObject *a[7];
-    PyArrayObject *states = NULL, *actions = NULL, *rewards = NULL, *fin = NULL, *prios = NULL;
+    held_arrays held = {{0}};
     if (exr_parse_args(args, nargs, kwnames, "record_many", names, 4, 7, a) < 0)
         return NULL;
     int64_t h;
@@ -167,78 +228,23 @@ PyObject *replay_record_many(ReplayObject *self, PyObject *const *args, Py_ssize
     if (handle_arg(a[0], &h) < 0 || truth_arg(a[5], "terminated", &terminated) < 0)
         return NULL;
     npy_intp T = -1;
-    states = exr_as_array(a[1], self->state_descr, 1, &T, self->state_nd, self->state_shape,
-                          "states");
-    if (!states)
-        goto error;
-    if (T == 0) {
-        PyErr_SetString(PyExc_ValueError, "states: expected at least one step, got 0");
-        goto error;
+    if (steps_args(self, a, &T, &held) < 0 || priorities_arg(a[6], &T, &held.v[HELD_PRIO]) < 0 ||
+        final_state_arg(self, a[4], &held.v[HELD_FINAL]) < 0) {
+        release_arrays(&held);
+        return NULL;
     }
-    actions = exr_as_array(a[2], self->action_descr, 1, &T, self->action_nd, self->action_shape,
-                           "actions");
-    if (!actions)
-        goto error;
-    rewards = exr_as_array(a[3], self->reward_descr, 1, &T, 0, NULL, "rewards");
-    if (!rewards)
-        goto error;
-    if (a[6] && a[6] != Py_None) {
-        if (exr_refuse_bools(a[6], "priorities") < 0)
-            goto error;
-        PyArray_Descr *f64 = PyArray_DescrFromType(NPY_FLOAT64);
-        prios = exr_as_array(a[6], f64, 1, &T, 0, NULL, "priorities");
-        Py_DECREF(f64);
-        if (!prios)
-            goto error;
-        const double *p = PyArray_DATA(prios);
-        for (npy_intp i = 0; i < T; i++) {
-            if (!priority_ok(p[i])) {
-                PyObject *bad = PyFloat_FromDouble(p[i]);
-                if (bad)
-                    PyErr_Format(PyExc_ValueError,
-                                 "priorities: expected finite numbers >= 0, got %R at index %zd",
-                                 bad, (Py_ssize_t)i);
-                Py_XDECREF(bad);
-                goto error;
-            }
-        }
-    }
-    if (a[4] && a[4] != Py_None) {
-        fin = exr_as_array(a[4], self->state_descr, 0, NULL, self->state_nd, self->state_shape,
-                           "final_state");
-        if (!fin)
-            goto error;
-    }
+    PyArrayObject *fin = held.v[HELD_FINAL], *prios = held.v[HELD_PRIO];
     exr_steps in = {
-        .states = PyArray_DATA(states),
-        .actions = PyArray_DATA(actions),
-        .rewards = PyArray_DATA(rewards),
+        .states = PyArray_DATA(held.v[HELD_STATE]),
+        .actions = PyArray_DATA(held.v[HELD_ACTION]),
+        .rewards = PyArray_DATA(held.v[HELD_REWARD]),
         .priorities = prios ? PyArray_DATA(prios) : NULL,
         .T = (size_t)T,
         .final_state = fin ? PyArray_DATA(fin) : NULL,
         .end = fin != NULL || terminated,
         .terminated = terminated,
     };
-    exr_status st;
-    struct exr_log *lg = exr_replay_log(self);
-    Py_BEGIN_ALLOW_THREADS
-    if (lg)
-        exr_log_throttle(lg); /* the log's back-pressure, before any lock */
-    st = exr_buffer_record(self->buf, h, &in, &h);
-    Py_END_ALLOW_THREADS
-    Py_DECREF(states);
-    Py_DECREF(actions);
-    Py_DECREF(rewards);
-    Py_XDECREF(prios);
-    Py_XDECREF(fin);
-    return record_status(st, h);
-error:
-    Py_XDECREF(states);
-    Py_XDECREF(actions);
-    Py_XDECREF(rewards);
-    Py_XDECREF(prios);
-    Py_XDECREF(fin);
-    return NULL;
+    return record_steps(self, h, &in, &held);
 }
 
 PyObject *replay_new_episode(ReplayObject *self, PyObject *unused)
