@@ -180,6 +180,112 @@ static int bounded_size(PyObject *o, const char *name, size_t lo, size_t hi, siz
     return 0;
 }
 
+/* flush_interval: None (never on a timer), absent (1 s) or seconds in (0, 1e6]. */
+static int flush_arg(PyObject *o_flush, uint64_t *flush_ns)
+{
+    if (!o_flush)
+        return 0;
+    if (o_flush == Py_None) {
+        *flush_ns = 0;
+        return 0;
+    }
+    double f = PyFloat_AsDouble(o_flush);
+    if (f == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError,
+                     "flush_interval: expected seconds (a number > 0) or None, got %s",
+                     Py_TYPE(o_flush)->tp_name);
+        return -1;
+    }
+    if (!(f > 0) || f > 1e6) {
+        PyErr_Format(PyExc_ValueError,
+                     "flush_interval: expected seconds in (0, 1e6] or None, got %R", o_flush);
+        return -1;
+    }
+    *flush_ns = (uint64_t)(f * 1e9);
+    if (!*flush_ns)
+        *flush_ns = 1;
+    return 0;
+}
+
+/* source, level, chunk_bytes, max_backlog and flush_interval into o. */
+static int log_opts_args(PyObject *o_source, PyObject *o_level, PyObject *o_chunk,
+                         PyObject *o_max, PyObject *o_flush, exr_log_opts *o)
+{
+    size_t v;
+    if (o_source) {
+        if (bounded_size(o_source, "source", 0, UINT32_MAX - 1, &v) < 0)
+            return -1;
+        o->source = (uint32_t)v;
+    }
+    if (o_level) {
+        if (bounded_size(o_level, "level", 0, 9, &v) < 0)
+            return -1;
+        o->level = (int)v;
+    }
+    if (o_chunk && bounded_size(o_chunk, "chunk_bytes", 1, EXR_LOG_MAX_CHUNK, &o->chunk_bytes) < 0)
+        return -1;
+    if (o_max && bounded_size(o_max, "max_backlog", 0, (size_t)1 << 48, &o->max_backlog) < 0)
+        return -1;
+    return flush_arg(o_flush, &o->flush_ns);
+}
+
+/* Opens the log file at o_path into self (self->path set). */
+static int log_open_path(LogObject *self, PyObject *o_path, const exr_log_opts *o, int overwrite)
+{
+    PyObject *fspath = NULL;
+    if (!PyUnicode_FSConverter(o_path, &fspath))
+        return -1;
+    self->path = PyOS_FSPath(o_path);
+    if (!self->path) {
+        Py_DECREF(fspath);
+        return -1;
+    }
+    exr_status st;
+    const char *cpath = PyBytes_AS_STRING(fspath);
+    Py_BEGIN_ALLOW_THREADS
+    st = exr_log_open(cpath, o, overwrite != 0, &self->lg);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(fspath);
+    if (st == EXR_OK)
+        return 0;
+    if (st == EXR_EIO && errno == EEXIST)
+        PyErr_Format(PyExc_FileExistsError, "path: %R exists (pass overwrite=True to replace it)",
+                     self->path);
+    else
+        log_error(st, "ExperienceLog", self->path);
+    return -1;
+}
+
+/* The schema given to the constructor (state_shape not None). */
+static int schema_args(LogObject *self, PyObject *o_sshape, PyObject *o_sdtype,
+                       PyObject *o_ashape, PyObject *o_adtype, PyObject *o_rdtype)
+{
+    int snd = 0, and_ = 0;
+    npy_intp ss[NPY_MAXDIMS], as[NPY_MAXDIMS];
+    PyArray_Descr *sd = NULL, *ad = NULL, *rd = NULL;
+    PyObject *tmp = NULL;
+    int ok = shape_of(o_sshape, "state_shape", &snd, ss) == 0 &&
+             (!o_ashape || shape_of(o_ashape, "action_shape", &and_, as) == 0);
+    if (ok) {
+        if (!o_sdtype)
+            o_sdtype = tmp = PyUnicode_FromString("float32");
+        sd = o_sdtype ? exr_dtype_arg(o_sdtype, "state_dtype", 0) : NULL;
+        Py_XDECREF(tmp);
+        ad = !sd ? NULL
+             : o_adtype ? exr_dtype_arg(o_adtype, "action_dtype", 0)
+                        : PyArray_DescrFromType(NPY_INT64);
+        rd = !ad ? NULL
+             : o_rdtype ? exr_dtype_arg(o_rdtype, "reward_dtype", 1)
+                        : PyArray_DescrFromType(NPY_FLOAT32);
+        ok = rd && set_schema(self, sd, snd, ss, ad, and_, as, rd) == 0;
+    }
+    Py_XDECREF(sd);
+    Py_XDECREF(ad);
+    Py_XDECREF(rd);
+    return ok ? 0 : -1;
+}
+
 static PyObject *log_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"path",         "source",       "level",        "chunk_bytes",
@@ -201,102 +307,26 @@ static PyObject *log_new(PyTypeObject *type, PyObject *args, PyObject *kw)
                       .flush_ns = 1000000000u,
                       .fsync = do_fsync != 0,
                       .max_backlog = (size_t)256 << 20};
-    size_t v;
-    if (o_source) {
-        if (bounded_size(o_source, "source", 0, UINT32_MAX - 1, &v) < 0)
-            return NULL;
-        o.source = (uint32_t)v;
-    }
-    if (o_level) {
-        if (bounded_size(o_level, "level", 0, 9, &v) < 0)
-            return NULL;
-        o.level = (int)v;
-    }
-    if (o_chunk && bounded_size(o_chunk, "chunk_bytes", 1, EXR_LOG_MAX_CHUNK, &o.chunk_bytes) < 0)
-        return NULL;
-    if (o_max && bounded_size(o_max, "max_backlog", 0, (size_t)1 << 48, &o.max_backlog) < 0)
-        return NULL;
-    if (o_flush && o_flush != Py_None) {
-        double f = PyFloat_AsDouble(o_flush);
-        if (f == -1.0 && PyErr_Occurred()) {
-            PyErr_Clear();
-            return PyErr_Format(PyExc_TypeError,
-                                "flush_interval: expected seconds (a number > 0) or None, got %s",
-                                Py_TYPE(o_flush)->tp_name);
-        }
-        if (!(f > 0) || f > 1e6)
-            return PyErr_Format(PyExc_ValueError,
-                                "flush_interval: expected seconds in (0, 1e6] or None, got %R",
-                                o_flush);
-        o.flush_ns = (uint64_t)(f * 1e9);
-        if (!o.flush_ns)
-            o.flush_ns = 1;
-    } else if (o_flush == Py_None) {
-        o.flush_ns = 0;
-    }
-    PyObject *fspath = NULL;
-    if (!PyUnicode_FSConverter(o_path, &fspath))
+    if (log_opts_args(o_source, o_level, o_chunk, o_max, o_flush, &o) < 0)
         return NULL;
     LogObject *self = (LogObject *)type->tp_alloc(type, 0);
-    if (!self) {
-        Py_DECREF(fspath);
+    if (!self)
         return NULL;
-    }
-    self->path = PyOS_FSPath(o_path);
-    if (!self->path) {
-        Py_DECREF(fspath);
-        Py_DECREF(self);
-        return NULL;
-    }
-    exr_status st;
-    const char *cpath = PyBytes_AS_STRING(fspath);
-    Py_BEGIN_ALLOW_THREADS
-    st = exr_log_open(cpath, &o, overwrite != 0, &self->lg);
-    Py_END_ALLOW_THREADS
-    Py_DECREF(fspath);
-    if (st != EXR_OK) {
-        if (st == EXR_EIO && errno == EEXIST)
-            PyErr_Format(PyExc_FileExistsError,
-                         "path: %R exists (pass overwrite=True to replace it)", self->path);
-        else
-            log_error(st, "ExperienceLog", self->path);
-        Py_DECREF(self);
-        return NULL;
-    }
+    if (log_open_path(self, o_path, &o, overwrite) < 0)
+        goto error;
     if (o_sshape != Py_None) {
-        int snd = 0, and_ = 0;
-        npy_intp ss[NPY_MAXDIMS], as[NPY_MAXDIMS];
-        PyArray_Descr *sd = NULL, *ad = NULL, *rd = NULL;
-        PyObject *tmp = NULL;
-        int ok = shape_of(o_sshape, "state_shape", &snd, ss) == 0 &&
-                 (!o_ashape || shape_of(o_ashape, "action_shape", &and_, as) == 0);
-        if (ok) {
-            if (!o_sdtype)
-                o_sdtype = tmp = PyUnicode_FromString("float32");
-            sd = o_sdtype ? exr_dtype_arg(o_sdtype, "state_dtype", 0) : NULL;
-            Py_XDECREF(tmp);
-            ad = !sd ? NULL
-                 : o_adtype ? exr_dtype_arg(o_adtype, "action_dtype", 0)
-                            : PyArray_DescrFromType(NPY_INT64);
-            rd = !ad ? NULL
-                 : o_rdtype ? exr_dtype_arg(o_rdtype, "reward_dtype", 1)
-                            : PyArray_DescrFromType(NPY_FLOAT32);
-            ok = rd && set_schema(self, sd, snd, ss, ad, and_, as, rd) == 0;
-        }
-        Py_XDECREF(sd);
-        Py_XDECREF(ad);
-        Py_XDECREF(rd);
-        if (!ok) {
-            Py_DECREF(self);
-            return NULL;
-        }
+        if (schema_args(self, o_sshape, o_sdtype, o_ashape, o_adtype, o_rdtype) < 0)
+            goto error;
     } else if (o_sdtype || o_ashape || o_adtype || o_rdtype) {
-        Py_DECREF(self);
-        return PyErr_Format(PyExc_ValueError,
-                            "state_shape: needed with state_dtype, action_shape, action_dtype "
-                            "or reward_dtype, got None");
+        PyErr_Format(PyExc_ValueError,
+                     "state_shape: needed with state_dtype, action_shape, action_dtype "
+                     "or reward_dtype, got None");
+        goto error;
     }
     return (PyObject *)self;
+error:
+    Py_DECREF(self);
+    return NULL;
 }
 
 static void log_dealloc(LogObject *self)
@@ -350,60 +380,45 @@ static int flag_arg(PyObject *o, const char *name, int *out)
 
 /* append_many(h, pos, states, actions, rewards, final_state=None, terminated=False) and the
  * one-step append(h, pos, state, action, reward, ...): many = 0 or 1. */
-static PyObject *log_append_impl(LogObject *self, PyObject *const *args, Py_ssize_t nargs,
-                                 PyObject *kwnames, int many)
+/* append's arrays: states, actions, rewards (T of each when many, one
+ * otherwise: *T = 1), final_state or NULL, into arr[0..4). */
+static int append_arrays(LogObject *self, PyObject *const *a, const char *const *names, int many,
+                         npy_intp *T, PyArrayObject **arr)
 {
-    static const char *const n1[] = {"h", "pos", "state", "action", "reward", "final_state",
-                                     "terminated"};
-    static const char *const nm[] = {"h", "pos", "states", "actions", "rewards", "final_state",
-                                     "terminated"};
-    const char *fname = many ? "append_many" : "append";
-    const char *const *names = many ? nm : n1;
-    PyObject *a[7];
-    if (exr_parse_args(args, nargs, kwnames, fname, names, 5, 7, a) < 0)
-        return NULL;
-    if (need_open(self, fname) < 0)
-        return NULL;
-    int64_t h;
-    if (exr_handle_arg(a[0], "h", "an int", &h) < 0)
-        return NULL;
-    size_t pos;
-    if (bounded_size(a[1], "pos", 0, (size_t)INT64_MAX / 2, &pos) < 0)
-        return NULL;
-    int terminated;
-    if (flag_arg(a[6], "terminated", &terminated) < 0)
-        return NULL;
-    PyArrayObject *s = NULL, *ac = NULL, *r = NULL, *fin = NULL;
-    npy_intp T = -1;
     int nlead = many ? 1 : 0;
-    npy_intp *lead = many ? &T : NULL;
-    s = exr_as_array(a[2], self->state_descr, nlead, lead, self->state_nd, self->state_shape,
-                     names[2]);
-    if (!s)
-        goto error;
-    if (many && T == 0) {
+    npy_intp *lead = many ? T : NULL;
+    arr[0] = exr_as_array(a[2], self->state_descr, nlead, lead, self->state_nd,
+                          self->state_shape, names[2]);
+    if (!arr[0])
+        return -1;
+    if (many && *T == 0) {
         PyErr_SetString(PyExc_ValueError, "states: expected at least one step, got 0");
-        goto error;
+        return -1;
     }
-    ac = exr_as_array(a[3], self->action_descr, nlead, lead, self->action_nd, self->action_shape,
-                      names[3]);
-    if (!ac)
-        goto error;
-    r = exr_as_array(a[4], self->reward_descr, nlead, lead, 0, NULL, names[4]);
-    if (!r)
-        goto error;
-    if (a[5] && a[5] != Py_None) {
-        fin = exr_as_array(a[5], self->state_descr, 0, NULL, self->state_nd, self->state_shape,
-                           "final_state");
-        if (!fin)
-            goto error;
-    }
+    arr[1] = exr_as_array(a[3], self->action_descr, nlead, lead, self->action_nd,
+                          self->action_shape, names[3]);
+    if (!arr[1] || !(arr[2] = exr_as_array(a[4], self->reward_descr, nlead, lead, 0, NULL,
+                                           names[4])))
+        return -1;
+    if (a[5] && a[5] != Py_None &&
+        !(arr[3] = exr_as_array(a[5], self->state_descr, 0, NULL, self->state_nd,
+                                self->state_shape, "final_state")))
+        return -1;
     if (!many)
-        T = 1;
+        *T = 1;
+    return 0;
+}
+
+/* T steps of episode h from position pos into the log, the GIL released. */
+static exr_status append_steps(LogObject *self, int64_t h, size_t pos, npy_intp T,
+                               PyArrayObject **arr, int terminated)
+{
     size_t sb = nbytes_of(self->state_descr, self->state_nd, self->state_shape);
     size_t ab = nbytes_of(self->action_descr, self->action_nd, self->action_shape);
     size_t rb = (size_t)PyDataType_ELSIZE(self->reward_descr);
-    const unsigned char *sp = PyArray_DATA(s), *ap = PyArray_DATA(ac), *rp = PyArray_DATA(r);
+    const unsigned char *sp = PyArray_DATA(arr[0]), *ap = PyArray_DATA(arr[1]);
+    const unsigned char *rp = PyArray_DATA(arr[2]);
+    PyArrayObject *fin = arr[3];
     const void *fp = fin ? PyArray_DATA(fin) : NULL;
     unsigned endfl = (fin || terminated ? EXR_LOG_END : 0) | (terminated ? EXR_LOG_TERMINATED : 0) |
                      (fin ? EXR_LOG_FINAL : 0);
@@ -417,19 +432,40 @@ static PyObject *log_append_impl(LogObject *self, PyObject *const *args, Py_ssiz
                             rp + (size_t)t * rb, last ? fp : NULL, last ? endfl : 0);
     }
     Py_END_ALLOW_THREADS
-    Py_DECREF(s);
-    Py_DECREF(ac);
-    Py_DECREF(r);
-    Py_XDECREF(fin);
+    return st;
+}
+
+static PyObject *log_append_impl(LogObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                 PyObject *kwnames, int many)
+{
+    static const char *const n1[] = {"h", "pos", "state", "action", "reward", "final_state",
+                                     "terminated"};
+    static const char *const nm[] = {"h", "pos", "states", "actions", "rewards", "final_state",
+                                     "terminated"};
+    const char *fname = many ? "append_many" : "append";
+    const char *const *names = many ? nm : n1;
+    PyObject *a[7];
+    int64_t h;
+    size_t pos;
+    int terminated;
+    if (exr_parse_args(args, nargs, kwnames, fname, names, 5, 7, a) < 0 ||
+        need_open(self, fname) < 0 || exr_handle_arg(a[0], "h", "an int", &h) < 0 ||
+        bounded_size(a[1], "pos", 0, (size_t)INT64_MAX / 2, &pos) < 0 ||
+        flag_arg(a[6], "terminated", &terminated) < 0)
+        return NULL;
+    PyArrayObject *arr[4] = {NULL, NULL, NULL, NULL};
+    npy_intp T = -1;
+    exr_status st = EXR_OK;
+    int ok = append_arrays(self, a, names, many, &T, arr) == 0;
+    if (ok)
+        st = append_steps(self, h, pos, T, arr, terminated);
+    for (int i = 0; i < 4; i++)
+        Py_XDECREF(arr[i]);
+    if (!ok)
+        return NULL;
     if (st != EXR_OK)
         return exr_raise(st, fname);
     Py_RETURN_NONE;
-error:
-    Py_XDECREF(s);
-    Py_XDECREF(ac);
-    Py_XDECREF(r);
-    Py_XDECREF(fin);
-    return NULL;
 }
 
 static PyObject *log_append(LogObject *self, PyObject *const *args, Py_ssize_t nargs,
