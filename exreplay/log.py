@@ -708,28 +708,13 @@ def merge(inputs: Sequence[PathLike], output: PathLike, *, level: int = 1,
     inputs of 256 MB or more on a terminal. Returns :func:`info` of the
     output. Torn tails of the inputs are skipped.
     """
-    if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= 9:
-        raise ValueError("level: expected an int from 0 to 9, got %r" % (level,))
-    if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or not (
-            1 <= chunk_bytes <= 1 << 30):
-        raise ValueError("chunk_bytes: expected an int from 1 to 2**30, got %r" % (chunk_bytes,))
-    if isinstance(inputs, (str, bytes, os.PathLike)) or not len(inputs):
-        raise ValueError("inputs: expected a non-empty sequence of log paths, got %r" % (inputs,))
+    _check_merge_args(inputs, level, chunk_bytes)
     from concurrent.futures import ThreadPoolExecutor
 
     readers = []
     pool = None
     try:
-        for p in inputs:
-            readers.append(LogReader(p))
-        schema = readers[0].schema
-        for r in readers[1:]:
-            if not r.schema.same_layout(schema):
-                raise ValueError("inputs: %s has a record layout different from %s's"
-                                 % (r.path, readers[0].path))
-        sources = set()
-        for r in readers:
-            sources.update(info(r.path)["sources"])
+        schema, sources = _open_inputs(inputs, readers)
         total = sum(r.size for r in readers)
         prog = _Progress(total, progress)
         pool = ThreadPoolExecutor(2, thread_name_prefix="exreplay-log-decode")
@@ -737,38 +722,8 @@ def merge(inputs: Sequence[PathLike], output: PathLike, *, level: int = 1,
         for i in ins:
             i.refill(schema)
         w = _Writer(output, schema, level, sources)
-        pending: list = []
-        pending_bytes = 0
-        last_ts = 0
-        per_rec = META + schema.row
         try:
-            while any(i.win is not None and len(i.win.ts) for i in ins):
-                live = [int(i.win.ts[-1]) for i in ins
-                        if not i.exhausted and i.win is not None and len(i.win.ts)]
-                bound = min(live) if live else None
-                parts = [p for p in (i.take(bound) for i in ins) if p is not None]
-                if parts:
-                    m = _merge_parts(parts, schema)
-                    pending.append(m)
-                    pending_bytes += len(m.ts) * per_rec + m.fins.nbytes
-                    last_ts = int(m.ts[-1])
-                    while pending_bytes >= chunk_bytes:
-                        r = _concat(pending, schema)
-                        k = min(len(r.ts), max(1, chunk_bytes // per_rec))
-                        nf = int(np.count_nonzero(r.fl[:k] & FLAG_FINAL))
-                        w.write(_Raw(r.ts[:k], r.h[:k], r.pos[:k], r.src[:k], r.fl[:k],
-                                     r.rows[:k], r.fins[:nf]))
-                        rest = _Raw(r.ts[k:], r.h[k:], r.pos[k:], r.src[k:], r.fl[k:],
-                                    r.rows[k:], r.fins[nf:])
-                        pending = [rest] if len(rest.ts) else []
-                        pending_bytes = len(rest.ts) * per_rec + rest.fins.nbytes
-                for i in ins:
-                    if i.win is None or not len(i.win.ts):
-                        i.refill(schema)
-                prog(sum(i.reader._f.tell() for i in ins))
-            if pending:
-                w.write(_concat(pending, schema))
-            w.close(last_ts)
+            w.close(_merge_into(w, ins, schema, chunk_bytes, prog))
         except BaseException:
             w.abort()
             try:
@@ -783,6 +738,78 @@ def merge(inputs: Sequence[PathLike], output: PathLike, *, level: int = 1,
         for r in readers:
             r.close()
     return info(output)
+
+
+def _check_merge_args(inputs, level, chunk_bytes):
+    if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= 9:
+        raise ValueError("level: expected an int from 0 to 9, got %r" % (level,))
+    if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or not (
+            1 <= chunk_bytes <= 1 << 30):
+        raise ValueError("chunk_bytes: expected an int from 1 to 2**30, got %r" % (chunk_bytes,))
+    if isinstance(inputs, (str, bytes, os.PathLike)) or not len(inputs):
+        raise ValueError("inputs: expected a non-empty sequence of log paths, got %r" % (inputs,))
+
+
+def _open_inputs(inputs, readers):
+    """Opens every input into readers (closed by the caller); (schema, sources)."""
+    for p in inputs:
+        readers.append(LogReader(p))
+    schema = readers[0].schema
+    for r in readers[1:]:
+        if not r.schema.same_layout(schema):
+            raise ValueError("inputs: %s has a record layout different from %s's"
+                             % (r.path, readers[0].path))
+    sources = set()
+    for r in readers:
+        sources.update(info(r.path)["sources"])
+    return schema, sources
+
+
+class _Pending:
+    """Merged records waiting to fill a chunk of the output."""
+
+    def __init__(self, schema):
+        self.schema = schema
+        self.per_rec = META + schema.row
+        self.parts: list = []
+        self.bytes = 0
+
+    def add(self, m):
+        self.parts.append(m)
+        self.bytes += len(m.ts) * self.per_rec + m.fins.nbytes
+
+    def write_full_chunks(self, w, chunk_bytes):
+        while self.bytes >= chunk_bytes:
+            r = _concat(self.parts, self.schema)
+            k = min(len(r.ts), max(1, chunk_bytes // self.per_rec))
+            nf = int(np.count_nonzero(r.fl[:k] & FLAG_FINAL))
+            w.write(_Raw(r.ts[:k], r.h[:k], r.pos[:k], r.src[:k], r.fl[:k], r.rows[:k], r.fins[:nf]))
+            rest = _Raw(r.ts[k:], r.h[k:], r.pos[k:], r.src[k:], r.fl[k:], r.rows[k:], r.fins[nf:])
+            self.parts = [rest] if len(rest.ts) else []
+            self.bytes = len(rest.ts) * self.per_rec + rest.fins.nbytes
+
+
+def _merge_into(w, ins, schema, chunk_bytes, prog) -> int:
+    """The k-way merge of the inputs' windows into w; returns the last timestamp."""
+    pending = _Pending(schema)
+    last_ts = 0
+    while any(i.win is not None and len(i.win.ts) for i in ins):
+        live = [int(i.win.ts[-1]) for i in ins
+                if not i.exhausted and i.win is not None and len(i.win.ts)]
+        bound = min(live) if live else None
+        parts = [p for p in (i.take(bound) for i in ins) if p is not None]
+        if parts:
+            m = _merge_parts(parts, schema)
+            pending.add(m)
+            last_ts = int(m.ts[-1])
+            pending.write_full_chunks(w, chunk_bytes)
+        for i in ins:
+            if i.win is None or not len(i.win.ts):
+                i.refill(schema)
+        prog(sum(i.reader._f.tell() for i in ins))
+    if pending.parts:
+        w.write(_concat(pending.parts, schema))
+    return last_ts
 
 
 # ---- buffers from logs ------------------------------------------------------------------

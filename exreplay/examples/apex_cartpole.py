@@ -199,179 +199,199 @@ def epsilon(i, K, base=0.4, alpha=7.0):
 # --- Ray actors ---------------------------------------------------------------------
 
 
-def build_remote_classes(ray):
-    from exreplay.ray import Rollout
+class _Actor:
+    """One Ape-X actor: epsilon-greedy rollouts of ROLLOUT steps into the replay."""
 
-    @ray.remote(num_cpus=0)
-    class Actor:
-        def __init__(self, i, K, replay, seed, sync_every=400):
-            import gymnasium as gym
+    def __init__(self, i, K, replay, seed, sync_every=400):
+        import gymnasium as gym
 
-            self.i = i
-            self.eps = epsilon(i, K)
-            self.replay = replay
-            self.env = gym.make("CartPole-v1")
-            self.rng = np.random.default_rng([seed, 1, i])
-            self.obs, _ = self.env.reset(seed=int(seed * 1000 + i))
-            self.params = None
-            self.sync_every = sync_every
-            self.steps = 0
-            self.since_sync = sync_every  # sync at the first rollout
-            self.ep_return = 0.0
-            # steps of the open episode not sent yet (their 3-step window is incomplete)
-            self.pend_s, self.pend_a, self.pend_r = [], [], []
-            self.seq = 0
+        self.i = i
+        self.eps = epsilon(i, K)
+        self.replay = replay
+        self.env = gym.make("CartPole-v1")
+        self.rng = np.random.default_rng([seed, 1, i])
+        self.obs, _ = self.env.reset(seed=int(seed * 1000 + i))
+        self.params = None
+        self.sync_every = sync_every
+        self.steps = 0
+        self.since_sync = sync_every  # sync at the first rollout
+        self.ep_return = 0.0
+        # steps of the open episode not sent yet (their 3-step window is incomplete)
+        self.pend_s, self.pend_a, self.pend_r = [], [], []
+        self.seq = 0
 
-        def wants_weights(self):
-            return self.since_sync >= self.sync_every
+    def wants_weights(self):
+        return self.since_sync >= self.sync_every
 
-        def rollout(self, weights):
-            if weights is not None:
-                self.params = [np.array(w) for w in weights]
-                self.since_sync = 0
-            states, actions, rewards = list(self.pend_s), list(self.pend_a), list(self.pend_r)
-            ends, finals, terms, returns = [], [], [], []
-            obs = self.obs
-            for _ in range(ROLLOUT):
-                if self.rng.random() < self.eps:
-                    a = int(self.rng.integers(N_ACTIONS))
-                else:
-                    a = int(q_values(self.params, obs[None])[0].argmax())
-                nobs, r, term, trunc, _ = self.env.step(a)
-                states.append(obs)
-                actions.append(a)
-                rewards.append(r)
-                self.ep_return += r
-                obs = nobs
-                if term or trunc:
-                    ends.append(len(states))
-                    finals.append(nobs)
-                    terms.append(bool(term))
-                    returns.append(self.ep_return)
-                    self.ep_return = 0.0
-                    obs, _ = self.env.reset(seed=int(self.rng.integers(2**31)))
-            self.obs = obs
-            self.steps += ROLLOUT
-            self.since_sync += ROLLOUT
-            S = np.asarray(states, dtype=np.float32)
-            A = np.asarray(actions, dtype=np.int64)
-            R = np.asarray(rewards, dtype=np.float32)
-            # The open tail: keep its last n-1 steps back (their window needs states to come).
-            start_open = ends[-1] if ends else 0
-            open_len = len(S) - start_open
-            keep = min(N_STEP - 1, open_len)
-            send = len(S) - keep
-            self.pend_s = [S[j] for j in range(send, len(S))]
-            self.pend_a = list(A[send:])
-            self.pend_r = list(R[send:])
-            if send == 0:
-                return ROLLOUT, returns
-            # Initial priorities, piece by piece, from the local network.
-            pri = np.empty(send)
-            piece_start = 0
-            for j, b_ in enumerate(ends):
-                a_ = piece_start
-                nxt = np.concatenate([S[a_ + 1:b_], np.asarray(finals[j], np.float32)[None]])
-                pri[a_:b_] = initial_priorities(self.params, S[a_:b_], A[a_:b_], R[a_:b_], nxt, terms[j])
-                piece_start = b_
-            if start_open < send:  # the open episode: steps whose 3-step window is complete
-                a_ = start_open
-                nxt = np.concatenate([S[a_ + 1:], obs[None].astype(np.float32)])
-                pri[a_:send] = _open_priorities(self.params, S[a_:], A[a_:], R[a_:], nxt, send - a_)
-            roll = Rollout(S[:send], A[:send], R[:send], pri, ends=ends,
-                           final_states=np.asarray(finals, np.float32).reshape(len(finals), OBS_DIM),
-                           terminated=terms)
-            self.replay.record_rollout(self.i, roll)
+    def _act(self, obs):
+        if self.rng.random() < self.eps:
+            return int(self.rng.integers(N_ACTIONS))
+        return int(q_values(self.params, obs[None])[0].argmax())
+
+    def _play(self):
+        """ROLLOUT steps after the pending ones: arrays S, A, R and the episodes that ended
+        (their end indices, final states, terminated flags, returns)."""
+        states, actions, rewards = list(self.pend_s), list(self.pend_a), list(self.pend_r)
+        ends, finals, terms, returns = [], [], [], []
+        obs = self.obs
+        for _ in range(ROLLOUT):
+            a = self._act(obs)
+            nobs, r, term, trunc, _ = self.env.step(a)
+            states.append(obs)
+            actions.append(a)
+            rewards.append(r)
+            self.ep_return += r
+            obs = nobs
+            if term or trunc:
+                ends.append(len(states))
+                finals.append(nobs)
+                terms.append(bool(term))
+                returns.append(self.ep_return)
+                self.ep_return = 0.0
+                obs, _ = self.env.reset(seed=int(self.rng.integers(2**31)))
+        self.obs = obs
+        self.steps += ROLLOUT
+        self.since_sync += ROLLOUT
+        S = np.asarray(states, dtype=np.float32)
+        A = np.asarray(actions, dtype=np.int64)
+        R = np.asarray(rewards, dtype=np.float32)
+        return S, A, R, ends, finals, terms, returns
+
+    def _priorities(self, S, A, R, ends, finals, terms, start_open, send):
+        """Initial priorities of the first `send` steps, piece by piece, from the local network."""
+        pri = np.empty(send)
+        piece_start = 0
+        for j, b_ in enumerate(ends):
+            a_ = piece_start
+            nxt = np.concatenate([S[a_ + 1:b_], np.asarray(finals[j], np.float32)[None]])
+            pri[a_:b_] = initial_priorities(self.params, S[a_:b_], A[a_:b_], R[a_:b_], nxt, terms[j])
+            piece_start = b_
+        if start_open < send:  # the open episode: steps whose 3-step window is complete
+            a_ = start_open
+            nxt = np.concatenate([S[a_ + 1:], self.obs[None].astype(np.float32)])
+            pri[a_:send] = _open_priorities(self.params, S[a_:], A[a_:], R[a_:], nxt, send - a_)
+        return pri
+
+    def rollout(self, weights):
+        from exreplay.ray import Rollout
+
+        if weights is not None:
+            self.params = [np.array(w) for w in weights]
+            self.since_sync = 0
+        S, A, R, ends, finals, terms, returns = self._play()
+        # The open tail: keep its last n-1 steps back (their window needs states to come).
+        start_open = ends[-1] if ends else 0
+        keep = min(N_STEP - 1, len(S) - start_open)
+        send = len(S) - keep
+        self.pend_s = [S[j] for j in range(send, len(S))]
+        self.pend_a = list(A[send:])
+        self.pend_r = list(R[send:])
+        if send == 0:
             return ROLLOUT, returns
+        pri = self._priorities(S, A, R, ends, finals, terms, start_open, send)
+        roll = Rollout(S[:send], A[:send], R[:send], pri, ends=ends,
+                       final_states=np.asarray(finals, np.float32).reshape(len(finals), OBS_DIM),
+                       terminated=terms)
+        self.replay.record_rollout(self.i, roll)
+        return ROLLOUT, returns
 
-    @ray.remote(num_cpus=0)
-    class Learner:
-        def __init__(self, replay, ps, seed, batch_size=64, minibatches=16, lr=1e-3,
-                     target_every=500, hidden=(64, 64)):
-            self.replay = replay
-            self.ps = ps
-            rng = np.random.default_rng([seed, 2])
-            self.online = init_params(rng, hidden)
-            self.target = [p.copy() for p in self.online]
-            self.opt = Adam(self.online, lr=lr)
-            self.B = batch_size
-            self.k = minibatches
-            self.target_every = target_every
-            self.updates = 0
-            self.losses = deque(maxlen=50)
-            self._q = queue.Queue(maxsize=1)
-            self._stop = False
-            self._fetcher = None
 
-        def weights(self):
-            return [p.copy() for p in self.online]
+class _Learner:
+    """The Ape-X learner: k minibatches per cycle from one prefetched get_batch call."""
 
-        def _fetch_loop(self):
+    def __init__(self, replay, ps, seed, batch_size=64, minibatches=16, lr=1e-3,
+                 target_every=500, hidden=(64, 64)):
+        self.replay = replay
+        self.ps = ps
+        rng = np.random.default_rng([seed, 2])
+        self.online = init_params(rng, hidden)
+        self.target = [p.copy() for p in self.online]
+        self.opt = Adam(self.online, lr=lr)
+        self.B = batch_size
+        self.k = minibatches
+        self.target_every = target_every
+        self.updates = 0
+        self.losses = deque(maxlen=50)
+        self._q = queue.Queue(maxsize=1)
+        self._stop = False
+        self._fetcher = None
+
+    def weights(self):
+        return [p.copy() for p in self.online]
+
+    def _fetch_loop(self):
+        while not self._stop:
+            try:
+                bs = self.replay.get_batch(self.B, self.ps, self.k)
+            except Exception as e:  # noqa: BLE001 - handed to cycle()
+                bs = e
             while not self._stop:
                 try:
-                    bs = self.replay.get_batch(self.B, self.ps, self.k)
-                except Exception as e:  # noqa: BLE001 - handed to cycle()
-                    bs = e
-                while not self._stop:
-                    try:
-                        self._q.put(bs, timeout=0.2)
-                        break
-                    except queue.Full:
-                        continue
+                    self._q.put(bs, timeout=0.2)
+                    break
+                except queue.Full:
+                    continue
 
-        def cycle(self, publish=False):
-            """Train on k minibatches (one get_batch call, prefetched); send priorities."""
-            if self._fetcher is None:
-                self._fetcher = threading.Thread(target=self._fetch_loop, daemon=True)
-                self._fetcher.start()
-            batches = self._q.get()
-            if isinstance(batches, Exception):
-                raise batches
-            epi, pos, pri = [], [], []
-            for b in batches:
-                td, loss = td_update(self.online, self.target, self.opt, b)
-                self.losses.append(loss)
-                self.updates += 1
-                if self.updates % self.target_every == 0:
-                    self.target = [p.copy() for p in self.online]
-                epi.append(b.pick_epi)
-                pos.append(b.pick_pos)
-                pri.append(td + 1e-3)
-            self.replay.set_priority(self.ps, np.concatenate(epi), np.concatenate(pos), np.concatenate(pri))
-            ref = ray.put([p.copy() for p in self.online]) if publish else None
-            return self.updates, float(np.mean(self.losses)), [ref]
+    def cycle(self, publish=False):
+        """Train on k minibatches (one get_batch call, prefetched); send priorities."""
+        import ray
 
-        def stop(self):
-            self._stop = True
+        if self._fetcher is None:
+            self._fetcher = threading.Thread(target=self._fetch_loop, daemon=True)
+            self._fetcher.start()
+        batches = self._q.get()
+        if isinstance(batches, Exception):
+            raise batches
+        epi, pos, pri = [], [], []
+        for b in batches:
+            td, loss = td_update(self.online, self.target, self.opt, b)
+            self.losses.append(loss)
+            self.updates += 1
+            if self.updates % self.target_every == 0:
+                self.target = [p.copy() for p in self.online]
+            epi.append(b.pick_epi)
+            pos.append(b.pick_pos)
+            pri.append(td + 1e-3)
+        self.replay.set_priority(self.ps, np.concatenate(epi), np.concatenate(pos), np.concatenate(pri))
+        ref = ray.put([p.copy() for p in self.online]) if publish else None
+        return self.updates, float(np.mean(self.losses)), [ref]
 
-    @ray.remote(num_cpus=0)
-    class Evaluator:
-        def __init__(self, seed, episodes=20):
-            import gymnasium as gym
+    def stop(self):
+        self._stop = True
 
-            self.envs = [gym.make("CartPole-v1") for _ in range(episodes)]
-            self.seed = seed
-            self.calls = 0
 
-        def evaluate(self, weights):
-            """Mean greedy return over the episodes (run in lockstep, batched forward)."""
-            params = [np.asarray(w) for w in weights]
-            self.calls += 1
-            obs = np.stack([e.reset(seed=int(self.seed * 100_000 + self.calls * 100 + j))[0]
-                            for j, e in enumerate(self.envs)])
-            alive = np.ones(len(self.envs), bool)
-            ret = np.zeros(len(self.envs))
-            while alive.any():
-                acts = q_values(params, obs).argmax(axis=1)
-                for j in np.flatnonzero(alive):
-                    o, r, term, trunc, _ = self.envs[j].step(int(acts[j]))
-                    obs[j] = o
-                    ret[j] += r
-                    if term or trunc:
-                        alive[j] = False
-            return float(ret.mean()), ret.tolist()
+class _Evaluator:
+    """Greedy evaluation episodes run in lockstep."""
 
-    return Actor, Learner, Evaluator
+    def __init__(self, seed, episodes=20):
+        import gymnasium as gym
+
+        self.envs = [gym.make("CartPole-v1") for _ in range(episodes)]
+        self.seed = seed
+        self.calls = 0
+
+    def evaluate(self, weights):
+        """Mean greedy return over the episodes (run in lockstep, batched forward)."""
+        params = [np.asarray(w) for w in weights]
+        self.calls += 1
+        obs = np.stack([e.reset(seed=int(self.seed * 100_000 + self.calls * 100 + j))[0]
+                        for j, e in enumerate(self.envs)])
+        alive = np.ones(len(self.envs), bool)
+        ret = np.zeros(len(self.envs))
+        while alive.any():
+            acts = q_values(params, obs).argmax(axis=1)
+            for j in np.flatnonzero(alive):
+                o, r, term, trunc, _ = self.envs[j].step(int(acts[j]))
+                obs[j] = o
+                ret[j] += r
+                if term or trunc:
+                    alive[j] = False
+        return float(ret.mean()), ret.tolist()
+
+
+def build_remote_classes(ray):
+    """The actor, learner and evaluator as Ray actor classes (no CPU reserved each)."""
+    return tuple(ray.remote(num_cpus=0)(cls) for cls in (_Actor, _Learner, _Evaluator))
 
 
 def _open_priorities(params, S, A, R, nxt, m):
@@ -418,11 +438,173 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
+class _Driver:
+    """The training loop's state: the Ray actors, their jobs, the counters and the results."""
+
+    def __init__(self, ray, args, log, replay, actors, learner, evaluator, weights_ref):
+        self.ray, self.args, self.log, self.replay = ray, args, log, replay
+        self.actors, self.learner, self.evaluator = actors, learner, evaluator
+        self.weights_ref = weights_ref
+        self.K = len(actors)
+        self.t0 = time.perf_counter()
+        self.env_steps = self.updates = self.cycles = 0
+        self.loss = float("nan")
+        self.since_sync = {a: 400 for a in range(self.K)}
+        self.jobs = {}
+        self.idle = list(range(self.K))
+        self.learner_job = self.eval_job = None
+        self.eval_weights_updates = 0
+        self.last_eval = -1e9
+        self.evals = []
+        self.best = (-1.0, 0.0)
+        self.recent = deque(maxlen=20)
+        self.last_progress = self.t0
+        self.goal_at = None
+        self.progress = []
+
+    def launch(self, i):
+        w = self.weights_ref if self.since_sync[i] >= 400 else None
+        if w is not None:
+            self.since_sync[i] = 0
+        self.since_sync[i] += ROLLOUT
+        self.jobs[self.actors[i].rollout.remote(w)] = i
+
+    def start_jobs(self, now):
+        """Idle actors while the throttle allows, a learner cycle, an evaluation when due."""
+        args = self.args
+        budget = args.warmup + args.steps_per_update * self.updates
+        while self.idle and self.env_steps + ROLLOUT * len(self.jobs) < budget:
+            self.launch(self.idle.pop(0))
+        if self.learner_job is None and self.env_steps >= min(args.warmup, 500):
+            self.cycles += 1
+            self.learner_job = self.learner.cycle.remote(self.cycles % args.publish_every == 0)
+        if self.eval_job is None and now - self.last_eval >= args.eval_every and self.updates > 0:
+            self.eval_job = self.evaluator.evaluate.remote(self.weights_ref)
+            self.eval_weights_updates = self.updates
+            self.last_eval = now
+
+    def evaluated(self, mean, rets):
+        self.eval_job = None
+        at = time.perf_counter() - self.t0
+        self.evals.append((round(at, 2), mean))
+        if mean > self.best[0]:
+            self.best = (mean, at)
+        if mean >= self.args.goal:
+            self.goal_at = time.perf_counter() - self.t0
+            self.log(f"[{self.goal_at:6.1f}s] goal reached: mean greedy return {mean:.1f} over "
+                     f"{len(rets)} episodes (weights after {self.eval_weights_updates} updates)")
+
+    def collect(self):
+        """Waits up to 0.2 s for a job and takes what is done."""
+        ray = self.ray
+        waiting = list(self.jobs) + [j for j in (self.learner_job, self.eval_job) if j is not None]
+        ready, _ = ray.wait(waiting, num_returns=1, timeout=0.2)
+        for ref in ready:
+            if ref in self.jobs:
+                i = self.jobs.pop(ref)
+                n, rets = ray.get(ref)
+                self.env_steps += n
+                self.recent.extend(rets)
+                self.idle.append(i)
+            elif ref == self.learner_job:
+                self.updates, self.loss, (wref,) = ray.get(ref)
+                if wref is not None:
+                    self.weights_ref = wref
+                self.learner_job = None
+            elif ref == self.eval_job:
+                self.evaluated(*ray.get(ref))
+
+    def report_progress(self, elapsed):
+        stats = self.replay.stats()
+        evals, loss = self.evals, self.loss
+        line = dict(t=round(elapsed, 1), env_steps=self.env_steps, updates=self.updates,
+                    actor_return=float(np.mean(self.recent)) if self.recent else 0.0,
+                    eval_return=evals[-1][1] if evals else None,
+                    inserts_per_s=stats["inserts_per_s"], samples_per_s=stats["samples_per_s"],
+                    loss=loss)
+        self.progress.append(line)
+        self.log(f"[{elapsed:6.1f}s] steps {self.env_steps:7d}  updates {self.updates:6d}  "
+                 f"return: actors {line['actor_return']:6.1f} greedy "
+                 f"{'   n/a' if line['eval_return'] is None else format(line['eval_return'], '6.1f')}  "
+                 f"replay {stats['held_records']:6d} rec, {stats['inserts_per_s']:7.0f} inserts/s, "
+                 f"{stats['samples_per_s']:8.0f} samples/s  loss {loss:.3f}")
+
+    def train(self):
+        """Until the goal or the time limit; returns the wall time."""
+        while True:
+            now = time.perf_counter()
+            elapsed = now - self.t0
+            if elapsed > self.args.time_limit:
+                break
+            self.start_jobs(now)
+            self.collect()
+            if self.goal_at is not None:
+                break
+            if now - self.last_progress >= self.args.progress_every:
+                self.last_progress = now
+                self.report_progress(elapsed)
+        return time.perf_counter() - self.t0
+
+    def summary(self, wall, setup_s):
+        args, K, best, goal_at = self.args, self.K, self.best, self.goal_at
+        final_stats = self.replay.stats()
+        summary = dict(
+            seed=args.seed, actors=K, shards=args.shards, replay=args.replay, goal=args.goal,
+            reached=goal_at is not None, time_to_goal_s=None if goal_at is None else round(goal_at, 2),
+            wall_s=round(wall, 2), setup_s=round(setup_s, 2), env_steps=self.env_steps,
+            updates=self.updates, picks_sampled=final_stats["picks_sampled"],
+            records=final_stats["records"],
+            mean_inserts_per_s=final_stats["records"] / max(wall, 1e-9),
+            mean_samples_per_s=final_stats["picks_sampled"] / max(wall, 1e-9),
+            best_eval=round(best[0], 1), evals=self.evals, progress=self.progress,
+            epsilons=[round(epsilon(i, K), 4) for i in range(K)],
+        )
+        self.log(
+            f"summary: {'reached' if summary['reached'] else 'did NOT reach'} mean greedy return "
+            f">= {args.goal:g} over {args.eval_episodes} episodes"
+            + (f" in {goal_at:.1f} s" if goal_at is not None else f" (best {best[0]:.1f}) in {wall:.1f} s")
+            + f" (seed {args.seed}, {K} actors, replay={args.replay}, shards={args.shards}); "
+            f"{self.env_steps} env steps, {self.updates} updates of {args.batch_size}; replay: "
+            f"{summary['mean_inserts_per_s']:.0f} inserts/s, {summary['mean_samples_per_s']:.0f} samples/s "
+            f"on average; Ray setup {setup_s:.1f} s"
+        )
+        return summary
+
+    def merge_logs(self, summary):
+        t_merge = time.perf_counter()
+        merged = self.replay.gather_logs(self.args.log)
+        summary["log"] = dict(merged, merge_s=round(time.perf_counter() - t_merge, 2))
+        self.log(f"log: {merged['records']} experiences from sources {merged['sources']} merged in "
+                 f"timestamp order into {merged['path']} ({merged['bytes'] / 1e6:.1f} MB, "
+                 f"{merged['chunks']} chunks, {summary['log']['merge_s']:.2f} s); "
+                 f"python -m exreplay.log info|tail {merged['path']}")
+
+
+def _start(ray, args):
+    """The replay, K actors, the learner and the evaluator, ready; the first weights."""
+    from exreplay.ray import ShardedReplay
+
+    Actor, Learner, Evaluator = build_remote_classes(ray)
+    replay = ShardedReplay(
+        args.shards, impl=args.replay, state_shape=(OBS_DIM,), capacity=args.capacity,
+        pick_len=N_STEP, allow_short=True, seed=args.seed,
+        selectors=[("prioritized", {"alpha": 0.6, "beta": 0.4})],
+        actor_options={"num_cpus": 0}, log_dir=args.log,
+    )
+    replay.wait_ready()
+    K = args.actors
+    actors = [Actor.remote(i, K, replay, args.seed) for i in range(K)]
+    learner = Learner.remote(replay, 0, args.seed, batch_size=args.batch_size,
+                             minibatches=args.minibatches, lr=args.lr)
+    evaluator = Evaluator.remote(args.seed, args.eval_episodes)
+    weights_ref = ray.put(ray.get(learner.weights.remote()))
+    ray.get([a.wants_weights.remote() for a in actors] + [evaluator.__ray_ready__.remote()])
+    return replay, actors, learner, evaluator, weights_ref
+
+
 def run(args, log=print):
     """Train; returns the summary dict. Uses the running Ray (or starts a local one)."""
     import ray
-
-    from exreplay.ray import ShardedReplay
 
     started = False
     if not ray.is_initialized():
@@ -430,138 +612,16 @@ def run(args, log=print):
         started = True
     t_setup = time.perf_counter()
     try:
-        Actor, Learner, Evaluator = build_remote_classes(ray)
-        replay = ShardedReplay(
-            args.shards, impl=args.replay, state_shape=(OBS_DIM,), capacity=args.capacity,
-            pick_len=N_STEP, allow_short=True, seed=args.seed,
-            selectors=[("prioritized", {"alpha": 0.6, "beta": 0.4})],
-            actor_options={"num_cpus": 0}, log_dir=args.log,
-        )
-        replay.wait_ready()
-        K = args.actors
-        actors = [Actor.remote(i, K, replay, args.seed) for i in range(K)]
-        learner = Learner.remote(replay, 0, args.seed, batch_size=args.batch_size,
-                                 minibatches=args.minibatches, lr=args.lr)
-        evaluator = Evaluator.remote(args.seed, args.eval_episodes)
-        weights_ref = ray.put(ray.get(learner.weights.remote()))
-        ray.get([a.wants_weights.remote() for a in actors] + [evaluator.__ray_ready__.remote()])
+        replay, actors, learner, evaluator, weights_ref = _start(ray, args)
         setup_s = time.perf_counter() - t_setup
-
-        t0 = time.perf_counter()
-        env_steps = 0
-        updates = 0
-        cycles = 0
-        loss = float("nan")
-        since_sync = {a: 400 for a in range(K)}
-        jobs = {}
-        idle = list(range(K))
-        learner_job = None
-        eval_job = None
-        eval_weights_updates = 0
-        last_eval = -1e9
-        evals = []
-        best = (-1.0, 0.0)
-        recent = deque(maxlen=20)
-        last_progress = t0
-        goal_at = None
-        progress = []
-        stats = {}
-
-        def launch(i):
-            w = weights_ref if since_sync[i] >= 400 else None
-            if w is not None:
-                since_sync[i] = 0
-            since_sync[i] += ROLLOUT
-            jobs[actors[i].rollout.remote(w)] = i
-
-        while True:
-            now = time.perf_counter()
-            elapsed = now - t0
-            if elapsed > args.time_limit:
-                break
-            # actors: launch the idle ones while the throttle allows
-            budget = args.warmup + args.steps_per_update * updates
-            while idle and env_steps + ROLLOUT * len(jobs) < budget:
-                launch(idle.pop(0))
-            if learner_job is None and env_steps >= min(args.warmup, 500):
-                cycles += 1
-                learner_job = learner.cycle.remote(cycles % args.publish_every == 0)
-            if eval_job is None and now - last_eval >= args.eval_every and updates > 0:
-                eval_job = evaluator.evaluate.remote(weights_ref)
-                eval_weights_updates = updates
-                last_eval = now
-            waiting = list(jobs) + [j for j in (learner_job, eval_job) if j is not None]
-            ready, _ = ray.wait(waiting, num_returns=1, timeout=0.2)
-            for ref in ready:
-                if ref in jobs:
-                    i = jobs.pop(ref)
-                    n, rets = ray.get(ref)
-                    env_steps += n
-                    recent.extend(rets)
-                    idle.append(i)
-                elif ref == learner_job:
-                    updates, loss, (wref,) = ray.get(ref)
-                    if wref is not None:
-                        weights_ref = wref
-                    learner_job = None
-                elif ref == eval_job:
-                    mean, rets = ray.get(ref)
-                    eval_job = None
-                    evals.append((round(time.perf_counter() - t0, 2), mean))
-                    if mean > best[0]:
-                        best = (mean, time.perf_counter() - t0)
-                    if mean >= args.goal:
-                        goal_at = time.perf_counter() - t0
-                        log(f"[{goal_at:6.1f}s] goal reached: mean greedy return {mean:.1f} over "
-                            f"{len(rets)} episodes (weights after {eval_weights_updates} updates)")
-            if goal_at is not None:
-                break
-            if now - last_progress >= args.progress_every:
-                last_progress = now
-                stats = replay.stats()
-                line = dict(t=round(elapsed, 1), env_steps=env_steps, updates=updates,
-                            actor_return=float(np.mean(recent)) if recent else 0.0,
-                            eval_return=evals[-1][1] if evals else None,
-                            inserts_per_s=stats["inserts_per_s"], samples_per_s=stats["samples_per_s"],
-                            loss=loss)
-                progress.append(line)
-                log(f"[{elapsed:6.1f}s] steps {env_steps:7d}  updates {updates:6d}  "
-                    f"return: actors {line['actor_return']:6.1f} greedy "
-                    f"{'   n/a' if line['eval_return'] is None else format(line['eval_return'], '6.1f')}  "
-                    f"replay {stats['held_records']:6d} rec, {stats['inserts_per_s']:7.0f} inserts/s, "
-                    f"{stats['samples_per_s']:8.0f} samples/s  loss {loss:.3f}")
-        wall = time.perf_counter() - t0
-        final_stats = replay.stats()
+        d = _Driver(ray, args, log, replay, actors, learner, evaluator, weights_ref)
+        wall = d.train()
         ray.get(learner.stop.remote())
-        summary = dict(
-            seed=args.seed, actors=K, shards=args.shards, replay=args.replay, goal=args.goal,
-            reached=goal_at is not None, time_to_goal_s=None if goal_at is None else round(goal_at, 2),
-            wall_s=round(wall, 2), setup_s=round(setup_s, 2), env_steps=env_steps, updates=updates,
-            picks_sampled=final_stats["picks_sampled"], records=final_stats["records"],
-            mean_inserts_per_s=final_stats["records"] / max(wall, 1e-9),
-            mean_samples_per_s=final_stats["picks_sampled"] / max(wall, 1e-9),
-            best_eval=round(best[0], 1), evals=evals, progress=progress,
-            epsilons=[round(epsilon(i, K), 4) for i in range(K)],
-        )
-        log(
-            f"summary: {'reached' if summary['reached'] else 'did NOT reach'} mean greedy return "
-            f">= {args.goal:g} over {args.eval_episodes} episodes"
-            + (f" in {goal_at:.1f} s" if goal_at is not None else f" (best {best[0]:.1f}) in {wall:.1f} s")
-            + f" (seed {args.seed}, {K} actors, replay={args.replay}, shards={args.shards}); "
-            f"{env_steps} env steps, {updates} updates of {args.batch_size}; replay: "
-            f"{summary['mean_inserts_per_s']:.0f} inserts/s, {summary['mean_samples_per_s']:.0f} samples/s "
-            f"on average; Ray setup {setup_s:.1f} s"
-        )
+        summary = d.summary(wall, setup_s)
         for a in actors + [learner, evaluator]:
             ray.kill(a)
         if args.log:
-            t_merge = time.perf_counter()
-            merged = replay.gather_logs(args.log)
-            summary["log"] = dict(merged, merge_s=round(time.perf_counter() - t_merge, 2))
-            log(f"log: {merged['records']} experiences from sources {merged['sources']} merged in "
-                f"timestamp order into {merged['path']} ({merged['bytes'] / 1e6:.1f} MB, "
-                f"{merged['chunks']} chunks, {summary['log']['merge_s']:.2f} s); "
-                f"python -m exreplay.log info|tail {merged['path']}")
+            d.merge_logs(summary)
         replay.shutdown()
         return summary
     finally:

@@ -271,58 +271,65 @@ class _ExreplayEpisodeBuffer:
         steps_added = 0
         episodes_added = 0
         for eps in episodes:
-            if not isinstance(eps, SingleAgentEpisode):
-                raise TypeError(
-                    "episodes: expected SingleAgentEpisode objects (multi-agent episodes are "
-                    "not supported), got %s" % type(eps).__name__
-                )
-            T = len(eps)
-            run = self._running.get(eps.id_)
-            if T == 0:
-                if eps.is_done and run is not None:
-                    # A zero-step closing fragment: nothing to record; the
-                    # episode stays open in the buffer (no final state).
-                    del self._running[eps.id_]
-                continue
-            obs = np.asarray(eps.get_observations())
-            act = np.asarray(eps.get_actions())
-            rew = np.asarray(eps.get_rewards(), dtype=np.float64)
-            if self._buf is None:
-                self._build(self._spec_from_episode(eps, obs, act))
-            h = None
-            if run is not None and self._h_min <= run.h:
-                h = run.h
-            done = bool(eps.is_done)
-            prios = None if weight is None else np.full(T, float(weight))
-            h2 = self._buf.record_many(
-                h,
-                obs[:-1],
-                act,
-                rew,
-                final_state=obs[-1] if done else None,
-                terminated=bool(eps.is_terminated),
-                priorities=prios,
-            )
-            steps_added += T
-            self._next_h = max(self._next_h, h2 + 1)
-            if h2 != h:
-                episodes_added += 1
-            self._h_id[h2] = eps.id_
-            if h2 == h:
-                length = run.length + T
-            elif h is None:
-                length = T
-            else:  # the open episode was evicted while recording: continued in h2
-                length = len(self._buf.episode(h2).reward)
-            if done:
-                self._running.pop(eps.id_, None)
-                self._set_end(h2, length)
-            else:
-                self._running[eps.id_] = _Running(h2, length, obs[-1])
-            self._refresh_evicted()
+            steps, new = self._add_fragment(eps, weight)
+            steps_added += steps
+            episodes_added += new
         self._num_timesteps_added += steps_added
         n_evicted = self._h_min - h_min_before
         steps_evicted = len_before + steps_added - (len(self._buf) if self._buf is not None else 0)
+        self._add_metrics(episodes_added, steps_added, n_evicted, steps_evicted)
+
+    def _add_fragment(self, eps, weight):
+        """Records one episode or fragment; (steps recorded, 1 if it began a new episode)."""
+        if not isinstance(eps, SingleAgentEpisode):
+            raise TypeError(
+                "episodes: expected SingleAgentEpisode objects (multi-agent episodes are "
+                "not supported), got %s" % type(eps).__name__
+            )
+        T = len(eps)
+        run = self._running.get(eps.id_)
+        if T == 0:
+            if eps.is_done and run is not None:
+                # A zero-step closing fragment: nothing to record; the
+                # episode stays open in the buffer (no final state).
+                del self._running[eps.id_]
+            return 0, 0
+        obs = np.asarray(eps.get_observations())
+        act = np.asarray(eps.get_actions())
+        rew = np.asarray(eps.get_rewards(), dtype=np.float64)
+        if self._buf is None:
+            self._build(self._spec_from_episode(eps, obs, act))
+        h = None
+        if run is not None and self._h_min <= run.h:
+            h = run.h
+        done = bool(eps.is_done)
+        prios = None if weight is None else np.full(T, float(weight))
+        h2 = self._buf.record_many(
+            h,
+            obs[:-1],
+            act,
+            rew,
+            final_state=obs[-1] if done else None,
+            terminated=bool(eps.is_terminated),
+            priorities=prios,
+        )
+        self._next_h = max(self._next_h, h2 + 1)
+        self._h_id[h2] = eps.id_
+        if h2 == h:
+            length = run.length + T
+        elif h is None:
+            length = T
+        else:  # the open episode was evicted while recording: continued in h2
+            length = len(self._buf.episode(h2).reward)
+        if done:
+            self._running.pop(eps.id_, None)
+            self._set_end(h2, length)
+        else:
+            self._running[eps.id_] = _Running(h2, length, obs[-1])
+        self._refresh_evicted()
+        return T, int(h2 != h)
+
+    def _add_metrics(self, episodes_added, steps_added, n_evicted, steps_evicted):
         self._update_add_metrics(
             num_episodes_added=episodes_added,
             num_env_steps_added=steps_added,
@@ -375,6 +382,26 @@ class _ExreplayEpisodeBuffer:
         ``min_batch_length_T`` > 0, ``sample_episodes=False``), an ``n_step``
         over the buffer's, or an empty buffer.
         """
+        B, lo, hi, random_n, beta = self._sample_args(
+            num_items, batch_size_B, batch_length_T, n_step, beta, include_infos,
+            include_extra_model_outputs, sample_episodes, lookback, min_batch_length_T)
+        arrays, n, resamples = self._draw(B, lo, hi, random_n, n_step)
+        epi, pos = arrays[6], arrays[7]
+        weight = self._weights(epi, pos, beta, B)
+        obs0, obs_n, act0, ret, terminated, truncated = self._n_step_transitions(arrays, n, gamma, B)
+        out = _episodes_from_arrays(
+            obs0, obs_n, act0, ret, terminated, truncated, weight, n, pos, to_numpy
+        )
+        self._last_epi, self._last_pos = epi, pos
+        self.sampled_timesteps += B
+
+        el, pl = epi.tolist(), pos.tolist()
+        self._log_sample_metrics(B, len(set(el)), len(set(zip(el, pl))), float(n.mean()), resamples)
+        return out
+
+    def _sample_args(self, num_items, batch_size_B, batch_length_T, n_step, beta, include_infos,
+                     include_extra_model_outputs, sample_episodes, lookback, min_batch_length_T):
+        """sample()'s arguments checked: (B, lo, hi, random_n, beta)."""
         if include_infos or include_extra_model_outputs:
             raise ValueError(
                 "include_infos/include_extra_model_outputs: exreplay's RLlib buffers store "
@@ -415,7 +442,10 @@ class _ExreplayEpisodeBuffer:
         beta = 0.0 if beta is None else float(beta)
         if not (np.isfinite(beta) and beta >= 0):
             raise ValueError("beta: expected a finite number >= 0, got %r" % (beta,))
+        return B, lo, hi, random_n, beta
 
+    def _draw(self, B, lo, hi, random_n, n_step):
+        """B picks and an n for each, no pick shorter than its n: (arrays, n, resamples)."""
         b = self._buf.get_batch(B, self._sel)
         state, action, reward, state_next = b.state, b.action, b.reward, b.state_next
         seq_len, seq_len_next, epi, pos = b.seq_len, b.seq_len_next, b.pick_epi, b.pick_pos
@@ -447,16 +477,20 @@ class _ExreplayEpisodeBuffer:
                     "sample: no transition with n_step=%r found in %d draws: the episodes held "
                     "are shorter than the n-step" % (n_step, resamples)
                 )
+        return (state, action, reward, state_next, seq_len, seq_len_next, epi, pos), n, resamples
 
-        # Importance weights as RLlib computes them: (N P(i))**-beta over the
-        # largest such weight, (N P_min)**-beta, which is (leaf_min / leaf_i)**beta
-        # with leaf = p**alpha as stored (the selector's own beta stays 0).
+    def _weights(self, epi, pos, beta, B):
+        """Importance weights as RLlib computes them: (N P(i))**-beta over the
+        largest such weight, (N P_min)**-beta, which is (leaf_min / leaf_i)**beta
+        with leaf = p**alpha as stored (the selector's own beta stays 0)."""
         if self._prioritized and beta > 0.0:
             _, min_leaf, _ = self._buf.priority_stats(self._sel)
-            weight = (min_leaf / self._buf.stored_priorities(self._sel, epi, pos)) ** beta
-        else:
-            weight = np.ones(B)
+            return (min_leaf / self._buf.stored_priorities(self._sel, epi, pos)) ** beta
+        return np.ones(B)
 
+    def _n_step_transitions(self, arrays, n, gamma, B):
+        """(obs0, obs_n, act0, n-step return, terminated, truncated) of each row."""
+        state, action, reward, state_next, seq_len, seq_len_next, epi, pos = arrays
         # n-step returns, next observations and end flags, vectorised.
         L = reward.shape[1]
         if self._gamma_pows is None or self._gamma_pows[0] != gamma or len(self._gamma_pows[1]) != L:
@@ -476,16 +510,7 @@ class _ExreplayEpisodeBuffer:
         end_len = self._end_len[np.minimum(epi, len(self._end_len) - 1)]
         end_len = np.where(epi < len(self._end_len), end_len, -1)
         truncated = ~terminated & (end_len == pos + n)
-
-        out = _episodes_from_arrays(
-            obs0, obs_n, act0, ret, terminated, truncated, weight, n, pos, to_numpy
-        )
-        self._last_epi, self._last_pos = epi, pos
-        self.sampled_timesteps += B
-
-        el, pl = epi.tolist(), pos.tolist()
-        self._log_sample_metrics(B, len(set(el)), len(set(zip(el, pl))), float(n.mean()), resamples)
-        return out
+        return obs0, obs_n, act0, ret, terminated, truncated
 
     def _log_sample_metrics(self, B, n_eps, n_steps, mean_n, resamples):
         """RLlib's sample metrics (get_metrics), under the keys RLlib's buffer uses."""
