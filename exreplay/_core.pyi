@@ -6,7 +6,7 @@ docs/semantics.md.
 
 import os
 from collections.abc import Sequence
-from typing import Any, Final, SupportsIndex, final, overload
+from typing import Any, Final, NoReturn, SupportsIndex, final, overload
 
 import numpy as np
 from _typeshed import structseq
@@ -238,6 +238,8 @@ class ExperienceReplay:
         self, ps: SupportsIndex, pick_epi: ArrayLike, pick_pos: ArrayLike, /
     ) -> NDArray[np.float64]: ...
     def _check(self) -> None: ...
+
+def _raise_status(status: int, op: str, arg: str | None = None, /) -> NoReturn: ...
 
 def _floor_gather(
     rows: NDArray[Any], starts: ArrayLike, L: SupportsIndex, /

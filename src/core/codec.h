@@ -29,7 +29,7 @@ typedef exr_status (*exr_sink_fn)(void *ctx, const void *p, size_t n);
 typedef exr_status (*exr_source_fn)(void *ctx, void *p, size_t cap, size_t *got);
 
 /* Called every EXR_PROGRESS_EVERY payload bytes with the bytes done and the
- * payload's size; a non-zero return aborts the write (EXR_EINVAL). */
+ * payload's size; a non-zero return aborts the write (EXR_EABORTED). */
 typedef int (*exr_progress_fn)(void *ctx, uint64_t done, uint64_t total);
 #define EXR_PROGRESS_EVERY ((uint64_t)64 << 20)
 

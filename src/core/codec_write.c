@@ -70,7 +70,7 @@ exr_status exr_out_write(exr_out *o, const void *p, size_t n)
         if (o->progress && o->raw >= o->next_report) {
             o->next_report = o->raw + EXR_PROGRESS_EVERY;
             if (o->progress(o->progress_ctx, o->raw, o->total))
-                return EXR_EINVAL;
+                return EXR_EABORTED;
         }
         c += part;
         n -= part;

@@ -3,7 +3,8 @@
  *
  * The core never prints, aborts or raises: each fallible function returns an
  * exr_status and leaves its outputs untouched on failure. The binding turns a
- * status into a Python exception in one place (src/py/module.c).
+ * status into a Python exception in one function (exr_raise_status,
+ * src/py/errors.c).
  */
 #ifndef EXR_H
 #define EXR_H
@@ -19,7 +20,9 @@ typedef enum {
     EXR_EEMPTY,    /* nothing to draw from: no picks, or all priorities zero */
     EXR_EOVERFLOW, /* a size would not fit its type */
     EXR_ECORRUPT,  /* serialized input failed validation */
-    EXR_EIO        /* a file operation failed (errno says why) */
+    EXR_EIO,       /* a file operation failed: the function's err output (file.h)
+                      or errno (log.h) says why */
+    EXR_EABORTED   /* a progress callback asked to stop (codec.h) */
 } exr_status;
 
 #define EXR_NIL UINT32_MAX

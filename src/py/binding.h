@@ -80,9 +80,28 @@ extern PyModuleDef exr_module_def;
 
 exr_modstate *exr_state_of_type(PyTypeObject *tp);
 
-/* Raises the Python exception for a core status; what names the operation
- * and argument ("ps: ..."). Always returns NULL. */
-PyObject *exr_raise(exr_status st, const char *what);
+/* What a failed core call was about, for its exception (errors.c). */
+typedef struct {
+    const char *op;       /* the operation: "get_batch" */
+    const char *arg;      /* the argument the status is about, or NULL (then op) */
+    const char *expected; /* what that argument should have been, or NULL */
+    const char *got;      /* what came, or NULL */
+    int64_t handle;       /* the handle that came (-1: none): "unknown handle 7" */
+    int err;              /* errno of an EXR_EIO (0: errno itself) */
+    PyObject *path;       /* the file of an EXR_EIO, or NULL */
+} exr_errctx;
+
+/* The binding's one way from a core status to a Python exception: the
+ * type follows the status (errors.c lists them), the message names the
+ * argument, what was expected and what came. Always returns NULL. */
+PyObject *exr_raise_status(exr_status st, const exr_errctx *ctx);
+/* _core._raise_status (a test hook). */
+PyObject *exr_raise_status_py(PyObject *module, PyObject *args);
+/* exr_raise_status with only the operation known. */
+PyObject *exr_raise(exr_status st, const char *op);
+/* ENOTFOUND for selector handle h: "ps: expected a pick selector of this
+ * buffer, got unknown handle h". */
+PyObject *exr_unknown_selector(int64_t h);
 
 /* The binding's one way to hold the buffer's lock: called with the GIL,
  * takes the lock (waiting without the GIL if another thread holds it);

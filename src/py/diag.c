@@ -115,7 +115,8 @@ int exr_install_reprs(exr_modstate *st)
 
 /* The ValueError of get_batch when selector h has nothing to draw: says
  * which of the usual causes it is. Always NULL. */
-PyObject *exr_empty_batch_error(ReplayObject *self, int64_t h)
+/* Why no pick of selector h can be drawn, into buf. */
+static void empty_reason(ReplayObject *self, int64_t h, char *buf, size_t len)
 {
     exr_lock_with_gil(self->buf);
     unsigned long long n = exr_buffer_len_locked(self->buf);
@@ -124,30 +125,33 @@ PyObject *exr_empty_batch_error(ReplayObject *self, int64_t h)
     exr_buffer_unlock(self->buf);
     unsigned long long L = exr_buffer_config(self->buf)->pick_len;
     if (n == 0)
-        return PyErr_Format(PyExc_ValueError,
-                            "get_batch: no pick can be drawn: the buffer is empty (%llu episodes, "
-                            "0 records)", e);
-    if (p > 0)
-        return PyErr_Format(PyExc_ValueError,
-                            "get_batch: no pick can be drawn: every priority of selector %lld is "
-                            "zero (%llu picks held)", (long long)h, p);
-    if (n == e && n > 1)
-        return PyErr_Format(
-            PyExc_ValueError,
-            "get_batch: no pick can be drawn: each of the %llu records is in an episode of its "
-            "own, so no episode has the pick_len=%llu complete steps a pick needs. record() "
-            "returns the handle to continue the episode with: pass it back "
-            "(h = buf.record(h, ...))",
-            n, L);
-    return PyErr_Format(
-        PyExc_ValueError,
-        "get_batch: no pick can be drawn: the %llu records are in %llu episodes, all shorter "
-        "than a pick (pick_len=%llu complete steps; an open episode's last step is complete "
-        "only once the next record or the episode's end arrives)%s",
-        n, e, L,
-        exr_buffer_config(self->buf)->allow_short
-            ? ""
-            : "; allow_short=True also makes shorter picks at the end of ended episodes");
+        snprintf(buf, len, "the buffer is empty (%llu episodes, 0 records)", e);
+    else if (p > 0)
+        snprintf(buf, len, "every priority of selector %lld is zero (%llu picks held)",
+                 (long long)h, p);
+    else if (n == e && n > 1)
+        snprintf(buf, len,
+                 "each of the %llu records is in an episode of its own, so no episode has the "
+                 "pick_len=%llu complete steps a pick needs. record() returns the handle to "
+                 "continue the episode with: pass it back (h = buf.record(h, ...))",
+                 n, L);
+    else
+        snprintf(buf, len,
+                 "the %llu records are in %llu episodes, all shorter than a pick (pick_len=%llu "
+                 "complete steps; an open episode's last step is complete only once the next "
+                 "record or the episode's end arrives)%s",
+                 n, e, L,
+                 exr_buffer_config(self->buf)->allow_short
+                     ? ""
+                     : "; allow_short=True also makes shorter picks at the end of ended episodes");
+}
+
+PyObject *exr_empty_batch_error(ReplayObject *self, int64_t h)
+{
+    char reason[512];
+    empty_reason(self, h, reason, sizeof reason);
+    return exr_raise_status(EXR_EEMPTY, &(exr_errctx){.op = "get_batch", .got = reason,
+                                                      .handle = h});
 }
 
 /* "a float32 array of shape (3, 4), not C-contiguous" or "a list". */

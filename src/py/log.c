@@ -28,11 +28,18 @@ static PyTypeObject *log_type(PyObject *any)
     return st ? st->log_type : NULL;
 }
 
-static PyObject *log_error(exr_status st, const char *what, PyObject *path)
+/* A failed log operation op on the log at path (EXR_EIO: errno says why). */
+static PyObject *log_error(exr_status st, const char *op, PyObject *path)
 {
-    if (st == EXR_EIO)
-        return PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path);
-    return exr_raise(st, what);
+    return exr_raise_status(st, &(exr_errctx){.op = op, .handle = -1, .path = path});
+}
+
+/* EXR_EINVAL of a log that was closed (or given another layout) meanwhile. */
+static PyObject *log_state_error(exr_status st, const char *op, const char *expected,
+                                 const char *got)
+{
+    return exr_raise_status(st, &(exr_errctx){.op = op, .arg = "log", .expected = expected,
+                                              .got = got, .handle = -1});
 }
 
 /* ---- schema ---------------------------------------------------------------- */
@@ -143,7 +150,8 @@ static int set_schema(LogObject *self, PyArray_Descr *sd, int snd, const npy_int
     Py_END_ALLOW_THREADS
     if (st != EXR_OK) {
         if (st == EXR_EINVAL)
-            PyErr_SetString(PyExc_ValueError, "log: closed, or its record layout cannot change");
+            log_state_error(st, "log", "an open log whose record layout is this one or unset",
+                            "one closed, or with another record layout");
         else
             log_error(st, "log", self->path);
         return -1;
@@ -250,8 +258,11 @@ static int log_open_path(LogObject *self, PyObject *o_path, const exr_log_opts *
     if (st == EXR_OK)
         return 0;
     if (st == EXR_EIO && errno == EEXIST)
-        PyErr_Format(PyExc_FileExistsError, "path: %R exists (pass overwrite=True to replace it)",
-                     self->path);
+        exr_raise_status(st, &(exr_errctx){.op = "ExperienceLog", .arg = "path",
+                                           .expected = "a path that does not exist (or "
+                                                       "overwrite=True to replace it)",
+                                           .got = "one that exists", .handle = -1,
+                                           .err = EEXIST, .path = self->path});
     else
         log_error(st, "ExperienceLog", self->path);
     return -1;
@@ -463,6 +474,8 @@ static PyObject *log_append_impl(LogObject *self, PyObject *const *args, Py_ssiz
         Py_XDECREF(arr[i]);
     if (!ok)
         return NULL;
+    if (st == EXR_EINVAL)
+        return log_state_error(st, fname, "an open log", "one closed meanwhile");
     if (st != EXR_OK)
         return exr_raise(st, fname);
     Py_RETURN_NONE;
@@ -699,7 +712,8 @@ int exr_replay_attach_log(ReplayObject *self, PyObject *o)
     exr_status st = exr_log_attach_locked(lo->lg, self->buf);
     exr_buffer_unlock(self->buf);
     if (st != EXR_OK) {
-        PyErr_SetString(PyExc_ValueError, "log: closed or attached elsewhere");
+        log_state_error(st, "attach_log", "an open log not attached to another buffer",
+                        "one closed or attached elsewhere");
         return -1;
     }
     lo->owner = (PyObject *)self;

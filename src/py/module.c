@@ -11,28 +11,6 @@
 #include <math.h>
 #include <structseq.h>
 
-PyObject *exr_raise(exr_status st, const char *what)
-{
-    switch (st) {
-    case EXR_ENOMEM:
-        PyErr_Format(PyExc_MemoryError, "%s: out of memory", what && *what ? what : "exreplay");
-        break;
-    case EXR_EOVERFLOW:
-        PyErr_Format(PyExc_MemoryError,
-                     "%s: a size limit was reached (at most 2**32 - 2 picks, 2**32 - 2 "
-                     "records an episode, 2**62 handles) or a size computation overflowed",
-                     what);
-        break;
-    case EXR_ECORRUPT:
-        PyErr_Format(PyExc_ValueError, "%s: invalid serialized data", what);
-        break;
-    default:
-        PyErr_Format(PyExc_ValueError, "%s", what);
-        break;
-    }
-    return NULL;
-}
-
 void exr_lock_with_gil(exr_buffer *b)
 {
     if (exr_buffer_trylock(b))
@@ -341,6 +319,9 @@ static PyMethodDef module_methods[] = {
      "_floor_gather(rows, starts, L, /)\n--\n\n"
      "Benchmark floor: (rows[s:s+L], rows[s+1:s+L+1]) for each s in starts, gathered\n"
      "from one contiguous array by a plain C loop."},
+    {"_raise_status", (PyCFunction)exr_raise_status_py, METH_VARARGS,
+     "_raise_status(status, op, arg=None, /)\n--\n\n"
+     "Test hook: raises the exception the binding raises for core status `status`."},
     {"unserialize", (PyCFunction)exr_unserialize, METH_O,
      "unserialize(data, /)\n--\n\nExperienceReplay.unserialize(data) (also what unpickling calls)."},
     {NULL, NULL, 0, NULL},

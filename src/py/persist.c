@@ -174,16 +174,13 @@ static PyObject *replay_from_core(PyTypeObject *type, exr_buffer *b, const unsig
     return (PyObject *)self;
 }
 
-static PyObject *raise_read(exr_status st, int err, const char *what, PyObject *path)
+/* A failed unserialize/load: arg is "data" or "path". */
+static PyObject *raise_read(exr_status st, int err, const char *op, const char *arg,
+                            PyObject *path)
 {
-    if (st == EXR_EIO) {
-        errno = err;
-        return PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path);
-    }
-    if (st == EXR_ENOMEM)
-        return PyErr_Format(PyExc_MemoryError,
-                            "%s: out of memory while reading the serialized buffer", what);
-    return PyErr_Format(PyExc_ValueError, "%s: invalid serialized buffer", what);
+    return exr_raise_status(st, &(exr_errctx){.op = op, .arg = arg,
+                                              .got = st == EXR_ENOMEM ? "while reading the serialized buffer" : NULL,
+                                              .handle = -1, .err = err, .path = path});
 }
 
 /* ---- serialize / unserialize ---------------------------------------------- */
@@ -294,7 +291,7 @@ static PyObject *unserialize_as(PyTypeObject *type, PyObject *data)
     }
     PyBuffer_Release(&view);
     PyObject *r = st == EXR_OK ? replay_from_core(type, b, meta, meta_len)
-                               : raise_read(st, 0, "data", NULL);
+                               : raise_read(st, 0, "unserialize", "data", NULL);
     PyMem_RawFree(meta);
     return r;
 }
@@ -370,15 +367,10 @@ PyObject *exr_replay_save(ReplayObject *self, PyObject *const *args, Py_ssize_t 
         Py_DECREF(path);
         return NULL; /* the callback's exception */
     }
-    if (st == EXR_EIO) {
-        errno = err;
-        PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, a[0]);
-        Py_DECREF(path);
-        return NULL;
-    }
     Py_DECREF(path);
     if (st != EXR_OK)
-        return exr_raise(st, "save");
+        return exr_raise_status(st, &(exr_errctx){.op = "save", .handle = -1, .err = err,
+                                                  .path = a[0]});
     Py_RETURN_NONE;
 }
 
@@ -390,7 +382,7 @@ PyObject *exr_replay_load_cls(PyObject *cls, PyObject *pathobj)
     unsigned char *meta = PyMem_RawMalloc(EXR_META_MAX);
     if (!meta) {
         Py_DECREF(path);
-        return PyErr_Format(PyExc_MemoryError, "load: out of memory");
+        return exr_raise(EXR_ENOMEM, "load");
     }
     exr_buffer *b = NULL;
     size_t meta_len = 0;
@@ -402,7 +394,7 @@ PyObject *exr_replay_load_cls(PyObject *cls, PyObject *pathobj)
     Py_END_ALLOW_THREADS
     Py_DECREF(path);
     PyObject *r = st == EXR_OK ? replay_from_core((PyTypeObject *)cls, b, meta, meta_len)
-                               : raise_read(st, err, "path", pathobj);
+                               : raise_read(st, err, "load", "path", pathobj);
     PyMem_RawFree(meta);
     return r;
 }

@@ -18,7 +18,8 @@ static PyObject *batch_error(ReplayObject *self, exr_status st, int64_t h, PyObj
         return unknown_selector(h);
     if (st == EXR_EEMPTY)
         return exr_empty_batch_error(self, h);
-    return exr_raise(st, "get_batch");
+    return exr_raise_status(st, &(exr_errctx){.op = "get_batch", .arg = "batch_size",
+                                              .got = "the batch's scratch", .handle = -1});
 }
 
 static int batch_size_arg(PyObject *o, npy_intp *B)
@@ -116,8 +117,9 @@ PyObject *replay_gather(ReplayObject *self, PyObject *const *args, Py_ssize_t na
     if (st == EXR_ENOTFOUND) {
         for (int f = 0; f < NFIELDS; f++)
             Py_DECREF(arrays[f]);
-        return PyErr_Format(PyExc_ValueError,
-                            "pick_epi, pick_pos: expected picks that exist, got one that does not");
+        return exr_raise_status(st, &(exr_errctx){.op = "gather", .arg = "pick_epi, pick_pos",
+                                                  .expected = "picks that exist",
+                                                  .got = "one that does not", .handle = -1});
     }
     if (st != EXR_OK)
         return batch_error(self, st, h, arrays);
@@ -219,6 +221,7 @@ PyObject *replay_set_priority(ReplayObject *self, PyObject *const *args, Py_ssiz
     if (st == EXR_ENOTFOUND)
         return unknown_selector(h);
     if (st != EXR_OK)
-        return exr_raise(st, "set_priority");
+        return exr_raise_status(st, &(exr_errctx){.op = "set_priority", .arg = "priorities",
+                                                  .got = "the update's scratch", .handle = -1});
     return PyLong_FromSize_t(applied);
 }

@@ -14,12 +14,7 @@
 static inline int priority_ok(double p) { return isfinite(p) && p >= 0; }
 
 /* The ValueError for a selector handle this buffer does not have. NULL. */
-static inline PyObject *unknown_selector(int64_t h)
-{
-    return PyErr_Format(PyExc_ValueError,
-                        "ps: expected a pick selector of this buffer, got unknown handle %lld",
-                        (long long)h);
-}
+static inline PyObject *unknown_selector(int64_t h) { return exr_unknown_selector(h); }
 
 static inline exr_modstate *mstate(ReplayObject *self) { return exr_state_of_type(Py_TYPE(self)); }
 

@@ -22,11 +22,13 @@ PyObject *replay_episode(ReplayObject *self, PyObject *ho)
         exr_lock_with_gil(self->buf);
         exr_status st = exr_buffer_episode_info_locked(self->buf, h, &n, &ended, &term, &has_final);
         exr_buffer_unlock(self->buf);
-        if (st != EXR_OK)
-            return PyErr_Format(PyExc_ValueError,
-                                "h: expected the handle of an episode held, got %lld (evicted or "
-                                "never created)",
-                                (long long)h);
+        if (st != EXR_OK) {
+            char got[64];
+            snprintf(got, sizeof got, "%lld (evicted or never created)", (long long)h);
+            return exr_raise_status(st, &(exr_errctx){.op = "episode", .arg = "h",
+                                                      .expected = "the handle of an episode held",
+                                                      .got = got, .handle = h});
+        }
         st_a = new_array(self->state_descr, (npy_intp)n, self->state_nd, self->state_shape);
         ac_a = new_array(self->action_descr, (npy_intp)n, self->action_nd, self->action_shape);
         rw_a = new_array(self->reward_descr, (npy_intp)n, 0, NULL);
@@ -185,9 +187,12 @@ PyObject *replay_priority(ReplayObject *self, PyObject *const *args, Py_ssize_t 
     if (!out)
         return NULL;
     if (st != EXR_OK || !prioritized) {
+        char got[64];
+        snprintf(got, sizeof got, "handle %lld", (long long)h);
         Py_DECREF(out);
-        return PyErr_Format(PyExc_ValueError, "ps: expected a prioritized pick selector of this "
-                            "buffer, got handle %lld", (long long)h);
+        return exr_raise_status(EXR_ENOTFOUND, &(exr_errctx){
+            .op = "_priority", .arg = "ps", .expected = "a prioritized pick selector of this buffer",
+            .got = got, .handle = h});
     }
     const double *v = PyArray_DATA((PyArrayObject *)out);
     for (npy_intp i = 0; i < n; i++) {

@@ -128,9 +128,13 @@ static int sel_set_param(SelectorObject *s, PyObject *value, void *closure)
     exr_lock_with_gil(s->owner->buf);
     exr_status st = exr_buffer_set_param_locked(s->owner->buf, s->handle, k, v);
     exr_buffer_unlock(s->owner->buf);
-    if (st == EXR_ENOTFOUND) {
-        PyErr_Format(PyExc_ValueError, "ps: pick selector %lld was removed from its buffer",
-                     (long long)s->handle);
+    if (st != EXR_OK) {
+        char got[64];
+        snprintf(got, sizeof got, "pick selector %lld, which was removed from it",
+                 (long long)s->handle);
+        exr_raise_status(st, &(exr_errctx){.op = name, .arg = "ps",
+                                           .expected = "a pick selector of its buffer",
+                                           .got = got, .handle = s->handle});
         return -1;
     }
     return 0;

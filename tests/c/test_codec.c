@@ -17,16 +17,7 @@
 #include "codec.h"
 #include "file.h"
 
-static int g_failed_checks;
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);              \
-            g_failed_checks++;                                                                     \
-            goto done;                                                                             \
-        }                                                                                          \
-    } while (0)
+#include "check.h"
 
 /* ---- memory sink and source ---------------------------------------------- */
 
@@ -260,24 +251,56 @@ done:
     free(m2.p);
 }
 
+/* A progress callback that asks to stop ends the write with EXR_EABORTED
+ * (its own status, not EXR_EINVAL), called once per EXR_PROGRESS_EVERY
+ * payload bytes. */
+static int stop_at_first(void *ctx, uint64_t done, uint64_t total)
+{
+    int *calls = ctx;
+    ++*calls;
+    return done > 0 && done <= total;
+}
+
+static exr_status discard(void *ctx, const void *p, size_t n)
+{
+    (void)ctx;
+    (void)p;
+    (void)n;
+    return EXR_OK;
+}
+
+static void progress_abort(void)
+{
+    enum { ROW = 1 << 20, T = 70 }; /* 70 MiB of states: past one progress report */
+    exr_config cfg = {.state_bytes = ROW, .action_bytes = 8, .reward_bytes = 4, .pick_len = 1,
+                      .eviction = EXR_EVICT_FIFO, .seed = 1};
+    exr_buffer *b = NULL;
+    unsigned char *states = calloc(T, ROW);
+    int64_t actions[T] = {0};
+    float rewards[T] = {0};
+    CHECK(states && exr_buffer_new(&cfg, &b) == EXR_OK);
+    exr_steps in = {.states = states, .actions = actions, .rewards = rewards, .T = T};
+    int64_t h;
+    CHECK(exr_buffer_record(b, -1, &in, &h) == EXR_OK);
+    unsigned char header[EXR_HEADER_BYTES];
+    int calls = 0;
+    exr_buffer_lock(b);
+    exr_status st = exr_codec_write_locked(b, NULL, 0, 0, discard, NULL, stop_at_first, &calls,
+                                           header);
+    exr_buffer_unlock(b);
+    CHECK(st == EXR_EABORTED && calls == 1);
+done:
+    exr_buffer_free(b);
+    free(states);
+}
+
 int main(void)
 {
-    struct {
-        const char *name;
-        void (*fn)(void);
-    } tests[] = {
+    static const check_test tests[] = {
         {"round_trip_every_level", round_trip_every_level},
         {"damaged_input_is_refused", damaged_input_is_refused},
         {"file_save_and_load", file_save_and_load},
+        {"progress_abort", progress_abort},
     };
-    int n = (int)(sizeof tests / sizeof tests[0]), failed = 0;
-    for (int i = 0; i < n; i++) {
-        int before = g_failed_checks;
-        tests[i].fn();
-        int ok = g_failed_checks == before;
-        failed += !ok;
-        printf("%s %s\n", ok ? "ok  " : "FAIL", tests[i].name);
-    }
-    printf("%d passed, %d failed\n", n - failed, failed);
-    return failed ? 1 : 0;
+    return check_run_all(tests, (int)(sizeof tests / sizeof tests[0]));
 }

@@ -15,16 +15,7 @@
 #include "store.h"
 #include "sumtree.h"
 
-static int g_failed_checks;
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);              \
-            g_failed_checks++;                                                                     \
-            return;                                                                                \
-        }                                                                                          \
-    } while (0)
+#include "check.h"
 
 /* ---- rng ---------------------------------------------------------------- */
 
@@ -40,19 +31,19 @@ static void test_rng(void)
         same &= x == y;
         differ |= x != z;
     }
-    CHECK(same);
-    CHECK(differ);
+    CHECK_RET(same);
+    CHECK_RET(differ);
     long counts[7] = {0};
     for (int i = 0; i < 70000; i++) {
         uint64_t v = exr_rng_below(&a, 7);
-        CHECK(v < 7);
+        CHECK_RET(v < 7);
         counts[v]++;
     }
     for (int i = 0; i < 7; i++)
-        CHECK(counts[i] > 9000 && counts[i] < 11000);
+        CHECK_RET(counts[i] > 9000 && counts[i] < 11000);
     for (int i = 0; i < 1000; i++) {
         double d = exr_rng_double(&a);
-        CHECK(d >= 0 && d < 1);
+        CHECK_RET(d >= 0 && d < 1);
     }
 }
 
@@ -65,33 +56,33 @@ static void test_store_locate(void)
     for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
         for (size_t wi = 0; wi < 3; wi++) {
             exr_store_layout L;
-            CHECK(exr_store_layout_init(&L, widths[wi], 8, 4, lens[li]) == EXR_OK);
-            CHECK(((size_t)1 << L.base_shift) >= (size_t)lens[li] + 1);
-            CHECK(L.max_shift >= L.base_shift);
+            CHECK_RET(exr_store_layout_init(&L, widths[wi], 8, 4, lens[li]) == EXR_OK);
+            CHECK_RET(((size_t)1 << L.base_shift) >= (size_t)lens[li] + 1);
+            CHECK_RET(L.max_shift >= L.base_shift);
             size_t pk = 0, poff = 0;
             for (uint64_t p = 0; p < 300000; p++) {
                 size_t k, off;
                 exr_store_locate(&L, p, &k, &off);
-                CHECK(off < exr_store_seg_cap(&L, k));
+                CHECK_RET(off < exr_store_seg_cap(&L, k));
                 if (p > 0) {
                     /* positions run through segments in order, without gaps */
                     if (k == pk)
-                        CHECK(off == poff + 1);
+                        CHECK_RET(off == poff + 1);
                     else
-                        CHECK(k == pk + 1 && off == 0 && poff == exr_store_seg_cap(&L, pk) - 1);
+                        CHECK_RET(k == pk + 1 && off == 0 && poff == exr_store_seg_cap(&L, pk) - 1);
                 } else {
-                    CHECK(k == 0 && off == 0);
+                    CHECK_RET(k == 0 && off == 0);
                 }
                 pk = k;
                 poff = off;
             }
             /* a row is the three fields back to back; a segment of any size
              * keeps its rows where they are */
-            CHECK(L.row_bytes == widths[wi] + 8 + 4);
+            CHECK_RET(L.row_bytes == widths[wi] + 8 + 4);
             unsigned char *seg = exr_store_seg_alloc(&L, 3);
-            CHECK(seg != NULL);
-            CHECK(exr_seg_action(&L, seg, 2) == seg + 2 * L.row_bytes + widths[wi]);
-            CHECK(exr_seg_reward(&L, seg, 2) == seg + 2 * L.row_bytes + widths[wi] + 8);
+            CHECK_RET(seg != NULL);
+            CHECK_RET(exr_seg_action(&L, seg, 2) == seg + 2 * L.row_bytes + widths[wi]);
+            CHECK_RET(exr_seg_reward(&L, seg, 2) == seg + 2 * L.row_bytes + widths[wi] + 8);
             free(seg);
         }
     }
@@ -103,19 +94,19 @@ static void test_sumtree(void)
 {
     exr_sumtree t;
     exr_sumtree_init(&t);
-    CHECK(exr_sumtree_reserve(&t, 10) == EXR_OK);
+    CHECK_RET(exr_sumtree_reserve(&t, 10) == EXR_OK);
     char msg[256];
     size_t n = 3000;
-    CHECK(exr_sumtree_reserve(&t, n) == EXR_OK); /* grows, keeps leaves */
+    CHECK_RET(exr_sumtree_reserve(&t, n) == EXR_OK); /* grows, keeps leaves */
     double want = 0;
     for (size_t i = 0; i < n; i++) {
         float v = (i % 3 == 0) ? 0.0f : (float)(i % 7 + 1);
         exr_sumtree_set(&t, i, v);
         want += v;
     }
-    CHECK(fabs(exr_sumtree_total(&t) - want) < 1e-6 * want);
-    CHECK(exr_sumtree_min(&t) == 1.0f);
-    CHECK(exr_sumtree_check(&t, n, msg, sizeof msg) == 0);
+    CHECK_RET(fabs(exr_sumtree_total(&t) - want) < 1e-6 * want);
+    CHECK_RET(exr_sumtree_min(&t) == 1.0f);
+    CHECK_RET(exr_sumtree_check(&t, n, msg, sizeof msg) == 0);
     exr_rng r;
     exr_rng_seed(&r, 7, 0);
     size_t idx[4096];
@@ -124,8 +115,8 @@ static void test_sumtree(void)
     for (int rep = 0; rep < 50; rep++) {
         exr_sumtree_sample(&t, &r, 4096, idx, scratch);
         for (int b = 0; b < 4096; b++) {
-            CHECK(idx[b] < n);
-            CHECK(t.leaf[idx[b]] > 0); /* a zero leaf is never drawn */
+            CHECK_RET(idx[b] < n);
+            CHECK_RET(t.leaf[idx[b]] > 0); /* a zero leaf is never drawn */
             hits[idx[b] % 7]++;
         }
     }
@@ -135,21 +126,21 @@ static void test_sumtree(void)
         total += hits[j];
     for (int j = 0; j < 7; j++) {
         double expect = (double)(j + 1) / 28.0;
-        CHECK(fabs(hits[j] / total - expect) < 0.01);
+        CHECK_RET(fabs(hits[j] / total - expect) < 0.01);
     }
     /* growing again keeps the sums */
-    CHECK(exr_sumtree_reserve(&t, 100000) == EXR_OK);
-    CHECK(fabs(exr_sumtree_total(&t) - want) < 1e-6 * want);
-    CHECK(exr_sumtree_check(&t, n, msg, sizeof msg) == 0);
+    CHECK_RET(exr_sumtree_reserve(&t, 100000) == EXR_OK);
+    CHECK_RET(fabs(exr_sumtree_total(&t) - want) < 1e-6 * want);
+    CHECK_RET(exr_sumtree_check(&t, n, msg, sizeof msg) == 0);
     /* all zero: min is +inf, total 0 */
     for (size_t i = 0; i < n; i++)
         exr_sumtree_set(&t, i, 0.0f);
-    CHECK(exr_sumtree_total(&t) == 0);
-    CHECK(isinf(exr_sumtree_min(&t)));
+    CHECK_RET(exr_sumtree_total(&t) == 0);
+    CHECK_RET(isinf(exr_sumtree_min(&t)));
     /* a corrupted node is reported */
     exr_sumtree_set(&t, 5, 2.0f);
     t.sum[0][0] += 1.0;
-    CHECK(exr_sumtree_check(&t, n, msg, sizeof msg) == 1);
+    CHECK_RET(exr_sumtree_check(&t, n, msg, sizeof msg) == 1);
     exr_sumtree_free(&t);
 }
 
@@ -163,9 +154,9 @@ static void test_episodes(void)
     static uint32_t slot_of[N];
     static char live[N];
     for (int64_t h = 0; h < N; h++) {
-        CHECK(exr_episodes_reserve(&t) == EXR_OK);
+        CHECK_RET(exr_episodes_reserve(&t) == EXR_OK);
         exr_body *b = exr_body_new(1);
-        CHECK(b);
+        CHECK_RET(b);
         slot_of[h] = exr_episodes_insert(&t, h, b);
         live[h] = 1;
     }
@@ -181,19 +172,19 @@ static void test_episodes(void)
         live[h] = 0;
         if (i % 97 == 0)
             for (int64_t g = 0; g < N; g++)
-                CHECK(exr_episodes_find(&t, g) == (live[g] ? slot_of[g] : EXR_NIL));
+                CHECK_RET(exr_episodes_find(&t, g) == (live[g] ? slot_of[g] : EXR_NIL));
     }
     uint64_t count = 0;
     int64_t prev = -1;
     for (uint32_t s = t.head; s != EXR_NIL; s = t.slab[s].next) {
-        CHECK(t.slab[s].handle > prev);
-        CHECK(live[t.slab[s].handle]);
+        CHECK_RET(t.slab[s].handle > prev);
+        CHECK_RET(live[t.slab[s].handle]);
         prev = t.slab[s].handle;
         count++;
     }
-    CHECK(count == t.count);
-    CHECK(exr_episodes_find(&t, -5) == EXR_NIL);
-    CHECK(exr_episodes_find(&t, N + 10) == EXR_NIL);
+    CHECK_RET(count == t.count);
+    CHECK_RET(exr_episodes_find(&t, -5) == EXR_NIL);
+    CHECK_RET(exr_episodes_find(&t, N + 10) == EXR_NIL);
     exr_episodes_free(&t);
 }
 
@@ -256,23 +247,23 @@ static int check_ok(exr_buffer *b)
 static void test_picks_and_batch(void)
 {
     exr_buffer *b = make_buffer(3, true, 0, EXR_EVICT_FIFO);
-    CHECK(b);
+    CHECK_RET(b);
     int64_t h = record_steps(b, -1, 7, 0, 10, false, false, false);
-    CHECK(h == 0);
+    CHECK_RET(h == 0);
     exr_buffer_lock(b);
-    CHECK(exr_buffer_num_picks_locked(b) == 7); /* c = 9 complete steps: p + 3 <= 9 */
+    CHECK_RET(exr_buffer_num_picks_locked(b) == 7); /* c = 9 complete steps: p + 3 <= 9 */
     exr_buffer_unlock(b);
-    CHECK(record_steps(b, h, 7, 10, 1, true, true, false) == h); /* ends: c = 11 */
+    CHECK_RET(record_steps(b, h, 7, 10, 1, true, true, false) == h); /* ends: c = 11 */
     exr_buffer_lock(b);
-    CHECK(exr_buffer_num_picks_locked(b) == 11); /* allow_short: every p < 11 */
-    CHECK(exr_buffer_len_locked(b) == 11);
+    CHECK_RET(exr_buffer_num_picks_locked(b) == 11); /* allow_short: every p < 11 */
+    CHECK_RET(exr_buffer_len_locked(b) == 11);
     exr_buffer_unlock(b);
-    CHECK(check_ok(b));
+    CHECK_RET(check_ok(b));
 
     int64_t uh;
     double none[1] = {0};
     exr_buffer_lock(b);
-    CHECK(exr_buffer_add_selector_locked(b, 0, none, &uh) == EXR_OK);
+    CHECK_RET(exr_buffer_add_selector_locked(b, 0, none, &uh) == EXR_OK);
     exr_buffer_unlock(b);
     /* gather every pick and check its contents */
     enum { B = 11, L = 3 };
@@ -287,34 +278,34 @@ static void test_picks_and_batch(void)
     int64_t qe[B], qp[B];
     memcpy(qe, epi, sizeof qe);
     memcpy(qp, pos, sizeof qp);
-    CHECK(exr_buffer_gather(b, uh, B, qe, qp, &o) == EXR_OK);
+    CHECK_RET(exr_buffer_gather(b, uh, B, qe, qp, &o) == EXR_OK);
     for (int i = 0; i < B; i++) {
         int64_t l = i + L <= 11 ? L : 11 - i;
-        CHECK(len[i] == l);
-        CHECK(lnx[i] == (i + l == 11 ? l - 1 : l)); /* terminal at the last step */
-        CHECK(w[i] == 1.0f);
+        CHECK_RET(len[i] == l);
+        CHECK_RET(lnx[i] == (i + l == 11 ? l - 1 : l)); /* terminal at the last step */
+        CHECK_RET(w[i] == 1.0f);
         for (int t = 0; t < L; t++) {
             if (t < l) {
-                CHECK(st[i][t][1] == (float)(i + t));
-                CHECK(ac[i][t] == 7000 + i + t);
-                CHECK(rw[i][t] == (float)(i + t) * 0.5f);
+                CHECK_RET(st[i][t][1] == (float)(i + t));
+                CHECK_RET(ac[i][t] == 7000 + i + t);
+                CHECK_RET(rw[i][t] == (float)(i + t) * 0.5f);
                 if (i + t + 1 < 11)
-                    CHECK(nx[i][t][1] == (float)(i + t + 1));
+                    CHECK_RET(nx[i][t][1] == (float)(i + t + 1));
                 else
-                    CHECK(nx[i][t][0] == 0 && nx[i][t][1] == 0); /* terminal, no final */
+                    CHECK_RET(nx[i][t][0] == 0 && nx[i][t][1] == 0); /* terminal, no final */
             } else {
-                CHECK(st[i][t][0] == 0 && st[i][t][1] == 0 && ac[i][t] == 0 && rw[i][t] == 0);
-                CHECK(nx[i][t][0] == 0 && nx[i][t][1] == 0);
+                CHECK_RET(st[i][t][0] == 0 && st[i][t][1] == 0 && ac[i][t] == 0 && rw[i][t] == 0);
+                CHECK_RET(nx[i][t][0] == 0 && nx[i][t][1] == 0);
             }
         }
     }
     /* a pick that does not exist */
     int64_t be = h, bp = 11;
-    CHECK(exr_buffer_gather(b, uh, 1, &be, &bp, &o) == EXR_ENOTFOUND);
-    CHECK(exr_buffer_gather(b, uh + 5, 1, &be, &bp, &o) == EXR_ENOTFOUND);
+    CHECK_RET(exr_buffer_gather(b, uh, 1, &be, &bp, &o) == EXR_ENOTFOUND);
+    CHECK_RET(exr_buffer_gather(b, uh + 5, 1, &be, &bp, &o) == EXR_ENOTFOUND);
     /* recording into the ended episode starts a new one */
-    CHECK(record_steps(b, h, 8, 0, 2, false, false, false) == 1);
-    CHECK(check_ok(b));
+    CHECK_RET(record_steps(b, h, 8, 0, 2, false, false, false) == 1);
+    CHECK_RET(check_ok(b));
     exr_buffer_free(b);
 }
 
@@ -322,19 +313,19 @@ static void test_long_episode_segments(void)
 {
     /* picks that straddle segment boundaries, with a final state */
     exr_buffer *b = make_buffer(8, false, 0, EXR_EVICT_FIFO);
-    CHECK(b);
+    CHECK_RET(b);
     int64_t h = -1;
     for (int t0 = 0; t0 < 5000; t0 += 1000)
         h = record_steps(b, h, 3, t0, 1000, t0 == 4000, false, true);
-    CHECK(h == 0);
-    CHECK(check_ok(b));
+    CHECK_RET(h == 0);
+    CHECK_RET(check_ok(b));
     int64_t sel;
     double none[1] = {0};
     exr_buffer_lock(b);
-    CHECK(exr_buffer_add_selector_locked(b, 0, none, &sel) == EXR_OK);
+    CHECK_RET(exr_buffer_add_selector_locked(b, 0, none, &sel) == EXR_OK);
     uint64_t np = exr_buffer_num_picks_locked(b);
     exr_buffer_unlock(b);
-    CHECK(np == 5000 - 8 + 1);
+    CHECK_RET(np == 5000 - 8 + 1);
     enum { B = 4993 };
     static int64_t epi[B], pos[B], len[B], lnx[B], ac[B][8];
     static float st[B][8][2], nx[B][8][2], rw[B][8], w[B];
@@ -343,16 +334,16 @@ static void test_long_episode_segments(void)
         pos[i] = i;
     }
     exr_batch_out o = {st, ac, rw, nx, len, lnx, epi, pos, w, NULL};
-    CHECK(exr_buffer_gather(b, sel, B, epi, pos, &o) == EXR_OK);
+    CHECK_RET(exr_buffer_gather(b, sel, B, epi, pos, &o) == EXR_OK);
     for (int i = 0; i < B; i++) {
-        CHECK(len[i] == 8 && lnx[i] == 8);
+        CHECK_RET(len[i] == 8 && lnx[i] == 8);
         for (int t = 0; t < 8; t++) {
-            CHECK(st[i][t][1] == (float)(i + t));
-            CHECK(ac[i][t] == 3000 + i + t);
+            CHECK_RET(st[i][t][1] == (float)(i + t));
+            CHECK_RET(ac[i][t] == 3000 + i + t);
             if (i + t + 1 < 5000)
-                CHECK(nx[i][t][1] == (float)(i + t + 1));
+                CHECK_RET(nx[i][t][1] == (float)(i + t + 1));
             else
-                CHECK(nx[i][t][0] == 3 && nx[i][t][1] == -1); /* the final state */
+                CHECK_RET(nx[i][t][0] == 3 && nx[i][t][1] == -1); /* the final state */
         }
     }
     exr_buffer_free(b);
@@ -362,72 +353,72 @@ static void test_eviction(void)
 {
     /* fifo: capacity 25, episodes of 10 */
     exr_buffer *b = make_buffer(1, false, 25, EXR_EVICT_FIFO);
-    CHECK(b);
+    CHECK_RET(b);
     for (int e = 0; e < 5; e++)
-        CHECK(record_steps(b, -1, e, 0, 10, true, true, false) == e);
+        CHECK_RET(record_steps(b, -1, e, 0, 10, true, true, false) == e);
     int64_t hs[8];
     exr_buffer_lock(b);
-    CHECK(exr_buffer_len_locked(b) == 20 && exr_buffer_num_episodes_locked(b) == 2);
+    CHECK_RET(exr_buffer_len_locked(b) == 20 && exr_buffer_num_episodes_locked(b) == 2);
     exr_buffer_handles_locked(b, hs);
     exr_buffer_unlock(b);
-    CHECK(hs[0] == 3 && hs[1] == 4);
-    CHECK(check_ok(b));
+    CHECK_RET(hs[0] == 3 && hs[1] == 4);
+    CHECK_RET(check_ok(b));
     exr_buffer_free(b);
 
     /* an episode longer than capacity evicts itself */
     b = make_buffer(1, false, 5, EXR_EVICT_FIFO);
-    CHECK(b);
+    CHECK_RET(b);
     int64_t h = record_steps(b, -1, 0, 0, 5, false, false, false);
-    CHECK(h == 0);
-    CHECK(record_steps(b, h, 0, 5, 1, false, false, false) == 0); /* returns the evicted handle */
+    CHECK_RET(h == 0);
+    CHECK_RET(record_steps(b, h, 0, 5, 1, false, false, false) == 0); /* returns the evicted handle */
     exr_buffer_lock(b);
-    CHECK(exr_buffer_len_locked(b) == 0 && exr_buffer_num_episodes_locked(b) == 0);
+    CHECK_RET(exr_buffer_len_locked(b) == 0 && exr_buffer_num_episodes_locked(b) == 0);
     exr_buffer_unlock(b);
-    CHECK(record_steps(b, 0, 0, 6, 1, false, false, false) == 1); /* new episode */
-    CHECK(check_ok(b));
+    CHECK_RET(record_steps(b, 0, 0, 6, 1, false, false, false) == 1); /* new episode */
+    CHECK_RET(check_ok(b));
     exr_buffer_free(b);
 
     /* second chance: a sampled episode is skipped once */
     b = make_buffer(1, false, 30, EXR_EVICT_SECOND_CHANCE);
-    CHECK(b);
+    CHECK_RET(b);
     for (int e = 0; e < 3; e++)
-        CHECK(record_steps(b, -1, e, 0, 10, true, false, true) == e);
+        CHECK_RET(record_steps(b, -1, e, 0, 10, true, false, true) == e);
     int64_t sel;
     double none[1] = {0};
     exr_buffer_lock(b);
-    CHECK(exr_buffer_add_selector_locked(b, 0, none, &sel) == EXR_OK);
+    CHECK_RET(exr_buffer_add_selector_locked(b, 0, none, &sel) == EXR_OK);
     exr_buffer_unlock(b);
     /* mark episode 0 sampled */
     int64_t epi = 0, pos = 0, len, lnx, ac[1];
     float st[2], nx[2], rw[1], w[1];
     exr_batch_out o = {st, ac, rw, nx, &len, &lnx, &epi, &pos, w, NULL};
-    CHECK(exr_buffer_gather(b, sel, 1, &epi, &pos, &o) == EXR_OK);
-    CHECK(record_steps(b, -1, 3, 0, 10, true, false, true) == 3); /* evicts 1, not 0 */
+    CHECK_RET(exr_buffer_gather(b, sel, 1, &epi, &pos, &o) == EXR_OK);
+    CHECK_RET(record_steps(b, -1, 3, 0, 10, true, false, true) == 3); /* evicts 1, not 0 */
     exr_buffer_lock(b);
     exr_buffer_handles_locked(b, hs);
     exr_buffer_unlock(b);
-    CHECK(hs[0] == 0 && hs[1] == 2 && hs[2] == 3);
-    CHECK(record_steps(b, -1, 4, 0, 10, true, false, true) == 4); /* hand moves on: evicts 2 */
+    CHECK_RET(hs[0] == 0 && hs[1] == 2 && hs[2] == 3);
+    CHECK_RET(record_steps(b, -1, 4, 0, 10, true, false, true) == 4); /* hand moves on: evicts 2 */
     exr_buffer_lock(b);
     exr_buffer_handles_locked(b, hs);
     exr_buffer_unlock(b);
-    CHECK(hs[0] == 0 && hs[1] == 3 && hs[2] == 4);
-    CHECK(check_ok(b));
+    CHECK_RET(hs[0] == 0 && hs[1] == 3 && hs[2] == 4);
+    CHECK_RET(check_ok(b));
     exr_buffer_free(b);
 }
 
 static void test_priorities(void)
 {
     exr_buffer *b = make_buffer(1, false, 0, EXR_EVICT_FIFO);
-    CHECK(b);
+    CHECK_RET(b);
     int64_t sel;
     double params[2] = {1.0, 1.0};
     exr_buffer_lock(b);
-    CHECK(exr_buffer_add_selector_locked(b, 1, params, &sel) == EXR_OK);
+    CHECK_RET(exr_buffer_add_selector_locked(b, 1, params, &sel) == EXR_OK);
     double bad[2] = {-1.0, 0.4};
     int64_t sel2;
-    CHECK(exr_buffer_add_selector_locked(b, 1, bad, &sel2) == EXR_EINVAL);
-    CHECK(exr_buffer_add_selector_locked(b, 9, params, &sel2) == EXR_EINVAL);
+    CHECK_RET(exr_buffer_add_selector_locked(b, 1, bad, &sel2) == EXR_EINVAL);
+    CHECK_RET(exr_buffer_add_selector_locked(b, 9, params, &sel2) == EXR_EINVAL);
     exr_buffer_unlock(b);
     /* 4 picks with priorities 0, 1, 2, 3 (the first step's recorded priority) */
     float st[5][2] = {{0}};
@@ -437,49 +428,49 @@ static void test_priorities(void)
     exr_steps in = {st, ac, rw, pr, 5, NULL, true, true};
     int64_t h;
     exr_buffer_lock(b);
-    CHECK(exr_buffer_record_locked(b, -1, &in, &h) == EXR_OK);
+    CHECK_RET(exr_buffer_record_locked(b, -1, &in, &h) == EXR_OK);
     exr_buffer_unlock(b);
     enum { B = 60000 };
     static int64_t epi[B], pos[B], len[B], lnx[B], acs[B];
     static float sts[B][2], nx[B][2], rws[B], w[B];
     exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, NULL};
-    CHECK(exr_buffer_get_batch(b, sel, B, &o) == EXR_OK);
+    CHECK_RET(exr_buffer_get_batch(b, sel, B, &o) == EXR_OK);
     long hits[5] = {0};
     for (int i = 0; i < B; i++) {
-        CHECK(pos[i] >= 1 && pos[i] <= 4); /* priority 0 is never drawn */
+        CHECK_RET(pos[i] >= 1 && pos[i] <= 4); /* priority 0 is never drawn */
         hits[pos[i]]++;
         /* w = (min / p)^beta with min 1 */
-        CHECK(fabsf(w[i] - 1.0f / (float)pr[pos[i]]) < 1e-6f);
+        CHECK_RET(fabsf(w[i] - 1.0f / (float)pr[pos[i]]) < 1e-6f);
     }
     for (int p = 1; p <= 4; p++)
-        CHECK(fabs(hits[p] / (double)B - pr[p] / 15.0) < 0.01);
+        CHECK_RET(fabs(hits[p] / (double)B - pr[p] / 15.0) < 0.01);
     /* set_priority: skip missing picks, reject bad values before any change */
     int64_t qe[3] = {h, h, 99}, qp[3] = {1, 2, 0};
     double np[3] = {5, 5, 5}, badp[3] = {5, NAN, 5};
     size_t applied = 0;
     exr_buffer_lock(b);
-    CHECK(exr_buffer_set_priority_locked(b, sel, 3, qe, qp, badp, 1, &applied) == EXR_EINVAL);
-    CHECK(exr_buffer_set_priority_locked(b, sel, 3, qe, qp, np, 1, &applied) == EXR_OK);
-    CHECK(applied == 2);
+    CHECK_RET(exr_buffer_set_priority_locked(b, sel, 3, qe, qp, badp, 1, &applied) == EXR_EINVAL);
+    CHECK_RET(exr_buffer_set_priority_locked(b, sel, 3, qe, qp, np, 1, &applied) == EXR_OK);
+    CHECK_RET(applied == 2);
     double got[2];
-    CHECK(exr_buffer_stored_priority_locked(b, sel, 2, qe, qp, got) == EXR_OK);
-    CHECK(got[0] == 5 && got[1] == 5);
+    CHECK_RET(exr_buffer_stored_priority_locked(b, sel, 2, qe, qp, got) == EXR_OK);
+    CHECK_RET(got[0] == 5 && got[1] == 5);
     /* a later selector starts existing picks at its maximum so far, 1 */
     double p2[2] = {1.0, 0.0};
-    CHECK(exr_buffer_add_selector_locked(b, 1, p2, &sel2) == EXR_OK);
+    CHECK_RET(exr_buffer_add_selector_locked(b, 1, p2, &sel2) == EXR_OK);
     int64_t ae[5] = {h, h, h, h, h}, ap[5] = {0, 1, 2, 3, 4};
     double g2[4];
-    CHECK(exr_buffer_stored_priority_locked(b, sel2, 4, ae, ap, g2) == EXR_OK);
-    CHECK(g2[0] == 1 && g2[1] == 1 && g2[2] == 1 && g2[3] == 1);
-    CHECK(exr_buffer_remove_selector_locked(b, sel2) == EXR_OK);
-    CHECK(exr_buffer_remove_selector_locked(b, sel2) == EXR_ENOTFOUND);
+    CHECK_RET(exr_buffer_stored_priority_locked(b, sel2, 4, ae, ap, g2) == EXR_OK);
+    CHECK_RET(g2[0] == 1 && g2[1] == 1 && g2[2] == 1 && g2[3] == 1);
+    CHECK_RET(exr_buffer_remove_selector_locked(b, sel2) == EXR_OK);
+    CHECK_RET(exr_buffer_remove_selector_locked(b, sel2) == EXR_ENOTFOUND);
     /* all priorities zero: nothing can be drawn */
     double zero = 0;
-    CHECK(exr_buffer_set_priority_locked(b, sel, 5, ae, ap, &zero, 0, &applied) == EXR_OK);
-    CHECK(applied == 5);
+    CHECK_RET(exr_buffer_set_priority_locked(b, sel, 5, ae, ap, &zero, 0, &applied) == EXR_OK);
+    CHECK_RET(applied == 5);
     exr_buffer_unlock(b);
-    CHECK(exr_buffer_get_batch(b, sel, 1, &o) == EXR_EEMPTY);
-    CHECK(check_ok(b));
+    CHECK_RET(exr_buffer_get_batch(b, sel, 1, &o) == EXR_EEMPTY);
+    CHECK_RET(check_ok(b));
     exr_buffer_free(b);
 }
 
@@ -491,7 +482,7 @@ static void test_random_ops(void)
     exr_rng_seed(&r, 99, 0);
     for (int evict = 0; evict < 2; evict++) {
         exr_buffer *b = make_buffer(1 + (uint32_t)evict * 3, evict == 1, 300, evict);
-        CHECK(b);
+        CHECK_RET(b);
         int64_t hs[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
         int64_t sels[4];
         int nsel = 0;
@@ -503,16 +494,16 @@ static void test_random_ops(void)
                 bool end = exr_rng_below(&r, 4) == 0;
                 hs[slot] = record_steps(b, hs[slot], slot, 0, T, end, exr_rng_below(&r, 2),
                                         exr_rng_below(&r, 2));
-                CHECK(hs[slot] >= 0);
+                CHECK_RET(hs[slot] >= 0);
             } else if (what < 75 && nsel < 4) {
                 double p[2] = {0.7, 0.5};
                 exr_buffer_lock(b);
-                CHECK(exr_buffer_add_selector_locked(b, (int)(op & 1), p, &sels[nsel]) == EXR_OK);
+                CHECK_RET(exr_buffer_add_selector_locked(b, (int)(op & 1), p, &sels[nsel]) == EXR_OK);
                 exr_buffer_unlock(b);
                 nsel++;
             } else if (what < 78 && nsel > 0) {
                 exr_buffer_lock(b);
-                CHECK(exr_buffer_remove_selector_locked(b, sels[--nsel]) == EXR_OK);
+                CHECK_RET(exr_buffer_remove_selector_locked(b, sels[--nsel]) == EXR_OK);
                 exr_buffer_unlock(b);
             } else if (nsel > 0) {
                 enum { B = 16 };
@@ -521,19 +512,19 @@ static void test_random_ops(void)
                 exr_batch_out o = {st, ac, rw, nx, len, lnx, epi, pos, w, NULL};
                 int64_t s = sels[exr_rng_below(&r, (uint64_t)nsel)];
                 exr_status gs = exr_buffer_get_batch(b, s, B, &o);
-                CHECK(gs == EXR_OK || gs == EXR_EEMPTY);
+                CHECK_RET(gs == EXR_OK || gs == EXR_EEMPTY);
                 if (gs == EXR_OK) {
                     double np[B];
                     for (int i = 0; i < B; i++)
                         np[i] = (double)exr_rng_below(&r, 5);
                     size_t applied;
                     exr_buffer_lock(b);
-                    CHECK(exr_buffer_set_priority_locked(b, s, B, epi, pos, np, 1, &applied) ==
+                    CHECK_RET(exr_buffer_set_priority_locked(b, s, B, epi, pos, np, 1, &applied) ==
                           EXR_OK);
                     exr_buffer_unlock(b);
                 }
             }
-            CHECK(check_ok(b));
+            CHECK_RET(check_ok(b));
         }
         exr_buffer_free(b);
     }
@@ -545,28 +536,28 @@ static void test_segments_grow_and_shrink(void)
      * 3-step episode must not take them, and an ended episode keeps only
      * what it uses */
     exr_buffer *b = make_buffer(100, true, 0, EXR_EVICT_FIFO);
-    CHECK(b);
-    CHECK(b->lay.base_shift == 7);
+    CHECK_RET(b);
+    CHECK_RET(b->lay.base_shift == 7);
     int64_t h = record_steps(b, -1, 1, 0, 3, false, false, false);
     const exr_body *body = b->eps.slab[exr_episodes_find(&b->eps, h)].body;
-    CHECK(body->nsegs == 1 && body->last_rows == 16); /* not 128 */
+    CHECK_RET(body->nsegs == 1 && body->last_rows == 16); /* not 128 */
     h = record_steps(b, h, 1, 3, 997, true, true, false); /* grows step by step */
     body = b->eps.slab[exr_episodes_find(&b->eps, h)].body;
     /* nominal segments of 128, 256, 512, 1024 rows (segment 0 grown from 16,
      * the others allocated whole): record 1000 is row 104 of the fourth, and
      * its 920 spare rows (25 KiB) were cut when the episode ended */
-    CHECK(body->nsegs == 4 && body->last_rows == 104);
-    CHECK(body->aux_cap == 1000);
+    CHECK_RET(body->nsegs == 4 && body->last_rows == 104);
+    CHECK_RET(body->aux_cap == 1000);
     /* 905 records: 9 rows of the fourth used, the spare cut too */
     int64_t h2 = record_steps(b, -1, 2, 0, 905, true, true, false);
     body = b->eps.slab[exr_episodes_find(&b->eps, h2)].body;
-    CHECK(body->nsegs == 4 && body->last_rows == 9 && body->aux_cap == 905);
+    CHECK_RET(body->nsegs == 4 && body->last_rows == 9 && body->aux_cap == 905);
     /* 4 records into segment 0 of a new episode: 16 rows, 12 spare = 336
      * bytes, under the 1 KiB worth a copy */
     int64_t h3 = record_steps(b, -1, 3, 0, 4, true, true, false);
     body = b->eps.slab[exr_episodes_find(&b->eps, h3)].body;
-    CHECK(body->nsegs == 1 && body->last_rows == 16);
-    CHECK(check_ok(b));
+    CHECK_RET(body->nsegs == 1 && body->last_rows == 16);
+    CHECK_RET(check_ok(b));
     /* contents survive the moves */
     enum { B = 50 };
     int64_t epi[B], pos[B], len[B], lnx[B], ac[B * 100];
@@ -575,7 +566,7 @@ static void test_segments_grow_and_shrink(void)
     int64_t sel;
     double none[1] = {0};
     exr_buffer_lock(b);
-    CHECK(exr_buffer_add_selector_locked(b, 0, none, &sel) == EXR_OK);
+    CHECK_RET(exr_buffer_add_selector_locked(b, 0, none, &sel) == EXR_OK);
     exr_buffer_unlock(b);
     for (int i = 0; i < B; i++) {
         epi[i] = h;
@@ -585,10 +576,10 @@ static void test_segments_grow_and_shrink(void)
     int64_t qe[B], qp[B];
     memcpy(qe, epi, sizeof qe);
     memcpy(qp, pos, sizeof qp);
-    CHECK(exr_buffer_gather(b, sel, B, qe, qp, &o) == EXR_OK);
+    CHECK_RET(exr_buffer_gather(b, sel, B, qe, qp, &o) == EXR_OK);
     for (int i = 0; i < B; i++)
         for (int t = 0; t < len[i]; t++)
-            CHECK(st[i * 100 + t][1] == (float)(pos[i] + t) && ac[i * 100 + t] == 1000 + pos[i] + t);
+            CHECK_RET(st[i * 100 + t][1] == (float)(pos[i] + t) && ac[i * 100 + t] == 1000 + pos[i] + t);
     exr_buffer_free(b);
 }
 
@@ -596,30 +587,27 @@ static void test_bad_config(void)
 {
     exr_config cfg = {.state_bytes = 0, .action_bytes = 8, .reward_bytes = 4, .pick_len = 1};
     exr_buffer *b = NULL;
-    CHECK(exr_buffer_new(&cfg, &b) == EXR_EINVAL);
+    CHECK_RET(exr_buffer_new(&cfg, &b) == EXR_EINVAL);
     cfg.state_bytes = 4;
     cfg.pick_len = 0;
-    CHECK(exr_buffer_new(&cfg, &b) == EXR_EINVAL);
+    CHECK_RET(exr_buffer_new(&cfg, &b) == EXR_EINVAL);
     cfg.pick_len = 1;
     cfg.eviction = 7;
-    CHECK(exr_buffer_new(&cfg, &b) == EXR_EINVAL);
+    CHECK_RET(exr_buffer_new(&cfg, &b) == EXR_EINVAL);
     cfg.eviction = EXR_EVICT_FIFO;
-    CHECK(exr_buffer_new(&cfg, &b) == EXR_OK);
+    CHECK_RET(exr_buffer_new(&cfg, &b) == EXR_OK);
     exr_steps none = {0};
     int64_t h;
     exr_buffer_lock(b);
-    CHECK(exr_buffer_record_locked(b, -1, &none, &h) == EXR_EINVAL); /* T = 0 */
-    CHECK(exr_buffer_len_locked(b) == 0);
+    CHECK_RET(exr_buffer_record_locked(b, -1, &none, &h) == EXR_EINVAL); /* T = 0 */
+    CHECK_RET(exr_buffer_len_locked(b) == 0);
     exr_buffer_unlock(b);
     exr_buffer_free(b);
 }
 
 int main(void)
 {
-    struct {
-        const char *name;
-        void (*fn)(void);
-    } tests[] = {
+    static const check_test tests[] = {
         {"rng", test_rng},
         {"store_locate", test_store_locate},
         {"sumtree", test_sumtree},
@@ -632,14 +620,5 @@ int main(void)
         {"segments_grow_and_shrink", test_segments_grow_and_shrink},
         {"bad_config", test_bad_config},
     };
-    int n = (int)(sizeof tests / sizeof tests[0]), failed = 0;
-    for (int i = 0; i < n; i++) {
-        int before = g_failed_checks;
-        tests[i].fn();
-        int ok = g_failed_checks == before;
-        failed += !ok;
-        printf("%s %s\n", ok ? "ok  " : "FAIL", tests[i].name);
-    }
-    printf("%d passed, %d failed\n", n - failed, failed);
-    return failed ? 1 : 0;
+    return check_run_all(tests, (int)(sizeof tests / sizeof tests[0]));
 }

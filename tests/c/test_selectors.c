@@ -12,17 +12,9 @@
 
 #include "selector.h"
 
-static int g_failed_checks;
-static char g_msg[256];
+#include "check.h"
 
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);              \
-            g_failed_checks++;                                                                     \
-            goto done;                                                                             \
-        }                                                                                          \
-    } while (0)
+static char g_msg[256];
 
 enum { N = 300, B = 4000 };
 
@@ -212,18 +204,14 @@ int main(void)
         {"remove_and_update", remove_and_update},
         {"parameters", parameters},
     };
-    int n = (int)(sizeof tests / sizeof tests[0]), runs = 0, failed = 0;
+    int n = (int)(sizeof tests / sizeof tests[0]);
     for (int k = 0; k < exr_selector_nkinds; k++) {
         const exr_selector_vtable *vt = exr_selector_kinds[k];
         for (int i = 0; i < n; i++) {
             int before = g_failed_checks;
             tests[i].fn(vt);
-            int ok = g_failed_checks == before;
-            runs++;
-            failed += !ok;
-            printf("%s %s/%s\n", ok ? "ok  " : "FAIL", vt->name, tests[i].name);
+            check_report(before, vt->name, tests[i].name);
         }
     }
-    printf("%d passed, %d failed\n", runs - failed, failed);
-    return failed ? 1 : 0;
+    return check_summary();
 }

@@ -1,0 +1,160 @@
+"""Every status of the core becomes one exception type with a specific
+message (src/py/errors.c): it names the argument, what was expected and
+what came; none is empty."""
+
+import errno
+import numpy as np
+import pytest
+
+import exreplay
+from exreplay import _core
+
+# exr_status (src/core/exr.h): status -> the exception the binding raises
+STATUSES = {
+    1: MemoryError,  # EXR_ENOMEM
+    2: ValueError,  # EXR_EINVAL
+    3: ValueError,  # EXR_ENOTFOUND
+    4: ValueError,  # EXR_EEMPTY
+    5: MemoryError,  # EXR_EOVERFLOW
+    6: ValueError,  # EXR_ECORRUPT
+    7: OSError,  # EXR_EIO
+    8: RuntimeError,  # EXR_EABORTED
+}
+
+
+@pytest.mark.parametrize("status", sorted(STATUSES))
+def test_every_status_has_one_type_and_a_specific_message(status):
+    with pytest.raises(STATUSES[status]) as e:
+        _core._raise_status(status, "record", "h")
+    msg = str(e.value)
+    assert msg and msg not in ("record", "h", "record: ", "h: ")
+    if status != 7:
+        # the argument when there is one (the progress abort names the operation)
+        assert msg.startswith("record: " if status == 8 else "h: "), msg
+    else:
+        assert e.value.errno == errno.EIO
+
+
+def test_the_status_hook_refuses_unknown_statuses():
+    with pytest.raises(ValueError, match="status: expected 1 to 8, got 0"):
+        _core._raise_status(0, "record")
+
+
+def _buffer():
+    b = exreplay.ExperienceReplay((2,), seed=0)
+    ps = b.new_pick_selector(exreplay.PickSelectorClass.Uniform)
+    return b, ps
+
+
+def test_a_huge_batch_is_a_memory_error_that_says_so():
+    b, ps = _buffer()
+    b.record_many(None, np.zeros((3, 2)), [0, 0, 0], [0.0, 0.0, 0.0], terminated=True)
+    with pytest.raises(MemoryError) as e:
+        b.get_batch(2**40, ps)
+    msg = str(e.value)
+    assert "out of memory" in msg or "would not fit in memory" in msg
+    assert msg.split(":")[0] in ("get_batch", "batch_size"), msg
+
+
+def test_unknown_selector_names_ps_and_the_handle():
+    b, ps = _buffer()
+    b.remove_pick_selector(ps)
+    with pytest.raises(ValueError, match=r"^ps: expected a pick selector of this buffer, "
+                                         r"got unknown handle 0$"):
+        b.get_batch(1, 0)
+
+
+def test_a_parameter_of_a_removed_selector():
+    b = exreplay.ExperienceReplay((2,), seed=0)
+    ps = b.new_pick_selector(exreplay.PickSelectorClass.Prioritized)
+    b.remove_pick_selector(ps)
+    with pytest.raises(ValueError, match=r"^ps: expected a pick selector of its buffer, got pick "
+                                         r"selector 0, which was removed from it$"):
+        ps.beta = 0.5
+
+
+def test_unknown_episode_names_h():
+    b, _ = _buffer()
+    with pytest.raises(ValueError, match=r"^h: expected the handle of an episode held, got 7 "
+                                         r"\(evicted or never created\)$"):
+        b.episode(7)
+
+
+def test_gather_of_a_missing_pick():
+    b, ps = _buffer()
+    b.record_many(None, np.zeros((3, 2)), [0, 0, 0], [0.0, 0.0, 0.0], terminated=True)
+    with pytest.raises(ValueError, match=r"^pick_epi, pick_pos: expected picks that exist, got "
+                                         r"one that does not$"):
+        b._gather(ps, [0], [99])
+
+
+def test_nothing_to_draw_says_why():
+    b, ps = _buffer()
+    with pytest.raises(ValueError, match=r"^get_batch: no pick can be drawn: the buffer is empty"):
+        b.get_batch(1, ps)
+
+
+@pytest.mark.parametrize("data", [b"", b"EXREPLAY" + bytes(40), bytes(100)])
+def test_invalid_serialized_buffer_has_one_spelling(data):
+    with pytest.raises(ValueError, match=r"^data: invalid serialized buffer$"):
+        exreplay.ExperienceReplay.unserialize(data)
+
+
+def test_a_damaged_file_has_the_same_spelling(tmp_path):
+    b, _ = _buffer()
+    p = tmp_path / "b.exr"
+    b.save(p)
+    raw = bytearray(p.read_bytes())
+    raw[-1] ^= 0xFF
+    p.write_bytes(bytes(raw))
+    with pytest.raises(ValueError, match=r"^path: invalid serialized buffer$"):
+        exreplay.ExperienceReplay.load(p)
+
+
+def test_a_missing_file_is_os_error_with_its_name(tmp_path):
+    p = tmp_path / "missing.exr"
+    with pytest.raises(FileNotFoundError) as e:
+        exreplay.ExperienceReplay.load(p)
+    assert str(e.value.filename) == str(p) and e.value.errno == errno.ENOENT
+
+
+def test_save_into_a_missing_directory(tmp_path):
+    b, _ = _buffer()
+    with pytest.raises(OSError) as e:
+        b.save(tmp_path / "no" / "such" / "dir" / "b.exr")
+    assert e.value.errno and str(e.value)
+
+
+def test_a_progress_callback_that_raises_aborts_with_its_own_exception(tmp_path):
+    b = exreplay.ExperienceReplay((1 << 18,), capacity=None, seed=0)
+    b.record_many(None, np.zeros((80, 1 << 18), np.float32), np.zeros(80, np.int64),
+                  np.zeros(80, np.float32), terminated=True)
+
+    class Stop(Exception):
+        pass
+
+    def progress(done, total):
+        raise Stop(done)
+
+    with pytest.raises(Stop):
+        b.save(tmp_path / "b.exr", level=0, progress=progress)
+    assert not (tmp_path / "b.exr").exists()
+
+
+def test_an_existing_log_path(tmp_path):
+    p = tmp_path / "x.xlog"
+    exreplay.ExperienceLog(p, state_shape=(2,)).close()
+    with pytest.raises(FileExistsError) as e:
+        exreplay.ExperienceLog(p, state_shape=(2,))
+    assert "path: expected a path that does not exist (or overwrite=True to replace it), " \
+           "got one that exists" in str(e.value)
+    assert str(e.value.filename) == str(p)
+
+
+def test_unpickling_garbage_is_the_same_value_error():
+    b, _ = _buffer()
+    fn, args = b.__reduce_ex__(2)[:2]
+    data = bytearray(args[0])
+    data[-1] ^= 0xFF
+    with pytest.raises(ValueError, match=r"^data: invalid serialized buffer$"):
+        fn(bytes(data))
