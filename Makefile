@@ -33,7 +33,7 @@ PY   ?= python3
 VENV ?= .venv
 # make predefines CC=cc; the C tests and the libasan lookup want gcc.
 CTEST_CC ?= gcc
-CTEST_CFLAGS ?= -std=c11 -O1 -g -Wall -Wextra -Werror -pthread \
+CTEST_CFLAGS ?= -std=c11 -O1 -g -Wall -Wextra -Werror -pthread -DEXR_DEBUG_LOCKS \
                 -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer \
                 -fno-sanitize-recover=undefined,float-cast-overflow
 # Extra pytest arguments for the ASan run (it is several times slower). The
@@ -111,7 +111,7 @@ ctest: $(CTESTS)
 STRESS_SECONDS ?= 3
 build/tsan/test_stress: tests/c/test_stress.c $(CORE_SRC) $(CORE_HDR) | zlib
 	@mkdir -p build/tsan
-	$(CTEST_CC) -std=c11 -O1 -g -Wall -Wextra -Werror -pthread -fsanitize=thread \
+	$(CTEST_CC) -std=c11 -O1 -g -Wall -Wextra -Werror -pthread -fsanitize=thread -DEXR_DEBUG_LOCKS \
 	  -Isrc/core -o $@ tests/c/test_stress.c $(CORE_SRC) -lz -lm
 
 ctest-tsan: build/tsan/test_stress

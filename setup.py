@@ -6,7 +6,8 @@ extension module.  One extension, ``exreplay._core``, is built from every
 CPython/NumPy binding).
 
 Environment switches:
-  EXREPLAY_SANITIZE=1  -O1 -g with AddressSanitizer + UBSan + float-cast-overflow (`make asan`)
+  EXREPLAY_SANITIZE=1  -O1 -g with AddressSanitizer + UBSan + float-cast-overflow and the
+                       lock assertions of EXR_DEBUG_LOCKS (`make asan`)
   EXREPLAY_WERROR=1    add -Werror (the `make warnings` build)
   EXREPLAY_ALLOCFAIL=1 the allocation-failure test build (`make allocfail`): adds
                        tests/allocfail/allocfail.c and wraps the malloc family
@@ -83,6 +84,8 @@ if SANITIZE:
         "-fno-sanitize-recover=undefined,float-cast-overflow",
         # Python's CFLAGS carry -DNDEBUG; keep the core's assert()s live here.
         "-UNDEBUG",
+        # *_locked functions assert that the buffer's lock is held (buffer_impl.h)
+        "-DEXR_DEBUG_LOCKS",
     ]
     link_args += ["-fsanitize=address,undefined,float-cast-overflow"]
 else:

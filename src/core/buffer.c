@@ -32,6 +32,10 @@ exr_status exr_buffer_new(const exr_config *cfg, exr_buffer **out)
         free(b);
         return EXR_ENOMEM;
     }
+#ifdef EXR_DEBUG_LOCKS
+    atomic_init(&b->lk->owner, 0);
+    atomic_init(&b->lk->shared, 0);
+#endif
     /* writers first: a stream of overlapping get_batch calls must not
      * keep a record call out */
     pthread_rwlockattr_t ra;
@@ -111,25 +115,80 @@ static inline void cpu_relax(void)
 #endif
 }
 
+/* Debug builds (EXR_DEBUG_LOCKS) note who holds the storage lock, so that
+ * *_locked functions can assert it (EXR_ASSERT_LOCKED); release builds
+ * compile all of this out. */
+#ifdef EXR_DEBUG_LOCKS
+static _Thread_local char this_thread; /* its address marks the thread */
+#define ME ((uintptr_t)&this_thread)
+
+static void note_locked(exr_buffer *b, bool shared)
+{
+    if (shared)
+        atomic_fetch_add_explicit(&b->lk->shared, 1, memory_order_relaxed);
+    else
+        atomic_store_explicit(&b->lk->owner, ME, memory_order_relaxed);
+}
+
+static void note_unlocking(exr_buffer *b)
+{
+    if (atomic_load_explicit(&b->lk->owner, memory_order_relaxed) == ME)
+        atomic_store_explicit(&b->lk->owner, 0, memory_order_relaxed);
+    else
+        atomic_fetch_sub_explicit(&b->lk->shared, 1, memory_order_relaxed);
+}
+
+void exr_assert_locked(const exr_buffer *b, bool exclusive, const char *fn)
+{
+    bool mine = atomic_load_explicit(&b->lk->owner, memory_order_relaxed) == ME;
+    if (mine || (!exclusive && atomic_load_explicit(&b->lk->shared, memory_order_relaxed) > 0))
+        return;
+    fprintf(stderr, "%s: the buffer's lock is not held%s\n", fn, exclusive ? " exclusively" : "");
+    abort();
+}
+#else
+#define note_locked(b, shared) ((void)0)
+#define note_unlocking(b) ((void)0)
+#endif
+
 void exr_buffer_lock(exr_buffer *b)
 {
-    for (int i = 0; i < LOCK_SPINS; i++) {
-        if (pthread_rwlock_trywrlock(&b->lk->rw) == 0)
-            return;
-        cpu_relax();
+    int got = 0;
+    for (int i = 0; i < LOCK_SPINS && !got; i++) {
+        got = pthread_rwlock_trywrlock(&b->lk->rw) == 0;
+        if (!got)
+            cpu_relax();
     }
-    pthread_rwlock_wrlock(&b->lk->rw);
+    if (!got)
+        pthread_rwlock_wrlock(&b->lk->rw);
+    note_locked(b, false);
 }
-int exr_buffer_trylock(exr_buffer *b) { return pthread_rwlock_trywrlock(&b->lk->rw) == 0; }
-void exr_buffer_unlock(exr_buffer *b) { pthread_rwlock_unlock(&b->lk->rw); }
+
+int exr_buffer_trylock(exr_buffer *b)
+{
+    if (pthread_rwlock_trywrlock(&b->lk->rw) != 0)
+        return 0;
+    note_locked(b, false);
+    return 1;
+}
+
+void exr_buffer_unlock(exr_buffer *b)
+{
+    note_unlocking(b);
+    pthread_rwlock_unlock(&b->lk->rw);
+}
+
 void lock_shared(exr_buffer *b)
 {
-    for (int i = 0; i < LOCK_SPINS; i++) {
-        if (pthread_rwlock_tryrdlock(&b->lk->rw) == 0)
-            return;
-        cpu_relax();
+    int got = 0;
+    for (int i = 0; i < LOCK_SPINS && !got; i++) {
+        got = pthread_rwlock_tryrdlock(&b->lk->rw) == 0;
+        if (!got)
+            cpu_relax();
     }
-    pthread_rwlock_rdlock(&b->lk->rw);
+    if (!got)
+        pthread_rwlock_rdlock(&b->lk->rw);
+    note_locked(b, true);
 }
 
 /* Waits for the next publish with the storage lock released meanwhile, and
@@ -139,6 +198,7 @@ void lock_shared(exr_buffer *b)
 void wait_publish(exr_buffer *b, bool shared)
 {
     pthread_mutex_lock(&b->lk->wait_mu);
+    note_unlocking(b);
     pthread_rwlock_unlock(&b->lk->rw);
     pthread_cond_wait(&b->lk->published, &b->lk->wait_mu);
     pthread_mutex_unlock(&b->lk->wait_mu);
@@ -155,6 +215,20 @@ void signal_publish(exr_buffer *b)
     pthread_mutex_unlock(&b->lk->wait_mu);
 }
 
-uint64_t exr_buffer_len_locked(const exr_buffer *b) { return b->n_records; }
-uint64_t exr_buffer_num_episodes_locked(const exr_buffer *b) { return b->eps.count; }
-uint64_t exr_buffer_num_picks_locked(const exr_buffer *b) { return b->picks.n; }
+uint64_t exr_buffer_len_locked(const exr_buffer *b)
+{
+    EXR_ASSERT_LOCKED(b);
+    return b->n_records;
+}
+
+uint64_t exr_buffer_num_episodes_locked(const exr_buffer *b)
+{
+    EXR_ASSERT_LOCKED(b);
+    return b->eps.count;
+}
+
+uint64_t exr_buffer_num_picks_locked(const exr_buffer *b)
+{
+    EXR_ASSERT_LOCKED(b);
+    return b->picks.n;
+}

@@ -11,6 +11,7 @@
 static void plan_pick_locked(exr_buffer *b, const exr_pick *pk, plan_t *pl, int64_t *epi,
                              int64_t *pos, int64_t *len, int64_t *len_next)
 {
+    EXR_ASSERT_LOCKED(b);
     const exr_store_layout *L = &b->lay;
     exr_episode *e = &b->eps.slab[pk->slot];
     /* only written when it changes: the line stays clean. Atomic: samplers
@@ -40,6 +41,7 @@ static void plan_pick_locked(exr_buffer *b, const exr_pick *pk, plan_t *pl, int6
 static void plan_batch_locked(exr_buffer *b, size_t count, const size_t *idx, plan_t *plans,
                               exr_batch_out *out)
 {
+    EXR_ASSERT_LOCKED(b);
     /* First pass touches the pick table and prefetches the episode slots;
      * second resolves: the misses of different picks overlap. */
     enum { D = 8 };
@@ -62,6 +64,7 @@ static void plan_batch_locked(exr_buffer *b, size_t count, const size_t *idx, pl
  * call still copying its rows. */
 static inline bool pick_visible_locked(const exr_buffer *b, size_t i)
 {
+    EXR_ASSERT_LOCKED(b);
     const exr_pick *pk = &b->picks.v[i];
     const exr_episode *e = &b->eps.slab[pk->slot];
     return !e->busy || pk->pos < e->m_pub;
@@ -73,6 +76,7 @@ static inline bool pick_visible_locked(const exr_buffer *b, size_t i)
 static int redraw_unpublished_locked(exr_buffer *b, exr_selector *s, size_t count, size_t *idx,
                                      float *w, double *scratch)
 {
+    EXR_ASSERT_LOCKED(b);
     for (size_t i = 0; i < count; i++)
         for (int tries = 0; !pick_visible_locked(b, idx[i]); tries++)
             if (tries == 64 || s->vt->sample(s, b->picks.n, 1, &idx[i], &w[i], scratch) != EXR_OK)

@@ -45,6 +45,7 @@ static int check_episode(const exr_buffer *b, uint32_t s, char *msg, size_t msgl
 
 int exr_buffer_check_locked(const exr_buffer *b, char *msg, size_t msglen)
 {
+    EXR_ASSERT_LOCKED(b);
     const exr_episodes *t = &b->eps;
     uint64_t records = 0, picks = 0, count = 0;
     int64_t prev_handle = -1;

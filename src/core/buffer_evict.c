@@ -11,6 +11,7 @@
 
 static void evict_episode_locked(exr_buffer *b, uint32_t slot)
 {
+    EXR_ASSERT_EXCLUSIVE(b);
     exr_episode *e = &b->eps.slab[slot];
     for (uint64_t p = 0; p < e->m; p++)
         remove_pick_locked(b, *exr_aux_at(e, p));
@@ -22,6 +23,7 @@ static void evict_episode_locked(exr_buffer *b, uint32_t slot)
 
 void evict_over_capacity_locked(exr_buffer *b)
 {
+    EXR_ASSERT_EXCLUSIVE(b);
     while (b->cfg.capacity && b->n_records > b->cfg.capacity && b->eps.count) {
         uint32_t victim = exr_evict_choose(&b->eps, b->cfg.eviction, &b->hand);
         evict_episode_locked(b, victim);

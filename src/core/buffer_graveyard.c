@@ -14,6 +14,7 @@
 /* A segment of `rows` rows: a spare one of that size if there is one. */
 unsigned char *seg_alloc_locked(exr_buffer *b, size_t rows)
 {
+    EXR_ASSERT_LOCKED(b);
     unsigned char *seg = NULL;
     pthread_mutex_lock(&b->lk->pin_mu);
     for (size_t i = 0; i < b->nspare; i++) {
@@ -110,6 +111,7 @@ void bury_segment(exr_buffer *b, unsigned char *seg, exr_dead *node)
 /* rw held (shared or exclusive): nothing can be buried meanwhile */
 void pin_locked(exr_buffer *b, exr_reader *r)
 {
+    EXR_ASSERT_LOCKED(b);
     pthread_mutex_lock(&b->lk->pin_mu);
     r->epoch = b->epoch;
     r->prev = NULL;

@@ -27,7 +27,7 @@ typedef struct {
 #define EXR_SPARE_SEGS 32
 #define EXR_SPARE_BYTES ((size_t)16 << 20)
 
-/* A segment replaced while a copy may still read it (buffer.c). */
+/* A segment replaced while a copy may still read it (buffer_graveyard.c). */
 typedef struct exr_dead {
     struct exr_dead *next;
     uint64_t epoch;
@@ -69,7 +69,7 @@ struct exr_buffer {
     uint64_t epoch;
     exr_body *grave_head, *grave_tail;
     exr_dead *dead_head, *dead_tail;
-    /* segments of evicted episodes kept for reuse (buffer.c) */
+    /* segments of evicted episodes kept for reuse (buffer_graveyard.c) */
     struct {
         unsigned char *seg;
         size_t rows;
@@ -79,6 +79,19 @@ struct exr_buffer {
     exr_step_hook hook;
     void *hook_ctx;
 };
+
+/* *_locked functions assert that the storage lock is held (exclusively:
+ * they change the tables) in debug builds: -DEXR_DEBUG_LOCKS, which the C
+ * tests, the ThreadSanitizer stress test and the ASan build of the
+ * extension use. Release builds compile the checks out. */
+#ifdef EXR_DEBUG_LOCKS
+void exr_assert_locked(const exr_buffer *b, bool exclusive, const char *fn);
+#define EXR_ASSERT_LOCKED(b) exr_assert_locked((b), false, __func__)
+#define EXR_ASSERT_EXCLUSIVE(b) exr_assert_locked((b), true, __func__)
+#else
+#define EXR_ASSERT_LOCKED(b) ((void)(b))
+#define EXR_ASSERT_EXCLUSIVE(b) ((void)(b))
+#endif
 
 /* ---- shared between the buffer's files (the map: docs/design.md) ---- */
 

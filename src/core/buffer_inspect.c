@@ -10,6 +10,7 @@
 exr_status exr_buffer_episode_info_locked(const exr_buffer *b, int64_t h, uint64_t *n,
                                           bool *ended, bool *terminated, bool *has_final)
 {
+    EXR_ASSERT_LOCKED(b);
     uint32_t slot = exr_episodes_find(&b->eps, h);
     if (slot == EXR_NIL)
         return EXR_ENOTFOUND;
@@ -26,6 +27,7 @@ exr_status exr_buffer_episode_info_locked(const exr_buffer *b, int64_t h, uint64
 exr_status exr_buffer_episode_copy_locked(const exr_buffer *b, int64_t h, void *state,
                                           void *action, void *reward, void *final)
 {
+    EXR_ASSERT_LOCKED(b);
     uint32_t slot = exr_episodes_find(&b->eps, h);
     if (slot == EXR_NIL)
         return EXR_ENOTFOUND;
@@ -52,6 +54,7 @@ exr_status exr_buffer_episode_copy_locked(const exr_buffer *b, int64_t h, void *
 
 void exr_buffer_handles_locked(const exr_buffer *b, int64_t *out)
 {
+    EXR_ASSERT_LOCKED(b);
     size_t i = 0;
     for (uint32_t s = b->eps.head; s != EXR_NIL; s = b->eps.slab[s].next)
         out[i++] = b->eps.slab[s].handle;
@@ -59,6 +62,7 @@ void exr_buffer_handles_locked(const exr_buffer *b, int64_t *out)
 
 void exr_buffer_picks_locked(const exr_buffer *b, int64_t *epi, int64_t *pos)
 {
+    EXR_ASSERT_LOCKED(b);
     for (size_t i = 0; i < b->picks.n; i++) {
         epi[i] = b->eps.slab[b->picks.v[i].slot].handle;
         pos[i] = b->picks.v[i].pos;

@@ -7,12 +7,22 @@
 #define EXR_BUFFER_LOCKS_H
 
 #include <pthread.h>
+#ifdef EXR_DEBUG_LOCKS
+#include <stdatomic.h>
+#include <stdint.h>
+#endif
 
 struct exr_locks {
     pthread_rwlock_t rw;
     pthread_mutex_t pin_mu;
     pthread_mutex_t wait_mu;
     pthread_cond_t published; /* signalled when a record call publishes */
+#ifdef EXR_DEBUG_LOCKS
+    /* who holds rw (EXR_ASSERT_LOCKED, buffer_impl.h): the exclusive
+     * holder's thread mark, and how many hold it shared */
+    _Atomic uintptr_t owner;
+    _Atomic int shared;
+#endif
 };
 
 #endif

@@ -31,6 +31,7 @@ exr_status reserve_picks(exr_buffer *b, size_t extra)
 /* Enters the picks that episode slot has gained. Needs reserve_picks. */
 void enter_picks_locked(exr_buffer *b, uint32_t slot)
 {
+    EXR_ASSERT_EXCLUSIVE(b);
     exr_episode *e = &b->eps.slab[slot];
     uint64_t target = exr_picks_target(b, e);
     for (uint64_t p = e->m; p < target; p++) {
@@ -48,6 +49,7 @@ void enter_picks_locked(exr_buffer *b, uint32_t slot)
 
 void remove_pick_locked(exr_buffer *b, size_t i)
 {
+    EXR_ASSERT_EXCLUSIVE(b);
     size_t last = b->picks.n - 1;
     if (i != last) {
         exr_pick moved = b->picks.v[last];
@@ -63,6 +65,7 @@ void remove_pick_locked(exr_buffer *b, size_t i)
  * there is no such pick. */
 uint32_t *pick_aux_locked(const exr_buffer *b, int64_t epi, int64_t pos)
 {
+    EXR_ASSERT_LOCKED(b);
     uint32_t slot = exr_episodes_find(&b->eps, epi);
     if (slot == EXR_NIL || pos < 0)
         return NULL;
@@ -75,6 +78,7 @@ uint32_t *pick_aux_locked(const exr_buffer *b, int64_t epi, int64_t pos)
 /* Index of pick (epi, pos) in the table, or SIZE_MAX. */
 size_t pick_index_locked(const exr_buffer *b, int64_t epi, int64_t pos)
 {
+    EXR_ASSERT_LOCKED(b);
     const uint32_t *aux = pick_aux_locked(b, epi, pos);
     return aux ? *aux : SIZE_MAX;
 }

@@ -76,6 +76,7 @@ static size_t resolve_picks_locked(const exr_buffer *b, size_t count, const int6
                                    const int64_t *pos, const int64_t *hint, const double *prio,
                                    size_t prio_stride, prio_scratch *s)
 {
+    EXR_ASSERT_LOCKED(b);
     static uint32_t unresolved_;
     uint32_t *const unresolved = &unresolved_;
     uint32_t **aux = s->aux;
@@ -140,6 +141,7 @@ exr_status exr_buffer_set_priority_locked(exr_buffer *b, int64_t h, size_t count
                                           const double *prio, size_t prio_stride,
                                           size_t *applied)
 {
+    EXR_ASSERT_LOCKED(b);
     return set_priority_impl(b, h, count, epi, pos, NULL, prio, prio_stride, applied);
 }
 
@@ -156,6 +158,7 @@ exr_status exr_buffer_set_priority(exr_buffer *b, int64_t h, size_t count, const
 exr_status exr_buffer_priority_stats_locked(const exr_buffer *b, int64_t h, double *total,
                                             double *min_pos, uint64_t *n)
 {
+    EXR_ASSERT_LOCKED(b);
     sel_entry *e = find_sel(b, h);
     if (!e)
         return EXR_ENOTFOUND;
@@ -167,6 +170,7 @@ exr_status exr_buffer_priority_stats_locked(const exr_buffer *b, int64_t h, doub
 exr_status exr_buffer_stored_priority_locked(const exr_buffer *b, int64_t h, size_t count,
                                              const int64_t *epi, const int64_t *pos, double *out)
 {
+    EXR_ASSERT_LOCKED(b);
     sel_entry *e = find_sel(b, h);
     if (!e)
         return EXR_ENOTFOUND;

@@ -20,6 +20,7 @@ static float prio_to_float(double p)
  * slot are allocated. Nothing visible changes. */
 static exr_status prepare_episode_locked(exr_buffer *b, exr_body **body)
 {
+    EXR_ASSERT_EXCLUSIVE(b);
     if (b->next_handle >= EXR_MAX_HANDLE)
         return EXR_EOVERFLOW;
     exr_status st = exr_episodes_reserve(&b->eps);
@@ -32,12 +33,14 @@ static exr_status prepare_episode_locked(exr_buffer *b, exr_body **body)
 /* Its commit step: the episode gets its handle and goes live. */
 static uint32_t commit_episode_locked(exr_buffer *b, exr_body *body, int64_t *h)
 {
+    EXR_ASSERT_EXCLUSIVE(b);
     *h = b->next_handle++;
     return exr_episodes_insert(&b->eps, *h, body);
 }
 
 exr_status exr_buffer_new_episode_locked(exr_buffer *b, int64_t *h)
 {
+    EXR_ASSERT_EXCLUSIVE(b);
     exr_body *body;
     exr_status st = prepare_episode_locked(b, &body);
     if (st == EXR_OK)
@@ -60,6 +63,7 @@ static size_t first_rows(const exr_store_layout *L, size_t k)
  * when that frees at least 1 KiB. Best effort: on failure nothing changes. */
 static void shrink_ended_locked(exr_buffer *b, exr_episode *e)
 {
+    EXR_ASSERT_EXCLUSIVE(b);
     const exr_store_layout *L = &b->lay;
     exr_body *body = e->body;
     if (e->n && e->n < body->aux_cap) {
@@ -232,6 +236,7 @@ static exr_status prepare_segments(exr_buffer *b, const exr_body *body, size_t k
 static exr_status prepare_locked(exr_buffer *b, uint32_t slot, size_t T, bool ends, bool want_fin,
                                  rec_prep *pr)
 {
+    EXR_ASSERT_EXCLUSIVE(b);
     exr_status st;
     memset(pr, 0, sizeof *pr);
     exr_body *body;
@@ -268,6 +273,7 @@ fail:
 /* Puts the prepared segments (and a new episode) in place; cannot fail. */
 static uint32_t commit_prep_locked(exr_buffer *b, uint32_t slot, rec_prep *pr, int64_t *h)
 {
+    EXR_ASSERT_EXCLUSIVE(b);
     const exr_store_layout *L = &b->lay;
     if (pr->fresh) {
         slot = commit_episode_locked(b, pr->fresh, h);
@@ -338,6 +344,7 @@ typedef struct {
 static bool record_step_locked(exr_buffer *b, uint32_t slot, int64_t h, const exr_steps *in,
                                size_t t, bool defer, rec_prep *pr)
 {
+    EXR_ASSERT_EXCLUSIVE(b);
     const exr_store_layout *L = &b->lay;
     exr_episode *e = &b->eps.slab[slot];
     exr_body *body = e->body;
@@ -381,6 +388,7 @@ static bool record_step_locked(exr_buffer *b, uint32_t slot, int64_t h, const ex
 static exr_status record_steps_locked(exr_buffer *b, int64_t h, const exr_steps *in, bool defer,
                                       rec_plan *plan, int64_t *out_h)
 {
+    EXR_ASSERT_EXCLUSIVE(b);
     size_t t = 0;
     for (;;) {
         /* one pass per episode recorded into */
@@ -416,6 +424,7 @@ static exr_status record_steps_locked(exr_buffer *b, int64_t h, const exr_steps 
  * get_batch, episode() and serialize from here on. Lock held. */
 static void publish_locked(exr_buffer *b, const rec_plan *plan, bool deferred)
 {
+    EXR_ASSERT_EXCLUSIVE(b);
     if (deferred && plan->h >= 0) {
         uint32_t s = exr_episodes_find(&b->eps, plan->h);
         if (s != EXR_NIL)
@@ -427,6 +436,7 @@ static void publish_locked(exr_buffer *b, const rec_plan *plan, bool deferred)
  * episode h, so that rollouts into one episode stay contiguous and in order. */
 static void wait_not_busy_locked(exr_buffer *b, int64_t h)
 {
+    EXR_ASSERT_EXCLUSIVE(b);
     for (;;) {
         uint32_t s = exr_episodes_find(&b->eps, h);
         if (s == EXR_NIL || !b->eps.slab[s].busy)
@@ -437,6 +447,7 @@ static void wait_not_busy_locked(exr_buffer *b, int64_t h)
 
 void exr_buffer_quiesce_locked(exr_buffer *b)
 {
+    EXR_ASSERT_EXCLUSIVE(b);
     while (b->writers)
         wait_publish(b, false);
 }
@@ -444,6 +455,7 @@ void exr_buffer_quiesce_locked(exr_buffer *b)
 exr_status exr_buffer_record_locked(exr_buffer *b, int64_t h, const exr_steps *in,
                                     int64_t *out_h)
 {
+    EXR_ASSERT_EXCLUSIVE(b);
     if (in->T == 0)
         return EXR_EINVAL;
     wait_not_busy_locked(b, h);
@@ -490,6 +502,7 @@ exr_status exr_buffer_record(exr_buffer *b, int64_t h, const exr_steps *in, int6
 
 void exr_buffer_set_hook_locked(exr_buffer *b, exr_step_hook fn, void *ctx)
 {
+    EXR_ASSERT_EXCLUSIVE(b);
     b->hook = fn;
     b->hook_ctx = fn ? ctx : NULL;
 }

@@ -11,6 +11,7 @@
 
 void exr_buffer_counters_locked(const exr_buffer *b, exr_counters *c)
 {
+    EXR_ASSERT_LOCKED(b);
     c->next_handle = b->next_handle;
     c->next_sel_handle = b->next_sel_handle;
     c->hand = b->hand == EXR_NIL ? -1 : b->eps.slab[b->hand].handle;
@@ -18,12 +19,14 @@ void exr_buffer_counters_locked(const exr_buffer *b, exr_counters *c)
 
 void exr_buffer_restore_handles_locked(exr_buffer *b, int64_t next_handle, int64_t next_sel)
 {
+    EXR_ASSERT_EXCLUSIVE(b);
     b->next_handle = next_handle;
     b->next_sel_handle = next_sel;
 }
 
 exr_status exr_buffer_restore_hand_locked(exr_buffer *b, int64_t hand)
 {
+    EXR_ASSERT_EXCLUSIVE(b);
     if (hand < 0)
         return EXR_OK;
     b->hand = exr_episodes_find(&b->eps, hand);
@@ -32,6 +35,7 @@ exr_status exr_buffer_restore_hand_locked(exr_buffer *b, int64_t hand)
 
 void exr_buffer_restore_episode_locked(exr_buffer *b, uint32_t slot)
 {
+    EXR_ASSERT_EXCLUSIVE(b);
     exr_episode *e = &b->eps.slab[slot];
     e->m = exr_picks_target(b, e);
     b->n_records += e->n;
@@ -41,6 +45,7 @@ void exr_buffer_restore_episode_locked(exr_buffer *b, uint32_t slot)
 
 exr_status exr_buffer_restore_pick_locked(exr_buffer *b, uint32_t slot, uint32_t pos)
 {
+    EXR_ASSERT_EXCLUSIVE(b);
     exr_episode *e = &b->eps.slab[slot];
     if (pos >= e->m)
         return EXR_ECORRUPT;
@@ -58,6 +63,7 @@ exr_status exr_buffer_restore_selector_locked(exr_buffer *b, int64_t h,
                                               const exr_selector_vtable *vt, const double *params,
                                               exr_selector **out)
 {
+    EXR_ASSERT_EXCLUSIVE(b);
     exr_status st = exr_buffer_reserve_selector_locked(b);
     if (st != EXR_OK)
         return st;

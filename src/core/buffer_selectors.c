@@ -18,6 +18,7 @@ sel_entry *find_sel(const exr_buffer *b, int64_t h)
 
 exr_status exr_buffer_reserve_selector_locked(exr_buffer *b)
 {
+    EXR_ASSERT_EXCLUSIVE(b);
     if (b->nsels < b->sels_cap)
         return EXR_OK;
     size_t ncap = b->sels_cap ? b->sels_cap * 2 : 4;
@@ -32,6 +33,7 @@ exr_status exr_buffer_reserve_selector_locked(exr_buffer *b)
 exr_status exr_buffer_add_selector_locked(exr_buffer *b, int kind, const double *params,
                                           int64_t *h)
 {
+    EXR_ASSERT_EXCLUSIVE(b);
     if (kind < 0 || kind >= exr_selector_nkinds)
         return EXR_EINVAL;
     const exr_selector_vtable *vt = exr_selector_kinds[kind];
@@ -64,6 +66,7 @@ exr_status exr_buffer_add_selector_locked(exr_buffer *b, int kind, const double 
 
 exr_status exr_buffer_remove_selector_locked(exr_buffer *b, int64_t h)
 {
+    EXR_ASSERT_EXCLUSIVE(b);
     sel_entry *e = find_sel(b, h);
     if (!e)
         return EXR_ENOTFOUND;
@@ -77,12 +80,14 @@ exr_status exr_buffer_remove_selector_locked(exr_buffer *b, int64_t h)
 
 exr_selector *exr_buffer_selector_locked(exr_buffer *b, int64_t h)
 {
+    EXR_ASSERT_LOCKED(b);
     sel_entry *e = find_sel(b, h);
     return e ? e->sel : NULL;
 }
 
 exr_status exr_buffer_set_param_locked(exr_buffer *b, int64_t h, int k, double v)
 {
+    EXR_ASSERT_EXCLUSIVE(b);
     sel_entry *e = find_sel(b, h);
     if (!e)
         return EXR_ENOTFOUND;

@@ -124,6 +124,7 @@ uint64_t selectors_len(const exr_buffer *b)
 
 uint64_t exr_codec_raw_size_locked(const exr_buffer *b, size_t meta_len)
 {
+    EXR_ASSERT_LOCKED(b);
     /* every section is a 16-byte head and its content; END has none */
     return 16 + CONFIG_BYTES + 16 + meta_len + 16 + episodes_len(b) + 16 +
            picks_len(b->picks.n) + 16 + selectors_len(b) + 16;

@@ -494,6 +494,7 @@ static exr_status read_payload(exr_in *in, exr_buffer **out, unsigned char *meta
     exr_buffer *b;
     if ((st = exr_buffer_new(&c, &b)))
         return st == EXR_EINVAL || st == EXR_EOVERFLOW ? EXR_ECORRUPT : st;
+    exr_buffer_lock(b); /* nobody else has it yet: for the *_locked operations */
     *out = b;
     exr_buffer_restore_handles_locked(b, k.next_handle, k.next_sel_handle);
     if ((st = read_episodes(in, b, slots)))
@@ -535,6 +536,8 @@ exr_status exr_codec_read(const unsigned char header[EXR_HEADER_BYTES], exr_sour
     exr_buffer *b = NULL;
     uint32_t *slots = NULL;
     st = read_payload(&in, &b, meta, meta_len, &slots);
+    if (b)
+        exr_buffer_unlock(b);
     if (st == EXR_OK)
         st = in_finish(&in, get32(header + 32));
     free(slots);

@@ -272,6 +272,7 @@ exr_status exr_codec_write_locked(const exr_buffer *b, const void *meta, size_t 
                                   exr_progress_fn progress, void *progress_ctx,
                                   unsigned char header[EXR_HEADER_BYTES])
 {
+    EXR_ASSERT_LOCKED(b);
     if (level < 0 || level > 9 || meta_len > EXR_META_MAX)
         return EXR_EINVAL;
     exr_out o;

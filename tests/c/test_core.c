@@ -4,9 +4,12 @@
  */
 #define _DEFAULT_SOURCE
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "buffer.h"
 #include "buffer_impl.h"
@@ -605,6 +608,36 @@ static void test_bad_config(void)
     exr_buffer_free(b);
 }
 
+/* ---- lock assertions (EXR_DEBUG_LOCKS) -------------------------------------- */
+
+/* A *_locked function called without the lock aborts in debug builds; with
+ * the lock it runs. Checked in a child process, which must die of SIGABRT. */
+static void test_lock_assertion(void)
+{
+#ifdef EXR_DEBUG_LOCKS
+    exr_config cfg = {.state_bytes = 4, .action_bytes = 1, .reward_bytes = 4, .pick_len = 1,
+                      .eviction = EXR_EVICT_FIFO, .seed = 1};
+    exr_buffer *b = NULL;
+    CHECK_RET(exr_buffer_new(&cfg, &b) == EXR_OK);
+    exr_buffer_lock(b);
+    uint64_t n = exr_buffer_len_locked(b);
+    exr_buffer_unlock(b);
+    CHECK_RET(n == 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        freopen("/dev/null", "w", stderr);
+        int64_t h;
+        exr_buffer_new_episode_locked(b, &h); /* no lock: must abort */
+        _exit(0);
+    }
+    int status = 0;
+    CHECK_RET(pid > 0 && waitpid(pid, &status, 0) == pid);
+    CHECK_RET(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+    exr_buffer_free(b);
+#endif
+}
+
 int main(void)
 {
     static const check_test tests[] = {
@@ -619,6 +652,7 @@ int main(void)
         {"random_ops", test_random_ops},
         {"segments_grow_and_shrink", test_segments_grow_and_shrink},
         {"bad_config", test_bad_config},
+        {"lock_assertion", test_lock_assertion},
     };
     return check_run_all(tests, (int)(sizeof tests / sizeof tests[0]));
 }
