@@ -461,8 +461,8 @@ def test_new_pick_selector_errors(env):
 
 
 def test_new_pick_selector_list_beta_type(env):
-    """A list is not a number: TypeError or ValueError both name the argument."""
-    with pytest.raises((TypeError, ValueError), match="beta"):
+    """A list is not a scalar: a ValueError naming the argument (args.c, as the reference)."""
+    with pytest.raises(ValueError, match="^beta: expected a scalar, got a list$"):
         env["buf"].new_pick_selector(P, beta=[0.4])
 
 
@@ -602,8 +602,8 @@ def test_constructor_errors(case):
 
 
 def test_constructor_eviction_non_string():
-    """A non-string eviction is rejected (ValueError or TypeError), naming it."""
-    with pytest.raises((TypeError, ValueError), match="eviction"):
+    """A non-string eviction is a wrong value like an unknown string: ValueError, naming it."""
+    with pytest.raises(ValueError, match="^eviction: expected 'fifo' or 'second_chance', got 1$"):
         ExperienceReplay((4,), eviction=1)
 
 

@@ -19,7 +19,7 @@
  * once no copy that could see it is running.
  *
  * Errors: every function returns an exr_status; on anything but EXR_OK the
- * buffer is as it was (one exception in exr_buffer_record, see buffer.c).
+ * buffer is as it was (one exception in exr_buffer_record, see buffer_record.c).
  */
 #ifndef EXR_BUFFER_H
 #define EXR_BUFFER_H
@@ -91,7 +91,7 @@ exr_status exr_buffer_record_locked(exr_buffer *b, int64_t h, const exr_steps *i
  * their bytes copied with no lock held when they are EXR_COPY_UNLOCKED
  * bytes or more, then published under the lock. A record call into an
  * episode another call is copying into waits for it. On failure the buffer
- * is as it was (but see buffer.c: an episode evicted by its own call). */
+ * is as it was (but see buffer_record.c: an episode evicted by its own call). */
 #define EXR_COPY_UNLOCKED ((size_t)8 << 10)
 exr_status exr_buffer_record(exr_buffer *b, int64_t h, const exr_steps *in, int64_t *out_h);
 

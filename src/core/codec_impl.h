@@ -75,7 +75,8 @@ typedef struct {
     uint8_t ended, terminated, sampled, has_final;
 } episode_head;
 void episode_head_pack(const episode_head *h, unsigned char out[EPISODE_HEAD]);
-int episode_head_unpack(const unsigned char in[EPISODE_HEAD], episode_head *h); /* 0: reserved != 0 */
+/* 0 if the reserved bytes are not 0 (as selector_head_unpack) */
+int episode_head_unpack(const unsigned char in[EPISODE_HEAD], episode_head *h);
 
 typedef struct {
     int64_t handle;

@@ -24,7 +24,7 @@
 #include "exr.h"
 
 typedef struct exr_body {
-    struct exr_body *next_dead; /* graveyard link (buffer.c) */
+    struct exr_body *next_dead; /* graveyard link (buffer_graveyard.c) */
     uint64_t epoch;             /* when it was buried */
     unsigned char *final_state; /* NULL if none */
     uint32_t *aux;              /* per record: pending priority (float) or pick index */
@@ -39,7 +39,7 @@ typedef struct {
     uint64_t n;                 /* records */
     uint64_t m;                 /* picks: positions [0, m) */
     uint8_t ended, terminated, sampled;
-    uint8_t busy;               /* a record call is copying into it (buffer.c) */
+    uint8_t busy;               /* a record call is copying into it (buffer_record.c) */
     uint64_t n_pub, m_pub;      /* while busy: records and picks published */
     uint32_t prev, next;        /* live list, EXR_NIL at the ends; free list uses next */
     exr_body *body;

@@ -57,19 +57,38 @@ static int r_param_ok(int k, double v)
     return isfinite(v) && v >= 0;
 }
 
+/* The first capacity >= need doubling from have (from 16 if none). */
+static size_t doubled_cap(size_t have, size_t need)
+{
+    size_t cap = have ? have : 16;
+    while (cap < need)
+        cap *= 2;
+    return cap;
+}
+
+/* The array *pp points to (pp: the address of a T *) resized to n items of
+ * elem bytes; on failure it is left as it was. */
+static exr_status resize_array(void *pp, size_t n, size_t elem)
+{
+    void *p;
+    memcpy(&p, pp, sizeof p);
+    void *q = realloc(p, n * elem);
+    if (!q)
+        return EXR_ENOMEM;
+    memcpy(pp, &q, sizeof q);
+    return EXR_OK;
+}
+
 /* cum[] long enough for ranks up to n. */
 static exr_status grow_cum(rank_sel *s, size_t n)
 {
     size_t need = n / RANKS_PER_CUM + 1;
     if (need <= s->ncum)
         return EXR_OK;
-    size_t cap = s->ncum ? s->ncum : 16;
-    while (cap < need)
-        cap *= 2;
-    double *c = realloc(s->cum, cap * sizeof *c);
-    if (!c)
+    size_t cap = doubled_cap(s->ncum, need);
+    if (resize_array(&s->cum, cap, sizeof *s->cum) != EXR_OK)
         return EXR_ENOMEM;
-    s->cum = c;
+    double *c = s->cum;
     double acc = s->ncum ? c[s->ncum - 1] : 0.0;
     if (!s->ncum)
         c[s->ncum++] = 0.0;
@@ -91,21 +110,11 @@ static exr_status r_reserve(exr_selector *b, size_t n)
         return EXR_ENOMEM;
     if (n <= s->cap)
         return EXR_OK;
-    size_t cap = s->cap ? s->cap : 16;
-    while (cap < n)
-        cap *= 2;
-    uint32_t *h = realloc(s->heap, cap * sizeof *h);
-    if (!h)
+    size_t cap = doubled_cap(s->cap, n);
+    if (resize_array(&s->heap, cap, sizeof *s->heap) != EXR_OK ||
+        resize_array(&s->pos, cap, sizeof *s->pos) != EXR_OK ||
+        resize_array(&s->key, cap, sizeof *s->key) != EXR_OK)
         return EXR_ENOMEM;
-    s->heap = h;
-    uint32_t *p = realloc(s->pos, cap * sizeof *p);
-    if (!p)
-        return EXR_ENOMEM;
-    s->pos = p;
-    float *k = realloc(s->key, cap * sizeof *k);
-    if (!k)
-        return EXR_ENOMEM;
-    s->key = k;
     s->cap = cap;
     return EXR_OK;
 }

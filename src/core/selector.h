@@ -79,7 +79,7 @@ typedef struct {
 struct exr_selector {
     const exr_selector_vtable *vt;
     exr_rng rng;
-    pthread_mutex_t mu; /* held by a draw or an update under the shared storage lock (buffer.c) */
+    pthread_mutex_t mu; /* a draw or an update under the shared lock (buffer_batch.c) */
 };
 
 /* Selector kinds by their public number (PickSelectorClass). */

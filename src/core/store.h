@@ -14,7 +14,7 @@
  * hardware prefetcher follows, and what misses cost at large N). And a
  * segment's layout does not depend on how many rows it has room for, so
  * the last segment of an episode can be allocated smaller than cap_k and
- * grown (buffer.c): a short episode never holds the room of a long one.
+ * grown (buffer_record.c): a short episode never holds the room of a long one.
  *
  * Segments double in size up to about 1 MiB, then stay that size: a short
  * episode wastes little, and a long one never reallocates what it holds

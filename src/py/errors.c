@@ -102,9 +102,8 @@ PyObject *exr_raise(exr_status st, const char *op)
 
 PyObject *exr_unknown_selector(int64_t h)
 {
-    return exr_raise_status(EXR_ENOTFOUND, &(exr_errctx){.arg = "ps",
-                                                         .expected = "a pick selector of this buffer",
-                                                         .handle = h});
+    exr_errctx c = {.arg = "ps", .expected = "a pick selector of this buffer", .handle = h};
+    return exr_raise_status(EXR_ENOTFOUND, &c);
 }
 
 /* _core._raise_status(status, op, arg=None): the exception exr_raise_status

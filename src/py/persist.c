@@ -1,6 +1,6 @@
 /*
  * persist.c - serialize / unserialize / save / load and pickling: the
- * binding's half of docs/format.md. The core (codec.c, file.c) writes and
+ * binding's half of docs/format.md. The core (codec*.c, file.c) writes and
  * validates the format; this file adds the Python-level metadata (shapes,
  * dtypes, whether the seed was given) as the META section, and turns bytes,
  * paths and errors into Python objects.

@@ -1,7 +1,10 @@
 /*
- * replay.c - the ExperienceReplay type. Each method converts its arguments
- * while holding the GIL (output arrays are made here too), then releases the
- * GIL for the core call that does the work, and converts the result back.
+ * replay.c - the ExperienceReplay type: its constructor, configuration
+ * attributes and method table (the methods: replay_record.c, replay_batch.c,
+ * replay_inspect.c, selector.c, persist.c, log.c). Each method converts its
+ * arguments while holding the GIL (output arrays are made then too), then
+ * releases the GIL for the core call that does the work, and converts the
+ * result back.
  */
 #include "binding.h"
 #include "docstrings.h"
