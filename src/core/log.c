@@ -3,6 +3,7 @@
  */
 #define _GNU_SOURCE
 #include "log.h"
+#include "zheap.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -391,9 +392,10 @@ static exr_status write_chunk(exr_log *lg, chunk *c)
     s = grow(&lg->zbuf, &lg->zcap, bound);
     if (s != EXR_OK)
         return s;
-    uLongf zl = bound;
-    if (compress2(lg->zbuf, &zl, lg->raw, (uLong)c->raw, lg->o.level) != Z_OK)
-        return EXR_ENOMEM;
+    size_t zl;
+    s = exr_zcompress(lg->zbuf, bound, &zl, lg->raw, c->raw, lg->o.level);
+    if (s != EXR_OK)
+        return s;
     return write_block(lg, KIND_RECORDS, CODEC_ZLIB, (uint32_t)n, c->ts[0], c->ts[n - 1],
                        lg->zbuf, zl, c->raw);
 }
@@ -617,20 +619,60 @@ static exr_status add_locked(exr_log *lg, int64_t h, uint64_t pos, const unsigne
     return EXR_OK;
 }
 
-exr_status exr_log_append(exr_log *lg, int64_t h, uint64_t pos, const void *state,
-                          const void *action, const void *reward, const void *fin,
-                          unsigned flags)
+/* What a failed append_many puts back: the log as it was before the call. */
+typedef struct {
+    chunk *open, *qtail;
+    size_t n, nfin, raw, backlog;
+    uint64_t sealed_seq;
+    int64_t last_ts;
+} log_mark;
+
+static void mark_locked(const exr_log *lg, log_mark *m)
 {
-    if (flags & ~7u || ((flags & (EXR_LOG_TERMINATED | EXR_LOG_FINAL)) && !(flags & EXR_LOG_END)) ||
-        (!fin != !(flags & EXR_LOG_FINAL)) || pos > (uint64_t)INT64_MAX)
-        return EXR_EINVAL;
-    pthread_mutex_lock(&lg->mu);
-    exr_status s = EXR_OK;
-    unsigned char *r = NULL, *f = NULL;
-    if (lg->closed || !lg->has_schema)
-        s = EXR_EINVAL;
+    chunk *c = lg->open;
+    *m = (log_mark){c, lg->qtail, c ? c->n : 0, c ? c->nfin : 0, c ? c->raw : 0, lg->st.backlog,
+                    lg->sealed_seq, lg->last_ts};
+}
+
+/* With lg->mu, held since mark_locked: drops every step added since. The
+ * writer has not seen the chunks sealed meanwhile (it needs lg->mu to take
+ * one), so they are unlinked from the queue and freed; the chunk that was
+ * open is open again with its old contents (its arena keeps what it got). */
+static void rollback_locked(exr_log *lg, const log_mark *m)
+{
+    chunk *x = m->qtail ? m->qtail->next : lg->qhead;
+    if (m->qtail)
+        m->qtail->next = NULL;
     else
-        s = add_locked(lg, h, pos, NULL, NULL, flags, &r, &f);
+        lg->qhead = NULL;
+    lg->qtail = m->qtail;
+    if (lg->open && lg->open != m->open)
+        chunk_free(lg->open);
+    while (x) {
+        chunk *nx = x->next;
+        if (x != m->open)
+            chunk_free(x);
+        x = nx;
+    }
+    lg->open = m->open;
+    if (m->open) {
+        m->open->next = NULL;
+        m->open->n = m->n;
+        m->open->nfin = m->nfin;
+        m->open->raw = m->raw;
+    }
+    lg->sealed_seq = m->sealed_seq;
+    lg->st.backlog = m->backlog;
+    lg->last_ts = m->last_ts;
+}
+
+/* With lg->mu: one step, copied. */
+static exr_status append_locked(exr_log *lg, int64_t h, uint64_t pos, const unsigned char *state,
+                                const unsigned char *action, const unsigned char *reward,
+                                const void *fin, unsigned flags)
+{
+    unsigned char *r = NULL, *f = NULL;
+    exr_status s = add_locked(lg, h, pos, NULL, NULL, flags, &r, &f);
     if (s == EXR_OK) {
         memcpy(r, state, lg->sb);
         memcpy(r + lg->sb, action, lg->ab);
@@ -638,8 +680,41 @@ exr_status exr_log_append(exr_log *lg, int64_t h, uint64_t pos, const void *stat
         if (f)
             memcpy(f, fin, lg->sb);
     }
+    return s;
+}
+
+exr_status exr_log_append_many(exr_log *lg, int64_t h, uint64_t pos, const void *states,
+                               const void *actions, const void *rewards, size_t T, const void *fin,
+                               unsigned flags)
+{
+    if (T == 0)
+        return EXR_OK;
+    if (flags & ~7u ||
+        ((flags & (EXR_LOG_TERMINATED | EXR_LOG_FINAL)) && !(flags & EXR_LOG_END)) ||
+        (!fin != !(flags & EXR_LOG_FINAL)) || pos > (uint64_t)INT64_MAX ||
+        T - 1 > (uint64_t)INT64_MAX - pos)
+        return EXR_EINVAL;
+    const unsigned char *sp = states, *ap = actions, *rp = rewards;
+    pthread_mutex_lock(&lg->mu);
+    exr_status s = lg->closed || !lg->has_schema ? EXR_EINVAL : EXR_OK;
+    log_mark m;
+    mark_locked(lg, &m);
+    for (size_t t = 0; s == EXR_OK && t < T; t++) {
+        bool last = t + 1 == T;
+        s = append_locked(lg, h, pos + t, sp + t * lg->sb, ap + t * lg->ab, rp + t * lg->rb,
+                          last ? fin : NULL, last ? flags : 0);
+    }
+    if (s != EXR_OK)
+        rollback_locked(lg, &m);
     pthread_mutex_unlock(&lg->mu);
     return s;
+}
+
+exr_status exr_log_append(exr_log *lg, int64_t h, uint64_t pos, const void *state,
+                          const void *action, const void *reward, const void *fin,
+                          unsigned flags)
+{
+    return exr_log_append_many(lg, h, pos, state, action, reward, 1, fin, flags);
 }
 
 /* The buffer's step hook: runs with b locked. */
@@ -696,6 +771,8 @@ exr_status exr_log_flush(exr_log *lg, bool sync)
     bool do_sync = sync || lg->o.fsync;
     pthread_mutex_unlock(&lg->mu);
     if (err) {
+        if (err == ENOMEM)
+            return EXR_ENOMEM; /* the writer could not allocate: a chunk is lost */
         errno = err;
         return EXR_EIO;
     }

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "args.h"
 #include "log.h"
@@ -180,6 +181,16 @@ static int bounded_size(PyObject *o, const char *name, size_t lo, size_t hi, siz
     return 0;
 }
 
+/* A constructor that fails after it created its file removes the file
+ * again (with the exception set): a failed ExperienceLog(...) leaves nothing. */
+static PyObject *abandon_new(LogObject *self, PyObject *fspath)
+{
+    Py_DECREF(self); /* closes the file */
+    (void)unlink(PyBytes_AS_STRING(fspath));
+    Py_DECREF(fspath);
+    return NULL;
+}
+
 static PyObject *log_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"path",         "source",       "level",        "chunk_bytes",
@@ -253,13 +264,13 @@ static PyObject *log_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     Py_BEGIN_ALLOW_THREADS
     st = exr_log_open(cpath, &o, overwrite != 0, &self->lg);
     Py_END_ALLOW_THREADS
-    Py_DECREF(fspath);
     if (st != EXR_OK) {
         if (st == EXR_EIO && errno == EEXIST)
             PyErr_Format(PyExc_FileExistsError,
                          "path: %R exists (pass overwrite=True to replace it)", self->path);
         else
             log_error(st, "ExperienceLog", self->path);
+        Py_DECREF(fspath);
         Py_DECREF(self);
         return NULL;
     }
@@ -286,16 +297,15 @@ static PyObject *log_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         Py_XDECREF(sd);
         Py_XDECREF(ad);
         Py_XDECREF(rd);
-        if (!ok) {
-            Py_DECREF(self);
-            return NULL;
-        }
+        if (!ok)
+            return abandon_new(self, fspath);
     } else if (o_sdtype || o_ashape || o_adtype || o_rdtype) {
-        Py_DECREF(self);
-        return PyErr_Format(PyExc_ValueError,
-                            "state_shape: needed with state_dtype, action_shape, action_dtype "
-                            "or reward_dtype, got None");
+        PyErr_Format(PyExc_ValueError,
+                     "state_shape: needed with state_dtype, action_shape, action_dtype "
+                     "or reward_dtype, got None");
+        return abandon_new(self, fspath);
     }
+    Py_DECREF(fspath);
     return (PyObject *)self;
 }
 
@@ -400,9 +410,6 @@ static PyObject *log_append_impl(LogObject *self, PyObject *const *args, Py_ssiz
     }
     if (!many)
         T = 1;
-    size_t sb = nbytes_of(self->state_descr, self->state_nd, self->state_shape);
-    size_t ab = nbytes_of(self->action_descr, self->action_nd, self->action_shape);
-    size_t rb = (size_t)PyDataType_ELSIZE(self->reward_descr);
     const unsigned char *sp = PyArray_DATA(s), *ap = PyArray_DATA(ac), *rp = PyArray_DATA(r);
     const void *fp = fin ? PyArray_DATA(fin) : NULL;
     unsigned endfl = (fin || terminated ? EXR_LOG_END : 0) | (terminated ? EXR_LOG_TERMINATED : 0) |
@@ -411,11 +418,7 @@ static PyObject *log_append_impl(LogObject *self, PyObject *const *args, Py_ssiz
     exr_log *lg = self->lg;
     Py_BEGIN_ALLOW_THREADS
     exr_log_throttle(lg);
-    for (npy_intp t = 0; t < T && st == EXR_OK; t++) {
-        bool last = t + 1 == T;
-        st = exr_log_append(lg, h, pos + (size_t)t, sp + (size_t)t * sb, ap + (size_t)t * ab,
-                            rp + (size_t)t * rb, last ? fp : NULL, last ? endfl : 0);
-    }
+    st = exr_log_append_many(lg, h, pos, sp, ap, rp, (size_t)T, fp, endfl);
     Py_END_ALLOW_THREADS
     Py_DECREF(s);
     Py_DECREF(ac);

@@ -1,0 +1,28 @@
+/*
+ * zheap.h - zlib allocating through the core's own malloc and free.
+ *
+ * zlib's default allocator calls malloc from inside libz, out of reach of
+ * anything that watches the core's allocations; routed through these, an
+ * allocation that zlib makes counts as one of the core's, so the
+ * allocation-failure test build (docs/fuzzing.md) fails zlib's allocations
+ * too, and each one ends in EXR_ENOMEM like any other.
+ */
+#ifndef EXR_ZHEAP_H
+#define EXR_ZHEAP_H
+
+#include <stddef.h>
+#include <zlib.h>
+
+#include "exr.h"
+
+/* Zeroes z and points its allocator at the core's; call before
+ * deflateInit/inflateInit. */
+void exr_zstream_init(z_stream *z);
+
+/* compress2 of src[0, n) at `level` into dst (cap bytes, at least
+ * compressBound(n)), allocating through the core: *out_len is the
+ * compressed size. EXR_ENOMEM if zlib cannot allocate. */
+exr_status exr_zcompress(unsigned char *dst, size_t cap, size_t *out_len, const unsigned char *src,
+                         size_t n, int level);
+
+#endif
