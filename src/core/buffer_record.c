@@ -394,7 +394,7 @@ static size_t record_into_locked(exr_buffer *b, uint32_t slot, int64_t h, const 
             size_t k, off;
             exr_store_locate(L, n, &k, &off);
             b->hook(b->hook_ctx, b, h, n, exr_seg_row(L, body->segs[k], off), fin,
-                    last && in->end, last && in->end && in->terminated);
+                    last && in->end, last && in->end && in->terminated, t == 0);
         }
         enter_picks_locked(b, slot);
         if (last && in->end)

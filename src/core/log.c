@@ -65,6 +65,7 @@ struct exr_log {
     chunk *qhead, *qtail;
     uint64_t sealed_seq, written_seq;
     int64_t last_ts;
+    int64_t call_ts; /* the clock read at the current record call's first step */
     exr_buffer *buf;
     exr_log_stats st;
     /* writer-thread scratch */
@@ -573,7 +574,7 @@ bool exr_log_has_schema(const exr_log *lg) { return lg->has_schema; }
  * will stay until the writer copies them. */
 static exr_status add_locked(exr_log *lg, int64_t h, uint64_t pos, const unsigned char *row,
                              const unsigned char *fin, unsigned flags, unsigned char **copy_row,
-                             unsigned char **copy_fin)
+                             unsigned char **copy_fin, int64_t now)
 {
     chunk *c = lg->open;
     if (!c) {
@@ -599,7 +600,7 @@ static exr_status add_locked(exr_log *lg, int64_t h, uint64_t pos, const unsigne
         row = r;
         fin = f;
     }
-    int64_t ts = real_ns();
+    int64_t ts = now;
     if (ts < lg->last_ts)
         ts = lg->last_ts; /* time never goes back within a log */
     lg->last_ts = ts;
@@ -669,10 +670,10 @@ static void rollback_locked(exr_log *lg, const log_mark *m)
 /* With lg->mu: one step, copied. */
 static exr_status append_locked(exr_log *lg, int64_t h, uint64_t pos, const unsigned char *state,
                                 const unsigned char *action, const unsigned char *reward,
-                                const void *fin, unsigned flags)
+                                const void *fin, unsigned flags, int64_t now)
 {
     unsigned char *r = NULL, *f = NULL;
-    exr_status s = add_locked(lg, h, pos, NULL, NULL, flags, &r, &f);
+    exr_status s = add_locked(lg, h, pos, NULL, NULL, flags, &r, &f, now);
     if (s == EXR_OK) {
         memcpy(r, state, lg->sb);
         memcpy(r + lg->sb, action, lg->ab);
@@ -699,10 +700,11 @@ exr_status exr_log_append_many(exr_log *lg, int64_t h, uint64_t pos, const void 
     exr_status s = lg->closed || !lg->has_schema ? EXR_EINVAL : EXR_OK;
     log_mark m;
     mark_locked(lg, &m);
+    int64_t now = real_ns(); /* one clock read per call */
     for (size_t t = 0; s == EXR_OK && t < T; t++) {
         bool last = t + 1 == T;
         s = append_locked(lg, h, pos + t, sp + t * lg->sb, ap + t * lg->ab, rp + t * lg->rb,
-                          last ? fin : NULL, last ? flags : 0);
+                          last ? fin : NULL, last ? flags : 0, now);
     }
     if (s != EXR_OK)
         rollback_locked(lg, &m);
@@ -719,7 +721,7 @@ exr_status exr_log_append(exr_log *lg, int64_t h, uint64_t pos, const void *stat
 
 /* The buffer's step hook: runs with b locked. */
 static void on_step(void *ctx, exr_buffer *b, int64_t h, uint64_t pos, const unsigned char *row,
-                    const unsigned char *fin, bool end, bool terminated)
+                    const unsigned char *fin, bool end, bool terminated, bool first)
 {
     exr_log *lg = ctx;
     unsigned flags = (end ? EXR_LOG_END : 0) | (end && terminated ? EXR_LOG_TERMINATED : 0) |
@@ -727,7 +729,9 @@ static void on_step(void *ctx, exr_buffer *b, int64_t h, uint64_t pos, const uns
     pthread_mutex_lock(&lg->mu);
     exr_status s = EXR_EINVAL;
     if (!lg->closed) {
-        s = add_locked(lg, h, pos, row, end ? fin : NULL, flags, NULL, NULL);
+        if (first || !lg->call_ts)
+            lg->call_ts = real_ns(); /* one clock read per record call */
+        s = add_locked(lg, h, pos, row, end ? fin : NULL, flags, NULL, NULL, lg->call_ts);
         chunk *c = lg->open;
         if (s == EXR_OK && !c) {
             /* sealed by this step: pin the sealed one if it is not yet */
