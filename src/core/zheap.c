@@ -1,6 +1,5 @@
 #include "zheap.h"
 
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,23 +24,4 @@ void exr_zstream_init(z_stream *z)
     z->zalloc = zheap_alloc;
     z->zfree = zheap_free;
     z->opaque = Z_NULL;
-}
-
-exr_status exr_zcompress(unsigned char *dst, size_t cap, size_t *out_len, const unsigned char *src,
-                         size_t n, int level)
-{
-    if (n > UINT_MAX || cap > UINT_MAX)
-        return EXR_EOVERFLOW;
-    z_stream z;
-    exr_zstream_init(&z);
-    if (deflateInit(&z, level) != Z_OK)
-        return EXR_ENOMEM;
-    z.next_in = (Bytef *)src;
-    z.avail_in = (uInt)n;
-    z.next_out = dst;
-    z.avail_out = (uInt)cap;
-    int r = deflate(&z, Z_FINISH);
-    *out_len = (size_t)z.total_out;
-    deflateEnd(&z);
-    return r == Z_STREAM_END ? EXR_OK : EXR_ENOMEM;
 }

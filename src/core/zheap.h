@@ -19,10 +19,4 @@
  * deflateInit/inflateInit. */
 void exr_zstream_init(z_stream *z);
 
-/* compress2 of src[0, n) at `level` into dst (cap bytes, at least
- * compressBound(n)), allocating through the core: *out_len is the
- * compressed size. EXR_ENOMEM if zlib cannot allocate. */
-exr_status exr_zcompress(unsigned char *dst, size_t cap, size_t *out_len, const unsigned char *src,
-                         size_t n, int level);
-
 #endif
