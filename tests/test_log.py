@@ -589,3 +589,16 @@ def test_kill_9_loses_nothing_flushed(tmp_path, chunk_bytes):
         assert np.array_equal(cat.states, want_states)
         t = xlog.tail(p, 5)
         assert t.actions.tolist() == list(range(max(0, n - 5), n))
+
+
+def test_failed_constructor_leaves_no_file(tmp_path):
+    """A constructor that fails after creating its file removes it again."""
+    path = tmp_path / "x.xlog"
+    with pytest.raises((ValueError, TypeError)):
+        exreplay.ExperienceLog(path, state_shape=(3, -1))
+    assert not path.exists()
+    with pytest.raises(ValueError):
+        exreplay.ExperienceLog(path, state_dtype="float32")
+    assert not path.exists()
+    exreplay.ExperienceLog(path, state_shape=(3,)).close()
+    assert path.exists()

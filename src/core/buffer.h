@@ -150,10 +150,11 @@ exr_status exr_buffer_episode_copy_locked(const exr_buffer *b, int64_t h, void *
  * step that exr_buffer_record_locked commits, before the eviction it may
  * cause, with the step's episode handle and position, its row
  * (state|action|reward in the buffer's storage), its final state (NULL if
- * none) and whether it ends the episode. fn NULL removes the hook. */
+ * none), whether it ends the episode, and whether it is the first step of
+ * its record call. fn NULL removes the hook. */
 typedef void (*exr_step_hook)(void *ctx, exr_buffer *b, int64_t h, uint64_t pos,
                               const unsigned char *row, const unsigned char *final_state,
-                              bool end, bool terminated);
+                              bool end, bool terminated, bool first_of_call);
 void exr_buffer_set_hook_locked(exr_buffer *b, exr_step_hook fn, void *ctx);
 /* Pins the storage of every row now in the buffer, as get_batch does:
  * nothing it holds is freed (evicted or regrown) until the unpin. */

@@ -2,6 +2,7 @@
  * buffer_record.c - recording: new episodes, and record calls that reserve their rows
  * under the lock, copy them (under the lock or without it) and publish.
  */
+#include <assert.h>
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -371,7 +372,7 @@ static bool record_step_locked(exr_buffer *b, uint32_t slot, int64_t h, const ex
         size_t k, off;
         exr_store_locate(L, n, &k, &off);
         b->hook(b->hook_ctx, b, h, n, exr_seg_row(L, body->segs[k], off), fin, ends,
-                ends && in->terminated);
+                ends && in->terminated, t == 0);
     }
     enter_picks_locked(b, slot);
     if (ends)
@@ -380,27 +381,87 @@ static bool record_step_locked(exr_buffer *b, uint32_t slot, int64_t h, const ex
     return b->eps.slab[slot].handle != h;
 }
 
+/* Allocates, before anything visible changes, all that recording the steps
+ * of `in` into episode slot (EXR_NIL: a new one) needs: pr[0] for that
+ * episode and pr[1..*np) for each new episode that the rollout starts after
+ * evicting the one it records into (the eviction dry run of evict.c says
+ * where). *pr is a caller's array of `small` entries or, if that is too few,
+ * one allocated here (free it with free_preps). */
+static exr_status prepare_all_locked(exr_buffer *b, uint32_t slot, const exr_steps *in,
+                                     rec_prep **pr, size_t small, size_t *np)
+{
+    size_t starts_small[8], *starts = starts_small;
+    long fresh = 0;
+    *np = 0;
+    if (b->cfg.capacity && (b->n_records >= b->cfg.capacity ||
+                            in->T > b->cfg.capacity - b->n_records)) {
+        exr_evict_state es = {b->cfg.eviction, b->hand, b->n_records, b->cfg.capacity};
+        fresh = exr_evict_dry_run(&b->eps, &es, slot, in->T, starts, 8);
+        if (fresh > 8) {
+            if (!(starts = malloc((size_t)fresh * sizeof *starts)))
+                return EXR_ENOMEM;
+            fresh = exr_evict_dry_run(&b->eps, &es, slot, in->T, starts, (size_t)fresh);
+        }
+        if (fresh < 0) {
+            if (starts != starts_small)
+                free(starts);
+            return EXR_ENOMEM;
+        }
+    }
+    exr_status st = EXR_OK;
+    size_t want = (size_t)fresh + 1;
+    uint64_t handles = (uint64_t)fresh + (slot == EXR_NIL);
+    if (handles > (uint64_t)(EXR_MAX_HANDLE - b->next_handle))
+        st = EXR_EOVERFLOW;
+    else if (want > small && !(*pr = calloc(want, sizeof **pr)))
+        st = EXR_ENOMEM;
+    for (size_t k = 0; st == EXR_OK && k < want; k++) {
+        size_t t = k ? starts[k - 1] : 0;
+        st = prepare_locked(b, k ? EXR_NIL : slot, in->T - t, in->end, in->end && in->final_state,
+                            &(*pr)[k]);
+        if (st == EXR_OK)
+            *np = k + 1;
+    }
+    if (starts != starts_small)
+        free(starts);
+    return st;
+}
+
+/* Frees what the record call did not use of preps pr[from, n), and pr
+ * itself unless it is the caller's array. */
+static void free_preps(rec_prep *pr, size_t from, size_t n, const rec_prep *small)
+{
+    for (size_t k = from; k < n; k++)
+        prep_free(&pr[k]);
+    if (pr != small)
+        free(pr);
+}
+
 /* The steps recorded as T single records would be. defer: the rows' bytes
  * are left for the caller to copy (the episode is marked busy); else they
- * are copied here. A failure leaves the buffer as it was, except after the
- * episode recorded into was itself evicted by this call: the steps before
- * the failing one then stay (the only case: it needs a second episode). */
+ * are copied here. Everything the call allocates is allocated first, so a
+ * failure leaves the buffer as it was, also when the rollout evicts the
+ * episode it records into and goes on in a new one. */
 static exr_status record_steps_locked(exr_buffer *b, int64_t h, const exr_steps *in, bool defer,
                                       rec_plan *plan, int64_t *out_h)
 {
     EXR_ASSERT_EXCLUSIVE(b);
-    size_t t = 0;
-    for (;;) {
+    uint32_t slot = exr_episodes_find(&b->eps, h);
+    if (slot != EXR_NIL && b->eps.slab[slot].ended)
+        slot = EXR_NIL;
+    rec_prep small[2], *pr = small, extra;
+    size_t np, t = 0;
+    exr_status st = prepare_all_locked(b, slot, in, &pr, 2, &np);
+    for (size_t k = 0; st == EXR_OK; k++) {
         /* one pass per episode recorded into */
-        uint32_t slot = exr_episodes_find(&b->eps, h);
-        if (slot != EXR_NIL && b->eps.slab[slot].ended)
-            slot = EXR_NIL;
         size_t t0 = t;
-        rec_prep pr;
-        exr_status st = prepare_locked(b, slot, in->T - t, in->end, in->end && in->final_state, &pr);
+        assert(k < np); /* the dry run foresaw every episode */
+        if (k >= np) /* kept safe in release builds */
+            st = prepare_locked(b, EXR_NIL, in->T - t, in->end, in->end && in->final_state, &extra);
         if (st != EXR_OK)
-            return st;
-        slot = commit_prep_locked(b, slot, &pr, &h);
+            break;
+        rec_prep *p = k < np ? &pr[k] : &extra;
+        slot = commit_prep_locked(b, slot, p, &h);
         exr_episode *e = &b->eps.slab[slot];
         uint64_t first = e->n;
         if (defer) {
@@ -410,14 +471,21 @@ static exr_status record_steps_locked(exr_buffer *b, int64_t h, const exr_steps 
         }
         bool evicted = false;
         while (t < in->T && !evicted)
-            evicted = record_step_locked(b, slot, h, in, t++, defer, &pr);
-        free(pr.fin); /* unused when the episode was evicted before the end */
-        if (t < in->T)
-            continue; /* the rest starts a new episode */
+            evicted = record_step_locked(b, slot, h, in, t++, defer, p);
+        free(p->fin); /* unused when the episode was evicted before the end */
+        p->fin = NULL;
+        if (t < in->T) {
+            slot = EXR_NIL; /* the rest starts a new episode */
+            continue;
+        }
+        assert(k + 1 == np);
+        free_preps(pr, k + 1, np, small);
         *out_h = h;
         *plan = (rec_plan){evicted ? -1 : h, slot, first, t0, in->T - t0};
         return EXR_OK;
     }
+    free_preps(pr, 0, np, small);
+    return st;
 }
 
 /* THE publish point of every record call: the rows of plan are visible to

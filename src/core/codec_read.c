@@ -3,6 +3,7 @@
  * every field before it allocates for it.
  */
 #include "codec.h"
+#include "zheap.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -528,6 +529,7 @@ exr_status exr_codec_read(const unsigned char header[EXR_HEADER_BYTES], exr_sour
         in.buf = malloc(CHUNK);
         if (!in.buf)
             return EXR_ENOMEM;
+        exr_zstream_init(&in.z);
         if (inflateInit(&in.z) != Z_OK) {
             free(in.buf);
             return EXR_ENOMEM;

@@ -3,6 +3,7 @@
  * streamed through zlib into a sink.
  */
 #include "codec.h"
+#include "zheap.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -292,6 +293,7 @@ exr_status exr_codec_write_locked(const exr_buffer *b, const void *meta, size_t 
         free(ordinal);
         return EXR_ENOMEM;
     }
+    exr_zstream_init(&o.z);
     if (level > 0 && deflateInit(&o.z, level) != Z_OK) {
         free(o.buf);
         free(ordinal);

@@ -40,6 +40,7 @@ typedef struct {
     uint64_t m;                 /* picks: positions [0, m) */
     uint8_t ended, terminated, sampled;
     uint8_t busy;               /* a record call is copying into it (buffer_record.c) */
+    uint8_t sim;                /* marks of an eviction dry run (evict.c); 0 outside one */
     uint64_t n_pub, m_pub;      /* while busy: records and picks published */
     uint32_t prev, next;        /* live list, EXR_NIL at the ends; free list uses next */
     exr_body *body;

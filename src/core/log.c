@@ -3,6 +3,7 @@
  */
 #define _GNU_SOURCE
 #include "log.h"
+#include "zheap.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -64,11 +65,15 @@ struct exr_log {
     chunk *qhead, *qtail;
     uint64_t sealed_seq, written_seq;
     int64_t last_ts;
+    int64_t call_ts; /* the clock read at the current record call's first step */
     exr_buffer *buf;
     exr_log_stats st;
     /* writer-thread scratch */
     unsigned char *raw, *zbuf;
     size_t raw_cap, zcap;
+    z_stream z;         /* deflate state, reset for each chunk */
+    bool z_ready;
+    unsigned char *stage; /* small rows gathered for deflate (STAGE bytes) */
 };
 
 /* ---- little-endian helpers ---------------------------------------------- */
@@ -368,34 +373,92 @@ static exr_status write_stored(exr_log *lg, chunk *c)
     return s;
 }
 
-/* Builds the chunk's raw body in lg->raw, unpins, compresses, writes.
- * Runs on the writer thread without lg->mu. */
+/* Rows shorter than this are gathered into lg->stage (of STAGE bytes)
+ * before deflate sees them; longer ones go to deflate where they are. Both
+ * avoid building the whole raw body in memory: the stage stays in cache. */
+#define STAGE ((size_t)64 << 10)
+#define STAGE_ROW 4096
+
+/* Feeds [p, p + n) to lg->z, whose output buffer has room for it all. */
+static exr_status deflate_in(exr_log *lg, const unsigned char *p, size_t n)
+{
+    while (n) {
+        uInt k = n > (1u << 30) ? (1u << 30) : (uInt)n;
+        lg->z.next_in = (Bytef *)p;
+        lg->z.avail_in = k;
+        if (deflate(&lg->z, Z_NO_FLUSH) != Z_OK || lg->z.avail_in)
+            return EXR_ENOMEM; /* cannot happen: the output has compressBound room */
+        p += k;
+        n -= k;
+    }
+    return EXR_OK;
+}
+
+/* Appends one row (or final state) to the deflate input through the stage. */
+static exr_status deflate_row(exr_log *lg, size_t *used, const unsigned char *p, size_t n)
+{
+    exr_status s = EXR_OK;
+    if (*used + n > STAGE || n >= STAGE_ROW) {
+        s = deflate_in(lg, lg->stage, *used);
+        *used = 0;
+    }
+    if (s != EXR_OK || n >= STAGE_ROW)
+        return s != EXR_OK ? s : deflate_in(lg, p, n);
+    memcpy(lg->stage + *used, p, n);
+    *used += n;
+    return EXR_OK;
+}
+
+/* The deflate stream (made once, reset for each chunk) and its scratch. */
+static exr_status deflate_begin(exr_log *lg, size_t meta, size_t bound)
+{
+    exr_status s = grow(&lg->raw, &lg->raw_cap, meta);
+    if (s == EXR_OK)
+        s = grow(&lg->zbuf, &lg->zcap, bound);
+    if (s == EXR_OK && !lg->stage && !(lg->stage = malloc(STAGE)))
+        s = EXR_ENOMEM;
+    if (s == EXR_OK && !lg->z_ready) {
+        exr_zstream_init(&lg->z);
+        if (deflateInit(&lg->z, lg->o.level) != Z_OK)
+            return EXR_ENOMEM;
+        lg->z_ready = true;
+    }
+    if (s == EXR_OK && deflateReset(&lg->z) != Z_OK)
+        s = EXR_ENOMEM;
+    if (s == EXR_OK) {
+        lg->z.next_out = lg->zbuf;
+        lg->z.avail_out = (uInt)bound;
+    }
+    return s;
+}
+
+/* Compresses the chunk's raw body (metadata, rows, final states) straight
+ * from where the rows are, unpins, writes. Runs on the writer thread
+ * without lg->mu. */
 static exr_status write_chunk(exr_log *lg, chunk *c)
 {
     if (lg->o.level == 0)
         return write_stored(lg, c);
-    size_t n = c->n;
-    exr_status s = grow(&lg->raw, &lg->raw_cap, c->raw);
+    size_t n = c->n, meta = META_BYTES * n, used = 0;
+    uLong bound = compressBound((uLong)c->raw);
+    exr_status s = c->raw > (1u << 30) ? EXR_EOVERFLOW : deflate_begin(lg, meta, bound);
     if (s == EXR_OK) {
         put_meta(lg, c, lg->raw);
-        unsigned char *p = lg->raw + META_BYTES * n;
-        for (size_t i = 0; i < n; i++, p += lg->row)
-            memcpy(p, c->rows[i], lg->row);
-        for (size_t i = 0; i < c->nfin; i++, p += lg->sb)
-            memcpy(p, c->fins[i], lg->sb);
+        s = deflate_in(lg, lg->raw, meta);
     }
-    unpin_chunk(c); /* the rows are copied: the buffer may free what they were in */
+    for (size_t i = 0; s == EXR_OK && i < n; i++)
+        s = deflate_row(lg, &used, c->rows[i], lg->row);
+    for (size_t i = 0; s == EXR_OK && i < c->nfin; i++)
+        s = deflate_row(lg, &used, c->fins[i], lg->sb);
+    if (s == EXR_OK)
+        s = deflate_in(lg, lg->stage, used);
+    if (s == EXR_OK && deflate(&lg->z, Z_FINISH) != Z_STREAM_END)
+        s = EXR_ENOMEM;
+    unpin_chunk(c); /* the rows are compressed: the buffer may free what they were in */
     if (s != EXR_OK)
         return s;
-    uLong bound = compressBound((uLong)c->raw);
-    s = grow(&lg->zbuf, &lg->zcap, bound);
-    if (s != EXR_OK)
-        return s;
-    uLongf zl = bound;
-    if (compress2(lg->zbuf, &zl, lg->raw, (uLong)c->raw, lg->o.level) != Z_OK)
-        return EXR_ENOMEM;
     return write_block(lg, KIND_RECORDS, CODEC_ZLIB, (uint32_t)n, c->ts[0], c->ts[n - 1],
-                       lg->zbuf, zl, c->raw);
+                       lg->zbuf, lg->z.total_out, c->raw);
 }
 
 /* With lg->mu: the open chunk goes to the queue. */
@@ -571,7 +634,7 @@ bool exr_log_has_schema(const exr_log *lg) { return lg->has_schema; }
  * will stay until the writer copies them. */
 static exr_status add_locked(exr_log *lg, int64_t h, uint64_t pos, const unsigned char *row,
                              const unsigned char *fin, unsigned flags, unsigned char **copy_row,
-                             unsigned char **copy_fin)
+                             unsigned char **copy_fin, int64_t now)
 {
     chunk *c = lg->open;
     if (!c) {
@@ -597,7 +660,7 @@ static exr_status add_locked(exr_log *lg, int64_t h, uint64_t pos, const unsigne
         row = r;
         fin = f;
     }
-    int64_t ts = real_ns();
+    int64_t ts = now;
     if (ts < lg->last_ts)
         ts = lg->last_ts; /* time never goes back within a log */
     lg->last_ts = ts;
@@ -617,20 +680,60 @@ static exr_status add_locked(exr_log *lg, int64_t h, uint64_t pos, const unsigne
     return EXR_OK;
 }
 
-exr_status exr_log_append(exr_log *lg, int64_t h, uint64_t pos, const void *state,
-                          const void *action, const void *reward, const void *fin,
-                          unsigned flags)
+/* What a failed append_many puts back: the log as it was before the call. */
+typedef struct {
+    chunk *open, *qtail;
+    size_t n, nfin, raw, backlog;
+    uint64_t sealed_seq;
+    int64_t last_ts;
+} log_mark;
+
+static void mark_locked(const exr_log *lg, log_mark *m)
 {
-    if (flags & ~7u || ((flags & (EXR_LOG_TERMINATED | EXR_LOG_FINAL)) && !(flags & EXR_LOG_END)) ||
-        (!fin != !(flags & EXR_LOG_FINAL)) || pos > (uint64_t)INT64_MAX)
-        return EXR_EINVAL;
-    pthread_mutex_lock(&lg->mu);
-    exr_status s = EXR_OK;
-    unsigned char *r = NULL, *f = NULL;
-    if (lg->closed || !lg->has_schema)
-        s = EXR_EINVAL;
+    chunk *c = lg->open;
+    *m = (log_mark){c, lg->qtail, c ? c->n : 0, c ? c->nfin : 0, c ? c->raw : 0, lg->st.backlog,
+                    lg->sealed_seq, lg->last_ts};
+}
+
+/* With lg->mu, held since mark_locked: drops every step added since. The
+ * writer has not seen the chunks sealed meanwhile (it needs lg->mu to take
+ * one), so they are unlinked from the queue and freed; the chunk that was
+ * open is open again with its old contents (its arena keeps what it got). */
+static void rollback_locked(exr_log *lg, const log_mark *m)
+{
+    chunk *x = m->qtail ? m->qtail->next : lg->qhead;
+    if (m->qtail)
+        m->qtail->next = NULL;
     else
-        s = add_locked(lg, h, pos, NULL, NULL, flags, &r, &f);
+        lg->qhead = NULL;
+    lg->qtail = m->qtail;
+    if (lg->open && lg->open != m->open)
+        chunk_free(lg->open);
+    while (x) {
+        chunk *nx = x->next;
+        if (x != m->open)
+            chunk_free(x);
+        x = nx;
+    }
+    lg->open = m->open;
+    if (m->open) {
+        m->open->next = NULL;
+        m->open->n = m->n;
+        m->open->nfin = m->nfin;
+        m->open->raw = m->raw;
+    }
+    lg->sealed_seq = m->sealed_seq;
+    lg->st.backlog = m->backlog;
+    lg->last_ts = m->last_ts;
+}
+
+/* With lg->mu: one step, copied. */
+static exr_status append_locked(exr_log *lg, int64_t h, uint64_t pos, const unsigned char *state,
+                                const unsigned char *action, const unsigned char *reward,
+                                const void *fin, unsigned flags, int64_t now)
+{
+    unsigned char *r = NULL, *f = NULL;
+    exr_status s = add_locked(lg, h, pos, NULL, NULL, flags, &r, &f, now);
     if (s == EXR_OK) {
         memcpy(r, state, lg->sb);
         memcpy(r + lg->sb, action, lg->ab);
@@ -638,13 +741,47 @@ exr_status exr_log_append(exr_log *lg, int64_t h, uint64_t pos, const void *stat
         if (f)
             memcpy(f, fin, lg->sb);
     }
+    return s;
+}
+
+exr_status exr_log_append_many(exr_log *lg, int64_t h, uint64_t pos, const void *states,
+                               const void *actions, const void *rewards, size_t T, const void *fin,
+                               unsigned flags)
+{
+    if (T == 0)
+        return EXR_OK;
+    if (flags & ~7u ||
+        ((flags & (EXR_LOG_TERMINATED | EXR_LOG_FINAL)) && !(flags & EXR_LOG_END)) ||
+        (!fin != !(flags & EXR_LOG_FINAL)) || pos > (uint64_t)INT64_MAX ||
+        T - 1 > (uint64_t)INT64_MAX - pos)
+        return EXR_EINVAL;
+    const unsigned char *sp = states, *ap = actions, *rp = rewards;
+    pthread_mutex_lock(&lg->mu);
+    exr_status s = lg->closed || !lg->has_schema ? EXR_EINVAL : EXR_OK;
+    log_mark m;
+    mark_locked(lg, &m);
+    int64_t now = real_ns(); /* one clock read per call */
+    for (size_t t = 0; s == EXR_OK && t < T; t++) {
+        bool last = t + 1 == T;
+        s = append_locked(lg, h, pos + t, sp + t * lg->sb, ap + t * lg->ab, rp + t * lg->rb,
+                          last ? fin : NULL, last ? flags : 0, now);
+    }
+    if (s != EXR_OK)
+        rollback_locked(lg, &m);
     pthread_mutex_unlock(&lg->mu);
     return s;
 }
 
+exr_status exr_log_append(exr_log *lg, int64_t h, uint64_t pos, const void *state,
+                          const void *action, const void *reward, const void *fin,
+                          unsigned flags)
+{
+    return exr_log_append_many(lg, h, pos, state, action, reward, 1, fin, flags);
+}
+
 /* The buffer's step hook: runs with b locked. */
 static void on_step(void *ctx, exr_buffer *b, int64_t h, uint64_t pos, const unsigned char *row,
-                    const unsigned char *fin, bool end, bool terminated)
+                    const unsigned char *fin, bool end, bool terminated, bool first)
 {
     exr_log *lg = ctx;
     unsigned flags = (end ? EXR_LOG_END : 0) | (end && terminated ? EXR_LOG_TERMINATED : 0) |
@@ -652,7 +789,9 @@ static void on_step(void *ctx, exr_buffer *b, int64_t h, uint64_t pos, const uns
     pthread_mutex_lock(&lg->mu);
     exr_status s = EXR_EINVAL;
     if (!lg->closed) {
-        s = add_locked(lg, h, pos, row, end ? fin : NULL, flags, NULL, NULL);
+        if (first || !lg->call_ts)
+            lg->call_ts = real_ns(); /* one clock read per record call */
+        s = add_locked(lg, h, pos, row, end ? fin : NULL, flags, NULL, NULL, lg->call_ts);
         chunk *c = lg->open;
         if (s == EXR_OK && !c) {
             /* sealed by this step: pin the sealed one if it is not yet */
@@ -696,6 +835,8 @@ exr_status exr_log_flush(exr_log *lg, bool sync)
     bool do_sync = sync || lg->o.fsync;
     pthread_mutex_unlock(&lg->mu);
     if (err) {
+        if (err == ENOMEM)
+            return EXR_ENOMEM; /* the writer could not allocate: a chunk is lost */
         errno = err;
         return EXR_EIO;
     }
@@ -764,6 +905,9 @@ void exr_log_free(exr_log *lg)
     chunk_free(lg->open);
     free(lg->raw);
     free(lg->zbuf);
+    free(lg->stage);
+    if (lg->z_ready)
+        deflateEnd(&lg->z);
     pthread_cond_destroy(&lg->done);
     pthread_cond_destroy(&lg->wake);
     pthread_mutex_destroy(&lg->mu);

@@ -75,6 +75,13 @@ exr_status exr_log_append(exr_log *lg, int64_t h, uint64_t pos, const void *stat
                           const void *action, const void *reward, const void *fin,
                           unsigned flags);
 
+/* T steps at positions pos, pos + 1, ... (rows of states/actions/rewards
+ * one after another), copied; flags and fin belong to the last step. All
+ * or nothing: on failure (EXR_ENOMEM) the log is as it was before the call. */
+exr_status exr_log_append_many(exr_log *lg, int64_t h, uint64_t pos, const void *states,
+                               const void *actions, const void *rewards, size_t T, const void *fin,
+                               unsigned flags);
+
 /* Waits (without any buffer lock held) while the backlog is >= max_backlog. */
 void exr_log_throttle(exr_log *lg);
 

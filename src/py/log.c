@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "args.h"
 #include "log.h"
@@ -323,7 +324,8 @@ static PyObject *log_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     LogObject *self = (LogObject *)type->tp_alloc(type, 0);
     if (!self)
         return NULL;
-    if (log_open_path(self, o_path, &o, overwrite) < 0)
+    PyObject *created = NULL; /* the file's path, once this call created it */
+    if (log_open_path(self, o_path, &o, overwrite) < 0 || !PyUnicode_FSConverter(o_path, &created))
         goto error;
     if (o_sshape != Py_None) {
         if (schema_args(self, o_sshape, o_sdtype, o_ashape, o_adtype, o_rdtype) < 0)
@@ -334,9 +336,14 @@ static PyObject *log_new(PyTypeObject *type, PyObject *args, PyObject *kw)
                      "or reward_dtype, got None");
         goto error;
     }
+    Py_DECREF(created);
     return (PyObject *)self;
 error:
-    Py_DECREF(self);
+    Py_DECREF(self); /* closes the file */
+    if (created) { /* a failed constructor leaves no file behind */
+        (void)unlink(PyBytes_AS_STRING(created));
+        Py_DECREF(created);
+    }
     return NULL;
 }
 
@@ -424,9 +431,6 @@ static int append_arrays(LogObject *self, PyObject *const *a, const char *const 
 static exr_status append_steps(LogObject *self, int64_t h, size_t pos, npy_intp T,
                                PyArrayObject **arr, int terminated)
 {
-    size_t sb = nbytes_of(self->state_descr, self->state_nd, self->state_shape);
-    size_t ab = nbytes_of(self->action_descr, self->action_nd, self->action_shape);
-    size_t rb = (size_t)PyDataType_ELSIZE(self->reward_descr);
     const unsigned char *sp = PyArray_DATA(arr[0]), *ap = PyArray_DATA(arr[1]);
     const unsigned char *rp = PyArray_DATA(arr[2]);
     PyArrayObject *fin = arr[3];
@@ -437,11 +441,7 @@ static exr_status append_steps(LogObject *self, int64_t h, size_t pos, npy_intp 
     exr_log *lg = self->lg;
     Py_BEGIN_ALLOW_THREADS
     exr_log_throttle(lg);
-    for (npy_intp t = 0; t < T && st == EXR_OK; t++) {
-        bool last = t + 1 == T;
-        st = exr_log_append(lg, h, pos + (size_t)t, sp + (size_t)t * sb, ap + (size_t)t * ab,
-                            rp + (size_t)t * rb, last ? fp : NULL, last ? endfl : 0);
-    }
+    st = exr_log_append_many(lg, h, pos, sp, ap, rp, (size_t)T, fp, endfl);
     Py_END_ALLOW_THREADS
     return st;
 }
