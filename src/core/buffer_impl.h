@@ -1,7 +1,7 @@
 /*
- * buffer_impl.h - the layout of exr_buffer, shared by buffer.c and codec.c
- * (the serialized form reads and writes it directly). Nothing outside the
- * core includes this.
+ * buffer_impl.h - the layout of exr_buffer and the functions the buffer's
+ * files (buffer*.c, batch_copy.c) share; codec*.c read and write it too.
+ * Nothing outside the core includes this.
  */
 #ifndef EXR_BUFFER_IMPL_H
 #define EXR_BUFFER_IMPL_H
@@ -50,7 +50,7 @@ typedef struct exr_reader {
  *             with no other lock held.
  *   wait_mu   with `published`: waiting for a record call to publish.
  */
-struct exr_locks; /* rw, pin_mu, wait_mu, published: defined in buffer.c */
+struct exr_locks; /* rw, pin_mu, wait_mu, published: buffer_locks.h */
 
 struct exr_buffer {
     struct exr_locks *lk;
@@ -79,6 +79,52 @@ struct exr_buffer {
     exr_step_hook hook;
     void *hook_ctx;
 };
+
+/* ---- shared between the buffer's files (the map: docs/design.md) ---- */
+
+/* buffer.c: the storage lock taken shared (spinning briefly first); waiting
+ * for the next publish with the lock released meanwhile; signalling one. */
+void lock_shared(exr_buffer *b);
+void wait_publish(exr_buffer *b, bool shared);
+void signal_publish(exr_buffer *b);
+
+/* buffer_selectors.c: the entry of selector h, or NULL. */
+sel_entry *find_sel(const exr_buffer *b, int64_t h);
+
+/* buffer_picks.c */
+exr_status reserve_picks(exr_buffer *b, size_t extra);
+void enter_picks_locked(exr_buffer *b, uint32_t slot);
+void remove_pick_locked(exr_buffer *b, size_t i);
+uint32_t *pick_aux_locked(const exr_buffer *b, int64_t epi, int64_t pos);
+size_t pick_index_locked(const exr_buffer *b, int64_t epi, int64_t pos);
+
+/* buffer_evict.c */
+void evict_over_capacity_locked(exr_buffer *b);
+
+/* buffer_graveyard.c */
+unsigned char *seg_alloc_locked(exr_buffer *b, size_t rows);
+void free_graveyard_upto(exr_buffer *b, uint64_t epoch);
+void bury_or_free(exr_buffer *b, exr_body *body);
+void bury_segment(exr_buffer *b, unsigned char *seg, exr_dead *node);
+void pin_locked(exr_buffer *b, exr_reader *r);
+void unpin(exr_buffer *b, exr_reader *r);
+
+/* Where one pick's rows live, resolved under the lock. Rows [0, na) are in
+ * segment A from the pick's offset, the rest in segment B from its start. */
+typedef struct {
+    const unsigned char *a, *b; /* row 0 of the pick in A; row 0 of B (NULL if unused) */
+    const unsigned char *final; /* final state, if row len is not stored */
+    uint32_t na, len;
+    uint32_t next_stored;       /* row len (the last next state) is a record */
+} plan_t;
+
+/* batch_copy.c: copies the planned picks into out (no lock needed: pinned). */
+void copy_batch(const exr_buffer *b, size_t count, const plan_t *plans, exr_batch_out *out);
+
+static inline uint64_t complete_steps(const exr_episode *e)
+{
+    return e->ended ? e->n : (e->n ? e->n - 1 : 0);
+}
 
 /* Room for one more entry in b->sels. */
 exr_status exr_buffer_reserve_selector_locked(exr_buffer *b);

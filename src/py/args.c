@@ -5,6 +5,8 @@
 
 #include <inttypes.h>
 
+#include "replay_impl.h"
+
 int exr_is_int(PyObject *o) { return !PyBool_Check(o) && PyIndex_Check(o); }
 
 /* One Python int as its sign and magnitude: 1 if it fits 64 bits, 0 if not. */
@@ -282,5 +284,92 @@ int exr_handle_arg(PyObject *o, const char *name, const char *expected, int64_t 
     if (x == -1 && PyErr_Occurred())
         return -1;
     *h = overflow ? -1 : (int64_t)x;
+    return 0;
+}
+
+/* Fills out[0..nmax) from positional args and keywords (NULL where absent).
+ * The first nreq are required. */
+int exr_parse_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                   const char *fname, const char *const *names, int nreq, int nmax,
+                   PyObject **out)
+{
+    for (int i = 0; i < nmax; i++)
+        out[i] = NULL;
+    if (nargs > nmax) {
+        PyErr_Format(PyExc_TypeError, "%s() takes at most %d positional arguments (%zd given)",
+                     fname, nmax, nargs);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        out[i] = args[i];
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t j = 0; j < nkw; j++) {
+        PyObject *key = PyTuple_GET_ITEM(kwnames, j);
+        int i = 0;
+        while (i < nmax && PyUnicode_CompareWithASCIIString(key, names[i]) != 0)
+            i++;
+        if (i == nmax) {
+            PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'", fname,
+                         key);
+            return -1;
+        }
+        if (out[i]) {
+            PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument '%s'", fname,
+                         names[i]);
+            return -1;
+        }
+        out[i] = args[nargs + j];
+    }
+    for (int i = 0; i < nreq; i++) {
+        if (!out[i]) {
+            PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s'", fname,
+                         names[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+PyArray_Descr *exr_dtype_arg(PyObject *o, const char *name, int reward)
+{
+    PyArray_Descr *d = NULL;
+    if (o == Py_None || !PyArray_DescrConverter(o, &d)) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s: expected a NumPy dtype, got %R", name, o);
+        return NULL;
+    }
+    char k = d->kind;
+    int ok = reward ? (k == 'f' && (PyDataType_ELSIZE(d) == 2 || PyDataType_ELSIZE(d) == 4 ||
+                                    PyDataType_ELSIZE(d) == 8))
+                    : (k == 'b' || k == 'i' || k == 'u' || k == 'f');
+    if (!ok || PyDataType_HASFIELDS(d) || PyDataType_HASSUBARRAY(d)) {
+        PyErr_Format(PyExc_TypeError, "%s: expected %s, got %S", name,
+                     reward ? "float16, float32 or float64"
+                            : "a bool, integer or floating dtype",
+                     (PyObject *)d);
+        Py_DECREF(d);
+        return NULL;
+    }
+    if (!PyArray_ISNBO(d->byteorder)) {
+        PyArray_Descr *n = PyArray_DescrNewByteorder(d, NPY_NATIVE);
+        Py_DECREF(d);
+        d = n;
+    }
+    return d;
+}
+
+int truth_arg(PyObject *o, const char *name, bool *out)
+{
+    if (!o) {
+        *out = false;
+        return 0;
+    }
+    if (!PyBool_Check(o) && !PyArray_IsScalar(o, Bool) && !PyLong_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "%s: expected a bool, got %s", name, Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    int t = PyObject_IsTrue(o);
+    if (t < 0)
+        return -1;
+    *out = t;
     return 0;
 }

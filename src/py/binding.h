@@ -121,7 +121,7 @@ PyObject *exr_replay_load_cls(PyObject *cls, PyObject *path);
 PyObject *exr_replay_reduce_ex(ReplayObject *self, PyObject *protocol);
 PyObject *exr_unserialize(PyObject *module, PyObject *data);
 
-/* Shared argument parsing (replay.c). */
+/* Shared argument parsing (args.c). */
 int exr_parse_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, const char *fname,
                    const char *const *names, int nreq, int nmax, PyObject **out);
 int exr_selector_init_type(PyObject *module, exr_modstate *st);

@@ -9,6 +9,8 @@
 
 #include <structmember.h>
 
+#include "replay_impl.h"
+
 PyObject *exr_selector_new(ReplayObject *owner, int64_t h, int kind)
 {
     exr_modstate *st = exr_state_of_type(Py_TYPE(owner));
@@ -228,4 +230,67 @@ int exr_selector_init_type(PyObject *m, exr_modstate *st)
     if (!st->selector_type)
         return -1;
     return PyModule_AddObjectRef(m, "PickSelector", (PyObject *)st->selector_type);
+}
+
+/* ---- ExperienceReplay's methods that make and remove selectors ---------- */
+
+PyObject *replay_new_pick_selector(ReplayObject *self, PyObject *args, PyObject *kw)
+{
+    EXR_GUARD(self, NULL);
+    if (PyTuple_GET_SIZE(args) != 1)
+        return PyErr_Format(PyExc_TypeError,
+                            "new_pick_selector() takes exactly one positional argument, the "
+                            "PickSelectorClass (%zd given)",
+                            PyTuple_GET_SIZE(args));
+    PyObject *o = PyTuple_GET_ITEM(args, 0);
+    char want[64];
+    snprintf(want, sizeof want, "a PickSelectorClass (0 to %d)", exr_selector_nkinds - 1);
+    int64_t kind;
+    if (exr_int_arg(o, "kind", want, 0, exr_selector_nkinds - 1, &kind) < 0)
+        return NULL;
+    const exr_selector_vtable *vt = exr_selector_kinds[kind];
+    double params[EXR_SEL_MAXPARAMS];
+    for (int k = 0; k < vt->nparams; k++)
+        params[k] = vt->param_defaults[k];
+    if (kw) {
+        PyObject *key, *value;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(kw, &pos, &key, &value)) {
+            int k = 0;
+            while (k < vt->nparams &&
+                   PyUnicode_CompareWithASCIIString(key, vt->param_names[k]) != 0)
+                k++;
+            if (k == vt->nparams)
+                return PyErr_Format(PyExc_TypeError,
+                                    "new_pick_selector(): a %s selector takes no parameter %R",
+                                    vt->name, key);
+            const char *pname = vt->param_names[k];
+            if (exr_real_arg(value, pname, &params[k]) < 0)
+                return NULL;
+            if (!vt->param_ok(k, params[k]))
+                return PyErr_Format(PyExc_ValueError, "%s: expected a finite number >= 0, got %R",
+                                    pname, value);
+        }
+    }
+    int64_t h;
+    exr_lock_with_gil(self->buf);
+    exr_status st = exr_buffer_add_selector_locked(self->buf, (int)kind, params, &h);
+    exr_buffer_unlock(self->buf);
+    if (st != EXR_OK)
+        return exr_raise(st, "new_pick_selector");
+    return exr_selector_new(self, h, (int)kind);
+}
+
+PyObject *replay_remove_pick_selector(ReplayObject *self, PyObject *ps)
+{
+    EXR_GUARD(self, NULL);
+    int64_t h;
+    if (exr_selector_handle(self, ps, &h) < 0)
+        return NULL;
+    exr_lock_with_gil(self->buf);
+    exr_status st = exr_buffer_remove_selector_locked(self->buf, h);
+    exr_buffer_unlock(self->buf);
+    if (st == EXR_ENOTFOUND)
+        return unknown_selector(h);
+    Py_RETURN_NONE;
 }

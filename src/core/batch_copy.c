@@ -1,0 +1,144 @@
+/*
+ * batch_copy.c - where rows are copied into a batch: the located picks' states,
+ * actions, rewards and next states gathered into the caller's arrays,
+ * prefetching the picks ahead.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buffer_impl.h"
+
+/* memcpy for the short runs a pick is made of (a few rows of a few bytes):
+ * inline 16-byte moves, with an overlapping last move, beat a call into
+ * libc's size dispatch. */
+static inline void copy_bytes(unsigned char *d, const unsigned char *s, size_t n)
+{
+    if (n > 256) {
+        memcpy(d, s, n);
+    } else if (n >= 16) {
+        size_t i = 0;
+        for (; i + 16 <= n; i += 16)
+            memcpy(d + i, s + i, 16);
+        if (i < n)
+            memcpy(d + n - 16, s + n - 16, 16);
+    } else if (n >= 8) {
+        memcpy(d, s, 8);
+        memcpy(d + n - 8, s + n - 8, 8);
+    } else if (n >= 4) {
+        memcpy(d, s, 4);
+        memcpy(d + n - 4, s + n - 4, 4);
+    } else {
+        for (size_t i = 0; i < n; i++)
+            d[i] = s[i];
+    }
+}
+
+/* One field (at byte `at` of each row, `w` bytes wide) of cnt rows from
+ * src (rows `stride` apart) into dst (packed). The common widths get a
+ * fixed-size move the compiler inlines. */
+static inline void gather_field(unsigned char *dst, const unsigned char *src, size_t cnt,
+                                size_t stride, size_t w)
+{
+#define GATHER(W)                                                                                  \
+    for (size_t r_ = 0; r_ < cnt; r_++)                                                            \
+        memcpy(dst + r_ * (W), src + r_ * stride, (W));                                            \
+    return
+    switch (w) {
+    case 0:
+        return;
+    case 1:
+        GATHER(1);
+    case 2:
+        GATHER(2);
+    case 4:
+        GATHER(4);
+    case 8:
+        GATHER(8);
+    case 16:
+        GATHER(16);
+    case 32:
+        GATHER(32);
+    default:
+        for (size_t r = 0; r < cnt; r++)
+            copy_bytes(dst + r * w, src + r * stride, w);
+    }
+#undef GATHER
+}
+
+/* Rows [0, cnt) of a pick, split between A and B. */
+static void gather_rows(unsigned char *dst, const plan_t *pl, size_t cnt, size_t at,
+                        const exr_store_layout *L, size_t w)
+{
+    size_t first = cnt < pl->na ? cnt : pl->na;
+    gather_field(dst, pl->a + at, first, L->row_bytes, w);
+    if (cnt > first)
+        gather_field(dst + first * w, pl->b + at, cnt - first, L->row_bytes, w);
+}
+
+static void copy_pick(const exr_store_layout *L, const plan_t *pl, size_t pick_len,
+                      unsigned char *st, unsigned char *ac, unsigned char *rw, unsigned char *nx)
+{
+    size_t sb = L->state_bytes, ab = L->action_bytes, rb = L->reward_bytes, l = pl->len;
+    gather_rows(st, pl, l, 0, L, sb);
+    gather_rows(ac, pl, l, sb, L, ab);
+    gather_rows(rw, pl, l, sb + ab, L, rb);
+    /* Next states 0..l-2 are states 1..l-1: take them from the output just
+     * written, so each stored state is read once (docs/design.md). */
+    if (l > 1)
+        copy_bytes(nx, st + sb, (l - 1) * sb);
+    unsigned char *last = nx + (l - 1) * sb;
+    if (pl->next_stored)
+        copy_bytes(last, l < pl->na ? pl->a + l * L->row_bytes : pl->b + (l - pl->na) * L->row_bytes,
+                   sb);
+    else if (pl->final)
+        copy_bytes(last, pl->final, sb);
+    else
+        memset(last, 0, sb);
+    if (l < pick_len) {
+        size_t pad = pick_len - l;
+        memset(st + l * sb, 0, pad * sb);
+        memset(nx + l * sb, 0, pad * sb);
+        memset(ac + l * ab, 0, pad * ab);
+        memset(rw + l * rb, 0, pad * rb);
+    }
+}
+static inline void prefetch_range(const unsigned char *p, size_t n)
+{
+    if (!p)
+        return;
+    for (size_t off = 0; off < n; off += 64)
+        __builtin_prefetch(p + off);
+    __builtin_prefetch(p + n - 1);
+}
+
+/* Every line pick pl will read, so that the misses of the picks ahead
+ * overlap with the copying of this one. */
+static inline void prefetch_pick(const exr_store_layout *L, const plan_t *pl)
+{
+    size_t rows = pl->len + pl->next_stored;
+    size_t a = rows < pl->na ? rows : pl->na;
+    prefetch_range(pl->a, a * L->row_bytes);
+    if (rows > a)
+        prefetch_range(pl->b, (rows - a) * L->row_bytes);
+}
+
+void copy_batch(const exr_buffer *b, size_t count, const plan_t *plans,
+                       exr_batch_out *out)
+{
+    const exr_store_layout *L = &b->lay;
+    size_t P = b->cfg.pick_len;
+    size_t ss = P * L->state_bytes, as = P * L->action_bytes, rs = P * L->reward_bytes;
+    unsigned char *st = out->state, *ac = out->action, *rw = out->reward, *nx = out->state_next;
+    /* how many picks ahead to prefetch: enough lines in flight to cover a
+     * DRAM miss (the core tracks a few dozen), capped for huge picks */
+    size_t lines = (P + 1) * L->row_bytes / 64 + 2;
+    size_t ahead = lines >= 48 ? 1 : 48 / lines;
+    for (size_t i = 0; i < count && i < ahead; i++)
+        prefetch_pick(L, &plans[i]);
+    for (size_t i = 0; i < count; i++) {
+        if (i + ahead < count)
+            prefetch_pick(L, &plans[i + ahead]);
+        copy_pick(L, &plans[i], P, st + i * ss, ac + i * as, rw + i * rs, nx + i * ss);
+    }
+}

@@ -1,0 +1,29 @@
+/*
+ * buffer_evict.c - where an episode is evicted: its picks leave the table and the
+ * selectors, its records the count, its body the buffer (evict.c chooses
+ * which episode).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buffer_impl.h"
+
+static void evict_episode_locked(exr_buffer *b, uint32_t slot)
+{
+    exr_episode *e = &b->eps.slab[slot];
+    for (uint64_t p = 0; p < e->m; p++)
+        remove_pick_locked(b, *exr_aux_at(e, p));
+    b->n_records -= e->n;
+    exr_body *body = e->body;
+    exr_episodes_remove(&b->eps, slot);
+    bury_or_free(b, body);
+}
+
+void evict_over_capacity_locked(exr_buffer *b)
+{
+    while (b->cfg.capacity && b->n_records > b->cfg.capacity && b->eps.count) {
+        uint32_t victim = exr_evict_choose(&b->eps, b->cfg.eviction, &b->hand);
+        evict_episode_locked(b, victim);
+    }
+}

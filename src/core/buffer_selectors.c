@@ -1,0 +1,94 @@
+/*
+ * buffer_selectors.c - the buffer's selectors: adding, removing, finding one by handle,
+ * setting a parameter.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buffer_impl.h"
+
+sel_entry *find_sel(const exr_buffer *b, int64_t h)
+{
+    for (size_t i = 0; i < b->nsels; i++)
+        if (b->sels[i].handle == h)
+            return &b->sels[i];
+    return NULL;
+}
+
+exr_status exr_buffer_reserve_selector_locked(exr_buffer *b)
+{
+    if (b->nsels < b->sels_cap)
+        return EXR_OK;
+    size_t ncap = b->sels_cap ? b->sels_cap * 2 : 4;
+    sel_entry *ns = realloc(b->sels, ncap * sizeof *ns);
+    if (!ns)
+        return EXR_ENOMEM;
+    b->sels = ns;
+    b->sels_cap = ncap;
+    return EXR_OK;
+}
+
+exr_status exr_buffer_add_selector_locked(exr_buffer *b, int kind, const double *params,
+                                          int64_t *h)
+{
+    if (kind < 0 || kind >= exr_selector_nkinds)
+        return EXR_EINVAL;
+    const exr_selector_vtable *vt = exr_selector_kinds[kind];
+    for (int k = 0; k < vt->nparams; k++)
+        if (!vt->param_ok(k, params[k]))
+            return EXR_EINVAL;
+    if (b->next_sel_handle >= EXR_MAX_HANDLE)
+        return EXR_EOVERFLOW;
+    exr_status st = exr_buffer_reserve_selector_locked(b);
+    if (st != EXR_OK)
+        return st;
+    exr_selector *s;
+    st = vt->create(&s, params, b->picks.n);
+    if (st != EXR_OK)
+        return st;
+    if (pthread_mutex_init(&s->mu, NULL) != 0) {
+        vt->destroy(s);
+        return EXR_ENOMEM;
+    }
+    int64_t handle = b->next_sel_handle++;
+    exr_rng_seed(&s->rng, b->cfg.seed, (uint64_t)handle);
+    /* Existing picks start at the selector's maximum so far: their recorded
+     * priorities are gone once they became picks (docs/semantics.md). */
+    for (size_t i = 0; i < b->picks.n; i++)
+        vt->add(s, i, NAN);
+    b->sels[b->nsels++] = (sel_entry){handle, s};
+    *h = handle;
+    return EXR_OK;
+}
+
+exr_status exr_buffer_remove_selector_locked(exr_buffer *b, int64_t h)
+{
+    sel_entry *e = find_sel(b, h);
+    if (!e)
+        return EXR_ENOTFOUND;
+    pthread_mutex_destroy(&e->sel->mu);
+    e->sel->vt->destroy(e->sel);
+    size_t i = (size_t)(e - b->sels);
+    memmove(b->sels + i, b->sels + i + 1, (b->nsels - i - 1) * sizeof *b->sels);
+    b->nsels--;
+    return EXR_OK;
+}
+
+exr_selector *exr_buffer_selector_locked(exr_buffer *b, int64_t h)
+{
+    sel_entry *e = find_sel(b, h);
+    return e ? e->sel : NULL;
+}
+
+exr_status exr_buffer_set_param_locked(exr_buffer *b, int64_t h, int k, double v)
+{
+    sel_entry *e = find_sel(b, h);
+    if (!e)
+        return EXR_ENOTFOUND;
+    const exr_selector_vtable *vt = e->sel->vt;
+    if (k < vt->settable_from || k >= vt->nparams || !vt->param_ok(k, v))
+        return EXR_EINVAL;
+    vt->set_param(e->sel, k, v);
+    return EXR_OK;
+}

@@ -1,0 +1,193 @@
+/*
+ * arrays.c - where the binding makes NumPy arrays: a batch's arrays carved from
+ * one block (block.c) or checked when the caller passes out=, the Batch that
+ * holds them, and the arrays of episode() and the test hooks.
+ */
+#include "binding.h"
+
+#include <math.h>
+
+#include "args.h"
+#include "replay_impl.h"
+
+static const char *const field_names[NFIELDS] = {"state", "action", "reward", "state_next",
+                                                 "seq_len", "seq_len_next", "pick_epi",
+                                                 "pick_pos", "weight", "pick_index"};
+
+/* Expected dtype and shape of batch field f for B picks. */
+static PyArray_Descr *field_spec(ReplayObject *self, int f, npy_intp B, int *nd, npy_intp *dims)
+{
+    npy_intp L = exr_buffer_config(self->buf)->pick_len;
+    dims[0] = B;
+    *nd = 1;
+    switch (f) {
+    case F_STATE:
+    case F_NEXT:
+        dims[1] = L;
+        memcpy(dims + 2, self->state_shape, sizeof(npy_intp) * (size_t)self->state_nd);
+        *nd = 2 + self->state_nd;
+        Py_INCREF(self->state_descr);
+        return self->state_descr;
+    case F_ACTION:
+        dims[1] = L;
+        memcpy(dims + 2, self->action_shape, sizeof(npy_intp) * (size_t)self->action_nd);
+        *nd = 2 + self->action_nd;
+        Py_INCREF(self->action_descr);
+        return self->action_descr;
+    case F_REWARD:
+        dims[1] = L;
+        *nd = 2;
+        Py_INCREF(self->reward_descr);
+        return self->reward_descr;
+    case F_WEIGHT:
+        return PyArray_DescrFromType(NPY_FLOAT32);
+    default:
+        return PyArray_DescrFromType(NPY_INT64);
+    }
+}
+
+/* The arrays of a new batch of B picks, carved from one block (block.c). */
+static int new_batch_arrays(ReplayObject *self, npy_intp B, PyObject **arrays)
+{
+    int nds[NFIELDS];
+    npy_intp dims[NFIELDS][NPY_MAXDIMS];
+    PyArray_Descr *descrs[NFIELDS] = {0};
+    size_t offs[NFIELDS], total = 0;
+    PyObject *block = NULL;
+    for (int f = 0; f < NFIELDS; f++) {
+        descrs[f] = field_spec(self, f, B, &nds[f], dims[f]);
+        if (!descrs[f])
+            goto fail;
+        size_t bytes = (size_t)PyDataType_ELSIZE(descrs[f]);
+        for (int i = 0; i < nds[f]; i++)
+            if (!exr_mul_size(bytes, (size_t)dims[f][i], &bytes))
+                goto too_big;
+        offs[f] = total;
+        if (!exr_add_size(total, bytes + 63, &total) || total > (size_t)PY_SSIZE_T_MAX)
+            goto too_big;
+        total &= ~(size_t)63;
+    }
+    block = exr_block_new(mstate(self), total);
+    if (!block)
+        goto fail;
+    char *mem = exr_block_data(block);
+    for (int f = 0; f < NFIELDS; f++) {
+        /* NewFromDescr steals the descr, SetBaseObject the block reference,
+         * both even when they fail */
+        PyArray_Descr *d = descrs[f];
+        descrs[f] = NULL;
+        arrays[f] = PyArray_NewFromDescr(&PyArray_Type, d, nds[f], dims[f], NULL, mem + offs[f],
+                                         NPY_ARRAY_CARRAY, NULL);
+        if (!arrays[f])
+            goto fail;
+        Py_INCREF(block);
+        if (PyArray_SetBaseObject((PyArrayObject *)arrays[f], block) < 0)
+            goto fail;
+    }
+    Py_DECREF(block);
+    return 0;
+too_big:
+    PyErr_Format(PyExc_MemoryError, "batch_size: a batch of %zd picks would not fit in memory",
+                 (Py_ssize_t)B);
+fail:
+    for (int f = 0; f < NFIELDS; f++) {
+        Py_CLEAR(arrays[f]);
+        Py_XDECREF(descrs[f]);
+    }
+    Py_XDECREF(block);
+    return -1;
+}
+
+/* arrays[f] borrowed from `out` after checking them, or new arrays. */
+int batch_arrays(ReplayObject *self, npy_intp B, PyObject *out, PyObject **arrays)
+{
+    exr_modstate *st = mstate(self);
+    if (out && !Py_IS_TYPE(out, st->batch_type)) {
+        PyErr_Format(PyExc_TypeError, "out: expected a Batch from get_batch, got %s",
+                     Py_TYPE(out)->tp_name);
+        return -1;
+    }
+    if (!out)
+        return new_batch_arrays(self, B, arrays);
+    for (int f = 0; f < NFIELDS; f++) {
+        int nd;
+        npy_intp dims[NPY_MAXDIMS];
+        PyArray_Descr *d = field_spec(self, f, B, &nd, dims);
+        if (!d)
+            goto error;
+        PyObject *a = PyStructSequence_GetItem(out, f);
+        int ok = PyArray_Check(a) && PyArray_EquivTypes(PyArray_DESCR((PyArrayObject *)a), d) &&
+                 PyArray_NDIM((PyArrayObject *)a) == nd &&
+                 PyArray_IS_C_CONTIGUOUS((PyArrayObject *)a) &&
+                 PyArray_ISALIGNED((PyArrayObject *)a) && PyArray_ISWRITEABLE((PyArrayObject *)a);
+        for (int i = 0; ok && i < nd; i++)
+            ok = PyArray_DIM((PyArrayObject *)a, i) == dims[i];
+        if (!ok) {
+            char want[256];
+            exr_shape_str(want, sizeof want, nd, dims);
+            PyObject *got = exr_describe_value(a);
+            if (got)
+                PyErr_Format(PyExc_ValueError,
+                             "out: expected out.%s to be a writeable C-contiguous %S array of "
+                             "shape %s, got %U",
+                             field_names[f], (PyObject *)d, want, got);
+            Py_XDECREF(got);
+            Py_DECREF(d);
+            goto error;
+        }
+        Py_DECREF(d);
+        arrays[f] = Py_NewRef(a);
+    }
+    return 0;
+error:
+    for (int f = 0; f < NFIELDS; f++)
+        Py_CLEAR(arrays[f]);
+    return -1;
+}
+
+void batch_out_of(PyObject **arrays, exr_batch_out *o)
+{
+#define DATA(f) PyArray_DATA((PyArrayObject *)arrays[f])
+    o->state = DATA(F_STATE);
+    o->action = DATA(F_ACTION);
+    o->reward = DATA(F_REWARD);
+    o->state_next = DATA(F_NEXT);
+    o->seq_len = DATA(F_LEN);
+    o->seq_len_next = DATA(F_LEN_NEXT);
+    o->pick_epi = DATA(F_EPI);
+    o->pick_pos = DATA(F_POS);
+    o->weight = DATA(F_WEIGHT);
+    o->pick_index = DATA(F_INDEX);
+#undef DATA
+}
+
+/* The Batch holding arrays (stolen), or out refilled. */
+PyObject *batch_result(ReplayObject *self, PyObject **arrays, PyObject *out)
+{
+    if (out) {
+        for (int f = 0; f < NFIELDS; f++)
+            Py_DECREF(arrays[f]);
+        return Py_NewRef(out);
+    }
+    PyObject *b = PyStructSequence_New(mstate(self)->batch_type);
+    if (!b) {
+        for (int f = 0; f < NFIELDS; f++)
+            Py_DECREF(arrays[f]);
+        return NULL;
+    }
+    for (int f = 0; f < NFIELDS; f++)
+        PyStructSequence_SET_ITEM(b, f, arrays[f]);
+    return b;
+}
+
+PyObject *new_array(PyArray_Descr *d, npy_intp lead, int nd, const npy_intp *shape)
+{
+    npy_intp dims[NPY_MAXDIMS];
+    int k = 0;
+    if (lead >= 0)
+        dims[k++] = lead;
+    for (int i = 0; i < nd; i++)
+        dims[k++] = shape[i];
+    Py_INCREF(d);
+    return PyArray_NewFromDescr(&PyArray_Type, d, k, dims, NULL, NULL, 0, NULL);
+}

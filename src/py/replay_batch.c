@@ -1,0 +1,228 @@
+/*
+ * replay_batch.c - get_batch, gather and set_priority: the selector and batch
+ * arguments converted, the core called with the GIL released, the batch or
+ * the error returned.
+ */
+#include "binding.h"
+
+#include <math.h>
+
+#include "args.h"
+#include "replay_impl.h"
+
+static PyObject *batch_error(ReplayObject *self, exr_status st, int64_t h, PyObject **arrays)
+{
+    for (int f = 0; f < NFIELDS; f++)
+        Py_XDECREF(arrays[f]);
+    if (st == EXR_ENOTFOUND)
+        return unknown_selector(h);
+    if (st == EXR_EEMPTY)
+        return exr_empty_batch_error(self, h);
+    return exr_raise(st, "get_batch");
+}
+
+static int batch_size_arg(PyObject *o, npy_intp *B)
+{
+    int64_t v;
+    if (exr_int_arg(o, "batch_size", "an int in [1, 2**63 - 1]", 1, PY_SSIZE_T_MAX, &v) < 0)
+        return -1;
+    *B = (npy_intp)v;
+    return 0;
+}
+
+PyObject *replay_get_batch(ReplayObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                  PyObject *kwnames)
+{
+    EXR_GUARD(self, NULL);
+    static const char *const names[] = {"batch_size", "ps", "out"};
+    PyObject *a[3], *arrays[NFIELDS] = {0};
+    if (exr_parse_args(args, nargs, kwnames, "get_batch", names, 2, 3, a) < 0)
+        return NULL;
+    npy_intp B;
+    int64_t h;
+    if (batch_size_arg(a[0], &B) < 0 || exr_selector_handle(self, a[1], &h) < 0)
+        return NULL;
+    PyObject *out = a[2] == Py_None ? NULL : a[2];
+    /* the largest output array must be addressable */
+    const exr_config *cfg = exr_buffer_config(self->buf);
+    size_t widest = cfg->state_bytes > cfg->action_bytes ? cfg->state_bytes : cfg->action_bytes;
+    size_t bytes;
+    if (widest < 8)
+        widest = 8;
+    if (!exr_mul_size((size_t)B, cfg->pick_len, &bytes) || !exr_mul_size(bytes, widest, &bytes) ||
+        bytes > (size_t)PY_SSIZE_T_MAX)
+        return PyErr_Format(PyExc_MemoryError,
+                            "batch_size: a batch of %zd picks would not fit in memory", (Py_ssize_t)B);
+    if (batch_arrays(self, B, out, arrays) < 0)
+        return NULL;
+    exr_batch_out o;
+    batch_out_of(arrays, &o);
+    exr_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = exr_buffer_get_batch(self->buf, h, (size_t)B, &o);
+    Py_END_ALLOW_THREADS
+    if (st != EXR_OK)
+        return batch_error(self, st, h, arrays);
+    return batch_result(self, arrays, out);
+}
+
+/* pick_epi and pick_pos as int64 arrays of one length n. */
+int pick_arrays(PyObject *epi, PyObject *pos, PyArrayObject **e, PyArrayObject **p,
+                       npy_intp *n)
+{
+    PyArray_Descr *i64 = PyArray_DescrFromType(NPY_INT64);
+    *n = -1;
+    *e = exr_as_array(epi, i64, 1, n, 0, NULL, "pick_epi");
+    *p = *e ? exr_as_array(pos, i64, 1, n, 0, NULL, "pick_pos") : NULL;
+    Py_DECREF(i64);
+    if (!*p) {
+        Py_CLEAR(*e);
+        return -1;
+    }
+    return 0;
+}
+
+PyObject *replay_gather(ReplayObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    EXR_GUARD(self, NULL);
+    PyObject *arrays[NFIELDS] = {0};
+    if (nargs != 3)
+        return PyErr_Format(PyExc_TypeError, "_gather(ps, pick_epi, pick_pos)");
+    int64_t h;
+    PyArrayObject *e, *p;
+    npy_intp n;
+    if (exr_selector_handle(self, args[0], &h) < 0)
+        return NULL;
+    exr_lock_with_gil(self->buf);
+    int known = exr_buffer_selector_locked(self->buf, h) != NULL;
+    exr_buffer_unlock(self->buf);
+    if (!known)
+        return unknown_selector(h);
+    if (pick_arrays(args[1], args[2], &e, &p, &n) < 0)
+        return NULL;
+    if (batch_arrays(self, n, NULL, arrays) < 0) {
+        Py_DECREF(e);
+        Py_DECREF(p);
+        return NULL;
+    }
+    exr_batch_out o;
+    batch_out_of(arrays, &o);
+    exr_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = exr_buffer_gather(self->buf, h, (size_t)n, PyArray_DATA(e), PyArray_DATA(p), &o);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(e);
+    Py_DECREF(p);
+    if (st == EXR_ENOTFOUND) {
+        for (int f = 0; f < NFIELDS; f++)
+            Py_DECREF(arrays[f]);
+        return PyErr_Format(PyExc_ValueError,
+                            "pick_epi, pick_pos: expected picks that exist, got one that does not");
+    }
+    if (st != EXR_OK)
+        return batch_error(self, st, h, arrays);
+    return batch_result(self, arrays, NULL);
+}
+
+/* set_priority(ps, batch, priorities): the batch's picks, reached through
+ * the table indices it carries where they still hold. */
+static int batch_pick_arrays(ReplayObject *self, PyObject *batch, PyArrayObject **e,
+                             PyArrayObject **p, PyArrayObject **x, npy_intp *n)
+{
+    PyArray_Descr *i64 = PyArray_DescrFromType(NPY_INT64);
+    *n = -1;
+    *e = exr_as_array(PyStructSequence_GetItem(batch, F_EPI), i64, 1, n, 0, NULL, "batch.pick_epi");
+    *p = *e ? exr_as_array(PyStructSequence_GetItem(batch, F_POS), i64, 1, n, 0, NULL,
+                           "batch.pick_pos")
+            : NULL;
+    *x = *p ? exr_as_array(PyStructSequence_GetItem(batch, F_INDEX), i64, 1, n, 0, NULL,
+                           "batch.pick_index")
+            : NULL;
+    Py_DECREF(i64);
+    (void)self;
+    if (!*x) {
+        Py_CLEAR(*e);
+        Py_CLEAR(*p);
+        return -1;
+    }
+    return 0;
+}
+
+PyObject *replay_set_priority(ReplayObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                     PyObject *kwnames)
+{
+    EXR_GUARD(self, NULL);
+    static const char *const names[] = {"ps", "pick_epi", "pick_pos", "priorities"};
+    static const char *const bnames[] = {"ps", "batch", "priorities"};
+    PyObject *a[4];
+    int fast = nargs >= 2 && Py_IS_TYPE(args[1], mstate(self)->batch_type);
+    if (fast) {
+        if (exr_parse_args(args, nargs, kwnames, "set_priority", bnames, 3, 3, a) < 0)
+            return NULL;
+        a[3] = a[2];
+    } else if (exr_parse_args(args, nargs, kwnames, "set_priority", names, 4, 4, a) < 0) {
+        return NULL;
+    }
+    int64_t h;
+    if (exr_selector_handle(self, a[0], &h) < 0)
+        return NULL;
+    PyArrayObject *e, *p, *x = NULL, *pr = NULL;
+    npy_intp n;
+    if (fast ? batch_pick_arrays(self, a[1], &e, &p, &x, &n) < 0
+             : pick_arrays(a[1], a[2], &e, &p, &n) < 0)
+        return NULL;
+    if (exr_refuse_bools(a[3], "priorities") < 0) {
+        Py_DECREF(e);
+        Py_DECREF(p);
+        return NULL;
+    }
+    PyArray_Descr *f64 = PyArray_DescrFromType(NPY_FLOAT64);
+    npy_intp m = n;
+    /* one priority for every pick, or one each */
+    int scalar = PyArray_Check(a[3]) ? PyArray_NDIM((PyArrayObject *)a[3]) == 0
+                                     : (PyFloat_Check(a[3]) || PyLong_Check(a[3]) ||
+                                        PyArray_IsScalar(a[3], Generic));
+    if (scalar)
+        pr = exr_as_array(a[3], f64, 0, NULL, 0, NULL, "priorities");
+    else
+        pr = exr_as_array(a[3], f64, 1, &m, 0, NULL, "priorities");
+    Py_DECREF(f64);
+    if (!pr)
+        goto error;
+    const double *pv = PyArray_DATA(pr);
+    size_t stride = scalar ? 0 : 1;
+    /* a broadcast scalar is checked even when there is no pick to apply it to */
+    for (npy_intp i = 0; i < (scalar ? 1 : n); i++) {
+        if (!priority_ok(pv[i])) {
+            PyObject *bad = PyFloat_FromDouble(pv[i]);
+            if (bad)
+                PyErr_Format(PyExc_ValueError,
+                             "priorities: expected finite numbers >= 0, got %R at index %zd", bad,
+                             (Py_ssize_t)i);
+            Py_XDECREF(bad);
+            goto error;
+        }
+    }
+    exr_status st;
+    size_t applied = 0;
+    const int64_t *hint = x ? PyArray_DATA(x) : NULL;
+    Py_BEGIN_ALLOW_THREADS
+    st = exr_buffer_set_priority(self->buf, h, (size_t)n, PyArray_DATA(e), PyArray_DATA(p), hint,
+                                 pv, stride, &applied);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(e);
+    Py_DECREF(p);
+    Py_XDECREF(x);
+    Py_DECREF(pr);
+    if (st == EXR_ENOTFOUND)
+        return unknown_selector(h);
+    if (st != EXR_OK)
+        return exr_raise(st, "set_priority");
+    return PyLong_FromSize_t(applied);
+error:
+    Py_DECREF(e);
+    Py_DECREF(p);
+    Py_XDECREF(x);
+    Py_XDECREF(pr);
+    return NULL;
+}

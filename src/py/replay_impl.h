@@ -1,0 +1,63 @@
+/*
+ * replay_impl.h - what the ExperienceReplay type's files share: replay.c
+ * (the type, construction, configuration attributes), replay_record.c,
+ * replay_batch.c, replay_inspect.c, arrays.c (the NumPy arrays made) and the
+ * selector methods in selector.c.
+ */
+#ifndef EXR_REPLAY_IMPL_H
+#define EXR_REPLAY_IMPL_H
+
+#include <math.h>
+
+#include "binding.h"
+
+static inline int priority_ok(double p) { return isfinite(p) && p >= 0; }
+
+/* The ValueError for a selector handle this buffer does not have. NULL. */
+static inline PyObject *unknown_selector(int64_t h)
+{
+    return PyErr_Format(PyExc_ValueError,
+                        "ps: expected a pick selector of this buffer, got unknown handle %lld",
+                        (long long)h);
+}
+
+static inline exr_modstate *mstate(ReplayObject *self) { return exr_state_of_type(Py_TYPE(self)); }
+
+/* args.c: a bool argument (bool, numpy.bool_ or int); absent is false. */
+int truth_arg(PyObject *o, const char *name, bool *out);
+
+/* arrays.c: the fields of a Batch, in order. */
+enum { F_STATE, F_ACTION, F_REWARD, F_NEXT, F_LEN, F_LEN_NEXT, F_EPI, F_POS, F_WEIGHT, F_INDEX,
+       NFIELDS };
+int batch_arrays(ReplayObject *self, npy_intp B, PyObject *out, PyObject **arrays);
+void batch_out_of(PyObject **arrays, exr_batch_out *o);
+PyObject *batch_result(ReplayObject *self, PyObject **arrays, PyObject *out);
+PyObject *new_array(PyArray_Descr *d, npy_intp lead, int nd, const npy_intp *shape);
+
+/* replay_batch.c: pick_epi and pick_pos as int64 arrays of one length n. */
+int pick_arrays(PyObject *epi, PyObject *pos, PyArrayObject **e, PyArrayObject **p, npy_intp *n);
+
+/* The methods, for replay.c's tables. */
+PyObject *replay_record(ReplayObject *self, PyObject *const *args, Py_ssize_t nargs,
+                        PyObject *kwnames);
+PyObject *replay_record_many(ReplayObject *self, PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames);
+PyObject *replay_new_episode(ReplayObject *self, PyObject *unused);
+PyObject *replay_new_pick_selector(ReplayObject *self, PyObject *args, PyObject *kw);
+PyObject *replay_remove_pick_selector(ReplayObject *self, PyObject *ps);
+PyObject *replay_get_batch(ReplayObject *self, PyObject *const *args, Py_ssize_t nargs,
+                           PyObject *kwnames);
+PyObject *replay_gather(ReplayObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *replay_set_priority(ReplayObject *self, PyObject *const *args, Py_ssize_t nargs,
+                              PyObject *kwnames);
+PyObject *replay_episode(ReplayObject *self, PyObject *ho);
+Py_ssize_t replay_len(ReplayObject *self);
+PyObject *get_num_episodes(ReplayObject *self, void *c);
+PyObject *get_num_picks(ReplayObject *self, void *c);
+PyObject *replay_handles(ReplayObject *self, PyObject *unused);
+PyObject *replay_picks(ReplayObject *self, PyObject *unused);
+PyObject *replay_priority(ReplayObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *replay_priority_stats(ReplayObject *self, PyObject *ps);
+PyObject *replay_check(ReplayObject *self, PyObject *unused);
+
+#endif

@@ -1,0 +1,230 @@
+/*
+ * replay_inspect.c - introspection: episode(), len(), the counts, and the test hooks
+ * (handles, picks, priorities, the invariant check).
+ */
+#include "binding.h"
+
+#include <math.h>
+
+#include "args.h"
+#include "replay_impl.h"
+
+PyObject *replay_episode(ReplayObject *self, PyObject *ho)
+{
+    EXR_GUARD(self, NULL);
+    int64_t h;
+    if (exr_handle_arg(ho, "h", "an int episode handle", &h) < 0)
+        return NULL;
+    PyObject *st_a = NULL, *ac_a = NULL, *rw_a = NULL, *fin = NULL;
+    for (;;) {
+        uint64_t n;
+        bool ended, term, has_final;
+        exr_lock_with_gil(self->buf);
+        exr_status st = exr_buffer_episode_info_locked(self->buf, h, &n, &ended, &term, &has_final);
+        exr_buffer_unlock(self->buf);
+        if (st != EXR_OK)
+            return PyErr_Format(PyExc_ValueError,
+                                "h: expected the handle of an episode held, got %lld (evicted or "
+                                "never created)",
+                                (long long)h);
+        st_a = new_array(self->state_descr, (npy_intp)n, self->state_nd, self->state_shape);
+        ac_a = new_array(self->action_descr, (npy_intp)n, self->action_nd, self->action_shape);
+        rw_a = new_array(self->reward_descr, (npy_intp)n, 0, NULL);
+        fin = has_final ? new_array(self->state_descr, -1, self->state_nd, self->state_shape)
+                        : Py_NewRef(Py_None);
+        if (!st_a || !ac_a || !rw_a || !fin)
+            goto error;
+        /* copy under one lock hold, if the episode is still as measured */
+        uint64_t n2;
+        bool e2, t2, f2;
+        exr_lock_with_gil(self->buf);
+        st = exr_buffer_episode_info_locked(self->buf, h, &n2, &e2, &t2, &f2);
+        if (st == EXR_OK && n2 == n && f2 == has_final)
+            exr_buffer_episode_copy_locked(
+                self->buf, h, PyArray_DATA((PyArrayObject *)st_a),
+                PyArray_DATA((PyArrayObject *)ac_a), PyArray_DATA((PyArrayObject *)rw_a),
+                has_final ? PyArray_DATA((PyArrayObject *)fin) : NULL);
+        exr_buffer_unlock(self->buf);
+        if (st == EXR_OK && n2 == n && f2 == has_final) {
+            PyObject *r = PyStructSequence_New(mstate(self)->episode_type);
+            if (!r)
+                goto error;
+            PyStructSequence_SET_ITEM(r, 0, st_a);
+            PyStructSequence_SET_ITEM(r, 1, ac_a);
+            PyStructSequence_SET_ITEM(r, 2, rw_a);
+            PyStructSequence_SET_ITEM(r, 3, fin);
+            PyStructSequence_SET_ITEM(r, 4, PyBool_FromLong(e2));
+            PyStructSequence_SET_ITEM(r, 5, PyBool_FromLong(t2));
+            return r;
+        }
+        Py_CLEAR(st_a);
+        Py_CLEAR(ac_a);
+        Py_CLEAR(rw_a);
+        Py_CLEAR(fin);
+    }
+error:
+    Py_XDECREF(st_a);
+    Py_XDECREF(ac_a);
+    Py_XDECREF(rw_a);
+    Py_XDECREF(fin);
+    return NULL;
+}
+
+Py_ssize_t replay_len(ReplayObject *self)
+{
+    EXR_GUARD(self, -1);
+    exr_lock_with_gil(self->buf);
+    uint64_t n = exr_buffer_len_locked(self->buf);
+    exr_buffer_unlock(self->buf);
+    return (Py_ssize_t)n;
+}
+
+PyObject *get_num_episodes(ReplayObject *self, void *c)
+{
+    EXR_GUARD(self, NULL);
+    (void)c;
+    exr_lock_with_gil(self->buf);
+    uint64_t n = exr_buffer_num_episodes_locked(self->buf);
+    exr_buffer_unlock(self->buf);
+    return PyLong_FromUnsignedLongLong(n);
+}
+
+PyObject *get_num_picks(ReplayObject *self, void *c)
+{
+    EXR_GUARD(self, NULL);
+    (void)c;
+    exr_lock_with_gil(self->buf);
+    uint64_t n = exr_buffer_num_picks_locked(self->buf);
+    exr_buffer_unlock(self->buf);
+    return PyLong_FromUnsignedLongLong(n);
+}
+
+/* ---- test hooks --------------------------------------------------------- */
+
+PyObject *replay_handles(ReplayObject *self, PyObject *unused)
+{
+    EXR_GUARD(self, NULL);
+    (void)unused;
+    exr_lock_with_gil(self->buf);
+    uint64_t n = exr_buffer_num_episodes_locked(self->buf);
+    int64_t *v = malloc((n ? n : 1) * sizeof *v);
+    if (v)
+        exr_buffer_handles_locked(self->buf, v);
+    exr_buffer_unlock(self->buf);
+    if (!v)
+        return PyErr_Format(PyExc_MemoryError, "_handles: out of memory");
+    PyObject *l = PyList_New((Py_ssize_t)n);
+    for (uint64_t i = 0; l && i < n; i++) {
+        PyObject *x = PyLong_FromLongLong(v[i]);
+        if (!x) {
+            Py_CLEAR(l);
+            break;
+        }
+        PyList_SET_ITEM(l, (Py_ssize_t)i, x);
+    }
+    free(v);
+    return l;
+}
+
+PyObject *replay_picks(ReplayObject *self, PyObject *unused)
+{
+    EXR_GUARD(self, NULL);
+    (void)unused;
+    PyArray_Descr *i64 = PyArray_DescrFromType(NPY_INT64);
+    for (;;) {
+        exr_lock_with_gil(self->buf);
+        npy_intp n = (npy_intp)exr_buffer_num_picks_locked(self->buf);
+        exr_buffer_unlock(self->buf);
+        PyObject *e = new_array(i64, n, 0, NULL), *p = new_array(i64, n, 0, NULL);
+        if (!e || !p) {
+            Py_XDECREF(e);
+            Py_XDECREF(p);
+            Py_DECREF(i64);
+            return NULL;
+        }
+        exr_lock_with_gil(self->buf);
+        int same = (npy_intp)exr_buffer_num_picks_locked(self->buf) == n;
+        if (same)
+            exr_buffer_picks_locked(self->buf, PyArray_DATA((PyArrayObject *)e),
+                                    PyArray_DATA((PyArrayObject *)p));
+        exr_buffer_unlock(self->buf);
+        if (same) {
+            Py_DECREF(i64);
+            return Py_BuildValue("(NN)", e, p);
+        }
+        Py_DECREF(e);
+        Py_DECREF(p);
+    }
+}
+
+PyObject *replay_priority(ReplayObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    EXR_GUARD(self, NULL);
+    if (nargs != 3)
+        return PyErr_Format(PyExc_TypeError, "_priority(ps, pick_epi, pick_pos)");
+    int64_t h;
+    PyArrayObject *e, *p;
+    npy_intp n;
+    if (exr_selector_handle(self, args[0], &h) < 0 || pick_arrays(args[1], args[2], &e, &p, &n) < 0)
+        return NULL;
+    PyArray_Descr *f64 = PyArray_DescrFromType(NPY_FLOAT64);
+    PyObject *out = new_array(f64, n, 0, NULL);
+    Py_DECREF(f64);
+    exr_status st = EXR_OK;
+    int prioritized = 0;
+    if (out) {
+        exr_lock_with_gil(self->buf);
+        exr_selector *sel = exr_buffer_selector_locked(self->buf, h);
+        prioritized = sel && sel->vt->prioritized;
+        st = exr_buffer_stored_priority_locked(self->buf, h, (size_t)n, PyArray_DATA(e),
+                                               PyArray_DATA(p), PyArray_DATA((PyArrayObject *)out));
+        exr_buffer_unlock(self->buf);
+    }
+    Py_DECREF(e);
+    Py_DECREF(p);
+    if (!out)
+        return NULL;
+    if (st != EXR_OK || !prioritized) {
+        Py_DECREF(out);
+        return PyErr_Format(PyExc_ValueError, "ps: expected a prioritized pick selector of this "
+                            "buffer, got handle %lld", (long long)h);
+    }
+    const double *v = PyArray_DATA((PyArrayObject *)out);
+    for (npy_intp i = 0; i < n; i++) {
+        if (isnan(v[i])) {
+            Py_DECREF(out);
+            return PyErr_Format(PyExc_ValueError, "pick_epi, pick_pos: pick %zd does not exist",
+                                (Py_ssize_t)i);
+        }
+    }
+    return out;
+}
+
+PyObject *replay_priority_stats(ReplayObject *self, PyObject *ps)
+{
+    EXR_GUARD(self, NULL);
+    int64_t h;
+    if (exr_selector_handle(self, ps, &h) < 0)
+        return NULL;
+    double total, min_pos;
+    uint64_t n;
+    exr_lock_with_gil(self->buf);
+    exr_status st = exr_buffer_priority_stats_locked(self->buf, h, &total, &min_pos, &n);
+    exr_buffer_unlock(self->buf);
+    if (st != EXR_OK)
+        return unknown_selector(h);
+    return Py_BuildValue("(ddK)", total, min_pos, (unsigned long long)n);
+}
+
+PyObject *replay_check(ReplayObject *self, PyObject *unused)
+{
+    EXR_GUARD(self, NULL);
+    (void)unused;
+    char msg[512];
+    exr_lock_with_gil(self->buf);
+    int bad = exr_buffer_check_locked(self->buf, msg, sizeof msg);
+    exr_buffer_unlock(self->buf);
+    if (bad)
+        return PyErr_Format(PyExc_AssertionError, "%s", msg);
+    Py_RETURN_NONE;
+}
