@@ -123,6 +123,47 @@ static inline void prefetch_pick(const exr_store_layout *L, const plan_t *pl)
         prefetch_range(pl->b, (rows - a) * L->row_bytes);
 }
 
+/* The same for a buffer with named fields (fields.h): action and reward as
+ * above, then each field of the plan gathered straight into its own array
+ * at pick i; a state field's next states as copy_pick makes them. */
+static void copy_pick_fields(const exr_store_layout *L, const plan_t *pl, size_t pick_len,
+                             size_t i, unsigned char *ac, unsigned char *rw,
+                             const exr_field_dst *fields, size_t nfields)
+{
+    size_t sb = L->state_bytes, ab = L->action_bytes, rb = L->reward_bytes, l = pl->len;
+    gather_rows(ac, pl, l, sb, L, ab);
+    gather_rows(rw, pl, l, sb + ab, L, rb);
+    if (l < pick_len) {
+        memset(ac + l * ab, 0, (pick_len - l) * ab);
+        memset(rw + l * rb, 0, (pick_len - l) * rb);
+    }
+    const unsigned char *next_row =
+        !pl->next_stored ? NULL
+                         : l < pl->na ? pl->a + l * L->row_bytes : pl->b + (l - pl->na) * L->row_bytes;
+    for (size_t f = 0; f < nfields; f++) {
+        const exr_field_dst *fd = &fields[f];
+        size_t w = fd->bytes, run = pick_len * w;
+        unsigned char *st = fd->dst + i * run;
+        gather_rows(st, pl, l, fd->off, L, w);
+        if (l < pick_len)
+            memset(st + l * w, 0, (pick_len - l) * w);
+        if (!fd->next)
+            continue;
+        unsigned char *nx = fd->next + i * run;
+        if (l > 1)
+            copy_bytes(nx, st + w, (l - 1) * w);
+        unsigned char *last = nx + (l - 1) * w;
+        if (next_row)
+            copy_bytes(last, next_row + fd->off, w);
+        else if (pl->final)
+            copy_bytes(last, pl->final + fd->off, w); /* state fields sit at the same offset */
+        else
+            memset(last, 0, w);
+        if (l < pick_len)
+            memset(nx + l * w, 0, (pick_len - l) * w);
+    }
+}
+
 void copy_batch(const exr_buffer *b, size_t count, const plan_t *plans,
                        exr_batch_out *out)
 {
@@ -136,6 +177,15 @@ void copy_batch(const exr_buffer *b, size_t count, const plan_t *plans,
     size_t ahead = lines >= 48 ? 1 : 48 / lines;
     for (size_t i = 0; i < count && i < ahead; i++)
         prefetch_pick(L, &plans[i]);
+    if (out->fields) {
+        for (size_t i = 0; i < count; i++) {
+            if (i + ahead < count)
+                prefetch_pick(L, &plans[i + ahead]);
+            copy_pick_fields(L, &plans[i], P, i, ac + i * as, rw + i * rs, out->fields,
+                             out->nfields);
+        }
+        return;
+    }
     for (size_t i = 0; i < count; i++) {
         if (i + ahead < count)
             prefetch_pick(L, &plans[i + ahead]);

@@ -17,7 +17,11 @@
 #endif
 
 #define MAGIC "EXREPLAY"
-#define VERSION 1u
+/* Version 2 adds per-step extras (CONFIG's extra_bytes, rows that long);
+ * the writer writes 1 for a buffer without extras, so that those files stay
+ * readable by a version-1 reader, and the reader reads both. */
+#define VERSION 2u
+#define VERSION_MIN 1u
 #define CHUNK ((size_t)1 << 18)
 #define CONFIG_BYTES 80u
 #define EPISODE_HEAD 24u

@@ -14,6 +14,7 @@
 
 struct exr_in {
     int compressed, stream_end;
+    uint32_t version;
     z_stream z;
     unsigned char *buf; /* compressed input waiting in z */
     exr_source_fn src;
@@ -243,7 +244,7 @@ static exr_status read_episode(exr_in *in, exr_buffer *b, int64_t *prev_handle, 
         return EXR_ECORRUPT; /* an episode ends with a final state, or terminated */
     *prev_handle = handle;
     /* everything this episode will allocate must be in the input first */
-    uint64_t row = L->state_bytes + L->action_bytes + L->reward_bytes;
+    uint64_t row = L->row_bytes;
     if (n > in->raw_left / (row + 4) || (has_final && L->state_bytes > in->raw_left))
         return EXR_ECORRUPT;
     if ((st = exr_episodes_reserve(&b->eps)) != EXR_OK)
@@ -315,6 +316,7 @@ static exr_status read_payload(exr_in *in, exr_buffer **out, unsigned char *meta
         .allow_short = cfgb[36] != 0,
         .eviction = cfgb[37],
         .seed = get64(cfgb + 40),
+        .extra_bytes = get64(cfgb + 72), /* version 2; reserved (0) in version 1 */
     };
     int64_t next_handle = (int64_t)get64(cfgb + 48), next_sel = (int64_t)get64(cfgb + 56);
     int64_t hand = (int64_t)get64(cfgb + 64);
@@ -327,7 +329,8 @@ static exr_status read_payload(exr_in *in, exr_buffer **out, unsigned char *meta
      * the writer writes it: the reader takes what the writer can write.
      * FIFO eviction never moves the hand, so a FIFO buffer has none. */
     if (cfgb[36] > 1 || !config_ok(&c) || next_handle < 0 || next_handle > EXR_MAX_HANDLE ||
-        next_sel < 0 || next_sel > EXR_MAX_HANDLE || hand < -1 || get64(cfgb + 72) != 0 ||
+        next_sel < 0 || next_sel > EXR_MAX_HANDLE || hand < -1 ||
+        (in->version < 2 ? c.extra_bytes != 0 : c.extra_bytes > ((uint64_t)1 << 40)) ||
         (c.eviction == EXR_EVICT_FIFO && hand != -1))
         return EXR_ECORRUPT;
     if ((st = in_section(in, SEC_META, &len)))
@@ -465,6 +468,7 @@ exr_status exr_codec_read(const unsigned char header[EXR_HEADER_BYTES], exr_sour
     exr_in in;
     memset(&in, 0, sizeof in);
     in.compressed = get32(header + 12) == 1;
+    in.version = get32(header + 8);
     in.src = src;
     in.ctx = ctx;
     in.raw_left = get64(header + 16);

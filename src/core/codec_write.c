@@ -156,6 +156,7 @@ static exr_status write_payload(exr_out *o, const exr_buffer *b, const void *met
     put64(cfg + 48, (uint64_t)b->next_handle);
     put64(cfg + 56, (uint64_t)b->next_sel_handle);
     put64(cfg + 64, (uint64_t)(b->hand == EXR_NIL ? -1 : b->eps.slab[b->hand].handle));
+    put64(cfg + 72, c->extra_bytes); /* version 2; 0 (reserved in version 1) without extras */
     if ((st = out_section(o, SEC_CONFIG, CONFIG_BYTES)) || (st = exr_out_write(o, cfg, CONFIG_BYTES)))
         return st;
     if ((st = out_section(o, SEC_META, meta_len)) || (st = exr_out_write(o, meta, meta_len)))
@@ -275,7 +276,7 @@ exr_status exr_codec_write_locked(const exr_buffer *b, const void *meta, size_t 
     if (st != EXR_OK)
         return st;
     memcpy(header, MAGIC, 8);
-    put32(header + 8, VERSION);
+    put32(header + 8, b->cfg.extra_bytes ? VERSION : VERSION_MIN);
     put32(header + 12, level > 0);
     put64(header + 16, o.raw);
     put64(header + 24, o.body);

@@ -220,6 +220,8 @@ static PyStructSequence_Field batch_fields[] = {
     {"weight", "(B,) float32 importance-sampling weights (ones for uniform)"},
     {"pick_index", "(B,) int64 where each pick was in the pick table when drawn: lets\n"
                    "set_priority(ps, batch, p) skip the handle lookup while it still holds"},
+    {"extras", "{name: (B, pick_len, *shape) array} of the per-step extras (empty without\n"
+               "an extras_spec)"},
     {NULL, NULL},
 };
 
@@ -245,6 +247,8 @@ static PyStructSequence_Field episode_fields[] = {
     {"final_state", "the state after the last step, or None"},
     {"ended", "whether the episode has ended"},
     {"terminated", "whether it ended on a terminal state"},
+    {"extras", "{name: (n, *shape) array} of the per-step extras (empty without an\n"
+               "extras_spec)"},
     {NULL, NULL},
 };
 

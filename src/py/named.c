@@ -3,6 +3,8 @@
  */
 #include "named.h"
 
+#include "replay_impl.h"
+
 #include "args.h"
 
 #include <stdlib.h>
@@ -606,4 +608,229 @@ bad:
     PyErr_Clear();
     exr_fieldset_free(fs);
     return NULL;
+}
+
+/* ---- the buffer's specs ------------------------------------------------------ */
+
+int exr_replay_specs(ReplayObject *self, PyObject *sshape, PyObject *sdtype, PyObject *sspec,
+                     PyObject *xspec)
+{
+    if (sspec != Py_None) {
+        if ((sshape && sshape != Py_None) || sdtype) {
+            PyErr_SetString(PyExc_TypeError, "state_spec: expected either state_spec or "
+                                             "state_shape/state_dtype, got both");
+            return -1;
+        }
+        if (!(self->sfields = exr_fieldset_from_spec(sspec, "state_spec")))
+            return -1;
+    } else if (!sshape || sshape == Py_None) {
+        PyErr_SetString(PyExc_TypeError,
+                        "state_shape: expected an int or a tuple of ints (or a state_spec), got None");
+        return -1;
+    } else if (PyDict_Check(sshape)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "state_shape: expected an int or a tuple of ints, got dict (named fields "
+                        "go in state_spec={name: (shape, dtype)})");
+        return -1;
+    }
+    if (xspec != Py_None && !(self->xfields = exr_fieldset_from_spec(xspec, "extras_spec")))
+        return -1;
+    return 0;
+}
+
+PyObject *exr_replay_state_spec(ReplayObject *self, void *c)
+{
+    (void)c;
+    if (!self->sfields)
+        Py_RETURN_NONE;
+    return exr_fieldset_spec(self->sfields);
+}
+
+PyObject *exr_replay_extras_spec(ReplayObject *self, void *c)
+{
+    (void)c;
+    if (!self->xfields)
+        Py_RETURN_NONE;
+    return exr_fieldset_spec(self->xfields);
+}
+
+/* ---- record arguments -------------------------------------------------------- */
+
+void exr_fields_in_release(ReplayObject *self, exr_fields_in *fi)
+{
+    (void)self;
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < EXR_MAX_FIELDS; i++)
+            Py_CLEAR(fi->arr[k][i]);
+    PyMem_Free(fi->fin);
+    fi->fin = NULL;
+}
+
+int exr_fields_in_parse(ReplayObject *self, PyObject *state, PyObject *fin, PyObject *extras,
+                        npy_intp *T, exr_fields_in *fi)
+{
+    memset(fi, 0, sizeof *fi);
+    const char *sarg = T ? "states" : "state";
+    int nlead = T ? 1 : 0;
+    const exr_config *cfg = exr_buffer_config(self->buf);
+    if (extras && extras != Py_None && !self->xfields) {
+        PyObject *got = exr_describe_value(extras);
+        if (got)
+            PyErr_Format(PyExc_ValueError,
+                         "extras: expected None (this buffer has no extras_spec), got %U", got);
+        Py_XDECREF(got);
+        return -1;
+    }
+    if (self->sfields) {
+        if (exr_fieldset_arrays(self->sfields, state, sarg, nlead, T, fi->arr[0]) < 0)
+            goto error;
+        exr_fieldset_src_plan(self->sfields, 0, fi->arr[0], fi->plan);
+        fi->nplan = (size_t)self->sfields->n;
+    } else {
+        fi->arr[0][0] = exr_as_array(state, self->state_descr, nlead, T, self->state_nd,
+                                     self->state_shape, sarg);
+        if (!fi->arr[0][0])
+            goto error;
+        fi->plan[0] = (exr_field_src){0, cfg->state_bytes, PyArray_DATA(fi->arr[0][0]),
+                                      cfg->state_bytes};
+        fi->nplan = 1;
+    }
+    if (T && *T == 0) {
+        PyErr_SetString(PyExc_ValueError, "states: expected at least one step, got 0");
+        goto error;
+    }
+    if (fin && fin != Py_None) {
+        if (!(fi->fin = PyMem_Malloc(cfg->state_bytes))) {
+            PyErr_NoMemory();
+            goto error;
+        }
+        if (self->sfields) {
+            if (exr_fieldset_arrays(self->sfields, fin, "final_state", 0, NULL, fi->arr[1]) < 0)
+                goto error;
+            exr_fieldset_pack(self->sfields, fi->arr[1], fi->fin);
+        } else {
+            fi->arr[1][0] = exr_as_array(fin, self->state_descr, 0, NULL, self->state_nd,
+                                         self->state_shape, "final_state");
+            if (!fi->arr[1][0])
+                goto error;
+            memcpy(fi->fin, PyArray_DATA(fi->arr[1][0]), cfg->state_bytes);
+        }
+    }
+    if (self->xfields) {
+        if (!extras || extras == Py_None) {
+            PyErr_Format(PyExc_ValueError,
+                         "extras: expected a dict of arrays with the fields %U, got None",
+                         self->xfields->names);
+            goto error;
+        }
+        if (exr_fieldset_arrays(self->xfields, extras, "extras", nlead, T, fi->arr[2]) < 0)
+            goto error;
+        size_t base = cfg->state_bytes + cfg->action_bytes + cfg->reward_bytes;
+        exr_fieldset_src_plan(self->xfields, base, fi->arr[2], fi->plan + fi->nplan);
+        fi->nplan += (size_t)self->xfields->n;
+    }
+    return 0;
+error:
+    exr_fields_in_release(self, fi);
+    return -1;
+}
+
+/* ---- episode(h) ---------------------------------------------------------------- */
+
+PyObject *exr_replay_episode_fields(ReplayObject *self, int64_t h)
+{
+    const exr_config *c = exr_buffer_config(self->buf);
+    size_t row = c->state_bytes + c->action_bytes + c->reward_bytes + c->extra_bytes;
+    for (;;) {
+        uint64_t n;
+        bool ended, term, has_final;
+        exr_lock_with_gil(self->buf);
+        exr_status st = exr_buffer_episode_info_locked(self->buf, h, &n, &ended, &term, &has_final);
+        exr_buffer_unlock(self->buf);
+        if (st != EXR_OK)
+            return PyErr_Format(PyExc_ValueError,
+                                "h: expected the handle of an episode held, got %lld (evicted or "
+                                "never created)",
+                                (long long)h);
+        size_t bytes;
+        if (!exr_mul_size((size_t)n, row, &bytes))
+            return PyErr_NoMemory();
+        unsigned char *rows = PyMem_RawMalloc(bytes ? bytes : 1);
+        unsigned char *fin = PyMem_RawMalloc(c->state_bytes);
+        if (!rows || !fin) {
+            PyMem_RawFree(rows);
+            PyMem_RawFree(fin);
+            return PyErr_NoMemory();
+        }
+        /* copy under one lock hold, if the episode is still as measured */
+        uint64_t n2;
+        bool e2, t2, f2;
+        exr_lock_with_gil(self->buf);
+        st = exr_buffer_episode_info_locked(self->buf, h, &n2, &e2, &t2, &f2);
+        int same = st == EXR_OK && n2 == n && f2 == has_final;
+        if (same)
+            exr_buffer_episode_rows_locked(self->buf, h, rows, has_final ? fin : NULL);
+        exr_buffer_unlock(self->buf);
+        if (!same) {
+            PyMem_RawFree(rows);
+            PyMem_RawFree(fin);
+            continue;
+        }
+        PyObject *state = NULL, *action = NULL, *reward = NULL, *final = NULL, *extras = NULL;
+        npy_intp nn = (npy_intp)n;
+        if (self->sfields) {
+            state = exr_fieldset_split(self->sfields, rows, row, 0, nn, 0);
+            final = has_final ? exr_fieldset_split(self->sfields, fin, c->state_bytes, 0, 1, -1)
+                              : Py_NewRef(Py_None);
+        } else {
+            state = new_array(self->state_descr, nn, self->state_nd, self->state_shape);
+            final = has_final ? new_array(self->state_descr, -1, self->state_nd, self->state_shape)
+                              : Py_NewRef(Py_None);
+            if (state)
+                for (npy_intp r = 0; r < nn; r++)
+                    memcpy((unsigned char *)PyArray_DATA((PyArrayObject *)state) +
+                               (size_t)r * c->state_bytes,
+                           rows + (size_t)r * row, c->state_bytes);
+            if (final && has_final)
+                memcpy(PyArray_DATA((PyArrayObject *)final), fin, c->state_bytes);
+        }
+        action = new_array(self->action_descr, nn, self->action_nd, self->action_shape);
+        reward = new_array(self->reward_descr, nn, 0, NULL);
+        if (action && reward) {
+            unsigned char *ad = PyArray_DATA((PyArrayObject *)action);
+            unsigned char *rd = PyArray_DATA((PyArrayObject *)reward);
+            for (npy_intp r = 0; r < nn; r++) {
+                memcpy(ad + (size_t)r * c->action_bytes, rows + (size_t)r * row + c->state_bytes,
+                       c->action_bytes);
+                memcpy(rd + (size_t)r * c->reward_bytes,
+                       rows + (size_t)r * row + c->state_bytes + c->action_bytes,
+                       c->reward_bytes);
+            }
+        }
+        extras = self->xfields
+                     ? exr_fieldset_split(self->xfields, rows, row,
+                                          c->state_bytes + c->action_bytes + c->reward_bytes, nn, 0)
+                     : PyDict_New();
+        PyMem_RawFree(rows);
+        PyMem_RawFree(fin);
+        PyObject *r = state && action && reward && final && extras
+                          ? PyStructSequence_New(mstate(self)->episode_type)
+                          : NULL;
+        if (!r) {
+            Py_XDECREF(state);
+            Py_XDECREF(action);
+            Py_XDECREF(reward);
+            Py_XDECREF(final);
+            Py_XDECREF(extras);
+            return NULL;
+        }
+        PyStructSequence_SET_ITEM(r, 0, state);
+        PyStructSequence_SET_ITEM(r, 1, action);
+        PyStructSequence_SET_ITEM(r, 2, reward);
+        PyStructSequence_SET_ITEM(r, 3, final);
+        PyStructSequence_SET_ITEM(r, 4, PyBool_FromLong(e2));
+        PyStructSequence_SET_ITEM(r, 5, PyBool_FromLong(t2));
+        PyStructSequence_SET_ITEM(r, 6, extras);
+        return r;
+    }
 }

@@ -88,4 +88,22 @@ int exr_fieldset_meta_put(const exr_fieldset *fs, unsigned char *buf, size_t cap
 /* Reads one back; NULL (no exception) if the bytes are not a valid set. */
 exr_fieldset *exr_fieldset_meta_read(const unsigned char **p, size_t *left);
 
+/* The state, final_state and extras arguments of record (T NULL) or
+ * record_many (*T: the steps, found from the states) for a buffer with
+ * named fields or extras, or with extras given: the arrays held, the copy
+ * plan for exr_steps.fields, and the final state packed (fin, or NULL). */
+typedef struct {
+    PyArrayObject *arr[3][EXR_MAX_FIELDS]; /* state fields (or the one state array), final, extras */
+    exr_field_src plan[2 * EXR_MAX_FIELDS];
+    size_t nplan;
+    unsigned char *fin;
+} exr_fields_in;
+int exr_fields_in_parse(ReplayObject *self, PyObject *state, PyObject *fin, PyObject *extras,
+                        npy_intp *T, exr_fields_in *fi);
+void exr_fields_in_release(ReplayObject *self, exr_fields_in *fi);
+
+/* episode(h) of a buffer with named fields or extras: EpisodeData with
+ * dicts where the buffer has them. */
+PyObject *exr_replay_episode_fields(ReplayObject *self, int64_t h);
+
 #endif

@@ -9,6 +9,7 @@
 
 #include "args.h"
 #include "replay_impl.h"
+#include "named.h"
 
 /* An episode handle: None (-1: start a new episode) or an integer. */
 static int handle_arg(PyObject *o, int64_t *h)
@@ -87,12 +88,15 @@ PyObject *replay_record(ReplayObject *self, PyObject *const *args, Py_ssize_t na
 {
     EXR_GUARD(self, NULL);
     static const char *const names[] = {"h", "state", "action", "reward",
-                                        "final_state", "terminated", "priority"};
-    PyObject *a[7];
+                                        "final_state", "terminated", "priority", "extras"};
+    PyObject *a[8];
     PyArrayObject *state = NULL, *action = NULL, *reward = NULL, *fin = NULL;
     unsigned char abuf[16], rbuf[16];
-    if (exr_parse_args(args, nargs, kwnames, "record", names, 4, 7, a) < 0)
+    if (exr_parse_args(args, nargs, kwnames, "record", names, 4, 8, a) < 0)
         return NULL;
+    /* named fields or extras (named.c): every field straight from its array */
+    int named = self->sfields || self->xfields || (a[7] && a[7] != Py_None);
+    exr_fields_in fi;
     int64_t h;
     bool terminated;
     double prio = NAN;
@@ -105,10 +109,13 @@ PyObject *replay_record(ReplayObject *self, PyObject *const *args, Py_ssize_t na
             return PyErr_Format(PyExc_ValueError,
                                 "priority: expected a finite number >= 0 or None, got %R", a[6]);
     }
-    state = exr_as_array(a[1], self->state_descr, 0, NULL, self->state_nd, self->state_shape,
-                         "state");
-    if (!state)
+    if (named) {
+        if (exr_fields_in_parse(self, a[1], a[4], a[7], NULL, &fi) < 0)
+            return NULL;
+    } else if (!(state = exr_as_array(a[1], self->state_descr, 0, NULL, self->state_nd,
+                                      self->state_shape, "state"))) {
         goto error;
+    }
     const void *ap = column_value(a[2], self->action_descr, self->action_nd, self->action_shape,
                                   "action", abuf, &action);
     if (!ap)
@@ -116,21 +123,24 @@ PyObject *replay_record(ReplayObject *self, PyObject *const *args, Py_ssize_t na
     const void *rp = column_value(a[3], self->reward_descr, 0, NULL, "reward", rbuf, &reward);
     if (!rp)
         goto error;
-    if (a[4] && a[4] != Py_None) {
+    if (!named && a[4] && a[4] != Py_None) {
         fin = exr_as_array(a[4], self->state_descr, 0, NULL, self->state_nd, self->state_shape,
                            "final_state");
         if (!fin)
             goto error;
     }
+    const void *fp = named ? (const void *)fi.fin : fin ? PyArray_DATA(fin) : NULL;
     exr_steps in = {
-        .states = PyArray_DATA(state),
+        .states = named ? NULL : PyArray_DATA(state),
         .actions = ap,
         .rewards = rp,
         .priorities = isnan(prio) ? NULL : &prio,
         .T = 1,
-        .final_state = fin ? PyArray_DATA(fin) : NULL,
-        .end = fin != NULL || terminated,
+        .final_state = fp,
+        .end = fp != NULL || terminated,
         .terminated = terminated,
+        .fields = named ? fi.plan : NULL,
+        .nfields = named ? fi.nplan : 0,
     };
     exr_status st;
     struct exr_log *lg = exr_replay_log(self);
@@ -139,16 +149,20 @@ PyObject *replay_record(ReplayObject *self, PyObject *const *args, Py_ssize_t na
         exr_log_throttle(lg); /* the log's back-pressure, before any lock */
     st = exr_buffer_record(self->buf, h, &in, &h);
     Py_END_ALLOW_THREADS
-    Py_DECREF(state);
+    Py_XDECREF(state);
     Py_XDECREF(action);
     Py_XDECREF(reward);
     Py_XDECREF(fin);
+    if (named)
+        exr_fields_in_release(self, &fi);
     return record_status(st, h);
 error:
     Py_XDECREF(state);
     Py_XDECREF(action);
     Py_XDECREF(reward);
     Py_XDECREF(fin);
+    if (named)
+        exr_fields_in_release(self, &fi);
     return NULL;
 }
 
@@ -157,20 +171,25 @@ PyObject *replay_record_many(ReplayObject *self, PyObject *const *args, Py_ssize
 {
     EXR_GUARD(self, NULL);
     static const char *const names[] = {"h", "states", "actions", "rewards",
-                                        "final_state", "terminated", "priorities"};
-    PyObject *a[7];
+                                        "final_state", "terminated", "priorities", "extras"};
+    PyObject *a[8];
     PyArrayObject *states = NULL, *actions = NULL, *rewards = NULL, *fin = NULL, *prios = NULL;
-    if (exr_parse_args(args, nargs, kwnames, "record_many", names, 4, 7, a) < 0)
+    if (exr_parse_args(args, nargs, kwnames, "record_many", names, 4, 8, a) < 0)
         return NULL;
+    int named = self->sfields || self->xfields || (a[7] && a[7] != Py_None);
+    exr_fields_in fi;
     int64_t h;
     bool terminated;
     if (handle_arg(a[0], &h) < 0 || truth_arg(a[5], "terminated", &terminated) < 0)
         return NULL;
     npy_intp T = -1;
-    states = exr_as_array(a[1], self->state_descr, 1, &T, self->state_nd, self->state_shape,
-                          "states");
-    if (!states)
+    if (named) {
+        if (exr_fields_in_parse(self, a[1], a[4], a[7], &T, &fi) < 0)
+            return NULL;
+    } else if (!(states = exr_as_array(a[1], self->state_descr, 1, &T, self->state_nd,
+                                       self->state_shape, "states"))) {
         goto error;
+    }
     if (T == 0) {
         PyErr_SetString(PyExc_ValueError, "states: expected at least one step, got 0");
         goto error;
@@ -203,21 +222,24 @@ PyObject *replay_record_many(ReplayObject *self, PyObject *const *args, Py_ssize
             }
         }
     }
-    if (a[4] && a[4] != Py_None) {
+    if (!named && a[4] && a[4] != Py_None) {
         fin = exr_as_array(a[4], self->state_descr, 0, NULL, self->state_nd, self->state_shape,
                            "final_state");
         if (!fin)
             goto error;
     }
+    const void *fp = named ? (const void *)fi.fin : fin ? PyArray_DATA(fin) : NULL;
     exr_steps in = {
-        .states = PyArray_DATA(states),
+        .states = named ? NULL : PyArray_DATA(states),
         .actions = PyArray_DATA(actions),
         .rewards = PyArray_DATA(rewards),
         .priorities = prios ? PyArray_DATA(prios) : NULL,
         .T = (size_t)T,
-        .final_state = fin ? PyArray_DATA(fin) : NULL,
-        .end = fin != NULL || terminated,
+        .final_state = fp,
+        .end = fp != NULL || terminated,
         .terminated = terminated,
+        .fields = named ? fi.plan : NULL,
+        .nfields = named ? fi.nplan : 0,
     };
     exr_status st;
     struct exr_log *lg = exr_replay_log(self);
@@ -226,11 +248,13 @@ PyObject *replay_record_many(ReplayObject *self, PyObject *const *args, Py_ssize
         exr_log_throttle(lg); /* the log's back-pressure, before any lock */
     st = exr_buffer_record(self->buf, h, &in, &h);
     Py_END_ALLOW_THREADS
-    Py_DECREF(states);
+    Py_XDECREF(states);
     Py_DECREF(actions);
     Py_DECREF(rewards);
     Py_XDECREF(prios);
     Py_XDECREF(fin);
+    if (named)
+        exr_fields_in_release(self, &fi);
     return record_status(st, h);
 error:
     Py_XDECREF(states);
@@ -238,6 +262,8 @@ error:
     Py_XDECREF(rewards);
     Py_XDECREF(prios);
     Py_XDECREF(fin);
+    if (named)
+        exr_fields_in_release(self, &fi);
     return NULL;
 }
 

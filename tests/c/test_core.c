@@ -65,7 +65,7 @@ static void test_store_locate(void)
     for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
         for (size_t wi = 0; wi < 3; wi++) {
             exr_store_layout L;
-            CHECK(exr_store_layout_init(&L, widths[wi], 8, 4, lens[li]) == EXR_OK);
+            CHECK(exr_store_layout_init(&L, widths[wi], 8, 4, 0, lens[li]) == EXR_OK);
             CHECK(((size_t)1 << L.base_shift) >= (size_t)lens[li] + 1);
             CHECK(L.max_shift >= L.base_shift);
             size_t pk = 0, poff = 0;
