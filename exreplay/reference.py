@@ -1220,10 +1220,15 @@ class ReferenceReplay:
                     f"episode {h}: ended flag does not match final_state/terminated"
                 )
                 assert not (ep.ended and n == 0), f"episode {h}: ended with no records"
+                assert len(ep.extras) == n, f"episode {h}: extras list of another length"
                 for s in ep.states:
-                    assert s.shape == self._state_shape and s.dtype == self._state_dtype, (
+                    assert self._item_ok(s, self._state_spec, self._state_shape, self._state_dtype), (
                         f"episode {h}: a state of the wrong shape or dtype"
                     )
+                for x in ep.extras:
+                    assert (x is None) == (self._extras_spec is None) and (
+                        x is None or self._item_ok(x, self._extras_spec, None, None)
+                    ), f"episode {h}: extras of the wrong fields, shape or dtype"
                 for a in ep.actions:
                     assert a.shape == self._action_shape and a.dtype == self._action_dtype, (
                         f"episode {h}: an action of the wrong shape or dtype"
@@ -1327,6 +1332,14 @@ class ReferenceReplay:
                 "got None"
             )
         return _fields_arg(name, extras, self._extras_spec, lead)
+
+    @staticmethod
+    def _item_ok(x, spec, shape, dtype):
+        if spec is None:
+            return x.shape == shape and x.dtype == dtype
+        return list(x) == list(spec) and all(
+            x[k].shape == sh and x[k].dtype == dt for k, (sh, dt) in spec.items()
+        )
 
     def _state_zeros(self, lead):
         if self._state_spec is not None:
