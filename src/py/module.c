@@ -322,6 +322,11 @@ static PyMethodDef module_methods[] = {
      "_floor_gather(rows, starts, L, /)\n--\n\n"
      "Benchmark floor: (rows[s:s+L], rows[s+1:s+L+1]) for each s in starts, gathered\n"
      "from one contiguous array by a plain C loop."},
+    {"_floor_gather_cols", (PyCFunction)(void (*)(void))exr_floor_gather_cols_py, METH_FASTCALL,
+     "_floor_gather_cols(cols, starts, L, nnext, /)\n--\n\n"
+     "Benchmark floor for named fields: each column (its own contiguous array)\n"
+     "gathered as col[s:s+L] for each s in starts, and col[s+1:s+L+1] for the first\n"
+     "nnext columns, by a plain C loop. Returns (outs, nexts)."},
     {"unserialize", (PyCFunction)exr_unserialize, METH_O,
      "unserialize(data, /)\n--\n\nExperienceReplay.unserialize(data) (also what unpickling calls)."},
     {NULL, NULL, 0, NULL},
