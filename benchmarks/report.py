@@ -647,6 +647,7 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
     pts, meta = paper_points(rows)
     cp = cpprb_rows(rows)
     shapes = {(r["case"], r["impl"]): r for r in rows if r.get("suite") == "shapes"}
+    fields = {(r["case"], r["impl"]): r for r in rows if r.get("suite") == "fields"}
     threads = [c for c in custom if c["kind"] == "threads"]
     writers_learner = [c for c in custom if c["kind"] == "writers_learner"]
     ray_cpprb = [c for c in custom if c["kind"] == "ray_vs_cpprb"]
@@ -752,6 +753,15 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
             f"{fmt_ratio(r)} ({fmt_us(us(shapes[('r2d2', 'exreplay')]['median_s']))} vs floor "
             f"{fmt_us(us(shapes[('r2d2', 'floor')]['median_s']))}; B = 32, L = 80, 84×84 uint8)",
             verdict(r <= GOAL_R2D2_FLOOR),
+        ])
+    # named fields: both cases of test_bench_fields.py
+    fr = [(c, fields[(c, "exreplay")]["median_s"] / fields[(c, "floor")]["median_s"])
+          for c in ("r2d2", "atari") if (c, "exreplay") in fields and (c, "floor") in fields]
+    if fr:
+        goals.append([
+            "get_batch of named fields + extras", f"≤ {GOAL_R2D2_FLOOR}× the floor of the same fields",
+            "; ".join(f"{c}: {fmt_ratio(r)}" for c, r in fr),
+            verdict(all(r <= GOAL_R2D2_FLOOR for _, r in fr)),
         ])
     # threads
     ex_threads = [t for t in threads if t["workload"] != "control"]
@@ -931,6 +941,30 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
                 ])
         L.append(table(["batch", "B", "L", "states + next states", "exreplay get_batch", "floor",
                         "exreplay ÷ floor", "exreplay output rate"], trs))
+        L.append("")
+
+    # ---- named fields (test_bench_fields.py)
+    if fields:
+        any_r = next(iter(fields.values()))
+        L.append("### Named fields and extras")
+        L.append("")
+        L.append(
+            f"state_spec = img (84, 84) uint8 + vec (4,) float32, and one extras field (R2D2: h (2, 256) "
+            f"float32; Atari: logp, a float32 scalar), N = {any_r['N']:,} records, uniform selection, "
+            "against the floor: the same fields (img and vec with their next states, the extras field) "
+            "gathered from one contiguous array per field into outputs made once and refilled."
+        )
+        L.append("")
+        trs = []
+        for case in ("r2d2", "atari"):
+            e, f = fields.get((case, "exreplay")), fields.get((case, "floor"))
+            if e and f:
+                trs.append([
+                    {"r2d2": "R2D2 sequences", "atari": "Atari transitions"}[case], e["B"], e["L"],
+                    fmt_us(us(e["median_s"])), fmt_us(us(f["median_s"])),
+                    fmt_ratio(e["median_s"] / f["median_s"]),
+                ])
+        L.append(table(["batch", "B", "L", "exreplay get_batch", "floor", "exreplay ÷ floor"], trs))
         L.append("")
 
     # ---- threads

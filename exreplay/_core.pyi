@@ -6,7 +6,8 @@ docs/semantics.md.
 
 import os
 from collections.abc import Sequence
-from typing import Any, Final, NoReturn, SupportsIndex, final, overload
+from collections.abc import Mapping
+from typing import Any, Final, NoReturn, SupportsIndex, TypeAlias, final, overload
 
 import numpy as np
 from _typeshed import structseq
@@ -17,6 +18,11 @@ uniform: Final[int]
 prioritized: Final[int]
 # Largest pick_len a buffer accepts: 2**20.
 MAX_PICK_LEN: Final[int]
+
+# Named fields (docs/api.md, "Named fields and extras"): {name: (shape, dtype)}
+# in, {name: array} per field where a buffer has them.
+FieldSpec: TypeAlias = Mapping[str, tuple[SupportsIndex | Sequence[SupportsIndex], DTypeLike]]
+Fields: TypeAlias = dict[str, NDArray[Any]]
 
 @final
 class Batch(
@@ -32,8 +38,9 @@ class Batch(
         NDArray[np.int64],
     ],
 ):
-    """A batch of picks: unpacks as the paper's 8-tuple; `weight` is a 9th,
-    named-only field."""
+    """A batch of picks: unpacks as the paper's 8-tuple; `weight`,
+    `pick_index` and `extras` are named-only fields. With a state_spec,
+    state and state_next are dicts {name: (B, pick_len, *shape) array}."""
 
     __match_args__: Final = (
         "state",
@@ -46,8 +53,8 @@ class Batch(
         "pick_pos",
     )
     @property
-    def state(self) -> NDArray[Any]: ...
-    """(B, pick_len, *state_shape), state_dtype"""
+    def state(self) -> NDArray[Any] | Fields: ...
+    """(B, pick_len, *state_shape), state_dtype; a dict of fields with a state_spec"""
     @property
     def action(self) -> NDArray[Any]: ...
     """(B, pick_len, *action_shape), action_dtype"""
@@ -55,8 +62,8 @@ class Batch(
     def reward(self) -> NDArray[np.floating[Any]]: ...
     """(B, pick_len), reward_dtype"""
     @property
-    def state_next(self) -> NDArray[Any]: ...
-    """(B, pick_len, *state_shape), state_dtype"""
+    def state_next(self) -> NDArray[Any] | Fields: ...
+    """(B, pick_len, *state_shape), state_dtype; a dict of fields with a state_spec"""
     @property
     def seq_len(self) -> NDArray[np.int64]: ...
     @property
@@ -70,27 +77,40 @@ class Batch(
     @property
     def pick_index(self) -> NDArray[np.int64]: ...
     """(B,) where each pick was in the pick table when drawn (set_priority's batch form)"""
+    @property
+    def extras(self) -> Fields: ...
+    """{name: (B, pick_len, *shape)} per-step extras ({} without an extras_spec)"""
 
 @final
 class EpisodeData(
     structseq[Any],
-    tuple[NDArray[Any], NDArray[Any], NDArray[np.floating[Any]], NDArray[Any] | None, bool, bool],
+    tuple[
+        NDArray[Any] | Fields,
+        NDArray[Any],
+        NDArray[np.floating[Any]],
+        NDArray[Any] | Fields | None,
+        bool,
+        bool,
+    ],
 ):
-    """A copy of one episode's n steps (from ExperienceReplay.episode)."""
+    """A copy of one episode's n steps (from ExperienceReplay.episode); extras
+    is a named-only field."""
 
     __match_args__: Final = ("state", "action", "reward", "final_state", "ended", "terminated")
     @property
-    def state(self) -> NDArray[Any]: ...
+    def state(self) -> NDArray[Any] | Fields: ...
     @property
     def action(self) -> NDArray[Any]: ...
     @property
     def reward(self) -> NDArray[np.floating[Any]]: ...
     @property
-    def final_state(self) -> NDArray[Any] | None: ...
+    def final_state(self) -> NDArray[Any] | Fields | None: ...
     @property
     def ended(self) -> bool: ...
     @property
     def terminated(self) -> bool: ...
+    @property
+    def extras(self) -> Fields: ...
 
 @final
 class PickSelector:
@@ -124,7 +144,7 @@ class ExperienceReplay:
 
     def __new__(
         cls,
-        state_shape: SupportsIndex | Sequence[SupportsIndex],
+        state_shape: SupportsIndex | Sequence[SupportsIndex] | None = None,
         state_dtype: DTypeLike = "float32",
         action_shape: SupportsIndex | Sequence[SupportsIndex] = (),
         action_dtype: DTypeLike = "int64",
@@ -135,6 +155,8 @@ class ExperienceReplay:
         eviction: str = "fifo",
         seed: SupportsIndex | None = None,
         log: ExperienceLog | None = None,
+        state_spec: FieldSpec | None = None,
+        extras_spec: FieldSpec | None = None,
     ) -> ExperienceReplay: ...
     @classmethod
     def for_spaces(
@@ -148,6 +170,7 @@ class ExperienceReplay:
         allow_short: bool = False,
         eviction: str = "fifo",
         seed: SupportsIndex | None = None,
+        extras_spec: FieldSpec | None = None,
     ) -> ExperienceReplay: ...
 
     # --- the experience log (docs/log.md) ---
@@ -164,22 +187,24 @@ class ExperienceReplay:
     def record(
         self,
         h: SupportsIndex | None,
-        state: ArrayLike,
+        state: ArrayLike | Mapping[str, ArrayLike],
         action: ArrayLike,
         reward: ArrayLike,
-        final_state: ArrayLike | None = None,
+        final_state: ArrayLike | Mapping[str, ArrayLike] | None = None,
         terminated: bool = False,
         priority: float | None = None,
+        extras: Mapping[str, ArrayLike] | None = None,
     ) -> int: ...
     def record_many(
         self,
         h: SupportsIndex | None,
-        states: ArrayLike,
+        states: ArrayLike | Mapping[str, ArrayLike],
         actions: ArrayLike,
         rewards: ArrayLike,
-        final_state: ArrayLike | None = None,
+        final_state: ArrayLike | Mapping[str, ArrayLike] | None = None,
         terminated: bool = False,
         priorities: ArrayLike | None = None,
+        extras: Mapping[str, ArrayLike] | None = None,
     ) -> int: ...
 
     # --- selectors ---
@@ -210,9 +235,15 @@ class ExperienceReplay:
     @property
     def num_picks(self) -> int: ...
     @property
-    def state_shape(self) -> tuple[int, ...]: ...
+    def state_shape(self) -> tuple[int, ...] | None: ...
+    """None with a state_spec"""
     @property
-    def state_dtype(self) -> np.dtype[Any]: ...
+    def state_dtype(self) -> np.dtype[Any] | None: ...
+    """None with a state_spec"""
+    @property
+    def state_spec(self) -> dict[str, tuple[tuple[int, ...], np.dtype[Any]]] | None: ...
+    @property
+    def extras_spec(self) -> dict[str, tuple[tuple[int, ...], np.dtype[Any]]] | None: ...
     @property
     def action_shape(self) -> tuple[int, ...]: ...
     @property
@@ -244,6 +275,14 @@ def _raise_status(status: int, op: str, arg: str | None = None, /) -> NoReturn: 
 def _floor_gather(
     rows: NDArray[Any], starts: ArrayLike, L: SupportsIndex, /
 ) -> tuple[NDArray[Any], NDArray[Any]]: ...
+def _floor_gather_cols(
+    cols: list[NDArray[Any]],
+    starts: ArrayLike,
+    L: SupportsIndex,
+    nnext: SupportsIndex,
+    out: tuple[list[NDArray[Any]], list[NDArray[Any]]] | None = ...,
+    /,
+) -> tuple[list[NDArray[Any]], list[NDArray[Any]]]: ...
 
 
 class ExperienceLog:

@@ -116,15 +116,31 @@ _FLOAT32 = np.dtype(np.float32)
 _MISSING = object()  # an argument not given
 
 
-class EpisodeData(NamedTuple):
-    """One episode as returned by ``episode(h)``: arrays of its n steps."""
+class EpisodeData(tuple):
+    """One episode as returned by ``episode(h)``: arrays of its n steps.
 
-    state: np.ndarray
-    action: np.ndarray
-    reward: np.ndarray
-    final_state: Optional[np.ndarray]
-    ended: bool
-    terminated: bool
+    Unpacks as ``(state, action, reward, final_state, ended, terminated)``;
+    ``extras`` (a dict of (n, *shape) arrays, empty without an extras_spec)
+    is an attribute outside the tuple.  With a state_spec, ``state`` and
+    ``final_state`` are dicts of arrays, one per field.
+    """
+
+    _fields = ("state", "action", "reward", "final_state", "ended", "terminated")
+
+    def __new__(cls, state, action, reward, final_state, ended, terminated, extras=None):
+        self = tuple.__new__(cls, (state, action, reward, final_state, ended, terminated))
+        self.extras = {} if extras is None else extras
+        return self
+
+    state = property(operator.itemgetter(0))
+    action = property(operator.itemgetter(1))
+    reward = property(operator.itemgetter(2))
+    final_state = property(operator.itemgetter(3))
+    ended = property(operator.itemgetter(4))
+    terminated = property(operator.itemgetter(5))
+
+    def __getnewargs__(self):
+        return (*self, self.extras)
 
 
 class Batch(tuple):
@@ -158,12 +174,14 @@ class Batch(tuple):
         pick_epi,
         pick_pos,
         weight,
+        extras=None,
     ):
         self = tuple.__new__(
             cls,
             (state, action, reward, state_next, seq_len, seq_len_next, pick_epi, pick_pos),
         )
         self.weight = weight
+        self.extras = {} if extras is None else extras
         return self
 
     state = property(operator.itemgetter(0), doc="(B, pick_len, *state_shape) states")
@@ -178,7 +196,7 @@ class Batch(tuple):
     pick_pos = property(operator.itemgetter(7), doc="(B,) int64 position of each pick")
 
     def __getnewargs__(self):
-        return (*self, self.weight)
+        return (*self, self.weight, self.extras)
 
     def __repr__(self):
         parts = []
@@ -417,6 +435,90 @@ def _reward_dtype_arg(x):
     return dt
 
 
+MAX_FIELDS = 32
+MAX_FIELD_NAME = 64
+
+
+def _spec_arg(name, spec):
+    """A state_spec / extras_spec {field: (shape, dtype)} as {field: (shape, dtype)}
+    with shapes as tuples and dtypes in native byte order, in the order given."""
+    if isinstance(spec, (str, bytes)) or not isinstance(spec, collections.abc.Mapping):
+        raise TypeError(f"{name}: expected a dict {{name: (shape, dtype)}}, got {type(spec).__name__}")
+    if not 1 <= len(spec) <= MAX_FIELDS:
+        raise ValueError(f"{name}: expected 1 to {MAX_FIELDS} fields, got {len(spec)}")
+    out = {}
+    total = 0
+    for k, v in spec.items():
+        if not isinstance(k, str):
+            raise TypeError(f"{name}: expected str field names, got {k!r}")
+        if not 1 <= len(k.encode("utf-8", "surrogatepass")) <= MAX_FIELD_NAME:
+            raise ValueError(f"{name}: expected field names of 1 to {MAX_FIELD_NAME} bytes, got {k!r}")
+        if not isinstance(v, (tuple, list)) or len(v) != 2:
+            raise TypeError(f"{name}[{k!r}]: expected a pair (shape, dtype), got {v!r}")
+        shape = _shape_arg(f"{name}[{k!r}]", v[0])
+        dtype = _dtype_arg(f"{name}[{k!r}] dtype", v[1])
+        total += _item_bytes(f"{name}[{k!r}]", dtype, shape)
+        if total > MAX_ITEM_BYTES:
+            raise ValueError(f"{name}: one record's fields would take more than 1 TiB")
+        out[k] = (shape, dtype)
+    return out
+
+
+def _names(spec):
+    return ", ".join(repr(k) for k in spec)
+
+
+def _fields_arg(name, x, spec, lead=None):
+    """A dict argument with exactly the fields of spec: {field: new array}.
+    lead: None for one item, else the leading length shared by every field
+    (-1: taken from the first field).  Names are checked before values."""
+    if isinstance(x, (np.ndarray, str, bytes)) or not isinstance(x, collections.abc.Mapping):
+        raise TypeError(
+            f"{name}: expected a dict of arrays with the fields {_names(spec)}, got {type(x).__name__}"
+        )
+    for k in x:
+        if k not in spec:
+            raise ValueError(f"{name}: expected the fields {_names(spec)}, got an unknown field {k!r}")
+    for k in spec:
+        if k not in x:
+            raise ValueError(f"{name}: expected the fields {_names(spec)}, got no {k!r}")
+    out = {}
+    for k, (shape, dtype) in spec.items():
+        arg = f"{name}[{k!r}]"
+        if lead is None:
+            out[k] = _array_arg(arg, x[k], dtype, shape)
+            continue
+        a = _array_arg(arg, x[k], dtype, None)
+        want = (lead, *shape) if lead >= 0 else None
+        if a.ndim != len(shape) + 1 or a.shape[1:] != shape or (want and a.shape != want):
+            show = ("T" if lead < 0 else lead, *shape)
+            raise ValueError(f"{arg}: expected shape {show}, got {a.shape}")
+        lead = a.shape[0]
+        out[k] = a
+    return out
+
+
+def _zeros(spec, lead):
+    return {k: np.zeros((*lead, *shape), dtype) for k, (shape, dtype) in spec.items()}
+
+
+def _put(dst, idx, value):
+    """dst[idx] = value, field by field when dst is a dict."""
+    if isinstance(dst, dict):
+        for k, a in dst.items():
+            a[idx] = value[k]
+    else:
+        dst[idx] = value
+
+
+def _row(x, t):
+    return {k: a[t] for k, a in x.items()} if isinstance(x, dict) else x[t]
+
+
+def _copy_item(v):
+    return {k: a.copy() for k, a in v.items()} if isinstance(v, dict) else v.copy()
+
+
 def _array_arg(name, x, dtype, shape=None, what="an array"):
     """x as a new C-contiguous array of dtype, checked.
 
@@ -504,7 +606,8 @@ def _leaf(p, alpha):
 class _Episode:
     __slots__ = (
         "handle",
-        "states",  # list of arrays of state_dtype, shape state_shape
+        "states",  # list of arrays of state_dtype, shape state_shape (dicts with a state_spec)
+        "extras",  # list of dicts of arrays (None without an extras_spec)
         "actions",  # list of arrays of action_dtype, shape action_shape
         "rewards",  # list of 0-d arrays of reward_dtype
         "priorities",  # list of float or None: the priority recorded with each step
@@ -518,6 +621,7 @@ class _Episode:
     def __init__(self, handle):
         self.handle = handle
         self.states = []
+        self.extras = []
         self.actions = []
         self.rewards = []
         self.priorities = []
@@ -673,8 +777,8 @@ class ReferenceReplay:
 
     def __init__(
         self,
-        state_shape,
-        state_dtype="float32",
+        state_shape=None,
+        state_dtype=_MISSING,
         action_shape=(),
         action_dtype="int64",
         reward_dtype="float32",
@@ -683,13 +787,36 @@ class ReferenceReplay:
         allow_short=False,
         eviction="fifo",
         seed=None,
+        state_spec=None,
+        extras_spec=None,
     ):
-        state_shape = _shape_arg("state_shape", state_shape)
-        state_dtype = _dtype_arg("state_dtype", state_dtype)
+        if state_spec is not None:
+            if state_shape is not None or state_dtype is not _MISSING:
+                raise TypeError(
+                    "state_spec: expected either state_spec or state_shape/state_dtype, got both"
+                )
+            state_spec = _spec_arg("state_spec", state_spec)
+        else:
+            if state_shape is None:
+                raise TypeError(
+                    "state_shape: expected an int or a tuple of ints (or a state_spec), got None"
+                )
+            if isinstance(state_shape, collections.abc.Mapping):
+                raise TypeError(
+                    "state_shape: expected an int or a tuple of ints, got dict (named fields "
+                    "go in state_spec={name: (shape, dtype)})"
+                )
+            state_shape = _shape_arg("state_shape", state_shape)
+            state_dtype = _dtype_arg(
+                "state_dtype", "float32" if state_dtype is _MISSING else state_dtype
+            )
+        if extras_spec is not None:
+            extras_spec = _spec_arg("extras_spec", extras_spec)
         action_shape = _shape_arg("action_shape", action_shape)
         action_dtype = _dtype_arg("action_dtype", action_dtype)
         reward_dtype = _reward_dtype_arg(reward_dtype)
-        _item_bytes("state_shape", state_dtype, state_shape)
+        if state_spec is None:
+            _item_bytes("state_shape", state_dtype, state_shape)
         _item_bytes("action_shape", action_dtype, action_shape)
         if capacity is not None:
             capacity = _int_arg("capacity", capacity)
@@ -709,7 +836,9 @@ class ReferenceReplay:
                 raise ValueError(f"seed: expected an int in [0, 2**64) or None, got {seed}")
 
         self._state_shape = state_shape
-        self._state_dtype = state_dtype
+        self._state_dtype = state_dtype if state_spec is None else None
+        self._state_spec = state_spec
+        self._extras_spec = extras_spec
         self._action_shape = action_shape
         self._action_dtype = action_dtype
         self._reward_dtype = reward_dtype
@@ -735,6 +864,10 @@ class ReferenceReplay:
 
     state_shape = property(lambda self: self._state_shape)
     state_dtype = property(lambda self: self._state_dtype)
+    state_spec = property(lambda self: None if self._state_spec is None else dict(self._state_spec))
+    extras_spec = property(
+        lambda self: None if self._extras_spec is None else dict(self._extras_spec)
+    )
     action_shape = property(lambda self: self._action_shape)
     action_dtype = property(lambda self: self._action_dtype)
     reward_dtype = property(lambda self: self._reward_dtype)
@@ -764,7 +897,8 @@ class ReferenceReplay:
         with self._lock:
             return (
                 f"ReferenceReplay(state_shape={self._state_shape}, "
-                f"state_dtype={self._state_dtype}, action_shape={self._action_shape}, "
+                f"state_dtype={self._state_dtype}, state_spec={self._state_spec}, "
+                f"extras_spec={self._extras_spec}, action_shape={self._action_shape}, "
                 f"action_dtype={self._action_dtype}, reward_dtype={self._reward_dtype}, "
                 f"capacity={self._capacity}, pick_len={self._pick_len}, "
                 f"allow_short={self._allow_short}, eviction={self._eviction!r}, "
@@ -780,15 +914,18 @@ class ReferenceReplay:
             if ep is None:
                 raise ValueError(f"h: expected the handle of a live episode, got {h}")
             n = len(ep.states)
-            state = np.zeros((n, *self._state_shape), self._state_dtype)
+            state = self._state_zeros((n,))
             action = np.zeros((n, *self._action_shape), self._action_dtype)
             reward = np.zeros((n,), self._reward_dtype)
+            extras = {} if self._extras_spec is None else _zeros(self._extras_spec, (n,))
             for i in range(n):
-                state[i] = ep.states[i]
+                _put(state, i, ep.states[i])
                 action[i] = ep.actions[i]
                 reward[i] = ep.rewards[i]
-            final = None if ep.final_state is None else ep.final_state.copy()
-            return EpisodeData(state, action, reward, final, ep.ended, ep.terminated)
+                if extras:
+                    _put(extras, i, ep.extras[i])
+            final = None if ep.final_state is None else _copy_item(ep.final_state)
+            return EpisodeData(state, action, reward, final, ep.ended, ep.terminated, extras)
 
     # -- episodes and records ----------------------------------------------
 
@@ -797,7 +934,10 @@ class ReferenceReplay:
         with self._lock:
             return self._new_episode_locked().handle
 
-    def record(self, h, state, action, reward, final_state=None, terminated=False, priority=None):
+    def record(
+        self, h, state, action, reward, final_state=None, terminated=False, priority=None,
+        extras=None,
+    ):
         """Append one step to episode h; return the handle recorded into.
 
         h that is None, unknown, evicted or ended starts a new episode.
@@ -805,7 +945,10 @@ class ReferenceReplay:
         """
         with self._lock:
             h = self._handle_arg(h)
-            s = _array_arg("state", state, self._state_dtype, self._state_shape, "a state")
+            if self._state_spec is not None:
+                s = _fields_arg("state", state, self._state_spec)
+            else:
+                s = _array_arg("state", state, self._state_dtype, self._state_shape, "a state")
             a = _array_arg("action", action, self._action_dtype, self._action_shape, "an action")
             r = _array_arg("reward", reward, self._reward_dtype, (), "a scalar reward")
             final, terminated = self._final_args(final_state, terminated)
@@ -815,24 +958,30 @@ class ReferenceReplay:
                 pa = np.float64(_real_arg("priority", priority))
                 _check_priorities("priority", pa)
                 p = _recorded(float(pa))
+            x = self._extras_arg("extras", extras, None)
             # Everything is valid; from here on nothing raises.
-            return self._record_locked(h, s, a, r, p, final, terminated)
+            return self._record_locked(h, s, a, r, p, final, terminated, x)
 
     def record_many(
-        self, h, states, actions, rewards, final_state=None, terminated=False, priorities=None
+        self, h, states, actions, rewards, final_state=None, terminated=False, priorities=None,
+        extras=None,
     ):
         """Append T >= 1 steps; exactly T calls of `record`, the last of which
         carries final_state and terminated.  Returns the last handle."""
         with self._lock:
             h = self._handle_arg(h)
-            sa = _array_arg("states", states, self._state_dtype, None, "an array of states")
-            want = len(self._state_shape) + 1
-            if sa.ndim != want or sa.shape[1:] != self._state_shape:
-                raise ValueError(
-                    f"states: expected shape (T, *state_shape) = {('T', *self._state_shape)}, "
-                    f"got {sa.shape}"
-                )
-            T = sa.shape[0]
+            if self._state_spec is not None:
+                sa = _fields_arg("states", states, self._state_spec, -1)
+                T = next(iter(sa.values())).shape[0]
+            else:
+                sa = _array_arg("states", states, self._state_dtype, None, "an array of states")
+                want = len(self._state_shape) + 1
+                if sa.ndim != want or sa.shape[1:] != self._state_shape:
+                    raise ValueError(
+                        f"states: expected shape (T, *state_shape) = {('T', *self._state_shape)}, "
+                        f"got {sa.shape}"
+                    )
+                T = sa.shape[0]
             if T == 0:
                 raise ValueError("states: expected at least one step (T >= 1), got T = 0")
             aa = _array_arg(
@@ -851,16 +1000,18 @@ class ReferenceReplay:
                 pa = _array_arg("priorities", priorities, _FLOAT64, (T,), "an array of priorities")
                 _check_priorities("priorities", pa)
                 prios = [_recorded(float(v)) for v in pa]
+            xa = self._extras_arg("extras", extras, T)
             for t in range(T):
                 last = t == T - 1
                 h = self._record_locked(
                     h,
-                    sa[t].copy(),
+                    _copy_item(_row(sa, t)),
                     aa[t].copy(),
                     ra[t].copy(),
                     prios[t],
                     final if last else None,
                     terminated if last else False,
+                    None if xa is None else _copy_item(_row(xa, t)),
                 )
             return h
 
@@ -1069,10 +1220,15 @@ class ReferenceReplay:
                     f"episode {h}: ended flag does not match final_state/terminated"
                 )
                 assert not (ep.ended and n == 0), f"episode {h}: ended with no records"
+                assert len(ep.extras) == n, f"episode {h}: extras list of another length"
                 for s in ep.states:
-                    assert s.shape == self._state_shape and s.dtype == self._state_dtype, (
+                    assert self._item_ok(s, self._state_spec, self._state_shape, self._state_dtype), (
                         f"episode {h}: a state of the wrong shape or dtype"
                     )
+                for x in ep.extras:
+                    assert (x is None) == (self._extras_spec is None) and (
+                        x is None or self._item_ok(x, self._extras_spec, None, None)
+                    ), f"episode {h}: extras of the wrong fields, shape or dtype"
                 for a in ep.actions:
                     assert a.shape == self._action_shape and a.dtype == self._action_dtype, (
                         f"episode {h}: an action of the wrong shape or dtype"
@@ -1154,10 +1310,41 @@ class ReferenceReplay:
         terminated = _bool_arg("terminated", terminated)
         if final_state is None:
             return None, terminated
+        if self._state_spec is not None:
+            return _fields_arg("final_state", final_state, self._state_spec), terminated
         fa = _array_arg(
             "final_state", final_state, self._state_dtype, self._state_shape, "a state"
         )
         return fa, terminated
+
+    def _extras_arg(self, name, extras, lead):
+        """extras= of record (lead None) or record_many (lead T): None when
+        the buffer has no extras_spec."""
+        if self._extras_spec is None:
+            if extras is not None:
+                raise ValueError(
+                    f"{name}: expected None (this buffer has no extras_spec), got {_show(extras)}"
+                )
+            return None
+        if extras is None:
+            raise ValueError(
+                f"{name}: expected a dict of arrays with the fields {_names(self._extras_spec)}, "
+                "got None"
+            )
+        return _fields_arg(name, extras, self._extras_spec, lead)
+
+    @staticmethod
+    def _item_ok(x, spec, shape, dtype):
+        if spec is None:
+            return x.shape == shape and x.dtype == dtype
+        return list(x) == list(spec) and all(
+            x[k].shape == sh and x[k].dtype == dt for k, (sh, dt) in spec.items()
+        )
+
+    def _state_zeros(self, lead):
+        if self._state_spec is not None:
+            return _zeros(self._state_spec, lead)
+        return np.zeros((*lead, *self._state_shape), self._state_dtype)
 
     def _selector_arg(self, ps):
         if isinstance(ps, RefPickSelector) and ps._owner is not self:
@@ -1210,12 +1397,13 @@ class ReferenceReplay:
         self._ahead.append(ep.handle)
         return ep
 
-    def _record_locked(self, h, state, action, reward, priority, final, terminated):
+    def _record_locked(self, h, state, action, reward, priority, final, terminated, extras=None):
         """Append one validated step; never raises."""
         ep = None if h is None else self._episodes.get(h)
         if ep is None or ep.ended:
             ep = self._new_episode_locked()
         ep.states.append(state)
+        ep.extras.append(extras)
         ep.actions.append(action)
         ep.rewards.append(reward)
         ep.priorities.append(priority)
@@ -1280,18 +1468,36 @@ class ReferenceReplay:
             raise TypeError(f"out: expected a Batch, got {_show(out)}")
         L = self._pick_len
         expected = {
-            "state": ((B, L, *self._state_shape), self._state_dtype),
             "action": ((B, L, *self._action_shape), self._action_dtype),
             "reward": ((B, L), self._reward_dtype),
-            "state_next": ((B, L, *self._state_shape), self._state_dtype),
             "seq_len": ((B,), _INT64),
             "seq_len_next": ((B,), _INT64),
             "pick_epi": ((B,), _INT64),
             "pick_pos": ((B,), _INT64),
             "weight": ((B,), _FLOAT32),
         }
-        for name, (shape, dtype) in expected.items():
-            a = getattr(out, name, None)
+        dicts = {"extras": self._extras_spec or {}}
+        if self._state_spec is None:
+            expected["state"] = ((B, L, *self._state_shape), self._state_dtype)
+            expected["state_next"] = ((B, L, *self._state_shape), self._state_dtype)
+        else:
+            dicts["state"] = dicts["state_next"] = self._state_spec
+        arrays = [(name, getattr(out, name, None), shape, dtype)
+                  for name, (shape, dtype) in expected.items()]
+        for name, spec in dicts.items():
+            d = getattr(out, name, None)
+            if not isinstance(d, dict):
+                raise TypeError(
+                    f"out: expected out.{name} to be a dict with the fields {_names(spec)}, "
+                    f"got {_show(d)}"
+                )
+            if set(d) != set(spec):
+                raise ValueError(
+                    f"out: expected out.{name} to hold the fields {_names(spec)}, got {_names(d)}"
+                )
+            for k, (shape, dtype) in spec.items():
+                arrays.append((f"{name}[{k!r}]", d[k], (B, L, *shape), dtype))
+        for name, a, shape, dtype in arrays:
             if not isinstance(a, np.ndarray):
                 raise ValueError(
                     f"out.{name}: expected an array of {dtype} {shape}, got {_show(a)}"
@@ -1311,21 +1517,24 @@ class ReferenceReplay:
         L = self._pick_len
         if out is None:
             batch = Batch(
-                state=np.zeros((B, L, *self._state_shape), self._state_dtype),
+                state=self._state_zeros((B, L)),
                 action=np.zeros((B, L, *self._action_shape), self._action_dtype),
                 reward=np.zeros((B, L), self._reward_dtype),
-                state_next=np.zeros((B, L, *self._state_shape), self._state_dtype),
+                state_next=self._state_zeros((B, L)),
                 seq_len=np.zeros((B,), np.int64),
                 seq_len_next=np.zeros((B,), np.int64),
                 pick_epi=np.zeros((B,), np.int64),
                 pick_pos=np.zeros((B,), np.int64),
                 weight=np.zeros((B,), np.float32),
+                extras=_zeros(self._extras_spec or {}, (B, L)),
             )
         else:
             batch = out
-            for a in (*batch, batch.weight):
-                a[...] = 0
+            for a in (*batch, batch.weight, batch.extras):
+                for x in (a.values() if isinstance(a, dict) else (a,)):
+                    x[...] = 0
         state, action, reward, state_next, seq_len, seq_len_next, pick_epi, pick_pos = batch
+        extras = batch.extras
 
         for b, i in enumerate(indices):
             h, p = self._table[i]
@@ -1334,13 +1543,15 @@ class ReferenceReplay:
             c = n if ep.ended else n - 1
             length = min(L, c - p)
             for t in range(length):
-                state[b, t] = ep.states[p + t]
+                _put(state, (b, t), ep.states[p + t])
                 action[b, t] = ep.actions[p + t]
                 reward[b, t] = ep.rewards[p + t]
+                if extras:
+                    _put(extras, (b, t), ep.extras[p + t])
                 if p + t + 1 < n:
-                    state_next[b, t] = ep.states[p + t + 1]
+                    _put(state_next, (b, t), ep.states[p + t + 1])
                 elif ep.final_state is not None:
-                    state_next[b, t] = ep.final_state
+                    _put(state_next, (b, t), ep.final_state)
                 # else: a terminal step without a final state; stays zero
             seq_len[b] = length
             ends_terminal = p + length == n and ep.terminated

@@ -6,7 +6,8 @@
  * The first byte of an input says what the rest is:
  *   0 (and 3..255)  a whole serialized buffer, read as it is: this reaches
  *                   the header checks and the CRCs;
- *   1               a payload: the harness wraps it in a stored (codec 0)
+ *   1               a payload: the harness wraps it in a stored (codec 0,
+ *                   format version 2, which reads every version-1 payload too)
  *                   body with a correct header and payload CRC;
  *   2               a payload, wrapped in a zlib body (level 1).
  * Modes 1 and 2 let mutations reach the section parsers instead of dying at
@@ -55,7 +56,7 @@ static unsigned char *wrap_payload(const uint8_t *payload, size_t n, int zlib_bo
         memcpy(out + EXR_HEADER_BYTES, payload, n);
     }
     memcpy(out, "EXREPLAY", 8);
-    put32(out + 8, 1);
+    put32(out + 8, 2); /* the current version: reads every payload version 1 can hold */
     put32(out + 12, zlib_body ? 1 : 0);
     put64(out + 16, n);
     put64(out + 24, body);

@@ -89,7 +89,7 @@ def crc(b) -> int:
     return zlib.crc32(b) & 0xFFFFFFFF
 
 
-def make_header(raw_len, body_len, codec, payload_crc, version=1) -> bytearray:
+def make_header(raw_len, body_len, codec, payload_crc, version=2) -> bytearray:
     h = bytearray(MAGIC + struct.pack("<IIQQI", version, codec, raw_len, body_len, payload_crc))
     h += struct.pack("<I", crc(h))
     return h
@@ -138,6 +138,7 @@ def parse_payload(p: bytes):
 
     sec()  # CONFIG
     sb, ab, rb, cap, pick_len = struct.unpack_from("<QQQQI", p, off)
+    eb = struct.unpack_from("<Q", p, off + 72)[0]  # extras (version 2)
     allow_short = p[off + 36]
     for o in (0, 8, 16, 24):
         f.append((off + o, 8, "u64"))
@@ -163,6 +164,27 @@ def parse_payload(p: bytes):
             f.append((q + 1 + k, 1, "u8"))
         q += 1 + ln
     f.append((q, 1, "u8"))  # seed_none
+    q += 1
+    if p[m] == 2:  # named fields: flags, then each set
+        flags = p[q]
+        f.append((q, 1, "u8"))
+        q += 1
+        for _ in range(bin(flags & 3).count("1")):
+            f.append((q, 1, "u8"))  # field count
+            nf = p[q]
+            q += 1
+            for _ in range(nf):
+                f.append((q, 1, "u8"))  # name length
+                q += 1 + p[q]
+                f.append((q, 1, "u8"))  # nd
+                nd = p[q]
+                q += 1
+                for _ in range(nd):
+                    f.append((q, 8, "u64"))
+                    q += 8
+                f.append((q, 1, "u8"))  # dtype length
+                f.append((q + 1, 1, "u8"))  # its byte order
+                q += 1 + p[q]
     off = m + mlen
     sec()  # EPISODES
     count = struct.unpack_from("<Q", p, off)[0]
@@ -178,7 +200,7 @@ def parse_payload(p: bytes):
             off += sb
         if n and rb == 4:
             f.append((off + n * (sb + ab), 4, "f32"))  # first reward
-        off += n * (sb + ab + rb)
+        off += n * (sb + ab + rb + eb)
         mm = _picks_target(n, ended, pick_len, allow_short)
         for k in range(n - mm):
             f.append((off + 4 * k, 4, "f32"))  # pending priorities
@@ -215,25 +237,34 @@ def parse_payload(p: bytes):
         off += slen
     sec()  # END
     info = {"selectors": sels, "state_bytes": sb, "action_bytes": ab, "reward_bytes": rb,
-            "pick_len": pick_len, "capacity": cap}
+            "extra_bytes": eb, "pick_len": pick_len, "capacity": cap}
     return f, info
 
 
 # ---- seeds ---------------------------------------------------------------------
 
 
+def _rand(rng, spec, shape=None, dt=None):
+    if spec:
+        return {k: (rng.random(sh) * 100).astype(d) for k, (sh, d) in spec.items()}
+    return (rng.random(shape) * 100).astype(dt)
+
+
 def _rec(buf, h, rng, n, final=False, terminated=False, prio=False):
-    shape, dt = buf.state_shape, np.dtype(buf.state_dtype)
+    spec = buf.state_spec
+    shape, dt = buf.state_shape, None if spec else np.dtype(buf.state_dtype)
     adt, ash = np.dtype(buf.action_dtype), buf.action_shape
     for t in range(n):
-        s = (rng.random(shape) * 100).astype(dt)
+        s = _rand(rng, spec, shape, dt)
         a = (rng.random(ash) * 3).astype(adt)
         last = t == n - 1
         kw = {}
+        if buf.extras_spec:
+            kw["extras"] = _rand(rng, buf.extras_spec)
         if prio and t % 2 == 0:
             kw["priority"] = float(rng.random() * 2)
         if last and final:
-            kw["final_state"] = (rng.random(shape) * 100).astype(dt)
+            kw["final_state"] = _rand(rng, spec, shape, dt)
         if last and terminated:
             kw["terminated"] = True
         h = buf.record(h, s, a, float(t) * 0.5, **kw)
@@ -302,6 +333,24 @@ def seed_buffers():
            seed=0)
     _rec(b, b.new_episode(), rng, 40, final=True)
     out.append(("no-selectors", b))
+
+    # 6: named state fields and per-step extras (format version 2, META
+    #    version 2): short picks, a prioritized selector, FIFO eviction.
+    b = ER(state_spec={"img": ((2, 3), "uint8"), "vec": ((2,), "float32")},
+           extras_spec={"logp": ((), "float32"), "mask": ((3,), "bool")},
+           capacity=12, pick_len=2, allow_short=True, seed=5)
+    p = b.new_pick_selector(K.Prioritized)
+    for i in range(4):
+        _rec(b, b.new_episode(), rng, 2 + i, final=i % 2 == 0, terminated=i == 3, prio=True)
+    _rec(b, b.new_episode(), rng, 2)
+    b.get_batch(3, p)
+    out.append(("fields", b))
+
+    # 7: named state fields without extras (version 1 header, META version 2)
+    b = ER(state_spec={"o": ((3,), "int16")}, capacity=None, pick_len=1, seed=6)
+    b.new_pick_selector(K.Uniform)
+    _rec(b, b.new_episode(), rng, 3, final=True)
+    out.append(("fields-noextras", b))
     for _, b in out:
         b._check()
     return out
@@ -517,7 +566,11 @@ def make_input(corpus: Corpus, seed: int, i: int):
         body = p
     raw_len, body_len = _lengths(r, len(p), len(body), int(level > 0))
     pc = crc(p) if r.random() < 0.97 else crc(p) ^ 1
-    h = make_header(raw_len, body_len, int(level > 0), pc)
+    # the seed's own format version, now and then the other one
+    version = struct.unpack_from("<I", data, 8)[0]
+    if r.random() < 0.05:
+        version = 3 - version
+    h = make_header(raw_len, body_len, int(level > 0), pc, version)
     return bytes(h + body), "fixed", name, ms
 
 
@@ -551,6 +604,10 @@ def _expect_limit(buf, fn, text):
         raise Failure("a refused call at the handle limit changed the buffer")
 
 
+def _zeros_of(spec):
+    return {k: np.zeros(shape, dt) for k, (shape, dt) in spec.items()}
+
+
 def check_input(data: bytes, stats: dict | None = None) -> str:
     """Runs one input; returns "rejected" or "accepted", raises Failure otherwise."""
     ER = exreplay.ExperienceReplay
@@ -576,7 +633,7 @@ def check_input(data: bytes, stats: dict | None = None) -> str:
         if again.serialize(level=0) != out:
             raise Failure("serialize(unserialize(serialize(x))) differs from serialize(x)")
         _, info = parse_payload(out[HEADER:])
-        row = 2 * info["state_bytes"] + info["action_bytes"] + info["reward_bytes"]
+        row = 2 * info["state_bytes"] + info["action_bytes"] + info["reward_bytes"] + info["extra_bytes"]
         if buf.num_picks and 2 * info["pick_len"] * row <= BATCH_BYTES_LIMIT:
             for h, kind in info["selectors"]:
                 step = f"get_batch(2, {h}) [{'uniform' if kind == KIND_UNIFORM else 'prioritized'}]"
@@ -607,14 +664,16 @@ def check_input(data: bytes, stats: dict | None = None) -> str:
             h = int(buf.new_pick_selector(exreplay.PickSelectorClass.Uniform))
             if h != next_sel:
                 raise Failure(f"new_pick_selector returned {h}, expected {next_sel}")
-        if info["state_bytes"] <= (1 << 20) and info["action_bytes"] <= (1 << 20):
+        if (info["state_bytes"] <= (1 << 20) and info["action_bytes"] <= (1 << 20)
+                and info["extra_bytes"] <= (1 << 20)):
             step = "record"
-            s = np.zeros(buf.state_shape, buf.state_dtype)
+            s = _zeros_of(buf.state_spec) if buf.state_spec else np.zeros(buf.state_shape, buf.state_dtype)
             a = np.zeros(buf.action_shape, buf.action_dtype)
+            x = _zeros_of(buf.extras_spec) if buf.extras_spec else None
             if next_handle == MAX_HANDLE:
-                _expect_limit(buf, lambda: buf.record(None, s, a, 1.0, final_state=s), limit)
+                _expect_limit(buf, lambda: buf.record(None, s, a, 1.0, final_state=s, extras=x), limit)
             else:
-                buf.record(None, s, a, 1.0, final_state=s)
+                buf.record(None, s, a, 1.0, final_state=s, extras=x)
             step = "_check after record"
             buf._check()
         step = "serialize(1)"

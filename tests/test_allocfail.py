@@ -367,6 +367,50 @@ def test_log_attached_record_many(core, cfg, tmp_path):
     assert run_every_n(core, make, op, what="log_record_many", check_after=after) > 0
 
 
+# ---- named fields and extras ------------------------------------------------
+
+FSPEC = {"img": ((2, 3), "uint8"), "vec": ((2,), "float32")}
+XSPEC = {"h": ((4,), "float32")}
+
+
+def populated_fields(core):
+    """A buffer of named state fields and extras (docs/api.md)."""
+    b = core.ExperienceReplay(state_spec=FSPEC, extras_spec=XSPEC, capacity=30, pick_len=2, seed=5)
+    sels = [b.new_pick_selector(core.uniform), b.new_pick_selector(core.prioritized)]
+    h = None
+    for e in range(4):
+        T = 5 + e
+        h = b.record_many(None, _fields(T), np.arange(T), np.ones(T, np.float32),
+                          terminated=e % 2 == 0, extras={"h": np.ones((T, 4), np.float32)})
+    b._check()
+    return b, sels, h
+
+
+def _fields(T):
+    return {"img": np.full((T, 2, 3), T, np.uint8), "vec": np.full((T, 2), T, np.float32)}
+
+
+@pytest.mark.parametrize("T", [1, 40])
+def test_fields(core, T):
+    one = {k: v[0] for k, v in _fields(1).items()}
+    x1 = {"h": np.zeros(4, np.float32)}
+    run_every_n(core, lambda: populated_fields(core),
+                lambda st: st[0].record(st[2], one, 1, 0.5, final_state=one, extras=x1),
+                what="record fields")
+    # T = 40 > capacity 30: the rollout evicts its own episode, all or nothing too
+    run_every_n(core, lambda: populated_fields(core),
+                lambda st: st[0].record_many(None, _fields(T), np.arange(T), np.ones(T),
+                                             extras={"h": np.ones((T, 4))}),
+                what=f"record_many fields T={T}")
+    run_every_n(core, lambda: populated_fields(core), lambda st: st[0].get_batch(300, st[1][1]),
+                what="get_batch fields")
+    run_every_n(core, lambda: populated_fields(core), lambda st: st[0].episode(st[0]._handles()[-1]),
+                what="episode fields")
+    data = populated_fields(core)[0].serialize(6)
+    run_every_n(core, lambda: None, lambda _: core.ExperienceReplay.unserialize(data)._check(),
+                what="unserialize fields")
+
+
 def test_every_operation_was_failed_somewhere(core):
     """Runs last (file order): each public operation reached at least one
     allocation, so each was really run with failures injected."""

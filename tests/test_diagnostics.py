@@ -98,7 +98,7 @@ def test_for_spaces():
     obs, _ = env.reset(seed=0)
     h = buf.record(None, obs, env.action_space.sample(), 1.0)
     assert len(buf) == 1 and h == 0
-    for bad, name in ((S.Dict({"a": S.Discrete(2)}), "observation_space"),
+    for bad, name in ((S.Dict({"a": S.Dict({"b": S.Discrete(2)})}), "observation_space"),
                       (S.Tuple((S.Discrete(2),)), "observation_space")):
         with pytest.raises(ValueError, match=name + ".*not supported"):
             exreplay.ExperienceReplay.for_spaces(bad, S.Discrete(2))

@@ -13,7 +13,8 @@ also marks those episodes as sampled and keeps second-chance eviction of the
 two in step.
 
 One machine per configuration (pick_len, allow_short, capacity, eviction,
-state and action shapes and dtypes), plus one that draws its configuration.
+state and action shapes and dtypes, named state fields and per-step extras),
+plus one that draws its configuration.
 ``EXREPLAY_ASAN=1`` runs fewer examples (AddressSanitizer is ~5x slower).
 """
 
@@ -43,7 +44,7 @@ PRIORITIZED = (Prioritized, Rank)
 
 ASAN = os.environ.get("EXREPLAY_ASAN") == "1"
 
-# Per machine class; there are 9 of them.  EXREPLAY_DIFF_EXAMPLES=n runs n
+# Per machine class; there are 12 of them.  EXREPLAY_DIFF_EXAMPLES=n runs n
 # examples per machine instead (a longer soak).
 MAX_EXAMPLES = int(os.environ.get("EXREPLAY_DIFF_EXAMPLES", 8 if ASAN else 45))
 STEP_COUNT = 30 if ASAN else 50
@@ -96,13 +97,36 @@ def _values(rng, shape, dtype):
     return rng.integers(-1000, 1000, size=shape).astype(dtype)
 
 
+def _items(x, name):
+    """(name, array) pairs of an array or of a dict of named fields."""
+    if isinstance(x, dict):
+        return [(f"{name}[{k!r}]", v) for k, v in sorted(x.items())]
+    return [(name, x)]
+
+
+def assert_same_arrays(a, b, name, where):
+    """a and b: arrays, or dicts of arrays with the same names."""
+    assert isinstance(a, dict) == isinstance(b, dict), f"{where}: {name} {type(a)} vs {type(b)}"
+    if isinstance(a, dict):
+        assert list(a) == list(b), f"{where}: {name} fields {list(a)} != {list(b)}"
+    for (n, x), (_, y) in zip(_items(a, name), _items(b, name)):
+        assert x.shape == y.shape, f"{where}: {n} shape {x.shape} != {y.shape}"
+        assert x.dtype == y.dtype, f"{where}: {n} dtype {x.dtype} != {y.dtype}"
+        np.testing.assert_array_equal(x, y, err_msg=f"{where}: {n}")
+
+
+def _as_bytes(x):
+    if x is None:
+        return None
+    if isinstance(x, dict):
+        return tuple((k, v.tobytes()) for k, v in x.items())
+    return x.tobytes()
+
+
 def assert_batches_equal(cb, rb, where):
     for name in BATCH_FIELDS:
-        a = getattr(cb, name)
-        b = getattr(rb, name)
-        assert a.shape == b.shape, f"{where}: {name} shape {a.shape} != {b.shape}"
-        assert a.dtype == b.dtype, f"{where}: {name} dtype {a.dtype} != {b.dtype}"
-        np.testing.assert_array_equal(a, b, err_msg=f"{where}: {name}")
+        assert_same_arrays(getattr(cb, name), getattr(rb, name), name, where)
+    assert_same_arrays(cb.extras, rb.extras, "extras", where)
     assert cb.weight.dtype == rb.weight.dtype == np.float32, where
     np.testing.assert_allclose(cb.weight, rb.weight, rtol=1e-6, err_msg=f"{where}: weight")
 
@@ -116,10 +140,11 @@ def snapshot(buf, selectors):
         eps.append(
             (
                 h,
-                e.state.tobytes(),
+                _as_bytes(e.state),
                 e.action.tobytes(),
                 e.reward.tobytes(),
-                None if e.final_state is None else e.final_state.tobytes(),
+                _as_bytes(e.final_state),
+                _as_bytes(e.extras),
                 bool(e.ended),
                 bool(e.terminated),
             )
@@ -171,7 +196,9 @@ class DifferentialMachine(RuleBasedStateMachine):
         self.seen = []  # every episode handle either returned
         self.sels = []  # live selectors: (c_ps, r_ps, kind)
         self.removed = []  # removed selector handles
-        self.state_shape = tuple(self.config["state_shape"])
+        self.sspec = self.config.get("state_spec")
+        self.xspec = self.config.get("extras_spec")
+        self.state_shape = None if self.sspec else tuple(self.config["state_shape"])
         self.action_shape = tuple(self.config["action_shape"])
         for kind, alpha, beta in first:
             self.new_pick_selector(kind, alpha, beta, as_int=False)
@@ -193,8 +220,25 @@ class DifferentialMachine(RuleBasedStateMachine):
     # -- helpers ---------------------------------------------------------
 
     def _state(self, rng, T=None):
+        if self.sspec:
+            return self._fields(rng, self.sspec, T)
         shape = self.state_shape if T is None else (T, *self.state_shape)
         return _values(rng, shape, self.config["state_dtype"])
+
+    def _fields(self, rng, spec, T=None):
+        lead = () if T is None else (T,)
+        return {k: _values(rng, (*lead, *shape), dt) for k, (shape, dt) in spec.items()}
+
+    def _extras_kw(self, rng, T=None):
+        """{"extras": ...} for a buffer with an extras_spec, else {}."""
+        return {"extras": self._fields(rng, self.xspec, T)} if self.xspec else {}
+
+    def _reshaped(self, s, make):
+        """s with its (first field's) array replaced by make(array)."""
+        if isinstance(s, dict):
+            k = next(iter(s))
+            return {**s, k: make(s[k])}
+        return make(s)
 
     def _action(self, rng, T=None):
         shape = self.action_shape if T is None else (T, *self.action_shape)
@@ -285,6 +329,7 @@ class DifferentialMachine(RuleBasedStateMachine):
             kw["final_state"] = self._state(rng)
         if end in ("final_term", "term"):
             kw["terminated"] = True
+        kw.update(self._extras_kw(rng))
         hc = self.c.record(h, s, a, rew, **kw)
         hr = self.r.record(h, s, a, rew, **kw)
         assert hc == hr, f"record({h}): C returned {hc}, reference {hr}"
@@ -317,8 +362,12 @@ class DifferentialMachine(RuleBasedStateMachine):
             kw["final_state"] = self._state(rng)
         if end in ("final_term", "term"):
             kw["terminated"] = True
+        kw.update(self._extras_kw(rng, T))
         if as_lists:
-            states, actions, rewards = states.tolist(), actions.tolist(), rewards.tolist()
+            tl = lambda x: {k: v.tolist() for k, v in x.items()} if isinstance(x, dict) else x.tolist()  # noqa: E731
+            states, actions, rewards = tl(states), actions.tolist(), rewards.tolist()
+            if "extras" in kw:
+                kw["extras"] = tl(kw["extras"])
         hc = self.c.record_many(h, states, actions, rewards, **kw)
         hr = self.r.record_many(h, states, actions, rewards, **kw)
         assert hc == hr, f"record_many({h}, T={T}): C returned {hc}, reference {hr}"
@@ -480,13 +529,12 @@ class DifferentialMachine(RuleBasedStateMachine):
         h = data.draw(st.sampled_from(live))
         ec = self.c.episode(h)
         er = self.r.episode(h)
-        for name in ("state", "action", "reward"):
+        for name in ("state", "action", "reward", "extras"):
             x, y = getattr(ec, name), getattr(er, name)
-            assert x.dtype == y.dtype and x.shape == y.shape, name
-            np.testing.assert_array_equal(x, y, err_msg=f"episode({h}).{name}")
+            assert_same_arrays(x, y, name, f"episode({h})")
         assert (ec.final_state is None) == (er.final_state is None)
         if er.final_state is not None:
-            np.testing.assert_array_equal(ec.final_state, er.final_state)
+            assert_same_arrays(ec.final_state, er.final_state, "final_state", f"episode({h})")
         assert bool(ec.ended) == bool(er.ended)
         assert bool(ec.terminated) == bool(er.terminated)
 
@@ -527,6 +575,14 @@ class DifferentialMachine(RuleBasedStateMachine):
                 "priority_list",
                 "complex_state",
                 "get_batch_bad_out",
+                "state_missing_field",
+                "state_unknown_field",
+                "state_not_a_dict",
+                "extras_missing",
+                "extras_unknown_field",
+                "extras_shape",
+                "extras_dtype",
+                "many_extras_T",
             ]
         ),
         seed=seeds,
@@ -540,6 +596,8 @@ class DifferentialMachine(RuleBasedStateMachine):
         S = self._state(rng, 3)
         A = self._action(rng, 3)
         R = np.zeros(3, np.float32)
+        X = self._extras_kw(rng)  # what a valid record takes as extras=
+        XS = self._extras_kw(rng, 3)
         live_sel = self.sels[0] if self.sels else None
         unknown_sel = data.draw(
             st.sampled_from(self.removed + [99, -1] if self.removed else [99, -1])
@@ -552,36 +610,36 @@ class DifferentialMachine(RuleBasedStateMachine):
             return lambda: f(c), lambda: f(r)
 
         if which == "negative_priority":
-            fc, fr = both(lambda b: b.record(h, s, act, 1.0, priority=-0.5))
+            fc, fr = both(lambda b: b.record(h, s, act, 1.0, **X, priority=-0.5))
         elif which == "nan_priority":
-            fc, fr = both(lambda b: b.record(h, s, act, 1.0, priority=math.nan))
+            fc, fr = both(lambda b: b.record(h, s, act, 1.0, **X, priority=math.nan))
         elif which == "inf_priority":
-            fc, fr = both(lambda b: b.record(h, s, act, 1.0, priority=math.inf))
+            fc, fr = both(lambda b: b.record(h, s, act, 1.0, **X, priority=math.inf))
         elif which == "state_shape":
-            bad = np.zeros((*self.state_shape, 2), s.dtype)
-            fc, fr = both(lambda b: b.record(h, bad, act, 1.0))
+            bad = self._reshaped(s, lambda a: np.zeros((*a.shape, 2), a.dtype))
+            fc, fr = both(lambda b: b.record(h, bad, act, 1.0, **X))
         elif which == "action_shape":
             bad = np.zeros((*self.action_shape, 3), act.dtype)
-            fc, fr = both(lambda b: b.record(h, s, bad, 1.0))
+            fc, fr = both(lambda b: b.record(h, s, bad, 1.0, **X))
         elif which == "float_into_int_action":
             if act.dtype.kind == "f":
                 bad = np.zeros(self.action_shape, np.complex128)
             else:
                 bad = np.full(self.action_shape, 1.5, np.float64)
-            fc, fr = both(lambda b: b.record(h, s, bad, 1.0))
+            fc, fr = both(lambda b: b.record(h, s, bad, 1.0, **X))
         elif which == "final_state_shape":
-            bad = np.zeros((7,), s.dtype)
-            fc, fr = both(lambda b: b.record(h, s, act, 1.0, final_state=bad, terminated=True))
+            bad = self._reshaped(s, lambda a: np.zeros((7,), a.dtype))
+            fc, fr = both(lambda b: b.record(h, s, act, 1.0, final_state=bad, terminated=True, **X))
         elif which == "many_T0":
-            fc, fr = both(lambda b: b.record_many(h, S[:0], A[:0], R[:0]))
+            fc, fr = both(lambda b: b.record_many(h, self._reshaped(S, lambda a: a[:0]), A[:0], R[:0], **self._extras_kw(rng, 0)))
         elif which == "many_actions_T":
-            fc, fr = both(lambda b: b.record_many(h, S, A[:2], R))
+            fc, fr = both(lambda b: b.record_many(h, S, A[:2], R, **XS))
         elif which == "many_rewards_T":
-            fc, fr = both(lambda b: b.record_many(h, S, A, R[:1]))
+            fc, fr = both(lambda b: b.record_many(h, S, A, R[:1], **XS))
         elif which == "many_negative_priority":
-            fc, fr = both(lambda b: b.record_many(h, S, A, R, priorities=[1.0, -1.0, 2.0]))
+            fc, fr = both(lambda b: b.record_many(h, S, A, R, **XS, priorities=[1.0, -1.0, 2.0]))
         elif which == "many_priorities_len":
-            fc, fr = both(lambda b: b.record_many(h, S, A, R, priorities=[1.0, 2.0]))
+            fc, fr = both(lambda b: b.record_many(h, S, A, R, **XS, priorities=[1.0, 2.0]))
         elif which.startswith("set_priority") and which != "set_priority_unknown_sel":
             if live_sel is None:
                 return
@@ -644,12 +702,12 @@ class DifferentialMachine(RuleBasedStateMachine):
                 rp.beta = bad
 
         elif which == "handle_type":
-            fc, fr = both(lambda b: b.record(1.5, s, act, 1.0))
+            fc, fr = both(lambda b: b.record(1.5, s, act, 1.0, **X))
         elif which == "priority_list":
-            fc, fr = both(lambda b: b.record(h, s, act, 1.0, priority=[1.0, 2.0]))
+            fc, fr = both(lambda b: b.record(h, s, act, 1.0, **X, priority=[1.0, 2.0]))
         elif which == "complex_state":
-            bad = np.zeros(self.state_shape, np.complex64)
-            fc, fr = both(lambda b: b.record(h, bad, act, 1.0))
+            bad = self._reshaped(s, lambda a: np.zeros(a.shape, np.complex64))
+            fc, fr = both(lambda b: b.record(h, bad, act, 1.0, **X))
         elif which == "get_batch_bad_out":
             if live_sel is None or not existing:
                 return
@@ -660,6 +718,44 @@ class DifferentialMachine(RuleBasedStateMachine):
             out_r = r._gather(live_sel[1], e2, p2)
             fc = lambda: c.get_batch(3, live_sel[0], out=out_c)  # noqa: E731
             fr = lambda: r.get_batch(3, live_sel[1], out=out_r)  # noqa: E731
+        elif which == "state_missing_field":
+            if not self.sspec:
+                return
+            bad = dict(list(s.items())[1:])
+            fc, fr = both(lambda b: b.record(h, bad, act, 1.0, **X))
+        elif which == "state_unknown_field":
+            if not self.sspec:
+                return
+            bad = {**s, "zz": np.zeros(2)}
+            fc, fr = both(lambda b: b.record(h, bad, act, 1.0, **X))
+        elif which == "state_not_a_dict":
+            if not self.sspec:
+                return
+            bad = next(iter(s.values()))
+            fc, fr = both(lambda b: b.record(h, bad, act, 1.0, **X))
+        elif which == "extras_missing":
+            if self.xspec:
+                fc, fr = both(lambda b: b.record(h, s, act, 1.0))
+            else:  # extras given to a buffer without an extras_spec
+                fc, fr = both(lambda b: b.record(h, s, act, 1.0, extras={"logp": 0.5}))
+        elif which == "extras_unknown_field":
+            if not self.xspec:
+                return
+            bad = {**X["extras"], "zz": 1.0}
+            fc, fr = both(lambda b: b.record(h, s, act, 1.0, extras=bad))
+        elif which in ("extras_shape", "extras_dtype"):
+            if not self.xspec:
+                return
+            if which == "extras_shape":
+                bad = self._reshaped(X["extras"], lambda a: np.zeros((*a.shape, 2), a.dtype))
+            else:
+                bad = self._reshaped(X["extras"], lambda a: np.zeros(a.shape, np.complex64))
+            fc, fr = both(lambda b: b.record(h, s, act, 1.0, extras=bad))
+        elif which == "many_extras_T":
+            if not self.xspec:
+                return
+            bad = self._reshaped(XS["extras"], lambda a: a[:2])
+            fc, fr = both(lambda b: b.record_many(h, S, A, R, extras=bad))
         else:  # pragma: no cover
             raise AssertionError(which)
         self._same_error(which, fc, fr)
@@ -712,31 +808,35 @@ class RandomConfigMachine(DifferentialMachine):
         allow_short=st.booleans(),
         capacity=st.one_of(st.none(), st.integers(12, 60)),
         eviction=st.sampled_from(["fifo", "second_chance"]),
-        state=st.sampled_from([((2,), "float32"), ((3, 2), "uint8")]),
+        state=st.sampled_from([((2,), "float32"), ((3, 2), "uint8"), "spec", "spec1"]),
         action=st.sampled_from([((), "int64"), ((2,), "float32")]),
+        extras=st.sampled_from([None, None, "x1", "x3"]),
         first=DifferentialMachine.first_selectors,
     )
-    def init_random(self, seed, pick_len, allow_short, capacity, eviction, state, action, first):
+    def init_random(
+        self, seed, pick_len, allow_short, capacity, eviction, state, action, extras, first
+    ):
         self._setup(
-            dict(
-                state_shape=state[0],
-                state_dtype=state[1],
-                action_shape=action[0],
-                action_dtype=action[1],
-                capacity=capacity,
-                pick_len=pick_len,
-                allow_short=allow_short,
-                eviction=eviction,
-            ),
+            _config(pick_len, allow_short, capacity, eviction, state, action, extras),
             seed,
             first,
         )
 
 
-def _config(pick_len, allow_short, capacity, eviction, state, action):
-    return dict(
-        state_shape=state[0],
-        state_dtype=state[1],
+# Named state fields and per-step extras: a mix of widths (1, 2, 4, 8 bytes
+# and odd sizes), scalar and shaped fields.
+STATE_SPECS = {
+    "spec": {"img": ((3, 2), "uint8"), "vec": ((2,), "float32"), "t": ((), "int64")},
+    "spec1": {"obs": ((3,), "float64")},
+}
+EXTRAS_SPECS = {
+    "x1": {"logp": ((), "float32")},
+    "x3": {"logp": ((), "float32"), "h": ((2, 3), "float32"), "mask": ((3,), "bool")},
+}
+
+
+def _config(pick_len, allow_short, capacity, eviction, state, action, extras=None):
+    cfg = dict(
         action_shape=action[0],
         action_dtype=action[1],
         capacity=capacity,
@@ -744,6 +844,13 @@ def _config(pick_len, allow_short, capacity, eviction, state, action):
         allow_short=allow_short,
         eviction=eviction,
     )
+    if isinstance(state, str):
+        cfg["state_spec"] = STATE_SPECS[state]
+    else:
+        cfg["state_shape"], cfg["state_dtype"] = state
+    if extras is not None:
+        cfg["extras_spec"] = EXTRAS_SPECS[extras]
+    return cfg
 
 
 F32_2 = ((2,), "float32")
@@ -762,6 +869,10 @@ CONFIGS = {
     "L5_sc_cap36_u8": _config(5, False, 36, "second_chance", U8_32, I64),
     "L5_short_fifo_cap12": _config(5, True, 12, "fifo", F32_2, F32A),
     "L5_unbounded_sc": _config(5, False, None, "second_chance", F32_2, I64),
+    # named fields and extras
+    "L3_fields_extras_sc_cap20": _config(3, True, 20, "second_chance", "spec", I64, "x3"),
+    "L1_fields_fifo_cap12": _config(1, False, 12, "fifo", "spec1", F32A),
+    "L5_extras_fifo_cap30": _config(5, False, 30, "fifo", U8_32, I64, "x1"),
 }
 
 

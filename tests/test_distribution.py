@@ -434,3 +434,35 @@ def test_selectors_draw_independently(impl, kind):
     assert np.array_equal(keys(_batches(buf2, a2)), ka)
     # And both are uniform/prioritized draws, not copies shifted in time.
     assert not np.array_equal(ka[1:], kb[:-1])
+
+
+# --------------------------------------------------------------------------
+# named fields and extras: the same distribution, every field from its pick
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", [Uniform, Prioritized])
+def test_fields_buffer_draws_the_same_distribution(impl, kind):
+    spec = {"img": ((2, 2), "uint8"), "v": ((), "float64")}
+    buf = impl(state_spec=spec, extras_spec={"x": ((3,), "int32")}, capacity=None, pick_len=1,
+               seed=77)
+    for e in range(3):  # 15 picks, one per PRIORITIES entry
+        t = np.arange(5) + 10 * e
+        buf.record_many(None, {"img": np.repeat(t, 4).reshape(5, 2, 2).astype(np.uint8),
+                               "v": t.astype(np.float64)}, t, np.zeros(5), terminated=True,
+                        extras={"x": np.repeat(t, 3).reshape(5, 3).astype(np.int32)})
+    ps = buf.new_pick_selector(kind, **({"alpha": 1.0, "beta": 0.4} if kind == Prioritized else {}))
+    epi, pos = picks_of(buf)
+    raw = PRIORITIES[: len(epi)]
+    if kind == Prioritized:
+        set_all(buf, ps, epi, pos, raw)
+    counts, _ = draw_counts(buf, ps, epi, pos)
+    P = expected_probabilities(raw, 1.0) if kind == Prioritized else np.full(len(epi), 1 / len(epi))
+    assert_matches(counts, P, f"fields {kind}")
+    b = buf.get_batch(256, ps)
+    # every field of a drawn pick comes from that pick's step
+    step = b.pick_epi * 10 + b.pick_pos
+    np.testing.assert_array_equal(b.state["v"][:, 0], step)
+    np.testing.assert_array_equal(b.state["img"][:, 0, 1, 1], step)
+    np.testing.assert_array_equal(b.extras["x"][:, 0, 2], step)
+    np.testing.assert_array_equal(b.action[:, 0], step)

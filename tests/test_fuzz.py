@@ -196,6 +196,10 @@ def test_header_fields_with_boundary_values():
             fw.fix_header_crc(b)
             if bytes(b) == data:
                 continue
+            if off == 8 and v in (1, 2):
+                # a version-1 payload (no extras) is a valid version-2 one too
+                assert len(ER.unserialize(bytes(b))) == len(ER.unserialize(data))
+                continue
             with pytest.raises(ValueError):
                 ER.unserialize(bytes(b))
 

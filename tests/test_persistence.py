@@ -1048,7 +1048,7 @@ def cases(data, lay):
     c = {}
     # header
     c["magic"] = patched(data, [(0, b"EXREPLAX")])
-    c["version 2"] = patched(data, [(8, u32(2))])
+    c["version 3"] = patched(data, [(8, u32(3))])
     c["version 0"] = patched(data, [(8, u32(0))])
     c["codec 2"] = patched(data, [(12, u32(2))])
     c["codec zlib on stored body"] = patched(data, [(12, u32(1))])

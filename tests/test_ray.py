@@ -421,3 +421,58 @@ def test_apex_reaches_the_goal(cluster):
     apex, args = _apex_args(seed=0, actors=4, time_limit=240, progress_every=30)
     s = apex.run(args, log=lambda *a: None)
     assert s["reached"], s["best_eval"]
+
+
+# ---- named fields and extras ---------------------------------------------------------
+
+FSPEC = {"obs": ((3,), "float32"), "k": ((), "int64")}
+XSPEC = {"h": ((2, 4), "float32"), "logp": ((), "float32")}
+
+
+def _field_rollout(T, t0, ends=(), final=True):
+    t = np.arange(t0, t0 + T)
+    states = {"obs": np.repeat(t[:, None], 3, 1).astype(np.float32), "k": t.astype(np.int64)}
+    extras = {"h": (t[:, None, None] + np.zeros((1, 2, 4))).astype(np.float32),
+              "logp": (-t).astype(np.float32)}
+    E = len(ends)
+    fs = {"obs": np.full((E, 3), 99, np.float32), "k": np.full(E, 99, np.int64)} if final and E else None
+    return Rollout(states, np.zeros(T, np.int64), np.ones(T, np.float32), ends=ends, final_states=fs,
+                   terminated=[not final] * E, extras=extras)
+
+
+def test_rollouts_with_named_fields_and_extras():
+    # ReplayServer without Ray: every piece's fields and extras land in their episode
+    srv = ReplayServer(state_spec=FSPEC, extras_spec=XSPEC, capacity=None, pick_len=2, seed=0,
+                       selectors=[("uniform", {})])
+    srv.record_rollout("A", _field_rollout(5, 0, ends=[2]), seq=0)
+    srv.record_rollout("A", _field_rollout(4, 5, ends=[4]), seq=1)
+    buf = srv.buf
+    eps = [buf.episode(h) for h in buf._handles()]
+    assert [len(e.action) for e in eps] == [2, 7]
+    np.testing.assert_array_equal(eps[1].state["k"], np.arange(2, 9))
+    np.testing.assert_array_equal(eps[1].extras["logp"], -np.arange(2, 9))
+    assert eps[0].final_state["k"] == 99
+    b = srv.get_batch(8, 0)
+    np.testing.assert_array_equal(b.extras["h"][:, 0, 1, 3], b.state["k"][:, 0])
+    parts = split_batch(b, 2)
+    assert parts[1].extras["h"].shape == (4, 2, 2, 4) and parts[1].state["obs"].shape == (4, 2, 3)
+    np.testing.assert_array_equal(parts[1].state["k"], b.state["k"][4:])
+    assert srv.config()["extras_spec"] == {"h": ((2, 4), "float32"), "logp": ((), "float32")}
+    buf._check()
+
+
+def test_sharded_rollouts_with_extras(cluster):
+    sh = ShardedReplay(2, state_spec=FSPEC, extras_spec=XSPEC, capacity=None, pick_len=2, seed=1,
+                       selectors=[("uniform", {})], actor_options={"num_cpus": 0})
+    try:
+        sh.wait_ready()
+        sh.record_rollout("w", _field_rollout(6, 0, ends=[3, 6]), wait=True)
+        sh.record_episode(*[_field_rollout(4, 100).__getattribute__(a) for a in ("states", "actions", "rewards")],
+                          final_state={"obs": np.zeros(3, np.float32), "k": 7}, terminated=False,
+                          extras=_field_rollout(4, 100).extras, wait=True)
+        b = sh.get_batch(16, 0)
+        assert set(b.extras) == {"h", "logp"} and b.extras["h"].shape == (16, 2, 2, 4)
+        # each pick's extras and states come from the same steps
+        np.testing.assert_array_equal(b.extras["logp"][:, 0], -b.state["k"][:, 0])
+    finally:
+        sh.shutdown()

@@ -78,25 +78,46 @@ def _kind(kind) -> PickSelectorClass:
 
 
 def _batch_fields(b):
-    return (*b, b.weight)
+    """The batch's 8 fields, weight, and extras (a dict, {} if none). A state
+    (and state_next) may be a dict of named fields (docs/api.md)."""
+    return (*b, b.weight, getattr(b, "extras", None) or {})
+
+
+def _map(f, x):
+    """f of an array, or of each array of a dict of named fields."""
+    return {k: f(v) for k, v in x.items()} if isinstance(x, dict) else f(x)
+
+
+def _cat(parts):
+    if isinstance(parts[0], dict):
+        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    return np.concatenate(parts)
+
+
+def _rows(x) -> int:
+    return len(next(iter(x.values()))) if isinstance(x, dict) else len(x)
 
 
 def make_batch(like, arrays):
-    """A Batch of the same class as `like` (C or reference) from 9 arrays."""
+    """A Batch of the same class as `like` (C or reference) from 9 arrays (the
+    8 fields and weight) and, optionally, a 10th entry: the extras dict."""
+    arrays = list(arrays)
+    extras = arrays[9] if len(arrays) > 9 else {}
     cls = type(like)
     if cls is exreplay.Batch:
-        return exreplay.Batch(tuple(arrays))
-    return cls(*arrays)
+        return exreplay.Batch(tuple(arrays[:9]) + (None, extras))
+    return cls(*arrays[:9], extras=extras)
 
 
 def split_batch(b, n: int) -> list:
     """Split a batch of n*B picks into n batches of B (views, no copy)."""
     fields = _batch_fields(b)
-    total = len(fields[0])
+    total = len(fields[6])
     if n < 1 or total % n:
         raise ValueError(f"n: expected a divisor of the batch size {total}, got {n}")
     size = total // n
-    return [make_batch(b, [f[i * size:(i + 1) * size] for f in fields]) for i in range(n)]
+    return [make_batch(b, [_map(lambda a: a[i * size:(i + 1) * size], f) for f in fields])
+            for i in range(n)]
 
 
 def concat_batches(batches: Sequence) -> Any:
@@ -104,7 +125,7 @@ def concat_batches(batches: Sequence) -> Any:
     if len(batches) == 1:
         return batches[0]
     cols = list(zip(*(_batch_fields(b) for b in batches)))
-    return make_batch(batches[0], [np.concatenate(c) for c in cols])
+    return make_batch(batches[0], [_cat(c) for c in cols])
 
 
 # --- rollouts ----------------------------------------------------------------------
@@ -114,7 +135,10 @@ class Rollout:
     """T consecutive steps of one sender, possibly spanning several episodes.
 
     The columns have T rows: ``states`` (T, *state_shape), ``actions``
-    (T, *action_shape), ``rewards`` (T,), ``priorities`` (T,) or None.
+    (T, *action_shape), ``rewards`` (T,), ``priorities`` (T,) or None,
+    ``extras`` None or a dict {name: (T, *shape)} for a buffer with an
+    extras_spec. With a state_spec, ``states`` (and ``final_states``) are
+    dicts {name: (T, *shape)} (and (E, *shape)).
     ``ends`` (E,) lists the exclusive row index after which an episode ends
     (strictly increasing, each in 1..T), with its ``final_states`` (E, *state_shape)
     (or None, when every ended episode is terminated) and ``terminated`` (E,) bool.
@@ -125,26 +149,33 @@ class Rollout:
     out-of-band NumPy buffers.
     """
 
-    __slots__ = ("states", "actions", "rewards", "priorities", "ends", "final_states", "terminated")
+    __slots__ = ("states", "actions", "rewards", "priorities", "ends", "final_states", "terminated",
+                 "extras")
 
-    def __init__(self, states, actions, rewards, priorities=None, ends=(), final_states=None, terminated=None):
-        self.states = np.asarray(states)
+    def __init__(self, states, actions, rewards, priorities=None, ends=(), final_states=None, terminated=None,
+                 extras=None):
+        self.states = _map(np.asarray, dict(states) if isinstance(states, dict) else states)
+        self.extras = None if extras is None else {k: np.asarray(v) for k, v in extras.items()}
         self.actions = np.asarray(actions)
         self.rewards = np.asarray(rewards)
         self.priorities = None if priorities is None else np.asarray(priorities, dtype=np.float64)
         self.ends = np.asarray(ends, dtype=np.int64).reshape(-1)
-        self.final_states = None if final_states is None else np.asarray(final_states)
+        self.final_states = None if final_states is None else _map(
+            np.asarray, dict(final_states) if isinstance(final_states, dict) else final_states)
         self.terminated = (
             np.ones(len(self.ends), dtype=bool) if terminated is None else np.asarray(terminated, dtype=bool)
         )
-        T = len(self.states)
+        T = _rows(self.states)
         if T < 1 or len(self.actions) != T or len(self.rewards) != T:
             raise ValueError(f"rollout: expected T >= 1 rows in states, actions, rewards; got "
-                             f"{len(self.states)}, {len(self.actions)}, {len(self.rewards)}")
+                             f"{T}, {len(self.actions)}, {len(self.rewards)}")
+        if self.extras is not None and any(len(v) != T for v in self.extras.values()):
+            raise ValueError(f"extras: expected {T} rows in every field, got "
+                             f"{ {k: len(v) for k, v in self.extras.items()} }")
         if self.priorities is not None and len(self.priorities) != T:
             raise ValueError(f"priorities: expected {T} rows, got {len(self.priorities)}")
         E = len(self.ends)
-        if len(self.terminated) != E or (self.final_states is not None and len(self.final_states) != E):
+        if len(self.terminated) != E or (self.final_states is not None and _rows(self.final_states) != E):
             raise ValueError(f"ends, final_states, terminated: expected {E} rows each")
         if E and (self.ends[0] < 1 or self.ends[-1] > T or np.any(np.diff(self.ends) <= 0)):
             raise ValueError(f"ends: expected strictly increasing indices in 1..{T}, got {self.ends}")
@@ -152,16 +183,16 @@ class Rollout:
             raise ValueError("final_states: required where an episode ends without terminated=True")
 
     def __len__(self):
-        return len(self.states)
+        return _rows(self.states)
 
     def __reduce__(self):
         return (Rollout, (self.states, self.actions, self.rewards, self.priorities, self.ends,
-                          self.final_states, self.terminated))
+                          self.final_states, self.terminated, self.extras))
 
     @property
     def open_tail(self) -> bool:
         """Whether the last rows are an episode left open."""
-        return len(self.ends) == 0 or int(self.ends[-1]) < len(self.states)
+        return len(self.ends) == 0 or int(self.ends[-1]) < len(self)
 
     def pieces(self):
         """(start, stop, end_index or None) per episode piece, in order."""
@@ -169,8 +200,8 @@ class Rollout:
         for j, e in enumerate(self.ends):
             yield start, int(e), j
             start = int(e)
-        if start < len(self.states):
-            yield start, len(self.states), None
+        if start < len(self):
+            yield start, len(self), None
 
     def take(self, pieces) -> "Rollout":
         """A rollout of some of this one's pieces (rows copied, in the given order)."""
@@ -181,12 +212,21 @@ class Rollout:
         n_ended = len(ends_j)
         ends = np.cumsum(lens)[:n_ended]
         return Rollout(
-            self.states[idx], self.actions[idx], self.rewards[idx],
+            _map(lambda x: x[idx], self.states), self.actions[idx], self.rewards[idx],
             None if self.priorities is None else self.priorities[idx],
             ends,
-            None if self.final_states is None else self.final_states[ends_j],
+            None if self.final_states is None else _map(lambda x: x[ends_j], self.final_states),
             self.terminated[ends_j],
+            None if self.extras is None else _map(lambda x: x[idx], self.extras),
         )
+
+    def piece(self, a: int, b: int, j):
+        """(states, extras, final_state) of rows [a, b) ending with end j (or None)."""
+        fs = None
+        if j is not None and self.final_states is not None:
+            fs = _map(lambda x: x[j], self.final_states)
+        return (_map(lambda x: x[a:b], self.states),
+                None if self.extras is None else _map(lambda x: x[a:b], self.extras), fs)
 
 
 # --- the replay server: the actor's body, usable without Ray ------------------------
@@ -329,21 +369,25 @@ class ReplayServer:
 
     def config(self) -> dict:
         b = self.buf
-        return dict(state_shape=b.state_shape, state_dtype=str(b.state_dtype), action_shape=b.action_shape,
+        spec = lambda d: None if d is None else {k: (s, str(t)) for k, (s, t) in d.items()}  # noqa: E731
+        return dict(state_shape=b.state_shape, state_dtype=None if b.state_dtype is None else str(b.state_dtype),
+                    state_spec=spec(b.state_spec), extras_spec=spec(b.extras_spec),
+                    action_shape=b.action_shape,
                     action_dtype=str(b.action_dtype), reward_dtype=str(b.reward_dtype), capacity=b.capacity,
                     pick_len=b.pick_len, allow_short=b.allow_short, eviction=b.eviction, impl=self.impl,
                     selectors=self.selectors())
 
     # -- writers ---------------------------------------------------------------------
 
-    def record_many(self, h, states, actions, rewards, final_state=None, terminated=False, priorities=None):
+    def record_many(self, h, states, actions, rewards, final_state=None, terminated=False, priorities=None,
+                    extras=None):
         """``ExperienceReplay.record_many``: returns the handle recorded into last."""
         t = self._meter.enter("w")
         try:
             h = self.buf.record_many(h, states, actions, rewards, final_state=final_state,
-                                     terminated=terminated, priorities=priorities)
+                                     terminated=terminated, priorities=priorities, extras=extras)
         finally:
-            self._meter.leave("w", t, records=len(states), rollouts=1)
+            self._meter.leave("w", t, records=len(actions), rollouts=1)
         return h
 
     def record_rollout(self, stream: Hashable, rollout: Rollout, seq: int | None = None) -> int:
@@ -369,14 +413,14 @@ class ReplayServer:
                     r = rollout
                     for a, b, j in r.pieces():
                         pr = None if r.priorities is None else r.priorities[a:b]
+                        st, ex, fs = r.piece(a, b, j)
                         if j is None:
-                            h = self.buf.record_many(h, r.states[a:b], r.actions[a:b], r.rewards[a:b],
-                                                     priorities=pr)
+                            h = self.buf.record_many(h, st, r.actions[a:b], r.rewards[a:b],
+                                                     priorities=pr, extras=ex)
                         else:
-                            fs = None if r.final_states is None else r.final_states[j]
-                            self.buf.record_many(h, r.states[a:b], r.actions[a:b], r.rewards[a:b],
+                            self.buf.record_many(h, st, r.actions[a:b], r.rewards[a:b],
                                                  final_state=fs, terminated=bool(r.terminated[j]),
-                                                 priorities=pr)
+                                                 priorities=pr, extras=ex)
                             h = None
                     self._streams[stream] = h
                 finally:
@@ -660,11 +704,11 @@ class ShardedReplay:
         return sum(ray.get(refs)) if wait else refs
 
     def record_episode(self, states, actions, rewards, final_state=None, terminated=True,
-                       priorities=None, wait: bool = False):
+                       priorities=None, wait: bool = False, extras=None):
         """One whole episode (ended), to the next shard in turn."""
-        fs = None if final_state is None else np.asarray(final_state)[None]
-        r = Rollout(states, actions, rewards, priorities, ends=[len(states)], final_states=fs,
-                    terminated=[terminated])
+        fs = None if final_state is None else _map(lambda x: np.asarray(x)[None], final_state)
+        r = Rollout(states, actions, rewards, priorities, ends=[len(actions)], final_states=fs,
+                    terminated=[terminated], extras=extras)
         return self.record_rollout("__episodes__", r, wait=wait)
 
     # -- learner ---------------------------------------------------------------------
@@ -702,17 +746,17 @@ class ShardedReplay:
         for i, (_b, st) in zip(drawn, res):
             stats[i] = st
         self._last_stats[int(ps)] = stats
-        cols = [[] for _ in range(9)]
+        cols = [[] for _ in range(10)]
         gmin = min(s[1] for s in stats)
         for i, (b, st) in zip(drawn, res):
             f = _batch_fields(b)
-            for k in range(9):
+            for k in range(10):
                 cols[k].append(f[k])
             cols[6][-1] = f[6] * self.n + i
             if kind == "prioritized" and beta and st[1] != gmin:
                 cols[8][-1] = (f[8].astype(np.float64) * (gmin / st[1]) ** beta).astype(np.float32)
         perm = self._rng.permutation(total_n)
-        out = make_batch(res[0][0], [np.concatenate(c)[perm] for c in cols])
+        out = make_batch(res[0][0], [_map(lambda a: a[perm], _cat(c)) for c in cols])
         return out if n_batches is None else split_batch(out, n)
 
     def set_priority(self, ps: int, pick_epi, pick_pos, priorities, wait: bool = False):

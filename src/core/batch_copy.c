@@ -123,6 +123,56 @@ static inline void prefetch_pick(const exr_store_layout *L, const plan_t *pl)
         prefetch_range(pl->b, (rows - a) * L->row_bytes);
 }
 
+/* The same for a buffer with named fields (fields.h), row by row: each of
+ * the pick's rows is read once, while it is in cache, and every field of it
+ * written where it goes (its state array and, for a state field, the next
+ * states of the step before). A pass per field would walk the pick's rows
+ * once per field, and a long pick of large rows (R2D2: 81 rows of 9 KB)
+ * does not stay in cache between passes. */
+static void copy_pick_fields(const exr_store_layout *L, const plan_t *pl, size_t pick_len,
+                             size_t i, unsigned char *ac, unsigned char *rw,
+                             const exr_field_dst *fields, size_t nfields)
+{
+    size_t sb = L->state_bytes, ab = L->action_bytes, rb = L->reward_bytes, l = pl->len;
+    for (size_t r = 0; r < l; r++) {
+        const unsigned char *row =
+            r < pl->na ? pl->a + r * L->row_bytes : pl->b + (r - pl->na) * L->row_bytes;
+        copy_bytes(ac + r * ab, row + sb, ab);
+        copy_bytes(rw + r * rb, row + sb + ab, rb);
+        for (size_t f = 0; f < nfields; f++) {
+            const exr_field_dst *fd = &fields[f];
+            size_t w = fd->bytes, at = i * pick_len * w;
+            copy_bytes(fd->dst + at + r * w, row + fd->off, w);
+        }
+    }
+    /* the last next state: row l, the final state, or zeros */
+    const unsigned char *last =
+        pl->next_stored ? (l < pl->na ? pl->a + l * L->row_bytes : pl->b + (l - pl->na) * L->row_bytes)
+                        : pl->final; /* state fields sit at the same offsets in both */
+    for (size_t f = 0; f < nfields; f++) {
+        const exr_field_dst *fd = &fields[f];
+        size_t w = fd->bytes, at = i * pick_len * w;
+        if (fd->next) {
+            /* next states 0..l-2 are states 1..l-1, just written */
+            if (l > 1)
+                copy_bytes(fd->next + at, fd->dst + at + w, (l - 1) * w);
+            if (last)
+                copy_bytes(fd->next + at + (l - 1) * w, last + fd->off, w);
+            else
+                memset(fd->next + at + (l - 1) * w, 0, w);
+        }
+        if (l < pick_len) {
+            memset(fd->dst + at + l * w, 0, (pick_len - l) * w);
+            if (fd->next)
+                memset(fd->next + at + l * w, 0, (pick_len - l) * w);
+        }
+    }
+    if (l < pick_len) {
+        memset(ac + l * ab, 0, (pick_len - l) * ab);
+        memset(rw + l * rb, 0, (pick_len - l) * rb);
+    }
+}
+
 void copy_batch(const exr_buffer *b, size_t count, const plan_t *plans,
                        exr_batch_out *out)
 {
@@ -136,6 +186,15 @@ void copy_batch(const exr_buffer *b, size_t count, const plan_t *plans,
     size_t ahead = lines >= 48 ? 1 : 48 / lines;
     for (size_t i = 0; i < count && i < ahead; i++)
         prefetch_pick(L, &plans[i]);
+    if (out->fields) {
+        for (size_t i = 0; i < count; i++) {
+            if (i + ahead < count)
+                prefetch_pick(L, &plans[i + ahead]);
+            copy_pick_fields(L, &plans[i], P, i, ac + i * as, rw + i * rs, out->fields,
+                             out->nfields);
+        }
+        return;
+    }
     for (size_t i = 0; i < count; i++) {
         if (i + ahead < count)
             prefetch_pick(L, &plans[i + ahead]);

@@ -15,7 +15,7 @@
 
 exr_status exr_buffer_new(const exr_config *cfg, exr_buffer **out)
 {
-    if (cfg->state_bytes == 0 || cfg->pick_len < 1 || cfg->pick_len > EXR_MAX_PICK_LEN ||
+    if (cfg->state_bytes == 0 || cfg->extra_bytes > ((size_t)1 << 40) || cfg->pick_len < 1 || cfg->pick_len > EXR_MAX_PICK_LEN ||
         (cfg->eviction != EXR_EVICT_FIFO && cfg->eviction != EXR_EVICT_SECOND_CHANCE))
         return EXR_EINVAL;
     exr_buffer *b = calloc(1, sizeof *b);
@@ -23,7 +23,7 @@ exr_status exr_buffer_new(const exr_config *cfg, exr_buffer **out)
         return EXR_ENOMEM;
     b->cfg = *cfg;
     exr_status st = exr_store_layout_init(&b->lay, cfg->state_bytes, cfg->action_bytes,
-                                          cfg->reward_bytes, cfg->pick_len);
+                                          cfg->reward_bytes, cfg->extra_bytes, cfg->pick_len);
     if (st != EXR_OK) {
         free(b);
         return st;

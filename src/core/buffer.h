@@ -28,6 +28,7 @@
 
 #include "exr.h"
 #include "evict.h"
+#include "fields.h"
 #include "selector.h"
 
 typedef struct exr_buffer exr_buffer;
@@ -38,6 +39,7 @@ typedef struct exr_buffer exr_buffer;
 
 typedef struct {
     size_t state_bytes, action_bytes, reward_bytes; /* item sizes, state_bytes >= 1 */
+    size_t extra_bytes;                             /* per-step extras, <= 2^40; 0: none */
     uint64_t capacity;                              /* records; 0 = unbounded */
     uint32_t pick_len;                              /* 1 .. EXR_MAX_PICK_LEN */
     bool allow_short;
@@ -47,13 +49,18 @@ typedef struct {
 
 /* T >= 1 steps to record: T contiguous rows of each column. priorities is
  * NULL for none, else T values (NaN: none for that step). The last step ends
- * the episode when end is set (with final_state, or with final_state NULL). */
+ * the episode when end is set (with final_state, or with final_state NULL).
+ * fields (nfields entries, fields.h): when not NULL, the state's and the
+ * extras' bytes come from there, field by field, and states is unused; a
+ * buffer with extra_bytes needs it. final_state is always state_bytes packed. */
 typedef struct {
     const void *states, *actions, *rewards;
     const double *priorities;
     size_t T;
     const void *final_state;
     bool end, terminated;
+    const exr_field_src *fields;
+    size_t nfields;
 } exr_steps;
 
 /* Where get_batch writes: arrays of count * pick_len rows (state, action,
@@ -63,6 +70,10 @@ typedef struct {
     int64_t *seq_len, *seq_len_next, *pick_epi, *pick_pos;
     float *weight;
     int64_t *pick_index; /* the picks' table indices when drawn; NULL: not wanted */
+    /* when not NULL (fields.h): state, state_next and extras go field by
+     * field to these nfields places instead; state and state_next unused */
+    const exr_field_dst *fields;
+    size_t nfields;
 } exr_batch_out;
 
 exr_status exr_buffer_new(const exr_config *cfg, exr_buffer **out);
@@ -145,6 +156,9 @@ exr_status exr_buffer_episode_info_locked(const exr_buffer *b, int64_t h, uint64
  * final is not NULL). */
 exr_status exr_buffer_episode_copy_locked(const exr_buffer *b, int64_t h, void *state,
                                           void *action, void *reward, void *final);
+/* The same as whole rows (n * row bytes: state|action|reward|extras) and
+ * the packed final state (state_bytes), for buffers with named fields. */
+exr_status exr_buffer_episode_rows_locked(const exr_buffer *b, int64_t h, void *rows, void *final);
 
 /* The experience log's hook (log.h): called under the lock once for every
  * step that exr_buffer_record_locked commits, before the eviction it may

@@ -142,8 +142,28 @@ static exr_status finish_batch(exr_buffer *b, size_t count, batch_scratch *sc,
     return EXR_OK;
 }
 
+/* A field plan stays in the state and extras parts of a row (a state field,
+ * with next states, in the state part), and a buffer with extras needs one. */
+static bool out_ok(const exr_buffer *b, const exr_batch_out *out)
+{
+    const exr_store_layout *L = &b->lay;
+    if (L->extra_bytes && !out->fields)
+        return false;
+    size_t xs = L->state_bytes + L->action_bytes + L->reward_bytes;
+    for (size_t f = 0; out->fields && f < out->nfields; f++) {
+        const exr_field_dst *fd = &out->fields[f];
+        size_t end;
+        if (!exr_add_size(fd->off, fd->bytes, &end) ||
+            !(end <= L->state_bytes || (!fd->next && fd->off >= xs && end <= L->row_bytes)))
+            return false;
+    }
+    return true;
+}
+
 exr_status exr_buffer_get_batch(exr_buffer *b, int64_t h, size_t count, exr_batch_out *out)
 {
+    if (!out_ok(b, out))
+        return EXR_EINVAL;
     batch_scratch sc;
     exr_status st = scratch_alloc(&sc, count);
     if (st != EXR_OK)
@@ -176,6 +196,8 @@ exr_status exr_buffer_get_batch(exr_buffer *b, int64_t h, size_t count, exr_batc
 exr_status exr_buffer_gather(exr_buffer *b, int64_t h, size_t count, const int64_t *epi,
                              const int64_t *pos, exr_batch_out *out)
 {
+    if (!out_ok(b, out))
+        return EXR_EINVAL;
     batch_scratch sc;
     exr_status st = scratch_alloc(&sc, count);
     if (st != EXR_OK)

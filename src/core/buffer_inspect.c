@@ -52,6 +52,27 @@ exr_status exr_buffer_episode_copy_locked(const exr_buffer *b, int64_t h, void *
     return EXR_OK;
 }
 
+exr_status exr_buffer_episode_rows_locked(const exr_buffer *b, int64_t h, void *rows, void *final)
+{
+    uint32_t slot = exr_episodes_find(&b->eps, h);
+    if (slot == EXR_NIL)
+        return EXR_ENOTFOUND;
+    const exr_store_layout *L = &b->lay;
+    const exr_episode *e = &b->eps.slab[slot];
+    unsigned char *dst = rows;
+    uint64_t p = 0, n = e->busy ? e->n_pub : e->n;
+    for (uint32_t k = 0; p < n; k++) {
+        size_t cnt = exr_store_seg_cap(L, k);
+        if (cnt > n - p)
+            cnt = (size_t)(n - p);
+        memcpy(dst + p * L->row_bytes, exr_seg_row(L, e->body->segs[k], 0), cnt * L->row_bytes);
+        p += cnt;
+    }
+    if (final && e->body->final_state && !e->busy)
+        memcpy(final, e->body->final_state, L->state_bytes);
+    return EXR_OK;
+}
+
 void exr_buffer_handles_locked(const exr_buffer *b, int64_t *out)
 {
     EXR_ASSERT_LOCKED(b);

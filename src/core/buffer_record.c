@@ -319,6 +319,20 @@ static void copy_rows(const exr_store_layout *L, exr_body *body, uint64_t pos, c
         if (run > count - i)
             run = count - i;
         unsigned char *row = exr_seg_row(L, body->segs[k], off);
+        if (in->fields) {
+            /* named fields: each straight from its own array (fields.h) */
+            for (size_t r = 0; r < run; r++, row += L->row_bytes) {
+                size_t t = t0 + i + r;
+                for (size_t f = 0; f < in->nfields; f++) {
+                    const exr_field_src *fs = &in->fields[f];
+                    memcpy(row + fs->off, fs->src + t * fs->stride, fs->bytes);
+                }
+                memcpy(row + sb, ac + t * ab, ab);
+                memcpy(row + sb + ab, rw + t * rb, rb);
+            }
+            i += run;
+            continue;
+        }
         for (size_t r = 0; r < run; r++, row += L->row_bytes) {
             size_t t = t0 + i + r;
             memcpy(row, st + t * sb, sb);
@@ -520,11 +534,29 @@ void exr_buffer_quiesce_locked(exr_buffer *b)
         wait_publish(b, false);
 }
 
+/* A field copy plan must stay in the state and extras parts of a row, and
+ * a buffer with extras must get one. */
+static bool steps_ok(const exr_buffer *b, const exr_steps *in)
+{
+    const exr_store_layout *L = &b->lay;
+    if (in->T == 0 || (L->extra_bytes && !in->fields))
+        return false;
+    size_t xs = L->state_bytes + L->action_bytes + L->reward_bytes;
+    for (size_t f = 0; in->fields && f < in->nfields; f++) {
+        const exr_field_src *fs = &in->fields[f];
+        size_t end;
+        if (!exr_add_size(fs->off, fs->bytes, &end) ||
+            !(end <= L->state_bytes || (fs->off >= xs && end <= L->row_bytes)))
+            return false;
+    }
+    return true;
+}
+
 exr_status exr_buffer_record_locked(exr_buffer *b, int64_t h, const exr_steps *in,
                                     int64_t *out_h)
 {
     EXR_ASSERT_EXCLUSIVE(b);
-    if (in->T == 0)
+    if (!steps_ok(b, in))
         return EXR_EINVAL;
     wait_not_busy_locked(b, h);
     rec_plan plan;
@@ -536,7 +568,7 @@ exr_status exr_buffer_record_locked(exr_buffer *b, int64_t h, const exr_steps *i
 
 exr_status exr_buffer_record(exr_buffer *b, int64_t h, const exr_steps *in, int64_t *out_h)
 {
-    if (in->T == 0)
+    if (!steps_ok(b, in))
         return EXR_EINVAL;
     size_t bytes;
     bool defer = !exr_mul_size(in->T, b->lay.row_bytes, &bytes) || bytes >= EXR_COPY_UNLOCKED;

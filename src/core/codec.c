@@ -20,7 +20,7 @@ static const struct {
     [CF_STATE_BYTES] = {0, 8}, [CF_ACTION_BYTES] = {8, 8}, [CF_REWARD_BYTES] = {16, 8},
     [CF_CAPACITY] = {24, 8},   [CF_PICK_LEN] = {32, 4},    [CF_ALLOW_SHORT] = {36, 1},
     [CF_EVICTION] = {37, 1},   [CF_SEED] = {40, 8},        [CF_NEXT_HANDLE] = {48, 8},
-    [CF_NEXT_SEL] = {56, 8},   [CF_HAND] = {64, 8},
+    [CF_NEXT_SEL] = {56, 8},   [CF_HAND] = {64, 8},         [CF_EXTRA_BYTES] = {72, 8},
 };
 
 void config_pack(const uint64_t v[CF_N], unsigned char out[CONFIG_BYTES])
@@ -94,7 +94,7 @@ int selector_head_unpack(const unsigned char in[SELECTOR_HEAD], selector_head *h
 uint64_t episode_bytes(const exr_buffer *b, const exr_episode *e)
 {
     const exr_store_layout *L = &b->lay;
-    uint64_t row = L->state_bytes + L->action_bytes + L->reward_bytes;
+    uint64_t row = L->row_bytes;
     return EPISODE_HEAD + (e->body->final_state ? L->state_bytes : 0) + e->n * row +
            4 * (e->n - e->m);
 }
@@ -139,7 +139,8 @@ uint64_t exr_codec_bound(uint64_t raw, int level)
 exr_status exr_codec_check_header(const unsigned char h[EXR_HEADER_BYTES], uint64_t input_len,
                                   uint64_t *body_len)
 {
-    if (memcmp(h, MAGIC, 8) != 0 || get32(h + 8) != VERSION || get32(h + 12) > 1)
+    if (memcmp(h, MAGIC, 8) != 0 || get32(h + 8) < VERSION_MIN || get32(h + 8) > VERSION ||
+        get32(h + 12) > 1)
         return EXR_ECORRUPT;
     if (get32(h + 36) != crc_update((uint32_t)crc32(0, Z_NULL, 0), h, 36))
         return EXR_ECORRUPT;

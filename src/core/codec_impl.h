@@ -17,7 +17,11 @@
 #endif
 
 #define MAGIC "EXREPLAY"
-#define VERSION 1u
+/* Version 2 adds per-step extras (CONFIG's extra_bytes, rows that long);
+ * the writer writes 1 for a buffer without extras, so that those files stay
+ * readable by a version-1 reader, and the reader reads both. */
+#define VERSION 2u
+#define VERSION_MIN 1u
 #define CHUNK ((size_t)1 << 18)
 #define CONFIG_BYTES 80u
 #define EPISODE_HEAD 24u
@@ -63,7 +67,7 @@ static inline uint32_t crc_update(uint32_t crc, const void *p, size_t n)
 /* CONFIG's fields, in the order of docs/format.md. */
 enum {
     CF_STATE_BYTES, CF_ACTION_BYTES, CF_REWARD_BYTES, CF_CAPACITY, CF_PICK_LEN, CF_ALLOW_SHORT,
-    CF_EVICTION, CF_SEED, CF_NEXT_HANDLE, CF_NEXT_SEL, CF_HAND, CF_N
+    CF_EVICTION, CF_SEED, CF_NEXT_HANDLE, CF_NEXT_SEL, CF_HAND, CF_EXTRA_BYTES, CF_N
 };
 void config_pack(const uint64_t v[CF_N], unsigned char out[CONFIG_BYTES]);
 /* 0 if a reserved byte is not 0. */

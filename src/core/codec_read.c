@@ -15,6 +15,7 @@
 
 struct exr_in {
     int compressed, stream_end;
+    uint32_t version;
     z_stream z;
     unsigned char *buf; /* compressed input waiting in z */
     exr_source_fn src;
@@ -248,7 +249,7 @@ static exr_status read_episode_head(exr_in *in, const exr_buffer *b, int64_t *pr
         return EXR_ECORRUPT;
     *prev_handle = h->handle;
     const exr_store_layout *L = &b->lay;
-    uint64_t row = L->state_bytes + L->action_bytes + L->reward_bytes;
+    uint64_t row = L->row_bytes;
     if (h->n > in->raw_left / (row + 4) || (h->has_final && L->state_bytes > in->raw_left))
         return EXR_ECORRUPT;
     return EXR_OK;
@@ -348,11 +349,13 @@ static exr_status read_config(exr_in *in, exr_config *c, exr_counters *k)
         .allow_short = v[CF_ALLOW_SHORT] != 0,
         .eviction = (int)v[CF_EVICTION],
         .seed = v[CF_SEED],
+        .extra_bytes = v[CF_EXTRA_BYTES], /* version 2; reserved (0) in version 1 */
     };
     *k = (exr_counters){(int64_t)v[CF_NEXT_HANDLE], (int64_t)v[CF_NEXT_SEL], (int64_t)v[CF_HAND]};
     if (!reserved_ok || v[CF_ALLOW_SHORT] > 1 || !config_ok(c) || k->next_handle < 0 ||
         k->next_handle > EXR_MAX_HANDLE || k->next_sel_handle < 0 ||
         k->next_sel_handle > EXR_MAX_HANDLE || k->hand < -1 ||
+        (in->version < 2 ? c->extra_bytes != 0 : c->extra_bytes > ((uint64_t)1 << 40)) ||
         (c->eviction == EXR_EVICT_FIFO && k->hand != -1))
         return EXR_ECORRUPT;
     return EXR_OK;
@@ -520,6 +523,7 @@ exr_status exr_codec_read(const unsigned char header[EXR_HEADER_BYTES], exr_sour
     exr_in in;
     memset(&in, 0, sizeof in);
     in.compressed = get32(header + 12) == 1;
+    in.version = get32(header + 8);
     in.src = src;
     in.ctx = ctx;
     in.raw_left = get64(header + 16);

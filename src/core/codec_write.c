@@ -157,6 +157,7 @@ static exr_status write_config(exr_out *o, const exr_buffer *b)
         [CF_NEXT_HANDLE] = (uint64_t)k.next_handle,
         [CF_NEXT_SEL] = (uint64_t)k.next_sel_handle,
         [CF_HAND] = (uint64_t)k.hand,
+        [CF_EXTRA_BYTES] = c->extra_bytes, /* version 2; 0 (reserved in version 1) without extras */
     };
     unsigned char cfg[CONFIG_BYTES];
     config_pack(v, cfg);
@@ -311,7 +312,7 @@ exr_status exr_codec_write_locked(const exr_buffer *b, const void *meta, size_t 
     if (st != EXR_OK)
         return st;
     memcpy(header, MAGIC, 8);
-    put32(header + 8, VERSION);
+    put32(header + 8, b->cfg.extra_bytes ? VERSION : VERSION_MIN);
     put32(header + 12, level > 0);
     put64(header + 16, o.raw);
     put64(header + 24, o.body);

@@ -15,4 +15,12 @@
 void exr_floor_gather(const void *rows, size_t row_bytes, const int64_t *starts, size_t count,
                       size_t L, void *out_state, void *out_next);
 
+/* The floor for named fields: ncols columns, each its own contiguous array
+ * of items (widths[c] bytes), gathered pick by pick as get_batch fills a
+ * field at a time: out[c] <- cols[c][s .. s+L), and next[c] (NULL: not
+ * wanted) <- cols[c][s+1 .. s+L+1). */
+void exr_floor_gather_cols(size_t ncols, const void *const *cols, const size_t *widths,
+                           const int64_t *starts, size_t count, size_t L, void *const *out,
+                           void *const *next);
+
 #endif

@@ -14,13 +14,15 @@ static int round_line(size_t *x)
 }
 
 exr_status exr_store_layout_init(exr_store_layout *L, size_t state_bytes, size_t action_bytes,
-                                 size_t reward_bytes, uint32_t pick_len)
+                                 size_t reward_bytes, size_t extra_bytes, uint32_t pick_len)
 {
     L->state_bytes = state_bytes;
     L->action_bytes = action_bytes;
     L->reward_bytes = reward_bytes;
+    L->extra_bytes = extra_bytes;
     size_t row;
-    if (!exr_add_size(state_bytes, action_bytes, &row) || !exr_add_size(row, reward_bytes, &row))
+    if (!exr_add_size(state_bytes, action_bytes, &row) || !exr_add_size(row, reward_bytes, &row) ||
+        !exr_add_size(row, extra_bytes, &row))
         return EXR_EOVERFLOW;
     L->row_bytes = row;
     unsigned base = 4; /* 16 records */

@@ -4,9 +4,9 @@
  *
  *   segment k: positions [start_k, start_k + cap_k), cap_k = 2^min(base_shift + k, max_shift)
  *   +------------------------------------------------------------+
- *   | row 0: state|action|reward  row 1: ...   (up to cap_k rows) |
+ *   | row 0: state|action|reward[|extras]  row 1: ...  (cap_k rows) |
  *   +------------------------------------------------------------+
- *   (a row is sb + ab + rb bytes)
+ *   (a row is sb + ab + rb + eb bytes; eb = 0 without extras, fields.h)
  *
  * Rows rather than one column per field: a pick of L steps and its next
  * state are one run of L + 1 rows, so get_batch reads one stream of
@@ -32,13 +32,14 @@
 
 typedef struct {
     size_t state_bytes, action_bytes, reward_bytes;
-    size_t row_bytes; /* state_bytes + action_bytes + reward_bytes */
+    size_t extra_bytes; /* per-step extras after the reward (fields.h); 0: none */
+    size_t row_bytes; /* state_bytes + action_bytes + reward_bytes + extra_bytes */
     unsigned base_shift, max_shift;
 } exr_store_layout;
 
 /* Fills the layout; EXR_EOVERFLOW if a segment's size would not fit. */
 exr_status exr_store_layout_init(exr_store_layout *L, size_t state_bytes, size_t action_bytes,
-                                 size_t reward_bytes, uint32_t pick_len);
+                                 size_t reward_bytes, size_t extra_bytes, uint32_t pick_len);
 
 static inline unsigned exr_store_shift(const exr_store_layout *L, size_t k)
 {

@@ -9,10 +9,33 @@
 
 #include "args.h"
 #include "replay_impl.h"
+#include "named.h"
 
 static const char *const field_names[NFIELDS] = {"state", "action", "reward", "state_next",
                                                  "seq_len", "seq_len_next", "pick_epi",
-                                                 "pick_pos", "weight", "pick_index"};
+                                                 "pick_pos", "weight", "pick_index", "extras"};
+
+/* Batch fields that are dicts of arrays (named.c) rather than one array:
+ * state and state_next with a state_spec, extras always. */
+static int dict_field(const ReplayObject *self, int f)
+{
+    return f == F_EXTRAS || (self->sfields && (f == F_STATE || f == F_NEXT));
+}
+
+/* The dict fields of a new batch (the arrays of the named fields carved
+ * from their own block). */
+static int new_dict_fields(ReplayObject *self, npy_intp B, PyObject **arrays)
+{
+    npy_intp L = exr_buffer_config(self->buf)->pick_len;
+    if (self->sfields &&
+        exr_fieldset_batch_new(self->sfields, mstate(self), B, L, &arrays[F_STATE],
+                               &arrays[F_NEXT]) < 0)
+        return -1;
+    if (self->xfields)
+        return exr_fieldset_batch_new(self->xfields, mstate(self), B, L, &arrays[F_EXTRAS], NULL);
+    arrays[F_EXTRAS] = PyDict_New();
+    return arrays[F_EXTRAS] ? 0 : -1;
+}
 
 /* Expected dtype and shape of batch field f for B picks. */
 static PyArray_Descr *field_spec(ReplayObject *self, int f, npy_intp B, int *nd, npy_intp *dims)
@@ -55,6 +78,10 @@ static int new_batch_arrays(ReplayObject *self, npy_intp B, PyObject **arrays)
     size_t offs[NFIELDS], total = 0;
     PyObject *block = NULL;
     for (int f = 0; f < NFIELDS; f++) {
+        if (dict_field(self, f)) {
+            offs[f] = total;
+            continue;
+        }
         descrs[f] = field_spec(self, f, B, &nds[f], dims[f]);
         if (!descrs[f])
             goto fail;
@@ -72,6 +99,8 @@ static int new_batch_arrays(ReplayObject *self, npy_intp B, PyObject **arrays)
         goto fail;
     char *mem = exr_block_data(block);
     for (int f = 0; f < NFIELDS; f++) {
+        if (dict_field(self, f))
+            continue;
         /* NewFromDescr steals the descr, SetBaseObject the block reference,
          * both even when they fail */
         PyArray_Descr *d = descrs[f];
@@ -85,6 +114,11 @@ static int new_batch_arrays(ReplayObject *self, npy_intp B, PyObject **arrays)
             goto fail;
     }
     Py_DECREF(block);
+    if (new_dict_fields(self, B, arrays) < 0) {
+        for (int f = 0; f < NFIELDS; f++)
+            Py_CLEAR(arrays[f]);
+        return -1;
+    }
     return 0;
 too_big:
     PyErr_Format(PyExc_MemoryError, "batch_size: a batch of %zd picks would not fit in memory",
@@ -109,7 +143,19 @@ int batch_arrays(ReplayObject *self, npy_intp B, PyObject *out, PyObject **array
     }
     if (!out)
         return new_batch_arrays(self, B, arrays);
+    npy_intp L = exr_buffer_config(self->buf)->pick_len;
     for (int f = 0; f < NFIELDS; f++) {
+        if (dict_field(self, f)) {
+            PyObject *d = PyStructSequence_GetItem(out, f);
+            const exr_fieldset *fs = f == F_EXTRAS ? self->xfields : self->sfields;
+            if (fs && exr_fieldset_batch_check(fs, d ? d : Py_None, B, L,
+                                               f == F_STATE ? "out.state"
+                                               : f == F_NEXT ? "out.state_next"
+                                                             : "out.extras") < 0)
+                goto error;
+            arrays[f] = Py_NewRef(d ? d : Py_None);
+            continue;
+        }
         int nd;
         npy_intp dims[NPY_MAXDIMS];
         PyArray_Descr *d = field_spec(self, f, B, &nd, dims);
@@ -145,13 +191,38 @@ error:
     return -1;
 }
 
-void batch_out_of(PyObject **arrays, exr_batch_out *o)
+void batch_out_of(ReplayObject *self, PyObject **arrays, exr_batch_out *o, exr_field_dst *plan)
 {
 #define DATA(f) PyArray_DATA((PyArrayObject *)arrays[f])
-    o->state = DATA(F_STATE);
+    o->fields = NULL;
+    o->nfields = 0;
+    if (self->sfields || self->xfields) {
+        /* every field straight into its own array (named.c) */
+        const exr_config *c = exr_buffer_config(self->buf);
+        size_t n = 0;
+        if (self->sfields) {
+            exr_fieldset_dst_plan(self->sfields, 0, arrays[F_STATE], arrays[F_NEXT], plan);
+            n = (size_t)self->sfields->n;
+            o->state = o->state_next = NULL;
+        } else {
+            plan[0] = (exr_field_dst){0, c->state_bytes, DATA(F_STATE), DATA(F_NEXT)};
+            n = 1;
+            o->state = DATA(F_STATE);
+            o->state_next = DATA(F_NEXT);
+        }
+        if (self->xfields) {
+            exr_fieldset_dst_plan(self->xfields, c->state_bytes + c->action_bytes + c->reward_bytes,
+                                  arrays[F_EXTRAS], NULL, plan + n);
+            n += (size_t)self->xfields->n;
+        }
+        o->fields = plan;
+        o->nfields = n;
+    } else {
+        o->state = DATA(F_STATE);
+        o->state_next = DATA(F_NEXT);
+    }
     o->action = DATA(F_ACTION);
     o->reward = DATA(F_REWARD);
-    o->state_next = DATA(F_NEXT);
     o->seq_len = DATA(F_LEN);
     o->seq_len_next = DATA(F_LEN_NEXT);
     o->pick_epi = DATA(F_EPI);

@@ -55,6 +55,9 @@ typedef struct {
     PyObject *weakreflist;
     unsigned long busy_thread; /* the thread inside save()'s progress callback */
     PyObject *log;             /* the ExperienceLog attached (log.c), or NULL */
+    /* named fields (named.h): NULL for one state array / no extras. With
+     * sfields, state_descr/state_shape describe the packed bytes (uint8). */
+    struct exr_fieldset *sfields, *xfields;
 } ReplayObject;
 
 /* save() calls its progress callback with the buffer locked: a call back
@@ -156,6 +159,7 @@ PyObject *exr_selector_new(ReplayObject *owner, int64_t h, int kind);
 
 /* _core._floor_gather (floor.c). */
 PyObject *exr_floor_gather_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *exr_floor_gather_cols_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
 /* Accepts a PickSelector of this buffer or an integer handle. -1 with an
  * exception on error. */
@@ -184,5 +188,14 @@ int exr_install_reprs(exr_modstate *st);
 PyObject *exr_empty_batch_error(ReplayObject *self, int64_t h);
 PyObject *exr_describe_value(PyObject *o);
 PyObject *exr_for_spaces_cls(PyObject *cls, PyObject *args, PyObject *kwargs);
+
+/* named.c: the constructor's state_shape/state_dtype vs state_spec and
+ * extras_spec (sets sfields, xfields), and their attributes. */
+int exr_replay_specs(ReplayObject *self, PyObject *sshape, PyObject *sdtype, PyObject *sspec,
+                     PyObject *xspec);
+PyObject *exr_replay_state_spec(ReplayObject *self, void *c);
+PyObject *exr_replay_extras_spec(ReplayObject *self, void *c);
+struct exr_fieldset;
+void exr_fieldset_free(struct exr_fieldset *fs);
 
 #endif

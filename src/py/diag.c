@@ -50,9 +50,41 @@ done:
     return res;
 }
 
+static PyObject *value_summary(PyObject *o);
+
+/* {'img': uint8(32, 1, 84, 84), ...} for a dict of named fields. */
+static PyObject *dict_summary(PyObject *o)
+{
+    PyObject *parts = PyList_New(0), *res = NULL, *k, *v;
+    Py_ssize_t pos = 0;
+    if (!parts)
+        return NULL;
+    while (PyDict_Next(o, &pos, &k, &v)) {
+        PyObject *s = value_summary(v);
+        PyObject *item = s ? PyUnicode_FromFormat("%R: %U", k, s) : NULL;
+        Py_XDECREF(s);
+        if (!item || PyList_Append(parts, item) < 0) {
+            Py_XDECREF(item);
+            Py_DECREF(parts);
+            return NULL;
+        }
+        Py_DECREF(item);
+    }
+    PyObject *sep = PyUnicode_FromString(", ");
+    PyObject *body = sep ? PyUnicode_Join(sep, parts) : NULL;
+    Py_XDECREF(sep);
+    if (body)
+        res = PyUnicode_FromFormat("{%U}", body);
+    Py_XDECREF(body);
+    Py_DECREF(parts);
+    return res;
+}
+
 /* "float32 (32, 4, 4)" for an array, repr() for anything else. */
 static PyObject *value_summary(PyObject *o)
 {
+    if (PyDict_CheckExact(o))
+        return dict_summary(o);
     if (!PyArray_Check(o))
         return PyObject_Repr(o);
     PyArrayObject *a = (PyArrayObject *)o;
@@ -82,6 +114,10 @@ static PyObject *struct_repr(PyObject *self)
         goto done;
     for (Py_ssize_t i = 0; i < n && tp->tp_members[i].name; i++) {
         PyObject *val = PyStructSequence_GetItem(self, i);
+        /* no extras (the buffer has no extras_spec): not shown */
+        if (val && strcmp(tp->tp_members[i].name, "extras") == 0 &&
+            (val == Py_None || (PyDict_CheckExact(val) && PyDict_GET_SIZE(val) == 0)))
+            continue;
         PyObject *s = val ? value_summary(val) : NULL;
         PyObject *item = s ? PyUnicode_FromFormat("%s=%U", tp->tp_members[i].name, s) : NULL;
         Py_XDECREF(s);

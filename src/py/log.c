@@ -676,6 +676,14 @@ int exr_replay_attach_log(ReplayObject *self, PyObject *o)
         return -1;
     }
     LogObject *lo = (LogObject *)o;
+    if (self->sfields || self->xfields) {
+        /* its rows hold one state array per step (docs/log.md) */
+        PyErr_SetString(PyExc_ValueError,
+                        "log: expected a buffer of one state array without extras, got one with "
+                        "state_spec or extras_spec (the experience log does not store named "
+                        "fields)");
+        return -1;
+    }
     if (self->log) {
         PyErr_SetString(PyExc_ValueError,
                         "log: this buffer already logs into an ExperienceLog (detach_log() first)");

@@ -221,6 +221,8 @@ static PyStructSequence_Field batch_fields[] = {
     {"weight", "(B,) float32 importance-sampling weights (ones for uniform)"},
     {"pick_index", "(B,) int64 where each pick was in the pick table when drawn: lets\n"
                    "set_priority(ps, batch, p) skip the handle lookup while it still holds"},
+    {"extras", "{name: (B, pick_len, *shape) array} of the per-step extras (empty without\n"
+               "an extras_spec)"},
     {NULL, NULL},
 };
 
@@ -246,6 +248,8 @@ static PyStructSequence_Field episode_fields[] = {
     {"final_state", "the state after the last step, or None"},
     {"ended", "whether the episode has ended"},
     {"terminated", "whether it ended on a terminal state"},
+    {"extras", "{name: (n, *shape) array} of the per-step extras (empty without an\n"
+               "extras_spec)"},
     {NULL, NULL},
 };
 
@@ -322,6 +326,11 @@ static PyMethodDef module_methods[] = {
     {"_raise_status", (PyCFunction)exr_raise_status_py, METH_VARARGS,
      "_raise_status(status, op, arg=None, /)\n--\n\n"
      "Test hook: raises the exception the binding raises for core status `status`."},
+    {"_floor_gather_cols", (PyCFunction)(void (*)(void))exr_floor_gather_cols_py, METH_FASTCALL,
+     "_floor_gather_cols(cols, starts, L, nnext, /)\n--\n\n"
+     "Benchmark floor for named fields: each column (its own contiguous array)\n"
+     "gathered as col[s:s+L] for each s in starts, and col[s+1:s+L+1] for the first\n"
+     "nnext columns, by a plain C loop. Returns (outs, nexts)."},
     {"unserialize", (PyCFunction)exr_unserialize, METH_O,
      "unserialize(data, /)\n--\n\nExperienceReplay.unserialize(data) (also what unpickling calls)."},
     {NULL, NULL, 0, NULL},

@@ -11,6 +11,7 @@
 
 #include "codec.h"
 #include "file.h"
+#include "named.h"
 
 /* ---- metadata: what the Python object adds to the core's config ---------- */
 
@@ -62,7 +63,9 @@ static int meta_dtype(meta_buf *m, PyArray_Descr *d)
 static int meta_of(ReplayObject *self, meta_buf *m)
 {
     m->n = 0;
-    unsigned char version = 1, seed_none = self->seed == Py_None;
+    /* version 2: named fields follow (docs/format.md) */
+    unsigned char version = self->sfields || self->xfields ? 2 : 1,
+                  seed_none = self->seed == Py_None;
     if (meta_put(m, &version, 1) < 0 || meta_shape(m, self->state_nd, self->state_shape) < 0 ||
         meta_shape(m, self->action_nd, self->action_shape) < 0 ||
         meta_dtype(m, self->state_descr) < 0 || meta_dtype(m, self->action_descr) < 0 ||
@@ -70,6 +73,16 @@ static int meta_of(ReplayObject *self, meta_buf *m)
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_ValueError, "configuration too large to serialize");
         return -1;
+    }
+    if (version == 2) {
+        unsigned char flags = (self->sfields ? 1 : 0) | (self->xfields ? 2 : 0);
+        if (meta_put(m, &flags, 1) < 0) {
+            PyErr_SetString(PyExc_ValueError, "configuration too large to serialize");
+            return -1;
+        }
+        if ((self->sfields && exr_fieldset_meta_put(self->sfields, m->b, sizeof m->b, &m->n) < 0) ||
+            (self->xfields && exr_fieldset_meta_put(self->xfields, m->b, sizeof m->b, &m->n) < 0))
+            return -1;
     }
     return 0;
 }
@@ -140,13 +153,26 @@ static PyObject *replay_from_core(PyTypeObject *type, exr_buffer *b, const unsig
     unsigned char version = 0, seed_none = 0;
     const exr_config *c = exr_buffer_config(b);
     size_t sb = 0, ab = 0;
-    int ok = mr_take(&r, &version, 1) == 0 && version == 1 &&
+    int ok = mr_take(&r, &version, 1) == 0 && (version == 1 || version == 2) &&
              mr_shape(&r, &self->state_nd, self->state_shape) == 0 &&
              mr_shape(&r, &self->action_nd, self->action_shape) == 0 &&
              (self->state_descr = mr_dtype(&r, 0)) != NULL &&
              (self->action_descr = mr_dtype(&r, 0)) != NULL &&
              (self->reward_descr = mr_dtype(&r, 1)) != NULL && mr_take(&r, &seed_none, 1) == 0 &&
-             seed_none <= 1 && r.left == 0;
+             seed_none <= 1;
+    if (ok && version == 2) {
+        /* named fields: the state as packed bytes, and the extras */
+        unsigned char flags;
+        ok = mr_take(&r, &flags, 1) == 0 && flags >= 1 && flags <= 3;
+        if (ok && (flags & 1))
+            ok = (self->sfields = exr_fieldset_meta_read(&r.p, &r.left)) != NULL &&
+                 self->state_nd == 1 && self->state_descr->type_num == NPY_UINT8 &&
+                 (size_t)self->state_shape[0] == self->sfields->bytes;
+        if (ok && (flags & 2))
+            ok = (self->xfields = exr_fieldset_meta_read(&r.p, &r.left)) != NULL &&
+                 self->xfields->bytes == c->extra_bytes;
+    }
+    ok = ok && r.left == 0 && (self->xfields || c->extra_bytes == 0);
     if (ok) {
         /* the metadata must describe the stored item sizes exactly */
         sb = (size_t)PyDataType_ELSIZE(self->state_descr);

@@ -14,6 +14,7 @@
 #include "args.h"
 #include <structmember.h>
 
+#include "named.h"
 #include "replay_impl.h"
 
 /* ---- construction ------------------------------------------------------- */
@@ -85,12 +86,21 @@ static int spaces_args(ReplayObject *self, PyObject *o_sshape, PyObject *o_sdtyp
                        exr_config *cfg)
 {
     PyObject *tmp = NULL;
-    if (shape_arg(o_sshape, "state_shape", NPY_MAXDIMS - 2, &self->state_nd, self->state_shape) < 0)
+    if (self->sfields) {
+        /* named fields (named.c): the state as packed bytes for the core */
+        self->state_nd = 1;
+        self->state_shape[0] = (npy_intp)self->sfields->bytes;
+        o_sdtype = tmp = PyUnicode_FromString("uint8");
+        if (!tmp)
+            return -1;
+    } else if (shape_arg(o_sshape, "state_shape", NPY_MAXDIMS - 2, &self->state_nd,
+                         self->state_shape) < 0) {
         return -1;
+    }
     if (o_ashape && shape_arg(o_ashape, "action_shape", NPY_MAXDIMS - 2, &self->action_nd,
                               self->action_shape) < 0)
         return -1;
-    if (!o_sdtype)
+    if (!o_sdtype && !tmp)
         o_sdtype = tmp = PyUnicode_FromString("float32");
     self->state_descr = o_sdtype ? exr_dtype_arg(o_sdtype, "state_dtype", 0) : NULL;
     Py_CLEAR(tmp);
@@ -110,6 +120,7 @@ static int spaces_args(ReplayObject *self, PyObject *o_sshape, PyObject *o_sdtyp
                  &cfg->action_bytes) < 0)
         return -1;
     cfg->reward_bytes = (size_t)PyDataType_ELSIZE(self->reward_descr);
+    cfg->extra_bytes = self->xfields ? self->xfields->bytes : 0;
     return 0;
 }
 
@@ -186,19 +197,21 @@ static PyObject *replay_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"state_shape", "state_dtype", "action_shape", "action_dtype",
                              "reward_dtype", "capacity", "pick_len", "allow_short",
-                             "eviction", "seed", "log", NULL};
-    PyObject *o_sshape, *o_sdtype = NULL, *o_ashape = NULL, *o_adtype = NULL, *o_rdtype = NULL;
-    PyObject *o_cap = NULL, *o_plen = NULL, *o_short = NULL, *o_evict = NULL, *o_seed = Py_None;
-    PyObject *o_log = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OOOOOOOOOO:ExperienceReplay", kwlist, &o_sshape,
-                                     &o_sdtype, &o_ashape, &o_adtype, &o_rdtype, &o_cap, &o_plen,
-                                     &o_short, &o_evict, &o_seed, &o_log))
+                             "eviction", "seed", "log", "state_spec", "extras_spec", NULL};
+    PyObject *o_sshape = NULL, *o_sdtype = NULL, *o_ashape = NULL, *o_adtype = NULL;
+    PyObject *o_rdtype = NULL, *o_cap = NULL, *o_plen = NULL, *o_short = NULL, *o_evict = NULL;
+    PyObject *o_seed = Py_None, *o_log = Py_None, *o_sspec = Py_None, *o_xspec = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OOOOOOOOOOOOO:ExperienceReplay", kwlist,
+                                     &o_sshape, &o_sdtype, &o_ashape, &o_adtype, &o_rdtype, &o_cap,
+                                     &o_plen, &o_short, &o_evict, &o_seed, &o_log, &o_sspec,
+                                     &o_xspec))
         return NULL;
     ReplayObject *self = (ReplayObject *)type->tp_alloc(type, 0);
     if (!self)
         return NULL;
     exr_config cfg = {0};
-    if (spaces_args(self, o_sshape, o_sdtype, o_ashape, o_adtype, o_rdtype, &cfg) < 0 ||
+    if (exr_replay_specs(self, o_sshape, o_sdtype, o_sspec, o_xspec) < 0 ||
+        spaces_args(self, o_sshape, o_sdtype, o_ashape, o_adtype, o_rdtype, &cfg) < 0 ||
         capacity_arg(self, o_cap, &cfg) < 0 || pick_args(o_plen, o_short, o_evict, &cfg) < 0)
         goto error;
     self->eviction = cfg.eviction;
@@ -230,6 +243,8 @@ static void replay_dealloc(ReplayObject *self)
     Py_XDECREF(self->reward_descr);
     Py_XDECREF(self->capacity);
     Py_XDECREF(self->seed);
+    exr_fieldset_free(self->sfields);
+    exr_fieldset_free(self->xfields);
     tp->tp_free(self);
     Py_DECREF(tp);
 }
@@ -251,6 +266,8 @@ static PyObject *shape_tuple(int nd, const npy_intp *shape)
 static PyObject *get_state_shape(ReplayObject *s, void *c)
 {
     (void)c;
+    if (s->sfields)
+        Py_RETURN_NONE;
     return shape_tuple(s->state_nd, s->state_shape);
 }
 static PyObject *get_action_shape(ReplayObject *s, void *c)
@@ -261,6 +278,8 @@ static PyObject *get_action_shape(ReplayObject *s, void *c)
 static PyObject *get_state_dtype(ReplayObject *s, void *c)
 {
     (void)c;
+    if (s->sfields)
+        Py_RETURN_NONE;
     return Py_NewRef(s->state_descr);
 }
 static PyObject *get_action_dtype(ReplayObject *s, void *c)
@@ -378,6 +397,10 @@ static PyGetSetDef replay_getset[] = {
     {"eviction", (getter)get_eviction, NULL, "'fifo' or 'second_chance'", NULL},
     {"seed", (getter)get_seed, NULL, "the seed given (None: from the OS)", NULL},
     {"log", (getter)exr_replay_get_log, NULL, "the ExperienceLog attached, or None", NULL},
+    {"state_spec", (getter)exr_replay_state_spec, NULL,
+     "{name: (shape, dtype)} of the named state fields, or None", NULL},
+    {"extras_spec", (getter)exr_replay_extras_spec, NULL,
+     "{name: (shape, dtype)} of the per-step extras, or None", NULL},
     {NULL},
 };
 

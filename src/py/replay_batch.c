@@ -9,6 +9,7 @@
 
 #include "args.h"
 #include "replay_impl.h"
+#include "named.h"
 
 static PyObject *batch_error(ReplayObject *self, exr_status st, int64_t h, PyObject **arrays)
 {
@@ -57,7 +58,8 @@ PyObject *replay_get_batch(ReplayObject *self, PyObject *const *args, Py_ssize_t
     if (batch_arrays(self, B, out, arrays) < 0)
         return NULL;
     exr_batch_out o;
-    batch_out_of(arrays, &o);
+    exr_field_dst plan[2 * EXR_MAX_FIELDS];
+    batch_out_of(self, arrays, &o, plan);
     exr_status st;
     Py_BEGIN_ALLOW_THREADS
     st = exr_buffer_get_batch(self->buf, h, (size_t)B, &o);
@@ -107,7 +109,8 @@ PyObject *replay_gather(ReplayObject *self, PyObject *const *args, Py_ssize_t na
         return NULL;
     }
     exr_batch_out o;
-    batch_out_of(arrays, &o);
+    exr_field_dst plan[2 * EXR_MAX_FIELDS];
+    batch_out_of(self, arrays, &o, plan);
     exr_status st;
     Py_BEGIN_ALLOW_THREADS
     st = exr_buffer_gather(self->buf, h, (size_t)n, PyArray_DATA(e), PyArray_DATA(p), &o);

@@ -27,9 +27,11 @@ int truth_arg(PyObject *o, const char *name, bool *out);
 
 /* arrays.c: the fields of a Batch, in order. */
 enum { F_STATE, F_ACTION, F_REWARD, F_NEXT, F_LEN, F_LEN_NEXT, F_EPI, F_POS, F_WEIGHT, F_INDEX,
-       NFIELDS };
+       F_EXTRAS, NFIELDS };
 int batch_arrays(ReplayObject *self, npy_intp B, PyObject *out, PyObject **arrays);
-void batch_out_of(PyObject **arrays, exr_batch_out *o);
+/* plan: room for 2 * EXR_MAX_FIELDS entries (named.h), used when the
+ * buffer has named fields or extras. */
+void batch_out_of(ReplayObject *self, PyObject **arrays, exr_batch_out *o, exr_field_dst *plan);
 PyObject *batch_result(ReplayObject *self, PyObject **arrays, PyObject *out);
 PyObject *new_array(PyArray_Descr *d, npy_intp lead, int nd, const npy_intp *shape);
 

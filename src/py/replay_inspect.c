@@ -8,6 +8,7 @@
 
 #include "args.h"
 #include "replay_impl.h"
+#include "named.h"
 
 PyObject *replay_episode(ReplayObject *self, PyObject *ho)
 {
@@ -15,6 +16,8 @@ PyObject *replay_episode(ReplayObject *self, PyObject *ho)
     int64_t h;
     if (exr_handle_arg(ho, "h", "an int episode handle", &h) < 0)
         return NULL;
+    if (self->sfields || self->xfields)
+        return exr_replay_episode_fields(self, h);
     PyObject *st_a = NULL, *ac_a = NULL, *rw_a = NULL, *fin = NULL;
     for (;;) {
         uint64_t n;
@@ -57,6 +60,12 @@ PyObject *replay_episode(ReplayObject *self, PyObject *ho)
             PyStructSequence_SET_ITEM(r, 3, fin);
             PyStructSequence_SET_ITEM(r, 4, PyBool_FromLong(e2));
             PyStructSequence_SET_ITEM(r, 5, PyBool_FromLong(t2));
+            PyObject *x = PyDict_New();
+            if (!x) {
+                Py_DECREF(r);
+                return NULL;
+            }
+            PyStructSequence_SET_ITEM(r, 6, x);
             return r;
         }
         Py_CLEAR(st_a);

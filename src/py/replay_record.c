@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "args.h"
+#include "named.h"
 #include "replay_impl.h"
 
 /* An episode handle: None (-1: start a new episode) or an integer. */
@@ -82,16 +83,64 @@ static PyObject *record_status(exr_status st, int64_t h)
     return PyLong_FromLongLong(h);
 }
 
-/* The arrays a record call holds until the core has copied them. */
+/* The arrays a record call holds until the core has copied them, and its
+ * named fields and extras (named.c) when the buffer has them. */
 enum { HELD_STATE, HELD_ACTION, HELD_REWARD, HELD_FINAL, HELD_PRIO, NHELD };
 typedef struct {
     PyArrayObject *v[NHELD];
+    int named; /* fi holds parsed fields */
+    exr_fields_in fi;
 } held_arrays;
 
-static void release_arrays(held_arrays *held)
+static void release_arrays(ReplayObject *self, held_arrays *held)
 {
     for (int i = 0; i < NHELD; i++)
         Py_CLEAR(held->v[i]);
+    if (held->named)
+        exr_fields_in_release(self, &held->fi);
+    held->named = 0;
+}
+
+/* Whether a call takes its state (and final state) as named fields: the
+ * buffer has fields or extras, or the call passes extras (then refused). */
+static int takes_fields(ReplayObject *self, PyObject *extras)
+{
+    return self->sfields || self->xfields || (extras && extras != Py_None);
+}
+
+/* The state column: named fields (with final state and extras) or one
+ * array of `lead` leading steps (*T; NULL for one step). */
+static int state_args(ReplayObject *self, PyObject *const *a, npy_intp *T, held_arrays *held)
+{
+    if (takes_fields(self, a[7])) {
+        if (exr_fields_in_parse(self, a[1], a[4], a[7], T, &held->fi) < 0)
+            return -1;
+        held->named = 1;
+        return 0;
+    }
+    held->v[HELD_STATE] = exr_as_array(a[1], self->state_descr, T ? 1 : 0, T, self->state_nd,
+                                       self->state_shape, T ? "states" : "state");
+    if (!held->v[HELD_STATE])
+        return -1;
+    if (!a[4] || a[4] == Py_None)
+        return 0;
+    held->v[HELD_FINAL] = exr_as_array(a[4], self->state_descr, 0, NULL, self->state_nd,
+                                       self->state_shape, "final_state");
+    return held->v[HELD_FINAL] ? 0 : -1;
+}
+
+/* The core's steps from what state_args held: states, final state, fields. */
+static void steps_state(const held_arrays *held, exr_steps *in, bool terminated)
+{
+    const void *fp = held->named            ? (const void *)held->fi.fin
+                     : held->v[HELD_FINAL] ? PyArray_DATA(held->v[HELD_FINAL])
+                                           : NULL;
+    in->states = held->named ? NULL : PyArray_DATA(held->v[HELD_STATE]);
+    in->final_state = fp;
+    in->end = fp != NULL || terminated;
+    in->terminated = terminated;
+    in->fields = held->named ? held->fi.plan : NULL;
+    in->nfields = held->named ? held->fi.nplan : 0;
 }
 
 /* The core's record with the GIL released (after the log's back-pressure,
@@ -106,18 +155,8 @@ static PyObject *record_steps(ReplayObject *self, int64_t h, const exr_steps *in
         exr_log_throttle(lg);
     st = exr_buffer_record(self->buf, h, in, &h);
     Py_END_ALLOW_THREADS
-    release_arrays(held);
+    release_arrays(self, held);
     return record_status(st, h);
-}
-
-/* final_state: None/absent or one state. */
-static int final_state_arg(ReplayObject *self, PyObject *o, PyArrayObject **fin)
-{
-    if (!o || o == Py_None)
-        return 0;
-    *fin = exr_as_array(o, self->state_descr, 0, NULL, self->state_nd, self->state_shape,
-                        "final_state");
-    return *fin ? 0 : -1;
 }
 
 /* record's priority: None/absent (NAN) or a finite real >= 0. */
@@ -156,11 +195,11 @@ PyObject *replay_record(ReplayObject *self, PyObject *const *args, Py_ssize_t na
 {
     EXR_GUARD(self, NULL);
     static const char *const names[] = {"h", "state", "action", "reward",
-                                        "final_state", "terminated", "priority"};
-    PyObject *a[7];
+                                        "final_state", "terminated", "priority", "extras"};
+    PyObject *a[8];
     held_arrays held = {{0}};
     unsigned char abuf[16], rbuf[16];
-    if (exr_parse_args(args, nargs, kwnames, "record", names, 4, 7, a) < 0)
+    if (exr_parse_args(args, nargs, kwnames, "record", names, 4, 8, a) < 0)
         return NULL;
     int64_t h;
     bool terminated;
@@ -168,38 +207,29 @@ PyObject *replay_record(ReplayObject *self, PyObject *const *args, Py_ssize_t na
     if (handle_arg(a[0], &h) < 0 || truth_arg(a[5], "terminated", &terminated) < 0 ||
         priority_arg(a[6], &prio) < 0)
         return NULL;
-    held.v[HELD_STATE] = exr_as_array(a[1], self->state_descr, 0, NULL, self->state_nd,
-                                      self->state_shape, "state");
     const void *ap = NULL, *rp = NULL;
-    if (!held.v[HELD_STATE] ||
+    if (state_args(self, a, NULL, &held) < 0 ||
         !(ap = column_value(a[2], self->action_descr, self->action_nd, self->action_shape,
                             "action", abuf, &held.v[HELD_ACTION])) ||
         !(rp = column_value(a[3], self->reward_descr, 0, NULL, "reward", rbuf,
-                            &held.v[HELD_REWARD])) ||
-        final_state_arg(self, a[4], &held.v[HELD_FINAL]) < 0) {
-        release_arrays(&held);
+                            &held.v[HELD_REWARD]))) {
+        release_arrays(self, &held);
         return NULL;
     }
-    PyArrayObject *fin = held.v[HELD_FINAL];
     exr_steps in = {
-        .states = PyArray_DATA(held.v[HELD_STATE]),
         .actions = ap,
         .rewards = rp,
         .priorities = isnan(prio) ? NULL : &prio,
         .T = 1,
-        .final_state = fin ? PyArray_DATA(fin) : NULL,
-        .end = fin != NULL || terminated,
-        .terminated = terminated,
     };
+    steps_state(&held, &in, terminated);
     return record_steps(self, h, &in, &held);
 }
 
-/* states, actions and rewards: T steps each (T >= 1). */
+/* states (or fields), actions and rewards: T steps each (T >= 1). */
 static int steps_args(ReplayObject *self, PyObject *const *a, npy_intp *T, held_arrays *held)
 {
-    held->v[HELD_STATE] = exr_as_array(a[1], self->state_descr, 1, T, self->state_nd,
-                                       self->state_shape, "states");
-    if (!held->v[HELD_STATE])
+    if (state_args(self, a, T, held) < 0)
         return -1;
     if (*T == 0) {
         PyErr_SetString(PyExc_ValueError, "states: expected at least one step, got 0");
@@ -218,32 +248,28 @@ PyObject *replay_record_many(ReplayObject *self, PyObject *const *args, Py_ssize
 {
     EXR_GUARD(self, NULL);
     static const char *const names[] = {"h", "states", "actions", "rewards",
-                                        "final_state", "terminated", "priorities"};
-    PyObject *a[7];
+                                        "final_state", "terminated", "priorities", "extras"};
+    PyObject *a[8];
     held_arrays held = {{0}};
-    if (exr_parse_args(args, nargs, kwnames, "record_many", names, 4, 7, a) < 0)
+    if (exr_parse_args(args, nargs, kwnames, "record_many", names, 4, 8, a) < 0)
         return NULL;
     int64_t h;
     bool terminated;
     if (handle_arg(a[0], &h) < 0 || truth_arg(a[5], "terminated", &terminated) < 0)
         return NULL;
     npy_intp T = -1;
-    if (steps_args(self, a, &T, &held) < 0 || priorities_arg(a[6], &T, &held.v[HELD_PRIO]) < 0 ||
-        final_state_arg(self, a[4], &held.v[HELD_FINAL]) < 0) {
-        release_arrays(&held);
+    if (steps_args(self, a, &T, &held) < 0 || priorities_arg(a[6], &T, &held.v[HELD_PRIO]) < 0) {
+        release_arrays(self, &held);
         return NULL;
     }
-    PyArrayObject *fin = held.v[HELD_FINAL], *prios = held.v[HELD_PRIO];
+    PyArrayObject *prios = held.v[HELD_PRIO];
     exr_steps in = {
-        .states = PyArray_DATA(held.v[HELD_STATE]),
         .actions = PyArray_DATA(held.v[HELD_ACTION]),
         .rewards = PyArray_DATA(held.v[HELD_REWARD]),
         .priorities = prios ? PyArray_DATA(prios) : NULL,
         .T = (size_t)T,
-        .final_state = fin ? PyArray_DATA(fin) : NULL,
-        .end = fin != NULL || terminated,
-        .terminated = terminated,
     };
+    steps_state(&held, &in, terminated);
     return record_steps(self, h, &in, &held);
 }
 

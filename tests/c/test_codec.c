@@ -116,7 +116,7 @@ static exr_buffer *filled(int64_t *uni, int64_t *per, int64_t *rank)
         }
         /* ended with a final state, ended terminal without one, or open */
         bool term = e % 2 == 0, has_fin = e % 3 == 1;
-        exr_steps in = {s, a, r, pr, T, has_fin ? fin : NULL, has_fin || term, term};
+        exr_steps in = {s, a, r, pr, T, has_fin ? fin : NULL, has_fin || term, term, NULL, 0};
         st = exr_buffer_record_locked(b, e % 4 ? -1 : h, &in, &h);
     }
     exr_buffer_unlock(b);
@@ -138,7 +138,7 @@ static exr_status draw(exr_buffer *b, int64_t h, batch *o)
 {
     memset(o, 0, sizeof *o);
     exr_batch_out out = {o->state, o->action, o->reward, o->next,  o->len,
-                         o->len_next, o->epi, o->pos, o->weight, NULL};
+                         o->len_next, o->epi, o->pos, o->weight, NULL, NULL, 0};
     return exr_buffer_get_batch(b, h, BATCH, &out);
 }
 

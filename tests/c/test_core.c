@@ -59,7 +59,7 @@ static void test_store_locate(void)
     for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
         for (size_t wi = 0; wi < 3; wi++) {
             exr_store_layout L;
-            CHECK_RET(exr_store_layout_init(&L, widths[wi], 8, 4, lens[li]) == EXR_OK);
+            CHECK_RET(exr_store_layout_init(&L, widths[wi], 8, 4, 0, lens[li]) == EXR_OK);
             CHECK_RET(((size_t)1 << L.base_shift) >= (size_t)lens[li] + 1);
             CHECK_RET(L.max_shift >= L.base_shift);
             size_t pk = 0, poff = 0;
@@ -228,7 +228,7 @@ static int64_t record_steps(exr_buffer *b, int64_t h, int tag, int t0, size_t T,
         ac[t] = tag * 1000 + t0 + (int64_t)t;
         rw[t] = (float)(t0 + (int)t) * 0.5f;
     }
-    exr_steps in = {st, ac, rw, NULL, T, with_final ? fin : NULL, end, terminated};
+    exr_steps in = {st, ac, rw, NULL, T, with_final ? fin : NULL, end, terminated, NULL, 0};
     int64_t out = -1;
     exr_buffer_lock(b);
     exr_status s = exr_buffer_record_locked(b, h, &in, &out);
@@ -277,7 +277,7 @@ static void test_picks_and_batch(void)
         epi[i] = h;
         pos[i] = i;
     }
-    exr_batch_out o = {st, ac, rw, nx, len, lnx, epi, pos, w, NULL};
+    exr_batch_out o = {st, ac, rw, nx, len, lnx, epi, pos, w, NULL, NULL, 0};
     int64_t qe[B], qp[B];
     memcpy(qe, epi, sizeof qe);
     memcpy(qp, pos, sizeof qp);
@@ -336,7 +336,7 @@ static void test_long_episode_segments(void)
         epi[i] = h;
         pos[i] = i;
     }
-    exr_batch_out o = {st, ac, rw, nx, len, lnx, epi, pos, w, NULL};
+    exr_batch_out o = {st, ac, rw, nx, len, lnx, epi, pos, w, NULL, NULL, 0};
     CHECK_RET(exr_buffer_gather(b, sel, B, epi, pos, &o) == EXR_OK);
     for (int i = 0; i < B; i++) {
         CHECK_RET(len[i] == 8 && lnx[i] == 8);
@@ -394,7 +394,7 @@ static void test_eviction(void)
     /* mark episode 0 sampled */
     int64_t epi = 0, pos = 0, len, lnx, ac[1];
     float st[2], nx[2], rw[1], w[1];
-    exr_batch_out o = {st, ac, rw, nx, &len, &lnx, &epi, &pos, w, NULL};
+    exr_batch_out o = {st, ac, rw, nx, &len, &lnx, &epi, &pos, w, NULL, NULL, 0};
     CHECK_RET(exr_buffer_gather(b, sel, 1, &epi, &pos, &o) == EXR_OK);
     CHECK_RET(record_steps(b, -1, 3, 0, 10, true, false, true) == 3); /* evicts 1, not 0 */
     exr_buffer_lock(b);
@@ -428,7 +428,7 @@ static void test_priorities(void)
     int64_t ac[5] = {0};
     float rw[5] = {0};
     double pr[5] = {0, 1, 2, 3, 9};
-    exr_steps in = {st, ac, rw, pr, 5, NULL, true, true};
+    exr_steps in = {st, ac, rw, pr, 5, NULL, true, true, NULL, 0};
     int64_t h;
     exr_buffer_lock(b);
     CHECK_RET(exr_buffer_record_locked(b, -1, &in, &h) == EXR_OK);
@@ -436,7 +436,7 @@ static void test_priorities(void)
     enum { B = 60000 };
     static int64_t epi[B], pos[B], len[B], lnx[B], acs[B];
     static float sts[B][2], nx[B][2], rws[B], w[B];
-    exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, NULL};
+    exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, NULL, NULL, 0};
     CHECK_RET(exr_buffer_get_batch(b, sel, B, &o) == EXR_OK);
     long hits[5] = {0};
     for (int i = 0; i < B; i++) {
@@ -512,7 +512,7 @@ static void test_random_ops(void)
                 enum { B = 16 };
                 int64_t epi[B], pos[B], len[B], lnx[B], ac[B * 4];
                 float st[B * 4][2], nx[B * 4][2], rw[B * 4], w[B];
-                exr_batch_out o = {st, ac, rw, nx, len, lnx, epi, pos, w, NULL};
+                exr_batch_out o = {st, ac, rw, nx, len, lnx, epi, pos, w, NULL, NULL, 0};
                 int64_t s = sels[exr_rng_below(&r, (uint64_t)nsel)];
                 exr_status gs = exr_buffer_get_batch(b, s, B, &o);
                 CHECK_RET(gs == EXR_OK || gs == EXR_EEMPTY);
@@ -575,7 +575,7 @@ static void test_segments_grow_and_shrink(void)
         epi[i] = h;
         pos[i] = i * 19;
     }
-    exr_batch_out o = {st, ac, rw, nx, len, lnx, epi, pos, w, NULL};
+    exr_batch_out o = {st, ac, rw, nx, len, lnx, epi, pos, w, NULL, NULL, 0};
     int64_t qe[B], qp[B];
     memcpy(qe, epi, sizeof qe);
     memcpy(qp, pos, sizeof qp);

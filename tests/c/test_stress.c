@@ -137,7 +137,7 @@ static void *writer(void *arg)
         fill_state(fin, id, (uint32_t)T - 1, (uint32_t)T);
         int shared = xorshift(&rng) % 3 == 0;
         bool end = !shared && xorshift(&rng) % 4 == 0;
-        exr_steps in = {st, ac, rw, xorshift(&rng) % 2 ? pr : NULL, T, end ? fin : NULL, end, false};
+        exr_steps in = {st, ac, rw, xorshift(&rng) % 2 ? pr : NULL, T, end ? fin : NULL, end, false, NULL, 0};
         int64_t h = own, out;
         if (shared) {
             pthread_mutex_lock(&g_shared_mu);
@@ -178,7 +178,7 @@ typedef struct {
 static void batch_init(batch_t *bt)
 {
     bt->o = (exr_batch_out){bt->st, bt->ac, bt->rw, bt->nx, bt->len, bt->lnx,
-                            bt->epi, bt->pos, bt->w, bt->idx};
+                            bt->epi, bt->pos, bt->w, bt->idx, NULL, 0};
 }
 
 static void check_batch(const batch_t *bt)

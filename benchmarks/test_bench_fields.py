@@ -1,0 +1,106 @@
+"""Named state fields and extras: get_batch against the gather floor of the same bytes.
+
+A buffer with state_spec = {"img": (84, 84) uint8, "vec": (4,) float32} and
+one extras field (the R2D2 case: "h", the recurrent state, (2, 256) float32;
+the Atari case: "logp", a float32 scalar), filled with N records in episodes
+of 500, uniform selection:
+
+- "R2D2":  get_batch(32) of pick_len = 80 sequences;
+- "Atari": get_batch(512) of pick_len = 1 transitions;
+
+against the floor: `_core._floor_gather_cols` gathering the same fields
+(img and vec with their next states, the extras field without) from one
+contiguous (N, ...) array per field, pick by pick, in a plain C loop, into
+output arrays made once and refilled (get_batch's batch memory is recycled
+too, so neither pays for fresh pages; 40 MB of fresh outputs a call would
+make the floor page-fault and look slower than it is). As in
+test_bench_shapes.py (the single-array floor), the floor copies the fields'
+bytes, not the action and reward columns get_batch fills too. The two are
+timed one after the other in the same run, in alternation; report.py
+divides their medians.
+"""
+
+import numpy as np
+import pytest
+
+import harness
+from exreplay import _core
+
+EP = 500
+CASES = [("r2d2", 32, 80, {"h": ((2, 256), np.float32)}), ("atari", 512, 1, {"logp": ((), np.float32)})]
+STATE_SPEC = {"img": ((84, 84), np.uint8), "vec": ((4,), np.float32)}
+
+_CACHE: dict = {}
+
+
+def _cols(n, spec, rng):
+    """One contiguous array per field, every page touched."""
+    out = {}
+    for k, (shape, dt) in spec.items():
+        if np.dtype(dt).kind == "u":
+            out[k] = rng.integers(0, 256, size=(n, *shape), dtype=dt)
+        else:
+            out[k] = rng.standard_normal((n, *shape)).astype(dt)
+    return out
+
+
+def _get(n, L, xspec):
+    """The exreplay buffer and the floor's columns of one case (kept together)."""
+    key = (n, L, tuple(xspec))
+    if key not in _CACHE:
+        _CACHE.clear()
+        harness.collect()
+        rng = np.random.default_rng(1)
+        buf = harness.impl_class("exreplay")(
+            state_spec=STATE_SPEC, extras_spec=xspec, capacity=n, pick_len=L, seed=1
+        )
+        ps = harness.uniform(buf)
+        ep_s, ep_x = _cols(EP, STATE_SPEC, rng), _cols(EP, xspec, rng)
+        actions = rng.integers(0, 4, size=EP).astype(np.int64)
+        rewards = np.ones(EP, np.float32)
+        fin = {k: v[0] for k, v in ep_s.items()}
+        for start in range(0, n, EP):
+            T = min(EP, n - start)
+            buf.record_many(
+                None, {k: v[:T] for k, v in ep_s.items()}, actions[:T], rewards[:T],
+                final_state=fin, extras={k: v[:T] for k, v in ep_x.items()},
+            )
+        cols = _cols(n, STATE_SPEC, rng)
+        cols.update(_cols(n, xspec, rng))
+        cols = [cols["img"], cols["vec"], *(cols[k] for k in xspec)]
+        _CACHE[key] = (buf, ps, cols, {})
+    return _CACHE[key]
+
+
+@pytest.mark.parametrize("impl", ["exreplay", "floor"])
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_fields_batch(benchmark, case, impl):
+    """Each timed round is preceded by one untimed call of the counterpart
+    (floor before get_batch, get_batch before floor): both see the same
+    allocator and cache history."""
+    name, batch, L, xspec = case
+    n = harness.atari_size()
+    r = harness.rounds(30 if L > 1 else 60, 3)
+    harness.tag(benchmark, f"fields {name} batch B={batch} L={L}", suite="fields", case=name,
+                impl=impl, N=n, B=batch, L=L)
+    buf, ps, cols, outs = _get(n, L, xspec)
+    pool = harness.StartPool(n, L, batch)
+    if batch not in outs:
+        outs[batch] = _core._floor_gather_cols(cols, pool.next(), L, 2)
+    out = outs[batch]
+    if impl == "exreplay":
+        b = benchmark.pedantic(
+            buf.get_batch, args=(batch, ps),
+            setup=lambda: _core._floor_gather_cols(cols, pool.next(), L, 2, out) and None,
+            rounds=r, warmup_rounds=2,
+        )
+        assert b.state["img"].shape == (batch, L, 84, 84)
+        assert b.extras[next(iter(xspec))].shape == (batch, L, *next(iter(xspec.values()))[0])
+    else:
+        def setup():
+            buf.get_batch(batch, ps)
+            return (cols, pool.next(), L, 2, out), {}
+
+        outs, nexts = benchmark.pedantic(_core._floor_gather_cols, setup=setup, rounds=r,
+                                         warmup_rounds=2)
+        assert outs[0].shape == (batch, L, 84, 84) and len(nexts) == 2

@@ -1,0 +1,836 @@
+/*
+ * named.c - named fields in the binding (named.h).
+ */
+#include "named.h"
+
+#include "replay_impl.h"
+
+#include "args.h"
+
+#include <stdlib.h>
+
+/* ---- specs ---------------------------------------------------------------- */
+
+static int spec_shape(PyObject *o, const char *arg, PyObject *name, int *nd, npy_intp *shape)
+{
+    PyObject *seq;
+    if (exr_is_int(o)) {
+        seq = PyTuple_Pack(1, o);
+    } else if (PyTuple_Check(o) || PyList_Check(o)) {
+        seq = PySequence_Tuple(o);
+    } else {
+        PyErr_Format(PyExc_TypeError, "%s[%R]: expected a shape (an int or a tuple of ints), got %s",
+                     arg, name, Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    if (!seq)
+        return -1;
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
+    int r = -1;
+    if (n > NPY_MAXDIMS - 2) {
+        PyErr_Format(PyExc_ValueError, "%s[%R]: expected at most %d dimensions, got %zd", arg,
+                     name, NPY_MAXDIMS - 2, n);
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *d = PyTuple_GET_ITEM(seq, i);
+        if (!exr_is_int(d)) {
+            PyErr_Format(PyExc_TypeError, "%s[%R]: expected a tuple of ints, got a %s at index %zd",
+                         arg, name, Py_TYPE(d)->tp_name, i);
+            goto done;
+        }
+        Py_ssize_t v = PyNumber_AsSsize_t(d, NULL);
+        if (v == -1 && PyErr_Occurred())
+            goto done;
+        if (v < 1) {
+            PyErr_Format(PyExc_ValueError,
+                         "%s[%R]: expected dimensions >= 1, got %zd at index %zd", arg, name, v, i);
+            goto done;
+        }
+        shape[i] = v;
+    }
+    *nd = (int)n;
+    r = 0;
+done:
+    Py_DECREF(seq);
+    return r;
+}
+
+static int field_bytes(exr_named *f, const char *arg)
+{
+    size_t v = (size_t)PyDataType_ELSIZE(f->descr);
+    for (int i = 0; i < f->nd; i++) {
+        if (!exr_mul_size(v, (size_t)f->shape[i], &v) || v > ((size_t)1 << 40)) {
+            PyErr_Format(PyExc_ValueError, "%s[%R]: one item would take more than 1 TiB", arg,
+                         f->name);
+            return -1;
+        }
+    }
+    f->bytes = v;
+    return 0;
+}
+
+static exr_fieldset *fieldset_alloc(void)
+{
+    exr_fieldset *fs = PyMem_Calloc(1, sizeof *fs);
+    if (!fs)
+        PyErr_NoMemory();
+    return fs;
+}
+
+void exr_fieldset_free(exr_fieldset *fs)
+{
+    if (!fs)
+        return;
+    for (int i = 0; i < fs->n; i++) {
+        Py_XDECREF(fs->f[i].name);
+        Py_XDECREF(fs->f[i].descr);
+    }
+    Py_XDECREF(fs->names);
+    PyMem_Free(fs);
+}
+
+static int name_ok(PyObject *name, const char *arg)
+{
+    if (!PyUnicode_Check(name)) {
+        PyErr_Format(PyExc_TypeError, "%s: expected str field names, got %R", arg, name);
+        return -1;
+    }
+    Py_ssize_t len;
+    if (!PyUnicode_AsUTF8AndSize(name, &len))
+        return -1;
+    if (len < 1 || len > EXR_FIELD_NAME_MAX) {
+        PyErr_Format(PyExc_ValueError, "%s: expected field names of 1 to %d bytes, got %R", arg,
+                     EXR_FIELD_NAME_MAX, name);
+        return -1;
+    }
+    return 0;
+}
+
+/* Offsets and the names string, once every field is in. */
+static int fieldset_finish(exr_fieldset *fs, const char *arg)
+{
+    size_t off = 0;
+    for (int i = 0; i < fs->n; i++) {
+        fs->f[i].off = off;
+        if (!exr_add_size(off, fs->f[i].bytes, &off) || off > ((size_t)1 << 40)) {
+            PyErr_Format(PyExc_ValueError, "%s: one record's fields would take more than 1 TiB",
+                         arg);
+            return -1;
+        }
+    }
+    fs->bytes = off;
+    PyObject *parts = PyList_New(fs->n);
+    if (!parts)
+        return -1;
+    for (int i = 0; i < fs->n; i++) {
+        PyObject *r = PyObject_Repr(fs->f[i].name);
+        if (!r) {
+            Py_DECREF(parts);
+            return -1;
+        }
+        PyList_SET_ITEM(parts, i, r);
+    }
+    PyObject *sep = PyUnicode_FromString(", ");
+    fs->names = sep ? PyUnicode_Join(sep, parts) : NULL;
+    Py_XDECREF(sep);
+    Py_DECREF(parts);
+    return fs->names ? 0 : -1;
+}
+
+exr_fieldset *exr_fieldset_from_spec(PyObject *spec, const char *arg)
+{
+    if (!PyDict_Check(spec)) {
+        /* a Mapping (a gymnasium Dict's .spaces is a dict; others have items()) */
+        if (PyUnicode_Check(spec) || !PyMapping_Check(spec) ||
+            !PyObject_HasAttrString(spec, "items")) {
+            PyErr_Format(PyExc_TypeError,
+                         "%s: expected a dict {name: (shape, dtype)}, got %s", arg,
+                         Py_TYPE(spec)->tp_name);
+            return NULL;
+        }
+    }
+    PyObject *items = PyMapping_Items(spec);
+    if (!items)
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(items);
+    exr_fieldset *fs = NULL;
+    if (n == 0 || n > EXR_MAX_FIELDS) {
+        PyErr_Format(PyExc_ValueError, "%s: expected 1 to %d fields, got %zd", arg,
+                     EXR_MAX_FIELDS, n);
+        goto error;
+    }
+    if (!(fs = fieldset_alloc()))
+        goto error;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *kv = PyList_GET_ITEM(items, i);
+        PyObject *name = PyTuple_GET_ITEM(kv, 0), *val = PyTuple_GET_ITEM(kv, 1);
+        if (name_ok(name, arg) < 0)
+            goto error;
+        exr_named *f = &fs->f[fs->n];
+        f->name = Py_NewRef(name);
+        fs->n++;
+        if (!(PyTuple_Check(val) || PyList_Check(val)) || PySequence_Size(val) != 2) {
+            PyErr_Format(PyExc_TypeError, "%s[%R]: expected a pair (shape, dtype), got %R", arg,
+                         name, val);
+            goto error;
+        }
+        PyObject *shp = PySequence_GetItem(val, 0), *dt = PySequence_GetItem(val, 1);
+        int ok = shp && dt && spec_shape(shp, arg, name, &f->nd, f->shape) == 0;
+        if (ok) {
+            PyObject *what = PyUnicode_FromFormat("%s[%R] dtype", arg, name);
+            const char *w = what ? PyUnicode_AsUTF8(what) : NULL;
+            f->descr = w ? exr_dtype_arg(dt, w, 0) : NULL;
+            Py_XDECREF(what);
+            ok = f->descr && field_bytes(f, arg) == 0;
+        }
+        Py_XDECREF(shp);
+        Py_XDECREF(dt);
+        if (!ok)
+            goto error;
+    }
+    if (fieldset_finish(fs, arg) < 0)
+        goto error;
+    Py_DECREF(items);
+    return fs;
+error:
+    Py_DECREF(items);
+    exr_fieldset_free(fs);
+    return NULL;
+}
+
+static PyObject *shape_tuple(int nd, const npy_intp *shape)
+{
+    PyObject *t = PyTuple_New(nd);
+    for (int i = 0; t && i < nd; i++) {
+        PyObject *v = PyLong_FromSsize_t(shape[i]);
+        if (!v) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, i, v);
+    }
+    return t;
+}
+
+PyObject *exr_fieldset_spec(const exr_fieldset *fs)
+{
+    PyObject *d = PyDict_New();
+    for (int i = 0; d && i < fs->n; i++) {
+        PyObject *shp = shape_tuple(fs->f[i].nd, fs->f[i].shape);
+        PyObject *pair = shp ? PyTuple_Pack(2, shp, (PyObject *)fs->f[i].descr) : NULL;
+        Py_XDECREF(shp);
+        if (!pair || PyDict_SetItem(d, fs->f[i].name, pair) < 0)
+            Py_CLEAR(d);
+        Py_XDECREF(pair);
+    }
+    return d;
+}
+
+/* ---- dict arguments ---------------------------------------------------------- */
+
+/* obj[name] borrowed-like (a new reference), NULL without exception if absent. */
+static PyObject *get_item(PyObject *obj, PyObject *name)
+{
+    if (PyDict_Check(obj)) {
+        PyObject *v = PyDict_GetItemWithError(obj, name);
+        return v ? Py_NewRef(v) : NULL;
+    }
+    PyObject *v = PyObject_GetItem(obj, name);
+    if (!v && PyErr_ExceptionMatches(PyExc_KeyError))
+        PyErr_Clear();
+    return v;
+}
+
+static int is_field(const exr_fieldset *fs, PyObject *key)
+{
+    for (int i = 0; i < fs->n; i++) {
+        int eq = PyObject_RichCompareBool(key, fs->f[i].name, Py_EQ);
+        if (eq != 0)
+            return eq;
+    }
+    return 0;
+}
+
+void exr_fieldset_release(const exr_fieldset *fs, PyArrayObject **arrs)
+{
+    for (int i = 0; i < fs->n; i++)
+        Py_CLEAR(arrs[i]);
+}
+
+int exr_fieldset_arrays(const exr_fieldset *fs, PyObject *obj, const char *arg, int nlead,
+                        npy_intp *lead, PyArrayObject **out)
+{
+    for (int i = 0; i < fs->n; i++)
+        out[i] = NULL;
+    if (PyArray_Check(obj) || PyUnicode_Check(obj) || !PyMapping_Check(obj) ||
+        !PyObject_HasAttrString(obj, "keys")) {
+        PyErr_Format(PyExc_TypeError, "%s: expected a dict of arrays with the fields %U, got %s",
+                     arg, fs->names, Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    /* names first (every name, before any value is looked at) */
+    PyObject *keys = PyMapping_Keys(obj);
+    if (!keys)
+        return -1;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(keys); k++) {
+        PyObject *key = PyList_GET_ITEM(keys, k);
+        int known = is_field(fs, key);
+        if (known < 0) {
+            Py_DECREF(keys);
+            return -1;
+        }
+        if (!known) {
+            PyErr_Format(PyExc_ValueError,
+                         "%s: expected the fields %U, got an unknown field %R", arg, fs->names,
+                         key);
+            Py_DECREF(keys);
+            return -1;
+        }
+    }
+    Py_DECREF(keys);
+    for (int i = 0; i < fs->n; i++) {
+        PyObject *v = get_item(obj, fs->f[i].name);
+        if (!v) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_ValueError, "%s: expected the fields %U, got no %R", arg,
+                             fs->names, fs->f[i].name);
+            exr_fieldset_release(fs, out);
+            return -1;
+        }
+        Py_DECREF(v); /* obj holds it during the call */
+    }
+    for (int i = 0; i < fs->n; i++) {
+        PyObject *v = get_item(obj, fs->f[i].name);
+        PyObject *what = v ? PyUnicode_FromFormat("%s[%R]", arg, fs->f[i].name) : NULL;
+        const char *w = what ? PyUnicode_AsUTF8(what) : NULL;
+        out[i] = w ? exr_as_array(v, fs->f[i].descr, nlead, lead, fs->f[i].nd, fs->f[i].shape, w)
+                   : NULL;
+        Py_XDECREF(what);
+        Py_XDECREF(v);
+        if (!out[i]) {
+            exr_fieldset_release(fs, out);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void exr_fieldset_src_plan(const exr_fieldset *fs, size_t base, PyArrayObject **arrs,
+                           exr_field_src *plan)
+{
+    for (int i = 0; i < fs->n; i++)
+        plan[i] = (exr_field_src){base + fs->f[i].off, fs->f[i].bytes, PyArray_DATA(arrs[i]),
+                                  fs->f[i].bytes};
+}
+
+void exr_fieldset_pack(const exr_fieldset *fs, PyArrayObject **arrs, unsigned char *dst)
+{
+    for (int i = 0; i < fs->n; i++)
+        memcpy(dst + fs->f[i].off, PyArray_DATA(arrs[i]), fs->f[i].bytes);
+}
+
+/* ---- batches ----------------------------------------------------------------- */
+
+static int batch_dims(const exr_named *f, npy_intp B, npy_intp L, npy_intp *dims)
+{
+    dims[0] = B;
+    dims[1] = L;
+    memcpy(dims + 2, f->shape, sizeof(npy_intp) * (size_t)f->nd);
+    return 2 + f->nd;
+}
+
+int exr_fieldset_batch_new(const exr_fieldset *fs, exr_modstate *st, npy_intp B, npy_intp L,
+                           PyObject **dict, PyObject **next)
+{
+    int parts = next ? 2 : 1;
+    size_t total = 0, bytes;
+    *dict = NULL;
+    if (next)
+        *next = NULL;
+    for (int i = 0; i < fs->n; i++) {
+        if (!exr_mul_size((size_t)B, (size_t)L, &bytes) ||
+            !exr_mul_size(bytes, fs->f[i].bytes, &bytes) || !exr_add_size(bytes, 63, &bytes) ||
+            !exr_mul_size(bytes & ~(size_t)63, (size_t)parts, &bytes) ||
+            !exr_add_size(total, bytes, &total) || total > (size_t)PY_SSIZE_T_MAX) {
+            PyErr_Format(PyExc_MemoryError,
+                         "batch_size: a batch of %zd picks would not fit in memory", (Py_ssize_t)B);
+            return -1;
+        }
+    }
+    PyObject *block = exr_block_new(st, total);
+    if (!block)
+        return -1;
+    char *mem = exr_block_data(block);
+    size_t at = 0;
+    PyObject *ds[2] = {PyDict_New(), next ? PyDict_New() : NULL};
+    if (!ds[0] || (next && !ds[1]))
+        goto fail;
+    for (int i = 0; i < fs->n; i++) {
+        npy_intp dims[NPY_MAXDIMS];
+        int nd = batch_dims(&fs->f[i], B, L, dims);
+        size_t sz = ((size_t)B * (size_t)L * fs->f[i].bytes + 63) & ~(size_t)63;
+        for (int p = 0; p < parts; p++) {
+            Py_INCREF(fs->f[i].descr);
+            PyObject *a = PyArray_NewFromDescr(&PyArray_Type, fs->f[i].descr, nd, dims, NULL,
+                                               mem + at, NPY_ARRAY_CARRAY, NULL);
+            at += sz;
+            if (!a)
+                goto fail;
+            Py_INCREF(block);
+            if (PyArray_SetBaseObject((PyArrayObject *)a, block) < 0 ||
+                PyDict_SetItem(ds[p], fs->f[i].name, a) < 0) {
+                Py_DECREF(a);
+                goto fail;
+            }
+            Py_DECREF(a);
+        }
+    }
+    Py_DECREF(block);
+    *dict = ds[0];
+    if (next)
+        *next = ds[1];
+    return 0;
+fail:
+    Py_XDECREF(ds[0]);
+    Py_XDECREF(ds[1]);
+    Py_DECREF(block);
+    return -1;
+}
+
+int exr_fieldset_batch_check(const exr_fieldset *fs, PyObject *dict, npy_intp B, npy_intp L,
+                             const char *what)
+{
+    if (!PyDict_Check(dict)) {
+        PyErr_Format(PyExc_TypeError, "out: expected %s to be a dict with the fields %U, got %s",
+                     what, fs->names, Py_TYPE(dict)->tp_name);
+        return -1;
+    }
+    if (PyDict_GET_SIZE(dict) != fs->n) {
+        PyErr_Format(PyExc_ValueError, "out: expected %s to hold the fields %U, got %zd entries",
+                     what, fs->names, PyDict_GET_SIZE(dict));
+        return -1;
+    }
+    for (int i = 0; i < fs->n; i++) {
+        const exr_named *f = &fs->f[i];
+        PyObject *a = PyDict_GetItemWithError(dict, f->name);
+        if (!a) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_ValueError, "out: expected %s to hold the fields %U, got no %R",
+                             what, fs->names, f->name);
+            return -1;
+        }
+        npy_intp dims[NPY_MAXDIMS];
+        int nd = batch_dims(f, B, L, dims);
+        PyArrayObject *x = (PyArrayObject *)a;
+        int ok = PyArray_Check(a) && PyArray_EquivTypes(PyArray_DESCR(x), f->descr) &&
+                 PyArray_NDIM(x) == nd && PyArray_IS_C_CONTIGUOUS(x) && PyArray_ISALIGNED(x) &&
+                 PyArray_ISWRITEABLE(x);
+        for (int k = 0; ok && k < nd; k++)
+            ok = PyArray_DIM(x, k) == dims[k];
+        if (!ok) {
+            char want[256];
+            exr_shape_str(want, sizeof want, nd, dims);
+            PyObject *got = exr_describe_value(a);
+            if (got)
+                PyErr_Format(PyExc_ValueError,
+                             "out: expected %s[%R] to be a writeable C-contiguous %S array of "
+                             "shape %s, got %U",
+                             what, f->name, (PyObject *)f->descr, want, got);
+            Py_XDECREF(got);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void exr_fieldset_dst_plan(const exr_fieldset *fs, size_t base, PyObject *dict,
+                           PyObject *next_dict, exr_field_dst *plan)
+{
+    for (int i = 0; i < fs->n; i++) {
+        PyObject *a = PyDict_GetItem(dict, fs->f[i].name);
+        PyObject *nx = next_dict ? PyDict_GetItem(next_dict, fs->f[i].name) : NULL;
+        plan[i] = (exr_field_dst){base + fs->f[i].off, fs->f[i].bytes,
+                                  PyArray_DATA((PyArrayObject *)a),
+                                  nx ? PyArray_DATA((PyArrayObject *)nx) : NULL};
+    }
+}
+
+/* ---- episodes ---------------------------------------------------------------- */
+
+PyObject *exr_fieldset_split(const exr_fieldset *fs, const unsigned char *rows, size_t row_bytes,
+                             size_t base, npy_intp n, int lead)
+{
+    PyObject *d = PyDict_New();
+    for (int i = 0; d && i < fs->n; i++) {
+        const exr_named *f = &fs->f[i];
+        npy_intp dims[NPY_MAXDIMS];
+        int k = 0;
+        if (lead >= 0)
+            dims[k++] = n;
+        memcpy(dims + k, f->shape, sizeof(npy_intp) * (size_t)f->nd);
+        Py_INCREF(f->descr);
+        PyObject *a = PyArray_NewFromDescr(&PyArray_Type, f->descr, k + f->nd, dims, NULL, NULL,
+                                           0, NULL);
+        if (!a) {
+            Py_CLEAR(d);
+            break;
+        }
+        unsigned char *dst = PyArray_DATA((PyArrayObject *)a);
+        for (npy_intp r = 0; r < n; r++)
+            memcpy(dst + (size_t)r * f->bytes, rows + (size_t)r * row_bytes + base + f->off,
+                   f->bytes);
+        if (PyDict_SetItem(d, f->name, a) < 0)
+            Py_CLEAR(d);
+        Py_DECREF(a);
+    }
+    return d;
+}
+
+/* ---- metadata ---------------------------------------------------------------- */
+
+static int put(unsigned char *buf, size_t cap, size_t *used, const void *p, size_t n)
+{
+    if (*used + n > cap)
+        return -1;
+    memcpy(buf + *used, p, n);
+    *used += n;
+    return 0;
+}
+
+int exr_fieldset_meta_put(const exr_fieldset *fs, unsigned char *buf, size_t cap, size_t *used)
+{
+    unsigned char c = (unsigned char)fs->n;
+    if (put(buf, cap, used, &c, 1) < 0)
+        goto too_big;
+    for (int i = 0; i < fs->n; i++) {
+        const exr_named *f = &fs->f[i];
+        Py_ssize_t len;
+        const char *name = PyUnicode_AsUTF8AndSize(f->name, &len);
+        if (!name)
+            return -1;
+        c = (unsigned char)len;
+        if (put(buf, cap, used, &c, 1) < 0 || put(buf, cap, used, name, (size_t)len) < 0)
+            goto too_big;
+        c = (unsigned char)f->nd;
+        if (put(buf, cap, used, &c, 1) < 0)
+            goto too_big;
+        for (int k = 0; k < f->nd; k++) {
+            int64_t d = f->shape[k];
+            if (put(buf, cap, used, &d, 8) < 0)
+                goto too_big;
+        }
+        PyObject *str = PyObject_GetAttrString((PyObject *)f->descr, "str");
+        if (!str)
+            return -1;
+        const char *s = PyUnicode_AsUTF8AndSize(str, &len);
+        int bad = !s || len >= 32;
+        c = (unsigned char)len;
+        if (!bad)
+            bad = put(buf, cap, used, &c, 1) < 0 || put(buf, cap, used, s, (size_t)len) < 0;
+        Py_DECREF(str);
+        if (bad) {
+            if (PyErr_Occurred())
+                return -1;
+            goto too_big;
+        }
+    }
+    return 0;
+too_big:
+    PyErr_SetString(PyExc_ValueError, "configuration too large to serialize (field specs)");
+    return -1;
+}
+
+static int take(const unsigned char **p, size_t *left, void *out, size_t n)
+{
+    if (*left < n)
+        return -1;
+    memcpy(out, *p, n);
+    *p += n;
+    *left -= n;
+    return 0;
+}
+
+exr_fieldset *exr_fieldset_meta_read(const unsigned char **p, size_t *left)
+{
+    unsigned char n;
+    if (take(p, left, &n, 1) < 0 || n < 1 || n > EXR_MAX_FIELDS)
+        return NULL;
+    exr_fieldset *fs = PyMem_Calloc(1, sizeof *fs);
+    if (!fs)
+        return NULL;
+    for (int i = 0; i < n; i++) {
+        exr_named *f = &fs->f[i];
+        unsigned char len, nd;
+        char name[EXR_FIELD_NAME_MAX + 1], code[33];
+        if (take(p, left, &len, 1) < 0 || len < 1 || len > EXR_FIELD_NAME_MAX ||
+            take(p, left, name, len) < 0)
+            goto bad;
+        f->name = PyUnicode_DecodeUTF8(name, len, "strict");
+        if (!f->name)
+            goto bad;
+        fs->n++;
+        for (int j = 0; j < i; j++)
+            if (PyUnicode_Compare(fs->f[j].name, f->name) == 0)
+                goto bad; /* names are unique */
+        if (take(p, left, &nd, 1) < 0 || nd > NPY_MAXDIMS - 2)
+            goto bad;
+        f->nd = nd;
+        for (int k = 0; k < nd; k++) {
+            int64_t d;
+            if (take(p, left, &d, 8) < 0 || d < 1 || d > ((int64_t)1 << 40))
+                goto bad;
+            f->shape[k] = (npy_intp)d;
+        }
+        if (take(p, left, &len, 1) < 0 || len == 0 || len > 31 || take(p, left, code, len) < 0)
+            goto bad;
+        code[len] = 0;
+        if (!strchr("<>|=", code[0]))
+            goto bad;
+        for (int k = 1; k < len; k++)
+            if (!(code[k] >= '0' && code[k] <= '9') && !(code[k] >= 'a' && code[k] <= 'z'))
+                goto bad;
+        PyObject *s = PyUnicode_FromString(code);
+        f->descr = s ? exr_dtype_arg(s, "dtype", 0) : NULL;
+        Py_XDECREF(s);
+        if (!f->descr)
+            goto bad;
+        size_t v = (size_t)PyDataType_ELSIZE(f->descr);
+        for (int k = 0; k < nd; k++)
+            if (!exr_mul_size(v, (size_t)f->shape[k], &v) || v > ((size_t)1 << 40))
+                goto bad;
+        f->bytes = v;
+    }
+    if (fieldset_finish(fs, "fields") < 0)
+        goto bad;
+    return fs;
+bad:
+    PyErr_Clear();
+    exr_fieldset_free(fs);
+    return NULL;
+}
+
+/* ---- the buffer's specs ------------------------------------------------------ */
+
+int exr_replay_specs(ReplayObject *self, PyObject *sshape, PyObject *sdtype, PyObject *sspec,
+                     PyObject *xspec)
+{
+    if (sspec != Py_None) {
+        if ((sshape && sshape != Py_None) || sdtype) {
+            PyErr_SetString(PyExc_TypeError, "state_spec: expected either state_spec or "
+                                             "state_shape/state_dtype, got both");
+            return -1;
+        }
+        if (!(self->sfields = exr_fieldset_from_spec(sspec, "state_spec")))
+            return -1;
+    } else if (!sshape || sshape == Py_None) {
+        PyErr_SetString(PyExc_TypeError,
+                        "state_shape: expected an int or a tuple of ints (or a state_spec), got None");
+        return -1;
+    } else if (PyDict_Check(sshape)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "state_shape: expected an int or a tuple of ints, got dict (named fields "
+                        "go in state_spec={name: (shape, dtype)})");
+        return -1;
+    }
+    if (xspec != Py_None && !(self->xfields = exr_fieldset_from_spec(xspec, "extras_spec")))
+        return -1;
+    return 0;
+}
+
+PyObject *exr_replay_state_spec(ReplayObject *self, void *c)
+{
+    (void)c;
+    if (!self->sfields)
+        Py_RETURN_NONE;
+    return exr_fieldset_spec(self->sfields);
+}
+
+PyObject *exr_replay_extras_spec(ReplayObject *self, void *c)
+{
+    (void)c;
+    if (!self->xfields)
+        Py_RETURN_NONE;
+    return exr_fieldset_spec(self->xfields);
+}
+
+/* ---- record arguments -------------------------------------------------------- */
+
+void exr_fields_in_release(ReplayObject *self, exr_fields_in *fi)
+{
+    (void)self;
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < EXR_MAX_FIELDS; i++)
+            Py_CLEAR(fi->arr[k][i]);
+    PyMem_Free(fi->fin);
+    fi->fin = NULL;
+}
+
+int exr_fields_in_parse(ReplayObject *self, PyObject *state, PyObject *fin, PyObject *extras,
+                        npy_intp *T, exr_fields_in *fi)
+{
+    memset(fi, 0, sizeof *fi);
+    const char *sarg = T ? "states" : "state";
+    int nlead = T ? 1 : 0;
+    const exr_config *cfg = exr_buffer_config(self->buf);
+    if (extras && extras != Py_None && !self->xfields) {
+        PyObject *got = exr_describe_value(extras);
+        if (got)
+            PyErr_Format(PyExc_ValueError,
+                         "extras: expected None (this buffer has no extras_spec), got %U", got);
+        Py_XDECREF(got);
+        return -1;
+    }
+    if (self->sfields) {
+        if (exr_fieldset_arrays(self->sfields, state, sarg, nlead, T, fi->arr[0]) < 0)
+            goto error;
+        exr_fieldset_src_plan(self->sfields, 0, fi->arr[0], fi->plan);
+        fi->nplan = (size_t)self->sfields->n;
+    } else {
+        fi->arr[0][0] = exr_as_array(state, self->state_descr, nlead, T, self->state_nd,
+                                     self->state_shape, sarg);
+        if (!fi->arr[0][0])
+            goto error;
+        fi->plan[0] = (exr_field_src){0, cfg->state_bytes, PyArray_DATA(fi->arr[0][0]),
+                                      cfg->state_bytes};
+        fi->nplan = 1;
+    }
+    if (T && *T == 0) {
+        PyErr_SetString(PyExc_ValueError, "states: expected at least one step, got 0");
+        goto error;
+    }
+    if (fin && fin != Py_None) {
+        if (!(fi->fin = PyMem_Malloc(cfg->state_bytes))) {
+            PyErr_NoMemory();
+            goto error;
+        }
+        if (self->sfields) {
+            if (exr_fieldset_arrays(self->sfields, fin, "final_state", 0, NULL, fi->arr[1]) < 0)
+                goto error;
+            exr_fieldset_pack(self->sfields, fi->arr[1], fi->fin);
+        } else {
+            fi->arr[1][0] = exr_as_array(fin, self->state_descr, 0, NULL, self->state_nd,
+                                         self->state_shape, "final_state");
+            if (!fi->arr[1][0])
+                goto error;
+            memcpy(fi->fin, PyArray_DATA(fi->arr[1][0]), cfg->state_bytes);
+        }
+    }
+    if (self->xfields) {
+        if (!extras || extras == Py_None) {
+            PyErr_Format(PyExc_ValueError,
+                         "extras: expected a dict of arrays with the fields %U, got None",
+                         self->xfields->names);
+            goto error;
+        }
+        if (exr_fieldset_arrays(self->xfields, extras, "extras", nlead, T, fi->arr[2]) < 0)
+            goto error;
+        size_t base = cfg->state_bytes + cfg->action_bytes + cfg->reward_bytes;
+        exr_fieldset_src_plan(self->xfields, base, fi->arr[2], fi->plan + fi->nplan);
+        fi->nplan += (size_t)self->xfields->n;
+    }
+    return 0;
+error:
+    exr_fields_in_release(self, fi);
+    return -1;
+}
+
+/* ---- episode(h) ---------------------------------------------------------------- */
+
+PyObject *exr_replay_episode_fields(ReplayObject *self, int64_t h)
+{
+    const exr_config *c = exr_buffer_config(self->buf);
+    size_t row = c->state_bytes + c->action_bytes + c->reward_bytes + c->extra_bytes;
+    for (;;) {
+        uint64_t n;
+        bool ended, term, has_final;
+        exr_lock_with_gil(self->buf);
+        exr_status st = exr_buffer_episode_info_locked(self->buf, h, &n, &ended, &term, &has_final);
+        exr_buffer_unlock(self->buf);
+        if (st != EXR_OK)
+            return PyErr_Format(PyExc_ValueError,
+                                "h: expected the handle of an episode held, got %lld (evicted or "
+                                "never created)",
+                                (long long)h);
+        size_t bytes;
+        if (!exr_mul_size((size_t)n, row, &bytes))
+            return PyErr_NoMemory();
+        unsigned char *rows = PyMem_RawMalloc(bytes ? bytes : 1);
+        unsigned char *fin = PyMem_RawMalloc(c->state_bytes);
+        if (!rows || !fin) {
+            PyMem_RawFree(rows);
+            PyMem_RawFree(fin);
+            return PyErr_NoMemory();
+        }
+        /* copy under one lock hold, if the episode is still as measured */
+        uint64_t n2;
+        bool e2, t2, f2;
+        exr_lock_with_gil(self->buf);
+        st = exr_buffer_episode_info_locked(self->buf, h, &n2, &e2, &t2, &f2);
+        int same = st == EXR_OK && n2 == n && f2 == has_final;
+        if (same)
+            exr_buffer_episode_rows_locked(self->buf, h, rows, has_final ? fin : NULL);
+        exr_buffer_unlock(self->buf);
+        if (!same) {
+            PyMem_RawFree(rows);
+            PyMem_RawFree(fin);
+            continue;
+        }
+        PyObject *state = NULL, *action = NULL, *reward = NULL, *final = NULL, *extras = NULL;
+        npy_intp nn = (npy_intp)n;
+        if (self->sfields) {
+            state = exr_fieldset_split(self->sfields, rows, row, 0, nn, 0);
+            final = has_final ? exr_fieldset_split(self->sfields, fin, c->state_bytes, 0, 1, -1)
+                              : Py_NewRef(Py_None);
+        } else {
+            state = new_array(self->state_descr, nn, self->state_nd, self->state_shape);
+            final = has_final ? new_array(self->state_descr, -1, self->state_nd, self->state_shape)
+                              : Py_NewRef(Py_None);
+            if (state)
+                for (npy_intp r = 0; r < nn; r++)
+                    memcpy((unsigned char *)PyArray_DATA((PyArrayObject *)state) +
+                               (size_t)r * c->state_bytes,
+                           rows + (size_t)r * row, c->state_bytes);
+            if (final && has_final)
+                memcpy(PyArray_DATA((PyArrayObject *)final), fin, c->state_bytes);
+        }
+        action = new_array(self->action_descr, nn, self->action_nd, self->action_shape);
+        reward = new_array(self->reward_descr, nn, 0, NULL);
+        if (action && reward) {
+            unsigned char *ad = PyArray_DATA((PyArrayObject *)action);
+            unsigned char *rd = PyArray_DATA((PyArrayObject *)reward);
+            for (npy_intp r = 0; r < nn; r++) {
+                memcpy(ad + (size_t)r * c->action_bytes, rows + (size_t)r * row + c->state_bytes,
+                       c->action_bytes);
+                memcpy(rd + (size_t)r * c->reward_bytes,
+                       rows + (size_t)r * row + c->state_bytes + c->action_bytes,
+                       c->reward_bytes);
+            }
+        }
+        extras = self->xfields
+                     ? exr_fieldset_split(self->xfields, rows, row,
+                                          c->state_bytes + c->action_bytes + c->reward_bytes, nn, 0)
+                     : PyDict_New();
+        PyMem_RawFree(rows);
+        PyMem_RawFree(fin);
+        PyObject *r = state && action && reward && final && extras
+                          ? PyStructSequence_New(mstate(self)->episode_type)
+                          : NULL;
+        if (!r) {
+            Py_XDECREF(state);
+            Py_XDECREF(action);
+            Py_XDECREF(reward);
+            Py_XDECREF(final);
+            Py_XDECREF(extras);
+            return NULL;
+        }
+        PyStructSequence_SET_ITEM(r, 0, state);
+        PyStructSequence_SET_ITEM(r, 1, action);
+        PyStructSequence_SET_ITEM(r, 2, reward);
+        PyStructSequence_SET_ITEM(r, 3, final);
+        PyStructSequence_SET_ITEM(r, 4, PyBool_FromLong(e2));
+        PyStructSequence_SET_ITEM(r, 5, PyBool_FromLong(t2));
+        PyStructSequence_SET_ITEM(r, 6, extras);
+        return r;
+    }
+}

@@ -1,0 +1,425 @@
+"""Named state fields (state_spec) and per-step extras (extras_spec).
+
+The C buffer and the reference are held to the same behaviour here; the
+hypothesis machines of test_differential.py compare them step by step with
+random field specs.  This file pins the API: shapes and dtypes of what comes
+out, zero-copy-friendly output arrays, out= refill, episode(h), errors that
+name the argument and leave the buffer unchanged, persistence (format
+version 2 and version 1 still read), pickling, threads, gymnasium Dict spaces.
+"""
+
+import pickle
+import struct
+import threading
+
+import numpy as np
+import pytest
+
+import exreplay
+from exreplay.reference import ReferenceReplay
+
+IMPLS = [exreplay.ExperienceReplay, ReferenceReplay]
+SPEC = {"img": ((4, 4), "uint8"), "vec": ((3,), "float32")}
+XSPEC = {"logp": ((), "float32"), "h": ((2, 5), "float32"), "mask": ((3,), "bool")}
+
+
+def make(cls=exreplay.ExperienceReplay, **kw):
+    cfg = dict(state_spec=SPEC, extras_spec=XSPEC, pick_len=4, capacity=None, seed=3)
+    cfg.update(kw)
+    return cls(**cfg)
+
+
+def rollout(T, t0=0):
+    """T steps whose every value encodes its step number t0 + t."""
+    t = np.arange(t0, t0 + T)
+    states = {
+        "img": (t[:, None, None] + np.zeros((1, 4, 4))).astype(np.uint8),
+        "vec": (t[:, None] + np.array([0.0, 0.25, 0.5])).astype(np.float32),
+    }
+    extras = {
+        "logp": (-t / 8).astype(np.float32),
+        "h": (t[:, None, None] + np.zeros((1, 2, 5))).astype(np.float32),
+        "mask": (t[:, None] % np.array([1, 2, 3]) == 0),
+    }
+    return states, t.astype(np.int64), (t / 2).astype(np.float32), extras
+
+
+def one(d, i):
+    return {k: v[i] for k, v in d.items()}
+
+
+@pytest.mark.parametrize("cls", IMPLS)
+def test_batch_holds_every_field_with_the_batch_dimensions(cls):
+    buf = make(cls)
+    S, A, R, X = rollout(10)
+    fin = one(rollout(1, 10)[0], 0)
+    h = buf.record_many(None, S, A, R, final_state=fin, extras=X)
+    assert buf.state_spec == {k: (s, np.dtype(d)) for k, (s, d) in SPEC.items()}
+    assert buf.extras_spec == {k: (s, np.dtype(d)) for k, (s, d) in XSPEC.items()}
+    assert buf.state_shape is None and buf.state_dtype is None
+    ps = buf.new_pick_selector(exreplay.PickSelectorClass.Uniform)
+    b = buf.get_batch(16, ps) if cls is exreplay.ExperienceReplay else None
+    if b is None:
+        b = buf._gather(ps, [h] * 7, list(range(7)))
+    B = len(b.pick_pos)
+    assert set(b.state) == set(b.state_next) == {"img", "vec"}
+    assert set(b.extras) == {"logp", "h", "mask"}
+    for name, (shape, dtype) in SPEC.items():
+        for d in (b.state, b.state_next):
+            a = d[name]
+            assert a.shape == (B, 4, *shape) and a.dtype == dtype
+            assert a.flags.c_contiguous and a.flags.writeable and a.flags.aligned
+    for name, (shape, dtype) in XSPEC.items():
+        a = b.extras[name]
+        assert a.shape == (B, 4, *shape) and a.dtype == dtype and a.flags.c_contiguous
+    for i, p in enumerate(b.pick_pos):
+        L = int(b.seq_len[i])
+        steps = np.arange(p, p + L)
+        np.testing.assert_array_equal(b.state["img"][i, :L, 0, 0], steps)
+        np.testing.assert_array_equal(b.state["vec"][i, :L, 1], steps + 0.25)
+        np.testing.assert_array_equal(b.state_next["img"][i, :L, 2, 3], steps + 1)
+        np.testing.assert_array_equal(b.extras["logp"][i, :L], -steps / 8)
+        np.testing.assert_array_equal(b.extras["h"][i, :L, 1, 4], steps)
+        np.testing.assert_array_equal(b.extras["mask"][i, :L, 1], steps % 2 == 0)
+        np.testing.assert_array_equal(b.action[i, :L], steps)
+    # R2D2: the recurrent state at each pick's first step
+    np.testing.assert_array_equal(b.extras["h"][:, 0, 0, 0], b.pick_pos)
+
+
+def test_named_fields_agree_with_the_reference_pick_by_pick():
+    c, r = make(), make(ReferenceReplay)
+    rng = np.random.default_rng(0)
+    h = hc = None
+    t0 = 0
+    for k in range(12):
+        T = int(rng.integers(1, 7))
+        S, A, R, X = rollout(T, t0)
+        t0 += T
+        end = k % 3 == 2
+        kw = dict(final_state=one(rollout(1, 900 + k)[0], 0)) if end and k % 2 else {}
+        if end and not kw:
+            kw["terminated"] = True
+        hc = c.record_many(hc, S, A, R, extras=X, **kw)
+        h = r.record_many(h, S, A, R, extras=X, **kw)
+        assert hc == h
+        hc = c.record(hc, one(S, 0), 1, 0.5, extras=one(X, 0))
+        h = r.record(h, one(S, 0), 1, 0.5, extras=one(X, 0))
+        assert hc == h
+    ps_c = c.new_pick_selector(exreplay.PickSelectorClass.Uniform)
+    ps_r = r.new_pick_selector(exreplay.PickSelectorClass.Uniform)
+    out = None
+    for _ in range(5):
+        b = c.get_batch(33, ps_c, out=out)
+        rb = r._gather(ps_r, b.pick_epi, b.pick_pos)
+        for name in ("state", "state_next", "extras"):
+            for k in getattr(rb, name):
+                np.testing.assert_array_equal(getattr(b, name)[k], getattr(rb, name)[k], err_msg=name + k)
+        for name in ("action", "reward", "seq_len", "seq_len_next"):
+            np.testing.assert_array_equal(getattr(b, name), getattr(rb, name))
+        out = b
+    for h in c._handles():
+        ec, er = c.episode(h), r.episode(h)
+        for k in SPEC:
+            np.testing.assert_array_equal(ec.state[k], er.state[k])
+        for k in XSPEC:
+            np.testing.assert_array_equal(ec.extras[k], er.extras[k])
+        assert (ec.final_state is None) == (er.final_state is None)
+        if ec.final_state is not None:
+            for k in SPEC:
+                np.testing.assert_array_equal(ec.final_state[k], er.final_state[k])
+    c._check()
+
+
+def test_out_refills_the_same_arrays():
+    buf = make()
+    S, A, R, X = rollout(30)
+    buf.record_many(None, S, A, R, extras=X)
+    ps = buf.new_pick_selector(exreplay.PickSelectorClass.Uniform)
+    b = buf.get_batch(8, ps)
+    ids = {k: v.ctypes.data for k, v in {**b.state, **b.extras}.items()}
+    b2 = buf.get_batch(8, ps, out=b)
+    assert b2 is b
+    assert ids == {k: v.ctypes.data for k, v in {**b.state, **b.extras}.items()}
+    np.testing.assert_array_equal(b.extras["h"][:, 0, 0, 0], b.pick_pos)
+    np.testing.assert_array_equal(b.state["img"][:, 0, 0, 0], b.pick_pos)
+
+
+def test_torch_takes_the_fields_without_a_copy():
+    torch = pytest.importorskip("torch")
+    buf = make()
+    S, A, R, X = rollout(30)
+    buf.record_many(None, S, A, R, extras=X)
+    b = buf.get_batch(4, buf.new_pick_selector(exreplay.PickSelectorClass.Uniform))
+    for a in (*b.state.values(), *b.extras.values()):
+        t = torch.as_tensor(a)
+        assert t.data_ptr() == a.ctypes.data
+
+
+def test_extras_with_one_state_array_and_fields_without_extras():
+    a = exreplay.ExperienceReplay(state_shape=(2,), extras_spec={"logp": ((), "float64")}, pick_len=2)
+    h = a.record_many(None, np.ones((5, 2)), np.arange(5), np.zeros(5), extras={"logp": np.arange(5.0)})
+    b = a._gather(a.new_pick_selector(0), [h, h], [0, 2])
+    assert b.state.shape == (2, 2, 2) and b.extras["logp"].tolist() == [[0, 1], [2, 3]]
+    np.testing.assert_array_equal(a.episode(h).extras["logp"], np.arange(5.0))
+    f = exreplay.ExperienceReplay(state_spec={"o": ((2,), "int16")}, pick_len=1)
+    h = f.record(None, {"o": [1, 2]}, 0, 0.0, final_state={"o": [3, 4]})
+    b = f._gather(f.new_pick_selector(0), [h], [0])
+    assert b.extras == {} and b.state["o"].tolist() == [[[1, 2]]] and b.state_next["o"].tolist() == [[[3, 4]]]
+    assert f.episode(h).extras == {}
+    # a plain buffer's batches and episodes have empty extras
+    p = exreplay.ExperienceReplay(state_shape=2)
+    h = p.record(None, [1, 2], 0, 0.0, terminated=True)
+    assert p._gather(p.new_pick_selector(0), [h], [0]).extras == {}
+    assert p.episode(h).extras == {} and "extras" not in repr(p.episode(h))
+
+
+# --------------------------------------------------------------------------
+# errors: named, precise, and the buffer unchanged
+# --------------------------------------------------------------------------
+
+
+def _state_of(buf):
+    return bytes(buf.serialize(0)[40:]) if isinstance(buf, exreplay.ExperienceReplay) else (
+        len(buf), buf._handles(), [len(buf.episode(h).action) for h in buf._handles()])
+
+
+BAD_CALLS = [
+    # (what, call, exception, message fragment)
+    ("state not a dict", lambda b, S, X: b.record(None, S["img"][0], 0, 0.0, extras=one(X, 0)),
+     TypeError, "state: expected a dict of arrays with the fields 'img', 'vec', got"),
+    ("missing field", lambda b, S, X: b.record(None, {"img": S["img"][0]}, 0, 0.0, extras=one(X, 0)),
+     ValueError, "state: expected the fields 'img', 'vec', got no 'vec'"),
+    ("unknown field", lambda b, S, X: b.record(None, {**one(S, 0), "rgb": 1}, 0, 0.0, extras=one(X, 0)),
+     ValueError, "state: expected the fields 'img', 'vec', got an unknown field 'rgb'"),
+    ("wrong shape", lambda b, S, X: b.record(None, {**one(S, 0), "vec": np.zeros(4)}, 0, 0.0, extras=one(X, 0)),
+     ValueError, "state['vec']: expected shape (3,), got (4,)"),
+    ("wrong dtype", lambda b, S, X: b.record(None, {**one(S, 0), "img": np.zeros((4, 4))}, 0, 0.0, extras=one(X, 0)),
+     TypeError, "state['img']: expected"),
+    ("extras missing", lambda b, S, X: b.record(None, one(S, 0), 0, 0.0),
+     ValueError, "extras: expected a dict of arrays with the fields 'logp', 'h', 'mask', got None"),
+    ("extras field missing", lambda b, S, X: b.record(None, one(S, 0), 0, 0.0, extras={"logp": 0.0, "h": np.zeros((2, 5))}),
+     ValueError, "extras: expected the fields 'logp', 'h', 'mask', got no 'mask'"),
+    ("extras shape", lambda b, S, X: b.record(None, one(S, 0), 0, 0.0, extras={**one(X, 0), "h": np.zeros(10)}),
+     ValueError, "extras['h']: expected shape (2, 5), got (10,)"),
+    ("final_state field", lambda b, S, X: b.record(None, one(S, 0), 0, 0.0, final_state={"img": S["img"][0]}, extras=one(X, 0)),
+     ValueError, "final_state: expected the fields 'img', 'vec', got no 'vec'"),
+    ("many: field length", lambda b, S, X: b.record_many(None, {**S, "vec": S["vec"][:2]}, np.arange(3), np.zeros(3), extras=X),
+     ValueError, "states['vec']: expected shape"),
+    ("many: extras length", lambda b, S, X: b.record_many(None, S, np.arange(3), np.zeros(3), extras={**X, "logp": X["logp"][:1]}),
+     ValueError, "extras['logp']: expected shape"),
+    ("many: actions length", lambda b, S, X: b.record_many(None, S, np.arange(2), np.zeros(3), extras=X),
+     ValueError, "actions: expected shape"),
+]
+
+
+@pytest.mark.parametrize("cls", IMPLS)
+@pytest.mark.parametrize("what, call, exc, msg", BAD_CALLS, ids=[c[0] for c in BAD_CALLS])
+def test_bad_fields_raise_and_change_nothing(cls, what, call, exc, msg):
+    buf = make(cls)
+    S, A, R, X = rollout(3)
+    buf.record_many(None, S, A, R, extras=X)
+    before = _state_of(buf)
+    with pytest.raises(exc) as e:
+        call(buf, S, X)
+    if cls is exreplay.ExperienceReplay or "expected shape (" in msg or "got None" in msg:
+        assert msg in str(e.value), str(e.value)
+    assert _state_of(buf) == before
+
+
+@pytest.mark.parametrize("cls", IMPLS)
+def test_extras_given_to_a_buffer_without_an_extras_spec(cls):
+    buf = cls(state_shape=(2,), seed=0)
+    buf.record(None, [1, 2], 0, 0.0)
+    before = _state_of(buf)
+    for call in (lambda: buf.record(None, [1, 2], 0, 0.0, extras={"logp": 1.0}),
+                 lambda: buf.record_many(None, [[1, 2]], [0], [0.0], extras={"logp": [1.0]})):
+        with pytest.raises(ValueError, match=r"extras: expected None \(this buffer has no extras_spec\), got"):
+            call()
+    assert _state_of(buf) == before
+    buf.record(None, [1, 2], 0, 0.0, extras=None)  # None is no extras
+
+
+@pytest.mark.parametrize("cls", IMPLS)
+@pytest.mark.parametrize("kw, exc, msg", [
+    (dict(state_spec=SPEC, state_shape=(2,)), TypeError, "state_spec: expected either state_spec or state_shape/state_dtype, got both"),
+    (dict(state_spec=SPEC, state_dtype="uint8"), TypeError, "got both"),
+    (dict(), TypeError, "state_shape: expected an int or a tuple of ints (or a state_spec), got None"),
+    (dict(state_shape={"img": (84, 84)}), TypeError, "named fields go in state_spec={name: (shape, dtype)}"),
+    (dict(state_spec=[("img", (2,), "uint8")]), TypeError, "state_spec: expected a dict {name: (shape, dtype)}, got list"),
+    (dict(state_spec={}), ValueError, "state_spec: expected 1 to 32 fields, got 0"),
+    (dict(state_spec={"a": (2,)}), TypeError, "state_spec['a']: expected a pair (shape, dtype), got (2,)"),
+    (dict(state_spec={"a": ((0,), "f4")}), ValueError, "state_spec['a']"),
+    (dict(state_spec={"a": ((2,), "U4")}), TypeError, "state_spec['a'] dtype"),
+    (dict(state_spec={1: ((2,), "f4")}), TypeError, "state_spec: expected str field names, got 1"),
+    (dict(state_spec={"": ((2,), "f4")}), ValueError, "state_spec: expected field names of 1 to 64 bytes"),
+    (dict(state_shape=2, extras_spec={"h": ((2, "x"), "f4")}), TypeError, "extras_spec['h']"),
+])
+def test_bad_specs(cls, kw, exc, msg):
+    with pytest.raises(exc) as e:
+        cls(**kw)
+    assert msg in str(e.value), str(e.value)
+
+
+def test_bad_out_dicts():
+    buf = make()
+    S, A, R, X = rollout(20)
+    buf.record_many(None, S, A, R, extras=X)
+    ps = buf.new_pick_selector(0)
+    b = buf.get_batch(4, ps)
+    good = b.state["vec"].copy()
+    b.state["vec"] = np.zeros((4, 4, 2), np.float32)
+    with pytest.raises(ValueError, match=r"out: expected out.state\['vec'\] to be a writeable C-contiguous float32 array of shape \(4, 4, 3\)"):
+        buf.get_batch(4, ps, out=b)
+    b.state["vec"] = good
+    del b.extras["mask"]
+    with pytest.raises(ValueError, match="out: expected out.extras to hold the fields 'logp', 'h', 'mask'"):
+        buf.get_batch(4, ps, out=b)
+    plain = exreplay.ExperienceReplay(state_shape=(2,))
+    plain.record_many(None, np.ones((3, 2)), [0, 0, 0], [0, 0, 0])
+    pb = plain.get_batch(4, plain.new_pick_selector(0))
+    with pytest.raises(TypeError, match="out: expected out.state to be a dict"):
+        buf.get_batch(4, ps, out=pb)
+
+
+# --------------------------------------------------------------------------
+# persistence, pickling, threads, spaces
+# --------------------------------------------------------------------------
+
+
+def _same(a, b):
+    assert len(a) == len(b) and a._handles() == b._handles()
+    assert a.state_spec == b.state_spec and a.extras_spec == b.extras_spec
+    for h in a._handles():
+        ea, eb = a.episode(h), b.episode(h)
+        for part in ("state", "extras"):
+            x, y = getattr(ea, part), getattr(eb, part)
+            if isinstance(x, dict):
+                assert list(x) == list(y)
+                for k in x:
+                    np.testing.assert_array_equal(x[k], y[k])
+            else:
+                np.testing.assert_array_equal(x, y)
+        np.testing.assert_array_equal(ea.action, eb.action)
+        assert (ea.final_state is None) == (eb.final_state is None)
+
+
+@pytest.mark.parametrize("kw", [
+    dict(),
+    dict(extras_spec=None),
+    dict(state_spec=None, state_shape=(3,), state_dtype="float64"),
+])
+@pytest.mark.parametrize("level", [0, 6])
+def test_serialize_pickle_save_load_roundtrip(tmp_path, kw, level):
+    buf = make(**kw)
+    S, A, R, X = rollout(12)
+    if buf.state_spec is None:
+        S = np.arange(36.0).reshape(12, 3)
+    ex = dict(extras=X) if buf.extras_spec else {}
+    h = buf.record_many(None, S, A, R, terminated=True, **ex)
+    buf.record_many(None, S, A, R, **ex)
+    data = buf.serialize(level)
+    version = struct.unpack_from("<I", data, 8)[0]
+    assert version == (2 if buf.extras_spec else 1)
+    for other in (exreplay.ExperienceReplay.unserialize(data), pickle.loads(pickle.dumps(buf))):
+        _same(buf, other)
+    buf.save(str(tmp_path / "b.exr"), level)
+    loaded = exreplay.ExperienceReplay.load(str(tmp_path / "b.exr"))
+    _same(buf, loaded)
+    # the restored buffer records and samples as the original
+    ps = loaded.new_pick_selector(0)
+    loaded.record_many(h, S, A, R, **ex)
+    loaded.get_batch(5, ps)
+    loaded._check()
+
+
+def test_truncated_and_patched_version_2_is_refused():
+    buf = make()
+    S, A, R, X = rollout(6)
+    buf.record_many(None, S, A, R, extras=X, terminated=True)
+    data = bytearray(buf.serialize(0))
+    for cut in (41, 100, len(data) // 2, len(data) - 1):
+        with pytest.raises(ValueError):
+            exreplay.ExperienceReplay.unserialize(bytes(data[:cut]))
+    # version 1 with extra_bytes set: refused (the header CRC is fixed up, so
+    # it is the version rule that refuses it)
+    import zlib
+    v1 = bytearray(data)
+    struct.pack_into("<I", v1, 8, 1)
+    struct.pack_into("<I", v1, 36, zlib.crc32(bytes(v1[:36])))
+    with pytest.raises(ValueError):
+        exreplay.ExperienceReplay.unserialize(bytes(v1))
+
+
+@pytest.mark.parametrize("cls", IMPLS)
+def test_reference_and_c_pickle_fields(cls):
+    buf = make(cls)
+    S, A, R, X = rollout(5)
+    buf.record_many(None, S, A, R, extras=X)
+    other = pickle.loads(pickle.dumps(buf))
+    _same(buf, other)
+
+
+def test_threads_record_fields_while_others_sample():
+    buf = make(capacity=400)
+    ps = buf.new_pick_selector(exreplay.PickSelectorClass.Prioritized)
+    errors = []
+
+    def writer(k):
+        try:
+            h = None
+            for i in range(60):
+                S, A, R, X = rollout(int(3 + (i + k) % 40), 1000 * k)  # some copy without the lock
+                h = buf.record_many(h, S, A, R, extras=X, terminated=i % 5 == 4)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    def reader():
+        try:
+            out = None
+            for _ in range(150):
+                if buf.num_picks:
+                    out = buf.get_batch(16, ps, out=out)
+                    L = out.seq_len
+                    # every field of a pick comes from the same steps
+                    for i in range(16):
+                        n = int(L[i])
+                        np.testing.assert_array_equal(
+                            out.state["img"][i, :n, 0, 0].astype(np.int64) % 256,
+                            (out.extras["h"][i, :n, 0, 0].astype(np.int64)) % 256)
+                        np.testing.assert_array_equal(out.action[i, :n], out.extras["h"][i, :n, 1, 4])
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    ts = [threading.Thread(target=writer, args=(k,)) for k in range(3)]
+    ts += [threading.Thread(target=reader) for _ in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors, errors
+    buf._check()
+
+
+def test_for_spaces_with_a_dict_observation_space():
+    gym = pytest.importorskip("gymnasium")
+    S = gym.spaces
+    obs = S.Dict({"img": S.Box(0, 255, (4, 4), np.uint8), "vec": S.Box(-1, 1, (3,)), "k": S.Discrete(5)})
+    buf = exreplay.ExperienceReplay.for_spaces(obs, S.Discrete(2), pick_len=2, extras_spec={"logp": ((), "float32")})
+    assert list(buf.state_spec) == list(obs.spaces)
+    assert buf.state_spec["k"] == ((), np.int64) and buf.state_spec["img"] == ((4, 4), np.uint8)
+    o = obs.sample()
+    h = buf.record(None, o, 1, 0.0, extras={"logp": -0.5})
+    buf.record(h, obs.sample(), 0, 1.0, final_state=obs.sample(), extras={"logp": -0.1})
+    b = buf.get_batch(3, buf.new_pick_selector(0))
+    assert b.state["img"].shape == (3, 2, 4, 4) and b.extras["logp"].shape == (3, 2)
+    with pytest.raises(TypeError, match="state_spec"):
+        exreplay.ExperienceReplay.for_spaces(obs, S.Discrete(2), state_spec={"a": ((1,), "f4")})
+
+
+def test_a_buffer_with_fields_refuses_a_log(tmp_path):
+    log = exreplay.ExperienceLog(str(tmp_path / "log"))
+    buf = make()
+    with pytest.raises(ValueError, match="the experience log does not store named fields"):
+        buf.attach_log(log)
+    assert buf.log is None
+    log.close()
