@@ -37,7 +37,8 @@ __all__ = ["Chunk", "LogReader", "open", "tail", "info", "merge", "main", "FLAG_
            "FLAG_TERMINATED", "FLAG_FINAL", "MIXED_SOURCE"]
 
 FILE_MAGIC = b"EXRPLOG\n"
-FILE_VERSION = 1
+FILE_VERSION = 1  # a log without per-step extras
+FILE_VERSION_EXTRAS = 2  # rows carry extras: the header adds their byte count
 CHUNK_MAGIC = b"XRCK"
 TRAILER_MAGIC = b"XREN"
 KIND_RECORDS, KIND_END = 1, 2
@@ -74,6 +75,9 @@ class Chunk(NamedTuple):
     sources: np.ndarray  # uint32
     flags: np.ndarray  # uint8: FLAG_END | FLAG_TERMINATED | FLAG_FINAL
     final_states: np.ndarray
+    # a log of a buffer with named fields: states and final_states are dicts
+    # {name: array}, and extras is {name: (n, *shape) array} (else None)
+    extras: Optional[dict] = None
 
 
 class _Raw(NamedTuple):
@@ -89,36 +93,50 @@ class _Raw(NamedTuple):
 
 
 class _Schema:
-    """The record layout of a log (its file header)."""
+    """The record layout of a log (its file header). A row is
+    state|action|reward|extras; with named state fields the state part is
+    their packed bytes (docs/log.md)."""
 
-    def __init__(self, sb, ab, rb, js, header_len):
+    def __init__(self, sb, ab, rb, js, header_len, xb=0):
         self.state_bytes, self.action_bytes, self.reward_bytes = sb, ab, rb
-        self.row = sb + ab + rb
+        self.extra_bytes = xb
+        self.row = sb + ab + rb + xb
         self.header_len = header_len
         self.json = js
         self.state_dtype, self.state_shape = js["state"]
         self.action_dtype, self.action_shape = js["action"]
         self.reward_dtype, _ = js["reward"]
         self.sources = js.get("sources")
+        # [(name, dtype, shape, offset, bytes)] or None
+        self.state_fields = js.get("state_fields")
+        self.extras = js.get("extras")
 
     def same_layout(self, o: "_Schema") -> bool:
         return (self.state_dtype == o.state_dtype and self.state_shape == o.state_shape
                 and self.action_dtype == o.action_dtype and self.action_shape == o.action_shape
-                and self.reward_dtype == o.reward_dtype)
+                and self.reward_dtype == o.reward_dtype and self.extra_bytes == o.extra_bytes
+                and self.state_fields == o.state_fields and self.extras == o.extras)
 
     def header_bytes(self, extra: Optional[dict] = None) -> bytes:
         js = {k: {"dtype": d.str, "shape": list(s)} for k, (d, s) in
               (("state", (self.state_dtype, self.state_shape)),
                ("action", (self.action_dtype, self.action_shape)),
                ("reward", (self.reward_dtype, ())))}
+        for key, fs in (("state_fields", self.state_fields), ("extras", self.extras)):
+            if fs is not None:
+                js[key] = [{"name": n, "dtype": d.str, "shape": list(s), "offset": off}
+                           for n, d, s, off, _ in fs]
         if extra:
             js.update(extra)
         blob = json.dumps(js).encode()
         if len(blob) > MAX_SCHEMA:
             raise ValueError("schema: longer than %d bytes" % MAX_SCHEMA)
-        hl = 8 + 4 + 4 + 24 + 4 + len(blob) + 4
-        head = (FILE_MAGIC + struct.pack("<IIQQQI", FILE_VERSION, hl, self.state_bytes,
-                                         self.action_bytes, self.reward_bytes, len(blob)) + blob)
+        xb = self.extra_bytes
+        more = struct.pack("<QI", xb, len(blob)) if xb else struct.pack("<I", len(blob))
+        hl = 8 + 4 + 4 + 24 + len(more) + len(blob) + 4
+        head = (FILE_MAGIC + struct.pack("<IIQQQ", FILE_VERSION_EXTRAS if xb else FILE_VERSION,
+                                         hl, self.state_bytes, self.action_bytes,
+                                         self.reward_bytes) + more + blob)
         return head + struct.pack("<I", zlib.crc32(head))
 
 
@@ -128,6 +146,37 @@ def _bad(path, off, what):
 
 def _field(js, name, path, nbytes, reward=False):
     f = js.get(name)
+    dt, shape, size = _dtype_shape(f, name, path, reward)
+    if size != nbytes:
+        raise _bad(path, 0, "schema %s takes %d bytes, the header says %d" % (name, size, nbytes))
+    return dt, shape
+
+
+def _named(js, key, path, nbytes):
+    """The named fields of one part of a row (state_fields or extras):
+    [(name, dtype, shape, offset, bytes)], packed in order, nbytes in all."""
+    fs = js.get(key)
+    if not isinstance(fs, list) or not 1 <= len(fs) <= 32:
+        raise _bad(path, 0, "schema %s is not a list of 1 to 32 fields" % key)
+    out, off, names = [], 0, set()
+    for f in fs:
+        name = f.get("name") if isinstance(f, dict) else None
+        if not isinstance(name, str) or not 1 <= len(name) <= 64 or name in names:
+            raise _bad(path, 0, "schema %s: a field name %r" % (key, name))
+        names.add(name)
+        dt, shape, size = _dtype_shape(f, "%s %r" % (key, name), path)
+        if f.get("offset") != off:
+            raise _bad(path, 0, "schema %s %r: offset %r, packed it is %d" % (
+                key, name, f.get("offset"), off))
+        out.append((name, dt, shape, off, size))
+        off += size
+    if off != nbytes:
+        raise _bad(path, 0, "schema %s take %d bytes, the header says %d" % (key, off, nbytes))
+    return out
+
+
+def _dtype_shape(f, name, path, reward=False):
+    """A schema entry's dtype (little-endian), shape and byte size."""
     if not isinstance(f, dict) or not isinstance(f.get("dtype"), str) or not isinstance(
             f.get("shape"), list):
         raise _bad(path, 0, "schema field %r missing or malformed" % name)
@@ -148,28 +197,34 @@ def _field(js, name, path, nbytes, reward=False):
     size = dt.itemsize
     for d in shape:
         size *= d
-    if size != nbytes:
-        raise _bad(path, 0, "schema %s takes %d bytes, the header says %d" % (name, size, nbytes))
-    return dt.newbyteorder("<") if dt.byteorder == ">" else dt, tuple(shape)
+    return dt.newbyteorder("<") if dt.byteorder == ">" else dt, tuple(shape), size
 
 
 def _read_schema(f, path) -> _Schema:
-    head = f.read(44)
-    if len(head) < 44 or head[:8] != FILE_MAGIC:
+    head = f.read(40)
+    if len(head) < 40 or head[:8] != FILE_MAGIC:
         raise _bad(path, 0, "no experience log header (magic %r)" % head[:8])
-    version, hl, sb, ab, rb, slen = struct.unpack("<IIQQQI", head[8:44])
-    if version != FILE_VERSION:
-        raise _bad(path, 8, "format version %d (this reader knows %d)" % (version, FILE_VERSION))
-    if slen > MAX_SCHEMA or hl != 44 + slen + 4:
+    version, hl, sb, ab, rb = struct.unpack("<IIQQQ", head[8:40])
+    if version not in (FILE_VERSION, FILE_VERSION_EXTRAS):
+        raise _bad(path, 8, "format version %d (this reader knows %d and %d)" % (
+            version, FILE_VERSION, FILE_VERSION_EXTRAS))
+    more = f.read(12 if version == FILE_VERSION_EXTRAS else 4)
+    if len(more) < (12 if version == FILE_VERSION_EXTRAS else 4):
+        raise _bad(path, 40, "file header cut short")
+    xb = struct.unpack("<Q", more[:8])[0] if version == FILE_VERSION_EXTRAS else 0
+    (slen,) = struct.unpack("<I", more[-4:])
+    at = 40 + len(more)
+    if slen > MAX_SCHEMA or hl != at + slen + 4:
         raise _bad(path, 12, "header length %d / schema length %d" % (hl, slen))
     rest = f.read(slen + 4)
     if len(rest) < slen + 4:
-        raise _bad(path, 44, "file header cut short")
+        raise _bad(path, at, "file header cut short")
     (crc,) = struct.unpack("<I", rest[slen:])
-    if zlib.crc32(head + rest[:slen]) != crc:
-        raise _bad(path, 44 + slen, "file header CRC mismatch")
-    if sb < 1 or sb > MAX_RAW or ab > MAX_RAW or rb not in (2, 4, 8):
-        raise _bad(path, 16, "field sizes %d/%d/%d" % (sb, ab, rb))
+    if zlib.crc32(head + more + rest[:slen]) != crc:
+        raise _bad(path, at + slen, "file header CRC mismatch")
+    if (sb < 1 or sb > MAX_RAW or ab > MAX_RAW or rb not in (2, 4, 8)
+            or (version == FILE_VERSION_EXTRAS and not 1 <= xb <= MAX_RAW)):
+        raise _bad(path, 16, "field sizes %d/%d/%d/%d" % (sb, ab, rb, xb))
     try:
         js = json.loads(rest[:slen].decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
@@ -186,7 +241,9 @@ def _read_schema(f, path) -> _Schema:
             type(s) is int and 0 <= s < MIXED_SOURCE for s in src)):
         raise _bad(path, 44, "schema sources %r" % (src,))
     fields["sources"] = src
-    return _Schema(sb, ab, rb, fields, hl)
+    fields["state_fields"] = _named(js, "state_fields", path, sb) if "state_fields" in js else None
+    fields["extras"] = _named(js, "extras", path, xb) if xb else None
+    return _Schema(sb, ab, rb, fields, hl, xb)
 
 
 class _Header(NamedTuple):
@@ -268,18 +325,31 @@ def _decode(h: _Header, body: bytes, path, off, schema: _Schema) -> _Raw:
     return _Raw(ts, hh, pos, src, fl, rows, fins)
 
 
+def _column(block, dtype, shape):
+    """(n, nbytes) uint8 -> (n, *shape) of dtype, its own contiguous copy."""
+    return np.ascontiguousarray(block).view(dtype).reshape((len(block),) + tuple(shape))
+
+
+def _split(block, fields):
+    """The named fields' columns of a (n, bytes) block: {name: (n, *shape)}."""
+    return {name: _column(block[:, off:off + size], dt, shape)
+            for name, dt, shape, off, size in fields}
+
+
 def _to_chunk(r: _Raw, schema: _Schema) -> Chunk:
-    n, sb, ab = len(r.ts), schema.state_bytes, schema.action_bytes
+    n, sb, ab, rb = len(r.ts), schema.state_bytes, schema.action_bytes, schema.reward_bytes
     rows = r.rows
-    states = np.ascontiguousarray(rows[:, :sb]).view(schema.state_dtype).reshape(
-        (n,) + schema.state_shape)
-    actions = np.ascontiguousarray(rows[:, sb:sb + ab]).view(schema.action_dtype).reshape(
-        (n,) + schema.action_shape)
-    rewards = np.ascontiguousarray(rows[:, sb + ab:]).view(schema.reward_dtype).reshape(n)
-    fins = np.ascontiguousarray(r.fins).view(schema.state_dtype).reshape(
-        (len(r.fins),) + schema.state_shape)
+    if schema.state_fields is not None:
+        states, fins = _split(rows[:, :sb], schema.state_fields), _split(r.fins,
+                                                                          schema.state_fields)
+    else:
+        states = _column(rows[:, :sb], schema.state_dtype, schema.state_shape)
+        fins = _column(r.fins, schema.state_dtype, schema.state_shape)
+    actions = _column(rows[:, sb:sb + ab], schema.action_dtype, schema.action_shape)
+    rewards = _column(rows[:, sb + ab:sb + ab + rb], schema.reward_dtype, ()).reshape(n)
+    extras = _split(rows[:, sb + ab + rb:], schema.extras) if schema.extras else None
     return Chunk(states, actions, rewards, r.h.copy(), r.pos.copy(), r.ts.copy(),
-                 r.src.copy(), r.fl.copy(), fins)
+                 r.src.copy(), r.fl.copy(), fins, extras)
 
 
 class LogReader:
@@ -524,7 +594,14 @@ def info(path: PathLike) -> dict:
             "action_shape": r.action_shape,
             "action_dtype": str(r.action_dtype),
             "reward_dtype": str(r.reward_dtype),
+            # {name: (shape, dtype str)} of named state fields and extras, or None
+            "state_spec": _spec_str(r.schema.state_fields),
+            "extras_spec": _spec_str(r.schema.extras),
         }
+
+
+def _spec_str(fields):
+    return None if fields is None else {n: (s, str(d)) for n, d, s, _, _ in fields}
 
 
 # ---- writing (merge) ----------------------------------------------------------------
@@ -821,10 +898,7 @@ def _ingest(buf, path: PathLike) -> int:
     ends its episode ends it in buf too. Returns the number of steps."""
     with LogReader(path) as r:
         s = r.schema
-        if (tuple(buf.state_shape) != s.state_shape or np.dtype(buf.state_dtype) != s.state_dtype
-                or tuple(buf.action_shape) != s.action_shape
-                or np.dtype(buf.action_dtype) != s.action_dtype
-                or np.dtype(buf.reward_dtype) != s.reward_dtype):
+        if not _same_record_layout(buf, s):
             raise ValueError("path: %s's record layout differs from the buffer's" % r.path)
         open_eps: dict = {}
         count = 0
@@ -842,9 +916,10 @@ def _ingest(buf, path: PathLike) -> int:
                 key = (int(c.sources[a]), int(c.handles[a]))
                 h = open_eps.get(key)
                 fl = int(c.flags[b - 1])
-                fin = c.final_states[fin_idx[b - 1]] if fl & FLAG_FINAL else None
-                h = buf.record_many(h, c.states[a:b], c.actions[a:b], c.rewards[a:b],
-                                    final_state=fin, terminated=bool(fl & FLAG_TERMINATED))
+                fin = _at(c.final_states, fin_idx[b - 1]) if fl & FLAG_FINAL else None
+                kw = {"extras": _at(c.extras, slice(a, b))} if c.extras is not None else {}
+                h = buf.record_many(h, _at(c.states, slice(a, b)), c.actions[a:b], c.rewards[a:b],
+                                    final_state=fin, terminated=bool(fl & FLAG_TERMINATED), **kw)
                 if fl & FLAG_END:
                     open_eps.pop(key, None)
                 else:
@@ -853,15 +928,46 @@ def _ingest(buf, path: PathLike) -> int:
         return count
 
 
+def _at(x, i):
+    """x[i] of an array, or of each array of a dict of named fields."""
+    return {k: v[i] for k, v in x.items()} if isinstance(x, dict) else x[i]
+
+
+def _spec(fields):
+    """{name: (shape, dtype)} of a schema's named fields, None without."""
+    return None if fields is None else {n: (s, d) for n, d, s, _, _ in fields}
+
+
+def _norm_spec(spec):
+    return None if spec is None else [(n, tuple(s), np.dtype(d)) for n, (s, d) in spec.items()]
+
+
+def _same_record_layout(buf, s: _Schema) -> bool:
+    if (_norm_spec(buf.state_spec) != _norm_spec(_spec(s.state_fields))
+            or _norm_spec(buf.extras_spec) != _norm_spec(_spec(s.extras))):
+        return False
+    if s.state_fields is None and (tuple(buf.state_shape) != s.state_shape
+                                   or np.dtype(buf.state_dtype) != s.state_dtype):
+        return False
+    return (tuple(buf.action_shape) == s.action_shape
+            and np.dtype(buf.action_dtype) == s.action_dtype
+            and np.dtype(buf.reward_dtype) == s.reward_dtype)
+
+
 def _from_log(cls, path: PathLike, **kwargs):
     """cls (ExperienceReplay) with the log's record layout, then _ingest."""
     with LogReader(path) as r:
         s = r.schema
-    for k in ("state_shape", "state_dtype", "action_shape", "action_dtype", "reward_dtype"):
+    for k in ("state_shape", "state_dtype", "action_shape", "action_dtype", "reward_dtype",
+              "state_spec", "extras_spec"):
         if k in kwargs:
             raise TypeError("from_log: %s comes from the log, not an argument" % k)
-    buf = cls(s.state_shape, s.state_dtype, s.action_shape, s.action_dtype, s.reward_dtype,
-              **kwargs)
+    if s.state_fields is not None:
+        state = {"state_spec": _spec(s.state_fields)}
+    else:
+        state = {"state_shape": s.state_shape, "state_dtype": s.state_dtype}
+    buf = cls(action_shape=s.action_shape, action_dtype=s.action_dtype,
+              reward_dtype=s.reward_dtype, extras_spec=_spec(s.extras), **state, **kwargs)
     _ingest(buf, path)
     return buf
 
@@ -880,14 +986,22 @@ def _print_records(c: Chunk, out, full=False):
         fl = int(c.flags[i])
         tags = "".join(t for b, t in ((FLAG_END, "E"), (FLAG_TERMINATED, "T"), (FLAG_FINAL, "F"))
                        if fl & b) or "-"
-        st = c.states[i]
-        state = (np.array2string(st, threshold=8, edgeitems=2, separator=",")
-                 if full or st.size <= 8 else "%s%s mean=%.4g" % (st.dtype, st.shape,
-                                                                   float(st.mean())))
-        out.write("%s src=%d h=%d pos=%d %s action=%s reward=%.6g state=%s\n" % (
+        state = _fmt_value(c.states, i, full)
+        extras = " extras=%s" % _fmt_value(c.extras, i, full) if c.extras is not None else ""
+        out.write("%s src=%d h=%d pos=%d %s action=%s reward=%.6g state=%s%s\n" % (
             _fmt_ts(int(c.timestamps[i])), int(c.sources[i]), int(c.handles[i]),
             int(c.positions[i]), tags, np.array2string(c.actions[i], separator=","),
-            float(c.rewards[i]), state.replace("\n", "")))
+            float(c.rewards[i]), state, extras))
+
+
+def _fmt_value(x, i, full):
+    """Record i of an array (or of each named field of a dict) for cat/tail."""
+    if isinstance(x, dict):
+        return "{%s}" % ", ".join("%s: %s" % (k, _fmt_value(v, i, full)) for k, v in x.items())
+    st = x[i]
+    s = (np.array2string(st, threshold=8, edgeitems=2, separator=",")
+         if full or st.size <= 8 else "%s%s mean=%.4g" % (st.dtype, st.shape, float(st.mean())))
+    return s.replace("\n", "")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -928,6 +1042,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                               d["sources"], _fmt_ts(d["first_ts"]), _fmt_ts(d["last_ts"]),
                               d["span_s"], d["state_dtype"], d["state_shape"],
                               d["action_dtype"], d["action_shape"], d["reward_dtype"]))
+                for k in ("state_spec", "extras_spec"):
+                    if d[k]:
+                        out.write("  %s %s\n" % (k, d[k]))
         elif a.cmd == "tail":
             for fn in a.files:
                 _print_records(tail(fn, a.n), out)

@@ -66,6 +66,7 @@ def main():
     if corpus and os.path.isdir(corpus[0]) and not os.listdir(corpus[0]):
         for i, (lv, cb) in enumerate(((1, 300), (0, 120), (6, 1000))):
             lf.make_seed(os.path.join(corpus[0], "seed%d.log" % i), level=lv, chunk_bytes=cb)
+        lf.make_fields_seed(os.path.join(corpus[0], "seed3.log"))  # format version 2
     atheris.Setup(sys.argv, test_one_input, custom_mutator=custom_mutator)
     atheris.Fuzz()
 

@@ -38,15 +38,48 @@ def make_seed(path, level=1, chunk_bytes=300, n=80, finals=True):
         return f.read()
 
 
+def make_fields_seed(path, level=1, chunk_bytes=400, n=60):
+    """A valid log of a buffer with named state fields and extras (format
+    version 2): several chunks, final states, terminated steps."""
+    if os.path.exists(path):
+        os.unlink(path)
+    lg = exreplay.ExperienceLog(path, source=2, level=level, chunk_bytes=chunk_bytes)
+    buf = exreplay.ExperienceReplay(state_spec={"img": ((2, 2), "uint8"), "v": ((1,), "float32")},
+                                    extras_spec={"logp": ((), "float32"), "m": ((2,), "bool")},
+                                    capacity=None, log=lg)
+    h = None
+    for i in range(n):
+        end = i % 7 == 6
+        st = {"img": np.full((2, 2), i, np.uint8), "v": np.array([i], np.float32)}
+        h = buf.record(h, st, i, float(i), final_state=st if end and i % 2 else None,
+                       terminated=end and not i % 2,
+                       extras={"logp": -float(i), "m": np.array([i % 2, i % 3], bool)})
+        h = None if end else h
+    lg.close()
+    with open(path, "rb") as f:
+        return f.read()
+
+
 # ---- structure ---------------------------------------------------------------
+
+
+def _file_header(blob):
+    """version, header length, sb, ab, rb, xb, schema of a log's header."""
+    version, hl, sb, ab, rb = struct.unpack_from("<IIQQQ", blob, 8)
+    if version == 2:
+        xb, slen = struct.unpack_from("<QI", blob, 40)
+        at = 52
+    else:
+        xb, (slen,), at = 0, struct.unpack_from("<I", blob, 40), 44
+    return version, hl, sb, ab, rb, xb, blob[at:at + slen]
 
 
 def parse(blob):
     """(file header fields, [chunk dicts], trailing bytes) of a valid log."""
     magic = blob[:8]
-    version, hl, sb, ab, rb, slen = struct.unpack_from("<IIQQQI", blob, 8)
-    schema = blob[44:44 + slen]
-    head = {"magic": magic, "version": version, "sb": sb, "ab": ab, "rb": rb, "schema": schema}
+    version, hl, sb, ab, rb, xb, schema = _file_header(blob)
+    head = {"magic": magic, "version": version, "sb": sb, "ab": ab, "rb": rb, "xb": xb,
+            "schema": schema}
     off = hl
     chunks = []
     while off + xlog.HDR <= len(blob):
@@ -65,8 +98,13 @@ def serialize(head, chunks, tail=b"", level=1):
     """Bytes with every length and CRC consistent with the (mutated) content,
     unless a chunk carries an explicit raw_len/body_len override."""
     sch = head["schema"]
-    h = head["magic"] + struct.pack("<IIQQQI", head["version"], 44 + len(sch) + 4, head["sb"],
-                                    head["ab"], head["rb"], len(sch)) + sch
+    if head["version"] == 2:  # rows with extras: the header adds their byte count
+        more = struct.pack("<QI", head["xb"] & (2**64 - 1), len(sch))
+    else:
+        more = struct.pack("<I", len(sch))
+    h = head["magic"] + struct.pack("<IIQQQ", head["version"] & 0xFFFFFFFF,
+                                    40 + len(more) + len(sch) + 4, head["sb"], head["ab"],
+                                    head["rb"]) + more + sch
     out = [h + struct.pack("<I", zlib.crc32(h))]
     for c in chunks:
         raw = c["raw"]
@@ -131,7 +169,7 @@ def mutate(blob, rng):
         c[k] = v
         return "field:" + k, serialize(head, chunks, tail)
     if mode == 4:  # file header sizes
-        k = ["sb", "ab", "rb", "version"][int(rng.integers(0, 4))]
+        k = ["sb", "ab", "rb", "version", "xb"][int(rng.integers(0, 5))]
         head[k] = BOUNDARY[int(rng.integers(0, len(BOUNDARY)))] & (
             2**32 - 1 if k == "version" else 2**64 - 1)
         return "head:" + k, serialize(head, chunks, tail)
@@ -204,11 +242,12 @@ def check_file(path):
         n = sum(len(c.timestamps) for c in chunks)
         for c in chunks:
             m = len(c.timestamps)
-            if not all(len(getattr(c, f)) == m for f in
+            if not all(_lengths(getattr(c, f)) == {m} for f in
                        ("states", "actions", "rewards", "handles", "positions", "sources",
-                        "flags")):
+                        "flags")) or (c.extras is not None and _lengths(c.extras) != {m}):
                 raise Failure("chunk arrays of different lengths")
-            if len(c.final_states) != int(np.count_nonzero(c.flags & xlog.FLAG_FINAL)):
+            nfin = int(np.count_nonzero(c.flags & xlog.FLAG_FINAL))
+            if _lengths(c.final_states) != {nfin}:
                 raise Failure("final states do not match the flags")
         if inf is None:
             raise Failure("open read %d records but info raised %s" % (n, ierr))
@@ -225,6 +264,11 @@ def check_file(path):
             raise Failure("tail disagrees with open")
 
 
+def _lengths(x):
+    """{len} of an array, or of each array of a dict of named fields."""
+    return {len(v) for v in x.values()} if isinstance(x, dict) else {len(x)}
+
+
 def check_input(blob, tmpdir=None):
     d = tmpdir or tempfile.gettempdir()
     path = os.path.join(d, "exreplay-fuzz-%d.log" % os.getpid())
@@ -237,5 +281,4 @@ def check_input(blob, tmpdir=None):
 
 
 def schema_json(blob):
-    _, _, _, _, _, slen = struct.unpack_from("<IIQQQI", blob, 8)
-    return json.loads(blob[44:44 + slen])
+    return json.loads(_file_header(blob)[6])

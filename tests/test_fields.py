@@ -416,10 +416,89 @@ def test_for_spaces_with_a_dict_observation_space():
         exreplay.ExperienceReplay.for_spaces(obs, S.Discrete(2), state_spec={"a": ((1,), "f4")})
 
 
-def test_a_buffer_with_fields_refuses_a_log(tmp_path):
-    log = exreplay.ExperienceLog(str(tmp_path / "log"))
-    buf = make()
-    with pytest.raises(ValueError, match="the experience log does not store named fields"):
-        buf.attach_log(log)
-    assert buf.log is None
+def _steps_of(buf):
+    """{handle: EpisodeData} of every episode buf holds."""
+    return {h: buf.episode(h) for h in buf._handles()}
+
+
+def test_the_log_of_a_buffer_with_fields_holds_every_field(tmp_path):
+    """Every step, its named state fields, final state and extras, comes back
+    from the log (docs/log.md), also steps evicted since; from_log rebuilds
+    the buffer; tail, info and merge keep the fields."""
+    import exreplay.log as xlog
+
+    path = tmp_path / "f.xlog"
+    log = exreplay.ExperienceLog(path, level=1)
+    buf = make(capacity=20, log=log)
+    hs, n = [], 0
+    for e in range(4):
+        S, A, R, X = rollout(7 + e, t0=n)
+        fin = one(S, 0) if e % 2 else None
+        hs.append(buf.record_many(None, S, A, R, extras=X, final_state=fin, terminated=e == 0))
+        n += 7 + e
     log.close()
+    with open(path, "rb") as f:
+        assert f.read(12)[8:12] == struct.pack("<I", 2)  # rows with extras: version 2
+    with xlog.open(path) as r:
+        chunks = list(r)
+    states = {k: np.concatenate([c.states[k] for c in chunks]) for k in SPEC}
+    extras = {k: np.concatenate([c.extras[k] for c in chunks]) for k in XSPEC}
+    S, A, R, X = rollout(n)
+    for k in SPEC:
+        np.testing.assert_array_equal(states[k], S[k])
+    for k in XSPEC:
+        np.testing.assert_array_equal(extras[k], X[k])
+        assert extras[k].dtype == np.dtype(XSPEC[k][1])
+    fins = [c.final_states for c in chunks if len(c.final_states["vec"])]
+    assert sum(len(f["vec"]) for f in fins) == 2
+    assert n > len(buf)  # some steps were evicted from the buffer, none from the log
+    again = exreplay.ExperienceReplay.from_log(path, capacity=20, pick_len=4)
+    for (h1, e1), (h2, e2) in zip(_steps_of(buf).items(), _steps_of(again).items()):
+        for k in SPEC:
+            np.testing.assert_array_equal(e1.state[k], e2.state[k])
+        for k in XSPEC:
+            np.testing.assert_array_equal(e1.extras[k], e2.extras[k])
+        np.testing.assert_array_equal(e1.action, e2.action)
+    t = xlog.tail(path, n=3)
+    np.testing.assert_array_equal(t.extras["h"], X["h"][-3:])
+    np.testing.assert_array_equal(t.states["img"], S["img"][-3:])
+    d = xlog.info(path)
+    assert d["records"] == n and set(d["state_spec"]) == set(SPEC) and set(d["extras_spec"]) == set(XSPEC)
+    xlog.merge([path], tmp_path / "m.xlog")
+    np.testing.assert_array_equal(xlog.tail(tmp_path / "m.xlog", n=2).extras["mask"], X["mask"][-2:])
+
+
+def test_named_state_fields_without_extras_log_as_version_1(tmp_path):
+    import exreplay.log as xlog
+
+    path = tmp_path / "s.xlog"
+    log = exreplay.ExperienceLog(path)
+    buf = make(extras_spec=None, log=log)
+    S, A, R, _ = rollout(5)
+    buf.record_many(None, S, A, R)
+    log.close()
+    with open(path, "rb") as f:
+        assert f.read(12)[8:12] == struct.pack("<I", 1)
+    c = xlog.tail(path, n=5)
+    assert c.extras is None
+    np.testing.assert_array_equal(c.states["vec"], S["vec"])
+
+
+def test_a_log_takes_only_the_field_layout_it_was_made_with(tmp_path):
+    log = exreplay.ExperienceLog(tmp_path / "a.xlog")
+    buf = make(log=log)
+    buf.detach_log()
+    other = make(extras_spec={"logp": ((), "float64")})
+    with pytest.raises(ValueError, match="differs from this buffer's"):
+        other.attach_log(log)
+    assert other.log is None
+    with pytest.raises(ValueError):  # its steps come from the buffer: the extras have no argument
+        log.append(0, 0, np.zeros(SPEC_BYTES, np.uint8), 0, 0.0)
+    log.close()
+    plain = exreplay.ExperienceLog(tmp_path / "b.xlog", state_shape=(SPEC_BYTES,), state_dtype="uint8")
+    with pytest.raises(ValueError, match="differs from this buffer's"):
+        make(extras_spec=None).attach_log(plain)
+    plain.close()
+
+
+SPEC_BYTES = 4 * 4 + 3 * 4

@@ -21,7 +21,8 @@ def seeds(tmp_path_factory):
     d = tmp_path_factory.mktemp("seeds")
     return [lf.make_seed(str(d / "s0.log"), level=1),
             lf.make_seed(str(d / "s1.log"), level=0, chunk_bytes=120),
-            lf.make_seed(str(d / "s2.log"), level=6, n=30, finals=False)]
+            lf.make_seed(str(d / "s2.log"), level=6, n=30, finals=False),
+            lf.make_fields_seed(str(d / "s3.log"))]
 
 
 def test_seeds_are_valid(seeds, tmp_path):

@@ -28,7 +28,8 @@ def read_all(path):
         torn, ended = r.torn, r.ended
     if not cs:
         return None, torn, ended
-    cat = xlog.Chunk(*(np.concatenate([getattr(c, f) for c in cs]) for f in xlog.Chunk._fields))
+    cat = xlog.Chunk(*(np.concatenate([getattr(c, f) for c in cs]) for f in xlog.Chunk._fields
+                       if f != "extras"))
     return cat, torn, ended
 
 

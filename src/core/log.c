@@ -60,7 +60,7 @@ struct exr_log {
     bool thread_started, stop, closed, has_schema;
     int fd;
     exr_log_opts o;
-    size_t sb, ab, rb, row;
+    size_t sb, ab, rb, xb, row; /* row = sb + ab + rb + xb (xb: extras) */
     chunk *open;
     chunk *qhead, *qtail;
     uint64_t sealed_seq, written_seq;
@@ -578,52 +578,66 @@ exr_status exr_log_open(const char *path, const exr_log_opts *o, bool overwrite,
     return EXR_OK;
 }
 
+/* The file header: magic 8, version 4, header bytes 4, state/action/reward
+ * bytes 3x8, (version 2: extras bytes 8,) schema length 4, schema, CRC 4.
+ * Version 1 unless the rows carry extras (docs/log.md). Returns its length
+ * (0: no memory) in a new allocation *out. */
+static size_t file_header(const void *schema, size_t len, size_t sb, size_t ab, size_t rb,
+                          size_t xb, unsigned char **out)
+{
+    size_t at = xb ? 48 : 40, hl = at + 4 + len + 4;
+    unsigned char *hd = *out = malloc(hl);
+    if (!hd)
+        return 0;
+    memcpy(hd, FILE_MAGIC, 8);
+    put32(hd + 8, xb ? 2 : FILE_VERSION);
+    put32(hd + 12, (uint32_t)hl);
+    put64(hd + 16, sb);
+    put64(hd + 24, ab);
+    put64(hd + 32, rb);
+    if (xb)
+        put64(hd + 40, xb);
+    put32(hd + at, (uint32_t)len);
+    if (len)
+        memcpy(hd + at + 4, schema, len);
+    put32(hd + at + 4 + len, (uint32_t)crc32(0L, hd, (uInt)(at + 4 + len)));
+    return hl;
+}
+
 exr_status exr_log_set_schema(exr_log *lg, const void *schema, size_t len, size_t sb, size_t ab,
-                              size_t rb)
+                              size_t rb, size_t xb)
 {
     size_t row;
     if (len > EXR_LOG_MAX_SCHEMA || sb == 0 || !exr_add_size(sb, ab, &row) ||
-        !exr_add_size(row, rb, &row) || row > EXR_LOG_MAX_CHUNK / 2)
+        !exr_add_size(row, rb, &row) || !exr_add_size(row, xb, &row) ||
+        row > EXR_LOG_MAX_CHUNK / 2)
         return EXR_EINVAL;
     pthread_mutex_lock(&lg->mu);
     exr_status s = EXR_OK;
+    unsigned char *hd = NULL;
+    size_t hl;
     if (lg->closed) {
         s = EXR_EINVAL;
     } else if (lg->has_schema) {
-        if (sb != lg->sb || ab != lg->ab || rb != lg->rb)
+        if (sb != lg->sb || ab != lg->ab || rb != lg->rb || xb != lg->xb)
             s = EXR_EINVAL;
+    } else if (!(hl = file_header(schema, len, sb, ab, rb, xb, &hd))) {
+        s = EXR_ENOMEM;
     } else {
-        /* magic 8, version 4, header bytes 4, state/action/reward bytes 3x8,
-         * schema length 4, schema, CRC 4 */
-        size_t hl = 8 + 4 + 4 + 24 + 4 + len + 4;
-        unsigned char *hd = malloc(hl);
-        if (!hd) {
-            s = EXR_ENOMEM;
-        } else {
-            memcpy(hd, FILE_MAGIC, 8);
-            put32(hd + 8, FILE_VERSION);
-            put32(hd + 12, (uint32_t)hl);
-            put64(hd + 16, sb);
-            put64(hd + 24, ab);
-            put64(hd + 32, rb);
-            put32(hd + 40, (uint32_t)len);
-            if (len)
-                memcpy(hd + 44, schema, len);
-            put32(hd + 44 + len, (uint32_t)crc32(0L, hd, (uInt)(44 + len)));
-            struct iovec iov = {hd, hl};
-            /* nothing else writes before the schema is set */
-            s = write_all(lg->fd, &iov, 1);
-            free(hd);
-            if (s == EXR_OK) {
-                lg->st.file_bytes += hl;
-                lg->sb = sb;
-                lg->ab = ab;
-                lg->rb = rb;
-                lg->row = row;
-                lg->has_schema = true;
-            }
+        struct iovec iov = {hd, hl};
+        /* nothing else writes before the schema is set */
+        s = write_all(lg->fd, &iov, 1);
+        if (s == EXR_OK) {
+            lg->st.file_bytes += hl;
+            lg->sb = sb;
+            lg->ab = ab;
+            lg->rb = rb;
+            lg->xb = xb;
+            lg->row = row;
+            lg->has_schema = true;
         }
     }
+    free(hd);
     pthread_mutex_unlock(&lg->mu);
     return s;
 }
@@ -757,7 +771,8 @@ exr_status exr_log_append_many(exr_log *lg, int64_t h, uint64_t pos, const void 
         return EXR_EINVAL;
     const unsigned char *sp = states, *ap = actions, *rp = rewards;
     pthread_mutex_lock(&lg->mu);
-    exr_status s = lg->closed || !lg->has_schema ? EXR_EINVAL : EXR_OK;
+    /* a log with extras takes its steps from its buffer, which has them */
+    exr_status s = lg->closed || !lg->has_schema || lg->xb ? EXR_EINVAL : EXR_OK;
     log_mark m;
     mark_locked(lg, &m);
     int64_t now = real_ns(); /* one clock read per call */
@@ -920,7 +935,7 @@ exr_status exr_log_attach_locked(exr_log *lg, exr_buffer *b)
     pthread_mutex_lock(&lg->mu);
     exr_status s = EXR_OK;
     if (lg->buf || lg->closed || !lg->has_schema || cfg->state_bytes != lg->sb ||
-        cfg->action_bytes != lg->ab || cfg->reward_bytes != lg->rb)
+        cfg->action_bytes != lg->ab || cfg->reward_bytes != lg->rb || cfg->extra_bytes != lg->xb)
         s = EXR_EINVAL;
     else
         lg->buf = b;

@@ -64,10 +64,12 @@ exr_status exr_log_open(const char *path, const exr_log_opts *o, bool overwrite,
 
 /* Fixes the record layout and writes the file header (once). schema is the
  * binding's description of the fields (docs/log.md), at most
- * EXR_LOG_MAX_SCHEMA bytes. A second call with the same layout and schema
- * is a no-op; a different one is EXR_EINVAL. */
+ * EXR_LOG_MAX_SCHEMA bytes. A record's row is state|action|reward|extras,
+ * extra_bytes being 0 without per-step extras (then the header is version
+ * 1, else 2). A second call with the same layout and schema is a no-op; a
+ * different one is EXR_EINVAL. */
 exr_status exr_log_set_schema(exr_log *lg, const void *schema, size_t len, size_t state_bytes,
-                              size_t action_bytes, size_t reward_bytes);
+                              size_t action_bytes, size_t reward_bytes, size_t extra_bytes);
 bool exr_log_has_schema(const exr_log *lg);
 
 /* One step, copied. fin is the final state (with EXR_LOG_FINAL) or NULL. */

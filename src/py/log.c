@@ -12,6 +12,7 @@
 
 #include "args.h"
 #include "log.h"
+#include "named.h"
 
 typedef struct {
     PyObject_HEAD
@@ -21,6 +22,7 @@ typedef struct {
     int state_nd, action_nd;
     npy_intp state_shape[NPY_MAXDIMS], action_shape[NPY_MAXDIMS];
     PyObject *owner; /* the ExperienceReplay attached to (borrowed), or NULL */
+    PyObject *fields; /* (state_spec, extras_spec) of the buffer it took its schema from */
 } LogObject;
 
 static PyTypeObject *log_type(PyObject *any)
@@ -129,8 +131,60 @@ full:
 }
 
 /* Fixes the log's schema (descrs are borrowed and get new references). */
+/* ', "state_fields": [...], "extras": [...]' of a buffer's field sets
+ * (either may be NULL), JSON by Python's json module (names are any str):
+ * each field's name, dtype, shape and offset in its part of the row. */
+static int fields_json(const exr_fieldset *sf, const exr_fieldset *xf, char *buf, size_t cap,
+                       size_t *len)
+{
+    PyObject *d = PyDict_New(), *js = NULL;
+    const exr_fieldset *sets[2] = {sf, xf};
+    const char *keys[2] = {"state_fields", "extras"};
+    for (int k = 0; d && k < 2; k++) {
+        if (!sets[k])
+            continue;
+        PyObject *lst = PyList_New(0);
+        for (int i = 0; lst && i < sets[k]->n; i++) {
+            const exr_named *f = &sets[k]->f[i];
+            PyObject *shape = PyList_New(f->nd);
+            for (int j = 0; shape && j < f->nd; j++)
+                PyList_SET_ITEM(shape, j, PyLong_FromSsize_t(f->shape[j]));
+            PyObject *ds = PyObject_GetAttrString((PyObject *)f->descr, "str");
+            PyObject *e = shape && ds ? Py_BuildValue("{sOsOsOsn}", "name", f->name, "dtype", ds,
+                                                      "shape", shape, "offset", (Py_ssize_t)f->off)
+                                      : NULL;
+            Py_XDECREF(shape);
+            Py_XDECREF(ds);
+            if (!e || PyList_Append(lst, e) < 0)
+                Py_CLEAR(lst);
+            Py_XDECREF(e);
+        }
+        if (!lst || PyDict_SetItemString(d, keys[k], lst) < 0)
+            Py_CLEAR(d);
+        Py_XDECREF(lst);
+    }
+    PyObject *json = d ? PyImport_ImportModule("json") : NULL;
+    if (json)
+        js = PyObject_CallMethod(json, "dumps", "O", d);
+    Py_XDECREF(json);
+    Py_XDECREF(d);
+    Py_ssize_t n;
+    const char *u = js ? PyUnicode_AsUTF8AndSize(js, &n) : NULL;
+    int ok = u && n >= 2 && (size_t)n + 1 <= cap - *len; /* '{...}' -> ', ...}' */
+    if (ok) {
+        memcpy(buf + *len, ", ", 2);
+        memcpy(buf + *len + 2, u + 1, (size_t)n - 1);
+        *len += (size_t)n + 1;
+    } else if (u) {
+        PyErr_SetString(PyExc_ValueError, "schema: the fields' description is too long for a log");
+    }
+    Py_XDECREF(js);
+    return ok ? 0 : -1;
+}
+
 static int set_schema(LogObject *self, PyArray_Descr *sd, int snd, const npy_intp *ss,
-                      PyArray_Descr *ad, int and_, const npy_intp *as, PyArray_Descr *rd)
+                      PyArray_Descr *ad, int and_, const npy_intp *as, PyArray_Descr *rd,
+                      const exr_fieldset *sf, const exr_fieldset *xf)
 {
     size_t sb = nbytes_of(sd, snd, ss), ab = nbytes_of(ad, and_, as),
            rb = (size_t)PyDataType_ELSIZE(rd);
@@ -145,9 +199,15 @@ static int set_schema(LogObject *self, PyArray_Descr *sd, int snd, const npy_int
         field_json(js, sizeof js, &len, "action", ad, and_, as, 0) < 0 ||
         field_json(js, sizeof js, &len, "reward", rd, 0, NULL, 1) < 0)
         return -1;
+    if (sf || xf) {
+        len--; /* reopen the object for the fields */
+        if (fields_json(sf, xf, js, sizeof js, &len) < 0)
+            return -1;
+    }
+    size_t xb = xf ? xf->bytes : 0;
     exr_status st;
     Py_BEGIN_ALLOW_THREADS
-    st = exr_log_set_schema(self->lg, js, len, sb, ab, rb);
+    st = exr_log_set_schema(self->lg, js, len, sb, ab, rb, xb);
     Py_END_ALLOW_THREADS
     if (st != EXR_OK) {
         if (st == EXR_EINVAL)
@@ -290,7 +350,7 @@ static int schema_args(LogObject *self, PyObject *o_sshape, PyObject *o_sdtype,
         rd = !ad ? NULL
              : o_rdtype ? exr_dtype_arg(o_rdtype, "reward_dtype", 1)
                         : PyArray_DescrFromType(NPY_FLOAT32);
-        ok = rd && set_schema(self, sd, snd, ss, ad, and_, as, rd) == 0;
+        ok = rd && set_schema(self, sd, snd, ss, ad, and_, as, rd, NULL, NULL) == 0;
     }
     Py_XDECREF(sd);
     Py_XDECREF(ad);
@@ -356,6 +416,7 @@ static void log_dealloc(LogObject *self)
         Py_END_ALLOW_THREADS
     }
     Py_XDECREF(self->path);
+    Py_XDECREF(self->fields);
     Py_XDECREF(self->state_descr);
     Py_XDECREF(self->action_descr);
     Py_XDECREF(self->reward_descr);
@@ -667,6 +728,17 @@ int exr_log_init_type(PyObject *m, exr_modstate *st)
 
 static int same_descr(PyArray_Descr *a, PyArray_Descr *b) { return PyArray_EquivTypes(a, b); }
 
+/* (state_spec, extras_spec) of a buffer: (None, None) without fields. */
+static PyObject *buffer_fields(ReplayObject *self)
+{
+    PyObject *s = self->sfields ? exr_fieldset_spec(self->sfields) : Py_NewRef(Py_None);
+    PyObject *x = self->xfields ? exr_fieldset_spec(self->xfields) : Py_NewRef(Py_None);
+    PyObject *t = s && x ? PyTuple_Pack(2, s, x) : NULL;
+    Py_XDECREF(s);
+    Py_XDECREF(x);
+    return t;
+}
+
 int exr_replay_attach_log(ReplayObject *self, PyObject *o)
 {
     PyTypeObject *lt = log_type((PyObject *)self);
@@ -676,14 +748,6 @@ int exr_replay_attach_log(ReplayObject *self, PyObject *o)
         return -1;
     }
     LogObject *lo = (LogObject *)o;
-    if (self->sfields || self->xfields) {
-        /* its rows hold one state array per step (docs/log.md) */
-        PyErr_SetString(PyExc_ValueError,
-                        "log: expected a buffer of one state array without extras, got one with "
-                        "state_spec or extras_spec (the experience log does not store named "
-                        "fields)");
-        return -1;
-    }
     if (self->log) {
         PyErr_SetString(PyExc_ValueError,
                         "log: this buffer already logs into an ExperienceLog (detach_log() first)");
@@ -697,8 +761,18 @@ int exr_replay_attach_log(ReplayObject *self, PyObject *o)
         PyErr_SetString(PyExc_ValueError, "log: the log is closed");
         return -1;
     }
+    PyObject *fields = buffer_fields(self);
+    if (!fields)
+        return -1;
+    /* a standalone schema (lo->fields NULL) has no named fields or extras */
+    int same_fields = lo->fields ? PyObject_RichCompareBool(lo->fields, fields, Py_EQ)
+                                 : !self->sfields && !self->xfields;
+    if (same_fields < 0) {
+        Py_DECREF(fields);
+        return -1;
+    }
     if (lo->state_descr) {
-        if (!same_descr(lo->state_descr, self->state_descr) ||
+        if (!same_fields || !same_descr(lo->state_descr, self->state_descr) ||
             !same_descr(lo->action_descr, self->action_descr) ||
             !same_descr(lo->reward_descr, self->reward_descr) || lo->state_nd != self->state_nd ||
             lo->action_nd != self->action_nd ||
@@ -708,14 +782,17 @@ int exr_replay_attach_log(ReplayObject *self, PyObject *o)
                    (size_t)self->action_nd * sizeof(npy_intp))) {
             PyErr_SetString(PyExc_ValueError,
                             "log: its record layout (state/action shapes and dtypes, reward "
-                            "dtype) differs from this buffer's");
+                            "dtype, named fields and extras) differs from this buffer's");
+            Py_DECREF(fields);
             return -1;
         }
     } else if (set_schema(lo, self->state_descr, self->state_nd, self->state_shape,
                           self->action_descr, self->action_nd, self->action_shape,
-                          self->reward_descr) < 0) {
+                          self->reward_descr, self->sfields, self->xfields) < 0) {
+        Py_DECREF(fields);
         return -1;
     }
+    Py_XSETREF(lo->fields, fields);
     exr_lock_with_gil(self->buf);
     exr_status st = exr_log_attach_locked(lo->lg, self->buf);
     exr_buffer_unlock(self->buf);

@@ -197,7 +197,7 @@ PyObject *replay_record(ReplayObject *self, PyObject *const *args, Py_ssize_t na
     static const char *const names[] = {"h", "state", "action", "reward",
                                         "final_state", "terminated", "priority", "extras"};
     PyObject *a[8];
-    held_arrays held = {{0}};
+    held_arrays held = {.named = 0};
     unsigned char abuf[16], rbuf[16];
     if (exr_parse_args(args, nargs, kwnames, "record", names, 4, 8, a) < 0)
         return NULL;
@@ -250,7 +250,7 @@ PyObject *replay_record_many(ReplayObject *self, PyObject *const *args, Py_ssize
     static const char *const names[] = {"h", "states", "actions", "rewards",
                                         "final_state", "terminated", "priorities", "extras"};
     PyObject *a[8];
-    held_arrays held = {{0}};
+    held_arrays held = {.named = 0};
     if (exr_parse_args(args, nargs, kwnames, "record_many", names, 4, 8, a) < 0)
         return NULL;
     int64_t h;
