@@ -46,11 +46,12 @@ def custom_mutator(data, max_size, seed):
             c = chunks[seed % len(chunks)]
             c["raw"] = atheris.Mutate(c["raw"], max(len(c["raw"]) * 2, 64))
             try:
-                return lf.serialize(head, chunks, tail)[:max(max_size, 64)]
+                return lf.serialize(head, chunks, tail)[:max_size]
             except Exception:  # noqa: BLE001
                 pass
         if head is not None:
-            return lf.mutate(data, np.random.default_rng(seed))[1]
+            # libFuzzer refuses a mutation longer than max_size: cut it (a torn tail)
+            return lf.mutate(data, np.random.default_rng(seed))[1][:max_size]
     return atheris.Mutate(data, max_size)
 
 
