@@ -423,3 +423,17 @@ def test_a_buffer_with_fields_refuses_a_log(tmp_path):
         buf.attach_log(log)
     assert buf.log is None
     log.close()
+
+
+def test_repr_shows_the_specs():
+    b = make()
+    r = repr(b)
+    assert r.startswith("ExperienceReplay(state_spec={'img': ((4, 4), dtype('uint8')), ")
+    assert "extras_spec={'logp': ((), dtype('float32'))" in r and "0 records" in r
+    x = exreplay.ExperienceReplay(state_shape=(2,), extras_spec={"h": ((3,), "float32")})
+    assert repr(x).startswith("ExperienceReplay(state_shape=(2,), state_dtype=float32, extras_spec=")
+    S, A, R, X = rollout(5)
+    b.record_many(None, S, A, R, extras=X)
+    g = b._gather(b.new_pick_selector(0), [0], [0])
+    assert "state={'img': uint8(1, 4, 4, 4), 'vec': float32(1, 4, 3)}" in repr(g)
+    assert "extras={'logp': float32(1, 4), 'h': float32(1, 4, 2, 5), 'mask': bool(1, 4, 3)}" in repr(g)
