@@ -792,6 +792,10 @@ def _ingest(buf, path: PathLike) -> int:
     """Records every step of the log into buf, in log order. Episodes are keyed
     by (source, handle) in the log and get new handles in buf; a step that
     ends its episode ends it in buf too. Returns the number of steps."""
+    if getattr(buf, "state_spec", None) is not None or getattr(buf, "extras_spec", None) is not None:
+        # a log holds one state array per step (docs/log.md)
+        raise ValueError("path: a log's steps hold one state array and no extras; this buffer has "
+                         "a state_spec or an extras_spec")
     with LogReader(path) as r:
         s = r.schema
         if (tuple(buf.state_shape) != s.state_shape or np.dtype(buf.state_dtype) != s.state_dtype

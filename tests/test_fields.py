@@ -437,3 +437,17 @@ def test_repr_shows_the_specs():
     g = b._gather(b.new_pick_selector(0), [0], [0])
     assert "state={'img': uint8(1, 4, 4, 4), 'vec': float32(1, 4, 3)}" in repr(g)
     assert "extras={'logp': float32(1, 4), 'h': float32(1, 4, 2, 5), 'mask': bool(1, 4, 3)}" in repr(g)
+
+
+def test_ingesting_a_log_into_a_buffer_with_fields_is_refused(tmp_path):
+    path = str(tmp_path / "l.xlog")
+    src = exreplay.ExperienceReplay(state_shape=(2,))
+    log = exreplay.ExperienceLog(path)
+    src.attach_log(log)
+    src.record_many(None, np.zeros((3, 2), np.float32), [0, 0, 0], [0, 0, 0], terminated=True)
+    src.detach_log()
+    log.close()
+    buf = make()
+    with pytest.raises(ValueError, match="this buffer has a state_spec or an extras_spec"):
+        buf.ingest(path)
+    assert len(buf) == 0
