@@ -502,3 +502,32 @@ def test_a_log_takes_only_the_field_layout_it_was_made_with(tmp_path):
 
 
 SPEC_BYTES = 4 * 4 + 3 * 4
+
+
+def test_repr_shows_the_specs():
+    b = make()
+    r = repr(b)
+    assert r.startswith("ExperienceReplay(state_spec={'img': ((4, 4), dtype('uint8')), ")
+    assert "extras_spec={'logp': ((), dtype('float32'))" in r and "0 records" in r
+    x = exreplay.ExperienceReplay(state_shape=(2,), extras_spec={"h": ((3,), "float32")})
+    assert repr(x).startswith("ExperienceReplay(state_shape=(2,), state_dtype=float32, extras_spec=")
+    S, A, R, X = rollout(5)
+    b.record_many(None, S, A, R, extras=X)
+    g = b._gather(b.new_pick_selector(0), [0], [0])
+    assert "state={'img': uint8(1, 4, 4, 4), 'vec': float32(1, 4, 3)}" in repr(g)
+    assert "extras={'logp': float32(1, 4), 'h': float32(1, 4, 2, 5), 'mask': bool(1, 4, 3)}" in repr(g)
+
+
+def test_ingesting_a_log_of_another_layout_is_refused(tmp_path):
+    """A log of one state array into a buffer with fields: the layouts differ."""
+    path = str(tmp_path / "l.xlog")
+    src = exreplay.ExperienceReplay(state_shape=(2,))
+    log = exreplay.ExperienceLog(path)
+    src.attach_log(log)
+    src.record_many(None, np.zeros((3, 2), np.float32), [0, 0, 0], [0, 0, 0], terminated=True)
+    src.detach_log()
+    log.close()
+    buf = make()
+    with pytest.raises(ValueError, match="record layout differs from the buffer's"):
+        buf.ingest(path)
+    assert len(buf) == 0

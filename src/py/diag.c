@@ -23,8 +23,9 @@ PyObject *exr_replay_repr(PyObject *self)
         PyObject *a = PyObject_GetAttrString(self, attrs[i]);
         if (!a)
             goto done;
-        /* dtypes as their names: float32, not dtype('float32') */
-        if (PyArray_DescrCheck(a)) {
+        /* dtypes as their names: float32, not dtype('float32'); None (the
+         * state of a buffer with named fields) as None */
+        if (PyArray_DescrCheck(a) || a == Py_None) {
             v[i] = PyObject_Str(a);
             Py_DECREF(a);
             if (!v[i])
@@ -39,6 +40,26 @@ PyObject *exr_replay_repr(PyObject *self)
     unsigned long long e = exr_buffer_num_episodes_locked(r->buf);
     unsigned long long p = exr_buffer_num_picks_locked(r->buf);
     exr_buffer_unlock(r->buf);
+    if (r->sfields || r->xfields) {
+        /* named fields (named.c): the specs in place of the state's shape and dtype */
+        PyObject *ss = PyObject_GetAttrString(self, "state_spec");
+        PyObject *xs = ss ? PyObject_GetAttrString(self, "extras_spec") : NULL;
+        if (xs) {
+            PyObject *state = r->sfields ? PyUnicode_FromFormat("state_spec=%R", ss)
+                                         : PyUnicode_FromFormat("state_shape=%R, state_dtype=%U",
+                                                                v[0], v[1]);
+            if (state)
+                res = PyUnicode_FromFormat(
+                    "ExperienceReplay(%U, extras_spec=%R, action_shape=%R, action_dtype=%U, "
+                    "reward_dtype=%U, capacity=%R, pick_len=%R, allow_short=%R, eviction=%R, "
+                    "seed=%R; %llu records in %llu episodes, %llu picks)",
+                    state, xs, v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], n, e, p);
+            Py_XDECREF(state);
+        }
+        Py_XDECREF(ss);
+        Py_XDECREF(xs);
+        goto done;
+    }
     res = PyUnicode_FromFormat(
         "ExperienceReplay(state_shape=%R, state_dtype=%U, action_shape=%R, action_dtype=%U, "
         "reward_dtype=%U, capacity=%R, pick_len=%R, allow_short=%R, eviction=%R, seed=%R; "
