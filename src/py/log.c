@@ -739,6 +739,33 @@ static PyObject *buffer_fields(ReplayObject *self)
     return t;
 }
 
+/* The log's record layout made self's (its first buffer) or checked equal
+ * to it: shapes, dtypes, named fields and extras. */
+static int take_layout(LogObject *lo, ReplayObject *self, PyObject *fields)
+{
+    if (!lo->state_descr)
+        return set_schema(lo, self->state_descr, self->state_nd, self->state_shape,
+                          self->action_descr, self->action_nd, self->action_shape,
+                          self->reward_descr, self->sfields, self->xfields);
+    /* a standalone schema (lo->fields NULL) has no named fields or extras */
+    int same = lo->fields ? PyObject_RichCompareBool(lo->fields, fields, Py_EQ)
+                          : !self->sfields && !self->xfields;
+    if (same < 0)
+        return -1;
+    if (!same || !same_descr(lo->state_descr, self->state_descr) ||
+        !same_descr(lo->action_descr, self->action_descr) ||
+        !same_descr(lo->reward_descr, self->reward_descr) || lo->state_nd != self->state_nd ||
+        lo->action_nd != self->action_nd ||
+        memcmp(lo->state_shape, self->state_shape, (size_t)self->state_nd * sizeof(npy_intp)) ||
+        memcmp(lo->action_shape, self->action_shape, (size_t)self->action_nd * sizeof(npy_intp))) {
+        PyErr_SetString(PyExc_ValueError,
+                        "log: its record layout (state/action shapes and dtypes, reward dtype, "
+                        "named fields and extras) differs from this buffer's");
+        return -1;
+    }
+    return 0;
+}
+
 int exr_replay_attach_log(ReplayObject *self, PyObject *o)
 {
     PyTypeObject *lt = log_type((PyObject *)self);
@@ -762,34 +789,8 @@ int exr_replay_attach_log(ReplayObject *self, PyObject *o)
         return -1;
     }
     PyObject *fields = buffer_fields(self);
-    if (!fields)
-        return -1;
-    /* a standalone schema (lo->fields NULL) has no named fields or extras */
-    int same_fields = lo->fields ? PyObject_RichCompareBool(lo->fields, fields, Py_EQ)
-                                 : !self->sfields && !self->xfields;
-    if (same_fields < 0) {
-        Py_DECREF(fields);
-        return -1;
-    }
-    if (lo->state_descr) {
-        if (!same_fields || !same_descr(lo->state_descr, self->state_descr) ||
-            !same_descr(lo->action_descr, self->action_descr) ||
-            !same_descr(lo->reward_descr, self->reward_descr) || lo->state_nd != self->state_nd ||
-            lo->action_nd != self->action_nd ||
-            memcmp(lo->state_shape, self->state_shape,
-                   (size_t)self->state_nd * sizeof(npy_intp)) ||
-            memcmp(lo->action_shape, self->action_shape,
-                   (size_t)self->action_nd * sizeof(npy_intp))) {
-            PyErr_SetString(PyExc_ValueError,
-                            "log: its record layout (state/action shapes and dtypes, reward "
-                            "dtype, named fields and extras) differs from this buffer's");
-            Py_DECREF(fields);
-            return -1;
-        }
-    } else if (set_schema(lo, self->state_descr, self->state_nd, self->state_shape,
-                          self->action_descr, self->action_nd, self->action_shape,
-                          self->reward_descr, self->sfields, self->xfields) < 0) {
-        Py_DECREF(fields);
+    if (!fields || take_layout(lo, self, fields) < 0) {
+        Py_XDECREF(fields);
         return -1;
     }
     Py_XSETREF(lo->fields, fields);
