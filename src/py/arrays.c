@@ -70,18 +70,17 @@ static PyArray_Descr *field_spec(ReplayObject *self, int f, npy_intp B, int *nd,
 }
 
 /* The arrays of a new batch of B picks, carved from one block (block.c). */
-static int new_batch_arrays(ReplayObject *self, npy_intp B, PyObject **arrays)
+/* Each plain field's descr, dims and offset in one block of *total bytes
+ * (64-byte aligned). -1 with an exception (MemoryError naming batch_size
+ * when the batch cannot fit); descrs[] are then released. */
+static int batch_layout(ReplayObject *self, npy_intp B, int *nds, npy_intp (*dims)[NPY_MAXDIMS],
+                        PyArray_Descr **descrs, size_t *offs, size_t *total)
 {
-    int nds[NFIELDS];
-    npy_intp dims[NFIELDS][NPY_MAXDIMS];
-    PyArray_Descr *descrs[NFIELDS] = {0};
-    size_t offs[NFIELDS], total = 0;
-    PyObject *block = NULL;
+    *total = 0;
     for (int f = 0; f < NFIELDS; f++) {
-        if (dict_field(self, f)) {
-            offs[f] = total;
+        offs[f] = *total;
+        if (dict_field(self, f))
             continue;
-        }
         descrs[f] = field_spec(self, f, B, &nds[f], dims[f]);
         if (!descrs[f])
             goto fail;
@@ -89,11 +88,29 @@ static int new_batch_arrays(ReplayObject *self, npy_intp B, PyObject **arrays)
         for (int i = 0; i < nds[f]; i++)
             if (!exr_mul_size(bytes, (size_t)dims[f][i], &bytes))
                 goto too_big;
-        offs[f] = total;
-        if (!exr_add_size(total, bytes + 63, &total) || total > (size_t)PY_SSIZE_T_MAX)
+        if (!exr_add_size(*total, bytes + 63, total) || *total > (size_t)PY_SSIZE_T_MAX)
             goto too_big;
-        total &= ~(size_t)63;
+        *total &= ~(size_t)63;
     }
+    return 0;
+too_big:
+    PyErr_Format(PyExc_MemoryError, "batch_size: a batch of %zd picks would not fit in memory",
+                 (Py_ssize_t)B);
+fail:
+    for (int f = 0; f < NFIELDS; f++)
+        Py_CLEAR(descrs[f]);
+    return -1;
+}
+
+static int new_batch_arrays(ReplayObject *self, npy_intp B, PyObject **arrays)
+{
+    int nds[NFIELDS];
+    npy_intp dims[NFIELDS][NPY_MAXDIMS];
+    PyArray_Descr *descrs[NFIELDS] = {0};
+    size_t offs[NFIELDS], total;
+    PyObject *block = NULL;
+    if (batch_layout(self, B, nds, dims, descrs, offs, &total) < 0)
+        return -1;
     block = exr_block_new(mstate(self), total);
     if (!block)
         goto fail;
@@ -120,9 +137,6 @@ static int new_batch_arrays(ReplayObject *self, npy_intp B, PyObject **arrays)
         return -1;
     }
     return 0;
-too_big:
-    PyErr_Format(PyExc_MemoryError, "batch_size: a batch of %zd picks would not fit in memory",
-                 (Py_ssize_t)B);
 fail:
     for (int f = 0; f < NFIELDS; f++) {
         Py_CLEAR(arrays[f]);

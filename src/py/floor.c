@@ -71,122 +71,145 @@ PyObject *exr_floor_gather_py(PyObject *module, PyObject *const *args, Py_ssize_
  * them). out: such a pair from an earlier call of the same sizes, refilled
  * (so that the floor, like get_batch's recycled blocks, writes into memory
  * that is already mapped). */
-PyObject *exr_floor_gather_cols_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    (void)module;
-    enum { MAXC = 16 };
-    if ((nargs != 4 && nargs != 5) || !PyList_Check(args[0]))
-        return PyErr_Format(PyExc_TypeError,
-                            "_floor_gather_cols(cols: list, starts, L, nnext[, out])");
-    Py_ssize_t nc = PyList_GET_SIZE(args[0]);
-    Py_ssize_t L = PyNumber_AsSsize_t(args[2], PyExc_OverflowError);
-    Py_ssize_t nn = PyNumber_AsSsize_t(args[3], PyExc_OverflowError);
-    if ((L == -1 || nn == -1) && PyErr_Occurred())
-        return NULL;
-    if (nc < 1 || nc > MAXC || nn < 0 || nn > nc)
-        return PyErr_Format(PyExc_ValueError, "cols: expected 1 to %d columns and nnext <= that",
-                            MAXC);
+enum { MAXC = 16 };
+
+/* The columns of _floor_gather_cols: data, row bytes, row count. */
+typedef struct {
+    Py_ssize_t nc, nn, L;
     const void *cols[MAXC];
     size_t widths[MAXC];
     void *outs[MAXC], *nexts[MAXC];
-    npy_intp nrows = -1;
-    for (Py_ssize_t c = 0; c < nc; c++) {
-        PyArrayObject *a = (PyArrayObject *)PyList_GET_ITEM(args[0], c);
+    npy_intp nrows;
+} cols_t;
+
+static int cols_arg(PyObject *list, cols_t *c)
+{
+    c->nrows = -1;
+    for (Py_ssize_t i = 0; i < c->nc; i++) {
+        PyArrayObject *a = (PyArrayObject *)PyList_GET_ITEM(list, i);
         if (!PyArray_Check((PyObject *)a) || PyArray_NDIM(a) < 1 || !PyArray_IS_C_CONTIGUOUS(a) ||
-            (nrows >= 0 && PyArray_DIM(a, 0) != nrows))
-            return PyErr_Format(PyExc_TypeError,
-                                "cols: expected C-contiguous ndarrays of one length");
-        nrows = PyArray_DIM(a, 0);
-        cols[c] = PyArray_DATA(a);
-        widths[c] = (size_t)PyArray_NBYTES(a) / (size_t)nrows;
+            (c->nrows >= 0 && PyArray_DIM(a, 0) != c->nrows)) {
+            PyErr_SetString(PyExc_TypeError, "cols: expected C-contiguous ndarrays of one length");
+            return -1;
+        }
+        c->nrows = PyArray_DIM(a, 0);
+        c->cols[i] = PyArray_DATA(a);
+        c->widths[i] = (size_t)PyArray_NBYTES(a) / (size_t)c->nrows;
     }
-    if (L < 1 || L >= nrows)
-        return PyErr_Format(PyExc_ValueError, "L: expected 1 <= L < %zd, got %zd", (Py_ssize_t)nrows, L);
-    npy_intp n = -1;
+    if (c->L < 1 || c->L >= c->nrows) {
+        PyErr_Format(PyExc_ValueError, "L: expected 1 <= L < %zd, got %zd", (Py_ssize_t)c->nrows,
+                     c->L);
+        return -1;
+    }
+    return 0;
+}
+
+/* starts: n int64 row indices s with s + L inside the columns. */
+static PyArrayObject *starts_arg(PyObject *o, const cols_t *c, npy_intp *n)
+{
+    *n = -1;
     PyArray_Descr *i64 = PyArray_DescrFromType(NPY_INT64);
-    PyArrayObject *starts = exr_as_array(args[1], i64, 1, &n, 0, NULL, "starts");
+    PyArrayObject *starts = exr_as_array(o, i64, 1, n, 0, NULL, "starts");
     Py_DECREF(i64);
-    if (!starts)
-        return NULL;
-    const int64_t *sv = PyArray_DATA(starts);
-    for (npy_intp i = 0; i < n; i++) {
-        if (sv[i] < 0 || sv[i] + L >= nrows) {
+    const int64_t *sv = starts ? PyArray_DATA(starts) : NULL;
+    for (npy_intp i = 0; starts && i < *n; i++) {
+        if (sv[i] < 0 || sv[i] + c->L >= c->nrows) {
             Py_DECREF(starts);
-            return PyErr_Format(PyExc_ValueError, "starts: index %zd out of range", (Py_ssize_t)i);
+            PyErr_Format(PyExc_ValueError, "starts: index %zd out of range", (Py_ssize_t)i);
+            return NULL;
         }
     }
-    PyObject *lo = NULL, *ln = NULL;
-    if (nargs == 5) {
-        PyObject *o = args[4];
-        if (!PyTuple_Check(o) || PyTuple_GET_SIZE(o) != 2 || !PyList_Check(PyTuple_GET_ITEM(o, 0)) ||
-            !PyList_Check(PyTuple_GET_ITEM(o, 1)) ||
-            PyList_GET_SIZE(PyTuple_GET_ITEM(o, 0)) != nc ||
-            PyList_GET_SIZE(PyTuple_GET_ITEM(o, 1)) != nn) {
-            PyErr_SetString(PyExc_TypeError, "out: expected (outs, nexts) of an earlier call");
-            goto fail;
-        }
-        for (Py_ssize_t c = 0; c < nc; c++) {
-            for (int k = 0; k < (c < nn ? 2 : 1); k++) {
-                PyArrayObject *x = (PyArrayObject *)PyList_GET_ITEM(PyTuple_GET_ITEM(o, k), c);
-                if (!PyArray_Check((PyObject *)x) || !PyArray_IS_C_CONTIGUOUS(x) ||
-                    (size_t)PyArray_NBYTES(x) != (size_t)n * (size_t)L * widths[c]) {
-                    PyErr_SetString(PyExc_ValueError, "out: arrays of other sizes");
-                    goto fail;
-                }
-                if (k == 0)
-                    outs[c] = PyArray_DATA(x);
-                else
-                    nexts[c] = PyArray_DATA(x);
+    return starts;
+}
+
+/* out=(outs, nexts) of an earlier call: their data pointers into c. */
+static int outs_arg(PyObject *o, cols_t *c, npy_intp n)
+{
+    if (!PyTuple_Check(o) || PyTuple_GET_SIZE(o) != 2 || !PyList_Check(PyTuple_GET_ITEM(o, 0)) ||
+        !PyList_Check(PyTuple_GET_ITEM(o, 1)) || PyList_GET_SIZE(PyTuple_GET_ITEM(o, 0)) != c->nc ||
+        PyList_GET_SIZE(PyTuple_GET_ITEM(o, 1)) != c->nn) {
+        PyErr_SetString(PyExc_TypeError, "out: expected (outs, nexts) of an earlier call");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < c->nc; i++) {
+        c->nexts[i] = NULL;
+        for (int k = 0; k < (i < c->nn ? 2 : 1); k++) {
+            PyArrayObject *x = (PyArrayObject *)PyList_GET_ITEM(PyTuple_GET_ITEM(o, k), i);
+            if (!PyArray_Check((PyObject *)x) || !PyArray_IS_C_CONTIGUOUS(x) ||
+                (size_t)PyArray_NBYTES(x) != (size_t)n * (size_t)c->L * c->widths[i]) {
+                PyErr_SetString(PyExc_ValueError, "out: arrays of other sizes");
+                return -1;
             }
-            if (c >= nn)
-                nexts[c] = NULL;
+            *(k == 0 ? &c->outs[i] : &c->nexts[i]) = PyArray_DATA(x);
         }
-        Py_BEGIN_ALLOW_THREADS
-        exr_floor_gather_cols((size_t)nc, cols, widths, sv, (size_t)n, (size_t)L, outs, nexts);
-        Py_END_ALLOW_THREADS
-        Py_DECREF(starts);
-        return Py_NewRef(o);
     }
-    lo = PyList_New(nc);
-    ln = PyList_New(nn);
-    if (!lo || !ln)
-        goto fail;
-    for (Py_ssize_t c = 0; c < nc; c++) {
-        PyArrayObject *a = (PyArrayObject *)PyList_GET_ITEM(args[0], c);
+    return 0;
+}
+
+/* New (outs, nexts) lists of arrays (n, L, *row shape) into lo, ln. */
+static int new_outs(PyObject *list, cols_t *c, npy_intp n, PyObject *lo, PyObject *ln)
+{
+    for (Py_ssize_t i = 0; i < c->nc; i++) {
+        PyArrayObject *a = (PyArrayObject *)PyList_GET_ITEM(list, i);
         npy_intp dims[NPY_MAXDIMS];
         int nd = PyArray_NDIM(a) + 1;
         if (nd > NPY_MAXDIMS) {
             PyErr_SetString(PyExc_ValueError, "cols: too many dimensions");
-            goto fail;
+            return -1;
         }
         dims[0] = n;
-        dims[1] = L;
-        for (int i = 1; i < PyArray_NDIM(a); i++)
-            dims[i + 1] = PyArray_DIM(a, i);
-        for (int k = 0; k < (c < nn ? 2 : 1); k++) {
+        dims[1] = c->L;
+        for (int j = 1; j < PyArray_NDIM(a); j++)
+            dims[j + 1] = PyArray_DIM(a, j);
+        c->nexts[i] = NULL;
+        for (int k = 0; k < (i < c->nn ? 2 : 1); k++) {
             PyArray_Descr *d = PyArray_DESCR(a);
             Py_INCREF(d);
             PyObject *o = PyArray_NewFromDescr(&PyArray_Type, d, nd, dims, NULL, NULL, 0, NULL);
             if (!o)
-                goto fail;
-            if (k == 0) {
-                PyList_SET_ITEM(lo, c, o);
-                outs[c] = PyArray_DATA((PyArrayObject *)o);
-                nexts[c] = NULL;
-            } else {
-                PyList_SET_ITEM(ln, c, o);
-                nexts[c] = PyArray_DATA((PyArrayObject *)o);
-            }
+                return -1;
+            PyList_SET_ITEM(k == 0 ? lo : ln, i, o);
+            *(k == 0 ? &c->outs[i] : &c->nexts[i]) = PyArray_DATA((PyArrayObject *)o);
         }
     }
-    Py_BEGIN_ALLOW_THREADS
-    exr_floor_gather_cols((size_t)nc, cols, widths, sv, (size_t)n, (size_t)L, outs, nexts);
-    Py_END_ALLOW_THREADS
-    Py_DECREF(starts);
-    return Py_BuildValue("(NN)", lo, ln);
-fail:
+    return 0;
+}
+
+PyObject *exr_floor_gather_cols_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if ((nargs != 4 && nargs != 5) || !PyList_Check(args[0]))
+        return PyErr_Format(PyExc_TypeError,
+                            "_floor_gather_cols(cols: list, starts, L, nnext[, out])");
+    cols_t c = {.nc = PyList_GET_SIZE(args[0])};
+    c.L = PyNumber_AsSsize_t(args[2], PyExc_OverflowError);
+    c.nn = PyNumber_AsSsize_t(args[3], PyExc_OverflowError);
+    if ((c.L == -1 || c.nn == -1) && PyErr_Occurred())
+        return NULL;
+    if (c.nc < 1 || c.nc > MAXC || c.nn < 0 || c.nn > c.nc)
+        return PyErr_Format(PyExc_ValueError, "cols: expected 1 to %d columns and nnext <= that",
+                            MAXC);
+    npy_intp n;
+    PyArrayObject *starts = cols_arg(args[0], &c) < 0 ? NULL : starts_arg(args[1], &c, &n);
+    if (!starts)
+        return NULL;
+    PyObject *res = NULL, *lo = NULL, *ln = NULL;
+    if (nargs == 5) {
+        if (outs_arg(args[4], &c, n) == 0)
+            res = Py_NewRef(args[4]);
+    } else if ((lo = PyList_New(c.nc)) && (ln = PyList_New(c.nn)) &&
+               new_outs(args[0], &c, n, lo, ln) == 0) {
+        res = Py_BuildValue("(OO)", lo, ln);
+    }
+    if (res) {
+        const int64_t *sv = PyArray_DATA(starts);
+        Py_BEGIN_ALLOW_THREADS
+        exr_floor_gather_cols((size_t)c.nc, c.cols, c.widths, sv, (size_t)n, (size_t)c.L, c.outs,
+                              c.nexts);
+        Py_END_ALLOW_THREADS
+    }
     Py_XDECREF(lo);
     Py_XDECREF(ln);
     Py_DECREF(starts);
-    return NULL;
+    return res;
 }

@@ -666,14 +666,58 @@ void exr_fields_in_release(ReplayObject *self, exr_fields_in *fi)
     fi->fin = NULL;
 }
 
-int exr_fields_in_parse(ReplayObject *self, PyObject *state, PyObject *fin, PyObject *extras,
-                        npy_intp *T, exr_fields_in *fi)
+/* The state (fields or one array, nlead leading steps) into fi's plan. */
+static int state_in(ReplayObject *self, PyObject *state, const char *sarg, int nlead, npy_intp *T,
+                    exr_fields_in *fi)
 {
-    memset(fi, 0, sizeof *fi);
-    const char *sarg = T ? "states" : "state";
-    int nlead = T ? 1 : 0;
     const exr_config *cfg = exr_buffer_config(self->buf);
-    if (extras && extras != Py_None && !self->xfields) {
+    if (self->sfields) {
+        if (exr_fieldset_arrays(self->sfields, state, sarg, nlead, T, fi->arr[0]) < 0)
+            return -1;
+        exr_fieldset_src_plan(self->sfields, 0, fi->arr[0], fi->plan);
+        fi->nplan = (size_t)self->sfields->n;
+        return 0;
+    }
+    fi->arr[0][0] = exr_as_array(state, self->state_descr, nlead, T, self->state_nd,
+                                 self->state_shape, sarg);
+    if (!fi->arr[0][0])
+        return -1;
+    fi->plan[0] = (exr_field_src){0, cfg->state_bytes, PyArray_DATA(fi->arr[0][0]),
+                                  cfg->state_bytes};
+    fi->nplan = 1;
+    return 0;
+}
+
+/* final_state, packed into fi->fin. */
+static int final_in(ReplayObject *self, PyObject *fin, exr_fields_in *fi)
+{
+    const exr_config *cfg = exr_buffer_config(self->buf);
+    if (!(fi->fin = PyMem_Malloc(cfg->state_bytes))) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (self->sfields) {
+        if (exr_fieldset_arrays(self->sfields, fin, "final_state", 0, NULL, fi->arr[1]) < 0)
+            return -1;
+        exr_fieldset_pack(self->sfields, fi->arr[1], fi->fin);
+        return 0;
+    }
+    fi->arr[1][0] = exr_as_array(fin, self->state_descr, 0, NULL, self->state_nd,
+                                 self->state_shape, "final_state");
+    if (!fi->arr[1][0])
+        return -1;
+    memcpy(fi->fin, PyArray_DATA(fi->arr[1][0]), cfg->state_bytes);
+    return 0;
+}
+
+/* extras: None without an extras_spec, else the fields, into fi's plan. */
+static int extras_in(ReplayObject *self, PyObject *extras, int nlead, npy_intp *T,
+                     exr_fields_in *fi)
+{
+    int none = !extras || extras == Py_None;
+    if (!self->xfields && none)
+        return 0;
+    if (!self->xfields) {
         PyObject *got = exr_describe_value(extras);
         if (got)
             PyErr_Format(PyExc_ValueError,
@@ -681,54 +725,37 @@ int exr_fields_in_parse(ReplayObject *self, PyObject *state, PyObject *fin, PyOb
         Py_XDECREF(got);
         return -1;
     }
-    if (self->sfields) {
-        if (exr_fieldset_arrays(self->sfields, state, sarg, nlead, T, fi->arr[0]) < 0)
-            goto error;
-        exr_fieldset_src_plan(self->sfields, 0, fi->arr[0], fi->plan);
-        fi->nplan = (size_t)self->sfields->n;
-    } else {
-        fi->arr[0][0] = exr_as_array(state, self->state_descr, nlead, T, self->state_nd,
-                                     self->state_shape, sarg);
-        if (!fi->arr[0][0])
-            goto error;
-        fi->plan[0] = (exr_field_src){0, cfg->state_bytes, PyArray_DATA(fi->arr[0][0]),
-                                      cfg->state_bytes};
-        fi->nplan = 1;
+    if (none) {
+        PyErr_Format(PyExc_ValueError,
+                     "extras: expected a dict of arrays with the fields %U, got None",
+                     self->xfields->names);
+        return -1;
     }
+    if (exr_fieldset_arrays(self->xfields, extras, "extras", nlead, T, fi->arr[2]) < 0)
+        return -1;
+    const exr_config *cfg = exr_buffer_config(self->buf);
+    size_t base = cfg->state_bytes + cfg->action_bytes + cfg->reward_bytes;
+    exr_fieldset_src_plan(self->xfields, base, fi->arr[2], fi->plan + fi->nplan);
+    fi->nplan += (size_t)self->xfields->n;
+    return 0;
+}
+
+int exr_fields_in_parse(ReplayObject *self, PyObject *state, PyObject *fin, PyObject *extras,
+                        npy_intp *T, exr_fields_in *fi)
+{
+    memset(fi, 0, sizeof *fi);
+    int nlead = T ? 1 : 0;
+    if (!self->xfields && extras && extras != Py_None)
+        return extras_in(self, extras, nlead, T, fi); /* the error, before anything */
+    if (state_in(self, state, T ? "states" : "state", nlead, T, fi) < 0)
+        goto error;
     if (T && *T == 0) {
         PyErr_SetString(PyExc_ValueError, "states: expected at least one step, got 0");
         goto error;
     }
-    if (fin && fin != Py_None) {
-        if (!(fi->fin = PyMem_Malloc(cfg->state_bytes))) {
-            PyErr_NoMemory();
-            goto error;
-        }
-        if (self->sfields) {
-            if (exr_fieldset_arrays(self->sfields, fin, "final_state", 0, NULL, fi->arr[1]) < 0)
-                goto error;
-            exr_fieldset_pack(self->sfields, fi->arr[1], fi->fin);
-        } else {
-            fi->arr[1][0] = exr_as_array(fin, self->state_descr, 0, NULL, self->state_nd,
-                                         self->state_shape, "final_state");
-            if (!fi->arr[1][0])
-                goto error;
-            memcpy(fi->fin, PyArray_DATA(fi->arr[1][0]), cfg->state_bytes);
-        }
-    }
-    if (self->xfields) {
-        if (!extras || extras == Py_None) {
-            PyErr_Format(PyExc_ValueError,
-                         "extras: expected a dict of arrays with the fields %U, got None",
-                         self->xfields->names);
-            goto error;
-        }
-        if (exr_fieldset_arrays(self->xfields, extras, "extras", nlead, T, fi->arr[2]) < 0)
-            goto error;
-        size_t base = cfg->state_bytes + cfg->action_bytes + cfg->reward_bytes;
-        exr_fieldset_src_plan(self->xfields, base, fi->arr[2], fi->plan + fi->nplan);
-        fi->nplan += (size_t)self->xfields->n;
-    }
+    if ((fin && fin != Py_None && final_in(self, fin, fi) < 0) ||
+        extras_in(self, extras, nlead, T, fi) < 0)
+        goto error;
     return 0;
 error:
     exr_fields_in_release(self, fi);
@@ -737,100 +764,117 @@ error:
 
 /* ---- episode(h) ---------------------------------------------------------------- */
 
+/* A copy of episode h's rows (and final state) taken under one lock hold,
+ * with its counts; the caller frees rows and fin (PyMem_RawFree). */
+typedef struct {
+    unsigned char *rows, *fin;
+    uint64_t n;
+    bool ended, term, has_final;
+} episode_copy;
+
+static int episode_rows(ReplayObject *self, int64_t h, size_t row, episode_copy *ec)
+{
+    const exr_config *c = exr_buffer_config(self->buf);
+    for (;;) {
+        exr_lock_with_gil(self->buf);
+        exr_status st = exr_buffer_episode_info_locked(self->buf, h, &ec->n, &ec->ended, &ec->term,
+                                                       &ec->has_final);
+        exr_buffer_unlock(self->buf);
+        if (st != EXR_OK) {
+            PyErr_Format(PyExc_ValueError,
+                         "h: expected the handle of an episode held, got %lld (evicted or never "
+                         "created)",
+                         (long long)h);
+            return -1;
+        }
+        size_t bytes;
+        ec->rows = exr_mul_size((size_t)ec->n, row, &bytes) ? PyMem_RawMalloc(bytes ? bytes : 1)
+                                                             : NULL;
+        ec->fin = PyMem_RawMalloc(c->state_bytes);
+        if (!ec->rows || !ec->fin) {
+            PyMem_RawFree(ec->rows);
+            PyMem_RawFree(ec->fin);
+            PyErr_NoMemory();
+            return -1;
+        }
+        /* copy under one lock hold, if the episode is still as measured */
+        uint64_t n2;
+        bool f2;
+        exr_lock_with_gil(self->buf);
+        st = exr_buffer_episode_info_locked(self->buf, h, &n2, &ec->ended, &ec->term, &f2);
+        int same = st == EXR_OK && n2 == ec->n && f2 == ec->has_final;
+        if (same)
+            exr_buffer_episode_rows_locked(self->buf, h, ec->rows, ec->has_final ? ec->fin : NULL);
+        exr_buffer_unlock(self->buf);
+        if (same)
+            return 0;
+        PyMem_RawFree(ec->rows);
+        PyMem_RawFree(ec->fin);
+    }
+}
+
+/* Column [off, off + bytes) of n rows of `row` bytes into a new array. */
+static PyObject *column_of(const unsigned char *rows, size_t row, size_t off, size_t bytes,
+                           PyArray_Descr *d, npy_intp n, int nd, const npy_intp *shape)
+{
+    PyObject *a = new_array(d, n < 0 ? -1 : n, nd, shape);
+    if (!a)
+        return NULL;
+    unsigned char *dst = PyArray_DATA((PyArrayObject *)a);
+    for (npy_intp r = 0; r < (n < 0 ? 1 : n); r++)
+        memcpy(dst + (size_t)r * bytes, rows + (size_t)r * row + off, bytes);
+    return a;
+}
+
+/* EpisodeData of a copied episode: dicts where the buffer has fields. */
+static PyObject *episode_data(ReplayObject *self, const episode_copy *ec, size_t row)
+{
+    const exr_config *c = exr_buffer_config(self->buf);
+    size_t sb = c->state_bytes, ab = c->action_bytes, rb = c->reward_bytes;
+    npy_intp nn = (npy_intp)ec->n;
+    PyObject *v[7] = {NULL};
+    if (self->sfields) {
+        v[0] = exr_fieldset_split(self->sfields, ec->rows, row, 0, nn, 0);
+        v[3] = ec->has_final ? exr_fieldset_split(self->sfields, ec->fin, sb, 0, 1, -1)
+                             : Py_NewRef(Py_None);
+    } else {
+        v[0] = column_of(ec->rows, row, 0, sb, self->state_descr, nn, self->state_nd,
+                         self->state_shape);
+        v[3] = ec->has_final ? column_of(ec->fin, sb, 0, sb, self->state_descr, -1,
+                                         self->state_nd, self->state_shape)
+                             : Py_NewRef(Py_None);
+    }
+    v[1] = column_of(ec->rows, row, sb, ab, self->action_descr, nn, self->action_nd,
+                     self->action_shape);
+    v[2] = column_of(ec->rows, row, sb + ab, rb, self->reward_descr, nn, 0, NULL);
+    v[4] = PyBool_FromLong(ec->ended);
+    v[5] = PyBool_FromLong(ec->term);
+    v[6] = self->xfields ? exr_fieldset_split(self->xfields, ec->rows, row, sb + ab + rb, nn, 0)
+                         : PyDict_New();
+    PyObject *r = NULL;
+    int ok = 1;
+    for (int i = 0; i < 7; i++)
+        ok = ok && v[i];
+    if (ok)
+        r = PyStructSequence_New(mstate(self)->episode_type);
+    for (int i = 0; i < 7; i++) {
+        if (r)
+            PyStructSequence_SET_ITEM(r, i, v[i]);
+        else
+            Py_XDECREF(v[i]);
+    }
+    return r;
+}
+
 PyObject *exr_replay_episode_fields(ReplayObject *self, int64_t h)
 {
     const exr_config *c = exr_buffer_config(self->buf);
     size_t row = c->state_bytes + c->action_bytes + c->reward_bytes + c->extra_bytes;
-    for (;;) {
-        uint64_t n;
-        bool ended, term, has_final;
-        exr_lock_with_gil(self->buf);
-        exr_status st = exr_buffer_episode_info_locked(self->buf, h, &n, &ended, &term, &has_final);
-        exr_buffer_unlock(self->buf);
-        if (st != EXR_OK)
-            return PyErr_Format(PyExc_ValueError,
-                                "h: expected the handle of an episode held, got %lld (evicted or "
-                                "never created)",
-                                (long long)h);
-        size_t bytes;
-        if (!exr_mul_size((size_t)n, row, &bytes))
-            return PyErr_NoMemory();
-        unsigned char *rows = PyMem_RawMalloc(bytes ? bytes : 1);
-        unsigned char *fin = PyMem_RawMalloc(c->state_bytes);
-        if (!rows || !fin) {
-            PyMem_RawFree(rows);
-            PyMem_RawFree(fin);
-            return PyErr_NoMemory();
-        }
-        /* copy under one lock hold, if the episode is still as measured */
-        uint64_t n2;
-        bool e2, t2, f2;
-        exr_lock_with_gil(self->buf);
-        st = exr_buffer_episode_info_locked(self->buf, h, &n2, &e2, &t2, &f2);
-        int same = st == EXR_OK && n2 == n && f2 == has_final;
-        if (same)
-            exr_buffer_episode_rows_locked(self->buf, h, rows, has_final ? fin : NULL);
-        exr_buffer_unlock(self->buf);
-        if (!same) {
-            PyMem_RawFree(rows);
-            PyMem_RawFree(fin);
-            continue;
-        }
-        PyObject *state = NULL, *action = NULL, *reward = NULL, *final = NULL, *extras = NULL;
-        npy_intp nn = (npy_intp)n;
-        if (self->sfields) {
-            state = exr_fieldset_split(self->sfields, rows, row, 0, nn, 0);
-            final = has_final ? exr_fieldset_split(self->sfields, fin, c->state_bytes, 0, 1, -1)
-                              : Py_NewRef(Py_None);
-        } else {
-            state = new_array(self->state_descr, nn, self->state_nd, self->state_shape);
-            final = has_final ? new_array(self->state_descr, -1, self->state_nd, self->state_shape)
-                              : Py_NewRef(Py_None);
-            if (state)
-                for (npy_intp r = 0; r < nn; r++)
-                    memcpy((unsigned char *)PyArray_DATA((PyArrayObject *)state) +
-                               (size_t)r * c->state_bytes,
-                           rows + (size_t)r * row, c->state_bytes);
-            if (final && has_final)
-                memcpy(PyArray_DATA((PyArrayObject *)final), fin, c->state_bytes);
-        }
-        action = new_array(self->action_descr, nn, self->action_nd, self->action_shape);
-        reward = new_array(self->reward_descr, nn, 0, NULL);
-        if (action && reward) {
-            unsigned char *ad = PyArray_DATA((PyArrayObject *)action);
-            unsigned char *rd = PyArray_DATA((PyArrayObject *)reward);
-            for (npy_intp r = 0; r < nn; r++) {
-                memcpy(ad + (size_t)r * c->action_bytes, rows + (size_t)r * row + c->state_bytes,
-                       c->action_bytes);
-                memcpy(rd + (size_t)r * c->reward_bytes,
-                       rows + (size_t)r * row + c->state_bytes + c->action_bytes,
-                       c->reward_bytes);
-            }
-        }
-        extras = self->xfields
-                     ? exr_fieldset_split(self->xfields, rows, row,
-                                          c->state_bytes + c->action_bytes + c->reward_bytes, nn, 0)
-                     : PyDict_New();
-        PyMem_RawFree(rows);
-        PyMem_RawFree(fin);
-        PyObject *r = state && action && reward && final && extras
-                          ? PyStructSequence_New(mstate(self)->episode_type)
-                          : NULL;
-        if (!r) {
-            Py_XDECREF(state);
-            Py_XDECREF(action);
-            Py_XDECREF(reward);
-            Py_XDECREF(final);
-            Py_XDECREF(extras);
-            return NULL;
-        }
-        PyStructSequence_SET_ITEM(r, 0, state);
-        PyStructSequence_SET_ITEM(r, 1, action);
-        PyStructSequence_SET_ITEM(r, 2, reward);
-        PyStructSequence_SET_ITEM(r, 3, final);
-        PyStructSequence_SET_ITEM(r, 4, PyBool_FromLong(e2));
-        PyStructSequence_SET_ITEM(r, 5, PyBool_FromLong(t2));
-        PyStructSequence_SET_ITEM(r, 6, extras);
-        return r;
-    }
+    episode_copy ec;
+    if (episode_rows(self, h, row, &ec) < 0)
+        return NULL;
+    PyObject *r = episode_data(self, &ec, row);
+    PyMem_RawFree(ec.rows);
+    PyMem_RawFree(ec.fin);
+    return r;
 }
