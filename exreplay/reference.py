@@ -762,6 +762,28 @@ class _Selector:
 # --------------------------------------------------------------------------
 
 
+def _state_args(state_shape, state_dtype, state_spec):
+    """The constructor's state: named fields (state_spec) or one array."""
+    if state_spec is not None:
+        if state_shape is not None or state_dtype is not _MISSING:
+            raise TypeError(
+                "state_spec: expected either state_spec or state_shape/state_dtype, got both"
+            )
+        return None, state_dtype, _spec_arg("state_spec", state_spec)
+    if state_shape is None:
+        raise TypeError(
+            "state_shape: expected an int or a tuple of ints (or a state_spec), got None"
+        )
+    if isinstance(state_shape, collections.abc.Mapping):
+        raise TypeError(
+            "state_shape: expected an int or a tuple of ints, got dict (named fields "
+            "go in state_spec={name: (shape, dtype)})"
+        )
+    state_shape = _shape_arg("state_shape", state_shape)
+    state_dtype = _dtype_arg("state_dtype", "float32" if state_dtype is _MISSING else state_dtype)
+    return state_shape, state_dtype, None
+
+
 class ReferenceReplay:
     """Experience replay in pure Python: the executable specification.
 
@@ -790,26 +812,7 @@ class ReferenceReplay:
         state_spec=None,
         extras_spec=None,
     ):
-        if state_spec is not None:
-            if state_shape is not None or state_dtype is not _MISSING:
-                raise TypeError(
-                    "state_spec: expected either state_spec or state_shape/state_dtype, got both"
-                )
-            state_spec = _spec_arg("state_spec", state_spec)
-        else:
-            if state_shape is None:
-                raise TypeError(
-                    "state_shape: expected an int or a tuple of ints (or a state_spec), got None"
-                )
-            if isinstance(state_shape, collections.abc.Mapping):
-                raise TypeError(
-                    "state_shape: expected an int or a tuple of ints, got dict (named fields "
-                    "go in state_spec={name: (shape, dtype)})"
-                )
-            state_shape = _shape_arg("state_shape", state_shape)
-            state_dtype = _dtype_arg(
-                "state_dtype", "float32" if state_dtype is _MISSING else state_dtype
-            )
+        state_shape, state_dtype, state_spec = _state_args(state_shape, state_dtype, state_spec)
         if extras_spec is not None:
             extras_spec = _spec_arg("extras_spec", extras_spec)
         action_shape = _shape_arg("action_shape", action_shape)
@@ -1199,6 +1202,40 @@ class ReferenceReplay:
             indices = self._existing_indices(*self._pick_arrays(pick_epi, pick_pos))
             return np.array([sel.stored(i) for i in indices], dtype=np.float64)
 
+    def _check_episode(self, h, ep):
+        """_check's invariants of one episode; returns its number of picks."""
+        n = len(ep.states)
+        assert ep.handle == h, f"episode {h}: stored under the wrong handle"
+        assert len(ep.actions) == len(ep.rewards) == len(ep.priorities) == n, (
+            f"episode {h}: record lists of different lengths"
+        )
+        assert ep.ended == (ep.final_state is not None or ep.terminated), (
+            f"episode {h}: ended flag does not match final_state/terminated"
+        )
+        assert not (ep.ended and n == 0), f"episode {h}: ended with no records"
+        assert len(ep.extras) == n, f"episode {h}: extras list of another length"
+        for s in ep.states:
+            assert self._item_ok(s, self._state_spec, self._state_shape, self._state_dtype), (
+                f"episode {h}: a state of the wrong shape or dtype"
+            )
+        for x in ep.extras:
+            assert (x is None) == (self._extras_spec is None) and (
+                x is None or self._item_ok(x, self._extras_spec, None, None)
+            ), f"episode {h}: extras of the wrong fields, shape or dtype"
+        for a in ep.actions:
+            assert a.shape == self._action_shape and a.dtype == self._action_dtype, (
+                f"episode {h}: an action of the wrong shape or dtype"
+            )
+        m = self._num_picks_for(n, ep.ended)
+        assert sorted(ep.pick_index) == list(range(m)), (
+            f"episode {h}: picks {sorted(ep.pick_index)} but expected positions 0..{m - 1}"
+        )
+        for pos, i in ep.pick_index.items():
+            assert 0 <= i < len(self._table) and self._table[i] == (h, pos), (
+                f"pick table: ({h}, {pos}) not at index {i}"
+            )
+        return m
+
     def _check(self):
         """Check every internal invariant; AssertionError names the first broken."""
         with self._lock:
@@ -1211,37 +1248,8 @@ class ReferenceReplay:
             size = 0
             npicks = 0
             for h, ep in eps.items():
-                n = len(ep.states)
-                assert ep.handle == h, f"episode {h}: stored under the wrong handle"
-                assert len(ep.actions) == len(ep.rewards) == len(ep.priorities) == n, (
-                    f"episode {h}: record lists of different lengths"
-                )
-                assert ep.ended == (ep.final_state is not None or ep.terminated), (
-                    f"episode {h}: ended flag does not match final_state/terminated"
-                )
-                assert not (ep.ended and n == 0), f"episode {h}: ended with no records"
-                assert len(ep.extras) == n, f"episode {h}: extras list of another length"
-                for s in ep.states:
-                    assert self._item_ok(s, self._state_spec, self._state_shape, self._state_dtype), (
-                        f"episode {h}: a state of the wrong shape or dtype"
-                    )
-                for x in ep.extras:
-                    assert (x is None) == (self._extras_spec is None) and (
-                        x is None or self._item_ok(x, self._extras_spec, None, None)
-                    ), f"episode {h}: extras of the wrong fields, shape or dtype"
-                for a in ep.actions:
-                    assert a.shape == self._action_shape and a.dtype == self._action_dtype, (
-                        f"episode {h}: an action of the wrong shape or dtype"
-                    )
-                m = self._num_picks_for(n, ep.ended)
-                assert sorted(ep.pick_index) == list(range(m)), (
-                    f"episode {h}: picks {sorted(ep.pick_index)} but expected positions 0..{m - 1}"
-                )
-                for pos, i in ep.pick_index.items():
-                    assert 0 <= i < len(self._table) and self._table[i] == (h, pos), (
-                        f"pick table: ({h}, {pos}) not at index {i}"
-                    )
-                size += n
+                m = self._check_episode(h, ep)
+                size += len(ep.states)
                 npicks += m
             assert size == self._size, f"record count: held {size}, counted {self._size}"
             assert npicks == len(self._table), (
