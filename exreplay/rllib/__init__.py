@@ -42,8 +42,9 @@ from exreplay._spaces import spec_for_spaces
 
 __all__ = ["EpisodeReplayBuffer", "PrioritizedEpisodeReplayBuffer"]
 
-# get_state() format version (the dict's "exreplay_state_version").
-_STATE_VERSION = 1
+# get_state() format version (the dict's "exreplay_state_version"). 2: the
+# ExperienceReplay is unbounded and the adapter evicts (RLlib's capacity rule).
+_STATE_VERSION = 2
 # Redraw rounds for rows whose pick is shorter than the n-step drawn for it.
 _MAX_REDRAW_ROUNDS = 1000
 
@@ -152,9 +153,12 @@ class _ExreplayEpisodeBuffer:
             self._build(spec_for_spaces(observation_space, action_space))
 
     def _build(self, spec: Dict[str, Any]) -> None:
+        # Unbounded: the adapter evicts whole episodes itself with
+        # remove_episode, by RLlib's rule (see add), which lets the newest
+        # episode exceed the capacity until the next add.
         self._buf = exreplay.ExperienceReplay(
             reward_dtype="float64",
-            capacity=self.capacity,
+            capacity=None,
             pick_len=self._n_max,
             allow_short=self._n_max > 1,
             eviction="fifo",
@@ -240,6 +244,48 @@ class _ExreplayEpisodeBuffer:
             self._h_min = h_min
         return evicted
 
+    def _evict_oldest(self) -> int:
+        """Removes the oldest episode held (the smallest handle); returns its timesteps."""
+        h = self._h_min
+        before = len(self._buf)
+        self._buf.remove_episode(h)
+        id_ = self._h_id.pop(h, None)
+        run = self._running.get(id_)
+        if run is not None and run.h == h:
+            del self._running[id_]
+        self._h_min = h + 1
+        return before - len(self._buf)
+
+    def _evict_before_add(self, episodes) -> set:
+        """RLlib's prioritized buffer's eviction, done before the fragments are recorded.
+
+        The new fragments' timesteps count from the start; the oldest
+        episodes held are evicted while over capacity and more than one
+        episode (held or new, by id) would remain.  Returns the ids of the
+        evicted episodes, whose fragments in this add are then dropped
+        (their timesteps uncounted), as RLlib drops them.  Where RLlib would
+        pop from an empty deque (several new episodes over capacity and
+        nothing older to evict), the new episodes are all kept until the
+        next add.
+        """
+        if self._buf is None:
+            return set()
+        new_ids = [e.id_ for e in episodes]
+        new_len = {}
+        for e in episodes:
+            new_len.setdefault(e.id_, len(e))  # RLlib subtracts the first fragment's length
+        ts = len(self._buf) + sum(len(e) for e in episodes)
+        remaining = set(self._h_id.values()) | set(new_ids)
+        evicted = set()
+        while ts > self.capacity and len(remaining) - len(evicted) != 1 and self._buf.num_episodes:
+            id_ = self._h_id.get(self._h_min)
+            ts -= self._evict_oldest()
+            if id_ in remaining:
+                evicted.add(id_)
+            if id_ in new_len:
+                ts -= new_len[id_]
+        return evicted
+
     def _set_end(self, h: int, length: int) -> None:
         if h >= len(self._end_len):
             grown = np.full(max(2 * len(self._end_len), h + 1), -1, np.int64)
@@ -258,24 +304,35 @@ class _ExreplayEpisodeBuffer:
         Each fragment goes in with one ``record_many``; a fragment whose
         ``id_`` names an episode still held and open continues it.  The
         steps get priority ``weight`` (``None``: the selector's maximum so
-        far).  Whole episodes are evicted, oldest first, while more than
-        ``capacity`` timesteps are held.  Raises TypeError/ValueError for
-        observations or actions the buffer cannot hold, before recording
+        far).  Whole episodes are evicted, oldest first, by RLlib's rule for
+        the class (docs/rllib.md, "Capacity"): the uniform buffer after each
+        fragment, while more than ``capacity`` timesteps are held and more
+        than one episode; the prioritized one before recording, counting the
+        new timesteps, while over capacity and more than one episode would
+        remain (a fragment of an episode evicted then is dropped).  Either
+        way the newest episode is never evicted, so one longer than the
+        capacity stays whole until the next add.  Raises TypeError/ValueError
+        for observations or actions the buffer cannot hold, before recording
         the offending fragment.
         """
         if isinstance(episodes, SingleAgentEpisode):
             episodes = [episodes]
-        len_before = len(self._buf) if self._buf is not None else 0
-        self._refresh_evicted()
-        h_min_before = self._h_min
-        steps_added = 0
-        episodes_added = 0
+        episodes = list(episodes)
         for eps in episodes:
             if not isinstance(eps, SingleAgentEpisode):
                 raise TypeError(
                     "episodes: expected SingleAgentEpisode objects (multi-agent episodes are "
                     "not supported), got %s" % type(eps).__name__
                 )
+        len_before = len(self._buf) if self._buf is not None else 0
+        self._refresh_evicted()
+        h_min_before = self._h_min
+        steps_added = 0
+        episodes_added = 0
+        dropped = self._evict_before_add(episodes) if self._prioritized else ()
+        for eps in episodes:
+            if eps.id_ in dropped:
+                continue
             T = len(eps)
             run = self._running.get(eps.id_)
             if T == 0:
@@ -319,7 +376,9 @@ class _ExreplayEpisodeBuffer:
                 self._set_end(h2, length)
             else:
                 self._running[eps.id_] = _Running(h2, length, obs[-1])
-            self._refresh_evicted()
+            if not self._prioritized:
+                while len(self._buf) > self.capacity and self._buf.num_episodes > 1:
+                    self._evict_oldest()
         self._num_timesteps_added += steps_added
         n_evicted = self._h_min - h_min_before
         steps_evicted = len_before + steps_added - (len(self._buf) if self._buf is not None else 0)
@@ -553,6 +612,7 @@ class _ExreplayEpisodeBuffer:
             "buffer": None if self._buf is None else self._buf.serialize(level=1),
             "selector": None if self._sel is None else int(self._sel),
             "alpha": self._alpha,
+            "capacity": self.capacity,
             "n_max": self._n_max,
             "h_min": self._h_min,
             "next_h": self._next_h,
@@ -597,8 +657,7 @@ class _ExreplayEpisodeBuffer:
         self._num_timesteps_added = state["_num_timesteps_added"]
         self.sampled_timesteps = state["sampled_timesteps"]
         self.rng.bit_generator.state = state["rng"]
-        if buf is not None:
-            self.capacity = buf.capacity
+        self.capacity = state["capacity"]
 
     def __repr__(self) -> str:
         return "<%s capacity=%d n_step<=%d timesteps=%d episodes=%d%s>" % (
