@@ -501,3 +501,74 @@ def test_dqn_trains_through_dotted_type_string():
             algo.stop()
     finally:
         ray.shutdown()
+
+
+def _small_dqn_config(algo_class=None, store=True):
+    from ray.rllib.algorithms.dqn import DQNConfig
+
+    return (
+        DQNConfig(algo_class=algo_class)
+        .environment("CartPole-v1")
+        .env_runners(num_env_runners=0)
+        .learners(num_learners=0)
+        .debugging(seed=0)
+        .reporting(min_sample_timesteps_per_iteration=64)
+        .training(
+            train_batch_size_per_learner=16,
+            num_steps_sampled_before_learning_starts=32,
+            n_step=(1, 3),
+            store_buffer_in_checkpoints=store,
+            replay_buffer_config={
+                "type": "exreplay.rllib.PrioritizedEpisodeReplayBuffer",
+                "capacity": 2000, "alpha": 0.6, "beta": 0.4, "n_step": (1, 3), "seed": 0,
+            },
+        )
+    )
+
+
+@pytest.mark.slow
+def test_checkpoint_holds_the_buffer(tmp_path):
+    """algo.save_to_path / Algorithm.from_checkpoint: RLlib's DQN drops the
+    buffer even with store_buffer_in_checkpoints=True; exreplay.rllib.DQN
+    carries it, and the restored buffer draws what the saved one would."""
+    import ray
+    from ray.rllib.algorithms.algorithm import Algorithm
+    from ray.rllib.algorithms.dqn import DQN as RLlibDQN
+
+    import exreplay.rllib
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    try:
+        for cls in (RLlibDQN, exreplay.rllib.DQN):
+            algo = _small_dqn_config(cls).build_algo()
+            try:
+                algo.train()
+                buf = algo.local_replay_buffer
+                held = buf.get_num_timesteps()
+                assert held > 32
+                path = str(tmp_path / cls.__module__)
+                algo.save_to_path(path)
+                data = buf.exreplay_buffer.serialize(level=0)
+                expect = [unpack(e) for e in buf.sample(num_items=8, n_step=(1, 3), beta=0.4)]
+            finally:
+                algo.stop()
+            algo2 = Algorithm.from_checkpoint(path)
+            try:
+                assert type(algo2) is cls
+                buf2 = algo2.local_replay_buffer
+                if cls is RLlibDQN:  # what RLlib itself does in this version
+                    assert buf2.get_num_timesteps() == 0
+                    continue
+                assert buf2.get_num_timesteps() == held
+                assert buf2.get_sampled_timesteps() == buf.get_sampled_timesteps() - 8
+                assert buf2.exreplay_buffer.serialize(level=0) == data
+                got = [unpack(e) for e in buf2.sample(num_items=8, n_step=(1, 3), beta=0.4)]
+                for x, y in zip(got, expect):
+                    for u, v in zip(x, y):
+                        np.testing.assert_array_equal(u, v)
+                algo2.train()  # and it goes on learning from it
+                assert buf2.get_num_timesteps() > held
+            finally:
+                algo2.stop()
+    finally:
+        ray.shutdown()

@@ -40,7 +40,12 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 import exreplay
 from exreplay._spaces import spec_for_spaces
 
-__all__ = ["EpisodeReplayBuffer", "PrioritizedEpisodeReplayBuffer"]
+__all__ = [
+    "EpisodeReplayBuffer",
+    "PrioritizedEpisodeReplayBuffer",
+    "DQN",
+    "ReplayBufferCheckpoints",
+]
 
 # get_state() format version (the dict's "exreplay_state_version"). 2: the
 # ExperienceReplay is unbounded and the adapter evicts (RLlib's capacity rule).
@@ -793,3 +798,7 @@ class PrioritizedEpisodeReplayBuffer(_ExreplayEpisodeBuffer, _RLlibPrioritizedEp
         self._buf.set_priority(self._sel, self._last_epi, self._last_pos, p)
         self._last_epi = np.empty(0, np.int64)
         self._last_pos = np.empty(0, np.int64)
+
+
+# Checkpoints that hold the buffer (imported last: it imports RLlib's DQN).
+from exreplay.rllib.checkpoint import DQN, ReplayBufferCheckpoints  # noqa: E402
