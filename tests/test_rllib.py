@@ -572,3 +572,30 @@ def test_checkpoint_holds_the_buffer(tmp_path):
                 algo2.stop()
     finally:
         ray.shutdown()
+
+
+def test_sample_metrics_are_rllib_s():
+    """sample feeds RLlib's metrics through a fast path after its first call:
+    get_metrics gives what RLlib's own _update_sample_metrics would (compared
+    by repr: the reduced Stats hold NaN for keys never logged)."""
+    rng = np.random.default_rng(11)
+    eps = random_episodes(rng, 30, lo=3, hi=40)
+    fast = PrioritizedEpisodeReplayBuffer(capacity=10000, n_step=(1, 4), seed=11)
+    slow = PrioritizedEpisodeReplayBuffer(capacity=10000, n_step=(1, 4), seed=11)
+    slow._log_sample_metrics = slow._rllib_sample_metrics  # RLlib's call every time
+    for buf in (fast, slow):
+        buf.add(eps)
+    for i in range(25):
+        for buf in (fast, slow):
+            buf.sample(num_items=16, n_step=(1, 4), beta=0.4)
+        assert fast._metrics_fast is not None  # set up by the first call
+        if i % 7 == 3:
+            assert repr(fast.get_metrics()) == repr(slow.get_metrics())
+    assert fast._metrics_fast is not None
+    assert repr(fast.get_metrics()) == repr(slow.get_metrics())
+    fast.metrics.reset()  # a reset logger: back through RLlib's call, then fast again
+    slow.metrics.reset()
+    for buf in (fast, slow):
+        buf.sample(num_items=16, n_step=(1, 4), beta=0.4)
+        buf.sample(num_items=16, n_step=(1, 4), beta=0.4)
+    assert repr(fast.get_metrics()) == repr(slow.get_metrics())

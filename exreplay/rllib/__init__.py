@@ -80,6 +80,47 @@ def _n_step_bounds(n_step) -> Tuple[int, int, bool]:
     return int(n_step), int(n_step), False
 
 
+class _ProbeLogger:
+    """Stands in for a MetricsLogger: records what is logged."""
+
+    def __init__(self):
+        self.calls = []
+
+    def log_value(self, key, value, **kwargs):
+        self.calls.append((key, value))
+
+
+# Distinct probe values for (B, episodes, steps, mean n, resamples); steps / B is the sixth source.
+_PROBE = (1009, 1013, 1019, 1021.5, 1031)
+
+
+def _metrics_plan(buf):
+    """[(key, source)] of the values RLlib's _update_sample_metrics logs, in order.
+
+    Learned by calling it with probe values on a recording logger; source
+    indexes (B, n_eps, n_steps, mean_n, resamples, n_steps / B).  None if a
+    logged value is none of those (the fast path is then not used).
+    """
+    real = buf.metrics
+    probe = _ProbeLogger()
+    buf.metrics = probe
+    try:
+        buf._rllib_sample_metrics(*_PROBE)
+    except Exception:  # noqa: BLE001 - anything unexpected: no fast path
+        return None
+    finally:
+        buf.metrics = real
+    B, e, st, mn, rs = _PROBE
+    sources = {B: 0, e: 1, st: 2, mn: 3, rs: 4, st / B: 5}
+    plan = []
+    for key, value in probe.calls:
+        src = sources.get(value) if isinstance(value, (int, float)) else None
+        if src is None:
+            return None
+        plan.append((key, src))
+    return plan
+
+
 class _Running:
     """An episode that is still open: its handle, steps held, last observation."""
 
@@ -152,6 +193,7 @@ class _ExreplayEpisodeBuffer:
         self._last_epi = np.empty(0, np.int64)
         self._last_pos = np.empty(0, np.int64)
         self._gamma_pows = None
+        self._metrics_fast = None  # see _log_sample_metrics
         if (observation_space is None) != (action_space is None):
             raise ValueError("observation_space and action_space: give both or neither")
         if observation_space is not None:
@@ -480,37 +522,9 @@ class _ExreplayEpisodeBuffer:
         if not (np.isfinite(beta) and beta >= 0):
             raise ValueError("beta: expected a finite number >= 0, got %r" % (beta,))
 
-        b = self._buf.get_batch(B, self._sel)
-        state, action, reward, state_next = b.state, b.action, b.reward, b.state_next
-        seq_len, seq_len_next, epi, pos = b.seq_len, b.seq_len_next, b.pick_epi, b.pick_pos
-        if random_n:
-            n = self.rng.integers(lo, hi + 1, size=B)
-        else:
-            n = np.full(B, lo, np.int64)
-        short = seq_len < n
-        resamples = 0
-        if short.any():
-            # A pick shorter than the n drawn for it (near an episode's end):
-            # redraw those rows, as RLlib's buffer rejects and redraws them.
-            state, action, reward, state_next = state.copy(), action.copy(), reward.copy(), state_next.copy()
-            seq_len, seq_len_next, epi, pos = seq_len.copy(), seq_len_next.copy(), epi.copy(), pos.copy()
-            for _ in range(_MAX_REDRAW_ROUNDS):
-                rows = np.flatnonzero(short)
-                if rows.size == 0:
-                    break
-                resamples += rows.size
-                r = self._buf.get_batch(int(rows.size), self._sel)
-                state[rows], action[rows], reward[rows], state_next[rows] = r.state, r.action, r.reward, r.state_next
-                seq_len[rows], seq_len_next[rows] = r.seq_len, r.seq_len_next
-                epi[rows], pos[rows] = r.pick_epi, r.pick_pos
-                if random_n:
-                    n[rows] = self.rng.integers(lo, hi + 1, size=rows.size)
-                short = seq_len < n
-            else:
-                raise ValueError(
-                    "sample: no transition with n_step=%r found in %d draws: the episodes held "
-                    "are shorter than the n-step" % (n_step, resamples)
-                )
+        state, action, reward, state_next, seq_len, seq_len_next, epi, pos, n, resamples = (
+            self._draw(B, lo, hi, random_n, n_step)
+        )
 
         # Importance weights as RLlib computes them: (N P(i))**-beta over the
         # largest such weight, (N P_min)**-beta, which is (leaf_min / leaf_i)**beta
@@ -523,23 +537,23 @@ class _ExreplayEpisodeBuffer:
 
         # n-step returns, next observations and end flags, vectorised.
         L = reward.shape[1]
-        if self._gamma_pows is None or self._gamma_pows[0] != gamma or len(self._gamma_pows[1]) != L:
-            self._gamma_pows = (gamma, float(gamma) ** np.arange(L, dtype=np.float64))
-        pows = self._gamma_pows[1]
+        g = self._gamma_pows
+        if g is None or g[0] != gamma or g[1].shape[1] != L:
+            # row k: gamma**j for j < k, else 0 (the discounts of a k-step return)
+            j = np.arange(L)
+            table = np.where(j[None, :] < np.arange(L + 1)[:, None], float(gamma) ** j, 0.0)
+            g = self._gamma_pows = (gamma, table)
         if L == 1:
             ret = reward[:, 0].astype(np.float64)
         else:
-            mask = np.arange(L)[None, :] < n[:, None]
-            ret = np.where(mask, reward * pows, 0.0).sum(axis=1)
-        rows = np.arange(B)
+            ret = (reward * g[1][n]).sum(axis=1)
         obs0 = state[:, 0]
-        obs_n = state_next[rows, n - 1]
+        obs_n = state_next[np.arange(B), n - 1]
         act0 = action[:, 0]
-        at_end = n == seq_len
-        terminated = at_end & (seq_len_next < seq_len)
-        end_len = self._end_len[np.minimum(epi, len(self._end_len) - 1)]
-        end_len = np.where(epi < len(self._end_len), end_len, -1)
-        truncated = ~terminated & (end_len == pos + n)
+        terminated = (n == seq_len) & (seq_len_next < seq_len)
+        if len(self._end_len) < self._next_h:
+            self._set_end(self._next_h - 1, -1)  # grows the table to every handle
+        truncated = ~terminated & (self._end_len[epi] == pos + n)
 
         out = _episodes_from_arrays(
             obs0, obs_n, act0, ret, terminated, truncated, weight, n, pos, to_numpy
@@ -548,11 +562,91 @@ class _ExreplayEpisodeBuffer:
         self.sampled_timesteps += B
 
         el, pl = epi.tolist(), pos.tolist()
-        self._log_sample_metrics(B, len(set(el)), len(set(zip(el, pl))), float(n.mean()), resamples)
+        self._log_sample_metrics(B, len(set(el)), len(set(zip(el, pl))), float(n.sum()) / B, resamples)
         return out
 
+    def _draw(self, B, lo, hi, random_n, n_step):
+        """B transitions: (state, action, reward, state_next, seq_len, seq_len_next,
+        pick_epi, pick_pos) arrays of B rows, the n of each row, and the rejected draws.
+
+        A row whose pick is shorter than the n drawn for it (near an
+        episode's end) is rejected, as RLlib rejects and redraws it.  Each
+        draw takes a few rows more than it needs and keeps the first ones
+        that fit, so a rejection rarely costs a second draw: the rows kept
+        are the first B acceptances of a sequence of independent (pick, n)
+        draws, which is what redrawing each rejected row gives too.
+        """
+        check = self._n_max > 1  # with picks of one step every row fits
+        extra = max(2, B >> 3) if check else 0
+        parts = []
+        have = 0
+        resamples = 0
+        for _ in range(_MAX_REDRAW_ROUNDS):
+            want = B - have
+            m = want + extra
+            r = self._buf.get_batch(m, self._sel)
+            n = self.rng.integers(lo, hi + 1, size=m) if random_n else np.full(m, lo, np.int64)
+            if not check:
+                parts.append((r, slice(0, want), n[:want]))
+                break
+            ok = r.seq_len >= n
+            if ok[:want].all():
+                parts.append((r, slice(0, want), n[:want]))
+                break
+            idx = np.flatnonzero(ok)
+            if idx.size >= want:
+                resamples += int(idx[want - 1]) + 1 - want
+                idx = idx[:want]
+            else:
+                resamples += m - idx.size
+            if idx.size:
+                parts.append((r, idx, n[idx]))
+                have += idx.size
+            if have == B:
+                break
+        else:
+            raise ValueError(
+                "sample: no transition with n_step=%r found in %d draws: the episodes held "
+                "are shorter than the n-step" % (n_step, resamples)
+            )
+        fields = ("state", "action", "reward", "state_next", "seq_len", "seq_len_next",
+                  "pick_epi", "pick_pos")
+        if len(parts) == 1:
+            r, rows, n = parts[0]
+            return tuple(getattr(r, f)[rows] for f in fields) + (n, resamples)
+        cols = tuple(np.concatenate([getattr(r, f)[rows] for r, rows, _ in parts]) for f in fields)
+        return cols + (np.concatenate([nn for _, _, nn in parts]), resamples)
+
     def _log_sample_metrics(self, B, n_eps, n_steps, mean_n, resamples):
-        """RLlib's sample metrics (get_metrics), under the keys RLlib's buffer uses."""
+        """RLlib's sample metrics (get_metrics), under the keys RLlib's buffer uses.
+
+        RLlib's ``_update_sample_metrics`` logs about twenty values, each
+        through ``MetricsLogger.log_value`` (a key lookup and a lock), which
+        costs about as much as a fifth of the episode objects ``sample``
+        must return.  The first call goes through it; the values it logs
+        are then matched to their sources (see _metrics_plan), and later
+        calls push the same values into the same Stats objects directly.
+        Anything unexpected (another Ray version logging other values, a
+        logger reset or restored) falls back to RLlib's own call.
+        """
+        fast = self._metrics_fast
+        st = self.metrics.stats
+        if fast is not None and fast[0] is st and fast[1] == len(st):
+            vals = (B, n_eps, n_steps, mean_n, resamples, n_steps / B)
+            for push, src in fast[2]:
+                push(vals[src])
+            return
+        self._rllib_sample_metrics(B, n_eps, n_steps, mean_n, resamples)
+        self._metrics_fast = None
+        plan = _metrics_plan(self)
+        if plan is not None:
+            try:
+                pushes = [(self.metrics._get_key(key).push, src) for key, src in plan]
+            except Exception:  # noqa: BLE001 - a logger without the private lookup: slow path
+                return
+            self._metrics_fast = (st, len(st), pushes)
+
+    def _rllib_sample_metrics(self, B, n_eps, n_steps, mean_n, resamples):
         self._update_sample_metrics(
             num_env_steps_sampled=B,
             num_episodes_per_sample=n_eps,
