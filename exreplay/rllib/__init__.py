@@ -187,6 +187,7 @@ class _ExreplayEpisodeBuffer:
         self._sel = None
         self._running: Dict[Any, _Running] = {}
         self._h_id: Dict[int, Any] = {}
+        self._id_count: Dict[Any, int] = {}  # id_ -> episodes held with it
         self._h_min = 0  # smallest live handle: FIFO evicts in handle order
         self._next_h = 0  # one past the largest handle recorded into
         self._end_len = np.full(64, -1, np.int64)  # per handle: length once ended
@@ -285,6 +286,7 @@ class _ExreplayEpisodeBuffer:
         if evicted > 0:
             for h in range(self._h_min, h_min):
                 id_ = self._h_id.pop(h, None)
+                self._forget_id(id_)
                 run = self._running.get(id_)
                 if run is not None and run.h == h:
                     del self._running[id_]
@@ -297,11 +299,19 @@ class _ExreplayEpisodeBuffer:
         before = len(self._buf)
         self._buf.remove_episode(h)
         id_ = self._h_id.pop(h, None)
+        self._forget_id(id_)
         run = self._running.get(id_)
         if run is not None and run.h == h:
             del self._running[id_]
         self._h_min = h + 1
         return before - len(self._buf)
+
+    def _forget_id(self, id_) -> None:
+        c = self._id_count.get(id_, 0)
+        if c > 1:
+            self._id_count[id_] = c - 1
+        elif c:
+            del self._id_count[id_]
 
     def _evict_before_add(self, episodes) -> set:
         """RLlib's prioritized buffer's eviction, done before the fragments are recorded.
@@ -317,18 +327,21 @@ class _ExreplayEpisodeBuffer:
         """
         if self._buf is None:
             return set()
-        new_ids = [e.id_ for e in episodes]
+        ts = len(self._buf) + sum(len(e) for e in episodes)
+        if ts <= self.capacity:
+            return set()
         new_len = {}
         for e in episodes:
             new_len.setdefault(e.id_, len(e))  # RLlib subtracts the first fragment's length
-        ts = len(self._buf) + sum(len(e) for e in episodes)
-        remaining = set(self._h_id.values()) | set(new_ids)
+        # |held ids ∪ new ids|, less one per id evicted (O(1) per add while nothing is evicted)
+        remaining = len(self._id_count) + sum(1 for i in new_len if i not in self._id_count)
         evicted = set()
-        while ts > self.capacity and len(remaining) - len(evicted) != 1 and self._buf.num_episodes:
+        while ts > self.capacity and remaining != 1 and self._buf.num_episodes:
             id_ = self._h_id.get(self._h_min)
             ts -= self._evict_oldest()
-            if id_ in remaining:
+            if id_ not in evicted:
                 evicted.add(id_)
+                remaining -= 1
             if id_ in new_len:
                 ts -= new_len[id_]
         return evicted
@@ -411,6 +424,8 @@ class _ExreplayEpisodeBuffer:
             self._next_h = max(self._next_h, h2 + 1)
             if h2 != h:
                 episodes_added += 1
+            if h2 not in self._h_id:
+                self._id_count[eps.id_] = self._id_count.get(eps.id_, 0) + 1
             self._h_id[h2] = eps.id_
             if h2 == h:
                 length = run.length + T
@@ -747,6 +762,9 @@ class _ExreplayEpisodeBuffer:
         self._h_min = state["h_min"]
         self._next_h = state["next_h"]
         self._h_id = dict(state["h_id"])
+        self._id_count = {}
+        for id_ in self._h_id.values():
+            self._id_count[id_] = self._id_count.get(id_, 0) + 1
         self._running = {k: _Running(h, n, o) for k, h, n, o in state["running"]}
         self._end_len = np.full(max(64, self._next_h), -1, np.int64)
         if state["end_len"] is not None:
