@@ -7,7 +7,7 @@ benchmarks/report.py in docs/benchmarks.md (section "RLlib"):
    CartPole-v1 (RLlib's tuned configuration) once per (buffer, seed), each
    run in its own process, with ``exreplay.rllib.PrioritizedEpisodeReplayBuffer``
    and with RLlib's ``PrioritizedEpisodeReplayBuffer``: same seeds, same
-   budget, same goal.  Recorded per run: the mean return after each
+   budget (30,000 environment steps, no early stop, by default).  Recorded per run: the mean return after each
    training iteration against environment steps, and the time spent in the
    buffer's ``add``, ``sample`` and ``update_priorities`` per iteration.
 
@@ -20,7 +20,7 @@ benchmarks/report.py in docs/benchmarks.md (section "RLlib"):
    objects from ready arrays (exactly what the adapter builds, nothing
    else) is timed on its own; no buffer can sample faster than that.
 
-    python benchmarks/rllib_dqn.py                       # seeds 0 1, both parts
+    python benchmarks/rllib_dqn.py                       # seeds 0-4, 30k env steps each, both parts (about an hour here)
     python benchmarks/rllib_dqn.py --seeds 0 --skip-learning
     python benchmarks/rllib_dqn.py --reuse DIR           # take learning runs from DIR/{exreplay,rllib}_S.json
 """
@@ -71,6 +71,68 @@ def summarise_run(r):
         "iter_s_median": statistics.median(row["iter_s"] for row in curve),
         "curve": [(row["env_steps"], row["return_mean"]) for row in curve],
     }
+
+
+def _first_at(curve, target):
+    """Environment steps at the first iteration whose mean return reached target (None: never)."""
+    for steps, ret in curve:
+        if ret == ret and ret >= target:
+            return steps
+    return None
+
+
+def _mean_std(v):
+    v = [x for x in v if x is not None]
+    if not v:
+        return None, None, 0
+    return statistics.mean(v), (statistics.stdev(v) if len(v) > 1 else 0.0), len(v)
+
+
+def _permutation_p(a, b):
+    """Two-sided exact permutation test of the difference of means of a and b."""
+    from itertools import combinations
+
+    pooled = list(a) + list(b)
+    k = len(a)
+    obs = abs(statistics.mean(a) - statistics.mean(b))
+    total = hits = 0
+    for idx in combinations(range(len(pooled)), k):
+        sa = [pooled[i] for i in idx]
+        sb = [pooled[i] for i in range(len(pooled)) if i not in idx]
+        total += 1
+        hits += abs(statistics.mean(sa) - statistics.mean(sb)) >= obs - 1e-12
+    return hits / total
+
+
+def learning_summary(runs, target):
+    """Per buffer over its seeds: the return curve (mean, std) at every 5,000 env steps,
+    the mean return over the whole run (area under the curve, per run), the first
+    env steps at which the target was reached; and the permutation test of the
+    difference in mean return between the buffers."""
+    out = {"target": target, "buffers": {}}
+    by = {}
+    for r in runs:
+        by.setdefault(r["buffer"], []).append(r)
+    budget = min(r["curve"][-1][0] for r in runs) if runs else 0
+    marks = list(range(5000, budget + 1, 5000))
+    for name, rs in by.items():
+        curves = [dict(r["curve"]) for r in rs]
+        auc = [statistics.mean(ret for st, ret in r["curve"] if st <= budget) for r in rs]
+        first = [_first_at(r["curve"], target) for r in rs]
+        out["buffers"][name] = {
+            "seeds": [r["seed"] for r in rs],
+            "curve": [(m,) + _mean_std([c.get(m) for c in curves])[:2] for m in marks],
+            "auc": auc,
+            "auc_mean_std": _mean_std(auc)[:2],
+            "first_at_target": first,
+            "first_mean_std_n": _mean_std(first),
+        }
+    if len(by) == 2:
+        a, b = (out["buffers"][k]["auc"] for k in BUFFERS)
+        out["auc_diff"] = statistics.mean(a) - statistics.mean(b)
+        out["auc_p"] = _permutation_p(a, b)
+    out["budget"] = budget
+    return out
 
 
 # ------------------------------------------------------------ calls alone
@@ -143,7 +205,7 @@ def calls_alone(repeats=300, seed=0):
     frags = {k: iter(_cartpole_episodes(rng, repeats + 1, length=5, start_id=10_000_000 * (i + 1)))
              for i, k in enumerate(("exreplay", "rllib"))}
     bufs = {"exreplay": ours, "rllib": theirs}
-    t = {k: [] for k in ("floor", "metrics", "exreplay.sample", "exreplay.update", "exreplay.add",
+    t = {k: [] for k in ("floor", "metrics", "metrics.rllib", "exreplay.sample", "exreplay.update", "exreplay.add",
                          "rllib.sample", "rllib.update", "rllib.add")}
     clock = time.perf_counter
     for _ in range(repeats):
@@ -153,6 +215,9 @@ def calls_alone(repeats=300, seed=0):
         t0 = clock()
         ours._log_sample_metrics(B, B, B, 3.0, 0)  # RLlib's metrics bookkeeping, as sample() does it
         t["metrics"].append(clock() - t0)
+        t0 = clock()
+        ours._rllib_sample_metrics(B, B, B, 3.0, 0)  # the same through RLlib's own method
+        t["metrics.rllib"].append(clock() - t0)
         for name, buf in bufs.items():
             t0 = clock()
             buf.sample(num_items=B, n_step=(2, 5), beta=0.4, gamma=0.99)
@@ -170,6 +235,7 @@ def calls_alone(repeats=300, seed=0):
                      "add_us": med[name + ".add"]}
     res["floor_us"] = med["floor"]
     res["metrics_us"] = med["metrics"]
+    res["metrics_rllib_us"] = med["metrics.rllib"]
     # exreplay's sample over the floor, per repeat (the same moment), median
     res["sample_over_floor_median"] = statistics.median(
         a / f for a, f in zip(t["exreplay.sample"], t["floor"]))
@@ -191,19 +257,55 @@ def markdown_section(d):
         "tuned configuration (dueling, double Q, n-step drawn from 2..4, batch 32, capacity 50,000, alpha 0.6, "
         "beta 0.4; learner and environment runner local, torch on 1 thread), once with "
         "`exreplay.rllib.PrioritizedEpisodeReplayBuffer` (by its dotted name) and once with RLlib's own "
-        "`PrioritizedEpisodeReplayBuffer`, same seeds, goal: mean return >= %g, budget %s environment steps. "
+        "`PrioritizedEpisodeReplayBuffer`, same seeds, %s, budget %s environment steps. "
         "Replay time is the time spent in the buffer's `add`, `sample` and `update_priorities` (the same "
         "wrapper times both buffers); per iteration = 1,000 environment steps and about 200 sample/update pairs. "
         "The machine was shared with other jobs during these runs, so compare the two columns of one run, and the "
         "ratios, not absolute times."
-        % (d.get("machine", "?"), d.get("ray", "?"), d.get("date", "?"), d.get("goal", 450),
+        % (d.get("machine", "?"), d.get("ray", "?"), d.get("date", "?"),
+           "stopping at a mean return >= %g" % d.get("goal", 450) if d.get("goal", 450) <= 500
+           else "no early stop (CartPole's return is at most 500)",
            format(d.get("max_steps", 0), ","))
     )
     L.append("")
     runs = d.get("runs") or []
+    ls = learning_summary(runs, d.get("target", 450.0)) if runs else None
+    if ls and all(len(v["seeds"]) >= 3 for v in ls["buffers"].values()) and len(ls["buffers"]) == 2:
+        bx, br = ls["buffers"]["exreplay"], ls["buffers"]["rllib"]
+        L.append("### Learning over %d seeds" % len(bx["seeds"]))
+        L.append("")
+        L.append(
+            "Seeds %s for each buffer, %s environment steps each (a fixed budget, no early stop), mean ± standard "
+            "deviation over the seeds of RLlib's smoothed mean episode return:"
+            % (", ".join(map(str, bx["seeds"])), format(ls["budget"], ","))
+        )
+        L.append("")
+        L.append("| env steps | exreplay | RLlib's buffer |")
+        L.append("| --- | --- | --- |")
+        for (m, mx, sx), (_, mr, sr) in zip(bx["curve"], br["curve"]):
+            L.append("| %s | %.0f ± %.0f | %.0f ± %.0f |" % (format(m, ","), mx, sx, mr, sr))
+        fx, fr = bx["first_mean_std_n"], br["first_mean_std_n"]
+
+        def _first(f, v):
+            reached = "%d of %d seeds" % (f[2], len(v["seeds"]))
+            if f[2]:
+                reached += ", at %s ± %s env steps" % (format(round(f[0]), ","), format(round(f[1]), ","))
+            return reached
+
+        L.append("")
+        L.append(
+            "Mean return over the whole run (per run, then over seeds): exreplay %.0f ± %.0f, RLlib's buffer "
+            "%.0f ± %.0f; difference %.0f, exact permutation test over the %d + %d runs p = %.2f. Reached a "
+            "mean return of %g within the budget: exreplay %s; RLlib's buffer %s."
+            % (bx["auc_mean_std"][0], bx["auc_mean_std"][1], br["auc_mean_std"][0], br["auc_mean_std"][1],
+               ls["auc_diff"], len(bx["seeds"]), len(br["seeds"]), ls["auc_p"], ls["target"],
+               _first(fx, bx), _first(fr, br))
+        )
+        L.append("")
     if runs:
-        L.append("| buffer | seed | goal reached at (env steps) | iterations | replay time, median per iteration "
-                 "| of which sample | median iteration wall time |")
+        target = d.get("target", d.get("goal", 450))
+        L.append("| buffer | seed | mean return %g first at (env steps) | iterations | replay time, median per "
+                 "iteration | of which sample | median iteration wall time |" % target)
         L.append("| --- | --- | --- | --- | --- | --- | --- |")
         by = {}
         for r in runs:
@@ -211,7 +313,7 @@ def markdown_section(d):
             calls = max(r["buffer_calls"].get("sample", 0), 1)
             share = r["buffer_s"]["sample"] / max(sum(r["buffer_s"].values()), 1e-12)
             L.append("| %s | %d | %s | %d | %.1f ms | %.0f%% (%.2f ms per call) | %.2f s |" % (
-                r["buffer"], r["seed"], _fmt_steps(r["reached_at_env_steps"]), r["iterations"],
+                r["buffer"], r["seed"], _fmt_steps(_first_at(r["curve"], target)), r["iterations"],
                 r["replay_ms_per_iter_median"] or float("nan"), 100 * share,
                 1000 * r["buffer_s"]["sample"] / calls, r["iter_s_median"]))
         L.append("")
@@ -265,10 +367,13 @@ def markdown_section(d):
         L.append(
             "exreplay's `sample` is %.2fx the floor (%.0f of its %.0f µs are the episode objects; the median of "
             "the per-repeat ratio is %.2fx). `sample` must also feed RLlib's metrics logger "
-            "(`_update_sample_metrics`, read by `get_metrics` after every DQN sample): %.0f µs per call here. "
-            "Counting that with the episode objects, the floor is %.0f µs and exreplay's `sample` is %.2fx it."
+            "(the values of `_update_sample_metrics`, read by `get_metrics` after every DQN sample): %.0f µs per "
+            "call here as exreplay does it (pushed straight into RLlib's Stats objects after the first call; "
+            "RLlib's own method takes %s µs). Counting that with the episode objects, the floor is %.0f µs and "
+            "exreplay's `sample` is %.2fx it."
             % (x["sample_us"] / c["floor_us"], c["floor_us"], x["sample_us"],
-               c.get("sample_over_floor_median", float("nan")), m, c["floor_us"] + m,
+               c.get("sample_over_floor_median", float("nan")), m,
+               "%.0f" % c["metrics_rllib_us"] if "metrics_rllib_us" in c else "?", c["floor_us"] + m,
                x["sample_us"] / (c["floor_us"] + m))
         )
         L.append("")
@@ -295,10 +400,13 @@ def markdown_section(d):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    ap.add_argument("--goal", type=float, default=450.0)
-    ap.add_argument("--max-steps", type=int, default=150_000)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    ap.add_argument("--goal", type=float, default=float("inf"),
+                    help="stop a run at this mean return (default: never, a fixed budget)")
+    ap.add_argument("--max-steps", type=int, default=30_000)
     ap.add_argument("--repeats", type=int, default=300)
+    ap.add_argument("--target", type=float, default=450.0,
+                    help="the return whose first crossing the learning summary reports")
     ap.add_argument("--skip-learning", action="store_true")
     ap.add_argument("--reuse", default=None, help="directory with {buffer}_{seed}.json runs to reuse")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "rllib.json"))
@@ -314,6 +422,7 @@ def main(argv=None):
         "seeds": a.seeds,
         "goal": a.goal,
         "max_steps": a.max_steps,
+        "target": a.target,
         "runs": [],
     }
     if not a.skip_learning:

@@ -184,6 +184,7 @@ class ExperienceReplay:
 
     # --- recording (GIL released) ---
     def new_episode(self) -> int: ...
+    def remove_episode(self, h: SupportsIndex, /) -> None: ...
     def record(
         self,
         h: SupportsIndex | None,

@@ -930,6 +930,14 @@ class ReferenceReplay:
             final = None if ep.final_state is None else _copy_item(ep.final_state)
             return EpisodeData(state, action, reward, final, ep.ended, ep.terminated, extras)
 
+    def remove_episode(self, h):
+        """Evict episode h now, as capacity would; ValueError if it is not held."""
+        with self._lock:
+            h = _int_arg("h", h)
+            if h not in self._episodes:
+                raise ValueError(f"h: expected the handle of an episode held, got {h}")
+            self._remove_locked(h)
+
     # -- episodes and records ----------------------------------------------
 
     def new_episode(self):
@@ -1457,7 +1465,17 @@ class ReferenceReplay:
                 self._episodes[self._ahead[0]].sampled = False
                 self._behind.append(self._ahead.popleft())
                 self._wrap_locked()
-        h = self._ahead.popleft()
+        self._remove_locked(self._ahead[0])
+
+    def _remove_locked(self, h):
+        # h leaves the eviction order; under the hand, the hand moves on to
+        # the next episode (wrapping after the newest)
+        if self._ahead and self._ahead[0] == h:
+            self._ahead.popleft()
+        elif h in self._ahead:
+            self._ahead.remove(h)
+        else:
+            self._behind.remove(h)
         self._wrap_locked()
         ep = self._episodes[h]
         for pos in range(len(ep.pick_index)):

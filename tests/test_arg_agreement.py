@@ -157,6 +157,7 @@ BATCH_ARGS = {
     "ps": lambda b, h, u, p, v: b.get_batch(2, v),
     "out": lambda b, h, u, p, v: b.get_batch(2, u, out=v),
     "episode": lambda b, h, u, p, v: b.episode(v),
+    "remove_episode": lambda b, h, u, p, v: b.remove_episode(v),
 }
 
 SET_PRIORITY_ARGS = {

@@ -522,6 +522,17 @@ class DifferentialMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.c is not None)
     @rule(data=st.data())
+    def remove_episode(self, data):
+        h = self._draw_handle(data)
+        if h is not None and h in self.r._handles():
+            self.c.remove_episode(h)
+            self.r.remove_episode(h)
+        else:  # evicted, removed, never created, or None
+            self._same_error("remove_episode(%r)" % (h,), lambda: self.c.remove_episode(h),
+                             lambda: self.r.remove_episode(h))
+
+    @precondition(lambda self: self.c is not None)
+    @rule(data=st.data())
     def compare_episode(self, data):
         live = self.r._handles()
         if not live:

@@ -238,6 +238,22 @@ def churner(run, buf, L, seed, max_mine=None):
         buf.remove_pick_selector(ps)
 
 
+def remover(run, buf, seed, newest=0.5, pause=0.001):
+    """Removes episodes now and then, often the newest (the one a writer is
+    most likely copying into); losing a race to eviction is a ValueError."""
+    rng = random.Random(seed)
+    while not run.stop.is_set():
+        hs = buf._handles()
+        if hs:
+            h = hs[-1] if rng.random() < newest else rng.choice(hs)
+            try:
+                buf.remove_episode(h)
+                run.counts["removed"] += 1
+            except ValueError as e:
+                assert str(e).startswith("h: expected the handle of an episode held"), str(e)
+        run.stop.wait(pause)
+
+
 def inspector(run, buf, seed):
     """Readers of the introspection API, racing the writers."""
     rng = random.Random(seed)
@@ -286,12 +302,13 @@ def test_stress_record_sample_update_churn(eviction):
     run.spawn("updater", updater, run, buf, pr, recent, 3)
     run.spawn("churner", churner, run, buf, L, 4)
     run.spawn("inspector", inspector, run, buf, 5)
+    run.spawn("remover", remover, run, buf, 6, 0.5, 0.005)
     run.run(DURATION)
     buf._check()
     c = run.counts
     print(dict(c))
     assert c["records"] > buf.capacity, c  # eviction really ran
-    assert c["batches"] > 0 and c["asked"] > 0 and c["churn"] > 0, c
+    assert c["batches"] > 0 and c["asked"] > 0 and c["churn"] > 0 and c["removed"] > 0, c
     assert len(buf) <= buf.capacity
     # still fully usable afterwards
     for ps in (u, pr, pr2):
@@ -431,9 +448,12 @@ def test_get_batch_with_big_frames_concurrent_with_record():
     run.spawn("w1", w, 1)
     run.spawn("s0", s, 10, u)
     run.spawn("s1", s, 11, pr)
+    # removes the newest episode most of the time: one a writer copies into
+    run.spawn("r", remover, run, buf, 12, 0.9, 0.002)
     run.run(DURATION)
     print(dict(run.counts))
     assert run.counts["records"] > buf.capacity and run.counts["batches"] > 0, run.counts
+    assert run.counts["removed"] > 0, run.counts
     buf._check()
     check_frames(buf.get_batch(64, u), L)
 

@@ -40,10 +40,16 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 import exreplay
 from exreplay._spaces import spec_for_spaces
 
-__all__ = ["EpisodeReplayBuffer", "PrioritizedEpisodeReplayBuffer"]
+__all__ = [
+    "EpisodeReplayBuffer",
+    "PrioritizedEpisodeReplayBuffer",
+    "DQN",
+    "ReplayBufferCheckpoints",
+]
 
-# get_state() format version (the dict's "exreplay_state_version").
-_STATE_VERSION = 1
+# get_state() format version (the dict's "exreplay_state_version"). 2: the
+# ExperienceReplay is unbounded and the adapter evicts (RLlib's capacity rule).
+_STATE_VERSION = 2
 # Redraw rounds for rows whose pick is shorter than the n-step drawn for it.
 _MAX_REDRAW_ROUNDS = 1000
 
@@ -74,6 +80,47 @@ def _n_step_bounds(n_step) -> Tuple[int, int, bool]:
     return int(n_step), int(n_step), False
 
 
+class _ProbeLogger:
+    """Stands in for a MetricsLogger: records what is logged."""
+
+    def __init__(self):
+        self.calls = []
+
+    def log_value(self, key, value, **kwargs):
+        self.calls.append((key, value))
+
+
+# Distinct probe values for (B, episodes, steps, mean n, resamples); steps / B is the sixth source.
+_PROBE = (1009, 1013, 1019, 1021.5, 1031)
+
+
+def _metrics_plan(buf):
+    """[(key, source)] of the values RLlib's _update_sample_metrics logs, in order.
+
+    Learned by calling it with probe values on a recording logger; source
+    indexes (B, n_eps, n_steps, mean_n, resamples, n_steps / B).  None if a
+    logged value is none of those (the fast path is then not used).
+    """
+    real = buf.metrics
+    probe = _ProbeLogger()
+    buf.metrics = probe
+    try:
+        buf._rllib_sample_metrics(*_PROBE)
+    except Exception:  # noqa: BLE001 - anything unexpected: no fast path
+        return None
+    finally:
+        buf.metrics = real
+    B, e, st, mn, rs = _PROBE
+    sources = {B: 0, e: 1, st: 2, mn: 3, rs: 4, st / B: 5}
+    plan = []
+    for key, value in probe.calls:
+        src = sources.get(value) if isinstance(value, (int, float)) else None
+        if src is None:
+            return None
+        plan.append((key, src))
+    return plan
+
+
 class _Running:
     """An episode that is still open: its handle, steps held, last observation."""
 
@@ -83,6 +130,20 @@ class _Running:
         self.h = h
         self.length = length
         self.last_obs = last_obs
+
+
+def _episode_list(episodes):
+    """add's argument as a list of SingleAgentEpisode (TypeError otherwise)."""
+    if isinstance(episodes, SingleAgentEpisode):
+        return [episodes]
+    episodes = list(episodes)
+    for eps in episodes:
+        if not isinstance(eps, SingleAgentEpisode):
+            raise TypeError(
+                "episodes: expected SingleAgentEpisode objects (multi-agent episodes are "
+                "not supported), got %s" % type(eps).__name__
+            )
+    return episodes
 
 
 class _ExreplayEpisodeBuffer:
@@ -140,21 +201,26 @@ class _ExreplayEpisodeBuffer:
         self._sel = None
         self._running: Dict[Any, _Running] = {}
         self._h_id: Dict[int, Any] = {}
+        self._id_count: Dict[Any, int] = {}  # id_ -> episodes held with it
         self._h_min = 0  # smallest live handle: FIFO evicts in handle order
         self._next_h = 0  # one past the largest handle recorded into
         self._end_len = np.full(64, -1, np.int64)  # per handle: length once ended
         self._last_epi = np.empty(0, np.int64)
         self._last_pos = np.empty(0, np.int64)
         self._gamma_pows = None
+        self._metrics_fast = None  # see _log_sample_metrics
         if (observation_space is None) != (action_space is None):
             raise ValueError("observation_space and action_space: give both or neither")
         if observation_space is not None:
             self._build(spec_for_spaces(observation_space, action_space))
 
     def _build(self, spec: Dict[str, Any]) -> None:
+        # Unbounded: the adapter evicts whole episodes itself with
+        # remove_episode, by RLlib's rule (see add), which lets the newest
+        # episode exceed the capacity until the next add.
         self._buf = exreplay.ExperienceReplay(
             reward_dtype="float64",
-            capacity=self.capacity,
+            capacity=None,
             pick_len=self._n_max,
             allow_short=self._n_max > 1,
             eviction="fifo",
@@ -234,10 +300,64 @@ class _ExreplayEpisodeBuffer:
         if evicted > 0:
             for h in range(self._h_min, h_min):
                 id_ = self._h_id.pop(h, None)
+                self._forget_id(id_)
                 run = self._running.get(id_)
                 if run is not None and run.h == h:
                     del self._running[id_]
             self._h_min = h_min
+        return evicted
+
+    def _evict_oldest(self) -> int:
+        """Removes the oldest episode held (the smallest handle); returns its timesteps."""
+        h = self._h_min
+        before = len(self._buf)
+        self._buf.remove_episode(h)
+        id_ = self._h_id.pop(h, None)
+        self._forget_id(id_)
+        run = self._running.get(id_)
+        if run is not None and run.h == h:
+            del self._running[id_]
+        self._h_min = h + 1
+        return before - len(self._buf)
+
+    def _forget_id(self, id_) -> None:
+        c = self._id_count.get(id_, 0)
+        if c > 1:
+            self._id_count[id_] = c - 1
+        elif c:
+            del self._id_count[id_]
+
+    def _evict_before_add(self, episodes) -> set:
+        """RLlib's prioritized buffer's eviction, done before the fragments are recorded.
+
+        The new fragments' timesteps count from the start; the oldest
+        episodes held are evicted while over capacity and more than one
+        episode (held or new, by id) would remain.  Returns the ids of the
+        evicted episodes, whose fragments in this add are then dropped
+        (their timesteps uncounted), as RLlib drops them.  Where RLlib would
+        pop from an empty deque (several new episodes over capacity and
+        nothing older to evict), the new episodes are all kept until the
+        next add.
+        """
+        if self._buf is None:
+            return set()
+        ts = len(self._buf) + sum(len(e) for e in episodes)
+        if ts <= self.capacity:
+            return set()
+        new_len = {}
+        for e in episodes:
+            new_len.setdefault(e.id_, len(e))  # RLlib subtracts the first fragment's length
+        # |held ids ∪ new ids|, less one per id evicted (O(1) per add while nothing is evicted)
+        remaining = len(self._id_count) + sum(1 for i in new_len if i not in self._id_count)
+        evicted = set()
+        while ts > self.capacity and remaining != 1 and self._buf.num_episodes:
+            id_ = self._h_id.get(self._h_min)
+            ts -= self._evict_oldest()
+            if id_ not in evicted:
+                evicted.add(id_)
+                remaining -= 1
+            if id_ in new_len:
+                ts -= new_len[id_]
         return evicted
 
     def _set_end(self, h: int, length: int) -> None:
@@ -258,34 +378,41 @@ class _ExreplayEpisodeBuffer:
         Each fragment goes in with one ``record_many``; a fragment whose
         ``id_`` names an episode still held and open continues it.  The
         steps get priority ``weight`` (``None``: the selector's maximum so
-        far).  Whole episodes are evicted, oldest first, while more than
-        ``capacity`` timesteps are held.  Raises TypeError/ValueError for
-        observations or actions the buffer cannot hold, before recording
+        far).  Whole episodes are evicted, oldest first, by RLlib's rule for
+        the class (docs/rllib.md, "Capacity"): the uniform buffer after each
+        fragment, while more than ``capacity`` timesteps are held and more
+        than one episode; the prioritized one before recording, counting the
+        new timesteps, while over capacity and more than one episode would
+        remain (a fragment of an episode evicted then is dropped).  Either
+        way the newest episode is never evicted, so one longer than the
+        capacity stays whole until the next add.  Raises TypeError/ValueError
+        for observations or actions the buffer cannot hold, before recording
         the offending fragment.
         """
-        if isinstance(episodes, SingleAgentEpisode):
-            episodes = [episodes]
+        episodes = _episode_list(episodes)
         len_before = len(self._buf) if self._buf is not None else 0
         self._refresh_evicted()
         h_min_before = self._h_min
         steps_added = 0
         episodes_added = 0
+        dropped = self._evict_before_add(episodes) if self._prioritized else ()
         for eps in episodes:
+            if eps.id_ in dropped:
+                continue
             steps, new = self._add_fragment(eps, weight)
             steps_added += steps
             episodes_added += new
+            if not self._prioritized:
+                while len(self._buf) > self.capacity and self._buf.num_episodes > 1:
+                    self._evict_oldest()
         self._num_timesteps_added += steps_added
         n_evicted = self._h_min - h_min_before
         steps_evicted = len_before + steps_added - (len(self._buf) if self._buf is not None else 0)
-        self._add_metrics(episodes_added, steps_added, n_evicted, steps_evicted)
+        self._report_add(episodes_added, steps_added, n_evicted, steps_evicted)
 
     def _add_fragment(self, eps, weight):
-        """Records one episode or fragment; (steps recorded, 1 if it began a new episode)."""
-        if not isinstance(eps, SingleAgentEpisode):
-            raise TypeError(
-                "episodes: expected SingleAgentEpisode objects (multi-agent episodes are "
-                "not supported), got %s" % type(eps).__name__
-            )
+        """One fragment recorded (continuing its episode if held and open):
+        (steps recorded, 1 if it started an episode in the buffer else 0)."""
         T = len(eps)
         run = self._running.get(eps.id_)
         if T == 0:
@@ -299,21 +426,14 @@ class _ExreplayEpisodeBuffer:
         rew = np.asarray(eps.get_rewards(), dtype=np.float64)
         if self._buf is None:
             self._build(self._spec_from_episode(eps, obs, act))
-        h = None
-        if run is not None and self._h_min <= run.h:
-            h = run.h
+        h = run.h if run is not None and self._h_min <= run.h else None
         done = bool(eps.is_done)
         prios = None if weight is None else np.full(T, float(weight))
-        h2 = self._buf.record_many(
-            h,
-            obs[:-1],
-            act,
-            rew,
-            final_state=obs[-1] if done else None,
-            terminated=bool(eps.is_terminated),
-            priorities=prios,
-        )
+        h2 = self._buf.record_many(h, obs[:-1], act, rew, final_state=obs[-1] if done else None,
+                                   terminated=bool(eps.is_terminated), priorities=prios)
         self._next_h = max(self._next_h, h2 + 1)
+        if h2 not in self._h_id:
+            self._id_count[eps.id_] = self._id_count.get(eps.id_, 0) + 1
         self._h_id[h2] = eps.id_
         if h2 == h:
             length = run.length + T
@@ -326,10 +446,10 @@ class _ExreplayEpisodeBuffer:
             self._set_end(h2, length)
         else:
             self._running[eps.id_] = _Running(h2, length, obs[-1])
-        self._refresh_evicted()
         return T, int(h2 != h)
 
-    def _add_metrics(self, episodes_added, steps_added, n_evicted, steps_evicted):
+    def _report_add(self, episodes_added, steps_added, n_evicted, steps_evicted):
+        """RLlib's add metrics, as its own buffer reports them."""
         self._update_add_metrics(
             num_episodes_added=episodes_added,
             num_env_steps_added=steps_added,
@@ -385,10 +505,19 @@ class _ExreplayEpisodeBuffer:
         B, lo, hi, random_n, beta = self._sample_args(
             num_items, batch_size_B, batch_length_T, n_step, beta, include_infos,
             include_extra_model_outputs, sample_episodes, lookback, min_batch_length_T)
-        arrays, n, resamples = self._draw(B, lo, hi, random_n, n_step)
-        epi, pos = arrays[6], arrays[7]
+        state, action, reward, state_next, seq_len, seq_len_next, epi, pos, n, resamples = (
+            self._draw(B, lo, hi, random_n, n_step)
+        )
         weight = self._weights(epi, pos, beta, B)
-        obs0, obs_n, act0, ret, terminated, truncated = self._n_step_transitions(arrays, n, gamma, B)
+        ret = self._n_step_returns(reward, n, gamma, B)
+        obs0 = state[:, 0]
+        obs_n = state_next[np.arange(B), n - 1]
+        act0 = action[:, 0]
+        terminated = (n == seq_len) & (seq_len_next < seq_len)
+        if len(self._end_len) < self._next_h:
+            self._set_end(self._next_h - 1, -1)  # grows the table to every handle
+        truncated = ~terminated & (self._end_len[epi] == pos + n)
+
         out = _episodes_from_arrays(
             obs0, obs_n, act0, ret, terminated, truncated, weight, n, pos, to_numpy
         )
@@ -396,12 +525,12 @@ class _ExreplayEpisodeBuffer:
         self.sampled_timesteps += B
 
         el, pl = epi.tolist(), pos.tolist()
-        self._log_sample_metrics(B, len(set(el)), len(set(zip(el, pl))), float(n.mean()), resamples)
+        self._log_sample_metrics(B, len(set(el)), len(set(zip(el, pl))), float(n.sum()) / B, resamples)
         return out
 
     def _sample_args(self, num_items, batch_size_B, batch_length_T, n_step, beta, include_infos,
                      include_extra_model_outputs, sample_episodes, lookback, min_batch_length_T):
-        """sample()'s arguments checked: (B, lo, hi, random_n, beta)."""
+        """sample's arguments checked: (B, lo, hi, random_n, beta)."""
         if include_infos or include_extra_model_outputs:
             raise ValueError(
                 "include_infos/include_extra_model_outputs: exreplay's RLlib buffers store "
@@ -444,41 +573,6 @@ class _ExreplayEpisodeBuffer:
             raise ValueError("beta: expected a finite number >= 0, got %r" % (beta,))
         return B, lo, hi, random_n, beta
 
-    def _draw(self, B, lo, hi, random_n, n_step):
-        """B picks and an n for each, no pick shorter than its n: (arrays, n, resamples)."""
-        b = self._buf.get_batch(B, self._sel)
-        state, action, reward, state_next = b.state, b.action, b.reward, b.state_next
-        seq_len, seq_len_next, epi, pos = b.seq_len, b.seq_len_next, b.pick_epi, b.pick_pos
-        if random_n:
-            n = self.rng.integers(lo, hi + 1, size=B)
-        else:
-            n = np.full(B, lo, np.int64)
-        short = seq_len < n
-        resamples = 0
-        if short.any():
-            # A pick shorter than the n drawn for it (near an episode's end):
-            # redraw those rows, as RLlib's buffer rejects and redraws them.
-            state, action, reward, state_next = state.copy(), action.copy(), reward.copy(), state_next.copy()
-            seq_len, seq_len_next, epi, pos = seq_len.copy(), seq_len_next.copy(), epi.copy(), pos.copy()
-            for _ in range(_MAX_REDRAW_ROUNDS):
-                rows = np.flatnonzero(short)
-                if rows.size == 0:
-                    break
-                resamples += rows.size
-                r = self._buf.get_batch(int(rows.size), self._sel)
-                state[rows], action[rows], reward[rows], state_next[rows] = r.state, r.action, r.reward, r.state_next
-                seq_len[rows], seq_len_next[rows] = r.seq_len, r.seq_len_next
-                epi[rows], pos[rows] = r.pick_epi, r.pick_pos
-                if random_n:
-                    n[rows] = self.rng.integers(lo, hi + 1, size=rows.size)
-                short = seq_len < n
-            else:
-                raise ValueError(
-                    "sample: no transition with n_step=%r found in %d draws: the episodes held "
-                    "are shorter than the n-step" % (n_step, resamples)
-                )
-        return (state, action, reward, state_next, seq_len, seq_len_next, epi, pos), n, resamples
-
     def _weights(self, epi, pos, beta, B):
         """Importance weights as RLlib computes them: (N P(i))**-beta over the
         largest such weight, (N P_min)**-beta, which is (leaf_min / leaf_i)**beta
@@ -488,32 +582,101 @@ class _ExreplayEpisodeBuffer:
             return (min_leaf / self._buf.stored_priorities(self._sel, epi, pos)) ** beta
         return np.ones(B)
 
-    def _n_step_transitions(self, arrays, n, gamma, B):
-        """(obs0, obs_n, act0, n-step return, terminated, truncated) of each row."""
-        state, action, reward, state_next, seq_len, seq_len_next, epi, pos = arrays
-        # n-step returns, next observations and end flags, vectorised.
+    def _n_step_returns(self, reward, n, gamma, B):
+        """sum_k gamma**k r_{t+k} (k < n) of each row, from a table of discounts."""
         L = reward.shape[1]
-        if self._gamma_pows is None or self._gamma_pows[0] != gamma or len(self._gamma_pows[1]) != L:
-            self._gamma_pows = (gamma, float(gamma) ** np.arange(L, dtype=np.float64))
-        pows = self._gamma_pows[1]
+        g = self._gamma_pows
+        if g is None or g[0] != gamma or g[1].shape[1] != L:
+            # row k: gamma**j for j < k, else 0 (the discounts of a k-step return)
+            j = np.arange(L)
+            table = np.where(j[None, :] < np.arange(L + 1)[:, None], float(gamma) ** j, 0.0)
+            g = self._gamma_pows = (gamma, table)
         if L == 1:
-            ret = reward[:, 0].astype(np.float64)
+            return reward[:, 0].astype(np.float64)
+        return (reward * g[1][n]).sum(axis=1)
+
+    def _draw(self, B, lo, hi, random_n, n_step):
+        """B transitions: (state, action, reward, state_next, seq_len, seq_len_next,
+        pick_epi, pick_pos) arrays of B rows, the n of each row, and the rejected draws.
+
+        A row whose pick is shorter than the n drawn for it (near an
+        episode's end) is rejected, as RLlib rejects and redraws it.  Each
+        draw takes a few rows more than it needs and keeps the first ones
+        that fit, so a rejection rarely costs a second draw: the rows kept
+        are the first B acceptances of a sequence of independent (pick, n)
+        draws, which is what redrawing each rejected row gives too.
+        """
+        check = self._n_max > 1  # with picks of one step every row fits
+        extra = max(2, B >> 3) if check else 0
+        parts = []
+        have = 0
+        resamples = 0
+        for _ in range(_MAX_REDRAW_ROUNDS):
+            want = B - have
+            m = want + extra
+            r = self._buf.get_batch(m, self._sel)
+            n = self.rng.integers(lo, hi + 1, size=m) if random_n else np.full(m, lo, np.int64)
+            if not check:
+                parts.append((r, slice(0, want), n[:want]))
+                break
+            ok = r.seq_len >= n
+            if ok[:want].all():
+                parts.append((r, slice(0, want), n[:want]))
+                break
+            idx = np.flatnonzero(ok)
+            if idx.size >= want:
+                resamples += int(idx[want - 1]) + 1 - want
+                idx = idx[:want]
+            else:
+                resamples += m - idx.size
+            if idx.size:
+                parts.append((r, idx, n[idx]))
+                have += idx.size
+            if have == B:
+                break
         else:
-            mask = np.arange(L)[None, :] < n[:, None]
-            ret = np.where(mask, reward * pows, 0.0).sum(axis=1)
-        rows = np.arange(B)
-        obs0 = state[:, 0]
-        obs_n = state_next[rows, n - 1]
-        act0 = action[:, 0]
-        at_end = n == seq_len
-        terminated = at_end & (seq_len_next < seq_len)
-        end_len = self._end_len[np.minimum(epi, len(self._end_len) - 1)]
-        end_len = np.where(epi < len(self._end_len), end_len, -1)
-        truncated = ~terminated & (end_len == pos + n)
-        return obs0, obs_n, act0, ret, terminated, truncated
+            raise ValueError(
+                "sample: no transition with n_step=%r found in %d draws: the episodes held "
+                "are shorter than the n-step" % (n_step, resamples)
+            )
+        fields = ("state", "action", "reward", "state_next", "seq_len", "seq_len_next",
+                  "pick_epi", "pick_pos")
+        if len(parts) == 1:
+            r, rows, n = parts[0]
+            return tuple(getattr(r, f)[rows] for f in fields) + (n, resamples)
+        cols = tuple(np.concatenate([getattr(r, f)[rows] for r, rows, _ in parts]) for f in fields)
+        return cols + (np.concatenate([nn for _, _, nn in parts]), resamples)
 
     def _log_sample_metrics(self, B, n_eps, n_steps, mean_n, resamples):
-        """RLlib's sample metrics (get_metrics), under the keys RLlib's buffer uses."""
+        """RLlib's sample metrics (get_metrics), under the keys RLlib's buffer uses.
+
+        RLlib's ``_update_sample_metrics`` logs about twenty values, each
+        through ``MetricsLogger.log_value`` (a key lookup and a lock), which
+        costs about as much as a fifth of the episode objects ``sample``
+        must return.  The first call goes through it; the values it logs
+        are then matched to their sources (see _metrics_plan), and later
+        calls push the same values into the same Stats objects directly.
+        Anything unexpected (another Ray version logging other values, a
+        logger reset or restored) falls back to RLlib's own call.
+        """
+        fast = self._metrics_fast
+        st = self.metrics.stats
+        if fast is not None and fast[0] is st and fast[1] == len(st):
+            vals = (B, n_eps, n_steps, mean_n, resamples, n_steps / B)
+            for push, src in fast[2]:
+                push(vals[src])
+            return
+        self._rllib_sample_metrics(B, n_eps, n_steps, mean_n, resamples)
+        self._metrics_fast = None
+        plan = _metrics_plan(self)
+        if plan is not None:
+            try:
+                pushes = [(self.metrics._get_key(key).push, src) for key, src in plan]
+            except Exception:  # noqa: BLE001 - a logger without the private lookup: slow path
+                return
+            self._metrics_fast = (st, len(st), pushes)
+
+    def _rllib_sample_metrics(self, B, n_eps, n_steps, mean_n, resamples):
         self._update_sample_metrics(
             num_env_steps_sampled=B,
             num_episodes_per_sample=n_eps,
@@ -578,6 +741,7 @@ class _ExreplayEpisodeBuffer:
             "buffer": None if self._buf is None else self._buf.serialize(level=1),
             "selector": None if self._sel is None else int(self._sel),
             "alpha": self._alpha,
+            "capacity": self.capacity,
             "n_max": self._n_max,
             "h_min": self._h_min,
             "next_h": self._next_h,
@@ -613,6 +777,9 @@ class _ExreplayEpisodeBuffer:
         self._h_min = state["h_min"]
         self._next_h = state["next_h"]
         self._h_id = dict(state["h_id"])
+        self._id_count = {}
+        for id_ in self._h_id.values():
+            self._id_count[id_] = self._id_count.get(id_, 0) + 1
         self._running = {k: _Running(h, n, o) for k, h, n, o in state["running"]}
         self._end_len = np.full(max(64, self._next_h), -1, np.int64)
         if state["end_len"] is not None:
@@ -622,8 +789,7 @@ class _ExreplayEpisodeBuffer:
         self._num_timesteps_added = state["_num_timesteps_added"]
         self.sampled_timesteps = state["sampled_timesteps"]
         self.rng.bit_generator.state = state["rng"]
-        if buf is not None:
-            self.capacity = buf.capacity
+        self.capacity = state["capacity"]
 
     def __repr__(self) -> str:
         return "<%s capacity=%d n_step<=%d timesteps=%d episodes=%d%s>" % (
@@ -759,3 +925,7 @@ class PrioritizedEpisodeReplayBuffer(_ExreplayEpisodeBuffer, _RLlibPrioritizedEp
         self._buf.set_priority(self._sel, self._last_epi, self._last_pos, p)
         self._last_epi = np.empty(0, np.int64)
         self._last_pos = np.empty(0, np.int64)
+
+
+# Checkpoints that hold the buffer (imported last: it imports RLlib's DQN).
+from exreplay.rllib.checkpoint import DQN, ReplayBufferCheckpoints  # noqa: E402

@@ -106,6 +106,12 @@ exr_status exr_buffer_record_locked(exr_buffer *b, int64_t h, const exr_steps *i
 #define EXR_COPY_UNLOCKED ((size_t)8 << 10)
 exr_status exr_buffer_record(exr_buffer *b, int64_t h, const exr_steps *in, int64_t *out_h);
 
+/* Evicts episode h now, as capacity would: its picks leave the table and
+ * every selector, its records the count. A record call copying into h
+ * finishes first (the lock released meanwhile). EXR_ENOTFOUND if h is not
+ * held (nothing changes). O(n + m * S * log N) for n records, m picks. */
+exr_status exr_buffer_remove_episode_locked(exr_buffer *b, int64_t h);
+
 /* Waits (the lock released meanwhile) until no record call is copying:
  * every row is then published. serialize and save call it first. */
 void exr_buffer_quiesce_locked(exr_buffer *b);

@@ -146,6 +146,18 @@ PyDoc_STRVAR(exr_doc_episode,
 "  created).\n"
 "GIL: held while copying. O(n).");
 
+PyDoc_STRVAR(exr_doc_remove_episode,
+"remove_episode($self, h, /)\n--\n\n"
+"Evicts episode h now, as capacity would: its records leave len(buf), its\n"
+"picks leave every selector (their priorities with them), and a record into\n"
+"h afterwards starts a new episode. A record call copying into h in another\n"
+"thread finishes first. The removal is not logged (like an eviction).\n\n"
+"Args: h: an episode handle.\n"
+"Returns: None.\n"
+"Raises: TypeError (h not an int), ValueError (h not held: evicted, removed\n"
+"  or never created); the buffer is then unchanged.\n"
+"GIL: released. O(n + m S log N) for n records, m picks, S selectors.");
+
 PyDoc_STRVAR(exr_doc_serialize,
 "serialize($self, level=6)\n--\n\n"
 "The whole buffer as bytes: configuration, episodes, picks, selectors with\n"

@@ -340,6 +340,8 @@ static PyMethodDef replay_methods[] = {
      exr_doc_set_priority},
     {"episode", (PyCFunction)replay_episode, METH_O,
      exr_doc_episode},
+    {"remove_episode", (PyCFunction)replay_remove_episode, METH_O,
+     exr_doc_remove_episode},
     {"serialize", (PyCFunction)(void (*)(void))exr_replay_serialize,
      METH_FASTCALL | METH_KEYWORDS,
      exr_doc_serialize},

@@ -44,6 +44,7 @@ PyObject *replay_record(ReplayObject *self, PyObject *const *args, Py_ssize_t na
 PyObject *replay_record_many(ReplayObject *self, PyObject *const *args, Py_ssize_t nargs,
                              PyObject *kwnames);
 PyObject *replay_new_episode(ReplayObject *self, PyObject *unused);
+PyObject *replay_remove_episode(ReplayObject *self, PyObject *ho);
 PyObject *replay_new_pick_selector(ReplayObject *self, PyObject *args, PyObject *kw);
 PyObject *replay_remove_pick_selector(ReplayObject *self, PyObject *ps);
 PyObject *replay_get_batch(ReplayObject *self, PyObject *const *args, Py_ssize_t nargs,

@@ -285,3 +285,25 @@ PyObject *replay_new_episode(ReplayObject *self, PyObject *unused)
         return exr_raise(st, "new_episode");
     return PyLong_FromLongLong(h);
 }
+
+PyObject *replay_remove_episode(ReplayObject *self, PyObject *ho)
+{
+    EXR_GUARD(self, NULL);
+    int64_t h;
+    if (exr_handle_arg(ho, "h", "an int episode handle", &h) < 0)
+        return NULL;
+    exr_status st;
+    Py_BEGIN_ALLOW_THREADS
+    exr_buffer_lock(self->buf);
+    st = exr_buffer_remove_episode_locked(self->buf, h);
+    exr_buffer_unlock(self->buf);
+    Py_END_ALLOW_THREADS
+    if (st == EXR_ENOTFOUND)
+        return PyErr_Format(PyExc_ValueError,
+                            "h: expected the handle of an episode held, got %lld (evicted or "
+                            "never created)",
+                            (long long)h);
+    if (st != EXR_OK)
+        return exr_raise(st, "remove_episode");
+    Py_RETURN_NONE;
+}
