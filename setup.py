@@ -62,29 +62,28 @@ class BuildExt(build_ext):
             if inc not in ext.include_dirs:
                 ext.include_dirs.append(inc)
 
-    def _check_zlib(self):
+    def _builds(self, code, flags=(), link=False):
+        """Whether this compiler compiles code with flags (and links it, if link)."""
         with tempfile.TemporaryDirectory() as tmp:
-            src = os.path.join(tmp, "zlib_check.c")
+            src = os.path.join(tmp, "check.c")
             with open(src, "w") as f:
-                f.write("#include <zlib.h>\nint main(void) { return ZLIB_VERNUM == 0; }\n")
+                f.write(code)
             try:
-                self.compiler.compile([src], output_dir=tmp)
-            except Exception:
-                raise SystemExit("error: " + ZLIB_MISSING) from None
-
-    def _lto_links(self):
-        """Whether this compiler and linker build a shared object with -flto=auto."""
-        with tempfile.TemporaryDirectory() as tmp:
-            src = os.path.join(tmp, "lto_check.c")
-            with open(src, "w") as f:
-                f.write("int exr_lto_check(int x) { return x + 1; }\n")
-            try:
-                objs = self.compiler.compile([src], output_dir=tmp, extra_postargs=LTO)
-                self.compiler.link_shared_object(objs, os.path.join(tmp, "lto_check.so"),
-                                                 extra_postargs=LTO)
+                objs = self.compiler.compile([src], output_dir=tmp, extra_postargs=list(flags))
+                if link:
+                    self.compiler.link_shared_object(objs, os.path.join(tmp, "check.so"),
+                                                     extra_postargs=list(flags))
             except Exception:
                 return False
         return True
+
+    def _check_zlib(self):
+        if not self._builds("#include <zlib.h>\nint main(void) { return ZLIB_VERNUM == 0; }\n"):
+            raise SystemExit("error: " + ZLIB_MISSING)
+
+    def _lto_links(self):
+        """Whether this compiler and linker build a shared object with -flto=auto."""
+        return self._builds("int exr_lto_check(int x) { return x + 1; }\n", LTO, link=True)
 
     def build_extensions(self):
         self._check_zlib()
