@@ -48,10 +48,15 @@ def py_function_lengths(path):
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
 
 
-def test_the_scanner_finds_functions():
-    assert dict(c_function_lengths(os.path.join(ROOT, "src", "core", "rng.c")))
-    names = dict(py_function_lengths(os.path.join(ROOT, "exreplay", "log.py")))
-    assert names["merge"] > 10
+def test_the_scanner_finds_functions(tmp_path):
+    c = tmp_path / "f.c"
+    c.write_text("static int\nadd(int a,\n    int b)\n{\n    return a + b;\n}\n\n"
+                 "void g(void)\n{\n}\n")
+    assert c_function_lengths(str(c)) == [("add", 5), ("g", 3)]
+    p = tmp_path / "f.py"
+    p.write_text('def f():\n    """doc"""\n    return 1\n\n\nclass C:\n    def m(self):\n'
+                 "        pass\n")
+    assert sorted(py_function_lengths(str(p))) == [("f", 3), ("m", 2)]
 
 
 @pytest.mark.skipif(not os.path.isdir(os.path.join(ROOT, "src")), reason="no sources here")

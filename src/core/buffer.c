@@ -13,9 +13,43 @@
 
 /* ---- lifecycle --------------------------------------------------------- */
 
+/* The buffer's locks, initialized; NULL if memory or a pthread call failed. */
+static struct exr_locks *locks_new(void)
+{
+    struct exr_locks *lk = malloc(sizeof *lk);
+    if (!lk)
+        return NULL;
+#ifdef EXR_DEBUG_LOCKS
+    atomic_init(&lk->owner, 0);
+    atomic_init(&lk->shared, 0);
+#endif
+    /* writers first: a stream of overlapping get_batch calls must not
+     * keep a record call out */
+    pthread_rwlockattr_t ra;
+    int ok = pthread_rwlockattr_init(&ra) == 0;
+    if (ok) {
+        pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+        ok = pthread_rwlock_init(&lk->rw, &ra) == 0;
+        pthread_rwlockattr_destroy(&ra);
+    }
+    int mu = ok && pthread_mutex_init(&lk->pin_mu, NULL) == 0;
+    int wait = mu && pthread_mutex_init(&lk->wait_mu, NULL) == 0;
+    if (wait && pthread_cond_init(&lk->published, NULL) == 0)
+        return lk;
+    if (wait)
+        pthread_mutex_destroy(&lk->wait_mu);
+    if (mu)
+        pthread_mutex_destroy(&lk->pin_mu);
+    if (ok)
+        pthread_rwlock_destroy(&lk->rw);
+    free(lk);
+    return NULL;
+}
+
 exr_status exr_buffer_new(const exr_config *cfg, exr_buffer **out)
 {
-    if (cfg->state_bytes == 0 || cfg->extra_bytes > ((size_t)1 << 40) || cfg->pick_len < 1 || cfg->pick_len > EXR_MAX_PICK_LEN ||
+    if (cfg->state_bytes == 0 || cfg->extra_bytes > ((size_t)1 << 40) || cfg->pick_len < 1 ||
+        cfg->pick_len > EXR_MAX_PICK_LEN ||
         (cfg->eviction != EXR_EVICT_FIFO && cfg->eviction != EXR_EVICT_SECOND_CHANCE))
         return EXR_EINVAL;
     exr_buffer *b = calloc(1, sizeof *b);
@@ -24,52 +58,11 @@ exr_status exr_buffer_new(const exr_config *cfg, exr_buffer **out)
     b->cfg = *cfg;
     exr_status st = exr_store_layout_init(&b->lay, cfg->state_bytes, cfg->action_bytes,
                                           cfg->reward_bytes, cfg->extra_bytes, cfg->pick_len);
+    if (st == EXR_OK && !(b->lk = locks_new()))
+        st = EXR_ENOMEM;
     if (st != EXR_OK) {
         free(b);
         return st;
-    }
-    if (!(b->lk = malloc(sizeof *b->lk))) {
-        free(b);
-        return EXR_ENOMEM;
-    }
-#ifdef EXR_DEBUG_LOCKS
-    atomic_init(&b->lk->owner, 0);
-    atomic_init(&b->lk->shared, 0);
-#endif
-    /* writers first: a stream of overlapping get_batch calls must not
-     * keep a record call out */
-    pthread_rwlockattr_t ra;
-    int ok = pthread_rwlockattr_init(&ra) == 0;
-    if (ok) {
-        pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-        ok = pthread_rwlock_init(&b->lk->rw, &ra) == 0;
-        pthread_rwlockattr_destroy(&ra);
-    }
-    if (!ok) {
-        free(b->lk);
-        free(b);
-        return EXR_ENOMEM;
-    }
-    if (pthread_mutex_init(&b->lk->pin_mu, NULL) != 0) {
-        pthread_rwlock_destroy(&b->lk->rw);
-        free(b->lk);
-        free(b);
-        return EXR_ENOMEM;
-    }
-    if (pthread_mutex_init(&b->lk->wait_mu, NULL) != 0) {
-        pthread_mutex_destroy(&b->lk->pin_mu);
-        pthread_rwlock_destroy(&b->lk->rw);
-        free(b->lk);
-        free(b);
-        return EXR_ENOMEM;
-    }
-    if (pthread_cond_init(&b->lk->published, NULL) != 0) {
-        pthread_mutex_destroy(&b->lk->wait_mu);
-        pthread_mutex_destroy(&b->lk->pin_mu);
-        pthread_rwlock_destroy(&b->lk->rw);
-        free(b->lk);
-        free(b);
-        return EXR_ENOMEM;
     }
     exr_episodes_init(&b->eps);
     exr_pick_table_init(&b->picks);
@@ -151,18 +144,26 @@ void exr_assert_locked(const exr_buffer *b, bool exclusive, const char *fn)
 #define note_unlocking(b) ((void)0)
 #endif
 
-void exr_buffer_lock(exr_buffer *b)
+/* Takes rw shared or exclusive, retrying briefly before it sleeps. */
+static void take_rw(exr_buffer *b, bool shared)
 {
+    pthread_rwlock_t *rw = &b->lk->rw;
     int got = 0;
     for (int i = 0; i < LOCK_SPINS && !got; i++) {
-        got = pthread_rwlock_trywrlock(&b->lk->rw) == 0;
+        got = (shared ? pthread_rwlock_tryrdlock(rw) : pthread_rwlock_trywrlock(rw)) == 0;
         if (!got)
             cpu_relax();
     }
-    if (!got)
-        pthread_rwlock_wrlock(&b->lk->rw);
-    note_locked(b, false);
+    if (!got && shared)
+        pthread_rwlock_rdlock(rw);
+    else if (!got)
+        pthread_rwlock_wrlock(rw);
+    note_locked(b, shared);
 }
+
+void exr_buffer_lock(exr_buffer *b) { take_rw(b, false); }
+
+void lock_shared(exr_buffer *b) { take_rw(b, true); }
 
 int exr_buffer_trylock(exr_buffer *b)
 {
@@ -176,19 +177,6 @@ void exr_buffer_unlock(exr_buffer *b)
 {
     note_unlocking(b);
     pthread_rwlock_unlock(&b->lk->rw);
-}
-
-void lock_shared(exr_buffer *b)
-{
-    int got = 0;
-    for (int i = 0; i < LOCK_SPINS && !got; i++) {
-        got = pthread_rwlock_tryrdlock(&b->lk->rw) == 0;
-        if (!got)
-            cpu_relax();
-    }
-    if (!got)
-        pthread_rwlock_rdlock(&b->lk->rw);
-    note_locked(b, true);
 }
 
 /* Waits for the next publish with the storage lock released meanwhile, and

@@ -1,7 +1,8 @@
 /*
  * exr.h - status codes and small helpers shared by every core module.
  *
- * The core never prints, aborts or raises: each fallible function returns an
+ * The core never prints, aborts or raises (except the lock assertions of
+ * debug builds, buffer_impl.h): each fallible function returns an
  * exr_status and leaves its outputs untouched on failure. The binding turns a
  * status into a Python exception in one function (exr_raise_status,
  * src/py/errors.c).

@@ -10,6 +10,34 @@
 #include "replay_impl.h"
 #include "named.h"
 
+/* The ValueError for an episode handle the buffer does not hold. */
+static PyObject *unknown_episode(exr_status st, int64_t h)
+{
+    char got[64];
+    snprintf(got, sizeof got, "%lld (evicted or never created)", (long long)h);
+    return exr_raise_status(st, &(exr_errctx){.op = "episode", .arg = "h",
+                                              .expected = "the handle of an episode held",
+                                              .got = got, .handle = h});
+}
+
+/* The EpisodeData of arrays a[0..4) (stolen once it succeeds) and the
+ * flags; no extras (an empty dict). */
+static PyObject *episode_data(ReplayObject *self, PyObject **a, bool ended, bool terminated)
+{
+    PyObject *x = PyDict_New();
+    PyObject *r = x ? PyStructSequence_New(mstate(self)->episode_type) : NULL;
+    if (!r) {
+        Py_XDECREF(x);
+        return NULL;
+    }
+    for (int i = 0; i < 4; i++)
+        PyStructSequence_SET_ITEM(r, i, a[i]);
+    PyStructSequence_SET_ITEM(r, 4, PyBool_FromLong(ended));
+    PyStructSequence_SET_ITEM(r, 5, PyBool_FromLong(terminated));
+    PyStructSequence_SET_ITEM(r, 6, x);
+    return r;
+}
+
 PyObject *replay_episode(ReplayObject *self, PyObject *ho)
 {
     EXR_GUARD(self, NULL);
@@ -18,66 +46,45 @@ PyObject *replay_episode(ReplayObject *self, PyObject *ho)
         return NULL;
     if (self->sfields || self->xfields)
         return exr_replay_episode_fields(self, h);
-    PyObject *st_a = NULL, *ac_a = NULL, *rw_a = NULL, *fin = NULL;
+    PyObject *a[4] = {NULL, NULL, NULL, NULL}; /* state, action, reward, final state */
     for (;;) {
         uint64_t n;
         bool ended, term, has_final;
         exr_lock_with_gil(self->buf);
         exr_status st = exr_buffer_episode_info_locked(self->buf, h, &n, &ended, &term, &has_final);
         exr_buffer_unlock(self->buf);
-        if (st != EXR_OK) {
-            char got[64];
-            snprintf(got, sizeof got, "%lld (evicted or never created)", (long long)h);
-            return exr_raise_status(st, &(exr_errctx){.op = "episode", .arg = "h",
-                                                      .expected = "the handle of an episode held",
-                                                      .got = got, .handle = h});
-        }
-        st_a = new_array(self->state_descr, (npy_intp)n, self->state_nd, self->state_shape);
-        ac_a = new_array(self->action_descr, (npy_intp)n, self->action_nd, self->action_shape);
-        rw_a = new_array(self->reward_descr, (npy_intp)n, 0, NULL);
-        fin = has_final ? new_array(self->state_descr, -1, self->state_nd, self->state_shape)
-                        : Py_NewRef(Py_None);
-        if (!st_a || !ac_a || !rw_a || !fin)
-            goto error;
+        if (st != EXR_OK)
+            return unknown_episode(st, h);
+        a[0] = new_array(self->state_descr, (npy_intp)n, self->state_nd, self->state_shape);
+        a[1] = new_array(self->action_descr, (npy_intp)n, self->action_nd, self->action_shape);
+        a[2] = new_array(self->reward_descr, (npy_intp)n, 0, NULL);
+        a[3] = has_final ? new_array(self->state_descr, -1, self->state_nd, self->state_shape)
+                         : Py_NewRef(Py_None);
+        if (!a[0] || !a[1] || !a[2] || !a[3])
+            break;
         /* copy under one lock hold, if the episode is still as measured */
         uint64_t n2;
         bool e2, t2, f2;
         exr_lock_with_gil(self->buf);
         st = exr_buffer_episode_info_locked(self->buf, h, &n2, &e2, &t2, &f2);
-        if (st == EXR_OK && n2 == n && f2 == has_final)
+        int same = st == EXR_OK && n2 == n && f2 == has_final;
+        if (same)
             exr_buffer_episode_copy_locked(
-                self->buf, h, PyArray_DATA((PyArrayObject *)st_a),
-                PyArray_DATA((PyArrayObject *)ac_a), PyArray_DATA((PyArrayObject *)rw_a),
-                has_final ? PyArray_DATA((PyArrayObject *)fin) : NULL);
+                self->buf, h, PyArray_DATA((PyArrayObject *)a[0]),
+                PyArray_DATA((PyArrayObject *)a[1]), PyArray_DATA((PyArrayObject *)a[2]),
+                has_final ? PyArray_DATA((PyArrayObject *)a[3]) : NULL);
         exr_buffer_unlock(self->buf);
-        if (st == EXR_OK && n2 == n && f2 == has_final) {
-            PyObject *r = PyStructSequence_New(mstate(self)->episode_type);
-            if (!r)
-                goto error;
-            PyStructSequence_SET_ITEM(r, 0, st_a);
-            PyStructSequence_SET_ITEM(r, 1, ac_a);
-            PyStructSequence_SET_ITEM(r, 2, rw_a);
-            PyStructSequence_SET_ITEM(r, 3, fin);
-            PyStructSequence_SET_ITEM(r, 4, PyBool_FromLong(e2));
-            PyStructSequence_SET_ITEM(r, 5, PyBool_FromLong(t2));
-            PyObject *x = PyDict_New();
-            if (!x) {
-                Py_DECREF(r);
-                return NULL;
-            }
-            PyStructSequence_SET_ITEM(r, 6, x);
-            return r;
+        if (same) {
+            PyObject *r = episode_data(self, a, e2, t2);
+            if (r)
+                return r;
+            break;
         }
-        Py_CLEAR(st_a);
-        Py_CLEAR(ac_a);
-        Py_CLEAR(rw_a);
-        Py_CLEAR(fin);
+        for (int i = 0; i < 4; i++)
+            Py_CLEAR(a[i]);
     }
-error:
-    Py_XDECREF(st_a);
-    Py_XDECREF(ac_a);
-    Py_XDECREF(rw_a);
-    Py_XDECREF(fin);
+    for (int i = 0; i < 4; i++)
+        Py_XDECREF(a[i]);
     return NULL;
 }
 
