@@ -186,6 +186,8 @@ void exr_buffer_unpin_locked(exr_buffer *b, exr_reader *r);
  * entries in table order. */
 void exr_buffer_handles_locked(const exr_buffer *b, int64_t *out);
 void exr_buffer_picks_locked(const exr_buffer *b, int64_t *epi, int64_t *pos);
+/* The episode map's probe distances (episode.h). */
+void exr_buffer_map_probes_locked(const exr_buffer *b, double *mean, uint64_t *max);
 /* Stored p^alpha of each pick (NaN for a missing pick or a uniform selector). */
 exr_status exr_buffer_stored_priority_locked(const exr_buffer *b, int64_t h, size_t count,
                                              const int64_t *epi, const int64_t *pos, double *out);

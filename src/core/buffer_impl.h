@@ -155,6 +155,17 @@ exr_status exr_buffer_restore_hand_locked(exr_buffer *b, int64_t hand);
 /* After an episode's rows are in place: its records counted, its picks
  * marked "not entered yet" (entered by exr_buffer_restore_pick_locked). */
 void exr_buffer_restore_episode_locked(exr_buffer *b, uint32_t slot);
+/* A new live episode for the reader: handle, flags and room for nsegs
+ * segment pointers (its rows are the reader's to fill); *e points at it
+ * until the next insert. */
+exr_status exr_buffer_restore_new_episode_locked(exr_buffer *b, int64_t handle, uint32_t nsegs,
+                                                 bool ended, bool terminated, bool sampled,
+                                                 uint32_t *slot, exr_episode **e);
+/* The picks the restored episodes declare (their m), and room for them. */
+uint64_t exr_buffer_restore_picks_declared_locked(const exr_buffer *b);
+exr_status exr_buffer_restore_reserve_picks_locked(exr_buffer *b, size_t count);
+/* Whether the restored records exceed the capacity. */
+bool exr_buffer_restore_over_capacity_locked(const exr_buffer *b);
 /* The next entry of the pick table (room reserved): position pos of
  * episode slot. EXR_ECORRUPT if that is no pick or it was entered before. */
 exr_status exr_buffer_restore_pick_locked(exr_buffer *b, uint32_t slot, uint32_t pos);

@@ -81,6 +81,12 @@ void exr_buffer_handles_locked(const exr_buffer *b, int64_t *out)
         out[i++] = b->eps.slab[s].handle;
 }
 
+void exr_buffer_map_probes_locked(const exr_buffer *b, double *mean, uint64_t *max)
+{
+    EXR_ASSERT_LOCKED(b);
+    exr_episodes_probe_stats(&b->eps, mean, max);
+}
+
 void exr_buffer_picks_locked(const exr_buffer *b, int64_t *epi, int64_t *pos)
 {
     EXR_ASSERT_LOCKED(b);

@@ -33,6 +33,46 @@ exr_status exr_buffer_restore_hand_locked(exr_buffer *b, int64_t hand)
     return b->hand == EXR_NIL ? EXR_ENOTFOUND : EXR_OK;
 }
 
+exr_status exr_buffer_restore_new_episode_locked(exr_buffer *b, int64_t handle, uint32_t nsegs,
+                                                 bool ended, bool terminated, bool sampled,
+                                                 uint32_t *slot, exr_episode **e)
+{
+    EXR_ASSERT_EXCLUSIVE(b);
+    exr_status st = exr_episodes_reserve(&b->eps);
+    if (st != EXR_OK)
+        return st;
+    exr_body *body = exr_body_new(nsegs > 4 ? nsegs : 4);
+    if (!body)
+        return EXR_ENOMEM;
+    *slot = exr_episodes_insert(&b->eps, handle, body);
+    *e = &b->eps.slab[*slot];
+    (*e)->ended = ended;
+    (*e)->terminated = terminated;
+    (*e)->sampled = sampled;
+    return EXR_OK;
+}
+
+uint64_t exr_buffer_restore_picks_declared_locked(const exr_buffer *b)
+{
+    EXR_ASSERT_LOCKED(b);
+    uint64_t n = 0;
+    for (uint32_t s = b->eps.head; s != EXR_NIL; s = b->eps.slab[s].next)
+        n += b->eps.slab[s].m;
+    return n;
+}
+
+exr_status exr_buffer_restore_reserve_picks_locked(exr_buffer *b, size_t count)
+{
+    EXR_ASSERT_EXCLUSIVE(b);
+    return exr_pick_table_reserve(&b->picks, count ? count : 1);
+}
+
+bool exr_buffer_restore_over_capacity_locked(const exr_buffer *b)
+{
+    EXR_ASSERT_LOCKED(b);
+    return b->cfg.capacity && b->n_records > b->cfg.capacity;
+}
+
 void exr_buffer_restore_episode_locked(exr_buffer *b, uint32_t slot)
 {
     EXR_ASSERT_EXCLUSIVE(b);

@@ -304,20 +304,14 @@ static exr_status read_episode(exr_in *in, exr_buffer *b, int64_t *prev_handle, 
     exr_status st = read_episode_head(in, b, prev_handle, &h);
     if (st != EXR_OK)
         return st;
-    if ((st = exr_episodes_reserve(&b->eps)) != EXR_OK)
-        return st;
     size_t k_last = 0, off;
     if (h.n)
         exr_store_locate(L, h.n - 1, &k_last, &off);
     uint32_t nsegs = h.n ? (uint32_t)k_last + 1 : 0;
-    exr_body *body = exr_body_new(nsegs > 4 ? nsegs : 4);
-    if (!body)
-        return EXR_ENOMEM;
-    *slot = exr_episodes_insert(&b->eps, h.handle, body);
-    exr_episode *e = &b->eps.slab[*slot];
-    e->ended = h.ended;
-    e->terminated = h.terminated;
-    e->sampled = h.sampled;
+    exr_episode *e;
+    if ((st = exr_buffer_restore_new_episode_locked(b, h.handle, nsegs, h.ended, h.terminated,
+                                                    h.sampled, slot, &e)))
+        return st;
     if ((st = read_rows(in, L, e, h.n, nsegs, h.has_final)))
         return st;
     exr_buffer_restore_episode_locked(b, *slot);
@@ -399,22 +393,20 @@ static exr_status read_episodes(exr_in *in, exr_buffer *b, uint32_t **slots)
     }
     if (start - in->raw_left != len)
         return EXR_ECORRUPT;
-    if (b->cfg.capacity && b->n_records > b->cfg.capacity)
+    if (exr_buffer_restore_over_capacity_locked(b))
         return EXR_ECORRUPT;
     return EXR_OK;
 }
 
 static exr_status read_picks(exr_in *in, exr_buffer *b, const uint32_t *slots)
 {
-    uint64_t len, count, npicks = 0;
+    uint64_t len, count, npicks = exr_buffer_restore_picks_declared_locked(b);
     exr_status st;
-    for (uint32_t s = b->eps.head; s != EXR_NIL; s = b->eps.slab[s].next)
-        npicks += b->eps.slab[s].m;
     if ((st = in_section(in, SEC_PICKS, &len)) || (st = in_u64(in, &count)))
         return st;
     if (count != npicks || len != picks_len(count))
         return EXR_ECORRUPT;
-    if ((st = exr_pick_table_reserve(&b->picks, (size_t)count ? (size_t)count : 1)))
+    if ((st = exr_buffer_restore_reserve_picks_locked(b, (size_t)count)))
         return st;
     uint32_t run[2 * 1024];
     for (uint64_t i = 0; i < count;) {
@@ -423,7 +415,7 @@ static exr_status read_picks(exr_in *in, exr_buffer *b, const uint32_t *slots)
             return st;
         for (size_t j = 0; j < k; j++, i++) {
             uint32_t ord = run[2 * j], pos = run[2 * j + 1];
-            if (ord >= b->eps.count)
+            if (ord >= exr_buffer_num_episodes_locked(b))
                 return EXR_ECORRUPT;
             if ((st = exr_buffer_restore_pick_locked(b, slots[ord], pos)))
                 return st;
@@ -459,7 +451,8 @@ static exr_status read_selector(exr_in *in, exr_buffer *b, int64_t *prev_sel)
     uint64_t slen;
     if ((st = in_u64(in, &slen)))
         return st;
-    if (slen != vt->state_size(NULL, b->picks.n) || slen > in->raw_left)
+    size_t npicks = (size_t)exr_buffer_num_picks_locked(b);
+    if (slen != vt->state_size(NULL, npicks) || slen > in->raw_left)
         return EXR_ECORRUPT;
     exr_selector *s;
     if ((st = exr_buffer_restore_selector_locked(b, h.handle, vt, params, &s)))
@@ -467,7 +460,7 @@ static exr_status read_selector(exr_in *in, exr_buffer *b, int64_t *prev_sel)
     memcpy(s->rng.s, h.rng, 32);
     if (!(s->rng.s[0] | s->rng.s[1] | s->rng.s[2] | s->rng.s[3]))
         return EXR_ECORRUPT;
-    return vt->load(s, b->picks.n, in);
+    return vt->load(s, npicks, in);
 }
 
 static exr_status read_selectors(exr_in *in, exr_buffer *b)

@@ -77,6 +77,22 @@ void exr_episodes_free(exr_episodes *t)
     exr_episodes_init(t);
 }
 
+void exr_episodes_probe_stats(const exr_episodes *t, double *mean, uint64_t *max)
+{
+    uint64_t sum = 0, n = 0;
+    *max = 0;
+    for (size_t i = 0; i < t->map_cap; i++) {
+        if (t->keys[i] < 0)
+            continue;
+        uint64_t d = (i - hash_slot(t->keys[i], t->map_cap)) & (t->map_cap - 1);
+        sum += d;
+        n++;
+        if (d > *max)
+            *max = d;
+    }
+    *mean = n ? (double)sum / (double)n : 0.0;
+}
+
 uint32_t exr_episodes_find(const exr_episodes *t, int64_t handle)
 {
     if (handle < 0 || !t->map_cap)

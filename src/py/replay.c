@@ -374,6 +374,8 @@ static PyMethodDef replay_methods[] = {
      "ingest($self, path)\n--\n\nRecords every step of the log at path into this buffer;\n"
      "returns the number of steps."},
     {"_handles", (PyCFunction)replay_handles, METH_NOARGS, "test hook: live handles, ascending"},
+    {"_map_probes", (PyCFunction)replay_map_probes, METH_NOARGS,
+     "test hook: (mean, max) distance of live handles from their home slot in the episode map"},
     {"_picks", (PyCFunction)replay_picks, METH_NOARGS, "test hook: (pick_epi, pick_pos)"},
     {"_gather", (PyCFunction)(void (*)(void))replay_gather, METH_FASTCALL,
      "test hook: the Batch for given picks"},

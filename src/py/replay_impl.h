@@ -57,6 +57,7 @@ Py_ssize_t replay_len(ReplayObject *self);
 PyObject *get_num_episodes(ReplayObject *self, void *c);
 PyObject *get_num_picks(ReplayObject *self, void *c);
 PyObject *replay_handles(ReplayObject *self, PyObject *unused);
+PyObject *replay_map_probes(ReplayObject *self, PyObject *unused);
 PyObject *replay_picks(ReplayObject *self, PyObject *unused);
 PyObject *replay_priority(ReplayObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *replay_priority_stats(ReplayObject *self, PyObject *ps);

@@ -119,6 +119,18 @@ PyObject *get_num_picks(ReplayObject *self, void *c)
 
 /* ---- test hooks --------------------------------------------------------- */
 
+PyObject *replay_map_probes(ReplayObject *self, PyObject *unused)
+{
+    EXR_GUARD(self, NULL);
+    (void)unused;
+    double mean;
+    uint64_t max;
+    exr_lock_with_gil(self->buf);
+    exr_buffer_map_probes_locked(self->buf, &mean, &max);
+    exr_buffer_unlock(self->buf);
+    return Py_BuildValue("(dK)", mean, (unsigned long long)max);
+}
+
 PyObject *replay_handles(ReplayObject *self, PyObject *unused)
 {
     EXR_GUARD(self, NULL);
