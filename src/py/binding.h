@@ -127,6 +127,8 @@ PyArrayObject *exr_as_array(PyObject *obj, PyArray_Descr *descr, int nlead, npy_
 
 /* Shape as "(84, 84)" into buf. */
 void exr_shape_str(char *buf, size_t len, int nd, const npy_intp *shape);
+/* A shape as a tuple of ints (a new reference, NULL with an exception). */
+PyObject *exr_shape_tuple(int nd, const npy_intp *shape);
 
 int exr_replay_init_type(PyObject *module, exr_modstate *st);
 

@@ -354,3 +354,17 @@ PyModuleDef exr_module_def = {
 };
 
 PyMODINIT_FUNC PyInit__core(void) { return PyModuleDef_Init(&exr_module_def); }
+
+PyObject *exr_shape_tuple(int nd, const npy_intp *shape)
+{
+    PyObject *t = PyTuple_New(nd);
+    for (int i = 0; t && i < nd; i++) {
+        PyObject *v = PyLong_FromSsize_t(shape[i]);
+        if (!v) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, i, v);
+    }
+    return t;
+}

@@ -199,25 +199,11 @@ error:
     return NULL;
 }
 
-static PyObject *shape_tuple(int nd, const npy_intp *shape)
-{
-    PyObject *t = PyTuple_New(nd);
-    for (int i = 0; t && i < nd; i++) {
-        PyObject *v = PyLong_FromSsize_t(shape[i]);
-        if (!v) {
-            Py_CLEAR(t);
-            break;
-        }
-        PyTuple_SET_ITEM(t, i, v);
-    }
-    return t;
-}
-
 PyObject *exr_fieldset_spec(const exr_fieldset *fs)
 {
     PyObject *d = PyDict_New();
     for (int i = 0; d && i < fs->n; i++) {
-        PyObject *shp = shape_tuple(fs->f[i].nd, fs->f[i].shape);
+        PyObject *shp = exr_shape_tuple(fs->f[i].nd, fs->f[i].shape);
         PyObject *pair = shp ? PyTuple_Pack(2, shp, (PyObject *)fs->f[i].descr) : NULL;
         Py_XDECREF(shp);
         if (!pair || PyDict_SetItem(d, fs->f[i].name, pair) < 0)

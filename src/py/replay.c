@@ -249,31 +249,17 @@ static void replay_dealloc(ReplayObject *self)
     Py_DECREF(tp);
 }
 
-static PyObject *shape_tuple(int nd, const npy_intp *shape)
-{
-    PyObject *t = PyTuple_New(nd);
-    for (int i = 0; t && i < nd; i++) {
-        PyObject *v = PyLong_FromSsize_t(shape[i]);
-        if (!v) {
-            Py_CLEAR(t);
-            break;
-        }
-        PyTuple_SET_ITEM(t, i, v);
-    }
-    return t;
-}
-
 static PyObject *get_state_shape(ReplayObject *s, void *c)
 {
     (void)c;
     if (s->sfields)
         Py_RETURN_NONE;
-    return shape_tuple(s->state_nd, s->state_shape);
+    return exr_shape_tuple(s->state_nd, s->state_shape);
 }
 static PyObject *get_action_shape(ReplayObject *s, void *c)
 {
     (void)c;
-    return shape_tuple(s->action_nd, s->action_shape);
+    return exr_shape_tuple(s->action_nd, s->action_shape);
 }
 static PyObject *get_state_dtype(ReplayObject *s, void *c)
 {
