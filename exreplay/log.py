@@ -625,19 +625,35 @@ class _Writer:
         self.pending: list = []
 
     def write(self, r: _Raw):
-        n = len(r.ts)
+        self.write_parts([r])
+
+    def write_parts(self, parts):
+        """One chunk of the records of parts, in order. Its raw body is built
+        with one copy of the rows, each part's straight into place."""
+        n = sum(len(p.ts) for p in parts)
         if not n:
             return
-        raw = b"".join((r.ts.astype("<i8", copy=False).tobytes(),
-                        r.h.astype("<i8", copy=False).tobytes(),
-                        r.pos.astype("<i8", copy=False).tobytes(),
-                        r.src.astype("<u4", copy=False).tobytes(),
-                        r.fl.tobytes(), r.rows.tobytes(), r.fins.tobytes()))
-        src = int(r.src[0]) if np.all(r.src == r.src[0]) else MIXED_SOURCE
+        cols = [np.concatenate([getattr(p, k) for p in parts]).astype(dt, copy=False)
+                for k, dt in (("ts", "<i8"), ("h", "<i8"), ("pos", "<i8"), ("src", "<u4"),
+                              ("fl", "u1"))]
+        nfin = sum(len(p.fins) for p in parts)
+        row, sb = self.schema.row, self.schema.state_bytes
+        raw = bytearray(META * n + row * n + sb * nfin)
+        at = 0
+        for c in cols:
+            raw[at:at + c.nbytes] = c.tobytes()
+            at += c.nbytes
+        for blocks, width in (([p.rows for p in parts], row), ([p.fins for p in parts], sb)):
+            for b in blocks:
+                if len(b):
+                    np.frombuffer(raw, np.uint8, len(b) * width, at).reshape(len(b), width)[:] = b
+                    at += len(b) * width
+        ts, srcs = cols[0], cols[3]
+        src = int(srcs[0]) if np.all(srcs == srcs[0]) else MIXED_SOURCE
         while len(self.pending) >= 2:
             self.pending.pop(0).result()
         self.pending.append(self.pool.submit(self._compress_write, raw, n, src,
-                                             int(r.ts[0]), int(r.ts[-1])))
+                                             int(ts[0]), int(ts[-1])))
 
     def _compress_write(self, raw, n, src, first, last):
         body = zlib.compress(raw, self.level) if self.level else raw
@@ -729,18 +745,30 @@ class _Input:
 
 
 def _merge_parts(parts: Sequence[_Raw], schema) -> _Raw:
-    """Records of several windows in timestamp order; ties keep input order."""
+    """Records of several windows in timestamp order; ties keep input order.
+    The rows (nearly all the bytes) are copied once, each part's straight to
+    where its records go; the small columns through one concatenation."""
     if len(parts) == 1:
         return parts[0]
-    r = _concat(parts, schema)
-    order = np.argsort(r.ts, kind="stable")
+    small = [np.concatenate([getattr(p, k) for p in parts]) for k in ("ts", "h", "pos", "src", "fl")]
+    ts, h, pos, src, fl = small
+    order = np.argsort(ts, kind="stable")
+    where = np.empty(len(ts), np.int64)
+    where[order] = np.arange(len(ts))
+    rows = np.empty((len(ts), schema.row), np.uint8)
+    whole = np.dtype((np.void, schema.row))  # a row as one item: one memcpy a row
+    out = rows.view(whole).reshape(len(ts))
+    at = 0
+    for p in parts:
+        out[where[at:at + len(p.ts)]] = np.ascontiguousarray(p.rows).view(whole).reshape(len(p.ts))
+        at += len(p.ts)
     # the final states follow their records: index them by record
-    fin_of = np.full(len(r.ts), -1, np.int64)
-    has = (r.fl & FLAG_FINAL).astype(bool)
+    fins = np.concatenate([p.fins for p in parts])
+    fin_of = np.full(len(ts), -1, np.int64)
+    has = (fl & FLAG_FINAL).astype(bool)
     fin_of[has] = np.arange(int(has.sum()))
     fo = fin_of[order]
-    return _Raw(r.ts[order], r.h[order], r.pos[order], r.src[order], r.fl[order],
-                r.rows[order], r.fins[fo[fo >= 0]])
+    return _Raw(ts[order], h[order], pos[order], src[order], fl[order], rows, fins[fo[fo >= 0]])
 
 
 class _Progress:
@@ -857,13 +885,26 @@ class _Pending:
 
     def write_full_chunks(self, w, chunk_bytes):
         while self.bytes >= chunk_bytes:
-            r = _concat(self.parts, self.schema)
-            k = min(len(r.ts), max(1, chunk_bytes // self.per_rec))
-            nf = int(np.count_nonzero(r.fl[:k] & FLAG_FINAL))
-            w.write(_Raw(r.ts[:k], r.h[:k], r.pos[:k], r.src[:k], r.fl[:k], r.rows[:k], r.fins[:nf]))
-            rest = _Raw(r.ts[k:], r.h[k:], r.pos[k:], r.src[k:], r.fl[k:], r.rows[k:], r.fins[nf:])
-            self.parts = [rest] if len(rest.ts) else []
-            self.bytes = len(rest.ts) * self.per_rec + rest.fins.nbytes
+            total = sum(len(p.ts) for p in self.parts)
+            self.write_first(w, min(total, max(1, chunk_bytes // self.per_rec)))
+
+    def write_first(self, w, k):
+        """The first k pending records as one chunk; the rest stay as views."""
+        taken, rest, need = [], [], k
+        for p in self.parts:
+            m = min(need, len(p.ts))
+            if m:
+                nf = int(np.count_nonzero(p.fl[:m] & FLAG_FINAL))
+                taken.append(_Raw(p.ts[:m], p.h[:m], p.pos[:m], p.src[:m], p.fl[:m],
+                                  p.rows[:m], p.fins[:nf]))
+                p = _Raw(p.ts[m:], p.h[m:], p.pos[m:], p.src[m:], p.fl[m:], p.rows[m:],
+                         p.fins[nf:])
+                need -= m
+            if len(p.ts):
+                rest.append(p)
+        w.write_parts(taken)
+        self.parts = rest
+        self.bytes = sum(len(p.ts) * self.per_rec + p.fins.nbytes for p in rest)
 
 
 def _merge_into(w, ins, schema, chunk_bytes, prog) -> int:
@@ -885,7 +926,7 @@ def _merge_into(w, ins, schema, chunk_bytes, prog) -> int:
                 i.refill(schema)
         prog(sum(i.reader._f.tell() for i in ins))
     if pending.parts:
-        w.write(_concat(pending.parts, schema))
+        pending.write_first(w, sum(len(p.ts) for p in pending.parts))
     return last_ts
 
 
