@@ -27,18 +27,8 @@
 
 #include "buffer.h"
 #include "codec.h"
+#include "le.h"
 
-static void put32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static void put64(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
 
 /* A serialized buffer (docs/format.md, Header) around payload; malloc'd. */
 static unsigned char *wrap_payload(const uint8_t *payload, size_t n, int zlib_body, size_t *len)

@@ -11,6 +11,7 @@
 #include <zlib.h>
 
 #include "buffer_impl.h"
+#include "le.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the serialized form is little-endian and written from memory as is"
@@ -32,22 +33,7 @@
 
 enum { SEC_CONFIG = 1, SEC_META, SEC_EPISODES, SEC_PICKS, SEC_SELECTORS, SEC_END };
 
-/* ---- little-endian fields ----------------------------------------------- */
-
-static inline void put32(unsigned char *p, uint32_t v) { memcpy(p, &v, 4); }
-static inline void put64(unsigned char *p, uint64_t v) { memcpy(p, &v, 8); }
-static inline uint32_t get32(const unsigned char *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-static inline uint64_t get64(const unsigned char *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
+/* little-endian fields: put32/put64/get32/get64 (le.h) */
 
 static inline uint32_t crc_update(uint32_t crc, const void *p, size_t n)
 {

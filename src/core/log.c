@@ -3,6 +3,7 @@
  */
 #define _GNU_SOURCE
 #include "log.h"
+#include "le.h"
 #include "zheap.h"
 
 #include <errno.h>
@@ -75,23 +76,6 @@ struct exr_log {
     bool z_ready;
 };
 
-/* ---- little-endian helpers ---------------------------------------------- */
-
-static void put32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-static void put64(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-static void put16(unsigned char *p, uint16_t v)
-{
-    p[0] = (unsigned char)v;
-    p[1] = (unsigned char)(v >> 8);
-}
 
 static uint64_t mono_ns(void)
 {
