@@ -27,7 +27,7 @@ import statistics
 import sys
 from collections import defaultdict
 
-# Goals of issue 4, as ratios measured in one run.
+# The goals of docs/benchmarks.md ("Goals"), as ratios measured in one run.
 GOAL_RECORD_RATIO = 10.0
 GOAL_RECORD_CALL_US = 0.3
 GOAL_GET5000_RATIO = 150.0

@@ -1,4 +1,4 @@
-"""Ray: replay throughput inside a ReplayActor, and Ape-X time to goal (issue 5).
+"""Ray: replay throughput inside a ReplayActor, and Ape-X time to goal (docs/benchmarks_ray.md).
 
 On one local Ray cluster (ray.init(num_cpus=2)), for the C buffer and for the
 pure-Python ReferenceReplay held by the same actor (exreplay.ray.ReplayActor,
