@@ -76,17 +76,66 @@ static void gather_rows(unsigned char *dst, const plan_t *pl, size_t cnt, size_t
         gather_field(dst + first * w, pl->b + at, cnt - first, L->row_bytes, w);
 }
 
+/* Rows [r0, r1) of a pick, starting at `row` (its row r0), each read once:
+ * its state to st[r] and to nx[r - 1] (the next state of the step before),
+ * its action and reward; SB, AB, RB and RB_ROW constants of the caller, so
+ * every move is one fixed-size load and store. */
+#define FUSE_ROWS(row, r0, r1, SB, AB, RB, ROW)                                                   \
+    do {                                                                                           \
+        const unsigned char *q_ = (row);                                                           \
+        for (size_t r_ = (r0); r_ < (r1); r_++, q_ += (ROW)) {                                     \
+            memcpy(st + r_ * (SB), q_, (SB));                                                      \
+            if (r_)                                                                                \
+                memcpy(nx + (r_ - 1) * (SB), q_, (SB));                                            \
+            memcpy(ac + r_ * (AB), q_ + (SB), (AB));                                               \
+            memcpy(rw + r_ * (RB), q_ + (SB) + (AB), (RB));                                        \
+        }                                                                                          \
+    } while (0)
+
+/* A whole pick for fixed widths: returns 0 if the widths are not one of
+ * the specialised combinations. */
+static inline int fuse_pick(const exr_store_layout *L, const plan_t *pl, unsigned char *st,
+                            unsigned char *ac, unsigned char *rw, unsigned char *nx)
+{
+    size_t l = pl->len, first = l < pl->na ? l : pl->na;
+#define FUSE_CASE(SB, AB, RB)                                                                      \
+    if (L->state_bytes == (SB) && L->action_bytes == (AB) && L->reward_bytes == (RB) &&          \
+        !L->extra_bytes) {                                                                         \
+        FUSE_ROWS(pl->a, 0, first, SB, AB, RB, (SB) + (AB) + (RB));                                \
+        if (l > first)                                                                             \
+            FUSE_ROWS(pl->b, first, l, SB, AB, RB, (SB) + (AB) + (RB));                            \
+        return 1;                                                                                  \
+    }
+    /* states of 1 to 16 float32 (or 1 to 8 float64), actions int64 or
+     * int32, rewards float32 or float64 */
+#define FUSE_STATES(AB, RB)                                                                        \
+    FUSE_CASE(4, AB, RB)                                                                           \
+    FUSE_CASE(8, AB, RB)                                                                           \
+    FUSE_CASE(16, AB, RB)                                                                          \
+    FUSE_CASE(32, AB, RB)                                                                          \
+    FUSE_CASE(64, AB, RB)
+    FUSE_STATES(8, 4)
+    FUSE_STATES(4, 4)
+    FUSE_STATES(8, 8)
+    FUSE_STATES(4, 8)
+#undef FUSE_STATES
+#undef FUSE_CASE
+    return 0;
+}
+
 static void copy_pick(const exr_store_layout *L, const plan_t *pl, size_t pick_len,
                       unsigned char *st, unsigned char *ac, unsigned char *rw, unsigned char *nx)
 {
     size_t sb = L->state_bytes, ab = L->action_bytes, rb = L->reward_bytes, l = pl->len;
-    gather_rows(st, pl, l, 0, L, sb);
-    gather_rows(ac, pl, l, sb, L, ab);
-    gather_rows(rw, pl, l, sb + ab, L, rb);
-    /* Next states 0..l-2 are states 1..l-1: take them from the output just
-     * written, so each stored state is read once (docs/design.md). */
-    if (l > 1)
-        copy_bytes(nx, st + sb, (l - 1) * sb);
+    if (!fuse_pick(L, pl, st, ac, rw, nx)) {
+        gather_rows(st, pl, l, 0, L, sb);
+        gather_rows(ac, pl, l, sb, L, ab);
+        gather_rows(rw, pl, l, sb + ab, L, rb);
+        /* Next states 0..l-2 are states 1..l-1: take them from the output
+         * just written, so each stored state is read once (docs/design.md). */
+        if (l > 1)
+            copy_bytes(nx, st + sb, (l - 1) * sb);
+    }
     unsigned char *last = nx + (l - 1) * sb;
     if (pl->next_stored)
         copy_bytes(last, l < pl->na ? pl->a + l * L->row_bytes : pl->b + (l - pl->na) * L->row_bytes,

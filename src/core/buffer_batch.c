@@ -2,11 +2,21 @@
  * buffer_batch.c - get_batch and gather: picks drawn by a selector (or named), their
  * rows located under the lock, then copied (batch_copy.c) without it.
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime for the phase timings */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "buffer_impl.h"
+
+/* Now in ns, for exr_batch_phases (a benchmark hook: benchmarks/c/). */
+static uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
 
 static void plan_pick_locked(exr_buffer *b, const exr_pick *pk, plan_t *pl, int64_t *epi,
                              int64_t *pos, int64_t *len, int64_t *len_next)
@@ -36,25 +46,53 @@ static void plan_pick_locked(exr_buffer *b, const exr_pick *pk, plan_t *pl, int6
     *len_next = (int64_t)l - (e->terminated && p + l == e->n);
 }
 
+/* Where the segment pointer of pick pk sits in its episode's body. */
+static inline const void *segs_link(const exr_store_layout *L, const exr_episode *slab,
+                                    const exr_pick *pk)
+{
+    size_t k, off;
+    exr_store_locate(L, pk->pos, &k, &off);
+    return &slab[pk->slot].body->segs[k];
+}
+
 /* Resolves the chosen picks idx[0..count) into plans and metadata, and marks
- * their episodes sampled. Lock held. */
+ * their episodes sampled. Lock held.
+ *
+ * A pick is a chain of dependent loads: its table entry, its episode slot,
+ * the segment pointer in the episode's body, its rows. The batch goes
+ * through the chain in chunks of C picks, one link at a time for the whole
+ * chunk (prefetch every entry, then every slot, then every segment pointer,
+ * then resolve), so the misses of a chunk's picks overlap instead of
+ * following one another; the next chunk's entries are prefetched while this
+ * one is resolved. The rows of a small batch are prefetched as soon as they
+ * are known (its copy follows at once and finds them in cache); a large
+ * batch's copy prefetches them itself, a few picks ahead (batch_copy.c). */
 static void plan_batch_locked(exr_buffer *b, size_t count, const size_t *idx, plan_t *plans,
                               exr_batch_out *out)
 {
     EXR_ASSERT_LOCKED(b);
-    /* First pass touches the pick table and prefetches the episode slots;
-     * second resolves: the misses of different picks overlap. */
-    enum { D = 8 };
-    for (size_t i = 0; i < count && i < D; i++)
-        __builtin_prefetch(&b->picks.v[idx[i]]);
-    for (size_t i = 0; i < count; i++) {
-        if (i + D < count)
-            __builtin_prefetch(&b->picks.v[idx[i + D]]);
-        __builtin_prefetch(&b->eps.slab[b->picks.v[idx[i]].slot]);
+    enum { C = 32 };
+    const exr_store_layout *L = &b->lay;
+    const exr_pick *pv = b->picks.v;
+    const exr_episode *slab = b->eps.slab;
+    bool rows_now = count * (b->cfg.pick_len + 1) * L->row_bytes <= ((size_t)64 << 10);
+    for (size_t i = 0; i < count && i < C; i++)
+        __builtin_prefetch(&pv[idx[i]]);
+    for (size_t c0 = 0; c0 < count; c0 += C) {
+        size_t c1 = c0 + C < count ? c0 + C : count;
+        for (size_t i = c0; i < c1; i++)
+            __builtin_prefetch(&slab[pv[idx[i]].slot]);
+        for (size_t i = c1; i < count && i < c1 + C; i++)
+            __builtin_prefetch(&pv[idx[i]]);
+        for (size_t i = c0; i < c1; i++)
+            __builtin_prefetch(segs_link(L, slab, &pv[idx[i]]));
+        for (size_t i = c0; i < c1; i++) {
+            plan_pick_locked(b, &pv[idx[i]], &plans[i], &out->pick_epi[i], &out->pick_pos[i],
+                             &out->seq_len[i], &out->seq_len_next[i]);
+            if (rows_now)
+                __builtin_prefetch(plans[i].a);
+        }
     }
-    for (size_t i = 0; i < count; i++)
-        plan_pick_locked(b, &b->picks.v[idx[i]], &plans[i], &out->pick_epi[i],
-                         &out->pick_pos[i], &out->seq_len[i], &out->seq_len_next[i]);
     if (out->pick_index)
         for (size_t i = 0; i < count; i++)
             out->pick_index[i] = (int64_t)idx[i];
@@ -128,17 +166,25 @@ static void scratch_free(batch_scratch *s)
     free(s->scratch);
 }
 
-/* Plans under the lock, copies without it. */
+/* Plans under the lock, copies without it. ph (NULL: not wanted) gets
+ * the time of each phase. */
 static exr_status finish_batch(exr_buffer *b, size_t count, batch_scratch *sc,
-                               exr_batch_out *out)
+                               exr_batch_out *out, exr_batch_phases *ph)
 {
     exr_reader me;
+    uint64_t t0 = ph ? now_ns() : 0;
     plan_batch_locked(b, count, sc->idx, sc->plans, out);
     pin_locked(b, &me);
     exr_buffer_unlock(b);
+    uint64_t t1 = ph ? now_ns() : 0;
     copy_batch(b, count, sc->plans, out);
     unpin(b, &me);
     scratch_free(sc);
+    if (ph) {
+        uint64_t t2 = now_ns();
+        ph->plan_ns = t1 - t0;
+        ph->copy_ns = t2 - t1;
+    }
     return EXR_OK;
 }
 
@@ -160,10 +206,12 @@ static bool out_ok(const exr_buffer *b, const exr_batch_out *out)
     return true;
 }
 
-exr_status exr_buffer_get_batch(exr_buffer *b, int64_t h, size_t count, exr_batch_out *out)
+exr_status exr_buffer_get_batch_phases(exr_buffer *b, int64_t h, size_t count,
+                                       exr_batch_out *out, exr_batch_phases *ph)
 {
     if (!out_ok(b, out))
         return EXR_EINVAL;
+    uint64_t t0 = ph ? now_ns() : 0;
     batch_scratch sc;
     exr_status st = scratch_alloc(&sc, count);
     if (st != EXR_OK)
@@ -190,7 +238,14 @@ exr_status exr_buffer_get_batch(exr_buffer *b, int64_t h, size_t count, exr_batc
         scratch_free(&sc);
         return st;
     }
-    return finish_batch(b, count, &sc, out);
+    if (ph)
+        ph->draw_ns = now_ns() - t0;
+    return finish_batch(b, count, &sc, out, ph);
+}
+
+exr_status exr_buffer_get_batch(exr_buffer *b, int64_t h, size_t count, exr_batch_out *out)
+{
+    return exr_buffer_get_batch_phases(b, h, count, out, NULL);
 }
 
 exr_status exr_buffer_gather(exr_buffer *b, int64_t h, size_t count, const int64_t *epi,
@@ -219,5 +274,5 @@ exr_status exr_buffer_gather(exr_buffer *b, int64_t h, size_t count, const int64
     pthread_mutex_lock(&e->sel->mu);
     e->sel->vt->weights(e->sel, b->picks.n, count, sc.idx, out->weight);
     pthread_mutex_unlock(&e->sel->mu);
-    return finish_batch(b, count, &sc, out);
+    return finish_batch(b, count, &sc, out, NULL);
 }

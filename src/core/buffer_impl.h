@@ -131,6 +131,15 @@ typedef struct {
     uint32_t next_stored;       /* row len (the last next state) is a record */
 } plan_t;
 
+/* get_batch in its phases, each timed (the benchmark harness benchmarks/c/
+ * reads them): draw (scratch, lock, selector), plan (resolve the picks,
+ * pin, unlock), copy (and unpin). Nanoseconds. */
+typedef struct {
+    uint64_t draw_ns, plan_ns, copy_ns;
+} exr_batch_phases;
+exr_status exr_buffer_get_batch_phases(exr_buffer *b, int64_t h, size_t count,
+                                       exr_batch_out *out, exr_batch_phases *ph);
+
 /* batch_copy.c: copies the planned picks into out (no lock needed: pinned). */
 void copy_batch(const exr_buffer *b, size_t count, const plan_t *plans, exr_batch_out *out);
 

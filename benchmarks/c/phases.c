@@ -1,0 +1,193 @@
+/*
+ * phases.c - where get_batch's time goes, phase by phase, next to the floor.
+ * A C program linked against src/core (no Python): `make bench-phases`.
+ *
+ * For each case it fills a buffer of N records (state (4,) float32 = 16 B,
+ * action 8 B, reward 4 B: a 28-byte row) with whole episodes of E records,
+ * then alternates, REPS times:
+ *
+ *   floor     exr_floor_gather (src/core/floor.c): B random runs of L state
+ *             rows and their next rows from one contiguous array of N 16-byte
+ *             rows (2 MiB-aligned, MADV_HUGEPAGE: what NumPy gives the floor
+ *             array of the Python benchmarks), fresh random starts each time
+ *   get_batch exr_buffer_get_batch_phases: the same call as get_batch, timed
+ *             in its phases (buffer_impl.h):
+ *               draw  scratch, lock, the selector's draws
+ *               plan  each pick resolved to its rows (pick table -> episode
+ *                     -> segment), pin, unlock
+ *               copy  rows into the batch, unpin
+ *
+ * and prints the medians in ns per pick (and per call), and get_batch / floor.
+ * Output arrays are allocated once and reused (as the binding's recycled
+ * blocks are). Usage: phases [REPS [CASE]]  (default 31 repetitions, every
+ * case; CASE: run only that one, numbered from 0 as listed in main).
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "buffer.h"
+#include "buffer_impl.h"
+#include "floor.h"
+#include "rng.h"
+
+typedef struct {
+    const char *name;
+    size_t n, ep, L, B, calls; /* calls: get_batch calls per timed sample */
+} bench_case;
+
+static uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static void *big_alloc(size_t bytes)
+{
+    void *p = NULL;
+    size_t align = (size_t)2 << 20;
+    bytes = (bytes + align - 1) / align * align;
+    if (posix_memalign(&p, align, bytes) != 0) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    madvise(p, bytes, MADV_HUGEPAGE);
+    memset(p, 0, bytes);
+    return p;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(uint64_t *v, size_t n)
+{
+    qsort(v, n, sizeof *v, cmp_u64);
+    return n % 2 ? (double)v[n / 2] : 0.5 * ((double)v[n / 2 - 1] + (double)v[n / 2]);
+}
+
+static exr_buffer *filled(const bench_case *c, int64_t *sel)
+{
+    exr_config cfg = {.state_bytes = 16, .action_bytes = 8, .reward_bytes = 4,
+                      .capacity = c->n, .pick_len = (uint32_t)c->L, .seed = 1};
+    exr_buffer *b;
+    if (exr_buffer_new(&cfg, &b) != EXR_OK)
+        exit(1);
+    exr_buffer_lock(b);
+    if (exr_buffer_add_selector_locked(b, 0, NULL, sel) != EXR_OK)
+        exit(1);
+    exr_buffer_unlock(b);
+    float *st = malloc(c->ep * 16);
+    int64_t *ac = malloc(c->ep * 8);
+    float *rw = malloc(c->ep * 4);
+    float fin[4] = {0};
+    for (size_t i = 0; i < c->ep * 4; i++)
+        st[i] = (float)i;
+    for (size_t i = 0; i < c->ep; i++) {
+        ac[i] = (int64_t)i;
+        rw[i] = 0.5f;
+    }
+    exr_steps in = {.states = st, .actions = ac, .rewards = rw, .T = c->ep,
+                    .final_state = fin, .end = true};
+    for (size_t done = 0; done < c->n; done += c->ep) {
+        int64_t h;
+        if (exr_buffer_record(b, -1, &in, &h) != EXR_OK)
+            exit(1);
+    }
+    free(st);
+    free(ac);
+    free(rw);
+    return b;
+}
+
+static void run_case(const bench_case *c, size_t reps)
+{
+    int64_t sel;
+    exr_buffer *b = filled(c, &sel);
+    size_t B = c->B, L = c->L, n = c->n;
+    exr_batch_out o = {0};
+    o.state = big_alloc(B * L * 16);
+    o.state_next = big_alloc(B * L * 16);
+    o.action = big_alloc(B * L * 8);
+    o.reward = big_alloc(B * L * 4);
+    o.seq_len = big_alloc(B * 8);
+    o.seq_len_next = big_alloc(B * 8);
+    o.pick_epi = big_alloc(B * 8);
+    o.pick_pos = big_alloc(B * 8);
+    o.weight = big_alloc(B * 4);
+    o.pick_index = big_alloc(B * 8);
+    unsigned char *rows = big_alloc(n * 16);
+    void *fst = big_alloc(B * L * 16), *fnx = big_alloc(B * L * 16);
+    enum { POOL = 8 };
+    int64_t *starts = malloc(POOL * B * sizeof *starts);
+    exr_rng rng;
+    exr_rng_seed(&rng, 7, 0);
+    for (size_t i = 0; i < POOL * B; i++)
+        starts[i] = (int64_t)exr_rng_below(&rng, n - L - 1);
+    uint64_t *draw = calloc(reps, 8), *plan = calloc(reps, 8), *copy = calloc(reps, 8),
+             *tot = calloc(reps, 8), *flo = calloc(reps, 8);
+    for (size_t r = 0; r < reps + 2; r++) {
+        uint64_t t0 = now_ns();
+        for (size_t k = 0; k < c->calls; k++)
+            exr_floor_gather(rows, 16, starts + ((r * c->calls + k) % POOL) * B, B, L, fst, fnx);
+        uint64_t t1 = now_ns();
+        exr_batch_phases ph, sum = {0, 0, 0};
+        uint64_t t2 = now_ns();
+        for (size_t k = 0; k < c->calls; k++) {
+            if (exr_buffer_get_batch_phases(b, sel, B, &o, &ph) != EXR_OK)
+                exit(1);
+            sum.draw_ns += ph.draw_ns;
+            sum.plan_ns += ph.plan_ns;
+            sum.copy_ns += ph.copy_ns;
+        }
+        uint64_t t3 = now_ns();
+        if (r < 2)
+            continue; /* warm-up */
+        draw[r - 2] = sum.draw_ns;
+        plan[r - 2] = sum.plan_ns;
+        copy[r - 2] = sum.copy_ns;
+        tot[r - 2] = t3 - t2;
+        flo[r - 2] = t1 - t0;
+    }
+    double per = (double)(B * c->calls), calls = (double)c->calls;
+    double md = median(draw, reps), mp = median(plan, reps), mc = median(copy, reps),
+           mt = median(tot, reps), mf = median(flo, reps);
+    printf("%-22s N=%-8zu E=%-4zu L=%-2zu B=%-5zu | ns/pick: draw %6.2f plan %6.2f copy %6.2f "
+           "total %6.2f floor %6.2f | per call: total %8.2f us floor %8.2f us | /floor %.2fx\n",
+           c->name, n, c->ep, L, B, md / per, mp / per, mc / per, mt / per, mf / per,
+           mt / calls / 1000, mf / calls / 1000, mt / mf);
+    free(draw);
+    free(plan);
+    free(copy);
+    free(tot);
+    free(flo);
+    free(starts);
+    exr_buffer_free(b);
+    /* the big_alloc'ed arrays are left to the process's end */
+}
+
+int main(int argc, char **argv)
+{
+    size_t reps = argc > 1 ? (size_t)atol(argv[1]) : 31;
+    const bench_case cases[] = {
+        /* the paper's get_5000 (benchmarks/test_bench_paper.py) at a small N and at N = 1M */
+        {"paper get_5000", 2048, 64, 8, 5000, 1},
+        {"paper get_5000", 65536, 512, 8, 5000, 1},
+        {"paper get_5000", 1048576, 512, 8, 5000, 1},
+        /* the cpprb comparison's uniform sample (test_bench_cpprb.py): L = 1, episodes of 100 */
+        {"cpprb sample(32)", 100000, 100, 1, 32, 200},
+        {"cpprb sample(32)", 1000000, 100, 1, 32, 200},
+        {"cpprb sample(1024)", 1000000, 100, 1, 1024, 10},
+    };
+    long only = argc > 2 ? atol(argv[2]) : -1;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        if (only < 0 || (size_t)only == i)
+            run_case(&cases[i], reps);
+    return 0;
+}
