@@ -152,7 +152,12 @@ static void copy_pick(const exr_store_layout *L, const plan_t *pl, size_t pick_l
         memset(rw + l * rb, 0, pad * rb);
     }
 }
-static inline void prefetch_range(const unsigned char *p, size_t n)
+/* The prefetch helpers are always inlined: GCC treats a function that
+ * only prefetches as having no effect (pure-const) and deletes its calls,
+ * which left this copy without any prefetch in -O1 and above builds. */
+#define PREFETCH_FN static inline __attribute__((always_inline)) void
+
+PREFETCH_FN prefetch_range(const unsigned char *p, size_t n)
 {
     if (!p)
         return;
@@ -163,7 +168,7 @@ static inline void prefetch_range(const unsigned char *p, size_t n)
 
 /* Every line pick pl will read, so that the misses of the picks ahead
  * overlap with the copying of this one. */
-static inline void prefetch_pick(const exr_store_layout *L, const plan_t *pl)
+PREFETCH_FN prefetch_pick(const exr_store_layout *L, const plan_t *pl)
 {
     size_t rows = pl->len + pl->next_stored;
     size_t a = rows < pl->na ? rows : pl->na;
@@ -222,8 +227,8 @@ static void copy_pick_fields(const exr_store_layout *L, const plan_t *pl, size_t
     }
 }
 
-void copy_batch(const exr_buffer *b, size_t count, const plan_t *plans,
-                       exr_batch_out *out)
+void copy_batch(const exr_buffer *b, size_t count, const plan_t *plans, exr_batch_out *out,
+                bool prefetch)
 {
     const exr_store_layout *L = &b->lay;
     size_t P = b->cfg.pick_len;
@@ -232,8 +237,8 @@ void copy_batch(const exr_buffer *b, size_t count, const plan_t *plans,
     /* how many picks ahead to prefetch: enough lines in flight to cover a
      * DRAM miss (the core tracks a few dozen), capped for huge picks */
     size_t lines = (P + 1) * L->row_bytes / 64 + 2;
-    size_t ahead = lines >= 48 ? 1 : 48 / lines;
-    for (size_t i = 0; i < count && i < ahead; i++)
+    size_t ahead = !prefetch ? count : lines >= 48 ? 1 : 48 / lines;
+    for (size_t i = 0; prefetch && i < count && i < ahead; i++)
         prefetch_pick(L, &plans[i]);
     if (out->fields) {
         for (size_t i = 0; i < count; i++) {

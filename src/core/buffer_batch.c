@@ -46,6 +46,19 @@ static void plan_pick_locked(exr_buffer *b, const exr_pick *pk, plan_t *pl, int6
     *len_next = (int64_t)l - (e->terminated && p + l == e->n);
 }
 
+/* Every line of the rows plan pl will read (its L rows and the next).
+ * Always inlined: GCC deletes calls of a function that only prefetches
+ * (it finds it pure-const), see batch_copy.c. */
+static inline __attribute__((always_inline)) void prefetch_plan(const exr_store_layout *L, const plan_t *pl)
+{
+    size_t rows = pl->len + pl->next_stored, a = rows < pl->na ? rows : pl->na;
+    for (size_t off = 0; off < a * L->row_bytes; off += 64)
+        __builtin_prefetch(pl->a + off);
+    __builtin_prefetch(pl->a + a * L->row_bytes - 1);
+    if (rows > a)
+        __builtin_prefetch(pl->b);
+}
+
 /* Where the segment pointer of pick pk sits in its episode's body. */
 static inline const void *segs_link(const exr_store_layout *L, const exr_episode *slab,
                                     const exr_pick *pk)
@@ -68,13 +81,22 @@ static inline const void *segs_link(const exr_store_layout *L, const exr_episode
  * are known (its copy follows at once and finds them in cache); a large
  * batch's copy prefetches them itself, a few picks ahead (batch_copy.c). */
 static void plan_batch_locked(exr_buffer *b, size_t count, const size_t *idx, plan_t *plans,
-                              exr_batch_out *out)
+                              exr_batch_out *out, bool cold)
 {
     EXR_ASSERT_LOCKED(b);
     enum { C = 32 };
     const exr_store_layout *L = &b->lay;
     const exr_pick *pv = b->picks.v;
     const exr_episode *slab = b->eps.slab;
+    if (!cold) { /* everything is in cache: prefetching would only cost */
+        for (size_t i = 0; i < count; i++)
+            plan_pick_locked(b, &pv[idx[i]], &plans[i], &out->pick_epi[i], &out->pick_pos[i],
+                             &out->seq_len[i], &out->seq_len_next[i]);
+        if (out->pick_index)
+            for (size_t i = 0; i < count; i++)
+                out->pick_index[i] = (int64_t)idx[i];
+        return;
+    }
     bool rows_now = count * (b->cfg.pick_len + 1) * L->row_bytes <= ((size_t)64 << 10);
     for (size_t i = 0; i < count && i < C; i++)
         __builtin_prefetch(&pv[idx[i]]);
@@ -90,7 +112,7 @@ static void plan_batch_locked(exr_buffer *b, size_t count, const size_t *idx, pl
             plan_pick_locked(b, &pv[idx[i]], &plans[i], &out->pick_epi[i], &out->pick_pos[i],
                              &out->seq_len[i], &out->seq_len_next[i]);
             if (rows_now)
-                __builtin_prefetch(plans[i].a);
+                prefetch_plan(L, &plans[i]);
         }
     }
     if (out->pick_index)
@@ -166,6 +188,18 @@ static void scratch_free(batch_scratch *s)
     free(s->scratch);
 }
 
+/* Whether a batch's picks must come from memory rather than cache: the
+ * rows and the pick table together exceed about half of a core's L2 (the
+ * batch's output shares it). Then the plan and the copy prefetch; below,
+ * the prefetches find everything in cache and only cost (measured with
+ * benchmarks/c/phases.c: ~4 ns a pick at N = 2048). */
+static bool batch_cold_locked(const exr_buffer *b)
+{
+    EXR_ASSERT_LOCKED(b);
+    uint64_t bytes = b->n_records * b->lay.row_bytes + b->picks.n * sizeof(exr_pick);
+    return bytes > ((uint64_t)1 << 20);
+}
+
 /* Plans under the lock, copies without it. ph (NULL: not wanted) gets
  * the time of each phase. */
 static exr_status finish_batch(exr_buffer *b, size_t count, batch_scratch *sc,
@@ -173,11 +207,12 @@ static exr_status finish_batch(exr_buffer *b, size_t count, batch_scratch *sc,
 {
     exr_reader me;
     uint64_t t0 = ph ? now_ns() : 0;
-    plan_batch_locked(b, count, sc->idx, sc->plans, out);
+    bool cold = batch_cold_locked(b);
+    plan_batch_locked(b, count, sc->idx, sc->plans, out, cold);
     pin_locked(b, &me);
     exr_buffer_unlock(b);
     uint64_t t1 = ph ? now_ns() : 0;
-    copy_batch(b, count, sc->plans, out);
+    copy_batch(b, count, sc->plans, out, cold);
     unpin(b, &me);
     scratch_free(sc);
     if (ph) {

@@ -140,8 +140,11 @@ typedef struct {
 exr_status exr_buffer_get_batch_phases(exr_buffer *b, int64_t h, size_t count,
                                        exr_batch_out *out, exr_batch_phases *ph);
 
-/* batch_copy.c: copies the planned picks into out (no lock needed: pinned). */
-void copy_batch(const exr_buffer *b, size_t count, const plan_t *plans, exr_batch_out *out);
+/* batch_copy.c: copies the planned picks into out (no lock needed: pinned),
+ * prefetching the rows of the picks ahead when `prefetch` (the buffer's
+ * rows do not stay in cache: batch_cold_locked, buffer_batch.c). */
+void copy_batch(const exr_buffer *b, size_t count, const plan_t *plans, exr_batch_out *out,
+                bool prefetch);
 
 static inline uint64_t complete_steps(const exr_episode *e)
 {
