@@ -14,6 +14,7 @@
 #   make soak     the thread stress test's soak mode for SOAK_SECONDS (default an hour)
 #   make bench    the full benchmark suite (benchmarks/), then docs/benchmarks.md + docs/img/*.png
 #   make bench-quick  every benchmark at a few small sizes: a smoke run of seconds (part of `make test`)
+#   make bench-phases get_batch's phases (draw, plan, copy) per pick next to the floor, in C (benchmarks/c/)
 #   make demo     Ape-X DQN on CartPole on a local Ray cluster (python -m exreplay.examples.apex_cartpole),
 #                 logging every experience (--log build/demo-log), then the merged log's info and tail
 #   make fuzz-log a long mutation fuzz of the experience log reader (tests/test_fuzz_log.py)
@@ -56,7 +57,7 @@ CTESTS := $(patsubst tests/c/%.c,build/%,$(sort $(wildcard tests/c/test_*.c)))
 export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
 
 .PHONY: test venv build warnings ctest ctest-tsan pytest asan demo demo-paper bench bench-quick bench-deps clean distclean zlib fuzz-log
-.PHONY: bench-rllib pymatrix numpy-oldest dist-check
+.PHONY: bench-rllib pymatrix numpy-oldest dist-check bench-phases
 .PHONY: fuzz fuzz-smoke allocfail soak
 
 # --- environment ------------------------------------------------------------
@@ -239,6 +240,16 @@ bench-quick: build bench-deps
 		$(BENCH_PYTEST) --bench-quick --benchmark-json=$(QUICK_DIR)/quick.json
 	MPLBACKEND=Agg $(VPY) benchmarks/report.py $(QUICK_DIR)/quick.json --md $(QUICK_DIR)/benchmarks.md \
 		--persistence $(QUICK_DIR)/persistence.json --ray $(QUICK_DIR)/ray.json --ray-md $(QUICK_DIR)/benchmarks_ray.md
+
+# get_batch's time by phase (benchmarks/c/phases.c, linked against src/core
+# with the release build's flags): PHASES_REPS repetitions of each case.
+PHASES_REPS ?= 31
+build/bench-phases: benchmarks/c/phases.c $(CORE_SRC) $(CORE_HDR) | zlib
+	@mkdir -p build
+	$(CTEST_CC) -std=c11 -O3 -flto=auto -Wall -Wextra -Werror -pthread -Isrc/core -o $@ $< $(CORE_SRC) -lz -lm
+
+bench-phases: build/bench-phases
+	./build/bench-phases $(PHASES_REPS)
 
 # RLlib: docs/benchmarks.md section "RLlib" (via report.py) from benchmarks/results/rllib.json.
 BENCH_RLLIB_ARGS ?=
