@@ -3,11 +3,12 @@
  * A C program linked against src/core (no Python): `make bench-phases`.
  *
  * For each case it fills a buffer of N records (state (4,) float32 = 16 B,
- * action 8 B, reward 4 B: a 28-byte row) with whole episodes of E records,
+ * or 84x84 uint8 for R2D2; action 8 B, reward 4 B) with whole episodes of
+ * E records,
  * then alternates, REPS times:
  *
  *   floor     exr_floor_gather (src/core/floor.c): B random runs of L state
- *             rows and their next rows from one contiguous array of N 16-byte
+ *             rows and their next rows from one contiguous array of N state
  *             rows (2 MiB-aligned, MADV_HUGEPAGE: what NumPy gives the floor
  *             array of the Python benchmarks), fresh random starts each time
  *   get_batch exr_buffer_get_batch_phases: the same call as get_batch, timed
@@ -37,6 +38,7 @@
 typedef struct {
     const char *name;
     size_t n, ep, L, B, calls; /* calls: get_batch calls per timed sample */
+    size_t sb;                 /* state bytes */
 } bench_case;
 
 static uint64_t now_ns(void)
@@ -74,7 +76,8 @@ static double median(uint64_t *v, size_t n)
 
 static exr_buffer *filled(const bench_case *c, int64_t *sel)
 {
-    exr_config cfg = {.state_bytes = 16, .action_bytes = 8, .reward_bytes = 4,
+    size_t sb = c->sb;
+    exr_config cfg = {.state_bytes = sb, .action_bytes = 8, .reward_bytes = 4,
                       .capacity = c->n, .pick_len = (uint32_t)c->L, .seed = 1};
     exr_buffer *b;
     if (exr_buffer_new(&cfg, &b) != EXR_OK)
@@ -83,12 +86,12 @@ static exr_buffer *filled(const bench_case *c, int64_t *sel)
     if (exr_buffer_add_selector_locked(b, 0, NULL, sel) != EXR_OK)
         exit(1);
     exr_buffer_unlock(b);
-    float *st = malloc(c->ep * 16);
+    unsigned char *st = malloc(c->ep * sb);
     int64_t *ac = malloc(c->ep * 8);
     float *rw = malloc(c->ep * 4);
-    float fin[4] = {0};
-    for (size_t i = 0; i < c->ep * 4; i++)
-        st[i] = (float)i;
+    unsigned char *fin = calloc(1, sb);
+    for (size_t i = 0; i < c->ep * sb; i++)
+        st[i] = (unsigned char)i;
     for (size_t i = 0; i < c->ep; i++) {
         ac[i] = (int64_t)i;
         rw[i] = 0.5f;
@@ -103,6 +106,7 @@ static exr_buffer *filled(const bench_case *c, int64_t *sel)
     free(st);
     free(ac);
     free(rw);
+    free(fin);
     return b;
 }
 
@@ -110,10 +114,10 @@ static void run_case(const bench_case *c, size_t reps)
 {
     int64_t sel;
     exr_buffer *b = filled(c, &sel);
-    size_t B = c->B, L = c->L, n = c->n;
+    size_t B = c->B, L = c->L, n = c->n, sb = c->sb;
     exr_batch_out o = {0};
-    o.state = big_alloc(B * L * 16);
-    o.state_next = big_alloc(B * L * 16);
+    o.state = big_alloc(B * L * sb);
+    o.state_next = big_alloc(B * L * sb);
     o.action = big_alloc(B * L * 8);
     o.reward = big_alloc(B * L * 4);
     o.seq_len = big_alloc(B * 8);
@@ -122,8 +126,8 @@ static void run_case(const bench_case *c, size_t reps)
     o.pick_pos = big_alloc(B * 8);
     o.weight = big_alloc(B * 4);
     o.pick_index = big_alloc(B * 8);
-    unsigned char *rows = big_alloc(n * 16);
-    void *fst = big_alloc(B * L * 16), *fnx = big_alloc(B * L * 16);
+    unsigned char *rows = big_alloc(n * sb);
+    void *fst = big_alloc(B * L * sb), *fnx = big_alloc(B * L * sb);
     enum { POOL = 8 };
     int64_t *starts = malloc(POOL * B * sizeof *starts);
     exr_rng rng;
@@ -135,7 +139,7 @@ static void run_case(const bench_case *c, size_t reps)
     for (size_t r = 0; r < reps + 2; r++) {
         uint64_t t0 = now_ns();
         for (size_t k = 0; k < c->calls; k++)
-            exr_floor_gather(rows, 16, starts + ((r * c->calls + k) % POOL) * B, B, L, fst, fnx);
+            exr_floor_gather(rows, sb, starts + ((r * c->calls + k) % POOL) * B, B, L, fst, fnx);
         uint64_t t1 = now_ns();
         exr_batch_phases ph, sum = {0, 0, 0};
         uint64_t t2 = now_ns();
@@ -177,13 +181,15 @@ int main(int argc, char **argv)
     size_t reps = argc > 1 ? (size_t)atol(argv[1]) : 31;
     const bench_case cases[] = {
         /* the paper's get_5000 (benchmarks/test_bench_paper.py) at a small N and at N = 1M */
-        {"paper get_5000", 2048, 64, 8, 5000, 1},
-        {"paper get_5000", 65536, 512, 8, 5000, 1},
-        {"paper get_5000", 1048576, 512, 8, 5000, 1},
+        {"paper get_5000", 2048, 64, 8, 5000, 1, 16},
+        {"paper get_5000", 65536, 512, 8, 5000, 1, 16},
+        {"paper get_5000", 1048576, 512, 8, 5000, 1, 16},
         /* the cpprb comparison's uniform sample (test_bench_cpprb.py): L = 1, episodes of 100 */
-        {"cpprb sample(32)", 100000, 100, 1, 32, 200},
-        {"cpprb sample(32)", 1000000, 100, 1, 32, 200},
-        {"cpprb sample(1024)", 1000000, 100, 1, 1024, 10},
+        {"cpprb sample(32)", 100000, 100, 1, 32, 200, 16},
+        {"cpprb sample(32)", 1000000, 100, 1, 32, 200, 16},
+        {"cpprb sample(1024)", 1000000, 100, 1, 1024, 10, 16},
+        /* R2D2 (test_bench_shapes.py): 84x84 uint8, episodes of 500 */
+        {"R2D2", 100000, 500, 80, 32, 1, 84 * 84},
     };
     long only = argc > 2 ? atol(argv[2]) : -1;
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)

@@ -106,8 +106,11 @@ static void plan_batch_locked(exr_buffer *b, size_t count, const size_t *idx, pl
             __builtin_prefetch(&slab[pv[idx[i]].slot]);
         for (size_t i = c1; i < count && i < c1 + C; i++)
             __builtin_prefetch(&pv[idx[i]]);
-        for (size_t i = c0; i < c1; i++)
-            __builtin_prefetch(segs_link(L, slab, &pv[idx[i]]));
+        for (size_t i = c0; i < c1; i++) {
+            const exr_pick *pk = &pv[idx[i]];
+            __builtin_prefetch(slab[pk->slot].body); /* nsegs, final_state */
+            __builtin_prefetch(segs_link(L, slab, pk));
+        }
         for (size_t i = c0; i < c1; i++) {
             plan_pick_locked(b, &pv[idx[i]], &plans[i], &out->pick_epi[i], &out->pick_pos[i],
                              &out->seq_len[i], &out->seq_len_next[i]);
