@@ -81,22 +81,13 @@ static inline const void *segs_link(const exr_store_layout *L, const exr_episode
  * are known (its copy follows at once and finds them in cache); a large
  * batch's copy prefetches them itself, a few picks ahead (batch_copy.c). */
 static void plan_batch_locked(exr_buffer *b, size_t count, const size_t *idx, plan_t *plans,
-                              exr_batch_out *out, bool cold)
+                              exr_batch_out *out)
 {
     EXR_ASSERT_LOCKED(b);
     enum { C = 32 };
     const exr_store_layout *L = &b->lay;
     const exr_pick *pv = b->picks.v;
     const exr_episode *slab = b->eps.slab;
-    if (!cold) { /* everything is in cache: prefetching would only cost */
-        for (size_t i = 0; i < count; i++)
-            plan_pick_locked(b, &pv[idx[i]], &plans[i], &out->pick_epi[i], &out->pick_pos[i],
-                             &out->seq_len[i], &out->seq_len_next[i]);
-        if (out->pick_index)
-            for (size_t i = 0; i < count; i++)
-                out->pick_index[i] = (int64_t)idx[i];
-        return;
-    }
     bool rows_now = count * (b->cfg.pick_len + 1) * L->row_bytes <= ((size_t)64 << 10);
     for (size_t i = 0; i < count && i < C; i++)
         __builtin_prefetch(&pv[idx[i]]);
@@ -191,11 +182,13 @@ static void scratch_free(batch_scratch *s)
     free(s->scratch);
 }
 
-/* Whether a batch's picks must come from memory rather than cache: the
+/* Whether a batch's rows must come from memory rather than cache: the
  * rows and the pick table together exceed about half of a core's L2 (the
- * batch's output shares it). Then the plan and the copy prefetch; below,
- * the prefetches find everything in cache and only cost (measured with
- * benchmarks/c/phases.c: ~4 ns a pick at N = 2048). */
+ * batch's output shares it). Then the copy prefetches the rows of the picks
+ * ahead; below, those prefetches find everything in cache and only cost
+ * (benchmarks/c/phases.c: ~4 ns a pick at N = 2048). The plan always
+ * prefetches its chain: it costs ~1 ns a pick when all is in cache, and a
+ * learner's own work between two batches leaves little of it there. */
 static bool batch_cold_locked(const exr_buffer *b)
 {
     EXR_ASSERT_LOCKED(b);
@@ -211,7 +204,7 @@ static exr_status finish_batch(exr_buffer *b, size_t count, batch_scratch *sc,
     exr_reader me;
     uint64_t t0 = ph ? now_ns() : 0;
     bool cold = batch_cold_locked(b);
-    plan_batch_locked(b, count, sc->idx, sc->plans, out, cold);
+    plan_batch_locked(b, count, sc->idx, sc->plans, out);
     pin_locked(b, &me);
     exr_buffer_unlock(b);
     uint64_t t1 = ph ? now_ns() : 0;
