@@ -39,6 +39,7 @@ typedef struct {
     const char *name;
     size_t n, ep, L, B, calls; /* calls: get_batch calls per timed sample */
     size_t sb;                 /* state bytes */
+    int kind;                  /* selector: 0 uniform, 1 prioritized (alpha 0.6, beta 0.4) */
 } bench_case;
 
 static uint64_t now_ns(void)
@@ -83,20 +84,24 @@ static exr_buffer *filled(const bench_case *c, int64_t *sel)
     if (exr_buffer_new(&cfg, &b) != EXR_OK)
         exit(1);
     exr_buffer_lock(b);
-    if (exr_buffer_add_selector_locked(b, 0, NULL, sel) != EXR_OK)
+    const double params[2] = {0.6, 0.4};
+    if (exr_buffer_add_selector_locked(b, c->kind, params, sel) != EXR_OK)
         exit(1);
     exr_buffer_unlock(b);
     unsigned char *st = malloc(c->ep * sb);
     int64_t *ac = malloc(c->ep * 8);
     float *rw = malloc(c->ep * 4);
+    double *pri = malloc(c->ep * sizeof *pri);
     unsigned char *fin = calloc(1, sb);
     for (size_t i = 0; i < c->ep * sb; i++)
         st[i] = (unsigned char)i;
     for (size_t i = 0; i < c->ep; i++) {
         ac[i] = (int64_t)i;
         rw[i] = 0.5f;
+        pri[i] = 0.05 + (double)((i * 7919) % 1000) / 1000.0;
     }
     exr_steps in = {.states = st, .actions = ac, .rewards = rw, .T = c->ep,
+                    .priorities = c->kind ? pri : NULL,
                     .final_state = fin, .end = true};
     for (size_t done = 0; done < c->n; done += c->ep) {
         int64_t h;
@@ -107,6 +112,7 @@ static exr_buffer *filled(const bench_case *c, int64_t *sel)
     free(ac);
     free(rw);
     free(fin);
+    free(pri);
     return b;
 }
 
@@ -181,15 +187,17 @@ int main(int argc, char **argv)
     size_t reps = argc > 1 ? (size_t)atol(argv[1]) : 31;
     const bench_case cases[] = {
         /* the paper's get_5000 (benchmarks/test_bench_paper.py) at a small N and at N = 1M */
-        {"paper get_5000", 2048, 64, 8, 5000, 1, 16},
-        {"paper get_5000", 65536, 512, 8, 5000, 1, 16},
-        {"paper get_5000", 1048576, 512, 8, 5000, 1, 16},
+        {"paper get_5000", 2048, 64, 8, 5000, 1, 16, 0},
+        {"paper get_5000", 65536, 512, 8, 5000, 1, 16, 0},
+        {"paper get_5000", 1048576, 512, 8, 5000, 1, 16, 0},
         /* the cpprb comparison's uniform sample (test_bench_cpprb.py): L = 1, episodes of 100 */
-        {"cpprb sample(32)", 100000, 100, 1, 32, 200, 16},
-        {"cpprb sample(32)", 1000000, 100, 1, 32, 200, 16},
-        {"cpprb sample(1024)", 1000000, 100, 1, 1024, 10, 16},
+        {"cpprb sample(32)", 100000, 100, 1, 32, 200, 16, 0},
+        {"cpprb sample(32)", 1000000, 100, 1, 32, 200, 16, 0},
+        {"cpprb sample(1024)", 1000000, 100, 1, 1024, 10, 16, 0},
+        /* prioritized get_batch(256) (test_bench_cpprb.py) */
+        {"prioritized (256)", 1000000, 100, 1, 256, 20, 16, 1},
         /* R2D2 (test_bench_shapes.py): 84x84 uint8, episodes of 500 */
-        {"R2D2", 100000, 500, 80, 32, 1, 84 * 84},
+        {"R2D2", 100000, 500, 80, 32, 1, 84 * 84, 0},
     };
     long only = argc > 2 ? atol(argv[2]) : -1;
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
