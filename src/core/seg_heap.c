@@ -10,7 +10,8 @@
  * least EXR_SEG_HEAP_MIN bytes (the nominal sizes of store.h, which repeat)
  * come from regions instead:
  *
- *   region: one 2 MiB-aligned anonymous mapping advised MADV_HUGEPAGE,
+ *   region: one 2 MiB-aligned anonymous mapping of at least 16 MiB, advised
+ *           MADV_HUGEPAGE but for its last 2 MiB when a tail is left there,
  *           cut into nslots equal slots of one size (at least 16)
  *   +--------+--------+--------+-- ... --+--------+------+
  *   | slot 0 | slot 1 | slot 2 |         | slot n-1| tail |
@@ -44,6 +45,7 @@
 
 #define HUGE_PAGE ((size_t)2 << 20)
 #define MIN_SLOTS 16
+#define REGION_MIN ((size_t)16 << 20)
 
 typedef struct {
     unsigned char *base;
@@ -61,7 +63,8 @@ static size_t nregs, capregs;
  * success. The mapping is made HUGE_PAGE longer and trimmed to alignment. */
 static int region_map(region *r, size_t slot)
 {
-    size_t bytes = (slot * MIN_SLOTS + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+    size_t want = slot * MIN_SLOTS > REGION_MIN ? slot * MIN_SLOTS : REGION_MIN;
+    size_t bytes = (want + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
     size_t nslots = bytes / slot;
     uint32_t *idx = malloc(nslots * sizeof *idx);
     if (!idx)
@@ -78,7 +81,10 @@ static int region_map(region *r, size_t slot)
     munmap(m + head + bytes, HUGE_PAGE - head);
     unsigned char *base = m + head;
 #ifdef MADV_HUGEPAGE
-    (void)madvise(base, bytes, MADV_HUGEPAGE); /* advice only */
+    /* advice only. The last huge page holds the tail past the last slot:
+     * left on small pages, the tail is never touched, so never resident. */
+    size_t tail = bytes - nslots * slot;
+    (void)madvise(base, tail ? bytes - HUGE_PAGE : bytes, MADV_HUGEPAGE);
 #endif
     POISON(base, bytes);
     *r = (region){base, bytes, slot, (uint32_t)nslots, 0, 0, 0, idx};
