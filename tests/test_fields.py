@@ -48,6 +48,15 @@ def one(d, i):
     return {k: v[i] for k, v in d.items()}
 
 
+def assert_same_batch(b, rb):
+    """Batch b (C) holds what the reference's batch rb of the same picks holds."""
+    for name in ("state", "state_next", "extras"):
+        for k in getattr(rb, name):
+            np.testing.assert_array_equal(getattr(b, name)[k], getattr(rb, name)[k], err_msg=name + k)
+    for name in ("action", "reward", "seq_len", "seq_len_next"):
+        np.testing.assert_array_equal(getattr(b, name), getattr(rb, name))
+
+
 @pytest.mark.parametrize("cls", IMPLS)
 def test_batch_holds_every_field_with_the_batch_dimensions(cls):
     buf = make(cls)
@@ -110,12 +119,7 @@ def test_named_fields_agree_with_the_reference_pick_by_pick():
     out = None
     for _ in range(5):
         b = c.get_batch(33, ps_c, out=out)
-        rb = r._gather(ps_r, b.pick_epi, b.pick_pos)
-        for name in ("state", "state_next", "extras"):
-            for k in getattr(rb, name):
-                np.testing.assert_array_equal(getattr(b, name)[k], getattr(rb, name)[k], err_msg=name + k)
-        for name in ("action", "reward", "seq_len", "seq_len_next"):
-            np.testing.assert_array_equal(getattr(b, name), getattr(rb, name))
+        assert_same_batch(b, r._gather(ps_r, b.pick_epi, b.pick_pos))
         out = b
     for h in c._handles():
         ec, er = c.episode(h), r.episode(h)
@@ -567,10 +571,5 @@ def test_streamed_batches_agree_with_the_reference(streamed, pick_len):
     ps_r = r.new_pick_selector(exreplay.PickSelectorClass.Uniform)
     for _ in range(4):
         b = c.get_batch(40, ps_c)
-        rb = r._gather(ps_r, b.pick_epi, b.pick_pos)
-        for name in ("state", "state_next", "extras"):
-            for k in getattr(rb, name):
-                np.testing.assert_array_equal(getattr(b, name)[k], getattr(rb, name)[k], err_msg=name + k)
-        for name in ("action", "reward", "seq_len", "seq_len_next"):
-            np.testing.assert_array_equal(getattr(b, name), getattr(rb, name))
+        assert_same_batch(b, r._gather(ps_r, b.pick_epi, b.pick_pos))
     c._check()
