@@ -229,7 +229,10 @@ static void copy_pick_fields(const exr_store_layout *L, const plan_t *pl, size_t
  * hardware's stream prefetcher fetches the rest of a row as it is copied;
  * asking for every line of a pick's rows (prefetch_pick) fills the miss
  * queue with lines that are not needed yet. */
-static inline void prefetch_heads(const exr_store_layout *L, const plan_t *pl)
+/* always inlined: GCC takes a function that only prefetches for one with no
+ * effect (pure) and may delete its calls */
+static inline __attribute__((always_inline)) void prefetch_heads(const exr_store_layout *L,
+                                                                 const plan_t *pl)
 {
     size_t rows = pl->len + pl->next_stored;
     for (size_t r = 0; r < rows; r++) {
