@@ -961,11 +961,13 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
         )
         L.append("")
         trs = []
-        for case in ("r2d2", "atari"):
+        names = {"r2d2": "R2D2 sequences", "atari": "Atari transitions",
+                 "r2d2-read": "R2D2, then the two image arrays read", "atari-read": "Atari, then the two image arrays read"}
+        for case in ("r2d2", "r2d2-read", "atari", "atari-read"):
             e, f = fields.get((case, "exreplay")), fields.get((case, "floor"))
             if e and f:
                 trs.append([
-                    {"r2d2": "R2D2 sequences", "atari": "Atari transitions"}[case], e["B"], e["L"],
+                    names[case], e["B"], e["L"],
                     fmt_us(us(e["median_s"])), fmt_us(us(f["median_s"])),
                     fmt_ratio(e["median_s"] / f["median_s"]),
                 ])

@@ -72,16 +72,28 @@ def _get(n, L, xspec):
     return _CACHE[key]
 
 
+def _read(arrays):
+    """Reads every byte of the arrays (a max over 8-byte words): what a
+    learner does with its batch next."""
+    for a in arrays:
+        a.reshape(-1).view(np.uint64).max()
+
+
+@pytest.mark.parametrize("read", [False, True], ids=["", "then-read"])
 @pytest.mark.parametrize("impl", ["exreplay", "floor"])
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_fields_batch(benchmark, case, impl):
+def test_fields_batch(benchmark, case, impl, read):
     """Each timed round is preceded by one untimed call of the counterpart
     (floor before get_batch, get_batch before floor): both see the same
-    allocator and cache history."""
+    allocator and cache history. With `then-read`, the timed call also
+    reads the batch's two image arrays (state and next state) once: a batch
+    written past the cache (docs/design.md, "Large batches") must not just
+    move the cost to its reader."""
     name, batch, L, xspec = case
     n = harness.atari_size()
     r = harness.rounds(30 if L > 1 else 60, 3)
-    harness.tag(benchmark, f"fields {name} batch B={batch} L={L}", suite="fields", case=name,
+    what = f"fields {name} batch B={batch} L={L}" + (" then read" if read else "")
+    harness.tag(benchmark, what, suite="fields", case=name + ("-read" if read else ""),
                 impl=impl, N=n, B=batch, L=L)
     buf, ps, cols, outs = _get(n, L, xspec)
     pool = harness.StartPool(n, L, batch)
@@ -89,9 +101,14 @@ def test_fields_batch(benchmark, case, impl):
         outs[batch] = _core._floor_gather_cols(cols, pool.next(), L, 2)
     out = outs[batch]
     if impl == "exreplay":
+        def call():
+            b = buf.get_batch(batch, ps)
+            if read:
+                _read((b.state["img"], b.state_next["img"]))
+            return b
+
         b = benchmark.pedantic(
-            buf.get_batch, args=(batch, ps),
-            setup=lambda: _core._floor_gather_cols(cols, pool.next(), L, 2, out) and None,
+            call, setup=lambda: _core._floor_gather_cols(cols, pool.next(), L, 2, out) and None,
             rounds=r, warmup_rounds=2,
         )
         assert b.state["img"].shape == (batch, L, 84, 84)
@@ -101,6 +118,11 @@ def test_fields_batch(benchmark, case, impl):
             buf.get_batch(batch, ps)
             return (cols, pool.next(), L, 2, out), {}
 
-        outs, nexts = benchmark.pedantic(_core._floor_gather_cols, setup=setup, rounds=r,
-                                         warmup_rounds=2)
+        def call(*args):
+            res = _core._floor_gather_cols(*args)
+            if read:
+                _read((res[0][0], res[1][0]))
+            return res
+
+        outs, nexts = benchmark.pedantic(call, setup=setup, rounds=r, warmup_rounds=2)
         assert outs[0].shape == (batch, L, 84, 84) and len(nexts) == 2

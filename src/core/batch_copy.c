@@ -8,6 +8,11 @@
 #include <string.h>
 
 #include "buffer_impl.h"
+#include "mem.h"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 /* memcpy for the short runs a pick is made of (a few rows of a few bytes):
  * inline 16-byte moves, with an overlapping last move, beat a call into
@@ -32,6 +37,46 @@ static inline void copy_bytes(unsigned char *d, const unsigned char *s, size_t n
         for (size_t i = 0; i < n; i++)
             d[i] = s[i];
     }
+}
+
+/* A field of at least this many bytes is streamed when the batch is (a
+ * shorter one would leave the write-combining buffers half-filled). */
+#define STREAM_FIELD_MIN 1024
+
+/* memcpy with non-temporal stores: the destination's lines go to memory
+ * without being read first (no read-for-ownership) and without evicting
+ * the cache. For batches larger than the cache (docs/design.md, "Large
+ * batches"); copy_batch ends them with a store fence. */
+static void copy_stream(unsigned char *d, const unsigned char *s, size_t n)
+{
+#if defined(__SSE2__)
+    size_t head = (size_t)(-(uintptr_t)d & 63);
+    if (head > n)
+        head = n;
+    copy_bytes(d, s, head);
+    d += head, s += head, n -= head;
+    for (; n >= 64; n -= 64, d += 64, s += 64) {
+        __m128i x0 = _mm_loadu_si128((const __m128i *)s);
+        __m128i x1 = _mm_loadu_si128((const __m128i *)(s + 16));
+        __m128i x2 = _mm_loadu_si128((const __m128i *)(s + 32));
+        __m128i x3 = _mm_loadu_si128((const __m128i *)(s + 48));
+        _mm_stream_si128((__m128i *)d, x0);
+        _mm_stream_si128((__m128i *)(d + 16), x1);
+        _mm_stream_si128((__m128i *)(d + 32), x2);
+        _mm_stream_si128((__m128i *)(d + 48), x3);
+    }
+    copy_bytes(d, s, n);
+#else
+    memcpy(d, s, n);
+#endif
+}
+
+static inline void copy_field(unsigned char *d, const unsigned char *s, size_t n, bool stream)
+{
+    if (stream && n >= STREAM_FIELD_MIN)
+        copy_stream(d, s, n);
+    else
+        copy_bytes(d, s, n);
 }
 
 /* One field (at byte `at` of each row, `w` bytes wide) of cnt rows from
@@ -177,41 +222,47 @@ PREFETCH_FN prefetch_pick(const exr_store_layout *L, const plan_t *pl)
         prefetch_range(pl->b, (rows - a) * L->row_bytes);
 }
 
+/* Row r of a pick (rows [0, na) in A, the rest in B). */
+static inline const unsigned char *pick_row(const exr_store_layout *L, const plan_t *pl, size_t r)
+{
+    return r < pl->na ? pl->a + r * L->row_bytes : pl->b + (r - pl->na) * L->row_bytes;
+}
+
 /* The same for a buffer with named fields (fields.h), row by row: each of
  * the pick's rows is read once, while it is in cache, and every field of it
- * written where it goes (its state array and, for a state field, the next
- * states of the step before). A pass per field would walk the pick's rows
- * once per field, and a long pick of large rows (R2D2: 81 rows of 9 KB)
- * does not stay in cache between passes. */
+ * written where it goes: its state array and, for a state field, the next
+ * states of the step before, copied from the same row while it is still in
+ * L1 (as the floor takes next states from its source, not from its output).
+ * A pass per field would walk the pick's rows once per field, and a long
+ * pick of large rows (R2D2: 81 rows of 9 KB) does not stay in cache between
+ * passes; copying next states back from the output would read the pick's
+ * output a second time from beyond L2. */
 static void copy_pick_fields(const exr_store_layout *L, const plan_t *pl, size_t pick_len,
                              size_t i, unsigned char *ac, unsigned char *rw,
-                             const exr_field_dst *fields, size_t nfields)
+                             const exr_field_dst *fields, size_t nfields, bool stream)
 {
     size_t sb = L->state_bytes, ab = L->action_bytes, rb = L->reward_bytes, l = pl->len;
     for (size_t r = 0; r < l; r++) {
-        const unsigned char *row =
-            r < pl->na ? pl->a + r * L->row_bytes : pl->b + (r - pl->na) * L->row_bytes;
+        const unsigned char *row = pick_row(L, pl, r);
         copy_bytes(ac + r * ab, row + sb, ab);
         copy_bytes(rw + r * rb, row + sb + ab, rb);
         for (size_t f = 0; f < nfields; f++) {
             const exr_field_dst *fd = &fields[f];
             size_t w = fd->bytes, at = i * pick_len * w;
-            copy_bytes(fd->dst + at + r * w, row + fd->off, w);
+            copy_field(fd->dst + at + r * w, row + fd->off, w, stream);
+            if (fd->next && r > 0)
+                copy_field(fd->next + at + (r - 1) * w, row + fd->off, w, stream);
         }
     }
     /* the last next state: row l, the final state, or zeros */
-    const unsigned char *last =
-        pl->next_stored ? (l < pl->na ? pl->a + l * L->row_bytes : pl->b + (l - pl->na) * L->row_bytes)
-                        : pl->final; /* state fields sit at the same offsets in both */
+    const unsigned char *last = pl->next_stored ? pick_row(L, pl, l)
+                                                : pl->final; /* state fields sit at the same offsets in both */
     for (size_t f = 0; f < nfields; f++) {
         const exr_field_dst *fd = &fields[f];
         size_t w = fd->bytes, at = i * pick_len * w;
         if (fd->next) {
-            /* next states 0..l-2 are states 1..l-1, just written */
-            if (l > 1)
-                copy_bytes(fd->next + at, fd->dst + at + w, (l - 1) * w);
             if (last)
-                copy_bytes(fd->next + at + (l - 1) * w, last + fd->off, w);
+                copy_field(fd->next + at + (l - 1) * w, last + fd->off, w, stream);
             else
                 memset(fd->next + at + (l - 1) * w, 0, w);
         }
@@ -227,9 +278,56 @@ static void copy_pick_fields(const exr_store_layout *L, const plan_t *pl, size_t
     }
 }
 
+/* The first line of each row of a pick, and the line its action starts
+ * in: the misses that the first touches of a row would wait for. The
+ * hardware's stream prefetcher fetches the rest of a row as it is copied;
+ * asking for every line of a pick's rows (prefetch_pick) fills the miss
+ * queue with lines that are not needed yet. */
+PREFETCH_FN prefetch_heads(const exr_store_layout *L, const plan_t *pl)
+{
+    size_t rows = pl->len + pl->next_stored;
+    for (size_t r = 0; r < rows; r++) {
+        const unsigned char *row = pick_row(L, pl, r);
+        __builtin_prefetch(row);
+        __builtin_prefetch(row + L->state_bytes);
+    }
+}
+
+/* How many picks ahead copy_batch_fields prefetches. */
+#define FIELDS_AHEAD 4
+
+static void copy_batch_fields(const exr_buffer *b, size_t count, const plan_t *plans,
+                              exr_batch_out *out)
+{
+    const exr_store_layout *L = &b->lay;
+    size_t P = b->cfg.pick_len;
+    size_t as = P * L->action_bytes, rs = P * L->reward_bytes;
+    /* the batch's bytes (its arrays exist, so the sum fits) */
+    size_t item = L->action_bytes + L->reward_bytes;
+    for (size_t f = 0; f < out->nfields; f++)
+        item += out->fields[f].bytes * (out->fields[f].next ? 2 : 1);
+    bool stream = count * P * item >= exr_stream_min();
+    for (size_t i = 0; i < count && i < FIELDS_AHEAD; i++)
+        prefetch_heads(L, &plans[i]);
+    for (size_t i = 0; i < count; i++) {
+        if (i + FIELDS_AHEAD < count)
+            prefetch_heads(L, &plans[i + FIELDS_AHEAD]);
+        copy_pick_fields(L, &plans[i], P, i, out->action + i * as, out->reward + i * rs,
+                         out->fields, out->nfields, stream);
+    }
+#if defined(__SSE2__)
+    if (stream)
+        _mm_sfence(); /* the streamed stores are visible before the batch is returned */
+#endif
+}
+
 void copy_batch(const exr_buffer *b, size_t count, const plan_t *plans, exr_batch_out *out,
                 bool prefetch)
 {
+    if (out->fields) {
+        copy_batch_fields(b, count, plans, out);
+        return;
+    }
     const exr_store_layout *L = &b->lay;
     size_t P = b->cfg.pick_len;
     size_t ss = P * L->state_bytes, as = P * L->action_bytes, rs = P * L->reward_bytes;
@@ -245,15 +343,6 @@ void copy_batch(const exr_buffer *b, size_t count, const plan_t *plans, exr_batc
     size_t ahead = !prefetch ? count : 48 / lines;
     for (size_t i = 0; prefetch && i < count && i < ahead; i++)
         prefetch_pick(L, &plans[i]);
-    if (out->fields) {
-        for (size_t i = 0; i < count; i++) {
-            if (i + ahead < count)
-                prefetch_pick(L, &plans[i + ahead]);
-            copy_pick_fields(L, &plans[i], P, i, ac + i * as, rw + i * rs, out->fields,
-                             out->nfields);
-        }
-        return;
-    }
     for (size_t i = 0; i < count; i++) {
         if (i + ahead < count)
             prefetch_pick(L, &plans[i + ahead]);

@@ -77,7 +77,7 @@ void exr_buffer_free(exr_buffer *b)
         return;
     free_graveyard_upto(b, UINT64_MAX);
     for (size_t i = 0; i < b->nspare; i++)
-        free(b->spare[i].seg);
+        exr_seg_free(b->spare[i].seg);
     exr_episodes_free(&b->eps);
     exr_pick_table_free(&b->picks);
     for (size_t i = 0; i < b->nsels; i++) {

@@ -38,7 +38,7 @@ static void seg_free_locked(exr_buffer *b, unsigned char *seg, size_t rows)
         b->spare[b->nspare++].rows = rows;
         b->spare_bytes += bytes;
     } else {
-        free(seg);
+        exr_seg_free(seg);
     }
 }
 
@@ -65,7 +65,7 @@ void free_graveyard_upto(exr_buffer *b, uint64_t epoch)
     while (b->dead_head && b->dead_head->epoch <= epoch) {
         exr_dead *d = b->dead_head;
         b->dead_head = d->next;
-        free(d->seg);
+        exr_seg_free(d->seg);
         free(d);
     }
     if (!b->dead_head)
@@ -94,7 +94,7 @@ void bury_segment(exr_buffer *b, unsigned char *seg, exr_dead *node)
 {
     pthread_mutex_lock(&b->lk->pin_mu);
     if (!b->readers) {
-        free(seg);
+        exr_seg_free(seg);
         free(node);
     } else {
         node->seg = seg;

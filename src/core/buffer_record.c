@@ -84,7 +84,7 @@ static void shrink_ended_locked(exr_buffer *b, exr_episode *e)
     unsigned char *seg = exr_store_seg_alloc(L, used);
     exr_dead *node = malloc(sizeof *node);
     if (!seg || !node) {
-        free(seg);
+        exr_seg_free(seg);
         free(node);
         return;
     }
@@ -143,10 +143,10 @@ typedef struct {
 static void prep_free(rec_prep *pr)
 {
     for (size_t j = 0; pr->segs && j < pr->nnew; j++)
-        free(pr->segs[j]);
+        exr_seg_free(pr->segs[j]);
     if (pr->segs != pr->segs_small)
         free(pr->segs);
-    free(pr->grown);
+    exr_seg_free(pr->grown);
     free(pr->node);
     free(pr->fin);
     exr_body_free(pr->fresh);

@@ -1,5 +1,6 @@
 #define _GNU_SOURCE /* getrandom */
 #include "episode.h"
+#include "seg_heap.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -249,7 +250,7 @@ void exr_body_free(exr_body *b)
     if (!b)
         return;
     for (uint32_t k = 0; k < b->nsegs; k++)
-        free(b->segs[k]);
+        exr_seg_free(b->segs[k]);
     free(b->final_state);
     free(b->aux);
     free(b);

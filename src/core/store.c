@@ -2,6 +2,8 @@
 
 #include <stdlib.h>
 
+#include "seg_heap.h"
+
 #define SEG_TARGET_BYTES ((size_t)1 << 20)
 
 static int round_line(size_t *x)
@@ -47,5 +49,7 @@ unsigned char *exr_store_seg_alloc(const exr_store_layout *L, size_t rows)
     size_t bytes;
     if (!exr_mul_size(rows ? rows : 1, L->row_bytes, &bytes) || !round_line(&bytes))
         return NULL;
+    if (exr_seg_heap_takes(rows, bytes))
+        return exr_seg_heap_alloc(bytes);
     return aligned_alloc(64, bytes);
 }

@@ -29,6 +29,7 @@
 #define EXR_STORE_H
 
 #include "exr.h"
+#include "seg_heap.h"
 
 typedef struct {
     size_t state_bytes, action_bytes, reward_bytes;
@@ -69,7 +70,8 @@ static inline size_t exr_store_seg_cap(const exr_store_layout *L, size_t k)
     return (size_t)1 << exr_store_shift(L, k);
 }
 
-/* A segment of `rows` rows (uninitialised data). NULL when out of memory. */
+/* A segment of `rows` rows (uninitialised data). NULL when out of memory.
+ * Freed with exr_seg_free (seg_heap.h), never free(). */
 unsigned char *exr_store_seg_alloc(const exr_store_layout *L, size_t rows);
 
 /* Row off of a segment: its state, then action, then reward. */

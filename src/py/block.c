@@ -10,10 +10,12 @@
  * A training loop draws batches of one size over and over. Fresh memory for
  * each would come from mmap (a batch is larger than glibc's mmap threshold)
  * and be page-faulted in again every time, which costs more than filling it;
- * a recycled block is already mapped and warm. The cache lives in the module
+ * a recycled block is already mapped and warm. A block of 4 MiB or more is
+ * advised for huge pages (src/core/mem.c). The cache lives in the module
  * state and is used with the GIL held.
  */
 #include "binding.h"
+#include "mem.h"
 
 #include <stdlib.h>
 
@@ -70,7 +72,7 @@ PyObject *exr_block_new(exr_modstate *st, size_t size)
                 (size_t)(st->ncached - best - 1) * sizeof st->cached[0]);
         st->ncached--;
     } else {
-        b->mem = aligned_alloc(64, size);
+        b->mem = exr_big_alloc(size);
         b->size = size;
         if (!b->mem) {
             b->size = 0;

@@ -5,6 +5,7 @@
  */
 #define EXR_IMPORT_ARRAY_HERE
 #include "binding.h"
+#include "mem.h"
 
 #include "args.h"
 
@@ -318,7 +319,21 @@ static void module_free(void *m)
     exr_block_cache_clear(PyModule_GetState((PyObject *)m));
 }
 
+/* _core._set_stream_min(bytes): the test hook of exr_set_stream_min. */
+static PyObject *set_stream_min_py(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    size_t n = PyLong_AsSize_t(arg);
+    if (n == (size_t)-1 && PyErr_Occurred())
+        return NULL;
+    return PyLong_FromSize_t(exr_set_stream_min(n));
+}
+
 static PyMethodDef module_methods[] = {
+    {"_set_stream_min", set_stream_min_py, METH_O,
+     "_set_stream_min(bytes, /)\n--\n\n"
+     "Test hook: batches of at least `bytes` are written with non-temporal stores\n"
+     "(0: the default, 16 MiB). Returns the value before."},
     {"_floor_gather", (PyCFunction)(void (*)(void))exr_floor_gather_py, METH_FASTCALL,
      "_floor_gather(rows, starts, L, /)\n--\n\n"
      "Benchmark floor: (rows[s:s+L], rows[s+1:s+L+1]) for each s in starts, gathered\n"
