@@ -573,3 +573,26 @@ def test_streamed_batches_agree_with_the_reference(streamed, pick_len):
         b = c.get_batch(40, ps_c)
         assert_same_batch(b, r._gather(ps_r, b.pick_epi, b.pick_pos))
     c._check()
+
+
+@pytest.mark.parametrize("pick_len", [1, 6])
+def test_streamed_batches_of_one_state_array_agree_with_the_reference(streamed, pick_len):
+    """A buffer without fields takes the streamed path too when its batch
+    is large: the same bytes as the reference's, padding and final states
+    included."""
+    c, r = (cls((29, 53), state_dtype="uint8", pick_len=pick_len, capacity=None, seed=2) for cls in IMPLS)
+    rng = np.random.default_rng(3)
+    for k in range(9):
+        T = int(rng.integers(1, 10))
+        S = rng.integers(0, 256, (T, 29, 53)).astype(np.uint8)
+        A, R = rng.integers(0, 5, T), rng.standard_normal(T).astype(np.float32)
+        kw = [{}, {"terminated": True}, {"final_state": rng.integers(0, 256, (29, 53)).astype(np.uint8)}][k % 3]
+        assert c.record_many(None, S, A, R, **kw) == r.record_many(None, S, A, R, **kw)
+    ps_c = c.new_pick_selector(exreplay.PickSelectorClass.Uniform)
+    ps_r = r.new_pick_selector(exreplay.PickSelectorClass.Uniform)
+    for _ in range(4):
+        b = c.get_batch(40, ps_c)
+        rb = r._gather(ps_r, b.pick_epi, b.pick_pos)
+        for name in ("state", "state_next", "action", "reward", "seq_len", "seq_len_next"):
+            np.testing.assert_array_equal(getattr(b, name), getattr(rb, name), err_msg=name)
+    c._check()

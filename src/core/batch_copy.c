@@ -331,6 +331,16 @@ void copy_batch(const exr_buffer *b, size_t count, const plan_t *plans, exr_batc
     const exr_store_layout *L = &b->lay;
     size_t P = b->cfg.pick_len;
     size_t ss = P * L->state_bytes, as = P * L->action_bytes, rs = P * L->reward_bytes;
+    if (count * (2 * ss + as + rs) >= exr_stream_min()) {
+        /* large: streamed, as the one field of a plan (next states from the
+         * rows, since the output just written is not in cache) */
+        exr_field_dst one = {0, L->state_bytes, out->state, out->state_next};
+        exr_batch_out o = *out;
+        o.fields = &one;
+        o.nfields = 1;
+        copy_batch_fields(b, count, plans, &o);
+        return;
+    }
     unsigned char *st = out->state, *ac = out->action, *rw = out->reward, *nx = out->state_next;
     /* how many picks ahead to prefetch: enough lines in flight to cover a
      * DRAM miss (the core tracks a few dozen). A pick of more than 48 lines
