@@ -35,6 +35,7 @@ GOAL_GET5000_FLOOR = 1.3
 GOAL_GET32_US = 3.0
 GOAL_GET32_OUT_US = 1.5
 GOAL_PRIO_RATIO = 3.0
+GOAL_UPDATE_BATCH_RATIO = 2.0  # set_priority(ps, batch, p) against cpprb update_priorities
 GOAL_R2D2_FLOOR = 1.2
 GOAL_THREADS = 0.85  # x the control's speedup in the same run
 GOAL_WRITERS_LEARNER = 0.8
@@ -735,6 +736,15 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
                 f"{fmt_ratio(both)}: {fmt_us(us(rs[1] + ru[1]))} vs cpprb {fmt_us(us(rs[0] + ru[0]))} (N = {n:,})",
                 verdict(both >= GOAL_PRIO_RATIO),
             ])
+            rb = cp.get(("update", n, 256, "exreplay_batch"))
+            if rb is not None:
+                b_ratio = ru[0] / rb
+                goals.append([
+                    "priority update(256) by batch", f"≥ {GOAL_UPDATE_BATCH_RATIO:g}× faster than cpprb "
+                    "(`set_priority(ps, batch, p)`, docs/design.md)",
+                    f"{fmt_ratio(b_ratio)}: {fmt_us(us(rb))} vs cpprb {fmt_us(us(ru[0]))} (N = {n:,})",
+                    verdict(b_ratio >= GOAL_UPDATE_BATCH_RATIO),
+                ])
             each = s_ratio >= GOAL_PRIO_RATIO and u_ratio >= GOAL_PRIO_RATIO
             prio_note = (
                 f"The issue's goal is “prioritized sample and update ≥ {GOAL_PRIO_RATIO:g}× faster than cpprb”. "
