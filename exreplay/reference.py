@@ -584,7 +584,7 @@ def _check_priorities(name, values):
 
 # The series of _pow_general (docs/semantics.md, "Stored priorities"):
 # log2(m) = s * sum_k K_k z^k with K_k = 2 / (ln 2 (2k + 1)), and
-# 2^f = sum_k E_k f^k with E_k = (ln 2)^k / k!.
+# 2^f = sum_k E_k f^k with E_k = (ln 2)^k / k!, each summed by Estrin's scheme.
 _LOG2_K = (
     2.8853900817779268, 0.9617966939259756, 0.5770780163555853, 0.4121985831111324,
     0.3205988979753252, 0.2623081892525388, 0.22195308321368667, 0.19235933878519512,
@@ -600,22 +600,28 @@ _ROUND = 6755399441055744.0  # 1.5 * 2**52: (y + _ROUND) - _ROUND rounds y half 
 
 def _pow_general(p, alpha):
     """2 ** (alpha * log2 p) for p > 0, alpha > 0, step by step as the C
-    buffer computes it (src/core/powa.h), in float64 operations only."""
+    buffer computes it (src/core/powa.h), in float64 operations only; both
+    series by Estrin's scheme, in the same order as the C code."""
+    K, E = _LOG2_K, _EXP2_E
     m, e = math.frexp(p)
     if m < 0.7071067811865476:
         m, e = m + m, e - 1
     s = (m - 1.0) / (m + 1.0)
     z = s * s
-    acc = _LOG2_K[-1]
-    for k in _LOG2_K[-2::-1]:
-        acc = k + z * acc
-    y = alpha * (float(e) + s * acc)
+    z2 = z * z
+    z4 = z2 * z2
+    pz = ((K[0] + K[1] * z) + (K[2] + K[3] * z) * z2) + ((K[4] + K[5] * z) + (K[6] + K[7] * z) * z2) * z4
+    y = alpha * (float(e) + s * pz)
     y = min(max(y, -160.0), 130.0)
     n = (y + _ROUND) - _ROUND
     f = y - n
-    r = _EXP2_E[-1]
-    for c in _EXP2_E[-2::-1]:
-        r = c + f * r
+    f2 = f * f
+    f4 = f2 * f2
+    f8 = f4 * f4
+    d0 = (E[0] + E[1] * f) + (E[2] + E[3] * f) * f2
+    d1 = (E[4] + E[5] * f) + (E[6] + E[7] * f) * f2
+    d2 = (E[8] + E[9] * f) + (E[10] + E[11] * f) * f2
+    r = (d0 + d1 * f4) + d2 * f8
     return math.ldexp(r, int(n))
 
 

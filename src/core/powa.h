@@ -50,32 +50,68 @@ static inline uint64_t exr_double_to_bits(double d)
  *   m, e = frexp(p)                       m in [0.5, 1), exact
  *   if m < sqrt(0.5): m, e = 2m, e - 1    m in [sqrt(0.5), sqrt(2))
  *   s = (m - 1) / (m + 1); z = s * s
- *   l = s * (K0 + z (K1 + z (K2 + ... + z K7)))      log2(m), K_k = 2 / (ln 2 (2k + 1))
+ *   l = s * P(z), P(z) = K0 + K1 z + ... + K7 z^7      log2(m), K_k = 2 / (ln 2 (2k + 1))
  *   y = alpha * (e + l), clamped to [-160, 130]
  *   n = round-half-even(y) (as (y + 1.5 * 2^52) - 1.5 * 2^52); f = y - n
- *   r = E0 + f (E1 + f (E2 + ... + f E11))          2^f, E_k = (ln 2)^k / k!
- *   result = r * 2^n                                 exact (no overflow or underflow in double)
- * A subnormal p is scaled by 2^64 first (exr_pow_leaves): frexp's m and e. */
-#define EXR_POW_K(z)                                                                               \
-    (2.8853900817779268 +                                                                          \
-     (z) * (0.9617966939259756 +                                                                   \
-            (z) * (0.5770780163555853 +                                                            \
-                   (z) * (0.4121985831111324 +                                                     \
-                          (z) * (0.3205988979753252 +                                              \
-                                 (z) * (0.2623081892525388 +                                       \
-                                        (z) * (0.22195308321368667 + (z) * 0.19235933878519512)))))))
-#define EXR_POW_E(f)                                                                               \
-    (1.0 + (f) * (0.6931471805599453 +                                                             \
-           (f) * (0.24022650695910072 +                                                            \
-           (f) * (0.05550410866482158 +                                                            \
-           (f) * (0.009618129107628477 +                                                           \
-           (f) * (0.0013333558146428443 +                                                          \
-           (f) * (0.0001540353039338161 +                                                          \
-           (f) * (1.5252733804059841e-05 +                                                         \
-           (f) * (1.321548679014431e-06 +                                                          \
-           (f) * (1.01780860092397e-07 +                                                           \
-           (f) * (7.054911620801123e-09 + (f) * 4.4455382718708116e-10)))))))))))
+ *   r = Q(f) = E0 + E1 f + ... + E11 f^11               2^f, E_k = (ln 2)^k / k!
+ *   result = r * 2^n                                     exact (no overflow or underflow in double)
+ * P and Q by Estrin's scheme (pairs, then pairs of pairs: EXR_POW_P/Q below),
+ * whose dependency chains are a third as long as Horner's: the series are
+ * latency-bound. A subnormal p is scaled by 2^64 first (exr_pow_one): frexp's
+ * m and e. */
+#define EXR_K0 2.8853900817779268
+#define EXR_K1 0.9617966939259756
+#define EXR_K2 0.5770780163555853
+#define EXR_K3 0.4121985831111324
+#define EXR_K4 0.3205988979753252
+#define EXR_K5 0.2623081892525388
+#define EXR_K6 0.22195308321368667
+#define EXR_K7 0.19235933878519512
+#define EXR_E0 1.0
+#define EXR_E1 0.6931471805599453
+#define EXR_E2 0.24022650695910072
+#define EXR_E3 0.05550410866482158
+#define EXR_E4 0.009618129107628477
+#define EXR_E5 0.0013333558146428443
+#define EXR_E6 0.0001540353039338161
+#define EXR_E7 1.5252733804059841e-05
+#define EXR_E8 1.321548679014431e-06
+#define EXR_E9 1.01780860092397e-07
+#define EXR_E10 7.054911620801123e-09
+#define EXR_E11 4.4455382718708116e-10
 #define EXR_POW_ROUND 6755399441055744.0 /* 1.5 * 2^52 */
+
+/* Estrin, written once for doubles and for SSE2 vectors: ADD, MUL and C
+ * (a constant) are the type's operations.
+ *   P(z) = ((K0 + K1 z) + (K2 + K3 z) z2) + ((K4 + K5 z) + (K6 + K7 z) z2) z4
+ *   Q(f) = (((E0 + E1 f) + (E2 + E3 f) f2) + ((E4 + E5 f) + (E6 + E7 f) f2) f4)
+ *          + ((E8 + E9 f) + (E10 + E11 f) f2) f8                          */
+#define EXR_POW_P(ADD, MUL, C, z, out)                                                             \
+    do {                                                                                           \
+        __typeof__(z) z2_ = MUL(z, z), z4_ = MUL(z2_, z2_);                                        \
+        __typeof__(z) a0_ = ADD(C(EXR_K0), MUL(C(EXR_K1), z));                                     \
+        __typeof__(z) a1_ = ADD(C(EXR_K2), MUL(C(EXR_K3), z));                                     \
+        __typeof__(z) a2_ = ADD(C(EXR_K4), MUL(C(EXR_K5), z));                                     \
+        __typeof__(z) a3_ = ADD(C(EXR_K6), MUL(C(EXR_K7), z));                                     \
+        (out) = ADD(ADD(a0_, MUL(a1_, z2_)), MUL(ADD(a2_, MUL(a3_, z2_)), z4_));                   \
+    } while (0)
+#define EXR_POW_Q(ADD, MUL, C, f, out)                                                             \
+    do {                                                                                           \
+        __typeof__(f) f2_ = MUL(f, f), f4_ = MUL(f2_, f2_), f8_ = MUL(f4_, f4_);                   \
+        __typeof__(f) c0_ = ADD(C(EXR_E0), MUL(C(EXR_E1), f));                                     \
+        __typeof__(f) c1_ = ADD(C(EXR_E2), MUL(C(EXR_E3), f));                                     \
+        __typeof__(f) c2_ = ADD(C(EXR_E4), MUL(C(EXR_E5), f));                                     \
+        __typeof__(f) c3_ = ADD(C(EXR_E6), MUL(C(EXR_E7), f));                                     \
+        __typeof__(f) c4_ = ADD(C(EXR_E8), MUL(C(EXR_E9), f));                                     \
+        __typeof__(f) c5_ = ADD(C(EXR_E10), MUL(C(EXR_E11), f));                                   \
+        __typeof__(f) d0_ = ADD(c0_, MUL(c1_, f2_));                                               \
+        __typeof__(f) d1_ = ADD(c2_, MUL(c3_, f2_));                                               \
+        __typeof__(f) d2_ = ADD(c4_, MUL(c5_, f2_));                                               \
+        (out) = ADD(ADD(d0_, MUL(d1_, f4_)), MUL(d2_, f8_));                                       \
+    } while (0)
+#define EXR_DADD(a, b) ((a) + (b))
+#define EXR_DMUL(a, b) ((a) * (b))
+#define EXR_DC(c) (c)
 
 static inline double exr_pow_general(double p, double alpha, double ebias)
 {
@@ -86,14 +122,16 @@ static inline double exr_pow_general(double p, double alpha, double ebias)
         m = m + m;
         e = e - 1.0;
     }
-    double s = (m - 1.0) / (m + 1.0), z = s * s;
-    double y = alpha * (e + s * EXR_POW_K(z));
+    double s = (m - 1.0) / (m + 1.0), z = s * s, pz, r;
+    EXR_POW_P(EXR_DADD, EXR_DMUL, EXR_DC, z, pz);
+    double y = alpha * (e + s * pz);
     y = y > 130.0 ? 130.0 : y;
     y = y < -160.0 ? -160.0 : y;
     double t = y + EXR_POW_ROUND;
     double f = y - (t - EXR_POW_ROUND);
+    EXR_POW_Q(EXR_DADD, EXR_DMUL, EXR_DC, f, r);
     /* t's low bits hold n (two's complement): 2^n from its exponent field */
-    return EXR_POW_E(f) * exr_bits_to_double((exr_double_to_bits(t) + 1023) << 52);
+    return r * exr_bits_to_double((exr_double_to_bits(t) + 1023) << 52);
 }
 
 #if defined(__SSE2__)
@@ -112,35 +150,13 @@ static inline __m128d exr_pow_general2(__m128d pv, __m128d av)
     e = _mm_sub_pd(e, _mm_and_pd(lo, _mm_set1_pd(1.0)));
     const __m128d one = _mm_set1_pd(1.0);
     __m128d s = _mm_div_pd(_mm_sub_pd(m, one), _mm_add_pd(m, one));
-    __m128d z = _mm_mul_pd(s, s);
-#define EXR_PK(c, acc) _mm_add_pd(_mm_set1_pd(c), _mm_mul_pd(z, acc))
-    __m128d k = _mm_set1_pd(0.19235933878519512);
-    k = EXR_PK(0.22195308321368667, k);
-    k = EXR_PK(0.2623081892525388, k);
-    k = EXR_PK(0.3205988979753252, k);
-    k = EXR_PK(0.4121985831111324, k);
-    k = EXR_PK(0.5770780163555853, k);
-    k = EXR_PK(0.9617966939259756, k);
-    k = EXR_PK(2.8853900817779268, k);
-#undef EXR_PK
-    __m128d y = _mm_mul_pd(av, _mm_add_pd(e, _mm_mul_pd(s, k)));
+    __m128d z = _mm_mul_pd(s, s), pz, r;
+    EXR_POW_P(_mm_add_pd, _mm_mul_pd, _mm_set1_pd, z, pz);
+    __m128d y = _mm_mul_pd(av, _mm_add_pd(e, _mm_mul_pd(s, pz)));
     y = _mm_max_pd(_mm_min_pd(y, _mm_set1_pd(130.0)), _mm_set1_pd(-160.0));
     __m128d t = _mm_add_pd(y, _mm_set1_pd(EXR_POW_ROUND));
     __m128d f = _mm_sub_pd(y, _mm_sub_pd(t, _mm_set1_pd(EXR_POW_ROUND)));
-#define EXR_PE(c, acc) _mm_add_pd(_mm_set1_pd(c), _mm_mul_pd(f, acc))
-    __m128d r = _mm_set1_pd(4.4455382718708116e-10);
-    r = EXR_PE(7.054911620801123e-09, r);
-    r = EXR_PE(1.01780860092397e-07, r);
-    r = EXR_PE(1.321548679014431e-06, r);
-    r = EXR_PE(1.5252733804059841e-05, r);
-    r = EXR_PE(0.0001540353039338161, r);
-    r = EXR_PE(0.0013333558146428443, r);
-    r = EXR_PE(0.009618129107628477, r);
-    r = EXR_PE(0.05550410866482158, r);
-    r = EXR_PE(0.24022650695910072, r);
-    r = EXR_PE(0.6931471805599453, r);
-    r = EXR_PE(1.0, r);
-#undef EXR_PE
+    EXR_POW_Q(_mm_add_pd, _mm_mul_pd, _mm_set1_pd, f, r);
     __m128d scale = _mm_castsi128_pd(
         _mm_slli_epi64(_mm_add_epi64(_mm_castpd_si128(t), _mm_set1_epi64x(1023)), 52));
     return _mm_min_pd(_mm_mul_pd(r, scale), _mm_set1_pd(FLT_MAX));

@@ -2,8 +2,8 @@
  * sel_prioritized.c - proportional prioritized selection (PER, Schaul et al.):
  * P(i) = p_i^alpha / sum_j p_j^alpha, weights w_i = (N P(i))^-beta / max_j w_j.
  *
- * The leaves of a sum tree hold p^alpha as float32 (powa.h computes it) (4 bytes a pick, plus
- * about 1.7 bytes of internal nodes). The max weight belongs to the smallest
+ * The leaves of a sum tree hold p^alpha as float32 (powa.h computes it): 4
+ * bytes a pick, plus about 2.9 bytes of internal nodes (sum, min, drift). The max weight belongs to the smallest
  * positive leaf, which the tree's min half gives in O(1), so
  * w_i = (min_leaf / leaf_i)^beta: N cancels out.
  *
