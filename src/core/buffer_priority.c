@@ -68,10 +68,11 @@ static void prio_scratch_free(prio_scratch *s)
 
 /* The table indices of the picks (epi[i], pos[i]) that exist, into
  * s->idx, with their priorities into s->kept; returns how many. Pass 1
- * prefetches what pass 2 reads: the hinted table entry, or the pick's aux
+ * prefetches what the last pass reads: the hinted table entry, or the pick's aux
  * entry found through the map (kept in aux[i]; NULL: no such pick;
- * `unresolved`: hinted, not looked up). Pass 2 resolves. The dependent
- * misses of different picks overlap. */
+ * `unresolved`: hinted, not looked up); a second pass prefetches the
+ * episode entries the hinted table entries name. The last pass resolves.
+ * The dependent misses of different picks overlap. */
 static size_t resolve_picks_locked(const exr_buffer *b, size_t count, const int64_t *epi,
                                    const int64_t *pos, const int64_t *hint, const double *prio,
                                    size_t prio_stride, prio_scratch *s)
@@ -91,6 +92,12 @@ static size_t resolve_picks_locked(const exr_buffer *b, size_t count, const int6
                 __builtin_prefetch(aux[i]);
         }
     }
+    /* the hinted entries' episodes: each check reads the slab entry its
+     * table entry names, a second dependent load */
+    if (hint)
+        for (size_t i = 0; i < count; i++)
+            if (aux[i] == unresolved)
+                __builtin_prefetch(&b->eps.slab[b->picks.v[hint[i]].slot]);
     for (size_t i = 0; i < count; i++) {
         size_t j;
         if (aux[i] == unresolved && hint_holds(b, hint[i], epi[i], pos[i])) {
