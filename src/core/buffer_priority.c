@@ -1,6 +1,7 @@
 /*
  * buffer_priority.c - priority updates, the stored priorities and their totals.
  */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,11 +129,14 @@ static exr_status set_priority_impl(exr_buffer *b, int64_t h, size_t count, cons
     sel_entry *e = find_sel(b, h);
     if (!e)
         return EXR_ENOTFOUND;
-    for (size_t i = 0; i < count; i++) {
+    /* no early exit, so that the compiler can check several at a time */
+    int bad = 0;
+    for (size_t i = 0; i < (prio_stride ? count : count > 0); i++) {
         double p = prio[i * prio_stride];
-        if (!isfinite(p) || p < 0)
-            return EXR_EINVAL;
+        bad |= !(p >= 0 && p <= DBL_MAX);
     }
+    if (bad)
+        return EXR_EINVAL;
     size_t done = 0;
     if (e->sel->vt->prioritized && count) {
         prio_scratch s;

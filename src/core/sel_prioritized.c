@@ -121,10 +121,17 @@ static void p_update_many(exr_selector *b, size_t count, const size_t *idx, cons
             p_update(b, idx[k], prio[k]);
         return;
     }
-    double mp = s->max_prio;
-    for (size_t k = 0; k < count; k++)
-        mp = prio[k] > mp ? prio[k] : mp;
-    s->max_prio = mp;
+    /* four running maxima: one would be a chain of count dependent steps */
+    double mp[4] = {s->max_prio, s->max_prio, s->max_prio, s->max_prio};
+    size_t k = 0;
+    for (; k + 4 <= count; k += 4)
+        for (int q = 0; q < 4; q++)
+            mp[q] = prio[k + q] > mp[q] ? prio[k + q] : mp[q];
+    for (; k < count; k++)
+        mp[0] = prio[k] > mp[0] ? prio[k] : mp[0];
+    mp[0] = mp[0] > mp[1] ? mp[0] : mp[1];
+    mp[2] = mp[2] > mp[3] ? mp[2] : mp[3];
+    s->max_prio = mp[0] > mp[2] ? mp[0] : mp[2];
     exr_pow_leaves(prio, 1, count, s->alpha, leaves);
     exr_sumtree_set_many(&s->tree, count, idx, leaves, scratch);
     if (leaves != small)

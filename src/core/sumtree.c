@@ -1,6 +1,9 @@
 #include "sumtree.h"
 
 #include <math.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,10 +37,12 @@ void exr_sumtree_free(exr_sumtree *t)
     exr_sumtree_init(t);
 }
 
-/* A node from its 8 children: the sum pairwise, ((c0 + c1) + (c2 + c3)) +
- * ((c4 + c5) + (c6 + c7)), three additions deep instead of eight (every
- * update sums its level-0 node again, and the additions' latency was the
- * cost), and the smallest positive child (+inf if none). */
+/* A node from its 8 children: the sum pairwise, three additions deep
+ * instead of eight (every update sums its level-0 node again, and the
+ * additions' latency was the cost), and the smallest positive child (+inf if
+ * none). Level 0 adds ((c0 + c2) + (c4 + c6)) + ((c1 + c3) + (c5 + c7)), the
+ * order SSE2 adds two lanes in; the scalar code keeps it, so both give the
+ * same bits. */
 static inline float min_pos(float a, float b)
 {
     a = a > 0 ? a : INFINITY;
@@ -47,13 +52,58 @@ static inline float min_pos(float a, float b)
 
 static inline float min2(float a, float b) { return a < b ? a : b; }
 
+#if defined(__SSE2__)
+static inline void node_from_leaf_vectors(__m128 lo, __m128 hi, double *s, float *m)
+{
+    __m128d a = _mm_add_pd(_mm_cvtps_pd(lo), _mm_cvtps_pd(_mm_movehl_ps(lo, lo))); /* c0+c2, c1+c3 */
+    __m128d b = _mm_add_pd(_mm_cvtps_pd(hi), _mm_cvtps_pd(_mm_movehl_ps(hi, hi))); /* c4+c6, c5+c7 */
+    __m128d t = _mm_add_pd(a, b);
+    *s = _mm_cvtsd_f64(_mm_add_sd(t, _mm_unpackhi_pd(t, t)));
+    const __m128 inf = _mm_set1_ps(INFINITY);
+    __m128 ml = _mm_cmpgt_ps(lo, _mm_setzero_ps()), mh = _mm_cmpgt_ps(hi, _mm_setzero_ps());
+    lo = _mm_or_ps(_mm_and_ps(ml, lo), _mm_andnot_ps(ml, inf));
+    hi = _mm_or_ps(_mm_and_ps(mh, hi), _mm_andnot_ps(mh, inf));
+    __m128 v = _mm_min_ps(lo, hi);
+    v = _mm_min_ps(v, _mm_movehl_ps(v, v));
+    v = _mm_min_ss(v, _mm_shuffle_ps(v, v, 1));
+    *m = _mm_cvtss_f32(v);
+}
+#endif
+
 static inline void node_from_leaves(const float *c, double *s, float *m)
 {
-    double a = (double)c[0] + (double)c[1], b = (double)c[2] + (double)c[3];
-    double d = (double)c[4] + (double)c[5], e = (double)c[6] + (double)c[7];
-    *s = (a + b) + (d + e);
+#if defined(__SSE2__)
+    node_from_leaf_vectors(_mm_loadu_ps(c), _mm_loadu_ps(c + 4), s, m);
+#else
+    double a = (double)c[0] + (double)c[2], b = (double)c[1] + (double)c[3];
+    double d = (double)c[4] + (double)c[6], e = (double)c[5] + (double)c[7];
+    *s = (a + d) + (b + e);
     *m = min2(min2(min_pos(c[0], c[1]), min_pos(c[2], c[3])),
               min2(min_pos(c[4], c[5]), min_pos(c[6], c[7])));
+#endif
+}
+
+/* leaf[i] = v and its level-0 node's sum and min. With SSE2 the node is
+ * computed from the 8 leaves as loaded before the store, with v put into its
+ * lane in a register: a 16-byte load right after a 4-byte store into it
+ * cannot be forwarded and would wait for the store. */
+static inline void set_leaf(exr_sumtree *t, size_t i, float v, double *s, float *m)
+{
+    const float *c = t->leaf + (i & ~(size_t)(FAN - 1));
+#if defined(__SSE2__)
+    __m128 lo = _mm_loadu_ps(c), hi = _mm_loadu_ps(c + 4);
+    __m128i r = _mm_set1_epi32((int)(i % FAN));
+    __m128 sl = _mm_castsi128_ps(_mm_cmpeq_epi32(_mm_set_epi32(3, 2, 1, 0), r));
+    __m128 sh = _mm_castsi128_ps(_mm_cmpeq_epi32(_mm_set_epi32(7, 6, 5, 4), r));
+    __m128 vv = _mm_set1_ps(v);
+    lo = _mm_or_ps(_mm_and_ps(sl, vv), _mm_andnot_ps(sl, lo));
+    hi = _mm_or_ps(_mm_and_ps(sh, vv), _mm_andnot_ps(sh, hi));
+    t->leaf[i] = v;
+    node_from_leaf_vectors(lo, hi, s, m);
+#else
+    t->leaf[i] = v;
+    node_from_leaves(c, s, m);
+#endif
 }
 
 static inline double sum_of_nodes(const double *cs)
@@ -168,11 +218,10 @@ exr_status exr_sumtree_reserve(exr_sumtree *t, size_t n)
  * the min as far up as it changes. */
 static inline void set_path(exr_sumtree *t, size_t i, float v, int top)
 {
-    t->leaf[i] = v;
     size_t j = i / FAN;
     double s;
     float m;
-    node_from_leaves(t->leaf + FAN * j, &s, &m);
+    set_leaf(t, i, v, &s, &m);
     double d = s - t->sum[0][j];
     int mchg = m != t->mn[0][j];
     t->sum[0][j] = s;
