@@ -184,7 +184,7 @@ static inline int exr_pow_general8(const double *p, double alpha, float *out)
 }
 #endif
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__SSE2__)
 #define EXR_POW_AVX2 1
 #include <immintrin.h>
 /* The same with 4 lanes (AVX2 for the 64-bit integer operations; no FMA:
