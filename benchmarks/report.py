@@ -36,6 +36,7 @@ GOAL_GET32_VS_CPPRB = 7.0  # get_batch(32) at the largest N, x faster than cpprb
 GOAL_GET32_OUT_VS_CPPRB = 12.0  # the same with out=
 GOAL_PSAMPLE_RATIO = 12.0  # prioritized get_batch(256), x faster than cpprb's sample(256)
 GOAL_PRIO_RATIO = 3.0  # the priority update, and a sample plus an update
+GOAL_UPDATE_BATCH_RATIO = 2.0  # set_priority(ps, batch, p) against cpprb update_priorities
 GOAL_R2D2_FLOOR = 1.05
 GOAL_FIELDS_FLOOR = 1.2
 GOAL_THREADS = 0.85  # x the control's speedup in the same run
@@ -302,7 +303,7 @@ def plot_paper(pts, meta, img_dir, plt):
 def cpprb_rows(rows):
     d = {}
     for r in rows:
-        if r.get("suite") != "cpprb":
+        if r.get("suite") != "cpprb" or r["op"] == "update_paired":
             continue
         val = r["median_s"]
         if r["op"] == "add_1":
@@ -740,6 +741,26 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
                 f"{fmt_ratio(both)}: {fmt_us(us(rs[1] + ru[1]))} vs cpprb {fmt_us(us(rs[0] + ru[0]))} (N = {n:,})",
                 verdict(both >= GOAL_PRIO_RATIO),
             ])
+            paired = [r for r in rows if r.get("suite") == "cpprb" and r["op"] == "update_paired"]
+            rb = cp.get(("update", n, 256, "exreplay_batch"))
+            if paired:
+                pr_ = paired[0]
+                b_ratio = pr_["paired_cpprb_ratio"]
+                goals.append([
+                    "priority update(256) by batch", f"≥ {GOAL_UPDATE_BATCH_RATIO:g}× faster than cpprb "
+                    "(`set_priority(ps, batch, p)`, docs/design.md)",
+                    f"{fmt_ratio(b_ratio)} (median of paired blocks): {fmt_us(us(pr_['median_s'] / pr_.get('calls_per_round', 1)))} vs cpprb "
+                    f"{fmt_us(us(pr_['cpprb_median_s']))} (N = {n:,})",
+                    verdict(b_ratio >= GOAL_UPDATE_BATCH_RATIO),
+                ])
+            elif rb is not None:
+                b_ratio = ru[0] / rb
+                goals.append([
+                    "priority update(256) by batch", f"≥ {GOAL_UPDATE_BATCH_RATIO:g}× faster than cpprb "
+                    "(`set_priority(ps, batch, p)`, docs/design.md)",
+                    f"{fmt_ratio(b_ratio)}: {fmt_us(us(rb))} vs cpprb {fmt_us(us(ru[0]))} (N = {n:,})",
+                    verdict(b_ratio >= GOAL_UPDATE_BATCH_RATIO),
+                ])
             each = s_ratio >= GOAL_PRIO_RATIO and u_ratio >= GOAL_PRIO_RATIO
             prio_note = (
                 f"The issue's goal is “prioritized sample and update ≥ {GOAL_PRIO_RATIO:g}× faster than cpprb”. "

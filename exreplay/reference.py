@@ -582,25 +582,70 @@ def _check_priorities(name, values):
         raise ValueError(f"{name}: expected a finite number >= 0, got {float(values)!r}")
 
 
+# The series of _pow_general (docs/semantics.md, "Stored priorities"):
+# log2(m) = s * sum_k K_k z^k with K_k = 2 / (ln 2 (2k + 1)), and
+# 2^f = sum_k E_k f^k with E_k = (ln 2)^k / k!, each summed by Estrin's scheme.
+_LOG2_K = (
+    2.8853900817779268, 0.9617966939259756, 0.5770780163555853, 0.4121985831111324,
+    0.3205988979753252, 0.2623081892525388, 0.22195308321368667, 0.19235933878519512,
+)
+_EXP2_E = (
+    1.0, 0.6931471805599453, 0.24022650695910072, 0.05550410866482158,
+    0.009618129107628477, 0.0013333558146428443, 0.0001540353039338161,
+    1.5252733804059841e-05, 1.321548679014431e-06, 1.01780860092397e-07,
+    7.054911620801123e-09, 4.4455382718708116e-10,
+)
+_ROUND = 6755399441055744.0  # 1.5 * 2**52: (y + _ROUND) - _ROUND rounds y half to even
+
+
+def _pow_general(p, alpha):
+    """2 ** (alpha * log2 p) for p > 0, alpha > 0, step by step as the C
+    buffer computes it (src/core/powa.h), in float64 operations only; both
+    series by Estrin's scheme, in the same order as the C code."""
+    K, E = _LOG2_K, _EXP2_E
+    m, e = math.frexp(p)
+    if m < 0.7071067811865476:
+        m, e = m + m, e - 1
+    s = (m - 1.0) / (m + 1.0)
+    z = s * s
+    z2 = z * z
+    z4 = z2 * z2
+    pz = ((K[0] + K[1] * z) + (K[2] + K[3] * z) * z2) + ((K[4] + K[5] * z) + (K[6] + K[7] * z) * z2) * z4
+    y = alpha * (float(e) + s * pz)
+    y = min(max(y, -160.0), 130.0)
+    n = (y + _ROUND) - _ROUND
+    f = y - n
+    f2 = f * f
+    f4 = f2 * f2
+    f8 = f4 * f4
+    d0 = (E[0] + E[1] * f) + (E[2] + E[3] * f) * f2
+    d1 = (E[4] + E[5] * f) + (E[6] + E[7] * f) * f2
+    d2 = (E[8] + E[9] * f) + (E[10] + E[11] * f) * f2
+    r = (d0 + d1 * f4) + d2 * f8
+    return math.ldexp(r, int(n))
+
+
 def _leaf(p, alpha):
     """The stored form of priority p for a selector with exponent alpha.
 
-    p ** alpha rounded to float32.  A zero priority stays zero for every
-    alpha (0 ** 0 would be 1), so that priority 0 is never drawn; values
-    beyond float32's range are clamped to its largest finite value.
+    p ** alpha rounded to float32, as docs/semantics.md ("Stored
+    priorities") defines it: exact for alpha 0, 1 and 0.5 (sqrt), else
+    `_pow_general` (within about 1e-14 of p ** alpha before the rounding).
+    A zero priority stays zero for every alpha (0 ** 0 would be 1), so that
+    priority 0 is never drawn; values beyond float32's range are clamped to
+    its largest finite value.
     """
     if p == 0.0:
         return 0.0
-    try:
-        v = p**alpha
-    except OverflowError:
-        v = math.inf
+    if alpha == 0.0:
+        v = 1.0
+    elif alpha == 1.0:
+        v = p
+    elif alpha == 0.5:
+        v = math.sqrt(p)
+    else:
+        v = _pow_general(p, alpha)
     return float(np.float32(min(v, _FLOAT32_MAX)))
-
-
-# --------------------------------------------------------------------------
-# Internal records
-# --------------------------------------------------------------------------
 
 
 class _Episode:

@@ -1,6 +1,7 @@
 /*
  * buffer_priority.c - priority updates, the stored priorities and their totals.
  */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,41 +68,54 @@ static void prio_scratch_free(prio_scratch *s)
 }
 
 /* The table indices of the picks (epi[i], pos[i]) that exist, into
- * s->idx, with their priorities into s->kept; returns how many. Pass 1
- * prefetches what pass 2 reads: the hinted table entry, or the pick's aux
- * entry found through the map (kept in aux[i]; NULL: no such pick;
- * `unresolved`: hinted, not looked up). Pass 2 resolves. The dependent
- * misses of different picks overlap. */
+ * s->idx, with their priorities into s->kept; returns how many.
+ *
+ * With hints (the batch form): one pass, software-pipelined. Pick i is
+ * checked while the table entry of pick i + 2 PF and, through the entry of
+ * pick i + PF (by then in cache), its episode's slab entry are prefetched,
+ * so the check's two dependent loads of different picks overlap. A hint
+ * that does not hold falls back to the map.
+ *
+ * Without: pass 1 finds each pick's aux entry through the map and
+ * prefetches it (kept in aux[i]; NULL: no such pick); pass 2 reads them. */
 static size_t resolve_picks_locked(const exr_buffer *b, size_t count, const int64_t *epi,
                                    const int64_t *pos, const int64_t *hint, const double *prio,
                                    size_t prio_stride, prio_scratch *s)
 {
     EXR_ASSERT_LOCKED(b);
-    static uint32_t unresolved_;
-    uint32_t *const unresolved = &unresolved_;
-    uint32_t **aux = s->aux;
-    size_t done = 0;
-    for (size_t i = 0; i < count; i++) {
-        if (hint && hint[i] >= 0 && (uint64_t)hint[i] < b->picks.n) {
-            __builtin_prefetch(&b->picks.v[hint[i]]);
-            aux[i] = unresolved;
-        } else {
-            aux[i] = pick_aux_locked(b, epi[i], pos[i]);
-            if (aux[i])
-                __builtin_prefetch(aux[i]);
+    enum { PF = 8 };
+    size_t done = 0, n = b->picks.n;
+    if (hint) {
+        for (size_t i = 0; i < count; i++) {
+            if (i + 2 * PF < count && (uint64_t)hint[i + 2 * PF] < n)
+                __builtin_prefetch(&b->picks.v[hint[i + 2 * PF]]);
+            if (i + PF < count && (uint64_t)hint[i + PF] < n)
+                __builtin_prefetch(&b->eps.slab[b->picks.v[hint[i + PF]].slot]);
+            size_t j;
+            if (hint_holds(b, hint[i], epi[i], pos[i])) {
+                j = (size_t)hint[i];
+            } else {
+                const uint32_t *a = pick_aux_locked(b, epi[i], pos[i]);
+                if (!a)
+                    continue;
+                j = *a;
+            }
+            s->idx[done] = j;
+            s->kept[done] = prio[i * prio_stride];
+            done++;
         }
+        return done;
+    }
+    uint32_t **aux = s->aux;
+    for (size_t i = 0; i < count; i++) {
+        aux[i] = pick_aux_locked(b, epi[i], pos[i]);
+        if (aux[i])
+            __builtin_prefetch(aux[i]);
     }
     for (size_t i = 0; i < count; i++) {
-        size_t j;
-        if (aux[i] == unresolved && hint_holds(b, hint[i], epi[i], pos[i])) {
-            j = (size_t)hint[i];
-        } else {
-            const uint32_t *a = aux[i] == unresolved ? pick_aux_locked(b, epi[i], pos[i]) : aux[i];
-            if (!a)
-                continue;
-            j = *a;
-        }
-        s->idx[done] = j;
+        if (!aux[i])
+            continue;
+        s->idx[done] = *aux[i];
         s->kept[done] = prio[i * prio_stride];
         done++;
     }
@@ -115,11 +129,14 @@ static exr_status set_priority_impl(exr_buffer *b, int64_t h, size_t count, cons
     sel_entry *e = find_sel(b, h);
     if (!e)
         return EXR_ENOTFOUND;
-    for (size_t i = 0; i < count; i++) {
+    /* no early exit, so that the compiler can check several at a time */
+    int bad = 0;
+    for (size_t i = 0; i < (prio_stride ? count : count > 0); i++) {
         double p = prio[i * prio_stride];
-        if (!isfinite(p) || p < 0)
-            return EXR_EINVAL;
+        bad |= !(p >= 0 && p <= DBL_MAX);
     }
+    if (bad)
+        return EXR_EINVAL;
     size_t done = 0;
     if (e->sel->vt->prioritized && count) {
         prio_scratch s;

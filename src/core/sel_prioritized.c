@@ -2,8 +2,8 @@
  * sel_prioritized.c - proportional prioritized selection (PER, Schaul et al.):
  * P(i) = p_i^alpha / sum_j p_j^alpha, weights w_i = (N P(i))^-beta / max_j w_j.
  *
- * The leaves of a sum tree hold p^alpha as float32 (4 bytes a pick, plus
- * about 1.7 bytes of internal nodes). The max weight belongs to the smallest
+ * The leaves of a sum tree hold p^alpha as float32 (powa.h computes it): 4
+ * bytes a pick, plus about 2.9 bytes of internal nodes (sum, min, drift). The max weight belongs to the smallest
  * positive leaf, which the tree's min half gives in O(1), so
  * w_i = (min_leaf / leaf_i)^beta: N cancels out.
  *
@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "codec.h"
+#include "powa.h"
 #include "selector.h"
 #include "sumtree.h"
 
@@ -29,16 +30,7 @@ typedef struct {
     exr_sumtree tree;
 } prio_sel;
 
-static float to_leaf(const prio_sel *s, double prio)
-{
-    /* 0^0 is 1 in pow(); a zero priority must stay "never drawn". */
-    if (prio == 0)
-        return 0.0f;
-    double v = pow(prio, s->alpha);
-    if (v > FLT_MAX)
-        v = FLT_MAX; /* float's range: an enormous priority saturates */
-    return (float)v;
-}
+static float to_leaf(const prio_sel *s, double prio) { return exr_pow_leaf(prio, s->alpha); }
 
 static int p_param_ok(int k, double v)
 {
@@ -129,12 +121,18 @@ static void p_update_many(exr_selector *b, size_t count, const size_t *idx, cons
             p_update(b, idx[k], prio[k]);
         return;
     }
-    for (size_t k = 0; k < count; k++) {
-        double p = prio[k];
-        if (p > s->max_prio)
-            s->max_prio = p;
-        leaves[k] = to_leaf(s, p);
-    }
+    /* four running maxima: one would be a chain of count dependent steps */
+    double mp[4] = {s->max_prio, s->max_prio, s->max_prio, s->max_prio};
+    size_t k = 0;
+    for (; k + 4 <= count; k += 4)
+        for (int q = 0; q < 4; q++)
+            mp[q] = prio[k + q] > mp[q] ? prio[k + q] : mp[q];
+    for (; k < count; k++)
+        mp[0] = prio[k] > mp[0] ? prio[k] : mp[0];
+    mp[0] = mp[0] > mp[1] ? mp[0] : mp[1];
+    mp[2] = mp[2] > mp[3] ? mp[2] : mp[3];
+    s->max_prio = mp[0] > mp[2] ? mp[0] : mp[2];
+    exr_pow_leaves(prio, 1, count, s->alpha, leaves);
     exr_sumtree_set_many(&s->tree, count, idx, leaves, scratch);
     if (leaves != small)
         free(leaves);

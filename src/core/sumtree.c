@@ -1,6 +1,10 @@
 #include "sumtree.h"
 
 #include <math.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,55 +21,133 @@ static void *alloc_line(size_t bytes)
 
 void exr_sumtree_init(exr_sumtree *t) { memset(t, 0, sizeof *t); }
 
-static void free_levels(float *leaf, double **sum, float **mn, int nlev)
+static void free_levels(float *leaf, double **sum, float **mn, double **drift, int nlev)
 {
     free(leaf);
     for (int k = 0; k < nlev; k++) {
         free(sum[k]);
         free(mn[k]);
+        free(drift[k]);
     }
 }
 
 void exr_sumtree_free(exr_sumtree *t)
 {
-    free_levels(t->leaf, t->sum, t->mn, t->nlev);
+    free_levels(t->leaf, t->sum, t->mn, t->drift, t->nlev);
     exr_sumtree_init(t);
 }
 
-static void node_from_leaves(const float *c, double *s, float *m)
+/* A node from its 8 children: the sum pairwise, three additions deep
+ * instead of eight (every update sums its level-0 node again, and the
+ * additions' latency was the cost), and the smallest positive child (+inf if
+ * none). Level 0 adds ((c0 + c2) + (c4 + c6)) + ((c1 + c3) + (c5 + c7)), the
+ * order SSE2 adds two lanes in; the scalar code keeps it, so both give the
+ * same bits. */
+static inline float min_pos(float a, float b)
 {
-    double acc = 0;
-    float lo = INFINITY;
-    for (int i = 0; i < FAN; i++) {
-        acc += c[i];
-        if (c[i] > 0 && c[i] < lo)
-            lo = c[i];
-    }
-    *s = acc;
-    *m = lo;
+    a = a > 0 ? a : INFINITY;
+    b = b > 0 ? b : INFINITY;
+    return a < b ? a : b;
 }
 
-static void node_from_nodes(const double *cs, const float *cm, double *s, float *m)
+static inline float min2(float a, float b) { return a < b ? a : b; }
+
+#if defined(__SSE2__)
+static inline void node_from_leaf_vectors(__m128 lo, __m128 hi, double *s, float *m)
 {
-    double acc = 0;
-    float lo = INFINITY;
-    for (int i = 0; i < FAN; i++) {
-        acc += cs[i];
-        if (cm[i] < lo)
-            lo = cm[i];
-    }
-    *s = acc;
-    *m = lo;
+    __m128d a = _mm_add_pd(_mm_cvtps_pd(lo), _mm_cvtps_pd(_mm_movehl_ps(lo, lo))); /* c0+c2, c1+c3 */
+    __m128d b = _mm_add_pd(_mm_cvtps_pd(hi), _mm_cvtps_pd(_mm_movehl_ps(hi, hi))); /* c4+c6, c5+c7 */
+    __m128d t = _mm_add_pd(a, b);
+    *s = _mm_cvtsd_f64(_mm_add_sd(t, _mm_unpackhi_pd(t, t)));
+    const __m128 inf = _mm_set1_ps(INFINITY);
+    __m128 ml = _mm_cmpgt_ps(lo, _mm_setzero_ps()), mh = _mm_cmpgt_ps(hi, _mm_setzero_ps());
+    lo = _mm_or_ps(_mm_and_ps(ml, lo), _mm_andnot_ps(ml, inf));
+    hi = _mm_or_ps(_mm_and_ps(mh, hi), _mm_andnot_ps(mh, inf));
+    __m128 v = _mm_min_ps(lo, hi);
+    v = _mm_min_ps(v, _mm_movehl_ps(v, v));
+    v = _mm_min_ss(v, _mm_shuffle_ps(v, v, 1));
+    *m = _mm_cvtss_f32(v);
+}
+#endif
+
+static inline void node_from_leaves(const float *c, double *s, float *m)
+{
+#if defined(__SSE2__)
+    node_from_leaf_vectors(_mm_loadu_ps(c), _mm_loadu_ps(c + 4), s, m);
+#else
+    double a = (double)c[0] + (double)c[2], b = (double)c[1] + (double)c[3];
+    double d = (double)c[4] + (double)c[6], e = (double)c[5] + (double)c[7];
+    *s = (a + d) + (b + e);
+    *m = min2(min2(min_pos(c[0], c[1]), min_pos(c[2], c[3])),
+              min2(min_pos(c[4], c[5]), min_pos(c[6], c[7])));
+#endif
+}
+
+/* leaf[i] = v and its level-0 node's sum and min. With SSE2 the node is
+ * computed from the 8 leaves as loaded before the store, with v put into its
+ * lane in a register: a 16-byte load right after a 4-byte store into it
+ * cannot be forwarded and would wait for the store. */
+static inline void set_leaf(exr_sumtree *t, size_t i, float v, double *s, float *m)
+{
+    const float *c = t->leaf + (i & ~(size_t)(FAN - 1));
+#if defined(__SSE2__)
+    __m128 lo = _mm_loadu_ps(c), hi = _mm_loadu_ps(c + 4);
+    __m128i r = _mm_set1_epi32((int)(i % FAN));
+    __m128 sl = _mm_castsi128_ps(_mm_cmpeq_epi32(_mm_set_epi32(3, 2, 1, 0), r));
+    __m128 sh = _mm_castsi128_ps(_mm_cmpeq_epi32(_mm_set_epi32(7, 6, 5, 4), r));
+    __m128 vv = _mm_set1_ps(v);
+    lo = _mm_or_ps(_mm_and_ps(sl, vv), _mm_andnot_ps(sl, lo));
+    hi = _mm_or_ps(_mm_and_ps(sh, vv), _mm_andnot_ps(sh, hi));
+    t->leaf[i] = v;
+    node_from_leaf_vectors(lo, hi, s, m);
+#else
+    t->leaf[i] = v;
+    node_from_leaves(c, s, m);
+#endif
+}
+
+static inline double sum_of_nodes(const double *cs)
+{
+    return ((cs[0] + cs[1]) + (cs[2] + cs[3])) + ((cs[4] + cs[5]) + (cs[6] + cs[7]));
+}
+
+static inline float min_of_nodes(const float *cm)
+{
+    return min2(min2(min2(cm[0], cm[1]), min2(cm[2], cm[3])),
+                min2(min2(cm[4], cm[5]), min2(cm[6], cm[7])));
+}
+
+static inline void node_from_nodes(const double *cs, const float *cm, double *s, float *m)
+{
+    *s = sum_of_nodes(cs);
+    *m = min_of_nodes(cm);
+}
+
+/* The rounding of a sum of 8 children, pairwise (3 additions deep): at most
+ * 3 * 2^-53 of it for children >= 0; a node just summed from its children
+ * starts with this as its drift bound. */
+#define SUM_ROUNDING(s) (4 * 0x1p-53 * (s))
+
+/* Levels [from, nlev) summed from their children. */
+static void rebuild_from(exr_sumtree *t, int from)
+{
+    for (int k = from; k < t->nlev; k++)
+        for (size_t j = 0; j < t->len[k]; j++) {
+            node_from_nodes(t->sum[k - 1] + FAN * j, t->mn[k - 1] + FAN * j, &t->sum[k][j],
+                            &t->mn[k][j]);
+            t->drift[k][j] = SUM_ROUNDING(t->sum[k][j]);
+        }
 }
 
 void exr_sumtree_rebuild(exr_sumtree *t)
 {
-    for (size_t j = 0; j < t->len[0]; j++)
+    if (!t->nlev)
+        return;
+    for (size_t j = 0; j < t->len[0]; j++) {
         node_from_leaves(t->leaf + FAN * j, &t->sum[0][j], &t->mn[0][j]);
-    for (int k = 1; k < t->nlev; k++)
-        for (size_t j = 0; j < t->len[k]; j++)
-            node_from_nodes(t->sum[k - 1] + FAN * j, t->mn[k - 1] + FAN * j, &t->sum[k][j],
-                            &t->mn[k][j]);
+        t->drift[0][j] = 0;
+    }
+    rebuild_from(t, 1);
 }
 
 exr_status exr_sumtree_reserve(exr_sumtree *t, size_t n)
@@ -91,81 +173,103 @@ exr_status exr_sumtree_reserve(exr_sumtree *t, size_t n)
     float *leaf = alloc_line(cap * sizeof(float));
     double *sum[EXR_ST_MAXLEV] = {0};
     float *mn[EXR_ST_MAXLEV] = {0};
+    double *drift[EXR_ST_MAXLEV] = {0};
     int ok = leaf != NULL;
     for (int k = 0; ok && k < nlev; k++) {
         /* a level is read 8 children at a time by its parent: pad it */
         size_t slots = k + 1 < nlev ? FAN * len[k + 1] : 1;
         sum[k] = alloc_line(slots * sizeof(double));
         mn[k] = alloc_line(slots * sizeof(float));
-        ok = sum[k] && mn[k];
+        drift[k] = malloc(slots * sizeof(double));
+        ok = sum[k] && mn[k] && drift[k];
         if (ok) {
             memset(sum[k], 0, slots * sizeof(double));
+            memset(drift[k], 0, slots * sizeof(double));
             for (size_t j = 0; j < slots; j++)
                 mn[k][j] = INFINITY;
         }
     }
     if (!ok) {
-        free_levels(leaf, sum, mn, nlev);
+        free_levels(leaf, sum, mn, drift, nlev);
         return EXR_ENOMEM;
     }
     memset(leaf, 0, cap * sizeof(float));
     if (t->cap)
         memcpy(leaf, t->leaf, t->cap * sizeof(float));
-    free_levels(t->leaf, t->sum, t->mn, t->nlev);
+    free_levels(t->leaf, t->sum, t->mn, t->drift, t->nlev);
     t->cap = cap;
     t->nlev = nlev;
     t->leaf = leaf;
     for (int k = 0; k < EXR_ST_MAXLEV; k++) {
         t->sum[k] = k < nlev ? sum[k] : NULL;
         t->mn[k] = k < nlev ? mn[k] : NULL;
+        t->drift[k] = k < nlev ? drift[k] : NULL;
         t->len[k] = k < nlev ? len[k] : 0;
     }
     exr_sumtree_rebuild(t);
     return EXR_OK;
 }
 
-void exr_sumtree_set(exr_sumtree *t, size_t i, float v)
+#define TWO_M53 0x1p-53
+#define TWO_M40 0x1p-40
+
+/* leaf[i] = v, its level-0 node from its leaves, then levels [1, top) by
+ * delta (sumtree.h: the drift bound and when a node is summed again) and
+ * the min as far up as it changes. */
+static inline void set_path(exr_sumtree *t, size_t i, float v, int top)
 {
-    t->leaf[i] = v;
     size_t j = i / FAN;
-    node_from_leaves(t->leaf + FAN * j, &t->sum[0][j], &t->mn[0][j]);
-    for (int k = 1; k < t->nlev; k++) {
+    double s;
+    float m;
+    set_leaf(t, i, v, &s, &m);
+    double d = s - t->sum[0][j];
+    int mchg = m != t->mn[0][j];
+    t->sum[0][j] = s;
+    t->mn[0][j] = m;
+    for (int lv = 1; lv < top && (d != 0 || mchg); lv++) {
         j /= FAN;
-        node_from_nodes(t->sum[k - 1] + FAN * j, t->mn[k - 1] + FAN * j, &t->sum[k][j],
-                        &t->mn[k][j]);
+        double old = t->sum[lv][j];
+        double nw = old + d;
+        double dr = t->drift[lv][j] + (fabs(nw) + fabs(d)) * TWO_M53;
+        /* a subtree that has just become all zero is caught here too: its
+         * sum is then within its drift bound of 0 */
+        if (!(nw > 0) || dr > nw * TWO_M40) {
+            nw = sum_of_nodes(t->sum[lv - 1] + FAN * j);
+            dr = SUM_ROUNDING(nw);
+        }
+        d = nw - old;
+        t->sum[lv][j] = nw;
+        t->drift[lv][j] = dr;
+        if (mchg) {
+            m = min_of_nodes(t->mn[lv - 1] + FAN * j);
+            mchg = m != t->mn[lv][j];
+            t->mn[lv][j] = m;
+        }
     }
 }
 
+void exr_sumtree_set(exr_sumtree *t, size_t i, float v) { set_path(t, i, v, t->nlev); }
+
 void exr_sumtree_set_many(exr_sumtree *t, size_t count, const size_t *idx, const float *v,
-                          size_t *node)
+                          size_t *scratch)
 {
     enum { D = 8 };
+    (void)scratch;
+    /* levels from top up have fewer nodes than half the batch: summed once
+     * each from their children at the end instead of taking count deltas */
+    int top = 1;
+    while (top < t->nlev && 2 * t->len[top] > count)
+        top++;
     for (size_t k = 0; k < count && k < D; k++)
         __builtin_prefetch(t->leaf + idx[k], 1);
     for (size_t k = 0; k < count; k++) {
-        if (k + D < count)
+        if (k + D < count) {
             __builtin_prefetch(t->leaf + idx[k + D], 1);
-        t->leaf[idx[k]] = v[k]; /* in order: the last value for a leaf wins */
-        node[k] = idx[k] / FAN;
-    }
-    /* Each level once for the whole batch: a node is recomputed from its 8
-     * children, all already final, so duplicates and order do not matter. */
-    for (size_t k = 0; k < count; k++) {
-        if (k + D < count)
-            __builtin_prefetch(t->sum[0] + node[k + D], 1);
-        node_from_leaves(t->leaf + FAN * node[k], &t->sum[0][node[k]], &t->mn[0][node[k]]);
-    }
-    for (int lv = 1; lv < t->nlev; lv++) {
-        for (size_t k = 0; k < count; k++)
-            node[k] /= FAN;
-        for (size_t k = 0; k < count; k++) {
-            if (k + D < count)
-                __builtin_prefetch(t->sum[lv] + node[k + D], 1);
-            size_t j = node[k];
-            node_from_nodes(t->sum[lv - 1] + FAN * j, t->mn[lv - 1] + FAN * j, &t->sum[lv][j],
-                            &t->mn[lv][j]);
+            __builtin_prefetch(t->sum[0] + idx[k + D] / FAN, 1);
         }
+        set_path(t, idx[k], v[k], top);
     }
+    rebuild_from(t, top);
 }
 
 double exr_sumtree_total(const exr_sumtree *t) { return t->nlev ? t->sum[t->nlev - 1][0] : 0.0; }
@@ -173,11 +277,11 @@ double exr_sumtree_total(const exr_sumtree *t) { return t->nlev ? t->sum[t->nlev
 float exr_sumtree_min(const exr_sumtree *t) { return t->nlev ? t->mn[t->nlev - 1][0] : INFINITY; }
 
 /* Which of 8 children holds offset *x; *x becomes the offset inside it.
- * Branch-free: the child is the number of prefix sums <= x (prefix sums are
- * summed in the same order as the parent's, so x < parent means a hit), and
- * a zero child can never be it (its prefix equals the one before). Rounding
- * can leave x at or past the end only when the parent's sum was rounded
- * differently: then the last positive child is taken. */
+ * Branch-free: the child is the number of prefix sums <= x. No sum is ever
+ * negative, so the prefix sums never decrease and a zero child can never be
+ * it (its prefix equals the one before). The parent's sum is the children's
+ * only within its drift bound and rounding (sumtree.h), so x can be at or
+ * past the last prefix: then the last positive child is taken. */
 #define CHOOSE(c, x, s)                                                                            \
     do {                                                                                           \
         double pre_ = 0, base_ = 0;                                                                \
@@ -249,15 +353,21 @@ int exr_sumtree_check(const exr_sumtree *t, size_t n, char *msg, size_t msglen)
     }
     for (int k = 0; k < t->nlev; k++) {
         for (size_t j = 0; j < t->len[k]; j++) {
-            double s;
+            double s, dr = t->drift[k][j];
             float m;
             if (k == 0)
                 node_from_leaves(t->leaf + FAN * j, &s, &m);
             else
                 node_from_nodes(t->sum[k - 1] + FAN * j, t->mn[k - 1] + FAN * j, &s, &m);
-            if (fabs(s - t->sum[k][j]) > 1e-9 * fabs(s) || m != t->mn[k][j]) {
-                snprintf(msg, msglen, "sum tree: node %zu of level %d holds (%g, %g), children give (%g, %g)",
-                         j, k, t->sum[k][j], (double)t->mn[k][j], s, (double)m);
+            double have = t->sum[k][j];
+            /* the drift bound, plus the rounding of the sum just done */
+            int bad = k == 0 ? have != s : fabs(have - s) > dr + SUM_ROUNDING(s);
+            bad = bad || !(have >= 0) || (s == 0) != (have == 0) || !(dr >= 0) ||
+                  dr > have * TWO_M40 || m != t->mn[k][j];
+            if (bad) {
+                snprintf(msg, msglen,
+                         "sum tree: node %zu of level %d holds (%g, %g, drift %g), children give (%g, %g)",
+                         j, k, have, (double)t->mn[k][j], dr, s, (double)m);
                 return 1;
             }
         }

@@ -7,16 +7,36 @@
  *   level 1        [s0 s1 s2 s3 s4 s5 s6 s7] ...     each node sums 8 children
  *   level 0        [s0 ... s7] [s0 ... s7]  ...      (double sums, float mins)
  *   leaves        p^a p^a p^a p^a ...                 float, 0 = empty slot
+ *   (each node: double sum, float min, double drift bound)
  *
  * Eight double children fill one 64-byte cache line, so a descent touches one
  * line per level: log8(N) lines (7 at N = 1M) instead of log2(N).
  * sum[k][j] is the sum of node j's subtree; mn[k][j] the smallest positive leaf
  * under it (+inf if none), which gives PER's max weight without a scan.
  *
- * Costs: set O(log8 N) (recomputes 8 children per level, so no drift);
- * sample of B draws O(B log8 N), done level by level over the whole batch
- * with prefetching so that cache misses of different draws overlap;
- * reserve O(N) when it grows (capacity doubles), amortised O(1).
+ * Updates are deltas: a leaf's level-0 node is recomputed from its 8 leaves
+ * (exact), and each node above gets the change of its child added, instead
+ * of summing its 8 children again. A node's rounding drift is bounded, not
+ * left to grow: drift[k][j] is an upper bound on |sum - (sum of its 8
+ * children)| accumulated since the node was last summed from its children
+ * (each delta addition adds 2^-53 (|new sum| + |delta|), the most the two
+ * roundings can be off). The node is summed from its children again when
+ *   - the bound passes 2^-40 of its sum (a large drop, whose cancellation
+ *     would have exposed old rounding, always trips it; so does a subtree
+ *     that has just become all zero, whose sum is then within its bound of
+ *     0), or
+ *   - its sum would be <= 0.
+ * So a sum is never negative, a subtree whose leaves are all 0 sums to exactly
+ * 0 (a draw never enters it), and every node is within about 2^-40 of the
+ * sum of its children (7 levels: within ~1e-11 of the exact leaf sum). The
+ * smallest positive leaf goes up only as far as it changes (exact).
+ * A batch of updates does the levels with fewer nodes than half the batch
+ * (the top of the tree) once, from their children, after all the deltas.
+ *
+ * Costs: set O(log8 N) additions; sample of B draws O(B log8 N), done level
+ * by level over the whole batch with prefetching so that cache misses of
+ * different draws overlap; reserve O(N) when it grows (capacity doubles),
+ * amortised O(1).
  */
 #ifndef EXR_SUMTREE_H
 #define EXR_SUMTREE_H
@@ -32,6 +52,7 @@ typedef struct {
     float *leaf;                /* cap leaves */
     double *sum[EXR_ST_MAXLEV]; /* sum[k] has 8 * len[k+1] slots (padding is 0) */
     float *mn[EXR_ST_MAXLEV];
+    double *drift[EXR_ST_MAXLEV]; /* bound on |sum - sum of children| (0 at level 0) */
     size_t len[EXR_ST_MAXLEV];  /* nodes in use at level k */
 } exr_sumtree;
 
@@ -48,9 +69,9 @@ void exr_sumtree_rebuild(exr_sumtree *t);
 /* leaf[i] = v (v >= 0, i < cap), then fixes its ancestors. */
 void exr_sumtree_set(exr_sumtree *t, size_t i, float v);
 
-/* leaf[idx[k]] = v[k] for k < count, then fixes the ancestors level by level
- * over the whole batch, so that the cache misses of different leaves overlap.
- * scratch holds count size_t. */
+/* leaf[idx[k]] = v[k] for k < count, in order (the last value for a leaf
+ * wins), each followed by its ancestors' deltas; the top levels (fewer nodes
+ * than count / 2) once at the end. scratch holds count size_t. */
 void exr_sumtree_set_many(exr_sumtree *t, size_t count, const size_t *idx, const float *v,
                           size_t *scratch);
 
@@ -64,8 +85,10 @@ float exr_sumtree_min(const exr_sumtree *t);
 void exr_sumtree_sample(const exr_sumtree *t, exr_rng *r, size_t count, size_t *out,
                         double *scratch);
 
-/* 0 if every internal node matches its children (sums within a relative
- * 1e-9), else 1 with a description in msg. */
+/* 0 if every internal node matches its children (a level-0 sum within 1e-12
+ * of its leaves' sum, a higher one within its drift bound and that bound
+ * within 2^-40 of its sum; every min exact), else 1 with a description in
+ * msg. */
 int exr_sumtree_check(const exr_sumtree *t, size_t n, char *msg, size_t msglen);
 
 #endif

@@ -147,6 +147,70 @@ static void test_sumtree(void)
     exr_sumtree_free(&t);
 }
 
+/* Delta updates under hostile magnitudes: leaves jump between 0 and float's
+ * whole range, in batches and one at a time, with gradual drops (each less
+ * than the 2^-40 drift trigger would catch at once). After every round the
+ * tree must pass its check (every node within its drift bound of its
+ * children, that bound within 2^-40 of its sum, no negative sum, a zero sum
+ * exactly where the leaves are all zero), the total must be within 1e-9 of
+ * the exact leaf sum, and a draw must never return a zero leaf. */
+static void test_sumtree_drift(void)
+{
+    exr_sumtree t;
+    exr_sumtree_init(&t);
+    enum { N = 5000, B = 300 };
+    CHECK_RET(exr_sumtree_reserve(&t, N) == EXR_OK);
+    exr_rng r;
+    exr_rng_seed(&r, 11, 3);
+    char msg[256];
+    static size_t idx[B], scratch[B], out[B];
+    static float v[B];
+    static double dscratch[B];
+    for (int round = 0; round < 400; round++) {
+        size_t count = round % 3 == 0 ? 1 : (size_t)exr_rng_below(&r, B) + 1;
+        /* a few hot leaves so that the same nodes see many deltas */
+        size_t span = round % 2 ? 40 : N;
+        for (size_t k = 0; k < count; k++) {
+            idx[k] = (size_t)exr_rng_below(&r, span);
+            int kind = (int)exr_rng_below(&r, 6);
+            double e = exr_rng_double(&r);
+            if (kind == 0)
+                v[k] = 0.0f;
+            else if (kind == 1)
+                v[k] = (float)pow(10.0, -44.0 + 82.0 * e); /* float's whole range */
+            else if (kind == 2) /* a gradual drop of what is there */
+                v[k] = t.leaf[idx[k]] * (float)(1e-3 + 0.5 * e);
+            else
+                v[k] = (float)(0.01 + e);
+        }
+        if (count == 1)
+            exr_sumtree_set(&t, idx[0], v[0]);
+        else
+            exr_sumtree_set_many(&t, count, idx, v, scratch);
+        CHECK_RET(exr_sumtree_check(&t, N, msg, sizeof msg) == 0);
+        double exact = 0;
+        for (size_t i = 0; i < N; i++)
+            exact += t.leaf[i];
+        double total = exr_sumtree_total(&t);
+        CHECK_RET(exact == 0 ? total == 0 : fabs(total - exact) <= 1e-9 * exact);
+        if (total > 0) {
+            exr_sumtree_sample(&t, &r, B, out, dscratch);
+            for (size_t b = 0; b < B; b++)
+                CHECK_RET(out[b] < N && t.leaf[out[b]] > 0);
+        }
+    }
+    /* everything to zero: exactly zero, and +inf as the min */
+    for (size_t i = 0; i < N; i++)
+        exr_sumtree_set(&t, i, 0.0f);
+    CHECK_RET(exr_sumtree_total(&t) == 0 && isinf(exr_sumtree_min(&t)));
+    CHECK_RET(exr_sumtree_check(&t, N, msg, sizeof msg) == 0);
+    /* a drift bound that is wrong is reported */
+    exr_sumtree_set(&t, 5, 2.0f);
+    t.sum[1][0] *= 1.0 + 1e-9;
+    CHECK_RET(exr_sumtree_check(&t, N, msg, sizeof msg) == 1);
+    exr_sumtree_free(&t);
+}
+
 /* ---- episode table ------------------------------------------------------ */
 
 static void test_episodes(void)
@@ -644,6 +708,7 @@ int main(void)
         {"rng", test_rng},
         {"store_locate", test_store_locate},
         {"sumtree", test_sumtree},
+        {"sumtree_drift", test_sumtree_drift},
         {"episodes", test_episodes},
         {"picks_and_batch", test_picks_and_batch},
         {"long_episode_segments", test_long_episode_segments},
