@@ -912,7 +912,7 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
         L.append("")
     else:
         L.append(
-            f"cpprb {mach.get('cpprb', '?')} installs from PyPI as a binary wheel for CPython 3.11 (manylinux x86-64). "
+            f"cpprb {mach.get('cpprb', '?')} installs as a binary wheel for CPython 3.11 (manylinux x86-64). "
             "Work both do: single transitions, `pick_len = 1`, same data (state (4,) float32, action int64, reward "
             "float32, episodes of 100 steps), same capacity N, both filled to N before timing (exreplay evicts whole "
             "episodes, cpprb overwrites its ring). cpprb stores `obs, act, rew, next_obs, done` (`ReplayBuffer`, "
