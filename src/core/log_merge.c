@@ -165,10 +165,7 @@ __attribute__((target("ssse3"))) static uint32_t adler_ssse3(uint32_t adler,
 uint32_t exr_adler32(uint32_t adler, const void *p, size_t n)
 {
 #ifdef HAVE_ADLER_SSSE3
-    static int has = -1; /* a benign race: every thread computes the same */
-    if (has < 0)
-        has = __builtin_cpu_supports("ssse3") ? 1 : 0;
-    if (has)
+    if (__builtin_cpu_supports("ssse3"))
         return adler_ssse3(adler, p, n);
 #endif
     return adler_bytes(adler, p, n);
@@ -740,7 +737,8 @@ static exr_status seal(exr_merge *m)
         p += width[c] * n;
         q += width[c] * cap;
     }
-    memcpy(o->raw + rows_at + n * m->row, o->fins, o->nfin * m->sb);
+    if (o->nfin)
+        memcpy(o->raw + rows_at + n * m->row, o->fins, o->nfin * m->sb);
     o->raw_len = need;
     o->busy = true;
     enqueue(m, &o->j);
