@@ -117,7 +117,8 @@ static uint32_t adler_bytes(uint32_t adler, const unsigned char *p, size_t n)
     return a | (b << 16);
 }
 
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__)) && \
+    !defined(EXR_NO_SIMD_ADLER) /* (defined: zlib's byte loop, for comparisons) */
 #include <immintrin.h>
 #define HAVE_ADLER_SSSE3 1
 
