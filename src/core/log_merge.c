@@ -800,7 +800,7 @@ exr_status exr_merge_run(exr_merge *m, long *need)
         for (size_t i = 0; i < nin; i++) {
             if (!m->in[i].queued)
                 continue;
-            inslot *x;
+            inslot *x = NULL;
             if ((s = head_ready(m, i, &x)) != EXR_OK)
                 return s;
             int64_t t = (int64_t)get64(x->data + 8 * x->rec);
