@@ -253,12 +253,13 @@ static void check_records(exr_merge *m, inslot *s)
         }
 }
 
-static void run_decode(exr_merge *m, inslot *s)
+/* Reads the chunk's body into the slot and checks its CRC. */
+static bool read_body(inslot *s)
 {
     const exr_merge_chunk *c = &s->c;
     if (c->body_len > SIZE_MAX - 1 || reserve(&s->body, &s->body_cap, (size_t)c->body_len)) {
         job_fail(&s->j, EXR_ENOMEM, 0, "");
-        return;
+        return false;
     }
     for (size_t got = 0; got < c->body_len;) {
         ssize_t r = pread(c->fd, s->body + got, c->body_len - got, (off_t)(c->body_off + got));
@@ -266,88 +267,134 @@ static void run_decode(exr_merge *m, inslot *s)
             continue;
         if (r < 0) {
             job_fail(&s->j, EXR_EIO, errno, "");
-            return;
+            return false;
         }
         if (r == 0) {
             job_fail(&s->j, EXR_ECORRUPT, 0, "file shrank while reading");
-            return;
+            return false;
         }
         got += (size_t)r;
     }
     if (crc_of(s->body, c->body_len) != c->body_crc) {
         job_fail(&s->j, EXR_ECORRUPT, 0, "chunk body CRC mismatch");
-        return;
+        return false;
     }
-    if (c->codec == CODEC_STORED) {
+    return true;
+}
+
+/* The zlib wrapper by hand (RFC 1950): CMF/FLG checked, the slot's raw
+ * inflate stream made or reset. */
+static bool inflate_begin(inslot *s)
+{
+    const unsigned char *b = s->body;
+    if (s->c.body_len < 6 || (b[0] & 0x0f) != 8 || (b[0] >> 4) > 7 ||
+        ((unsigned)b[0] * 256 + b[1]) % 31) {
+        job_fail(&s->j, EXR_ECORRUPT, 0, "chunk body: incorrect header check");
+        return false;
+    }
+    if (b[1] & 0x20) {
+        job_fail(&s->j, EXR_ECORRUPT, 0, "chunk body: a preset dictionary");
+        return false;
+    }
+    if (reserve(&s->raw, &s->raw_cap, (size_t)s->c.raw_len)) {
+        job_fail(&s->j, EXR_ENOMEM, 0, "");
+        return false;
+    }
+    if (!s->zinit) {
+        memset(&s->z, 0, sizeof s->z);
+        if (inflateInit2(&s->z, -15) != Z_OK) {
+            job_fail(&s->j, EXR_ENOMEM, 0, "");
+            return false;
+        }
+        s->zinit = true;
+    } else if (inflateReset(&s->z) != Z_OK) {
+        job_fail(&s->j, EXR_ENOMEM, 0, "");
+        return false;
+    }
+    return true;
+}
+
+/* Inflates the body's deflate stream (between the 2-byte header and the
+ * 4-byte Adler-32) to exactly raw_len bytes, then checks the Adler-32. */
+static bool inflate_body(inslot *s)
+{
+    const exr_merge_chunk *c = &s->c;
+    unsigned char *b = s->body;
+    char msg[112];
+    s->z.avail_in = 0;
+    s->z.next_out = s->raw;
+    s->z.avail_out = (uInt)c->raw_len; /* <= 2**31: the caller's header check */
+    size_t fed = 2, end = c->body_len - 4;
+    int zr = Z_OK;
+    while (zr == Z_OK) {
+        if (s->z.avail_in == 0 && fed < end) {
+            size_t k = end - fed < PIECE ? end - fed : PIECE;
+            s->z.next_in = b + fed;
+            s->z.avail_in = (uInt)k;
+            fed += k;
+        }
+        zr = inflate(&s->z, fed == end ? Z_FINISH : Z_NO_FLUSH);
+    }
+    if (zr == Z_DATA_ERROR || zr == Z_NEED_DICT || zr == Z_MEM_ERROR) {
+        snprintf(msg, sizeof msg, "chunk body: %s",
+                 zr == Z_MEM_ERROR ? "out of memory" : s->z.msg ? s->z.msg : "invalid data");
+        job_fail(&s->j, zr == Z_MEM_ERROR ? EXR_ENOMEM : EXR_ECORRUPT, 0, msg);
+        return false;
+    }
+    if (zr != Z_STREAM_END || s->z.total_out != c->raw_len || s->z.avail_in || fed != end) {
+        snprintf(msg, sizeof msg, "chunk body does not inflate to %llu bytes",
+                 (unsigned long long)c->raw_len);
+        job_fail(&s->j, EXR_ECORRUPT, 0, msg);
+        return false;
+    }
+    uint32_t want = (uint32_t)b[end] << 24 | (uint32_t)b[end + 1] << 16 |
+                    (uint32_t)b[end + 2] << 8 | b[end + 3];
+    if (exr_adler32(1, s->raw, (size_t)c->raw_len) != want) {
+        job_fail(&s->j, EXR_ECORRUPT, 0, "chunk body: incorrect data check");
+        return false;
+    }
+    return true;
+}
+
+static void run_decode(exr_merge *m, inslot *s)
+{
+    if (!read_body(s))
+        return;
+    if (s->c.codec == CODEC_STORED) {
         s->data = s->body;
     } else {
-        if (reserve(&s->raw, &s->raw_cap, (size_t)c->raw_len)) {
-            job_fail(&s->j, EXR_ENOMEM, 0, "");
+        if (!inflate_begin(s) || !inflate_body(s))
             return;
-        }
-        /* the zlib wrapper by hand (RFC 1950): CMF/FLG, a raw deflate
-         * stream, the Adler-32 of the raw body, big-endian */
-        unsigned char *b = s->body;
-        size_t blen = c->body_len;
-        if (blen < 6 || (b[0] & 0x0f) != 8 || (b[0] >> 4) > 7 ||
-            ((unsigned)b[0] * 256 + b[1]) % 31) {
-            job_fail(&s->j, EXR_ECORRUPT, 0, "chunk body: incorrect header check");
-            return;
-        }
-        if (b[1] & 0x20) {
-            job_fail(&s->j, EXR_ECORRUPT, 0, "chunk body: a preset dictionary");
-            return;
-        }
-        if (!s->zinit) {
-            memset(&s->z, 0, sizeof s->z);
-            if (inflateInit2(&s->z, -15) != Z_OK) {
-                job_fail(&s->j, EXR_ENOMEM, 0, "");
-                return;
-            }
-            s->zinit = true;
-        } else if (inflateReset(&s->z) != Z_OK) {
-            job_fail(&s->j, EXR_ENOMEM, 0, "");
-            return;
-        }
-        /* raw_len <= 2**31 (the caller's header check) */
-        s->z.avail_in = 0;
-        s->z.next_out = s->raw;
-        s->z.avail_out = (uInt)c->raw_len;
-        size_t fed = 2, end = blen - 4;
-        int zr = Z_OK;
-        while (zr == Z_OK) {
-            if (s->z.avail_in == 0 && fed < end) {
-                size_t k = end - fed < PIECE ? end - fed : PIECE;
-                s->z.next_in = b + fed;
-                s->z.avail_in = (uInt)k;
-                fed += k;
-            }
-            zr = inflate(&s->z, fed == end ? Z_FINISH : Z_NO_FLUSH);
-        }
-        if (zr == Z_DATA_ERROR || zr == Z_NEED_DICT || zr == Z_MEM_ERROR) {
-            char msg[112];
-            snprintf(msg, sizeof msg, "chunk body: %s",
-                     zr == Z_MEM_ERROR ? "out of memory" : s->z.msg ? s->z.msg : "invalid data");
-            job_fail(&s->j, zr == Z_MEM_ERROR ? EXR_ENOMEM : EXR_ECORRUPT, 0, msg);
-            return;
-        }
-        if (zr != Z_STREAM_END || s->z.total_out != c->raw_len || s->z.avail_in ||
-            fed != end) {
-            char msg[112];
-            snprintf(msg, sizeof msg, "chunk body does not inflate to %llu bytes",
-                     (unsigned long long)c->raw_len);
-            job_fail(&s->j, EXR_ECORRUPT, 0, msg);
-            return;
-        }
-        uint32_t want = (uint32_t)b[end] << 24 | (uint32_t)b[end + 1] << 16 |
-                        (uint32_t)b[end + 2] << 8 | b[end + 3];
-        if (exr_adler32(1, s->raw, (size_t)c->raw_len) != want) {
-            job_fail(&s->j, EXR_ECORRUPT, 0, "chunk body: incorrect data check");
-            return;
-        }
         s->data = s->raw;
     }
     check_records(m, s);
+}
+
+/* The slot's raw deflate stream made or reset, its output room reserved and
+ * the zlib header deflate writes for this level put in front (RFC 1950). */
+static bool deflate_begin(outslot *o, int level)
+{
+    uLong bound = deflateBound(NULL, (uLong)o->raw_len) + 64;
+    if (reserve(&o->zout, &o->zout_cap, (size_t)bound)) {
+        job_fail(&o->j, EXR_ENOMEM, 0, "");
+        return false;
+    }
+    if (!o->zinit) {
+        memset(&o->z, 0, sizeof o->z);
+        if (deflateInit2(&o->z, level, Z_DEFLATED, -15, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+            job_fail(&o->j, EXR_ENOMEM, 0, "");
+            return false;
+        }
+        o->zinit = true;
+    } else if (deflateReset(&o->z) != Z_OK) {
+        job_fail(&o->j, EXR_ENOMEM, 0, "");
+        return false;
+    }
+    unsigned hdr = 0x7800u | (level < 2 ? 0u : level < 6 ? 1u : level == 6 ? 2u : 3u) << 6;
+    hdr += 31 - hdr % 31;
+    o->zout[0] = (unsigned char)(hdr >> 8);
+    o->zout[1] = (unsigned char)hdr;
+    return true;
 }
 
 static void run_compress(exr_merge *m, outslot *o)
@@ -355,63 +402,42 @@ static void run_compress(exr_merge *m, outslot *o)
     if (m->level == 0) {
         o->body = o->raw;
         o->body_len = o->raw_len;
-    } else {
-        uLong bound = deflateBound(NULL, (uLong)o->raw_len) + 64;
-        if (reserve(&o->zout, &o->zout_cap, (size_t)bound)) {
-            job_fail(&o->j, EXR_ENOMEM, 0, "");
-            return;
-        }
-        if (!o->zinit) {
-            memset(&o->z, 0, sizeof o->z);
-            if (deflateInit2(&o->z, m->level, Z_DEFLATED, -15, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
-                job_fail(&o->j, EXR_ENOMEM, 0, "");
-                return;
-            }
-            o->zinit = true;
-        } else if (deflateReset(&o->z) != Z_OK) {
-            job_fail(&o->j, EXR_ENOMEM, 0, "");
-            return;
-        }
-        /* the zlib header deflate writes for this level (RFC 1950) */
-        unsigned hdr = 0x7800u | (m->level < 2 ? 0u : m->level < 6 ? 1u : m->level == 6 ? 2u : 3u)
-                                     << 6;
-        hdr += 31 - hdr % 31;
-        o->zout[0] = (unsigned char)(hdr >> 8);
-        o->zout[1] = (unsigned char)hdr;
-        size_t fed = 0, made = 2, room = o->zout_cap - 4; /* 4: the trailer */
-        int zr = Z_OK;
-        o->z.avail_in = 0;
-        o->z.avail_out = 0;
-        while (zr == Z_OK || zr == Z_BUF_ERROR) {
-            if (o->z.avail_in == 0 && fed < o->raw_len) {
-                size_t k = o->raw_len - fed < PIECE ? o->raw_len - fed : PIECE;
-                o->z.next_in = o->raw + fed;
-                o->z.avail_in = (uInt)k;
-                fed += k;
-            }
-            if (o->z.avail_out == 0) {
-                size_t k = room - made < PIECE ? room - made : PIECE;
-                if (!k)
-                    break;
-                o->z.next_out = o->zout + made;
-                o->z.avail_out = (uInt)k;
-                made += k;
-            }
-            zr = deflate(&o->z, fed == o->raw_len ? Z_FINISH : Z_NO_FLUSH);
-        }
-        if (zr != Z_STREAM_END) {
-            job_fail(&o->j, EXR_ENOMEM, 0, "");
-            return;
-        }
-        size_t len = 2 + (size_t)o->z.total_out;
-        uint32_t ad = exr_adler32(1, o->raw, o->raw_len);
-        o->zout[len] = (unsigned char)(ad >> 24);
-        o->zout[len + 1] = (unsigned char)(ad >> 16);
-        o->zout[len + 2] = (unsigned char)(ad >> 8);
-        o->zout[len + 3] = (unsigned char)ad;
-        o->body = o->zout;
-        o->body_len = len + 4;
+        o->body_crc = crc_of(o->body, o->body_len);
+        return;
     }
+    if (!deflate_begin(o, m->level))
+        return;
+    size_t fed = 0, made = 2, room = o->zout_cap - 4; /* 4: the trailer */
+    int zr = Z_OK;
+    o->z.avail_in = 0;
+    o->z.avail_out = 0;
+    while (zr == Z_OK || zr == Z_BUF_ERROR) {
+        if (o->z.avail_in == 0 && fed < o->raw_len) {
+            size_t k = o->raw_len - fed < PIECE ? o->raw_len - fed : PIECE;
+            o->z.next_in = o->raw + fed;
+            o->z.avail_in = (uInt)k;
+            fed += k;
+        }
+        if (o->z.avail_out == 0) {
+            size_t k = room - made < PIECE ? room - made : PIECE;
+            if (!k)
+                break;
+            o->z.next_out = o->zout + made;
+            o->z.avail_out = (uInt)k;
+            made += k;
+        }
+        zr = deflate(&o->z, fed == o->raw_len ? Z_FINISH : Z_NO_FLUSH);
+    }
+    if (zr != Z_STREAM_END) {
+        job_fail(&o->j, EXR_ENOMEM, 0, "");
+        return;
+    }
+    size_t len = 2 + (size_t)o->z.total_out;
+    uint32_t ad = exr_adler32(1, o->raw, o->raw_len);
+    for (int i = 0; i < 4; i++)
+        o->zout[len + (size_t)i] = (unsigned char)(ad >> (24 - 8 * i));
+    o->body = o->zout;
+    o->body_len = len + 4;
     o->body_crc = crc_of(o->body, o->body_len);
 }
 
@@ -776,99 +802,114 @@ static exr_status head_ready(exr_merge *m, size_t i, inslot **out)
     return EXR_OK;
 }
 
+/* Copies record bs->rec of input chunk bs into the current output chunk
+ * (sealing it when full) and advances bs's cursor. */
+static exr_status copy_record(exr_merge *m, inslot *bs)
+{
+    size_t row = m->row, sb = m->sb, cap = m->cap, n = bs->c.count;
+    const unsigned char *d = bs->data, *fl = d + 28 * n;
+    outslot *o = &m->out[m->cur];
+    exr_status s;
+    if (o->n == 0 && (s = out_ready(m, o)) != EXR_OK)
+        return s;
+    size_t r = bs->rec, k = o->n;
+    unsigned char *q = o->meta;
+    memcpy(q + 8 * k, d + 8 * r, 8);
+    memcpy(q + 8 * cap + 8 * k, d + 8 * n + 8 * r, 8);
+    memcpy(q + 16 * cap + 8 * k, d + 16 * n + 8 * r, 8);
+    memcpy(q + 24 * cap + 4 * k, d + 24 * n + 4 * r, 4);
+    q[28 * cap + k] = fl[r];
+    uint32_t src = get32(d + 24 * n + 4 * r);
+    if (k == 0) {
+        o->source = src;
+        o->mixed = false;
+    } else if (src != o->source) {
+        o->mixed = true;
+    }
+    memcpy(o->raw + META * cap + k * row, d + META * n + r * row, row);
+    if (fl[r] & EXR_LOG_FINAL) {
+        if (o->fins_cap < (o->nfin + 1) * sb &&
+            reserve(&o->fins, &o->fins_cap, (2 * o->nfin + 1) * sb))
+            return fail(m, EXR_ENOMEM, 0, 0, 0, "");
+        memcpy(o->fins + o->nfin * sb, d + (META + row) * n + bs->fin * sb, sb);
+        o->nfin++;
+        bs->fin++;
+    }
+    o->n++;
+    bs->rec++;
+    if (o->n == cap || o->n * (META + row) + o->nfin * sb >= m->chunk_bytes)
+        return seal(m);
+    return EXR_OK;
+}
+
+/* The input whose next record comes first (*best: the smallest timestamp,
+ * the lowest index among equals; nin if every input is done) and the next
+ * after it (*second, its timestamp *t2). */
+static exr_status pick(exr_merge *m, size_t *best, inslot **bs, size_t *second, int64_t *t2)
+{
+    size_t nin = m->nin;
+    int64_t bt = 0;
+    *best = *second = nin;
+    *t2 = 0;
+    for (size_t i = 0; i < nin; i++) {
+        if (!m->in[i].queued)
+            continue;
+        inslot *x = NULL;
+        exr_status s = head_ready(m, i, &x);
+        if (s != EXR_OK)
+            return s;
+        int64_t t = (int64_t)get64(x->data + 8 * x->rec);
+        if (*best == nin || t < bt) {
+            *second = *best;
+            *t2 = bt;
+            *best = i;
+            bt = t;
+            *bs = x;
+        } else if (*second == nin || t < *t2) {
+            *second = i;
+            *t2 = t;
+        }
+    }
+    return EXR_OK;
+}
+
 exr_status exr_merge_run(exr_merge *m, long *need)
 {
     if (m->err.st != EXR_OK)
         return m->err.st;
-    if (m->finished) {
-        *need = -1;
-        return EXR_OK;
-    }
-    size_t nin = m->nin, row = m->row, sb = m->sb, cap = m->cap;
+    size_t nin = m->nin, best, second;
     exr_status s;
-    for (;;) {
+    while (!m->finished) {
         for (size_t i = 0; i < nin; i++)
             if (!m->in[i].ended && m->in[i].queued < EXR_MERGE_LOOK) {
                 *need = (long)i;
                 return EXR_OK;
             }
-        /* the input whose next record comes first: the smallest timestamp,
-         * the lowest index among equals; and the next after it */
-        size_t best = nin, second = nin;
-        int64_t bt = 0, st2 = 0;
         inslot *bs = NULL;
-        for (size_t i = 0; i < nin; i++) {
-            if (!m->in[i].queued)
-                continue;
-            inslot *x = NULL;
-            if ((s = head_ready(m, i, &x)) != EXR_OK)
-                return s;
-            int64_t t = (int64_t)get64(x->data + 8 * x->rec);
-            if (best == nin || t < bt) {
-                second = best;
-                st2 = bt;
-                best = i;
-                bt = t;
-                bs = x;
-            } else if (second == nin || t < st2) {
-                second = i;
-                st2 = t;
-            }
-        }
+        int64_t t2;
+        if ((s = pick(m, &best, &bs, &second, &t2)) != EXR_OK)
+            return s;
         if (best == nin) {
             if (m->out[m->cur].n && (s = seal(m)) != EXR_OK)
                 return s;
             if ((s = write_done(m, true)) != EXR_OK)
                 return s;
             m->finished = true;
-            *need = -1;
-            return EXR_OK;
+            break;
         }
         /* a run of best's records: up to the other inputs' next timestamp
-         * (equal ones too when best comes first among them), the end of its
-         * chunk and the output chunk's room */
+         * (equal ones too when best comes first among them) or the end of
+         * its chunk */
         size_t n = bs->c.count;
-        const unsigned char *d = bs->data, *fl = d + 28 * n;
-        const unsigned char *rows = d + META * n, *fins = d + (META + row) * n;
-        do {
-            outslot *o = &m->out[m->cur];
-            if (o->n == 0 && (s = out_ready(m, o)) != EXR_OK)
+        for (;;) {
+            if ((s = copy_record(m, bs)) != EXR_OK)
                 return s;
-            size_t r = bs->rec, k = o->n;
-            unsigned char *q = o->meta;
-            memcpy(q + 8 * k, d + 8 * r, 8);
-            memcpy(q + 8 * cap + 8 * k, d + 8 * n + 8 * r, 8);
-            memcpy(q + 16 * cap + 8 * k, d + 16 * n + 8 * r, 8);
-            memcpy(q + 24 * cap + 4 * k, d + 24 * n + 4 * r, 4);
-            q[28 * cap + k] = fl[r];
-            uint32_t src = get32(d + 24 * n + 4 * r);
-            if (k == 0) {
-                o->source = src;
-                o->mixed = false;
-            } else if (src != o->source) {
-                o->mixed = true;
-            }
-            memcpy(o->raw + META * cap + k * row, rows + r * row, row);
-            if (fl[r] & EXR_LOG_FINAL) {
-                if (o->fins_cap < (o->nfin + 1) * sb &&
-                    reserve(&o->fins, &o->fins_cap, (2 * o->nfin + 1) * sb))
-                    return fail(m, EXR_ENOMEM, 0, 0, 0, "");
-                memcpy(o->fins + o->nfin * sb, fins + bs->fin * sb, sb);
-                o->nfin++;
-                bs->fin++;
-            }
-            o->n++;
-            bs->rec++;
-            if (o->n == cap || o->n * (META + row) + o->nfin * sb >= m->chunk_bytes) {
-                if ((s = seal(m)) != EXR_OK)
-                    return s;
-            }
             if (bs->rec == n)
                 break;
-            int64_t t = (int64_t)get64(d + 8 * bs->rec);
-            if (second != nin && (t > st2 || (t == st2 && second < best)))
+            int64_t t = (int64_t)get64(bs->data + 8 * bs->rec);
+            if (second != nin && (t > t2 || (t == t2 && second < best)))
                 break;
-        } while (1);
+        }
         if (bs->rec == n) {
             input *in = &m->in[best];
             bs->j.state = J_IDLE;
@@ -876,4 +917,6 @@ exr_status exr_merge_run(exr_merge *m, long *need)
             in->queued--;
         }
     }
+    *need = -1;
+    return EXR_OK;
 }
