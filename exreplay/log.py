@@ -608,11 +608,12 @@ def _spec_str(fields):
 
 
 class _Writer:
-    """Writes records chunks in the log format from Python (used by merge).
+    """Writes records chunks in the log format from Python: a second,
+    independent writer of the format (the tests build logs of chosen
+    timestamps with it; merge writes through the C core, log_merge.h).
 
-    Compression and writing run on one helper thread (zlib releases the GIL),
-    overlapping the caller's reading and merging; at most two chunks wait
-    for it, so memory stays bounded."""
+    Compression and writing run on one helper thread (zlib releases the GIL);
+    at most two chunks wait for it, so memory stays bounded."""
 
     def __init__(self, path, schema: _Schema, level: int, sources):
         from concurrent.futures import ThreadPoolExecutor
@@ -688,89 +689,6 @@ class _Writer:
         self.f.close()
 
 
-class _Input:
-    """One merge input: a window of its records that holds every record it has
-    with a timestamp up to the window's last, plus a lookahead of two chunks
-    being decoded (inflated and checked) on the merge's decode threads while
-    the caller merges: the file is read on the caller's thread."""
-
-    def __init__(self, reader: LogReader, pool):
-        from collections import deque
-
-        self.reader = reader
-        self.pool = pool
-        self.heads = reader._headers(True)
-        self.futs = deque()
-        self.win: Optional[_Raw] = None
-        self._fill()
-
-    def _fill(self):
-        while len(self.futs) < 2:
-            x = next(self.heads, None)
-            if x is None:
-                return
-            off, h, body = x
-            self.futs.append(self.pool.submit(_decode, h, body, self.reader.path, off,
-                                              self.reader.schema))
-
-    def _peek(self) -> Optional[_Raw]:
-        return self.futs[0].result() if self.futs else None
-
-    def _pop(self) -> _Raw:
-        r = self.futs.popleft().result()
-        self._fill()
-        return r
-
-    @property
-    def exhausted(self):
-        return not self.futs
-
-    def refill(self, schema):
-        parts = [self.win] if self.win is not None and len(self.win.ts) else []
-        while self.futs and (not parts or int(self._peek().ts[0]) == int(parts[-1].ts[-1])):
-            parts.append(self._pop())
-        self.win = _concat(parts, schema) if parts else None
-
-    def take(self, bound) -> Optional[_Raw]:
-        w = self.win
-        if w is None or not len(w.ts):
-            return None
-        k = len(w.ts) if bound is None else int(np.searchsorted(w.ts, bound, side="right"))
-        if k == 0:
-            return None
-        nf = int(np.count_nonzero(w.fl[:k] & FLAG_FINAL))
-        taken = _Raw(w.ts[:k], w.h[:k], w.pos[:k], w.src[:k], w.fl[:k], w.rows[:k], w.fins[:nf])
-        self.win = _Raw(w.ts[k:], w.h[k:], w.pos[k:], w.src[k:], w.fl[k:], w.rows[k:], w.fins[nf:])
-        return taken
-
-
-def _merge_parts(parts: Sequence[_Raw], schema) -> _Raw:
-    """Records of several windows in timestamp order; ties keep input order.
-    The rows (nearly all the bytes) are copied once, each part's straight to
-    where its records go; the small columns through one concatenation."""
-    if len(parts) == 1:
-        return parts[0]
-    small = [np.concatenate([getattr(p, k) for p in parts]) for k in ("ts", "h", "pos", "src", "fl")]
-    ts, h, pos, src, fl = small
-    order = np.argsort(ts, kind="stable")
-    where = np.empty(len(ts), np.int64)
-    where[order] = np.arange(len(ts))
-    rows = np.empty((len(ts), schema.row), np.uint8)
-    whole = np.dtype((np.void, schema.row))  # a row as one item: one memcpy a row
-    out = rows.view(whole).reshape(len(ts))
-    at = 0
-    for p in parts:
-        out[where[at:at + len(p.ts)]] = np.ascontiguousarray(p.rows).view(whole).reshape(len(p.ts))
-        at += len(p.ts)
-    # the final states follow their records: index them by record
-    fins = np.concatenate([p.fins for p in parts])
-    fin_of = np.full(len(ts), -1, np.int64)
-    has = (fl & FLAG_FINAL).astype(bool)
-    fin_of[has] = np.arange(int(has.sum()))
-    fo = fin_of[order]
-    return _Raw(ts[order], h[order], pos[order], src[order], fl[order], rows, fins[fo[fo >= 0]])
-
-
 class _Progress:
     def __init__(self, total, progress):
         self.total = total
@@ -801,56 +719,108 @@ class _Progress:
 
 def merge(inputs: Sequence[PathLike], output: PathLike, *, level: int = 1,
           chunk_bytes: int = 1 << 20,
-          progress: Union[None, bool, Callable[[int, int], None]] = None) -> dict:
+          progress: Union[None, bool, Callable[[int, int], None]] = None,
+          threads: Optional[int] = None) -> dict:
     """Writes one log holding every record of ``inputs`` in timestamp order.
 
-    A streaming k-way merge: each input holds a window of at most a few chunks
-    (its current one, two of lookahead being decoded on helper threads, and
-    those that share one timestamp), so memory does not grow with the logs. Records with equal timestamps keep
-    the order of ``inputs`` (and within one input, their order in it).
-    ``output`` must not exist. ``progress``: True draws a bar on stderr, a
-    callable gets (bytes_done, bytes_total); None draws the bar only for
-    inputs of 256 MB or more on a terminal. Returns :func:`info` of the
-    output. Torn tails of the inputs are skipped.
+    A streaming k-way merge (docs/log.md, "Merging"): each input holds its
+    current chunk and one more being decoded, so memory does not grow with
+    the logs. Records with equal timestamps keep the order of ``inputs``
+    (and within one input, their order in it). ``output`` must not exist.
+    ``progress``: True draws a bar on stderr, a callable gets (bytes_done,
+    bytes_total); None draws the bar only for inputs of 256 MB or more on a
+    terminal. ``threads``: how many threads decode the inputs' chunks and
+    compress the output's (None: the machine's cores, at most 4; 0: all on
+    the calling thread). Returns :func:`info` of the output. Torn tails of
+    the inputs are skipped.
     """
-    _check_merge_args(inputs, level, chunk_bytes)
-    from concurrent.futures import ThreadPoolExecutor
+    _check_merge_args(inputs, level, chunk_bytes, threads)
+    from . import _core
 
-    readers = []
-    pool = None
+    if threads is None:
+        threads = min(4, os.cpu_count() or 1)
+    readers: list = []
     try:
         schema, sources = _open_inputs(inputs, readers)
         total = sum(r.size for r in readers)
         prog = _Progress(total, progress)
-        pool = ThreadPoolExecutor(2, thread_name_prefix="exreplay-log-decode")
-        ins = [_Input(r, pool) for r in readers]
-        for i in ins:
-            i.refill(schema)
-        w = _Writer(output, schema, level, sources)
+        fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0),
+                     0o666)
+        eng = None
         try:
-            w.close(_merge_into(w, ins, schema, chunk_bytes, prog))
+            _write_fd(fd, schema.header_bytes({"sources": sorted(sources)}))
+            eng = _core._LogMerge(len(readers), schema.row, schema.state_bytes, chunk_bytes,
+                                  level, fd, threads)
+            last_ts = _merge_run(eng, readers, prog)
+            eng.close()
+            eng = None
+            _write_fd(fd, _block_bytes(KIND_END, CODEC_STORED, 0, MIXED_SOURCE, last_ts,
+                                       last_ts, 0, b""))
+            os.fsync(fd)
         except BaseException:
-            w.abort()
+            if eng is not None:
+                eng.close()
+            os.close(fd)
             try:
                 os.unlink(output)
             except OSError:
                 pass
             raise
+        os.close(fd)
         prog(total, final=True)
     finally:
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
         for r in readers:
             r.close()
     return info(output)
 
 
-def _check_merge_args(inputs, level, chunk_bytes):
+def _merge_run(eng, readers, prog) -> int:
+    """Feeds the inputs' chunk headers to the merge (the C core reads,
+    inflates, merges and compresses); returns the last timestamp written."""
+    heads = [r._headers(False) for r in readers]
+    fds = [r._f.fileno() for r in readers]
+    files = [r._f for r in readers]
+    while True:
+        i = eng.run()
+        if i == -1:
+            break
+        if i == -2:
+            k, off, what = eng.error()
+            raise _bad(readers[k].path, off, what)
+        x = next(heads[i], None)
+        if x is None:
+            eng.end(i)
+        else:
+            off, h, _ = x
+            eng.push(i, fds[i], off + HDR, off, h.codec, h.count, h.source, h.body_crc,
+                     h.first, h.last, h.raw_len, h.body_len)
+        prog(sum(f.tell() for f in files))
+    return eng.result()[2]
+
+
+def _write_fd(fd, b):
+    view = memoryview(b)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _block_bytes(kind, codec, count, src, first, last, raw_len, body) -> bytes:
+    hb = struct.pack("<4sHHIIqqQQI", CHUNK_MAGIC, kind, codec, count, src, first, last,
+                     raw_len, len(body), zlib.crc32(body))
+    hcrc = zlib.crc32(hb)
+    return (hb + struct.pack("<I", hcrc) + bytes(body)
+            + _TRL.pack(HDR + len(body) + TRL, hcrc, TRAILER_MAGIC))
+
+
+def _check_merge_args(inputs, level, chunk_bytes, threads=None):
     if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= 9:
         raise ValueError("level: expected an int from 0 to 9, got %r" % (level,))
     if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or not (
             1 <= chunk_bytes <= 1 << 30):
         raise ValueError("chunk_bytes: expected an int from 1 to 2**30, got %r" % (chunk_bytes,))
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                or not 0 <= threads <= 64):
+        raise ValueError("threads: expected None or an int from 0 to 64, got %r" % (threads,))
     if isinstance(inputs, (str, bytes, os.PathLike)) or not len(inputs):
         raise ValueError("inputs: expected a non-empty sequence of log paths, got %r" % (inputs,))
 
@@ -868,66 +838,6 @@ def _open_inputs(inputs, readers):
     for r in readers:
         sources.update(info(r.path)["sources"])
     return schema, sources
-
-
-class _Pending:
-    """Merged records waiting to fill a chunk of the output."""
-
-    def __init__(self, schema):
-        self.schema = schema
-        self.per_rec = META + schema.row
-        self.parts: list = []
-        self.bytes = 0
-
-    def add(self, m):
-        self.parts.append(m)
-        self.bytes += len(m.ts) * self.per_rec + m.fins.nbytes
-
-    def write_full_chunks(self, w, chunk_bytes):
-        while self.bytes >= chunk_bytes:
-            total = sum(len(p.ts) for p in self.parts)
-            self.write_first(w, min(total, max(1, chunk_bytes // self.per_rec)))
-
-    def write_first(self, w, k):
-        """The first k pending records as one chunk; the rest stay as views."""
-        taken, rest, need = [], [], k
-        for p in self.parts:
-            m = min(need, len(p.ts))
-            if m:
-                nf = int(np.count_nonzero(p.fl[:m] & FLAG_FINAL))
-                taken.append(_Raw(p.ts[:m], p.h[:m], p.pos[:m], p.src[:m], p.fl[:m],
-                                  p.rows[:m], p.fins[:nf]))
-                p = _Raw(p.ts[m:], p.h[m:], p.pos[m:], p.src[m:], p.fl[m:], p.rows[m:],
-                         p.fins[nf:])
-                need -= m
-            if len(p.ts):
-                rest.append(p)
-        w.write_parts(taken)
-        self.parts = rest
-        self.bytes = sum(len(p.ts) * self.per_rec + p.fins.nbytes for p in rest)
-
-
-def _merge_into(w, ins, schema, chunk_bytes, prog) -> int:
-    """The k-way merge of the inputs' windows into w; returns the last timestamp."""
-    pending = _Pending(schema)
-    last_ts = 0
-    while any(i.win is not None and len(i.win.ts) for i in ins):
-        live = [int(i.win.ts[-1]) for i in ins
-                if not i.exhausted and i.win is not None and len(i.win.ts)]
-        bound = min(live) if live else None
-        parts = [p for p in (i.take(bound) for i in ins) if p is not None]
-        if parts:
-            m = _merge_parts(parts, schema)
-            pending.add(m)
-            last_ts = int(m.ts[-1])
-            pending.write_full_chunks(w, chunk_bytes)
-        for i in ins:
-            if i.win is None or not len(i.win.ts):
-                i.refill(schema)
-        prog(sum(i.reader._f.tell() for i in ins))
-    if pending.parts:
-        pending.write_first(w, sum(len(p.ts) for p in pending.parts))
-    return last_ts
 
 
 # ---- buffers from logs ------------------------------------------------------------------

@@ -306,6 +306,41 @@ def test_log_append_many(core, tmp_path):
     assert run_every_n(core, make, op, what="log_append_many", check_after=after) > 0
 
 
+def test_log_merge(core, tmp_path, monkeypatch):
+    """The merge's C core (src/core/log_merge.c) failing to allocate, on
+    the calling thread (threads=0, so that the Nth allocation is the same
+    one every time): MemoryError, and no output file is left."""
+    import exreplay
+    import exreplay.log as xlog
+
+    ins = []
+    for k in range(3):
+        p = tmp_path / f"in{k}.xlog"
+        lg = _log(core, p, source=k, chunk_bytes=200)
+        S, A, R = _steps(30, seed=k)
+        for t in range(0, 30, 5):
+            lg.append_many(k, t, S[t:t + 5], A[t:t + 5], R[t:t + 5],
+                           final_state=S[t] if t % 10 == 0 else None)
+        lg.close()
+        ins.append(p)
+    outs = iter(tmp_path / f"o{i}.xlog" for i in range(MAX_N))
+    monkeypatch.setattr(exreplay, "_core", core)
+
+    def make():
+        return (None, next(outs))
+
+    def op(st):
+        xlog.merge(ins, st[1], chunk_bytes=300, threads=0, progress=False)
+
+    def after(st, err, fired):
+        if err is not None:
+            assert not st[1].exists(), "a merge that failed left its output"
+        else:
+            assert len(_log_actions(st[1])) == 90
+
+    assert run_every_n(core, make, op, what="log_merge", check_after=after) > 0
+
+
 def test_log_flush(core, tmp_path):
     """The writer thread failing to allocate: flush raises MemoryError, the
     chunk it was writing is lost, the file stays readable (what is in it is

@@ -482,6 +482,104 @@ def test_merge_rejects_mixed_layouts(tmp_path):
     assert not (tmp_path / "o.log").exists()
 
 
+def test_merge_threads_give_the_same_bytes(tmp_path):
+    """The merge's worker threads change when chunks are decoded and
+    compressed, never what is written: threads=0 (all on the caller's
+    thread), 1, 3 and the default give byte-identical files, at level 0 and
+    1, with final states and output chunks of every size."""
+    rng = np.random.default_rng(11)
+    paths = []
+    for k in range(4):
+        p = tmp_path / ("t%d.log" % k)
+        lg = ExperienceLog(p, source=k, chunk_bytes=int(rng.integers(100, 2000)))
+        b = ExperienceReplay((5,), capacity=None, log=lg)
+        h = None
+        for i in range(400):
+            end = rng.random() < 0.1
+            h = b.record(h, np.full(5, i, np.float32), i, float(k),
+                         final_state=np.full(5, -i, np.float32) if end and i % 2 else None,
+                         terminated=end and not i % 2)
+            h = None if end else h
+        lg.close()
+        paths.append(p)
+    for level in (0, 1, 6):
+        for cb in (50, 700, 1 << 20):
+            blobs = []
+            for threads in (0, 1, 3, None):
+                out = tmp_path / ("m_%d_%d_%s.log" % (level, cb, threads))
+                d = xlog.merge(paths, out, level=level, chunk_bytes=cb, threads=threads)
+                assert d["records"] == 1600
+                blobs.append(out.read_bytes())
+            assert all(b == blobs[0] for b in blobs[1:]), (level, cb)
+            cat, torn, ended = read_all(out)
+            assert ended and not torn and np.all(np.diff(cat.timestamps) >= 0)
+            # every chunk decompresses with zlib itself (its own Adler-32 check)
+            for _, h, body in xlog.open(out)._headers(True):
+                if h.codec == xlog.CODEC_ZLIB:
+                    assert len(zlib.decompress(body)) == h.raw_len
+    with pytest.raises(ValueError, match="threads"):
+        xlog.merge(paths, tmp_path / "x.log", threads=-1)
+    with pytest.raises(ValueError, match="threads"):
+        xlog.merge(paths, tmp_path / "x.log", threads=1.5)
+    assert not (tmp_path / "x.log").exists()
+
+
+def test_adler32_matches_zlib():
+    """The merge's Adler-32 (SSSE3 where the CPU has it) against zlib's, at
+    the lengths around its block (32 bytes) and its reduction span (5552),
+    with all-0xFF bytes (the largest sums) and random ones."""
+    from exreplay import _core
+
+    rng = np.random.default_rng(3)
+    lengths = list(range(0, 130)) + [5551, 5552, 5553, 5552 * 32 - 1, 5552 * 32 + 33,
+                                     (1 << 20) + 7, 3 * 5552 * 32]
+    for n in lengths:
+        for b in (b"\xff" * n, rng.integers(0, 256, n, dtype=np.uint8).tobytes()):
+            for start in (1, 0xFFF0FFF0, 0x12345678 % 65521):
+                assert _core._adler32(b, start) == zlib.adler32(b, start), (n, start)
+
+
+def _one_chunk_log(path, body_of):
+    """A valid one-chunk log whose zlib body is replaced by body_of(raw), CRCs fixed."""
+    import log_fuzz
+
+    blob = log_fuzz.make_seed(str(path), chunk_bytes=1 << 20, n=20)
+    head, chunks, tail = log_fuzz.parse(blob)
+    c = chunks[0]
+    body = body_of(c["raw"])
+    hb = struct.pack("<4sHHIIqqQQI", xlog.CHUNK_MAGIC, c["kind"], c["codec"], c["count"],
+                     c["source"], c["first"], c["last"], len(c["raw"]), len(body),
+                     zlib.crc32(body))
+    hcrc = zlib.crc32(hb)
+    start = len(log_fuzz.serialize(head, []))
+    path.write_bytes(blob[:start] + hb + struct.pack("<I", hcrc) + body
+                     + xlog._TRL.pack(xlog.HDR + len(body) + xlog.TRL, hcrc, xlog.TRAILER_MAGIC)
+                     + log_fuzz.serialize(head, chunks[1:])[start:])
+
+
+@pytest.mark.parametrize("what,body_of", [
+    ("data check", lambda raw: zlib.compress(raw)[:-1] + bytes([zlib.compress(raw)[-1] ^ 1])),
+    ("header check", lambda raw: b"\x79" + zlib.compress(raw)[1:]),
+    ("dictionary", lambda raw: bytes([0x78, 0x20 + (31 - (0x7820 % 31))]) + zlib.compress(raw)[2:]),
+    ("inflate", lambda raw: zlib.compress(raw) + b"\0"),
+    ("inflate", lambda raw: zlib.compress(raw)[:-6] + zlib.compress(raw)[-4:]),
+    ("inflate", lambda raw: zlib.compress(raw + b"x")),
+    ("body", lambda raw: zlib.compress(raw)[:2] + b"\xff" * 40 + zlib.compress(raw)[-4:]),
+])
+def test_merge_refuses_bad_zlib_bodies(tmp_path, what, body_of):
+    """Bodies whose CRC checks out but whose zlib stream does not: the merge
+    (which reads the zlib wrapper and the Adler-32 itself) refuses each as
+    the reader does, with ValueError naming the file, and leaves no output."""
+    p = tmp_path / "bad.log"
+    _one_chunk_log(p, body_of)
+    with pytest.raises(ValueError, match="not a valid experience log"):
+        read_all(p)
+    for threads in (0, 2):
+        with pytest.raises(ValueError, match="bad.log: not a valid experience log at byte"):
+            xlog.merge([p], tmp_path / "o.log", threads=threads)
+        assert not (tmp_path / "o.log").exists()
+
+
 # ---- command line --------------------------------------------------------------------
 
 

@@ -204,9 +204,9 @@ static exr_status grow(unsigned char **p, size_t *cap, size_t need)
     return EXR_OK;
 }
 
-static void header_bytes(unsigned char *hd, unsigned kind, unsigned codec, uint32_t count,
-                         uint32_t source, int64_t first, int64_t last, uint64_t raw,
-                         uint64_t body, uint32_t body_crc)
+void exr_log_chunk_header(unsigned char *hd, unsigned kind, unsigned codec, uint32_t count,
+                          uint32_t source, int64_t first, int64_t last, uint64_t raw,
+                          uint64_t body, uint32_t body_crc)
 {
     put32(hd, CHUNK_MAGIC);
     put16(hd + 4, (uint16_t)kind);
@@ -221,7 +221,7 @@ static void header_bytes(unsigned char *hd, unsigned kind, unsigned codec, uint3
     put32(hd + 52, (uint32_t)crc32(0L, hd, 52));
 }
 
-static void trailer_bytes(unsigned char *tr, uint64_t total, const unsigned char *hd)
+void exr_log_chunk_trailer(unsigned char *tr, uint64_t total, const unsigned char *hd)
 {
     put64(tr, total);
     memcpy(tr + 8, hd + 52, 4); /* the header's CRC */
@@ -239,8 +239,8 @@ static exr_status write_block(exr_log *lg, unsigned kind, unsigned codec, uint32
         bc = (uint32_t)crc32(bc, body + off, (uInt)k);
         off += k;
     }
-    header_bytes(hd, kind, codec, count, lg->o.source, first, last, raw_len, body_len, bc);
-    trailer_bytes(tr, CHUNK_HEADER + body_len + CHUNK_TRAILER, hd);
+    exr_log_chunk_header(hd, kind, codec, count, lg->o.source, first, last, raw_len, body_len, bc);
+    exr_log_chunk_trailer(tr, CHUNK_HEADER + body_len + CHUNK_TRAILER, hd);
     struct iovec iov[3] = {{hd, CHUNK_HEADER}, {(void *)body, body_len}, {tr, CHUNK_TRAILER}};
     exr_status s = write_all(lg->fd, iov, 3);
     if (s == EXR_OK) {
@@ -331,9 +331,9 @@ static exr_status write_stored(exr_log *lg, chunk *c)
             off += m;
         }
     }
-    header_bytes(hd, KIND_RECORDS, CODEC_STORED, (uint32_t)n, lg->o.source, c->ts[0],
+    exr_log_chunk_header(hd, KIND_RECORDS, CODEC_STORED, (uint32_t)n, lg->o.source, c->ts[0],
                  c->ts[n - 1], c->raw, c->raw, bc);
-    trailer_bytes(tr, CHUNK_HEADER + c->raw + CHUNK_TRAILER, hd);
+    exr_log_chunk_trailer(tr, CHUNK_HEADER + c->raw + CHUNK_TRAILER, hd);
     v[nv].iov_base = tr;
     v[nv++].iov_len = CHUNK_TRAILER;
     for (size_t k = 0; k < nv && s == EXR_OK;) {

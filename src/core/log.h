@@ -107,6 +107,15 @@ exr_status exr_log_attach_locked(exr_log *lg, exr_buffer *b);
 void exr_log_detach(exr_log *lg, exr_buffer *b);
 exr_buffer *exr_log_attached(const exr_log *lg);
 
+/* The 56-byte header and 16-byte trailer of a chunk (docs/log.md), for
+ * writers of the format other than exr_log (the merge, log_merge.h). */
+#define EXR_LOG_CHUNK_HEADER 56
+#define EXR_LOG_CHUNK_TRAILER 16
+void exr_log_chunk_header(unsigned char *hd, unsigned kind, unsigned codec, uint32_t count,
+                          uint32_t source, int64_t first, int64_t last, uint64_t raw,
+                          uint64_t body, uint32_t body_crc);
+void exr_log_chunk_trailer(unsigned char *tr, uint64_t total, const unsigned char *hd);
+
 void exr_log_get_stats(exr_log *lg, exr_log_stats *st);
 const exr_log_opts *exr_log_options(const exr_log *lg);
 

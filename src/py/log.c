@@ -716,12 +716,16 @@ static PyType_Spec log_spec = {
     .slots = log_slots,
 };
 
+int exr_log_merge_init_type(PyObject *m); /* log_merge.c: the merge's private type */
+
 int exr_log_init_type(PyObject *m, exr_modstate *st)
 {
     st->log_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &log_spec, NULL);
     if (!st->log_type)
         return -1;
-    return PyModule_AddObjectRef(m, "ExperienceLog", (PyObject *)st->log_type);
+    if (PyModule_AddObjectRef(m, "ExperienceLog", (PyObject *)st->log_type) < 0)
+        return -1;
+    return exr_log_merge_init_type(m);
 }
 
 /* ---- ExperienceReplay's side -------------------------------------------------- */

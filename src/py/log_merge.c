@@ -1,0 +1,243 @@
+/*
+ * log_merge.c - _core._LogMerge, the Python face of the k-way merge of
+ * experience logs (src/core/log_merge.h). Private: exreplay/log.py's merge
+ * reads and checks the inputs' chunk headers, pushes them, and runs it.
+ */
+#include "binding.h"
+
+#include <errno.h>
+
+#include "log_merge.h"
+
+typedef struct {
+    PyObject_HEAD
+    exr_merge *m;
+    int busy; /* run() is merging without the GIL: no other call meanwhile */
+} MergeObject;
+
+static int check_idle(MergeObject *self)
+{
+    if (!self->m) {
+        PyErr_SetString(PyExc_ValueError, "_LogMerge: closed");
+        return -1;
+    }
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "_LogMerge: run() is in progress in another thread");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *merge_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"inputs", "row", "state_bytes", "chunk_bytes", "level", "fd",
+                             "threads", NULL};
+    Py_ssize_t nin, row, sb, chunk;
+    int level, fd, threads;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "nnnniii:_LogMerge", kwlist, &nin, &row, &sb,
+                                     &chunk, &level, &fd, &threads))
+        return NULL;
+    if (nin < 1 || row < 1 || sb < 1 || sb > row || chunk < 1 || level < 0 || level > 9 ||
+        fd < 0 || threads < 0 || threads > EXR_MERGE_MAX_THREADS) {
+        PyErr_Format(PyExc_ValueError,
+                     "_LogMerge: expected inputs >= 1, 1 <= state_bytes <= row, chunk_bytes >= 1, "
+                     "level 0-9, fd >= 0, threads 0-%d", EXR_MERGE_MAX_THREADS);
+        return NULL;
+    }
+    MergeObject *self = (MergeObject *)tp->tp_alloc(tp, 0);
+    if (!self)
+        return NULL;
+    exr_status st = exr_merge_new((size_t)nin, (size_t)row, (size_t)sb, (size_t)chunk, level, fd,
+                                  threads, &self->m);
+    if (st != EXR_OK) {
+        Py_DECREF(self);
+        return exr_raise(st, "_LogMerge");
+    }
+    return (PyObject *)self;
+}
+
+static void merge_dealloc(MergeObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    if (self->m) {
+        exr_merge *m = self->m;
+        self->m = NULL;
+        Py_BEGIN_ALLOW_THREADS
+        exr_merge_free(m);
+        Py_END_ALLOW_THREADS
+    }
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static PyObject *merge_close(MergeObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "_LogMerge: run() is in progress in another thread");
+        return NULL;
+    }
+    if (self->m) {
+        exr_merge *m = self->m;
+        self->m = NULL;
+        Py_BEGIN_ALLOW_THREADS
+        exr_merge_free(m);
+        Py_END_ALLOW_THREADS
+    }
+    Py_RETURN_NONE;
+}
+
+/* push(i, fd, body_off, tag, codec, count, source, body_crc, first, last, raw_len, body_len) */
+static PyObject *merge_push(MergeObject *self, PyObject *args)
+{
+    Py_ssize_t i;
+    exr_merge_chunk c;
+    unsigned long long off, tag, raw, blen;
+    unsigned int codec, count, source, crc;
+    long long first, last;
+    if (!PyArg_ParseTuple(args, "niKKIIIILLKK:push", &i, &c.fd, &off, &tag, &codec, &count,
+                          &source, &crc, &first, &last, &raw, &blen))
+        return NULL;
+    if (check_idle(self) < 0)
+        return NULL;
+    c.body_off = off;
+    c.tag = tag;
+    c.codec = codec;
+    c.count = count;
+    c.source = source;
+    c.body_crc = crc;
+    c.first = first;
+    c.last = last;
+    c.raw_len = raw;
+    c.body_len = blen;
+    if (i < 0 || exr_merge_push(self->m, (size_t)i, &c) != EXR_OK) {
+        PyErr_SetString(PyExc_ValueError,
+                        "push: expected an input with room for a chunk of >= 1 records");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *merge_end(MergeObject *self, PyObject *arg)
+{
+    Py_ssize_t i = PyNumber_AsSsize_t(arg, PyExc_OverflowError);
+    if (i == -1 && PyErr_Occurred())
+        return NULL;
+    if (check_idle(self) < 0)
+        return NULL;
+    if (i < 0) {
+        PyErr_SetString(PyExc_ValueError, "end: expected an input index >= 0");
+        return NULL;
+    }
+    exr_merge_end(self->m, (size_t)i);
+    Py_RETURN_NONE;
+}
+
+/* run() -> index of the input that needs a chunk, -1 when done, or -2
+ * when an input's chunk is invalid (error() says which and why). */
+static PyObject *merge_run(MergeObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (check_idle(self) < 0)
+        return NULL;
+    long need = -1;
+    exr_status st;
+    self->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    st = exr_merge_run(self->m, &need);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    if (st == EXR_ECORRUPT)
+        return PyLong_FromLong(-2);
+    if (st != EXR_OK) {
+        const exr_merge_error *e = exr_merge_last_error(self->m);
+        return exr_raise_status(st, &(exr_errctx){.op = "merge", .handle = -1, .err = e->errnum});
+    }
+    return PyLong_FromLong(need);
+}
+
+/* error() -> (input, tag, what) of the failure, or None. */
+static PyObject *merge_error(MergeObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (check_idle(self) < 0)
+        return NULL;
+    const exr_merge_error *e = exr_merge_last_error(self->m);
+    if (e->st == EXR_OK)
+        Py_RETURN_NONE;
+    return Py_BuildValue("nKs", (Py_ssize_t)e->input, (unsigned long long)e->tag, e->what);
+}
+
+/* result() -> (records, chunks, last timestamp) written. */
+static PyObject *merge_result(MergeObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (check_idle(self) < 0)
+        return NULL;
+    uint64_t r, c;
+    int64_t t;
+    exr_merge_result(self->m, &r, &c, &t);
+    return Py_BuildValue("KKL", (unsigned long long)r, (unsigned long long)c, (long long)t);
+}
+
+static PyMethodDef merge_methods[] = {
+    {"push", (PyCFunction)merge_push, METH_VARARGS, "Queues a checked chunk of an input."},
+    {"end", (PyCFunction)merge_end, METH_O, "The input has no more chunks."},
+    {"run", (PyCFunction)merge_run, METH_NOARGS,
+     "Merges (without the GIL) until an input needs a chunk (its index), all is written (-1)\n"
+     "or an input's chunk is invalid (-2, see error())."},
+    {"error", (PyCFunction)merge_error, METH_NOARGS, "(input, tag, what) of an invalid chunk."},
+    {"result", (PyCFunction)merge_result, METH_NOARGS, "(records, chunks, last timestamp)."},
+    {"close", (PyCFunction)merge_close, METH_NOARGS, "Stops the threads and frees."},
+    {NULL},
+};
+
+static PyType_Slot merge_slots[] = {
+    {Py_tp_new, merge_new},
+    {Py_tp_dealloc, merge_dealloc},
+    {Py_tp_methods, merge_methods},
+    {Py_tp_doc,
+     "_LogMerge(inputs, row, state_bytes, chunk_bytes, level, fd, threads)\n--\n\n"
+     "The k-way merge of experience logs behind exreplay.log.merge (docs/log.md)."},
+    {0, NULL},
+};
+
+static PyType_Spec merge_spec = {
+    .name = "exreplay._core._LogMerge",
+    .basicsize = sizeof(MergeObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = merge_slots,
+};
+
+/* _adler32(data, value=1): exr_adler32, for the tests (against zlib.adler32). */
+static PyObject *adler32_py(PyObject *mod, PyObject *args)
+{
+    (void)mod;
+    Py_buffer b;
+    unsigned int v = 1;
+    if (!PyArg_ParseTuple(args, "y*|I:_adler32", &b, &v))
+        return NULL;
+    uint32_t r;
+    Py_BEGIN_ALLOW_THREADS
+    r = exr_adler32(v, b.buf, (size_t)b.len);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&b);
+    return PyLong_FromUnsignedLong(r);
+}
+
+static PyMethodDef merge_functions[] = {
+    {"_adler32", adler32_py, METH_VARARGS, "Adler-32 as the log merge computes it (a test hook)."},
+    {NULL},
+};
+
+int exr_log_merge_init_type(PyObject *m)
+{
+    if (PyModule_AddFunctions(m, merge_functions) < 0)
+        return -1;
+    PyObject *t = PyType_FromModuleAndSpec(m, &merge_spec, NULL);
+    if (!t)
+        return -1;
+    int r = PyModule_AddObjectRef(m, "_LogMerge", t);
+    Py_DECREF(t);
+    return r;
+}
