@@ -249,6 +249,57 @@ def test_inserts_and_sampling_overlap(cluster):
     ray.kill(actor)
 
 
+def test_learner_inside_the_replay_actor(cluster):
+    """replay_actor_class: a ReplayServer subclass whose own method (a learner
+    loop drawing with local calls) runs in the "learner" group while writers'
+    record_rollout calls land in the "writers" group and stats() answers in
+    "control"; every drawn row is one that a writer recorded."""
+    from exreplay.ray import replay_actor_class
+
+    class Learner(ReplayServer):
+        def learn(self, seconds):
+            t_end = time.time() + seconds
+            n, bad = 0, 0
+            while time.time() < t_end:
+                bs = self.get_batch(8, 0, 4)
+                for b in bs:
+                    st = b.state.reshape(len(b.pick_epi), -1, 4)[:, 0]
+                    bad += int(np.sum(st[:, 2] != st[:, 0] * 1000 + st[:, 1]))
+                epi = np.concatenate([b.pick_epi for b in bs])
+                pos = np.concatenate([b.pick_pos for b in bs])
+                self.set_priority(0, epi, pos, np.full(len(epi), 2.0))
+                n += len(bs)
+            return n, bad
+
+    with pytest.raises(TypeError, match="cls: expected ReplayServer"):
+        replay_actor_class(object)
+    with pytest.raises(ValueError, match="default_group"):
+        replay_actor_class(Learner, default_group="nope")
+    actor = replay_actor_class(Learner).remote(state_shape=(4,), capacity=5_000, pick_len=2, seed=0,
+                                               selectors=[("prioritized", {"alpha": 0.6, "beta": 0.4})])
+    T = 50
+
+    def rollout(k):
+        s, a, r = _episode(T, k)
+        s[:, 2] = s[:, 0] * 1000 + s[:, 1]
+        return Rollout(s, a, r, np.ones(T), ends=[T], terminated=[True])
+
+    ray.get(actor.record_rollout.remote("w", rollout(0), 0))
+    job = actor.learn.remote(4.0)
+    seq = 1
+    t0 = time.time()
+    while time.time() - t0 < 2.0:  # the learner's call is running: writers and control still answer
+        ray.get(actor.record_rollout.remote("w", rollout(seq), seq))
+        seq += 1
+    st = ray.get(actor.stats.remote())
+    assert ray.wait([job], timeout=0)[0] == []  # the learner's call has not returned yet
+    n, bad = ray.get(job)
+    assert n > 0 and bad == 0
+    assert st["records"] == seq * T
+    assert ray.get(actor.stats.remote())["priority_updates"] == n * 8
+    ray.kill(actor)
+
+
 def test_pickling_through_the_object_store(cluster):
     buf = exreplay.ExperienceReplay(state_shape=(4,), capacity=1000, pick_len=2, seed=11)
     ps = buf.new_pick_selector(PRI, alpha=0.7, beta=0.5)

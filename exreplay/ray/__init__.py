@@ -37,6 +37,7 @@ from exreplay import PickSelectorClass
 __all__ = [
     "ReplayActor",
     "ReplayServer",
+    "replay_actor_class",
     "ShardedReplay",
     "Rollout",
     "split_batch",
@@ -118,6 +119,21 @@ def split_batch(b, n: int) -> list:
     size = total // n
     return [make_batch(b, [_map(lambda a: a[i * size:(i + 1) * size], f) for f in fields])
             for i in range(n)]
+
+
+class _Batches(list):
+    """The n batches of one get_batch(B, ps, n): views of one batch of n*B
+    picks. It pickles as that one batch (9 buffers, not 9n) and is split
+    again where it is unpickled, so a Ray return carries one block."""
+
+    __slots__ = ("whole",)
+
+    def __init__(self, whole, n: int):
+        super().__init__(split_batch(whole, n))
+        self.whole = whole
+
+    def __reduce__(self):
+        return (split_batch, (self.whole, len(self)))
 
 
 def concat_batches(batches: Sequence) -> Any:
@@ -455,7 +471,7 @@ class ReplayServer:
             st = self.priority_stats(ps) if with_stats else None
         finally:
             self._meter.leave("s", t, picks_sampled=batch_size * n, batches=n)
-        out = b if n_batches is None else split_batch(b, n)
+        out = b if n_batches is None else _Batches(b, n)
         return (out, st) if with_stats else out
 
     def set_priority(self, ps: int, pick_epi, pick_pos, priorities) -> int:
@@ -585,6 +601,9 @@ _GROUP_OF = {
     "save": "control",
     "call": "control",
     "ping": "control",
+    "log_info": "control",
+    "log_close": "control",
+    "log_read": "control",
 }
 
 
@@ -597,9 +616,14 @@ def _make_actor_class():
 
 
 def __getattr__(name):
-    # ReplayActor is built (and Ray imported) on first use.
+    # ReplayActor and replay_actor_class are built (and Ray imported) on first use.
     if name == "ReplayActor":
         return _make_actor_class()
+    if name == "replay_actor_class":
+        _ray()
+        from exreplay.ray._actor import replay_actor_class
+
+        return replay_actor_class
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
