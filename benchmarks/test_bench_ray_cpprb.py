@@ -22,6 +22,7 @@ Nothing asserts on a time.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -41,6 +42,14 @@ WRITERS = 4
 BATCH = 64
 K = 16
 SHAPES = {"small": ((4,), "float32"), "atari": ((84, 84), "uint8")}
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The section this module writes at the end of docs/benchmarks_ray.md
+# (test_bench_ray.py writes the file's head and keeps this section).
+SECTION = "## Against a cpprb actor and the Ray floor"
+RESULTS: dict = {}
+NAMES = {"exreplay_local": "exreplay, learner inside the replay actor",
+         "exreplay": "exreplay ReplayActor, learner in its own process",
+         "cpprb": "cpprb PrioritizedReplayBuffer in a plain actor", "floor": "Ray floor (no replay)"}
 
 
 def _capacity(shape):
@@ -254,6 +263,7 @@ def test_replay_actor_vs_cpprb_actor(cluster, shape):
     for actor in actors.values():
         ray.kill(actor)
     load = os.getloadavg()[0]
+    RESULTS[shape] = dict(capacity=cap, phase_s=D, rounds=rounds, load_avg=load, runs=runs)
     res = {kind: {k: float(np.median([r[k] for r in rs])) for k in rs[0]} for kind, rs in runs.items()}
     for kind, r in res.items():
         harness.add_custom("ray_vs_cpprb", shape=shape, actor=kind, capacity=cap, phase_s=D, rounds=rounds,
@@ -271,3 +281,67 @@ def test_replay_actor_vs_cpprb_actor(cluster, shape):
           f"{f['minibatches'] / e['minibatches']:.2f}x, records {f['records'] / e['records']:.2f}x; "
           f"exreplay together/alone records {e['records'] / e['records_alone']:.2f}x, minibatches "
           f"{e['minibatches'] / e['minibatches_alone']:.2f}x")
+
+
+def _section(results):
+    L = [SECTION, "",
+         "Written by `benchmarks/test_bench_ray_cpprb.py`. The same load for every actor, in the same run: 4 "
+         "writer actors send 100-step rollouts with priorities (2 calls in flight each); one learner draws 16 "
+         "minibatches of 64 per call and sends their 1024 priorities back in one call. Prioritized selection "
+         "(alpha 0.6, beta 0.4), pick_len 1, buffer filled to capacity first (so every record evicts). Each "
+         "round measures every actor in turn (writers alone, learner alone, both; the order alternates between "
+         "rounds); the figures are medians over the rounds.",
+         "",
+         "- *exreplay, learner inside the replay actor*: `replay_actor_class(Learner)`, a `ReplayServer` "
+         "subclass whose `learn` method (concurrency group \"learner\") draws with local `get_batch(64, 0, 16)` "
+         "and `set_priority` calls while the writers' `record_rollout` calls run in the \"writers\" group.",
+         "- *exreplay ReplayActor*: the learner is a separate Ray task that calls `get_batch.remote(64, 0, 16)`, "
+         "then `set_priority.remote`.",
+         "- *cpprb*: a plain (single-threaded) Ray actor holding `cpprb.PrioritizedReplayBuffer` "
+         "(`next_of=\"obs\"` for frames); its `sample` returns one `sample(1024)` dict, split into 16 views "
+         "by the learner.",
+         "- *Ray floor*: an actor that takes the same rollouts and returns a ready-made batch of the same "
+         "arrays, with no replay: what Ray's per-call cost alone allows a separate learner.",
+         ""]
+    for shape, r in results.items():
+        st, dt = SHAPES[shape]
+        med = {k: {f: float(np.median([x[f] for x in rs])) for f in rs[0]} for k, rs in r["runs"].items()}
+        L += [f"**{st} {dt}**, capacity {r['capacity']:,}, {r['rounds']} rounds of {r['phase_s']} s phases, "
+              f"load average {r['load_avg']:.1f} at the end (2 CPUs, shared).", "",
+              "| actor | records/s alone | minibatches/s alone | records/s together | minibatches/s together "
+              "| together / alone (records, minibatches) |",
+              "| --- | ---: | ---: | ---: | ---: | ---: |"]
+        for k, m in med.items():
+            L.append(f"| {NAMES.get(k, k)} | {m['records_alone']:,.0f} | {m['minibatches_alone']:,.0f} | "
+                     f"{m['records']:,.0f} | {m['minibatches']:,.0f} | {m['records'] / m['records_alone']:.2f}x, "
+                     f"{m['minibatches'] / m['minibatches_alone']:.2f}x |")
+        c, f = med["cpprb"], med["floor"]
+        L.append("")
+        for k in ("exreplay_local", "exreplay"):
+            if k in med:
+                m = med[k]
+                L.append(f"- {NAMES[k]} against cpprb, together: {m['records'] / c['records']:.2f}x the records/s, "
+                         f"{m['minibatches'] / c['minibatches']:.2f}x the minibatches/s; the Ray floor gets "
+                         f"{f['minibatches'] / m['minibatches']:.2f}x its minibatches/s.")
+        L.append("")
+    return "\n".join(L)
+
+
+def test_write_ray_cpprb_section():
+    """Writes ray_cpprb.json and the section of benchmarks_ray.md (runs last in this module)."""
+    if not RESULTS:
+        pytest.skip("nothing measured")
+    if harness.quick():
+        out_json = os.path.join(ROOT, "build", "bench-quick", "ray_cpprb.json")
+        out_md = os.path.join(ROOT, "build", "bench-quick", "benchmarks_ray.md")
+    else:
+        out_json = os.path.join(ROOT, "benchmarks", "results", "ray_cpprb.json")
+        out_md = os.path.join(ROOT, "docs", "benchmarks_ray.md")
+    os.makedirs(os.path.dirname(out_json), exist_ok=True)
+    with open(out_json, "w") as fh:
+        json.dump(dict(RESULTS, ray=ray.__version__), fh, indent=1)
+    text = open(out_md).read() if os.path.exists(out_md) else "# Ray benchmarks (exreplay.ray)\n"
+    i = text.find(SECTION)
+    head = (text[:i] if i >= 0 else text).rstrip("\n")
+    with open(out_md, "w") as fh:
+        fh.write(head + "\n\n" + _section(RESULTS))

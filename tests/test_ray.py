@@ -142,6 +142,28 @@ def test_rollouts_keep_episodes_whole_and_streams_apart():
     assert st["records"] == 12 and st["rollouts"] == 3
 
 
+def test_rollouts_out_of_order_are_held_not_waited_for():
+    # A threaded actor may run a stream's rollouts out of order, even with one
+    # thread in the writers' group: a rollout ahead of its turn is held (no
+    # thread blocks) and recorded, in order, by the call that brings its predecessor.
+    srv = ReplayServer(state_shape=(4,), capacity=None, pick_len=1, seed=0)
+    s, a, r = _episode(12, 1)
+    parts = [Rollout(s[i:i + 3], a[i:i + 3], r[i:i + 3]) for i in range(0, 12, 3)]
+    assert srv.record_rollout("A", parts[2], seq=2) == 3
+    assert srv.record_rollout("A", parts[1], seq=1) == 3
+    assert len(srv.buf) == 0 and srv.stats()["records"] == 0  # both held
+    with pytest.raises(ValueError, match="seq: expected a number not sent before"):
+        srv.record_rollout("A", parts[1], seq=1)
+    srv.record_rollout("A", parts[0], seq=0)  # records 0, 1, 2
+    srv.record_rollout("A", parts[3], seq=3)
+    eps = [srv.buf.episode(h) for h in srv.buf._handles()]
+    assert len(eps) == 1 and not eps[0].ended  # one open episode, in order
+    np.testing.assert_array_equal(eps[0].state[:, 1], np.arange(12))
+    with pytest.raises(ValueError, match="seq: expected"):
+        srv.record_rollout("A", parts[0], seq=0)
+    assert srv.stats()["records"] == 12
+
+
 def test_concurrent_writers_and_learner(cluster):
     """3 Ray actors record_rollout into one ReplayActor while a learner samples and
     updates priorities; the buffer stays consistent, every episode whole, and

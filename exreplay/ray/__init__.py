@@ -54,8 +54,11 @@ _KINDS = {
 # Concurrency groups of the ReplayActor: writers (record_*), the learner
 # (get_batch, set_priority, priority_stats) and everything else (stats, save,
 # ...), each with its own threads, so that a slow writer never holds up the
-# learner and stats() answers while both are busy.
-CONCURRENCY_GROUPS = {"writers": 2, "learner": 2, "control": 1}
+# learner and stats() answers while both are busy. One writer thread: a second
+# one adds no recording speed (the buffer records one rollout at a time per
+# episode, and Ray's per-call Python work holds the GIL) but takes the GIL and
+# a core from the learner (docs/ray.md, "Threads").
+CONCURRENCY_GROUPS = {"writers": 1, "learner": 2, "control": 1}
 
 
 def _ray():
@@ -350,6 +353,8 @@ class ReplayServer:
         self._stream_seq: dict[Hashable, int] = {}
         self._stream_cv = threading.Condition()
         self._stream_locks: dict[Hashable, threading.Lock] = {}
+        self._stream_held: dict[Hashable, dict[int, Rollout]] = {}  # rollouts ahead of their turn
+        self._stream_draining: set = set()  # streams a call is recording in order now
 
     # -- configuration -------------------------------------------------------------
 
@@ -407,46 +412,72 @@ class ReplayServer:
         return h
 
     def record_rollout(self, stream: Hashable, rollout: Rollout, seq: int | None = None) -> int:
-        """Record a `Rollout` of sender `stream`; returns the records added.
+        """Record a `Rollout` of sender `stream`; returns the records accepted.
 
         The first piece continues the stream's open episode (if any); each end
         closes an episode; rows after the last end stay open for the stream's
-        next rollout. seq (0, 1, 2, ... per stream) makes rollouts that a
-        threaded actor receives out of order wait for their turn; None skips that.
+        next rollout. seq (0, 1, 2, ... per stream) keeps a stream's rollouts in
+        order when a threaded actor receives them out of order: a rollout that
+        arrives before its predecessor is held (no thread waits) and recorded,
+        in order, by the call that brings the missing one. None skips that.
         """
-        with self._stream_cv:
-            if seq is not None:
-                ok = self._stream_cv.wait_for(lambda: self._stream_seq.get(stream, 0) == seq, timeout=60.0)
-                if not ok:
-                    raise RuntimeError(f"record_rollout: stream {stream!r} waited 60 s for seq "
-                                       f"{self._stream_seq.get(stream, 0)}, got {seq}")
-            lock = self._stream_locks.setdefault(stream, threading.Lock())
-        try:
+        if seq is None:
+            with self._stream_cv:
+                lock = self._stream_locks.setdefault(stream, threading.Lock())
             with lock:
-                h = self._streams.get(stream)
-                t = self._meter.enter("w")
-                try:
-                    r = rollout
-                    for a, b, j in r.pieces():
-                        pr = None if r.priorities is None else r.priorities[a:b]
-                        st, ex, fs = r.piece(a, b, j)
-                        if j is None:
-                            h = self.buf.record_many(h, st, r.actions[a:b], r.rewards[a:b],
-                                                     priorities=pr, extras=ex)
-                        else:
-                            self.buf.record_many(h, st, r.actions[a:b], r.rewards[a:b],
-                                                 final_state=fs, terminated=bool(r.terminated[j]),
-                                                 priorities=pr, extras=ex)
-                            h = None
-                    self._streams[stream] = h
-                finally:
-                    self._meter.leave("w", t, records=len(r), rollouts=1)
-        finally:
-            if seq is not None:
+                self._record_rollout(stream, rollout)
+            return len(rollout)
+        seq = int(seq)
+        with self._stream_cv:
+            nxt = self._stream_seq.get(stream, 0)
+            held = self._stream_held.setdefault(stream, {})
+            if seq < nxt or seq in held:
+                raise ValueError(f"seq: expected a number not sent before on stream {stream!r} "
+                                 f"(next {nxt}), got {seq}")
+            held[seq] = rollout
+            if seq != nxt or stream in self._stream_draining:
+                return len(rollout)  # recorded by the call that holds its predecessor
+            self._stream_draining.add(stream)
+            lock = self._stream_locks.setdefault(stream, threading.Lock())
+        # This call records every held rollout of the stream that is next in line.
+        # Taking the next one and leaving the drain are one step under the
+        # condition's lock, so a rollout that arrives meanwhile is never left behind.
+        err = None
+        while True:
+            with self._stream_cv:
+                nxt = self._stream_seq.get(stream, 0)
+                r = self._stream_held.get(stream, {}).pop(nxt, None)
+                if r is None:
+                    self._stream_draining.discard(stream)
+                    break
+            try:
+                with lock:
+                    self._record_rollout(stream, r)
+            except Exception as e:  # the rest of the stream still goes in; the first error is raised
+                err = err or e
+            finally:
                 with self._stream_cv:
-                    self._stream_seq[stream] = seq + 1
-                    self._stream_cv.notify_all()
+                    self._stream_seq[stream] = nxt + 1
+        if err is not None:
+            raise err
         return len(rollout)
+
+    def _record_rollout(self, stream: Hashable, r: Rollout) -> None:
+        h = self._streams.get(stream)
+        t = self._meter.enter("w")
+        try:
+            for a, b, j in r.pieces():
+                pr = None if r.priorities is None else r.priorities[a:b]
+                st, ex, fs = r.piece(a, b, j)
+                if j is None:
+                    h = self.buf.record_many(h, st, r.actions[a:b], r.rewards[a:b], priorities=pr, extras=ex)
+                else:
+                    self.buf.record_many(h, st, r.actions[a:b], r.rewards[a:b], final_state=fs,
+                                         terminated=bool(r.terminated[j]), priorities=pr, extras=ex)
+                    h = None
+            self._streams[stream] = h
+        finally:
+            self._meter.leave("w", t, records=len(r), rollouts=1)
 
     def end_stream(self, stream: Hashable) -> None:
         """Forget a stream (its open episode stays, unended, until evicted)."""
@@ -454,6 +485,7 @@ class ReplayServer:
             self._streams.pop(stream, None)
             self._stream_seq.pop(stream, None)
             self._stream_locks.pop(stream, None)
+            self._stream_held.pop(stream, None)
 
     # -- learner ---------------------------------------------------------------------
 
