@@ -54,11 +54,9 @@ _KINDS = {
 # Concurrency groups of the ReplayActor: writers (record_*), the learner
 # (get_batch, set_priority, priority_stats) and everything else (stats, save,
 # ...), each with its own threads, so that a slow writer never holds up the
-# learner and stats() answers while both are busy. One writer thread: a second
-# one adds no recording speed (the buffer records one rollout at a time per
-# episode, and Ray's per-call Python work holds the GIL) but takes the GIL and
-# a core from the learner (docs/ray.md, "Threads").
-CONCURRENCY_GROUPS = {"writers": 1, "learner": 2, "control": 1}
+# learner and stats() answers while both are busy. replay_actor_class takes
+# other counts (docs/ray.md, "Threads per group").
+CONCURRENCY_GROUPS = {"writers": 2, "learner": 2, "control": 1}
 
 
 def _ray():
