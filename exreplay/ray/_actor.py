@@ -42,7 +42,9 @@ def replay_actor_class(cls=ReplayServer, default_group: str = "learner", concurr
         # Ray assigns a concurrency group by the methods defined on the class
         # it wraps, hence an explicit forwarder per method.
         body[m] = _forward(cls, m, group)
-    return ray.remote(concurrency_groups=groups)(type(name or cls.__name__, (cls,), body))
+    actor = ray.remote(concurrency_groups=groups)(type(name or cls.__name__, (cls,), body))
+    actor.__doc__ = cls.__doc__
+    return actor
 
 
 ReplayActor = replay_actor_class(ReplayServer, name="ReplayActor")
