@@ -22,6 +22,7 @@ Nothing asserts on a time.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -41,6 +42,14 @@ WRITERS = 4
 BATCH = 64
 K = 16
 SHAPES = {"small": ((4,), "float32"), "atari": ((84, 84), "uint8")}
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The section this module writes at the end of docs/benchmarks_ray.md
+# (test_bench_ray.py writes the file's head and keeps this section).
+SECTION = "## Against a cpprb actor and the Ray floor"
+RESULTS: dict = {}
+NAMES = {"exreplay_local": "exreplay, learner inside the replay actor",
+         "exreplay": "exreplay ReplayActor, learner in its own process",
+         "cpprb": "cpprb PrioritizedReplayBuffer in a plain actor", "floor": "Ray floor (no replay)"}
 
 
 def _capacity(shape):
@@ -83,8 +92,8 @@ def _actors():
             return len(states)
 
         def sample(self, batch, k):
-            s = self.rb.sample(batch * k, beta=0.4)
-            return [{f: v[i * batch:(i + 1) * batch] for f, v in s.items()} for i in range(k)]
+            # One dict of batch*k rows (one block per field); the learner splits it.
+            return self.rb.sample(batch * k, beta=0.4)
 
         def update(self, idx, prios):
             self.rb.update_priorities(idx, prios)
@@ -112,7 +121,7 @@ def _actors():
             return len(states)
 
         def sample(self, batch, k):
-            return [{f: v[i * batch:(i + 1) * batch] for f, v in self.fields.items()} for i in range(k)]
+            return self.fields
 
         def update(self, idx, prios):
             return len(idx)
@@ -131,7 +140,7 @@ def _actors():
             self.r = np.ones(T, np.float32)
             self.p = rng.random(T) + 0.01
             self.w = w
-            self.seq = 0
+            self.seq = {}  # per replay (each exreplay actor numbers this stream's rollouts itself)
 
         def run(self, kind, actor, seconds):
             from exreplay.ray import Rollout
@@ -142,11 +151,12 @@ def _actors():
                 if len(inflight) >= 2:
                     done, inflight = ray.wait(inflight, num_returns=1)
                     n += sum(ray.get(done))
-                if kind == "exreplay":
+                if kind.startswith("exreplay"):
                     ro = Rollout(self.s, self.a, self.r, self.p, ends=[T - 1], final_states=self.fin[None],
                                  terminated=[False])
-                    inflight.append(actor.record_rollout.remote(self.w, ro, self.seq))
-                    self.seq += 1
+                    seq = self.seq.get(kind, 0)
+                    inflight.append(actor.record_rollout.remote(self.w, ro, seq))
+                    self.seq[kind] = seq + 1
                 else:
                     inflight.append(actor.record.remote(self.w, self.s, self.a, self.r, self.p, self.fin))
             n += sum(ray.get(inflight))
@@ -154,6 +164,8 @@ def _actors():
 
     @ray.remote(num_cpus=0)
     def learner(kind, actor, seconds):
+        if kind == "exreplay_local":
+            return ray.get(actor.learn.remote(BATCH, K, seconds))
         t_end = time.perf_counter() + seconds
         n, pending = 0, []
         p = np.full(BATCH * K, 0.5)
@@ -164,7 +176,8 @@ def _actors():
                 pos = np.concatenate([b.pick_pos for b in bs])
                 pending.append(actor.set_priority.remote(0, epi, pos, p))
             else:
-                bs = ray.get(actor.sample.remote(BATCH, K))
+                s = ray.get(actor.sample.remote(BATCH, K))
+                bs = [{f: v[i * BATCH:(i + 1) * BATCH] for f, v in s.items()} for i in range(K)]
                 idx = np.concatenate([b["indexes"] for b in bs]) if "indexes" in bs[0] else \
                     np.concatenate([b["pick_epi"] for b in bs])
                 pending.append(actor.update.remote(idx, p))
@@ -174,7 +187,25 @@ def _actors():
         ray.get(pending)
         return n
 
-    return CpprbActor, FloorActor, Writer, learner
+    from exreplay.ray import ReplayServer, replay_actor_class
+
+    class LocalLearner(ReplayServer):
+        """The learner inside the replay's process: it draws with local calls
+        while the writers' record_rollout calls arrive in their concurrency group."""
+
+        def learn(self, batch, k, seconds):
+            t_end = time.perf_counter() + seconds
+            n = 0
+            p = np.full(batch * k, 0.5)
+            while time.perf_counter() < t_end:
+                bs = self.get_batch(batch, 0, k)
+                epi = np.concatenate([b.pick_epi for b in bs])
+                pos = np.concatenate([b.pick_pos for b in bs])
+                self.set_priority(0, epi, pos, p)
+                n += k
+            return n
+
+    return CpprbActor, FloorActor, Writer, learner, replay_actor_class(LocalLearner)
 
 
 def _fill(kind, actor, writers, cap):
@@ -190,7 +221,7 @@ def test_replay_actor_vs_cpprb_actor(cluster, shape):
         pytest.skip("the frames run in the full benchmark only (the quick run keeps the small shape as a smoke test)")
     from exreplay.ray import ReplayActor
 
-    CpprbActor, FloorActor, Writer, learner = _actors()
+    CpprbActor, FloorActor, Writer, learner, LocalLearner = _actors()
     st_shape, dtype = SHAPES[shape]
     cap = _capacity(shape)
     D = 0.3 if harness.quick() else 3.0
@@ -198,35 +229,119 @@ def test_replay_actor_vs_cpprb_actor(cluster, shape):
         "exreplay": ReplayActor.options(num_cpus=0).remote(
             state_shape=st_shape, state_dtype=dtype, capacity=cap, pick_len=1, seed=0,
             selectors=[("prioritized", {"alpha": 0.6, "beta": 0.4})]),
+        "exreplay_local": LocalLearner.options(num_cpus=0).remote(
+            state_shape=st_shape, state_dtype=dtype, capacity=cap, pick_len=1, seed=0,
+            selectors=[("prioritized", {"alpha": 0.6, "beta": 0.4})]),
         "cpprb": CpprbActor.remote(st_shape, dtype, cap),
         "floor": FloorActor.remote(st_shape, dtype, cap),
     }
-    res = {}
+    writers = [Writer.remote(w, st_shape, dtype) for w in range(WRITERS)]
+    ray.get([w.__ray_ready__.remote() for w in writers])
     for kind, actor in actors.items():
-        writers = [Writer.remote(w, st_shape, dtype) for w in range(WRITERS)]
-        ray.get([w.__ray_ready__.remote() for w in writers])
         _fill(kind, actor, writers, cap)
         ray.get(learner.remote(kind, actor, 0.2))  # warm-up
-        t0 = time.perf_counter()
-        rec_alone = sum(ray.get([w.run.remote(kind, actor, D) for w in writers])) / (time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        mb_alone = ray.get(learner.remote(kind, actor, D)) / (time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        jobs = [w.run.remote(kind, actor, D) for w in writers] + [learner.remote(kind, actor, D)]
-        out = ray.get(jobs)
-        dt = time.perf_counter() - t0
-        res[kind] = dict(records_alone=rec_alone, minibatches_alone=mb_alone,
-                         records=sum(out[:-1]) / dt, minibatches=out[-1] / dt)
-        for w in writers:
-            ray.kill(w)
+    rounds = 1 if harness.quick() else int(os.environ.get("EXREPLAY_RAY_ROUNDS", "3"))
+    runs = {kind: [] for kind in actors}
+    order = list(actors)
+    for rnd in range(rounds):
+        # Alternate the order so that a slow spell of the shared machine does not
+        # fall on one actor only; each quoted figure is the median over the rounds.
+        for kind in (order if rnd % 2 == 0 else order[::-1]):
+            actor = actors[kind]
+            t0 = time.perf_counter()
+            rec_alone = sum(ray.get([w.run.remote(kind, actor, D) for w in writers])) / (time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            mb_alone = ray.get(learner.remote(kind, actor, D)) / (time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            jobs = [w.run.remote(kind, actor, D) for w in writers] + [learner.remote(kind, actor, D)]
+            out = ray.get(jobs)
+            dt = time.perf_counter() - t0
+            runs[kind].append(dict(records_alone=rec_alone, minibatches_alone=mb_alone,
+                                   records=sum(out[:-1]) / dt, minibatches=out[-1] / dt))
+    for w in writers:
+        ray.kill(w)
+    for actor in actors.values():
         ray.kill(actor)
+    load = os.getloadavg()[0]
+    RESULTS[shape] = dict(capacity=cap, phase_s=D, rounds=rounds, load_avg=load, runs=runs)
+    res = {kind: {k: float(np.median([r[k] for r in rs])) for k in rs[0]} for kind, rs in runs.items()}
     for kind, r in res.items():
-        harness.add_custom("ray_vs_cpprb", shape=shape, actor=kind, capacity=cap, phase_s=D, **r)
-        print(f"\n{shape} {kind:8s}: alone {r['records_alone']:,.0f} records/s, {r['minibatches_alone']:,.0f} "
+        harness.add_custom("ray_vs_cpprb", shape=shape, actor=kind, capacity=cap, phase_s=D, rounds=rounds,
+                           load_avg=load, **r)
+        print(f"\n{shape} {kind:14s}: alone {r['records_alone']:,.0f} records/s, {r['minibatches_alone']:,.0f} "
               f"minibatches/s; together {r['records']:,.0f} records/s + {r['minibatches']:,.0f} minibatches/s")
     e, c, f = res["exreplay"], res["cpprb"], res["floor"]
+    lo = res["exreplay_local"]
+    print(f"{shape} (medians of {rounds} rounds, load average {load:.1f}):")
+    print(f"{shape}: exreplay_local/cpprb records {lo['records'] / c['records']:.2f}x, minibatches "
+          f"{lo['minibatches'] / c['minibatches']:.2f}x; together/alone records "
+          f"{lo['records'] / lo['records_alone']:.2f}x, minibatches {lo['minibatches'] / lo['minibatches_alone']:.2f}x")
     print(f"{shape}: exreplay/cpprb records {e['records'] / c['records']:.2f}x, minibatches "
           f"{e['minibatches'] / c['minibatches']:.2f}x; floor/exreplay minibatches "
           f"{f['minibatches'] / e['minibatches']:.2f}x, records {f['records'] / e['records']:.2f}x; "
           f"exreplay together/alone records {e['records'] / e['records_alone']:.2f}x, minibatches "
           f"{e['minibatches'] / e['minibatches_alone']:.2f}x")
+
+
+def _section(results):
+    L = [SECTION, "",
+         "Written by `benchmarks/test_bench_ray_cpprb.py`. The same load for every actor, in the same run: 4 "
+         "writer actors send 100-step rollouts with priorities (2 calls in flight each); one learner draws 16 "
+         "minibatches of 64 per call and sends their 1024 priorities back in one call. Prioritized selection "
+         "(alpha 0.6, beta 0.4), pick_len 1, buffer filled to capacity first (so every record evicts). Each "
+         "round measures every actor in turn (writers alone, learner alone, both; the order alternates between "
+         "rounds); the figures are medians over the rounds.",
+         "",
+         "- *exreplay, learner inside the replay actor*: `replay_actor_class(Learner)`, a `ReplayServer` "
+         "subclass whose `learn` method (concurrency group \"learner\") draws with local `get_batch(64, 0, 16)` "
+         "and `set_priority` calls while the writers' `record_rollout` calls run in the \"writers\" group.",
+         "- *exreplay ReplayActor*: the learner is a separate Ray task that calls `get_batch.remote(64, 0, 16)`, "
+         "then `set_priority.remote`.",
+         "- *cpprb*: a plain (single-threaded) Ray actor holding `cpprb.PrioritizedReplayBuffer` "
+         "(`next_of=\"obs\"` for frames); its `sample` returns one `sample(1024)` dict, split into 16 views "
+         "by the learner.",
+         "- *Ray floor*: an actor that takes the same rollouts and returns a ready-made batch of the same "
+         "arrays, with no replay: what Ray's per-call cost alone allows a separate learner.",
+         ""]
+    for shape, r in results.items():
+        st, dt = SHAPES[shape]
+        med = {k: {f: float(np.median([x[f] for x in rs])) for f in rs[0]} for k, rs in r["runs"].items()}
+        L += [f"**{st} {dt}**, capacity {r['capacity']:,}, {r['rounds']} rounds of {r['phase_s']} s phases, "
+              f"load average {r['load_avg']:.1f} at the end (2 CPUs, shared).", "",
+              "| actor | records/s alone | minibatches/s alone | records/s together | minibatches/s together "
+              "| together / alone (records, minibatches) |",
+              "| --- | ---: | ---: | ---: | ---: | ---: |"]
+        for k, m in med.items():
+            L.append(f"| {NAMES.get(k, k)} | {m['records_alone']:,.0f} | {m['minibatches_alone']:,.0f} | "
+                     f"{m['records']:,.0f} | {m['minibatches']:,.0f} | {m['records'] / m['records_alone']:.2f}x, "
+                     f"{m['minibatches'] / m['minibatches_alone']:.2f}x |")
+        c, f = med["cpprb"], med["floor"]
+        L.append("")
+        for k in ("exreplay_local", "exreplay"):
+            if k in med:
+                m = med[k]
+                L.append(f"- {NAMES[k]} against cpprb, together: {m['records'] / c['records']:.2f}x the records/s, "
+                         f"{m['minibatches'] / c['minibatches']:.2f}x the minibatches/s; the Ray floor gets "
+                         f"{f['minibatches'] / m['minibatches']:.2f}x its minibatches/s.")
+        L.append("")
+    return "\n".join(L)
+
+
+def test_write_ray_cpprb_section():
+    """Writes ray_cpprb.json and the section of benchmarks_ray.md (runs last in this module)."""
+    if not RESULTS:
+        pytest.skip("nothing measured")
+    if harness.quick():
+        out_json = os.path.join(ROOT, "build", "bench-quick", "ray_cpprb.json")
+        out_md = os.path.join(ROOT, "build", "bench-quick", "benchmarks_ray.md")
+    else:
+        out_json = os.path.join(ROOT, "benchmarks", "results", "ray_cpprb.json")
+        out_md = os.path.join(ROOT, "docs", "benchmarks_ray.md")
+    os.makedirs(os.path.dirname(out_json), exist_ok=True)
+    with open(out_json, "w") as fh:
+        json.dump(dict(RESULTS, ray=ray.__version__), fh, indent=1)
+    text = open(out_md).read() if os.path.exists(out_md) else "# Ray benchmarks (exreplay.ray)\n"
+    i = text.find(SECTION)
+    head = (text[:i] if i >= 0 else text).rstrip("\n")
+    with open(out_md, "w") as fh:
+        fh.write(head + "\n\n" + _section(RESULTS))

@@ -142,6 +142,28 @@ def test_rollouts_keep_episodes_whole_and_streams_apart():
     assert st["records"] == 12 and st["rollouts"] == 3
 
 
+def test_rollouts_out_of_order_are_held_not_waited_for():
+    # A threaded actor may run a stream's rollouts out of order, even with one
+    # thread in the writers' group: a rollout ahead of its turn is held (no
+    # thread blocks) and recorded, in order, by the call that brings its predecessor.
+    srv = ReplayServer(state_shape=(4,), capacity=None, pick_len=1, seed=0)
+    s, a, r = _episode(12, 1)
+    parts = [Rollout(s[i:i + 3], a[i:i + 3], r[i:i + 3]) for i in range(0, 12, 3)]
+    assert srv.record_rollout("A", parts[2], seq=2) == 3
+    assert srv.record_rollout("A", parts[1], seq=1) == 3
+    assert len(srv.buf) == 0 and srv.stats()["records"] == 0  # both held
+    with pytest.raises(ValueError, match="seq: expected a number not sent before"):
+        srv.record_rollout("A", parts[1], seq=1)
+    srv.record_rollout("A", parts[0], seq=0)  # records 0, 1, 2
+    srv.record_rollout("A", parts[3], seq=3)
+    eps = [srv.buf.episode(h) for h in srv.buf._handles()]
+    assert len(eps) == 1 and not eps[0].ended  # one open episode, in order
+    np.testing.assert_array_equal(eps[0].state[:, 1], np.arange(12))
+    with pytest.raises(ValueError, match="seq: expected"):
+        srv.record_rollout("A", parts[0], seq=0)
+    assert srv.stats()["records"] == 12
+
+
 def test_concurrent_writers_and_learner(cluster):
     """3 Ray actors record_rollout into one ReplayActor while a learner samples and
     updates priorities; the buffer stays consistent, every episode whole, and
@@ -246,6 +268,57 @@ def test_inserts_and_sampling_overlap(cluster):
             break
     assert st["overlap_s"] > 0, st
     assert st["records"] >= 81 * T
+    ray.kill(actor)
+
+
+def test_learner_inside_the_replay_actor(cluster):
+    """replay_actor_class: a ReplayServer subclass whose own method (a learner
+    loop drawing with local calls) runs in the "learner" group while writers'
+    record_rollout calls land in the "writers" group and stats() answers in
+    "control"; every drawn row is one that a writer recorded."""
+    from exreplay.ray import replay_actor_class
+
+    class Learner(ReplayServer):
+        def learn(self, seconds):
+            t_end = time.time() + seconds
+            n, bad = 0, 0
+            while time.time() < t_end:
+                bs = self.get_batch(8, 0, 4)
+                for b in bs:
+                    st = b.state.reshape(len(b.pick_epi), -1, 4)[:, 0]
+                    bad += int(np.sum(st[:, 2] != st[:, 0] * 1000 + st[:, 1]))
+                epi = np.concatenate([b.pick_epi for b in bs])
+                pos = np.concatenate([b.pick_pos for b in bs])
+                self.set_priority(0, epi, pos, np.full(len(epi), 2.0))
+                n += len(bs)
+            return n, bad
+
+    with pytest.raises(TypeError, match="cls: expected ReplayServer"):
+        replay_actor_class(object)
+    with pytest.raises(ValueError, match="default_group"):
+        replay_actor_class(Learner, default_group="nope")
+    actor = replay_actor_class(Learner).remote(state_shape=(4,), capacity=5_000, pick_len=2, seed=0,
+                                               selectors=[("prioritized", {"alpha": 0.6, "beta": 0.4})])
+    T = 50
+
+    def rollout(k):
+        s, a, r = _episode(T, k)
+        s[:, 2] = s[:, 0] * 1000 + s[:, 1]
+        return Rollout(s, a, r, np.ones(T), ends=[T], terminated=[True])
+
+    ray.get(actor.record_rollout.remote("w", rollout(0), 0))
+    job = actor.learn.remote(4.0)
+    seq = 1
+    t0 = time.time()
+    while time.time() - t0 < 2.0:  # the learner's call is running: writers and control still answer
+        ray.get(actor.record_rollout.remote("w", rollout(seq), seq))
+        seq += 1
+    st = ray.get(actor.stats.remote())
+    assert ray.wait([job], timeout=0)[0] == []  # the learner's call has not returned yet
+    n, bad = ray.get(job)
+    assert n > 0 and bad == 0
+    assert st["records"] == seq * T
+    assert ray.get(actor.stats.remote())["priority_updates"] == n * 8
     ray.kill(actor)
 
 

@@ -37,6 +37,7 @@ from exreplay import PickSelectorClass
 __all__ = [
     "ReplayActor",
     "ReplayServer",
+    "replay_actor_class",
     "ShardedReplay",
     "Rollout",
     "split_batch",
@@ -53,7 +54,8 @@ _KINDS = {
 # Concurrency groups of the ReplayActor: writers (record_*), the learner
 # (get_batch, set_priority, priority_stats) and everything else (stats, save,
 # ...), each with its own threads, so that a slow writer never holds up the
-# learner and stats() answers while both are busy.
+# learner and stats() answers while both are busy. replay_actor_class takes
+# other counts (docs/ray.md, "Threads per group").
 CONCURRENCY_GROUPS = {"writers": 2, "learner": 2, "control": 1}
 
 
@@ -118,6 +120,21 @@ def split_batch(b, n: int) -> list:
     size = total // n
     return [make_batch(b, [_map(lambda a: a[i * size:(i + 1) * size], f) for f in fields])
             for i in range(n)]
+
+
+class _Batches(list):
+    """The n batches of one get_batch(B, ps, n): views of one batch of n*B
+    picks. It pickles as that one batch (9 buffers, not 9n) and is split
+    again where it is unpickled, so a Ray return carries one block."""
+
+    __slots__ = ("whole",)
+
+    def __init__(self, whole, n: int):
+        super().__init__(split_batch(whole, n))
+        self.whole = whole
+
+    def __reduce__(self):
+        return (split_batch, (self.whole, len(self)))
 
 
 def concat_batches(batches: Sequence) -> Any:
@@ -334,6 +351,8 @@ class ReplayServer:
         self._stream_seq: dict[Hashable, int] = {}
         self._stream_cv = threading.Condition()
         self._stream_locks: dict[Hashable, threading.Lock] = {}
+        self._stream_held: dict[Hashable, dict[int, Rollout]] = {}  # rollouts ahead of their turn
+        self._stream_draining: set = set()  # streams a call is recording in order now
 
     # -- configuration -------------------------------------------------------------
 
@@ -391,46 +410,72 @@ class ReplayServer:
         return h
 
     def record_rollout(self, stream: Hashable, rollout: Rollout, seq: int | None = None) -> int:
-        """Record a `Rollout` of sender `stream`; returns the records added.
+        """Record a `Rollout` of sender `stream`; returns the records accepted.
 
         The first piece continues the stream's open episode (if any); each end
         closes an episode; rows after the last end stay open for the stream's
-        next rollout. seq (0, 1, 2, ... per stream) makes rollouts that a
-        threaded actor receives out of order wait for their turn; None skips that.
+        next rollout. seq (0, 1, 2, ... per stream) keeps a stream's rollouts in
+        order when a threaded actor receives them out of order: a rollout that
+        arrives before its predecessor is held (no thread waits) and recorded,
+        in order, by the call that brings the missing one. None skips that.
         """
-        with self._stream_cv:
-            if seq is not None:
-                ok = self._stream_cv.wait_for(lambda: self._stream_seq.get(stream, 0) == seq, timeout=60.0)
-                if not ok:
-                    raise RuntimeError(f"record_rollout: stream {stream!r} waited 60 s for seq "
-                                       f"{self._stream_seq.get(stream, 0)}, got {seq}")
-            lock = self._stream_locks.setdefault(stream, threading.Lock())
-        try:
+        if seq is None:
+            with self._stream_cv:
+                lock = self._stream_locks.setdefault(stream, threading.Lock())
             with lock:
-                h = self._streams.get(stream)
-                t = self._meter.enter("w")
-                try:
-                    r = rollout
-                    for a, b, j in r.pieces():
-                        pr = None if r.priorities is None else r.priorities[a:b]
-                        st, ex, fs = r.piece(a, b, j)
-                        if j is None:
-                            h = self.buf.record_many(h, st, r.actions[a:b], r.rewards[a:b],
-                                                     priorities=pr, extras=ex)
-                        else:
-                            self.buf.record_many(h, st, r.actions[a:b], r.rewards[a:b],
-                                                 final_state=fs, terminated=bool(r.terminated[j]),
-                                                 priorities=pr, extras=ex)
-                            h = None
-                    self._streams[stream] = h
-                finally:
-                    self._meter.leave("w", t, records=len(r), rollouts=1)
-        finally:
-            if seq is not None:
+                self._record_rollout(stream, rollout)
+            return len(rollout)
+        seq = int(seq)
+        with self._stream_cv:
+            nxt = self._stream_seq.get(stream, 0)
+            held = self._stream_held.setdefault(stream, {})
+            if seq < nxt or seq in held:
+                raise ValueError(f"seq: expected a number not sent before on stream {stream!r} "
+                                 f"(next {nxt}), got {seq}")
+            held[seq] = rollout
+            if seq != nxt or stream in self._stream_draining:
+                return len(rollout)  # recorded by the call that holds its predecessor
+            self._stream_draining.add(stream)
+            lock = self._stream_locks.setdefault(stream, threading.Lock())
+        # This call records every held rollout of the stream that is next in line.
+        # Taking the next one and leaving the drain are one step under the
+        # condition's lock, so a rollout that arrives meanwhile is never left behind.
+        err = None
+        while True:
+            with self._stream_cv:
+                nxt = self._stream_seq.get(stream, 0)
+                r = self._stream_held.get(stream, {}).pop(nxt, None)
+                if r is None:
+                    self._stream_draining.discard(stream)
+                    break
+            try:
+                with lock:
+                    self._record_rollout(stream, r)
+            except Exception as e:  # the rest of the stream still goes in; the first error is raised
+                err = err or e
+            finally:
                 with self._stream_cv:
-                    self._stream_seq[stream] = seq + 1
-                    self._stream_cv.notify_all()
+                    self._stream_seq[stream] = nxt + 1
+        if err is not None:
+            raise err
         return len(rollout)
+
+    def _record_rollout(self, stream: Hashable, r: Rollout) -> None:
+        h = self._streams.get(stream)
+        t = self._meter.enter("w")
+        try:
+            for a, b, j in r.pieces():
+                pr = None if r.priorities is None else r.priorities[a:b]
+                st, ex, fs = r.piece(a, b, j)
+                if j is None:
+                    h = self.buf.record_many(h, st, r.actions[a:b], r.rewards[a:b], priorities=pr, extras=ex)
+                else:
+                    self.buf.record_many(h, st, r.actions[a:b], r.rewards[a:b], final_state=fs,
+                                         terminated=bool(r.terminated[j]), priorities=pr, extras=ex)
+                    h = None
+            self._streams[stream] = h
+        finally:
+            self._meter.leave("w", t, records=len(r), rollouts=1)
 
     def end_stream(self, stream: Hashable) -> None:
         """Forget a stream (its open episode stays, unended, until evicted)."""
@@ -438,6 +483,7 @@ class ReplayServer:
             self._streams.pop(stream, None)
             self._stream_seq.pop(stream, None)
             self._stream_locks.pop(stream, None)
+            self._stream_held.pop(stream, None)
 
     # -- learner ---------------------------------------------------------------------
 
@@ -455,7 +501,7 @@ class ReplayServer:
             st = self.priority_stats(ps) if with_stats else None
         finally:
             self._meter.leave("s", t, picks_sampled=batch_size * n, batches=n)
-        out = b if n_batches is None else split_batch(b, n)
+        out = b if n_batches is None else _Batches(b, n)
         return (out, st) if with_stats else out
 
     def set_priority(self, ps: int, pick_epi, pick_pos, priorities) -> int:
@@ -585,6 +631,9 @@ _GROUP_OF = {
     "save": "control",
     "call": "control",
     "ping": "control",
+    "log_info": "control",
+    "log_close": "control",
+    "log_read": "control",
 }
 
 
@@ -597,9 +646,14 @@ def _make_actor_class():
 
 
 def __getattr__(name):
-    # ReplayActor is built (and Ray imported) on first use.
+    # ReplayActor and replay_actor_class are built (and Ray imported) on first use.
     if name == "ReplayActor":
         return _make_actor_class()
+    if name == "replay_actor_class":
+        _ray()
+        from exreplay.ray._actor import replay_actor_class
+
+        return replay_actor_class
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

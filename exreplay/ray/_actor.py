@@ -1,93 +1,50 @@
-"""The Ray actor class (imported only when Ray is used; see exreplay.ray)."""
+"""The Ray actor classes (imported only when Ray is used; see exreplay.ray)."""
 
 import ray
 
-from exreplay.ray import CONCURRENCY_GROUPS, ReplayServer
+from exreplay.ray import _GROUP_OF, CONCURRENCY_GROUPS, ReplayServer
 
 
-@ray.remote(concurrency_groups=dict(CONCURRENCY_GROUPS))
-class ReplayActor(ReplayServer):
-    # Each method runs in its concurrency group: "writers" (record_*),
-    # "learner" (get_batch, set_priority, priority_stats), "control" (the rest).
-    # Ray assigns groups by the methods defined on this class, hence the
-    # explicit overrides.
+def _forward(base, name, group):
+    def method(self, *args, **kwargs):
+        return getattr(base, name)(self, *args, **kwargs)
 
-    @ray.method(concurrency_group="writers")
-    def record_many(self, *args, **kwargs):
-        return ReplayServer.record_many(self, *args, **kwargs)
-
-    @ray.method(concurrency_group="writers")
-    def record_rollout(self, *args, **kwargs):
-        return ReplayServer.record_rollout(self, *args, **kwargs)
-
-    @ray.method(concurrency_group="writers")
-    def end_stream(self, *args, **kwargs):
-        return ReplayServer.end_stream(self, *args, **kwargs)
-
-    @ray.method(concurrency_group="learner")
-    def get_batch(self, *args, **kwargs):
-        return ReplayServer.get_batch(self, *args, **kwargs)
-
-    @ray.method(concurrency_group="learner")
-    def set_priority(self, *args, **kwargs):
-        return ReplayServer.set_priority(self, *args, **kwargs)
-
-    @ray.method(concurrency_group="learner")
-    def priority_stats(self, *args, **kwargs):
-        return ReplayServer.priority_stats(self, *args, **kwargs)
-
-    @ray.method(concurrency_group="control")
-    def new_pick_selector(self, *args, **kwargs):
-        return ReplayServer.new_pick_selector(self, *args, **kwargs)
-
-    @ray.method(concurrency_group="control")
-    def selectors(self, *args, **kwargs):
-        return ReplayServer.selectors(self, *args, **kwargs)
-
-    @ray.method(concurrency_group="control")
-    def set_beta(self, *args, **kwargs):
-        return ReplayServer.set_beta(self, *args, **kwargs)
-
-    @ray.method(concurrency_group="control")
-    def config(self, *args, **kwargs):
-        return ReplayServer.config(self, *args, **kwargs)
-
-    @ray.method(concurrency_group="control")
-    def stats(self, *args, **kwargs):
-        return ReplayServer.stats(self, *args, **kwargs)
-
-    @ray.method(concurrency_group="control")
-    def buffer(self, *args, **kwargs):
-        return ReplayServer.buffer(self, *args, **kwargs)
-
-    @ray.method(concurrency_group="control")
-    def serialize(self, *args, **kwargs):
-        return ReplayServer.serialize(self, *args, **kwargs)
-
-    @ray.method(concurrency_group="control")
-    def save(self, *args, **kwargs):
-        return ReplayServer.save(self, *args, **kwargs)
-
-    @ray.method(concurrency_group="control")
-    def call(self, *args, **kwargs):
-        return ReplayServer.call(self, *args, **kwargs)
-
-    @ray.method(concurrency_group="control")
-    def ping(self, *args, **kwargs):
-        return ReplayServer.ping(self, *args, **kwargs)
-
-    @ray.method(concurrency_group="control")
-    def log_info(self, *args, **kwargs):
-        return ReplayServer.log_info(self, *args, **kwargs)
-
-    @ray.method(concurrency_group="control")
-    def log_close(self, *args, **kwargs):
-        return ReplayServer.log_close(self, *args, **kwargs)
-
-    @ray.method(concurrency_group="control")
-    def log_read(self, *args, **kwargs):
-        return ReplayServer.log_read(self, *args, **kwargs)
+    method.__name__ = name
+    method.__doc__ = getattr(base, name).__doc__
+    return ray.method(concurrency_group=group)(method)
 
 
+def replay_actor_class(cls=ReplayServer, default_group: str = "learner", concurrency_groups=None,
+                       name: str | None = None):
+    """cls (ReplayServer or a subclass of it) as a threaded Ray actor class.
 
-ReplayActor.__doc__ = ReplayServer.__doc__
+    ReplayServer's methods run in their concurrency groups ("writers":
+    record_*; "learner": get_batch, set_priority, priority_stats; "control":
+    the rest); the public methods that a subclass adds run in `default_group`.
+    concurrency_groups: {group: threads}, default CONCURRENCY_GROUPS.
+    """
+    if not (isinstance(cls, type) and issubclass(cls, ReplayServer)):
+        raise TypeError(f"cls: expected ReplayServer or a subclass of it, got {cls!r}")
+    groups = dict(CONCURRENCY_GROUPS if concurrency_groups is None else concurrency_groups)
+    if default_group not in groups:
+        raise ValueError(f"default_group: expected one of {sorted(groups)}, got {default_group!r}")
+    names = dict(_GROUP_OF)
+    for klass in cls.__mro__:
+        if klass is ReplayServer or not issubclass(klass, ReplayServer):
+            continue
+        for m, v in vars(klass).items():
+            if callable(v) and not m.startswith("_") and m not in names:
+                names[m] = default_group
+    body = {"__doc__": cls.__doc__, "__module__": cls.__module__}
+    for m, group in names.items():
+        if group not in groups:
+            raise ValueError(f"concurrency_groups: expected a group {group!r} (for {m}), got {sorted(groups)}")
+        # Ray assigns a concurrency group by the methods defined on the class
+        # it wraps, hence an explicit forwarder per method.
+        body[m] = _forward(cls, m, group)
+    actor = ray.remote(concurrency_groups=groups)(type(name or cls.__name__, (cls,), body))
+    actor.__doc__ = cls.__doc__
+    return actor
+
+
+ReplayActor = replay_actor_class(ReplayServer, name="ReplayActor")
