@@ -176,10 +176,14 @@ int batch_arrays(ReplayObject *self, npy_intp B, PyObject *out, PyObject **array
         if (!d)
             goto error;
         PyObject *a = PyStructSequence_GetItem(out, f);
-        int ok = PyArray_Check(a) && PyArray_EquivTypes(PyArray_DESCR((PyArrayObject *)a), d) &&
+        /* an out= from get_batch holds the very descrs field_spec gives:
+         * the pointer test spares EquivTypes' cast lookup on every call */
+        const int need = NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_WRITEABLE;
+        int ok = PyArray_Check(a) &&
+                 (PyArray_DESCR((PyArrayObject *)a) == d ||
+                  PyArray_EquivTypes(PyArray_DESCR((PyArrayObject *)a), d)) &&
                  PyArray_NDIM((PyArrayObject *)a) == nd &&
-                 PyArray_IS_C_CONTIGUOUS((PyArrayObject *)a) &&
-                 PyArray_ISALIGNED((PyArrayObject *)a) && PyArray_ISWRITEABLE((PyArrayObject *)a);
+                 (PyArray_FLAGS((PyArrayObject *)a) & need) == need;
         for (int i = 0; ok && i < nd; i++)
             ok = PyArray_DIM((PyArrayObject *)a, i) == dims[i];
         if (!ok) {
