@@ -309,7 +309,7 @@ static inline int step_past(double *y, double h)
 {
 #if defined(__SSE2__)
     __m128d yv = _mm_set_sd(*y), hv = _mm_set_sd(h);
-    __m128d m = _mm_cmpge_sd(yv, hv);
+    __m128d m = _mm_cmple_sd(hv, yv); /* low lane only; cmpge_sd would also shuffle */
     *y = _mm_cvtsd_f64(_mm_sub_sd(yv, _mm_and_pd(m, hv)));
     return _mm_movemask_pd(m) & 1;
 #else
