@@ -7,9 +7,13 @@
  *
  * Prints the best, the median and the worst of REPS timings of CALLS calls:
  * on a shared machine the best is the least disturbed by other processes.
- * For instruction counts that no load disturbs:
- *     valgrind --tool=callgrind build/bench-draw 1000000 20 7
- * and exr_sumtree_sample's count divided by 20 * 7 * 256.
+ * For instruction counts that no load disturbs, a build without LTO (which
+ * would inline the draw into main) and without -g (which would credit the
+ * inlined intrinsics and rng.h to other files):
+ *     gcc -std=c11 -O3 -Isrc/core -o build/draw-cg benchmarks/c/draw.c \
+ *         src/core/sumtree.c src/core/rng.c src/core/mem.c -lm
+ *     valgrind --tool=callgrind build/draw-cg 1000000 20 7
+ * then exr_sumtree_sample's count (callgrind_annotate) / (20 * 7 * 256).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
