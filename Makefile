@@ -15,6 +15,7 @@
 #   make bench    the full benchmark suite (benchmarks/), then docs/benchmarks.md + docs/img/*.png
 #   make bench-quick  every benchmark at a few small sizes: a smoke run of seconds (part of `make test`)
 #   make bench-phases get_batch's phases (draw, plan, copy) per pick next to the floor, in C (benchmarks/c/)
+#   make bench-draw   the prioritized sum-tree draw alone, ns per draw (benchmarks/c/draw.c)
 #   make demo     Ape-X DQN on CartPole on a local Ray cluster (python -m exreplay.examples.apex_cartpole),
 #                 logging every experience (--log build/demo-log), then the merged log's info and tail
 #   make fuzz-log a long mutation fuzz of the experience log reader (tests/test_fuzz_log.py)
@@ -57,7 +58,7 @@ CTESTS := $(patsubst tests/c/%.c,build/%,$(sort $(wildcard tests/c/test_*.c)))
 export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
 
 .PHONY: test venv build warnings ctest ctest-tsan pytest asan demo demo-paper bench bench-quick bench-deps clean distclean zlib fuzz-log
-.PHONY: bench-rllib pymatrix numpy-oldest dist-check bench-phases
+.PHONY: bench-rllib pymatrix numpy-oldest dist-check bench-phases bench-draw
 .PHONY: fuzz fuzz-smoke allocfail soak
 
 # --- environment ------------------------------------------------------------
@@ -250,6 +251,15 @@ build/bench-phases: benchmarks/c/phases.c $(CORE_SRC) $(CORE_HDR) | zlib
 
 bench-phases: build/bench-phases
 	./build/bench-phases $(PHASES_REPS)
+
+# The prioritized draw alone (benchmarks/c/draw.c): exr_sumtree_sample at N = 1M and 10k.
+build/bench-draw: benchmarks/c/draw.c $(CORE_SRC) $(CORE_HDR) | zlib
+	@mkdir -p build
+	$(CTEST_CC) -std=c11 -O3 -flto=auto -Wall -Wextra -Werror -pthread -Isrc/core -o $@ $< $(CORE_SRC) -lz -lm
+
+bench-draw: build/bench-draw
+	./build/bench-draw 1000000 2000 15
+	./build/bench-draw 10000 2000 15
 
 # RLlib: docs/benchmarks.md section "RLlib" (via report.py) from benchmarks/results/rllib.json.
 BENCH_RLLIB_ARGS ?=

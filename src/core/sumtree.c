@@ -1,5 +1,7 @@
 #include "sumtree.h"
 
+#include "mem.h"
+
 #include <math.h>
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -11,13 +13,10 @@
 
 #define FAN 8
 
-static void *alloc_line(size_t bytes)
-{
-    /* aligned_alloc wants a multiple of the alignment. */
-    size_t rounded = (bytes + 63) & ~(size_t)63;
-    void *p = aligned_alloc(64, rounded ? rounded : 64);
-    return p;
-}
+/* Line-aligned; from EXR_HUGE_MIN on on 2 MiB pages (mem.h): a draw reads
+ * one random line of the leaves and of each large level, and with 4 KiB
+ * pages each of those costs a TLB miss as well. */
+static void *alloc_line(size_t bytes) { return exr_big_alloc(bytes); }
 
 void exr_sumtree_init(exr_sumtree *t) { memset(t, 0, sizeof *t); }
 
@@ -303,6 +302,47 @@ float exr_sumtree_min(const exr_sumtree *t) { return t->nlev ? t->mn[t->nlev - 1
         }                                                                                          \
     } while (0)
 
+/* 1 and *y -= h if *y >= h, else 0: without a branch (GCC turns the
+ * conditional subtraction of a double into one, and a draw's halving steps
+ * go either way at random). */
+static inline int step_past(double *y, double h)
+{
+#if defined(__SSE2__)
+    __m128d yv = _mm_set_sd(*y), hv = _mm_set_sd(h);
+    __m128d m = _mm_cmple_sd(hv, yv); /* low lane only; cmpge_sd would also shuffle */
+    *y = _mm_cvtsd_f64(_mm_sub_sd(yv, _mm_and_pd(m, hv)));
+    return _mm_movemask_pd(m) & 1;
+#else
+    int r = *y >= h;
+    *y -= (double)r * h;
+    return r;
+#endif
+}
+
+/* The same choice as CHOOSE in three halving steps: the left half's sum
+ * (three additions) decides 0-3 or 4-7, a pair's sum decides between the two
+ * pairs, one child between the last two; x becomes the offset inside the
+ * child. About half of CHOOSE's instructions, and the selects are
+ * comparisons turned into masks, not branches. Its sums round differently
+ * from CHOOSE's prefix sums, so x can come out at or past the chosen child's
+ * sum (a zero child, or x past the node's total): then CHOOSE is done on the
+ * original x, which keeps the guarantee that a zero child is never taken. */
+#define DESCEND(c, x, s)                                                                           \
+    do {                                                                                           \
+        double x0_ = (x);                                                                          \
+        double h_ = ((double)(c)[0] + (double)(c)[1]) + ((double)(c)[2] + (double)(c)[3]);         \
+        double y_ = x0_;                                                                           \
+        int b_ = 4 * step_past(&y_, h_);                                                           \
+        b_ += 2 * step_past(&y_, (double)(c)[b_] + (double)(c)[b_ + 1]);                           \
+        b_ += step_past(&y_, (double)(c)[b_]);                                                     \
+        if (__builtin_expect(!(y_ < (double)(c)[b_]), 0)) {                                        \
+            CHOOSE(c, x0_, b_);                                                                    \
+            y_ = x0_;                                                                              \
+        }                                                                                          \
+        (s) = b_;                                                                                  \
+        (x) = y_;                                                                                  \
+    } while (0)
+
 void exr_sumtree_sample(const exr_sumtree *t, exr_rng *r, size_t count, size_t *out,
                         double *u)
 {
@@ -315,25 +355,24 @@ void exr_sumtree_sample(const exr_sumtree *t, exr_rng *r, size_t count, size_t *
      * is prefetched while the other draws are worked on. */
     for (int k = t->nlev - 1; k >= 1; k--) {
         const double *ch = t->sum[k - 1];
+        const void *below = k >= 2 ? (const void *)t->sum[k - 2] : (const void *)t->leaf;
+        size_t line = k >= 2 ? FAN * sizeof(double) : FAN * sizeof(float);
         for (size_t b = 0; b < count; b++) {
             const double *c = ch + FAN * out[b];
             double x = u[b];
             int s;
-            CHOOSE(c, x, s);
+            DESCEND(c, x, s);
             size_t j = FAN * out[b] + (size_t)s;
             out[b] = j;
             u[b] = x;
-            if (k >= 2)
-                __builtin_prefetch(t->sum[k - 2] + FAN * j);
-            else
-                __builtin_prefetch(t->leaf + FAN * j);
+            __builtin_prefetch((const char *)below + line * j);
         }
     }
     for (size_t b = 0; b < count; b++) {
         const float *c = t->leaf + FAN * out[b];
         double x = u[b];
         int s;
-        CHOOSE(c, x, s);
+        DESCEND(c, x, s);
         out[b] = FAN * out[b] + (size_t)s;
     }
 }

@@ -146,6 +146,24 @@ fail:
     return -1;
 }
 
+/* Whether a can be refilled as a batch field of descr d and shape dims. */
+static int out_array_ok(PyObject *a, PyArray_Descr *d, int nd, const npy_intp *dims)
+{
+    const int need = NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_WRITEABLE;
+    if (!PyArray_Check(a))
+        return 0;
+    PyArrayObject *x = (PyArrayObject *)a;
+    /* an out= from get_batch holds the very descrs field_spec gives: the
+     * pointer test spares EquivTypes' cast lookup on every call */
+    if ((PyArray_DESCR(x) != d && !PyArray_EquivTypes(PyArray_DESCR(x), d)) ||
+        PyArray_NDIM(x) != nd || (PyArray_FLAGS(x) & need) != need)
+        return 0;
+    for (int i = 0; i < nd; i++)
+        if (PyArray_DIM(x, i) != dims[i])
+            return 0;
+    return 1;
+}
+
 /* arrays[f] borrowed from `out` after checking them, or new arrays. */
 int batch_arrays(ReplayObject *self, npy_intp B, PyObject *out, PyObject **arrays)
 {
@@ -176,13 +194,7 @@ int batch_arrays(ReplayObject *self, npy_intp B, PyObject *out, PyObject **array
         if (!d)
             goto error;
         PyObject *a = PyStructSequence_GetItem(out, f);
-        int ok = PyArray_Check(a) && PyArray_EquivTypes(PyArray_DESCR((PyArrayObject *)a), d) &&
-                 PyArray_NDIM((PyArrayObject *)a) == nd &&
-                 PyArray_IS_C_CONTIGUOUS((PyArrayObject *)a) &&
-                 PyArray_ISALIGNED((PyArrayObject *)a) && PyArray_ISWRITEABLE((PyArrayObject *)a);
-        for (int i = 0; ok && i < nd; i++)
-            ok = PyArray_DIM((PyArrayObject *)a, i) == dims[i];
-        if (!ok) {
+        if (!out_array_ok(a, d, nd, dims)) {
             char want[256];
             exr_shape_str(want, sizeof want, nd, dims);
             PyObject *got = exr_describe_value(a);

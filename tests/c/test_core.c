@@ -211,6 +211,40 @@ static void test_sumtree_drift(void)
     exr_sumtree_free(&t);
 }
 
+/* A draw whose offset lands at or past the sum of a node's children (the
+ * node's sum is within rounding of theirs, not equal): the halving descent
+ * then falls back to the prefix scan, which takes the last positive child.
+ * Here every internal node is inflated by half so that a third of the draws
+ * take that path at some level; none may return a zero leaf, and draws
+ * below the children's sums must keep their proportions. */
+static void test_sumtree_past_total(void)
+{
+    exr_sumtree t;
+    exr_sumtree_init(&t);
+    enum { N = 512, B = 4096 };
+    CHECK_RET(exr_sumtree_reserve(&t, N) == EXR_OK);
+    for (size_t i = 0; i < N; i++)
+        exr_sumtree_set(&t, i, i % 8 == 3 || i % 8 == 5 ? (float)(i % 8) : 0.0f);
+    for (int k = 0; k < t.nlev; k++)
+        for (size_t j = 0; j < t.len[k]; j++)
+            t.sum[k][j] *= 1.5;
+    exr_rng r;
+    exr_rng_seed(&r, 5, 1);
+    static size_t out[B];
+    static double scratch[B];
+    long hits[8] = {0};
+    for (int rep = 0; rep < 20; rep++) {
+        exr_sumtree_sample(&t, &r, B, out, scratch);
+        for (size_t b = 0; b < B; b++) {
+            CHECK_RET(out[b] < N && t.leaf[out[b]] > 0);
+            hits[out[b] % 8]++;
+        }
+    }
+    /* both positive kinds are drawn; the fallback favours the last (5) */
+    CHECK_RET(hits[3] > 0 && hits[5] > hits[3]);
+    exr_sumtree_free(&t);
+}
+
 /* ---- episode table ------------------------------------------------------ */
 
 static void test_episodes(void)
@@ -709,6 +743,7 @@ int main(void)
         {"store_locate", test_store_locate},
         {"sumtree", test_sumtree},
         {"sumtree_drift", test_sumtree_drift},
+        {"sumtree_past_total", test_sumtree_past_total},
         {"episodes", test_episodes},
         {"picks_and_batch", test_picks_and_batch},
         {"long_episode_segments", test_long_episode_segments},
