@@ -84,6 +84,19 @@ static exr_status p_reserve(exr_selector *b, size_t n)
     return exr_sumtree_reserve(&((prio_sel *)b)->tree, n);
 }
 
+/* Record calls add and remove picks by leaf writes only (exr_sumtree_put);
+ * the tree above them is fixed once, by flush, before the storage lock is
+ * let go (exr_buffer_unlock) or before anything here reads the sums. In a
+ * shared-lock reader no write is ever pending, so the flushes below that
+ * cast a const selector away are no-ops there. */
+static void p_flush(exr_selector *b) { exr_sumtree_flush(&((prio_sel *)b)->tree); }
+
+static void sync(const prio_sel *s)
+{
+    if (exr_sumtree_pending(&s->tree))
+        exr_sumtree_flush((exr_sumtree *)&s->tree);
+}
+
 static void p_add(exr_selector *b, size_t i, double prio)
 {
     prio_sel *s = (prio_sel *)b;
@@ -91,15 +104,15 @@ static void p_add(exr_selector *b, size_t i, double prio)
         prio = s->max_prio;
     else if (prio > s->max_prio)
         s->max_prio = prio;
-    exr_sumtree_set(&s->tree, i, to_leaf(s, prio));
+    exr_sumtree_put(&s->tree, i, to_leaf(s, prio));
 }
 
 static void p_remove(exr_selector *b, size_t i, size_t last)
 {
     prio_sel *s = (prio_sel *)b;
     if (i != last)
-        exr_sumtree_set(&s->tree, i, exr_sumtree_get(&s->tree, last));
-    exr_sumtree_set(&s->tree, last, 0.0f);
+        exr_sumtree_put(&s->tree, i, exr_sumtree_get(&s->tree, last));
+    exr_sumtree_put(&s->tree, last, 0.0f);
 }
 
 static void p_update(exr_selector *b, size_t i, double prio)
@@ -140,6 +153,7 @@ static void p_update_many(exr_selector *b, size_t count, const size_t *idx, cons
 
 static void weights_of(const prio_sel *s, size_t count, const size_t *idx, float *w)
 {
+    sync(s);
     float lo = exr_sumtree_min(&s->tree);
     /* beta is any finite double >= 0; float's range saturates (no cast out of range) */
     float beta = s->beta > FLT_MAX ? FLT_MAX : (float)s->beta;
@@ -163,6 +177,7 @@ static exr_status p_sample(exr_selector *b, size_t n, size_t count, size_t *idx,
                            double *scratch)
 {
     prio_sel *s = (prio_sel *)b;
+    sync(s);
     if (n == 0 || !(exr_sumtree_total(&s->tree) > 0))
         return EXR_EEMPTY;
     exr_sumtree_sample(&s->tree, &b->rng, count, idx, scratch);
@@ -180,6 +195,7 @@ static void p_stats(const exr_selector *b, size_t n, double *total, double *min_
 {
     const prio_sel *s = (const prio_sel *)b;
     (void)n;
+    sync(s);
     *total = exr_sumtree_total(&s->tree);
     *min_pos = exr_sumtree_min(&s->tree);
 }
@@ -235,6 +251,7 @@ static exr_status p_load(exr_selector *b, size_t n, struct exr_in *in)
 static int p_check(const exr_selector *b, size_t n, char *msg, size_t len)
 {
     const prio_sel *s = (const prio_sel *)b;
+    sync(s);
     if (!(s->max_prio >= 1.0) || !isfinite(s->max_prio)) {
         snprintf(msg, len, "prioritized selector: maximum so far is %g", s->max_prio);
         return 1;
@@ -257,6 +274,7 @@ const exr_selector_vtable exr_sel_prioritized = {
     .reserve = p_reserve,
     .add = p_add,
     .remove = p_remove,
+    .flush = p_flush,
     .update = p_update,
     .update_many = p_update_many,
     .sample = p_sample,
