@@ -160,6 +160,21 @@ void exr_sumtree_rebuild(exr_sumtree *t)
     rebuild_from(t, 1);
 }
 
+/* The number of internal levels over cap leaves, and their nodes in
+ * len[]; -1 if more than EXR_ST_MAXLEV. */
+static int level_lens(size_t cap, size_t *len)
+{
+    int nlev = 0;
+    size_t below = cap;
+    do {
+        if (nlev == EXR_ST_MAXLEV)
+            return -1;
+        below = (below + FAN - 1) / FAN;
+        len[nlev++] = below;
+    } while (below > 1);
+    return nlev;
+}
+
 exr_status exr_sumtree_reserve(exr_sumtree *t, size_t n)
 {
     if (n <= t->cap)
@@ -171,14 +186,9 @@ exr_status exr_sumtree_reserve(exr_sumtree *t, size_t n)
         cap *= 2;
     }
     size_t len[EXR_ST_MAXLEV];
-    int nlev = 0;
-    size_t below = cap;
-    do {
-        if (nlev == EXR_ST_MAXLEV)
-            return EXR_EOVERFLOW;
-        below = (below + FAN - 1) / FAN;
-        len[nlev++] = below;
-    } while (below > 1);
+    int nlev = level_lens(cap, len);
+    if (nlev < 0)
+        return EXR_EOVERFLOW;
 
     float *leaf = alloc_line(cap * sizeof(float));
     uint64_t *dmark = calloc(len[0] / 64 + 1, sizeof *dmark);
