@@ -58,7 +58,10 @@ static size_t pend_slot(float v)
     return u & ~PEND_TAG;
 }
 
-/* The pending adds' leaves, computed together and written. */
+/* The pending adds' leaves, computed together and written. Each is written
+ * straight into its slot: the tag got there by exr_sumtree_put (p_add, or
+ * p_remove moving it), which marked the slot's level-0 node dirty, and no
+ * tree flush runs while adds are pending (make_room, sync). */
 static void materialize(prio_sel *s)
 {
     if (!s->npend)
@@ -67,7 +70,7 @@ static void materialize(prio_sel *s)
     exr_pow_leaves(s->pprio, 1, s->npend, s->alpha, leaves);
     for (size_t k = 0; k < s->npend; k++)
         if (s->pidx[k] != SIZE_MAX)
-            exr_sumtree_put(&s->tree, s->pidx[k], leaves[k]);
+            s->tree.leaf[s->pidx[k]] = leaves[k];
     s->npend = 0;
 }
 
