@@ -173,8 +173,22 @@ int exr_buffer_trylock(exr_buffer *b)
     return 1;
 }
 
+/* What add() and remove() left pending in the selectors (the sum trees
+ * above their written leaves) is done before the exclusive lock goes: a
+ * shared holder always finds every selector complete. */
+static void flush_selectors(exr_buffer *b)
+{
+    if (!b->sel_dirty)
+        return;
+    for (size_t i = 0; i < b->nsels; i++)
+        if (b->sels[i].sel->vt->flush)
+            b->sels[i].sel->vt->flush(b->sels[i].sel);
+    b->sel_dirty = false;
+}
+
 void exr_buffer_unlock(exr_buffer *b)
 {
+    flush_selectors(b);
     note_unlocking(b);
     pthread_rwlock_unlock(&b->lk->rw);
 }
@@ -185,6 +199,7 @@ void exr_buffer_unlock(exr_buffer *b)
  * means no publish can slip in between. */
 void wait_publish(exr_buffer *b, bool shared)
 {
+    flush_selectors(b);
     pthread_mutex_lock(&b->lk->wait_mu);
     note_unlocking(b);
     pthread_rwlock_unlock(&b->lk->rw);

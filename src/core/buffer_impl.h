@@ -61,6 +61,10 @@ struct exr_buffer {
     exr_pick_table picks;
     sel_entry *sels;
     size_t nsels, sels_cap;
+    /* a record call or an eviction added or removed picks since the
+     * exclusive lock was taken: the selectors' flush is due before it is let
+     * go (exr_buffer_unlock). Read and written only under the lock. */
+    bool sel_dirty;
     int64_t next_handle, next_sel_handle;
     uint64_t n_records;
     uint32_t hand;

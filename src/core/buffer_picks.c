@@ -44,6 +44,8 @@ void enter_picks_locked(exr_buffer *b, uint32_t slot)
         for (size_t i = 0; i < b->nsels; i++)
             b->sels[i].sel->vt->add(b->sels[i].sel, idx, rp);
     }
+    if (target > e->m)
+        b->sel_dirty = true;
     e->m = target;
 }
 
@@ -57,6 +59,7 @@ void remove_pick_locked(exr_buffer *b, size_t i)
         *exr_aux_at(&b->eps.slab[moved.slot], moved.pos) = (uint32_t)i;
     }
     b->picks.n--;
+    b->sel_dirty = true;
     for (size_t s = 0; s < b->nsels; s++)
         b->sels[s].sel->vt->remove(b->sels[s].sel, i, last);
 }

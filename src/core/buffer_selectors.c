@@ -59,6 +59,8 @@ exr_status exr_buffer_add_selector_locked(exr_buffer *b, int kind, const double 
      * priorities are gone once they became picks (docs/semantics.md). */
     for (size_t i = 0; i < b->picks.n; i++)
         vt->add(s, i, NAN);
+    if (vt->flush)
+        vt->flush(s);
     b->sels[b->nsels++] = (sel_entry){handle, s};
     *h = handle;
     return EXR_OK;

@@ -12,8 +12,8 @@
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
-
 #include <string.h>
 
 #include "codec.h"
@@ -23,12 +23,56 @@
 
 enum { P_ALPHA = 0, P_BETA = 1 };
 
+/* Picks entered but whose p^alpha is not computed yet (p_add): converted
+ * PENDING at a time, sixteen per step with AVX2, instead of one by one. */
+#define PENDING 128
+
 typedef struct {
     exr_selector base;
     double alpha, beta;
     double max_prio; /* largest priority entered so far, >= 1 */
     exr_sumtree tree;
+    /* Pending adds: entry k is the pick now at table index pidx[k] (SIZE_MAX:
+     * removed since) with priority pprio[k]; its leaf meanwhile holds a NaN
+     * whose payload is k (a real leaf is never NaN), so that remove() can
+     * follow it when the pick moves. */
+    size_t npend;
+    size_t pidx[PENDING];
+    double pprio[PENDING];
 } prio_sel;
+
+#define PEND_TAG 0x7fc00000u
+
+static float pend_leaf(size_t k)
+{
+    uint32_t u = PEND_TAG | (uint32_t)k;
+    float v;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
+static size_t pend_slot(float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    return u & ~PEND_TAG;
+}
+
+/* The pending adds' leaves, computed together and written. Each is written
+ * straight into its slot: the tag got there by exr_sumtree_put (p_add, or
+ * p_remove moving it), which marked the slot's level-0 node dirty, and no
+ * tree flush runs while adds are pending (make_room, sync). */
+static void materialize(prio_sel *s)
+{
+    if (!s->npend)
+        return;
+    float leaves[PENDING];
+    exr_pow_leaves(s->pprio, 1, s->npend, s->alpha, leaves);
+    for (size_t k = 0; k < s->npend; k++)
+        if (s->pidx[k] != SIZE_MAX)
+            s->tree.leaf[s->pidx[k]] = leaves[k];
+    s->npend = 0;
+}
 
 static float to_leaf(const prio_sel *s, double prio) { return exr_pow_leaf(prio, s->alpha); }
 
@@ -81,30 +125,68 @@ static void p_set_param(exr_selector *b, int k, double v)
 
 static exr_status p_reserve(exr_selector *b, size_t n)
 {
+    materialize((prio_sel *)b); /* growing rebuilds the tree from the leaves */
     return exr_sumtree_reserve(&((prio_sel *)b)->tree, n);
+}
+
+/* Record calls add and remove picks by leaf writes only (exr_sumtree_put);
+ * the tree above them is fixed once, by flush, before the storage lock is
+ * let go (exr_buffer_unlock) or before anything here reads the sums. In a
+ * shared-lock reader no write is ever pending, so the flushes below that
+ * cast a const selector away are no-ops there. */
+static void sync(const prio_sel *cs)
+{
+    prio_sel *s = (prio_sel *)cs;
+    materialize(s);
+    if (exr_sumtree_pending(&s->tree))
+        exr_sumtree_flush(&s->tree);
+}
+
+static void p_flush(exr_selector *b) { sync((prio_sel *)b); }
+
+/* Room for one add or remove: the pending adds (each one more dirty node
+ * when materialized) and the step's own two leaves fit the tree's dirty
+ * list, so exr_sumtree_put never flushes over a pending (NaN) leaf. */
+static void make_room(prio_sel *s)
+{
+    if (s->tree.ndirty + s->npend + 2 > EXR_ST_MAXDIRTY || s->npend == PENDING)
+        sync(s);
 }
 
 static void p_add(exr_selector *b, size_t i, double prio)
 {
     prio_sel *s = (prio_sel *)b;
+    make_room(s);
     if (isnan(prio))
         prio = s->max_prio;
     else if (prio > s->max_prio)
         s->max_prio = prio;
-    exr_sumtree_set(&s->tree, i, to_leaf(s, prio));
+    size_t k = s->npend++;
+    s->pidx[k] = i;
+    s->pprio[k] = prio;
+    exr_sumtree_put(&s->tree, i, pend_leaf(k));
 }
 
 static void p_remove(exr_selector *b, size_t i, size_t last)
 {
     prio_sel *s = (prio_sel *)b;
-    if (i != last)
-        exr_sumtree_set(&s->tree, i, exr_sumtree_get(&s->tree, last));
-    exr_sumtree_set(&s->tree, last, 0.0f);
+    make_room(s);
+    float gone = exr_sumtree_get(&s->tree, i);
+    if (isnan(gone))
+        s->pidx[pend_slot(gone)] = SIZE_MAX;
+    if (i != last) {
+        float moved = exr_sumtree_get(&s->tree, last);
+        if (isnan(moved))
+            s->pidx[pend_slot(moved)] = i;
+        exr_sumtree_put(&s->tree, i, moved);
+    }
+    exr_sumtree_put(&s->tree, last, 0.0f);
 }
 
 static void p_update(exr_selector *b, size_t i, double prio)
 {
     prio_sel *s = (prio_sel *)b;
+    sync(s);
     if (prio > s->max_prio)
         s->max_prio = prio;
     exr_sumtree_set(&s->tree, i, to_leaf(s, prio));
@@ -114,6 +196,7 @@ static void p_update_many(exr_selector *b, size_t count, const size_t *idx, cons
                           size_t *scratch)
 {
     prio_sel *s = (prio_sel *)b;
+    sync(s);
     float small[256] = {0}; /* zeroed only to quiet a false maybe-uninitialized warning */
     float *leaves = count <= 256 ? small : malloc(count * sizeof(float));
     if (!leaves) {
@@ -140,6 +223,7 @@ static void p_update_many(exr_selector *b, size_t count, const size_t *idx, cons
 
 static void weights_of(const prio_sel *s, size_t count, const size_t *idx, float *w)
 {
+    sync(s);
     float lo = exr_sumtree_min(&s->tree);
     /* beta is any finite double >= 0; float's range saturates (no cast out of range) */
     float beta = s->beta > FLT_MAX ? FLT_MAX : (float)s->beta;
@@ -163,6 +247,7 @@ static exr_status p_sample(exr_selector *b, size_t n, size_t count, size_t *idx,
                            double *scratch)
 {
     prio_sel *s = (prio_sel *)b;
+    sync(s);
     if (n == 0 || !(exr_sumtree_total(&s->tree) > 0))
         return EXR_EEMPTY;
     exr_sumtree_sample(&s->tree, &b->rng, count, idx, scratch);
@@ -180,12 +265,14 @@ static void p_stats(const exr_selector *b, size_t n, double *total, double *min_
 {
     const prio_sel *s = (const prio_sel *)b;
     (void)n;
+    sync(s);
     *total = exr_sumtree_total(&s->tree);
     *min_pos = exr_sumtree_min(&s->tree);
 }
 
 static double p_stored(const exr_selector *b, size_t i)
 {
+    sync((const prio_sel *)b);
     return exr_sumtree_get(&((const prio_sel *)b)->tree, i);
 }
 
@@ -199,6 +286,7 @@ static uint64_t p_state_size(const exr_selector *b, size_t n)
 static exr_status p_save(const exr_selector *b, size_t n, struct exr_out *o)
 {
     const prio_sel *s = (const prio_sel *)b;
+    sync(s);
     exr_status st = exr_out_write(o, &s->max_prio, 8);
     if (st == EXR_OK && n)
         st = exr_out_write(o, s->tree.leaf, n * sizeof(float));
@@ -235,6 +323,7 @@ static exr_status p_load(exr_selector *b, size_t n, struct exr_in *in)
 static int p_check(const exr_selector *b, size_t n, char *msg, size_t len)
 {
     const prio_sel *s = (const prio_sel *)b;
+    sync(s);
     if (!(s->max_prio >= 1.0) || !isfinite(s->max_prio)) {
         snprintf(msg, len, "prioritized selector: maximum so far is %g", s->max_prio);
         return 1;
@@ -257,6 +346,7 @@ const exr_selector_vtable exr_sel_prioritized = {
     .reserve = p_reserve,
     .add = p_add,
     .remove = p_remove,
+    .flush = p_flush,
     .update = p_update,
     .update_many = p_update_many,
     .sample = p_sample,

@@ -49,6 +49,11 @@ typedef struct {
     void (*add)(exr_selector *s, size_t i, double prio);
     /* The pick at i leaves; the pick at last (>= i) moves into i. */
     void (*remove)(exr_selector *s, size_t i, size_t last);
+    /* Optional (NULL: nothing to do): completes what add() and remove()
+     * may have left pending (sel_prioritized.c: the sum tree above written
+     * leaves). The buffer calls it before it lets go of the exclusive lock;
+     * every other entry point works as if it had been called. */
+    void (*flush)(exr_selector *s);
     /* A new priority (finite, >= 0) for the pick at i. */
     void (*update)(exr_selector *s, size_t i, double prio);
     /* New priorities prio[k] for the picks at idx[k], k < count, as count

@@ -33,6 +33,7 @@ static void free_levels(float *leaf, double **sum, float **mn, double **drift, i
 void exr_sumtree_free(exr_sumtree *t)
 {
     free_levels(t->leaf, t->sum, t->mn, t->drift, t->nlev);
+    free(t->dmark);
     exr_sumtree_init(t);
 }
 
@@ -138,15 +139,39 @@ static void rebuild_from(exr_sumtree *t, int from)
         }
 }
 
+/* Forgets the pending puts' marks (their nodes are being recomputed). */
+static void clear_dirty(exr_sumtree *t)
+{
+    for (size_t k = 0; k < t->ndirty; k++)
+        t->dmark[t->dirty[k] / 64] = 0;
+    t->ndirty = 0;
+}
+
 void exr_sumtree_rebuild(exr_sumtree *t)
 {
     if (!t->nlev)
         return;
+    clear_dirty(t);
     for (size_t j = 0; j < t->len[0]; j++) {
         node_from_leaves(t->leaf + FAN * j, &t->sum[0][j], &t->mn[0][j]);
         t->drift[0][j] = 0;
     }
     rebuild_from(t, 1);
+}
+
+/* The number of internal levels over cap leaves, and their nodes in
+ * len[]; -1 if more than EXR_ST_MAXLEV. */
+static int level_lens(size_t cap, size_t *len)
+{
+    int nlev = 0;
+    size_t below = cap;
+    do {
+        if (nlev == EXR_ST_MAXLEV)
+            return -1;
+        below = (below + FAN - 1) / FAN;
+        len[nlev++] = below;
+    } while (below > 1);
+    return nlev;
 }
 
 exr_status exr_sumtree_reserve(exr_sumtree *t, size_t n)
@@ -160,20 +185,16 @@ exr_status exr_sumtree_reserve(exr_sumtree *t, size_t n)
         cap *= 2;
     }
     size_t len[EXR_ST_MAXLEV];
-    int nlev = 0;
-    size_t below = cap;
-    do {
-        if (nlev == EXR_ST_MAXLEV)
-            return EXR_EOVERFLOW;
-        below = (below + FAN - 1) / FAN;
-        len[nlev++] = below;
-    } while (below > 1);
+    int nlev = level_lens(cap, len);
+    if (nlev < 0)
+        return EXR_EOVERFLOW;
 
     float *leaf = alloc_line(cap * sizeof(float));
+    uint64_t *dmark = calloc(len[0] / 64 + 1, sizeof *dmark);
     double *sum[EXR_ST_MAXLEV] = {0};
     float *mn[EXR_ST_MAXLEV] = {0};
     double *drift[EXR_ST_MAXLEV] = {0};
-    int ok = leaf != NULL;
+    int ok = leaf != NULL && dmark != NULL;
     for (int k = 0; ok && k < nlev; k++) {
         /* a level is read 8 children at a time by its parent: pad it */
         size_t slots = k + 1 < nlev ? FAN * len[k + 1] : 1;
@@ -190,12 +211,16 @@ exr_status exr_sumtree_reserve(exr_sumtree *t, size_t n)
     }
     if (!ok) {
         free_levels(leaf, sum, mn, drift, nlev);
+        free(dmark);
         return EXR_ENOMEM;
     }
     memset(leaf, 0, cap * sizeof(float));
     if (t->cap)
         memcpy(leaf, t->leaf, t->cap * sizeof(float));
     free_levels(t->leaf, t->sum, t->mn, t->drift, t->nlev);
+    free(t->dmark);
+    t->dmark = dmark;
+    t->ndirty = 0; /* the rebuild below recomputes every node */
     t->cap = cap;
     t->nlev = nlev;
     t->leaf = leaf;
@@ -212,15 +237,11 @@ exr_status exr_sumtree_reserve(exr_sumtree *t, size_t n)
 #define TWO_M53 0x1p-53
 #define TWO_M40 0x1p-40
 
-/* leaf[i] = v, its level-0 node from its leaves, then levels [1, top) by
- * delta (sumtree.h: the drift bound and when a node is summed again) and
- * the min as far up as it changes. */
-static inline void set_path(exr_sumtree *t, size_t i, float v, int top)
+/* Level-0 node j's new sum s and min m, then levels [1, top) by delta
+ * (sumtree.h: the drift bound and when a node is summed again) and the min
+ * as far up as it changes. */
+static inline void propagate(exr_sumtree *t, size_t j, double s, float m, int top)
 {
-    size_t j = i / FAN;
-    double s;
-    float m;
-    set_leaf(t, i, v, &s, &m);
     double d = s - t->sum[0][j];
     int mchg = m != t->mn[0][j];
     t->sum[0][j] = s;
@@ -247,18 +268,72 @@ static inline void set_path(exr_sumtree *t, size_t i, float v, int top)
     }
 }
 
-void exr_sumtree_set(exr_sumtree *t, size_t i, float v) { set_path(t, i, v, t->nlev); }
+/* leaf[i] = v, its level-0 node from its leaves, then levels [1, top). */
+static inline void set_path(exr_sumtree *t, size_t i, float v, int top)
+{
+    double s;
+    float m;
+    set_leaf(t, i, v, &s, &m);
+    propagate(t, i / FAN, s, m, top);
+}
+
+/* The first level summed from its children after a batch of count
+ * changes: levels from it up have fewer nodes than half the batch. */
+static int top_for(const exr_sumtree *t, size_t count)
+{
+    int top = 1;
+    while (top < t->nlev && 2 * t->len[top] > count)
+        top++;
+    return top;
+}
+
+void exr_sumtree_put(exr_sumtree *t, size_t i, float v)
+{
+    size_t j = i / FAN;
+    t->leaf[i] = v;
+    uint64_t bit = (uint64_t)1 << (j % 64);
+    if (t->dmark[j / 64] & bit)
+        return;
+    if (t->ndirty == EXR_ST_MAXDIRTY)
+        exr_sumtree_flush(t);
+    t->dmark[j / 64] |= bit;
+    t->dirty[t->ndirty++] = j;
+}
+
+void exr_sumtree_flush(exr_sumtree *t)
+{
+    size_t count = t->ndirty;
+    if (!count)
+        return;
+    int top = top_for(t, count);
+    for (size_t k = 0; k < count; k++) {
+        if (k + 4 < count)
+            __builtin_prefetch(t->sum[0] + t->dirty[k + 4], 1);
+        size_t j = t->dirty[k];
+        double s;
+        float m;
+        node_from_leaves(t->leaf + FAN * j, &s, &m);
+        propagate(t, j, s, m, top);
+    }
+    clear_dirty(t);
+    rebuild_from(t, top);
+}
+
+void exr_sumtree_set(exr_sumtree *t, size_t i, float v)
+{
+    exr_sumtree_flush(t);
+    set_path(t, i, v, t->nlev);
+}
 
 void exr_sumtree_set_many(exr_sumtree *t, size_t count, const size_t *idx, const float *v,
                           size_t *scratch)
 {
     enum { D = 8 };
     (void)scratch;
+    exr_sumtree_flush(t);
     /* levels from top up have fewer nodes than half the batch: summed once
      * each from their children at the end instead of taking count deltas */
-    int top = 1;
-    while (top < t->nlev && 2 * t->len[top] > count)
-        top++;
+    int top = top_for(t, count);
     for (size_t k = 0; k < count && k < D; k++)
         __builtin_prefetch(t->leaf + idx[k], 1);
     for (size_t k = 0; k < count; k++) {

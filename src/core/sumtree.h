@@ -41,10 +41,13 @@
 #ifndef EXR_SUMTREE_H
 #define EXR_SUMTREE_H
 
+#include <stdint.h>
+
 #include "exr.h"
 #include "rng.h"
 
 #define EXR_ST_MAXLEV 24
+#define EXR_ST_MAXDIRTY 512
 
 typedef struct {
     size_t cap;                 /* leaf slots: a power of two >= 64 */
@@ -54,6 +57,12 @@ typedef struct {
     float *mn[EXR_ST_MAXLEV];
     double *drift[EXR_ST_MAXLEV]; /* bound on |sum - sum of children| (0 at level 0) */
     size_t len[EXR_ST_MAXLEV];  /* nodes in use at level k */
+    /* Deferred leaf writes (exr_sumtree_put): the level-0 nodes whose
+     * leaves changed since the last flush, once each (dmark: one bit per
+     * level-0 node). The nodes above them are stale until exr_sumtree_flush. */
+    uint64_t *dmark;
+    size_t ndirty;
+    size_t dirty[EXR_ST_MAXDIRTY];
 } exr_sumtree;
 
 void exr_sumtree_init(exr_sumtree *t);
@@ -74,6 +83,16 @@ void exr_sumtree_set(exr_sumtree *t, size_t i, float v);
  * than count / 2) once at the end. scratch holds count size_t. */
 void exr_sumtree_set_many(exr_sumtree *t, size_t count, const size_t *idx, const float *v,
                           size_t *scratch);
+
+/* leaf[i] = v without fixing its ancestors: many puts, then one flush,
+ * cost a tree pass per distinct level-0 node touched (the top levels once)
+ * instead of one per write. Until the flush only exr_sumtree_get (and more
+ * puts) may be used; every other function here flushes first or expects
+ * no write pending (sample, total, min, check: flush before them). */
+void exr_sumtree_put(exr_sumtree *t, size_t i, float v);
+/* Fixes the ancestors of every put since the last flush. */
+void exr_sumtree_flush(exr_sumtree *t);
+static inline int exr_sumtree_pending(const exr_sumtree *t) { return t->ndirty != 0; }
 
 static inline float exr_sumtree_get(const exr_sumtree *t, size_t i) { return t->leaf[i]; }
 double exr_sumtree_total(const exr_sumtree *t);

@@ -183,7 +183,17 @@ static void test_sumtree_drift(void)
             else
                 v[k] = (float)(0.01 + e);
         }
-        if (count == 1)
+        if (round % 5 == 4) {
+            /* deferred writes: more distinct level-0 nodes than the dirty
+             * list holds (a flush on the way), then this batch, one flush */
+            for (int k = 0; k < 700; k++)
+                exr_sumtree_put(&t, (size_t)exr_rng_below(&r, N), (float)exr_rng_double(&r));
+            for (size_t k = 0; k < count; k++)
+                exr_sumtree_put(&t, idx[k], v[k]);
+            CHECK_RET(exr_sumtree_pending(&t));
+            exr_sumtree_flush(&t);
+            CHECK_RET(!exr_sumtree_pending(&t));
+        } else if (count == 1)
             exr_sumtree_set(&t, idx[0], v[0]);
         else
             exr_sumtree_set_many(&t, count, idx, v, scratch);
