@@ -9,7 +9,7 @@
 
 /* Segments from this size up to EXR_SEG_HEAP_MAX, of a power-of-two number
  * of rows, come from the segment heap. */
-#define EXR_SEG_HEAP_MIN ((size_t)256 << 10)
+#define EXR_SEG_HEAP_MIN ((size_t)64 << 10)
 #define EXR_SEG_HEAP_MAX ((size_t)64 << 20)
 
 /* Whether a segment of `rows` rows taking `bytes` bytes (a multiple of 64)
