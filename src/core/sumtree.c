@@ -154,7 +154,6 @@ void exr_sumtree_rebuild(exr_sumtree *t)
     clear_dirty(t);
     for (size_t j = 0; j < t->len[0]; j++) {
         node_from_leaves(t->leaf + FAN * j, &t->sum[0][j], &t->mn[0][j]);
-        t->drift[0][j] = 0;
     }
     rebuild_from(t, 1);
 }
@@ -200,11 +199,13 @@ exr_status exr_sumtree_reserve(exr_sumtree *t, size_t n)
         size_t slots = k + 1 < nlev ? FAN * len[k + 1] : 1;
         sum[k] = alloc_line(slots * sizeof(double));
         mn[k] = alloc_line(slots * sizeof(float));
-        drift[k] = malloc(slots * sizeof(double));
-        ok = sum[k] && mn[k] && drift[k];
+        /* level 0 is always exact (summed from its leaves): no drift */
+        drift[k] = k ? malloc(slots * sizeof(double)) : NULL;
+        ok = sum[k] && mn[k] && (!k || drift[k]);
         if (ok) {
             memset(sum[k], 0, slots * sizeof(double));
-            memset(drift[k], 0, slots * sizeof(double));
+            if (k)
+                memset(drift[k], 0, slots * sizeof(double));
             for (size_t j = 0; j < slots; j++)
                 mn[k][j] = INFINITY;
         }
@@ -467,7 +468,7 @@ int exr_sumtree_check(const exr_sumtree *t, size_t n, char *msg, size_t msglen)
     }
     for (int k = 0; k < t->nlev; k++) {
         for (size_t j = 0; j < t->len[k]; j++) {
-            double s, dr = t->drift[k][j];
+            double s, dr = k ? t->drift[k][j] : 0;
             float m;
             if (k == 0)
                 node_from_leaves(t->leaf + FAN * j, &s, &m);

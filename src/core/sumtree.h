@@ -55,7 +55,7 @@ typedef struct {
     float *leaf;                /* cap leaves */
     double *sum[EXR_ST_MAXLEV]; /* sum[k] has 8 * len[k+1] slots (padding is 0) */
     float *mn[EXR_ST_MAXLEV];
-    double *drift[EXR_ST_MAXLEV]; /* bound on |sum - sum of children| (0 at level 0) */
+    double *drift[EXR_ST_MAXLEV]; /* bound on |sum - sum of children|; NULL at level 0 (exact) */
     size_t len[EXR_ST_MAXLEV];  /* nodes in use at level k */
     /* Deferred leaf writes (exr_sumtree_put): the level-0 nodes whose
      * leaves changed since the last flush, once each (dmark: one bit per
