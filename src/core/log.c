@@ -91,7 +91,7 @@ static int64_t real_ns(void)
     return (int64_t)t.tv_sec * 1000000000 + (int64_t)t.tv_nsec;
 }
 
-static exr_status write_all(int fd, struct iovec *iov, int n)
+exr_status exr_log_write_all(int fd, struct iovec *iov, int n)
 {
     while (n > 0) {
         ssize_t w = writev(fd, iov, n);
@@ -242,7 +242,7 @@ static exr_status write_block(exr_log *lg, unsigned kind, unsigned codec, uint32
     exr_log_chunk_header(hd, kind, codec, count, lg->o.source, first, last, raw_len, body_len, bc);
     exr_log_chunk_trailer(tr, CHUNK_HEADER + body_len + CHUNK_TRAILER, hd);
     struct iovec iov[3] = {{hd, CHUNK_HEADER}, {(void *)body, body_len}, {tr, CHUNK_TRAILER}};
-    exr_status s = write_all(lg->fd, iov, 3);
+    exr_status s = exr_log_write_all(lg->fd, iov, 3);
     if (s == EXR_OK) {
         pthread_mutex_lock(&lg->mu);
         lg->st.file_bytes += CHUNK_HEADER + body_len + CHUNK_TRAILER;
@@ -338,7 +338,7 @@ static exr_status write_stored(exr_log *lg, chunk *c)
     v[nv++].iov_len = CHUNK_TRAILER;
     for (size_t k = 0; k < nv && s == EXR_OK;) {
         size_t m = nv - k > 512 ? 512 : nv - k;
-        s = write_all(lg->fd, v + k, (int)m);
+        s = exr_log_write_all(lg->fd, v + k, (int)m);
         k += m;
     }
     int e = errno;
@@ -587,7 +587,7 @@ exr_status exr_log_set_schema(exr_log *lg, const void *schema, size_t len, size_
     } else {
         struct iovec iov = {hd, hl};
         /* nothing else writes before the schema is set */
-        s = write_all(lg->fd, &iov, 1);
+        s = exr_log_write_all(lg->fd, &iov, 1);
         if (s == EXR_OK) {
             lg->st.file_bytes += hl;
             lg->sb = sb;

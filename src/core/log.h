@@ -115,6 +115,10 @@ void exr_log_chunk_header(unsigned char *hd, unsigned kind, unsigned codec, uint
                           uint32_t source, int64_t first, int64_t last, uint64_t raw,
                           uint64_t body, uint32_t body_crc);
 void exr_log_chunk_trailer(unsigned char *tr, uint64_t total, const unsigned char *hd);
+/* Writes all n iovecs (retrying short writes and EINTR); EXR_EIO on error,
+ * with errno set. The iovecs are consumed. */
+struct iovec;
+exr_status exr_log_write_all(int fd, struct iovec *iov, int n);
 
 void exr_log_get_stats(exr_log *lg, exr_log_stats *st);
 const exr_log_opts *exr_log_options(const exr_log *lg);

@@ -673,29 +673,6 @@ static exr_status fail(exr_merge *m, exr_status st, size_t input, uint64_t tag, 
     return m->err.st;
 }
 
-static exr_status write_all(int fd, struct iovec *iov, int n)
-{
-    while (n > 0) {
-        ssize_t w = writev(fd, iov, n);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return EXR_EIO;
-        }
-        size_t left = (size_t)w;
-        while (n > 0 && left >= iov->iov_len) {
-            left -= iov->iov_len;
-            iov++;
-            n--;
-        }
-        if (n > 0) {
-            iov->iov_base = (char *)iov->iov_base + left;
-            iov->iov_len -= left;
-        }
-    }
-    return EXR_OK;
-}
-
 /* Waits for output slot k's job and writes its chunk (it is the next in order). */
 static exr_status write_slot(exr_merge *m, int k)
 {
@@ -711,7 +688,7 @@ static exr_status write_slot(exr_merge *m, int k)
                          o->body_crc);
     exr_log_chunk_trailer(tr, EXR_LOG_CHUNK_HEADER + o->body_len + EXR_LOG_CHUNK_TRAILER, hd);
     struct iovec iov[3] = {{hd, sizeof hd}, {(void *)o->body, o->body_len}, {tr, sizeof tr}};
-    if (write_all(m->fd, iov, 3) != EXR_OK)
+    if (exr_log_write_all(m->fd, iov, 3) != EXR_OK)
         return fail(m, EXR_EIO, 0, 0, errno, "");
     m->records += o->n;
     m->chunks++;

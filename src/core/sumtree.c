@@ -200,12 +200,10 @@ exr_status exr_sumtree_reserve(exr_sumtree *t, size_t n)
         sum[k] = alloc_line(slots * sizeof(double));
         mn[k] = alloc_line(slots * sizeof(float));
         /* level 0 is always exact (summed from its leaves): no drift */
-        drift[k] = k ? malloc(slots * sizeof(double)) : NULL;
+        drift[k] = k ? calloc(slots, sizeof(double)) : NULL;
         ok = sum[k] && mn[k] && (!k || drift[k]);
         if (ok) {
             memset(sum[k], 0, slots * sizeof(double));
-            if (k)
-                memset(drift[k], 0, slots * sizeof(double));
             for (size_t j = 0; j < slots; j++)
                 mn[k][j] = INFINITY;
         }
