@@ -56,9 +56,9 @@ static PyObject *merge_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
     return (PyObject *)self;
 }
 
-static void merge_dealloc(MergeObject *self)
+/* Frees the core merge (its worker threads are joined without the GIL). */
+static void merge_release(MergeObject *self)
 {
-    PyTypeObject *tp = Py_TYPE(self);
     if (self->m) {
         exr_merge *m = self->m;
         self->m = NULL;
@@ -66,6 +66,12 @@ static void merge_dealloc(MergeObject *self)
         exr_merge_free(m);
         Py_END_ALLOW_THREADS
     }
+}
+
+static void merge_dealloc(MergeObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    merge_release(self);
     tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
 }
@@ -77,13 +83,7 @@ static PyObject *merge_close(MergeObject *self, PyObject *unused)
         PyErr_SetString(PyExc_RuntimeError, "_LogMerge: run() is in progress in another thread");
         return NULL;
     }
-    if (self->m) {
-        exr_merge *m = self->m;
-        self->m = NULL;
-        Py_BEGIN_ALLOW_THREADS
-        exr_merge_free(m);
-        Py_END_ALLOW_THREADS
-    }
+    merge_release(self);
     Py_RETURN_NONE;
 }
 
