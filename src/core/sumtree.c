@@ -43,12 +43,14 @@ void exr_sumtree_free(exr_sumtree *t)
  * none). Level 0 adds ((c0 + c2) + (c4 + c6)) + ((c1 + c3) + (c5 + c7)), the
  * order SSE2 adds two lanes in; the scalar code keeps it, so both give the
  * same bits. */
+#if !defined(__SSE2__)
 static inline float min_pos(float a, float b)
 {
     a = a > 0 ? a : INFINITY;
     b = b > 0 ? b : INFINITY;
     return a < b ? a : b;
 }
+#endif
 
 static inline float min2(float a, float b) { return a < b ? a : b; }
 
