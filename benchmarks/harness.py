@@ -211,3 +211,19 @@ def tag(benchmark, group, **info):
     benchmark.group = group
     benchmark.extra_info.update(info)
     benchmark.extra_info["mode"] = "quick" if quick() else "full"
+
+
+def ray_report_paths(json_name):
+    """Where a Ray benchmark writes its JSON and docs/benchmarks_ray.md:
+    build/bench-quick/ in quick mode (a smoke run must not touch docs/),
+    else benchmarks/results/ and docs/. The directories exist on return."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if quick():
+        out_json = os.path.join(root, "build", "bench-quick", json_name)
+        out_md = os.path.join(root, "build", "bench-quick", "benchmarks_ray.md")
+    else:
+        out_json = os.path.join(root, "benchmarks", "results", json_name)
+        out_md = os.path.join(root, "docs", "benchmarks_ray.md")
+    os.makedirs(os.path.dirname(out_json), exist_ok=True)
+    os.makedirs(os.path.dirname(out_md), exist_ok=True)
+    return out_json, out_md

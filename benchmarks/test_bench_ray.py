@@ -46,7 +46,6 @@ T = 100
 WRITERS = 4
 BATCH = 64
 MINIBATCHES = 16  # per get_batch call, as the Ape-X learner takes them
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _phase_seconds():
@@ -278,14 +277,7 @@ def test_write_ray_report():
     import conftest
 
     machine = conftest.machine_info()
-    if harness.quick():
-        out_json = os.path.join(ROOT, "build", "bench-quick", "ray.json")
-        out_md = os.path.join(ROOT, "build", "bench-quick", "benchmarks_ray.md")
-    else:
-        out_json = os.path.join(ROOT, "benchmarks", "results", "ray.json")
-        out_md = os.path.join(ROOT, "docs", "benchmarks_ray.md")
-    os.makedirs(os.path.dirname(out_json), exist_ok=True)
-    os.makedirs(os.path.dirname(out_md), exist_ok=True)
+    out_json, out_md = harness.ray_report_paths("ray.json")
     with open(out_json, "w") as f:
         json.dump(dict(RESULTS, mode="quick" if harness.quick() else "full", machine=machine,
                        ray=ray.__version__), f, indent=1)

@@ -42,7 +42,6 @@ WRITERS = 4
 BATCH = 64
 K = 16
 SHAPES = {"small": ((4,), "float32"), "atari": ((84, 84), "uint8")}
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The section this module writes at the end of docs/benchmarks_ray.md
 # (test_bench_ray.py writes the file's head and keeps this section).
 SECTION = "## Against a cpprb actor and the Ray floor"
@@ -331,13 +330,7 @@ def test_write_ray_cpprb_section():
     """Writes ray_cpprb.json and the section of benchmarks_ray.md (runs last in this module)."""
     if not RESULTS:
         pytest.skip("nothing measured")
-    if harness.quick():
-        out_json = os.path.join(ROOT, "build", "bench-quick", "ray_cpprb.json")
-        out_md = os.path.join(ROOT, "build", "bench-quick", "benchmarks_ray.md")
-    else:
-        out_json = os.path.join(ROOT, "benchmarks", "results", "ray_cpprb.json")
-        out_md = os.path.join(ROOT, "docs", "benchmarks_ray.md")
-    os.makedirs(os.path.dirname(out_json), exist_ok=True)
+    out_json, out_md = harness.ray_report_paths("ray_cpprb.json")
     with open(out_json, "w") as fh:
         json.dump(dict(RESULTS, ray=ray.__version__), fh, indent=1)
     text = open(out_md).read() if os.path.exists(out_md) else "# Ray benchmarks (exreplay.ray)\n"
