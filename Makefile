@@ -52,8 +52,11 @@ ASANPKG := build/asan-pkg
 
 CORE_SRC := $(sort $(wildcard src/core/*.c))
 CORE_HDR := $(wildcard src/core/*.h)
-# One C test program per tests/c/test_*.c (each links the whole core).
+# One C test program per tests/c/test_*.c (each links the whole core, compiled
+# once into build/ctest-obj/ with the tests' sanitizer flags).
 CTESTS := $(patsubst tests/c/%.c,build/%,$(sort $(wildcard tests/c/test_*.c)))
+CTEST_OBJ := $(patsubst src/core/%.c,build/ctest-obj/%.o,$(CORE_SRC))
+.SECONDARY: $(CTEST_OBJ)
 
 export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
 
@@ -100,9 +103,13 @@ warnings: venv
 
 # --- tests ------------------------------------------------------------------
 
-build/test_%: tests/c/test_%.c $(wildcard tests/c/*.h) $(CORE_SRC) $(CORE_HDR) | zlib
+build/ctest-obj/%.o: src/core/%.c $(CORE_HDR) | zlib
+	@mkdir -p build/ctest-obj
+	$(CTEST_CC) $(CTEST_CFLAGS) -Isrc/core -c -o $@ $<
+
+build/test_%: tests/c/test_%.c $(wildcard tests/c/*.h) $(CTEST_OBJ) $(CORE_HDR) | zlib
 	@mkdir -p build
-	$(CTEST_CC) $(CTEST_CFLAGS) -Isrc/core -o $@ $< $(CORE_SRC) -lz -lm
+	$(CTEST_CC) $(CTEST_CFLAGS) -Isrc/core -o $@ $< $(CTEST_OBJ) -lz -lm
 
 ctest: $(CTESTS)
 	@for t in $(CTESTS); do echo "== $$t"; ./$$t; done
