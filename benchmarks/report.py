@@ -1084,13 +1084,35 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
         "regenerates this page and `docs/img/*.png` with `benchmarks/report.py`. `make bench-quick` (part of "
         "`make test`) runs every benchmark at a few small sizes as a smoke run and writes its report under "
         "`build/bench-quick/`. `make bench-phases` times `get_batch`'s phases (draw, plan, copy) per pick next to "
-        "the floor, in C (`benchmarks/c/phases.c`). "
+        "the floor, in C (`benchmarks/c/phases.c`); `make bench-draw` times the prioritized sum-tree draw alone "
+        "(`benchmarks/c/draw.c`). "
         "`make demo-paper` prints a short version of the paper's experiment (`make demo` runs the Ape-X demo). "
         "`python benchmarks/report.py benchmarks/results/full.json` redraws this page from the saved JSON (it reads "
         "`persistence.json` and `ray.json` beside it when the JSON has no records of their kind)."
     )
     L.append("")
+    L.append(
+        "The addenda below are hand-written: measurements made outside `make bench` (re-runs on a quiet machine, "
+        "paired A/B runs of two builds in one process), each with the command that reproduces it. `report.py` "
+        "keeps them (everything from the first \"## Addendum:\" heading on) when it rewrites this page."
+    )
+    L.append("")
     return "\n".join(L)
+
+
+ADDENDUM = "## Addendum:"
+
+
+def kept_addenda(md: str) -> str:
+    """The hand-written addenda of the page being replaced: everything from its
+    first "## Addendum:" heading to the end (they follow the generated
+    sections), so that a regenerated page keeps them; "" when there are none."""
+    if not os.path.exists(md):
+        return ""
+    with open(md) as f:
+        old = f.read()
+    i = old.find("\n" + ADDENDUM)
+    return "" if i < 0 else "\n" + old[i + 1:].rstrip("\n") + "\n"
 
 
 def main(argv=None):
@@ -1139,6 +1161,7 @@ def main(argv=None):
         with open(rllib_json) as f:
             section = "\n".join(markdown_section(json.load(f))) + "\n"
         text = text.replace("## Reproducing\n", section + "## Reproducing\n", 1)
+    text = text.rstrip("\n") + "\n" + kept_addenda(md)
     with open(md + ".tmp", "w") as f:
         f.write(text)
     os.replace(md + ".tmp", md)
