@@ -77,27 +77,39 @@ static inline const void *segs_link(const exr_store_layout *L, const exr_episode
  * chunk (prefetch every entry, then every slot, then every segment pointer,
  * then resolve), so the misses of a chunk's picks overlap instead of
  * following one another; the next chunk's entries are prefetched while this
- * one is resolved. The rows of a small batch are prefetched as soon as they
- * are known (its copy follows at once and finds them in cache); a large
- * batch's copy prefetches them itself, a few picks ahead (batch_copy.c). */
+ * one is resolved. This walk is for a buffer whose tables and rows do not
+ * stay in cache (`cold`, batch_cold_locked): in a small one every link is a
+ * cache hit, and the three extra passes only cost instructions (~1.7 of
+ * get_5000's 11 ns a pick of planning at N = 2048, benchmarks/c/phases.c).
+ *
+ * The rows of a pick are prefetched as soon as they are known when the
+ * batch is small (its copy follows at once and finds them in cache) or the
+ * buffer is cold: then the row misses overlap with the rest of the walk,
+ * and the copy (which prefetches a few picks ahead too, batch_copy.c)
+ * finds the rows of a large batch in L2 or L3 instead of memory
+ * (get_5000 at N = 1M: 0.93x the time). */
+static bool batch_cold_locked(const exr_buffer *b);
 static void plan_batch_locked(exr_buffer *b, size_t count, const size_t *idx, plan_t *plans,
-                              exr_batch_out *out)
+                              exr_batch_out *out, bool cold)
 {
     EXR_ASSERT_LOCKED(b);
     enum { C = 32 };
     const exr_store_layout *L = &b->lay;
     const exr_pick *pv = b->picks.v;
     const exr_episode *slab = b->eps.slab;
-    bool rows_now = count * (b->cfg.pick_len + 1) * L->row_bytes <= ((size_t)64 << 10);
-    for (size_t i = 0; i < count && i < C; i++)
+    size_t pick_bytes = (b->cfg.pick_len + 1) * L->row_bytes;
+    /* (a pick of more than 48 lines is a stream the hardware follows: the
+     * copy's rule, batch_copy.c) */
+    bool rows_now = count * pick_bytes <= ((size_t)64 << 10) || (cold && pick_bytes <= 46 * 64);
+    for (size_t i = 0; cold && i < count && i < C; i++)
         __builtin_prefetch(&pv[idx[i]]);
     for (size_t c0 = 0; c0 < count; c0 += C) {
         size_t c1 = c0 + C < count ? c0 + C : count;
-        for (size_t i = c0; i < c1; i++)
+        for (size_t i = c0; cold && i < c1; i++)
             __builtin_prefetch(&slab[pv[idx[i]].slot]);
-        for (size_t i = c1; i < count && i < c1 + C; i++)
+        for (size_t i = c1; cold && i < count && i < c1 + C; i++)
             __builtin_prefetch(&pv[idx[i]]);
-        for (size_t i = c0; i < c1; i++) {
+        for (size_t i = c0; cold && i < c1; i++) {
             const exr_pick *pk = &pv[idx[i]];
             __builtin_prefetch(slab[pk->slot].body); /* nsegs, final_state */
             __builtin_prefetch(segs_link(L, slab, pk));
@@ -184,11 +196,11 @@ static void scratch_free(batch_scratch *s)
 
 /* Whether a batch's rows must come from memory rather than cache: the
  * rows and the pick table together exceed about half of a core's L2 (the
- * batch's output shares it). Then the copy prefetches the rows of the picks
+ * batch's output shares it). Then the plan walks its chain with prefetches
+ * and prefetches the rows, and the copy prefetches the rows of the picks
  * ahead; below, those prefetches find everything in cache and only cost
- * (benchmarks/c/phases.c: ~4 ns a pick at N = 2048). The plan always
- * prefetches its chain: it costs ~1 ns a pick when all is in cache, and a
- * learner's own work between two batches leaves little of it there. */
+ * instructions (benchmarks/c/phases.c: ~4 ns a pick in the copy and ~1.7 in
+ * the plan at N = 2048). */
 static bool batch_cold_locked(const exr_buffer *b)
 {
     EXR_ASSERT_LOCKED(b);
@@ -204,7 +216,7 @@ static exr_status finish_batch(exr_buffer *b, size_t count, batch_scratch *sc,
     exr_reader me;
     uint64_t t0 = ph ? now_ns() : 0;
     bool cold = batch_cold_locked(b);
-    plan_batch_locked(b, count, sc->idx, sc->plans, out);
+    plan_batch_locked(b, count, sc->idx, sc->plans, out, cold);
     pin_locked(b, &me);
     exr_buffer_unlock(b);
     uint64_t t1 = ph ? now_ns() : 0;
