@@ -87,7 +87,7 @@ static inline const void *segs_link(const exr_store_layout *L, const exr_episode
  * buffer is FAR (larger than a share of L3): then the row misses overlap
  * with the rest of the walk, and the copy (which prefetches a few picks
  * ahead too, batch_copy.c) finds the rows of a large batch in L2 or L3
- * instead of memory (get_5000 at N = 1M: 0.86x the time). For a buffer
+ * instead of memory (get_5000 at N = 1M: about 0.92x the time). For a buffer
  * that fits in L3 the copy's own prefetches suffice, and these would only
  * add instructions (~5 ns a pick at N = 65,536). */
 typedef enum { WARM, COLD, FAR } batch_heat;
