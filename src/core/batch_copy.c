@@ -137,42 +137,56 @@ static void gather_rows(unsigned char *dst, const plan_t *pl, size_t cnt, size_t
         }                                                                                          \
     } while (0)
 
-/* A whole pick for fixed widths: returns 0 if the widths are not one of
- * the specialised combinations. */
-static inline int fuse_pick(const exr_store_layout *L, const plan_t *pl, unsigned char *st,
-                            unsigned char *ac, unsigned char *rw, unsigned char *nx)
+/* The specialised width combinations of fuse_pick, numbered from 1:
+ * states of 1 to 16 float32 (or 1 to 8 float64), actions int64 or int32,
+ * rewards float32 or float64, no extras. */
+#define FUSE_STATES(X, n, AB, RB)                                                                  \
+    X(n + 1, 4, AB, RB) X(n + 2, 8, AB, RB) X(n + 3, 16, AB, RB) X(n + 4, 32, AB, RB)             \
+    X(n + 5, 64, AB, RB)
+#define FUSE_ALL(X)                                                                                \
+    FUSE_STATES(X, 0, 8, 4) FUSE_STATES(X, 5, 4, 4) FUSE_STATES(X, 10, 8, 8)                       \
+    FUSE_STATES(X, 15, 4, 8)
+
+/* Which combination a layout is (0: none), found once per batch, so that
+ * each pick dispatches on a number in a register rather than comparing
+ * the layout's widths (reloaded after every store: the output is
+ * unsigned char, which may alias them) against every combination. */
+static int fuse_kind(const exr_store_layout *L)
 {
-    size_t l = pl->len, first = l < pl->na ? l : pl->na;
-#define FUSE_CASE(SB, AB, RB)                                                                      \
+#define FUSE_KIND(id, SB, AB, RB)                                                                  \
     if (L->state_bytes == (SB) && L->action_bytes == (AB) && L->reward_bytes == (RB) &&          \
-        !L->extra_bytes) {                                                                         \
-        FUSE_ROWS(pl->a, 0, first, SB, AB, RB, (SB) + (AB) + (RB));                                \
-        if (l > first)                                                                             \
-            FUSE_ROWS(pl->b, first, l, SB, AB, RB, (SB) + (AB) + (RB));                            \
-        return 1;                                                                                  \
-    }
-    /* states of 1 to 16 float32 (or 1 to 8 float64), actions int64 or
-     * int32, rewards float32 or float64 */
-#define FUSE_STATES(AB, RB)                                                                        \
-    FUSE_CASE(4, AB, RB)                                                                           \
-    FUSE_CASE(8, AB, RB)                                                                           \
-    FUSE_CASE(16, AB, RB)                                                                          \
-    FUSE_CASE(32, AB, RB)                                                                          \
-    FUSE_CASE(64, AB, RB)
-    FUSE_STATES(8, 4)
-    FUSE_STATES(4, 4)
-    FUSE_STATES(8, 8)
-    FUSE_STATES(4, 8)
-#undef FUSE_STATES
-#undef FUSE_CASE
+        !L->extra_bytes)                                                                           \
+        return (id);
+    FUSE_ALL(FUSE_KIND)
+#undef FUSE_KIND
     return 0;
 }
 
-static void copy_pick(const exr_store_layout *L, const plan_t *pl, size_t pick_len,
+/* A whole pick for fixed widths (combination `kind`, fuse_kind): returns 0
+ * if kind is none of them. */
+static inline int fuse_pick(int kind, const plan_t *pl, unsigned char *st, unsigned char *ac,
+                            unsigned char *rw, unsigned char *nx)
+{
+    size_t l = pl->len, first = l < pl->na ? l : pl->na;
+#define FUSE_CASE(id, SB, AB, RB)                                                                  \
+    case (id):                                                                                     \
+        FUSE_ROWS(pl->a, 0, first, SB, AB, RB, (SB) + (AB) + (RB));                                \
+        if (l > first)                                                                             \
+            FUSE_ROWS(pl->b, first, l, SB, AB, RB, (SB) + (AB) + (RB));                            \
+        return 1;
+    switch (kind) {
+        FUSE_ALL(FUSE_CASE)
+    default:
+        return 0;
+    }
+#undef FUSE_CASE
+}
+
+static void copy_pick(const exr_store_layout *L, int kind, const plan_t *pl, size_t pick_len,
                       unsigned char *st, unsigned char *ac, unsigned char *rw, unsigned char *nx)
 {
     size_t sb = L->state_bytes, ab = L->action_bytes, rb = L->reward_bytes, l = pl->len;
-    if (!fuse_pick(L, pl, st, ac, rw, nx)) {
+    if (!fuse_pick(kind, pl, st, ac, rw, nx)) {
         gather_rows(st, pl, l, 0, L, sb);
         gather_rows(ac, pl, l, sb, L, ab);
         gather_rows(rw, pl, l, sb + ab, L, rb);
@@ -353,9 +367,10 @@ void copy_batch(const exr_buffer *b, size_t count, const plan_t *plans, exr_batc
     size_t ahead = !prefetch ? count : 48 / lines;
     for (size_t i = 0; prefetch && i < count && i < ahead; i++)
         prefetch_pick(L, &plans[i]);
+    int kind = fuse_kind(L);
     for (size_t i = 0; i < count; i++) {
         if (i + ahead < count)
             prefetch_pick(L, &plans[i + ahead]);
-        copy_pick(L, &plans[i], P, st + i * ss, ac + i * as, rw + i * rs, nx + i * ss);
+        copy_pick(L, kind, &plans[i], P, st + i * ss, ac + i * as, rw + i * rs, nx + i * ss);
     }
 }

@@ -77,27 +77,43 @@ static inline const void *segs_link(const exr_store_layout *L, const exr_episode
  * chunk (prefetch every entry, then every slot, then every segment pointer,
  * then resolve), so the misses of a chunk's picks overlap instead of
  * following one another; the next chunk's entries are prefetched while this
- * one is resolved. The rows of a small batch are prefetched as soon as they
- * are known (its copy follows at once and finds them in cache); a large
- * batch's copy prefetches them itself, a few picks ahead (batch_copy.c). */
+ * one is resolved. This walk is for a buffer whose tables and rows do not
+ * stay in cache (heat > WARM, batch_heat_locked): in a small one every link
+ * is a cache hit, and the three extra passes only cost instructions (~1.7
+ * of get_5000's 11 ns a pick of planning at N = 2048, benchmarks/c/phases.c).
+ *
+ * The rows of a pick are prefetched as soon as they are known when the
+ * batch is small (its copy follows at once and finds them in cache) or the
+ * buffer is FAR (larger than a share of L3): then the row misses overlap
+ * with the rest of the walk, and the copy (which prefetches a few picks
+ * ahead too, batch_copy.c) finds the rows of a large batch in L2 or L3
+ * instead of memory (get_5000 at N = 1M: about 0.92x the time). For a buffer
+ * that fits in L3 the copy's own prefetches suffice, and these would only
+ * add instructions (~5 ns a pick at N = 65,536). */
+typedef enum { WARM, COLD, FAR } batch_heat;
 static void plan_batch_locked(exr_buffer *b, size_t count, const size_t *idx, plan_t *plans,
-                              exr_batch_out *out)
+                              exr_batch_out *out, batch_heat heat)
 {
     EXR_ASSERT_LOCKED(b);
     enum { C = 32 };
     const exr_store_layout *L = &b->lay;
     const exr_pick *pv = b->picks.v;
     const exr_episode *slab = b->eps.slab;
-    bool rows_now = count * (b->cfg.pick_len + 1) * L->row_bytes <= ((size_t)64 << 10);
-    for (size_t i = 0; i < count && i < C; i++)
+    bool cold = heat != WARM;
+    size_t pick_bytes = (b->cfg.pick_len + 1) * L->row_bytes;
+    /* (a pick of more than 48 lines is a stream the hardware follows: the
+     * copy's rule, batch_copy.c) */
+    bool rows_now = count * pick_bytes <= ((size_t)64 << 10) ||
+                    (heat == FAR && pick_bytes <= 46 * 64);
+    for (size_t i = 0; cold && i < count && i < C; i++)
         __builtin_prefetch(&pv[idx[i]]);
     for (size_t c0 = 0; c0 < count; c0 += C) {
         size_t c1 = c0 + C < count ? c0 + C : count;
-        for (size_t i = c0; i < c1; i++)
+        for (size_t i = c0; cold && i < c1; i++)
             __builtin_prefetch(&slab[pv[idx[i]].slot]);
-        for (size_t i = c1; i < count && i < c1 + C; i++)
+        for (size_t i = c1; cold && i < count && i < c1 + C; i++)
             __builtin_prefetch(&pv[idx[i]]);
-        for (size_t i = c0; i < c1; i++) {
+        for (size_t i = c0; cold && i < c1; i++) {
             const exr_pick *pk = &pv[idx[i]];
             __builtin_prefetch(slab[pk->slot].body); /* nsegs, final_state */
             __builtin_prefetch(segs_link(L, slab, pk));
@@ -182,18 +198,19 @@ static void scratch_free(batch_scratch *s)
     free(s->scratch);
 }
 
-/* Whether a batch's rows must come from memory rather than cache: the
- * rows and the pick table together exceed about half of a core's L2 (the
- * batch's output shares it). Then the copy prefetches the rows of the picks
- * ahead; below, those prefetches find everything in cache and only cost
- * (benchmarks/c/phases.c: ~4 ns a pick at N = 2048). The plan always
- * prefetches its chain: it costs ~1 ns a pick when all is in cache, and a
- * learner's own work between two batches leaves little of it there. */
-static bool batch_cold_locked(const exr_buffer *b)
+/* Whether a batch's rows must come from beyond L2: COLD when the rows and
+ * the pick table together exceed about half of a core's L2 (the batch's
+ * output shares it), FAR when they exceed 8 MiB (a share of L3: the rows
+ * mostly come from memory). When cold the plan walks its chain with
+ * prefetches and the copy prefetches the rows of the picks ahead; when far
+ * the plan prefetches the rows too. Below, those prefetches find everything
+ * in cache and only cost instructions (benchmarks/c/phases.c: ~4 ns a pick
+ * in the copy and ~1.7 in the plan at N = 2048). */
+static batch_heat batch_heat_locked(const exr_buffer *b)
 {
     EXR_ASSERT_LOCKED(b);
     uint64_t bytes = b->n_records * b->lay.row_bytes + b->picks.n * sizeof(exr_pick);
-    return bytes > ((uint64_t)1 << 20);
+    return bytes > ((uint64_t)8 << 20) ? FAR : bytes > ((uint64_t)1 << 20) ? COLD : WARM;
 }
 
 /* Plans under the lock, copies without it. ph (NULL: not wanted) gets
@@ -203,12 +220,12 @@ static exr_status finish_batch(exr_buffer *b, size_t count, batch_scratch *sc,
 {
     exr_reader me;
     uint64_t t0 = ph ? now_ns() : 0;
-    bool cold = batch_cold_locked(b);
-    plan_batch_locked(b, count, sc->idx, sc->plans, out);
+    batch_heat heat = batch_heat_locked(b);
+    plan_batch_locked(b, count, sc->idx, sc->plans, out, heat);
     pin_locked(b, &me);
     exr_buffer_unlock(b);
     uint64_t t1 = ph ? now_ns() : 0;
-    copy_batch(b, count, sc->plans, out, cold);
+    copy_batch(b, count, sc->plans, out, heat != WARM);
     unpin(b, &me);
     scratch_free(sc);
     if (ph) {

@@ -146,7 +146,7 @@ exr_status exr_buffer_get_batch_phases(exr_buffer *b, int64_t h, size_t count,
 
 /* batch_copy.c: copies the planned picks into out (no lock needed: pinned),
  * prefetching the rows of the picks ahead when `prefetch` (the buffer's
- * rows do not stay in cache: batch_cold_locked, buffer_batch.c). */
+ * rows do not stay in cache: batch_heat_locked, buffer_batch.c). */
 void copy_batch(const exr_buffer *b, size_t count, const plan_t *plans, exr_batch_out *out,
                 bool prefetch);
 
