@@ -32,7 +32,9 @@ static struct exr_locks *locks_new(void)
         ok = pthread_rwlock_init(&lk->rw, &ra) == 0;
         pthread_rwlockattr_destroy(&ra);
     }
-    int mu = ok && pthread_mutex_init(&lk->pin_mu, NULL) == 0;
+    lk->excl = false;
+    int wmu = ok && pthread_mutex_init(&lk->wmu, NULL) == 0;
+    int mu = wmu && pthread_mutex_init(&lk->pin_mu, NULL) == 0;
     int wait = mu && pthread_mutex_init(&lk->wait_mu, NULL) == 0;
     if (wait && pthread_cond_init(&lk->published, NULL) == 0)
         return lk;
@@ -40,6 +42,8 @@ static struct exr_locks *locks_new(void)
         pthread_mutex_destroy(&lk->wait_mu);
     if (mu)
         pthread_mutex_destroy(&lk->pin_mu);
+    if (wmu)
+        pthread_mutex_destroy(&lk->wmu);
     if (ok)
         pthread_rwlock_destroy(&lk->rw);
     free(lk);
@@ -88,6 +92,7 @@ void exr_buffer_free(exr_buffer *b)
     pthread_cond_destroy(&b->lk->published);
     pthread_mutex_destroy(&b->lk->wait_mu);
     pthread_mutex_destroy(&b->lk->pin_mu);
+    pthread_mutex_destroy(&b->lk->wmu);
     pthread_rwlock_destroy(&b->lk->rw);
     free(b->lk);
     free(b);
@@ -144,10 +149,13 @@ void exr_assert_locked(const exr_buffer *b, bool exclusive, const char *fn)
 #define note_unlocking(b) ((void)0)
 #endif
 
-/* Takes rw shared or exclusive, retrying briefly before it sleeps. */
+/* Takes rw shared or exclusive, retrying briefly before it sleeps; an
+ * exclusive taker first queues for wmu, asleep. */
 static void take_rw(exr_buffer *b, bool shared)
 {
     pthread_rwlock_t *rw = &b->lk->rw;
+    if (!shared)
+        pthread_mutex_lock(&b->lk->wmu);
     int got = 0;
     for (int i = 0; i < LOCK_SPINS && !got; i++) {
         got = (shared ? pthread_rwlock_tryrdlock(rw) : pthread_rwlock_trywrlock(rw)) == 0;
@@ -158,6 +166,8 @@ static void take_rw(exr_buffer *b, bool shared)
         pthread_rwlock_rdlock(rw);
     else if (!got)
         pthread_rwlock_wrlock(rw);
+    if (!shared)
+        b->lk->excl = true;
     note_locked(b, shared);
 }
 
@@ -167,8 +177,13 @@ void lock_shared(exr_buffer *b) { take_rw(b, true); }
 
 int exr_buffer_trylock(exr_buffer *b)
 {
-    if (pthread_rwlock_trywrlock(&b->lk->rw) != 0)
+    if (pthread_mutex_trylock(&b->lk->wmu) != 0)
         return 0;
+    if (pthread_rwlock_trywrlock(&b->lk->rw) != 0) {
+        pthread_mutex_unlock(&b->lk->wmu);
+        return 0;
+    }
+    b->lk->excl = true;
     note_locked(b, false);
     return 1;
 }
@@ -186,11 +201,22 @@ static void flush_selectors(exr_buffer *b)
     b->sel_dirty = false;
 }
 
+/* Lets go of rw, and of wmu if rw was held exclusively. */
+static void release_rw(exr_buffer *b)
+{
+    bool excl = b->lk->excl;
+    note_unlocking(b);
+    if (excl)
+        b->lk->excl = false;
+    pthread_rwlock_unlock(&b->lk->rw);
+    if (excl)
+        pthread_mutex_unlock(&b->lk->wmu);
+}
+
 void exr_buffer_unlock(exr_buffer *b)
 {
     flush_selectors(b);
-    note_unlocking(b);
-    pthread_rwlock_unlock(&b->lk->rw);
+    release_rw(b);
 }
 
 /* Waits for the next publish with the storage lock released meanwhile, and
@@ -201,8 +227,7 @@ void wait_publish(exr_buffer *b, bool shared)
 {
     flush_selectors(b);
     pthread_mutex_lock(&b->lk->wait_mu);
-    note_unlocking(b);
-    pthread_rwlock_unlock(&b->lk->rw);
+    release_rw(b);
     pthread_cond_wait(&b->lk->published, &b->lk->wait_mu);
     pthread_mutex_unlock(&b->lk->wait_mu);
     if (shared)

@@ -7,12 +7,18 @@
 #define EXR_BUFFER_LOCKS_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #ifdef EXR_DEBUG_LOCKS
 #include <stdatomic.h>
 #include <stdint.h>
 #endif
 
 struct exr_locks {
+    /* taken before rw exclusive, let go after it: the threads that want rw
+     * exclusively queue here, asleep, so that at most one of them waits
+     * for rw at a time (docs/design.md, "Locking and the GIL") */
+    pthread_mutex_t wmu;
+    bool excl; /* rw is held exclusively (and so wmu too); written by that holder */
     pthread_rwlock_t rw;
     pthread_mutex_t pin_mu;
     pthread_mutex_t wait_mu;

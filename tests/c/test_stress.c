@@ -300,7 +300,10 @@ static void *churn(void *arg)
     double params[2] = {0.6, 0.4};
     while (!atomic_load(&g_stop)) {
         int64_t h;
-        exr_buffer_lock(g_buf);
+        /* the binding's idiom (exr_lock_with_gil): try, and wait only if
+         * that fails; both take the writers' mutex before rw */
+        if (!exr_buffer_trylock(g_buf))
+            exr_buffer_lock(g_buf);
         exr_status s = exr_buffer_add_selector_locked(g_buf, 1, params, &h);
         exr_buffer_unlock(g_buf);
         if (s != EXR_OK) {
