@@ -326,6 +326,17 @@ void exr_sumtree_set(exr_sumtree *t, size_t i, float v)
     set_path(t, i, v, t->nlev);
 }
 
+/* Whether leaf i already holds v, bit for bit: then writing it changes no
+ * node (a level-0 sum is recomputed from its leaves in one fixed order, and
+ * every node above only takes its child's change), so its path is skipped. */
+static inline int leaf_holds(const exr_sumtree *t, size_t i, float v)
+{
+    uint32_t a, b;
+    memcpy(&a, &t->leaf[i], sizeof a);
+    memcpy(&b, &v, sizeof b);
+    return a == b;
+}
+
 void exr_sumtree_set_many(exr_sumtree *t, size_t count, const size_t *idx, const float *v,
                           size_t *scratch)
 {
@@ -335,16 +346,27 @@ void exr_sumtree_set_many(exr_sumtree *t, size_t count, const size_t *idx, const
     /* levels from top up have fewer nodes than half the batch: summed once
      * each from their children at the end instead of taking count deltas */
     int top = top_for(t, count);
-    for (size_t k = 0; k < count && k < D; k++)
+    int changed = 0;
+    for (size_t k = 0; k < count && k < 2 * D; k++)
         __builtin_prefetch(t->leaf + idx[k], 1);
     for (size_t k = 0; k < count; k++) {
-        if (k + D < count) {
-            __builtin_prefetch(t->leaf + idx[k + D], 1);
+        if (k + 2 * D < count)
+            __builtin_prefetch(t->leaf + idx[k + 2 * D], 1);
+        /* a level-0 node is fetched only for a leaf that changes (its leaf
+         * line, asked for D picks ago, tells) */
+        if (k + D < count && !leaf_holds(t, idx[k + D], v[k + D])) {
             __builtin_prefetch(t->sum[0] + idx[k + D] / FAN, 1);
+            __builtin_prefetch(t->mn[0] + idx[k + D] / FAN, 1);
         }
+        if (leaf_holds(t, idx[k], v[k]))
+            continue;
         set_path(t, idx[k], v[k], top);
+        changed = 1;
     }
-    rebuild_from(t, top);
+    /* with no leaf changed every node above is as it was: still within its
+     * drift bound of its children */
+    if (changed)
+        rebuild_from(t, top);
 }
 
 double exr_sumtree_total(const exr_sumtree *t) { return t->nlev ? t->sum[t->nlev - 1][0] : 0.0; }
