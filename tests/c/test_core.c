@@ -285,6 +285,45 @@ static void test_sumtree_unchanged(void)
     exr_sumtree_free(&u);
 }
 
+/* The batch draw takes two draws at a time (one per vector lane, SSE2);
+ * each must land where the one-draw descent lands: the same rng stream
+ * drawn as one batch of 257 (pairs and an odd one) and as 257 batches of
+ * one. Leaves with zeros and float's range, and a second round with every
+ * node inflated (the fallback in some lanes and not in the other). */
+static void test_sumtree_pairs(void)
+{
+    enum { N = 20000, B = 257 };
+    exr_sumtree t;
+    exr_sumtree_init(&t);
+    CHECK_RET(exr_sumtree_reserve(&t, N) == EXR_OK);
+    exr_rng r, r1, r2;
+    exr_rng_seed(&r, 23, 4);
+    for (size_t i = 0; i < N; i++) {
+        int kind = (int)exr_rng_below(&r, 5);
+        double e = exr_rng_double(&r);
+        exr_sumtree_set(&t, i, kind == 0 ? 0.0f : kind == 1 ? (float)pow(10.0, -30.0 + 60.0 * e)
+                                                            : (float)(0.01 + e));
+    }
+    static size_t many[B], one[1];
+    static double scratch[B];
+    for (int round = 0; round < 2; round++) {
+        if (round == 1)
+            for (int k = 0; k < t.nlev; k++)
+                for (size_t j = 0; j < t.len[k]; j++)
+                    t.sum[k][j] *= 1.0 + 0.3 * (double)(j % 3);
+        for (int rep = 0; rep < 20; rep++) {
+            exr_rng_seed(&r1, 100 + (uint64_t)rep, 1);
+            exr_rng_seed(&r2, 100 + (uint64_t)rep, 1);
+            exr_sumtree_sample(&t, &r1, B, many, scratch);
+            for (size_t b = 0; b < B; b++) {
+                exr_sumtree_sample(&t, &r2, 1, one, scratch);
+                CHECK_RET(one[0] == many[b] && t.leaf[many[b]] > 0);
+            }
+        }
+    }
+    exr_sumtree_free(&t);
+}
+
 /* A draw whose offset lands at or past the sum of a node's children (the
  * node's sum is within rounding of theirs, not equal): the halving descent
  * then falls back to the prefix scan, which takes the last positive child.
@@ -819,6 +858,7 @@ int main(void)
         {"sumtree_drift", test_sumtree_drift},
         {"sumtree_past_total", test_sumtree_past_total},
         {"sumtree_unchanged", test_sumtree_unchanged},
+        {"sumtree_pairs", test_sumtree_pairs},
         {"episodes", test_episodes},
         {"picks_and_batch", test_picks_and_batch},
         {"long_episode_segments", test_long_episode_segments},
