@@ -3,6 +3,7 @@
  */
 #include "args.h"
 
+#include <float.h>
 #include <inttypes.h>
 
 #include "replay_impl.h"
@@ -447,6 +448,13 @@ int truth_arg(PyObject *o, const char *name, bool *out)
 
 int exr_check_priorities(const double *p, npy_intp n)
 {
+    /* one pass without an early exit (the compiler checks several at a
+     * time), then the first bad one for the message */
+    int bad = 0;
+    for (npy_intp i = 0; i < n; i++)
+        bad |= !(p[i] >= 0 && p[i] <= DBL_MAX);
+    if (!bad)
+        return 0;
     for (npy_intp i = 0; i < n; i++) {
         if (!priority_ok(p[i])) {
             PyObject *bad = PyFloat_FromDouble(p[i]);
