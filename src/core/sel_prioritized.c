@@ -221,25 +221,30 @@ static void p_update_many(exr_selector *b, size_t count, const size_t *idx, cons
         free(leaves);
 }
 
+/* w = (min_leaf / leaf) ** beta, the ratio in double and the power by
+ * powa.h's series (16 at a time with AVX2): within ~1e-14 of the exact
+ * power before the float32 rounding, where libm's powf per pick took ~10%
+ * of a prioritized get_batch. A zero leaf (reachable only through _gather)
+ * gets (N * 0)^-beta: +inf, or 1 for beta 0. */
 static void weights_of(const prio_sel *s, size_t count, const size_t *idx, float *w)
 {
+    enum { CHUNK = 256 };
     sync(s);
-    float lo = exr_sumtree_min(&s->tree);
-    /* beta is any finite double >= 0; float's range saturates (no cast out of range) */
-    float beta = s->beta > FLT_MAX ? FLT_MAX : (float)s->beta;
-    for (size_t b = 0; b < count; b++) {
-        float leaf = exr_sumtree_get(&s->tree, idx[b]);
-        /* a zero leaf is reachable only through _gather */
-        if (beta == 0.0f)
-            w[b] = 1.0f;
-        else if (!(leaf > 0))
-            w[b] = INFINITY; /* (N * 0)^-beta */
-        else {
-            float r = lo / leaf;
-            /* in float while the ratio is a normal number; below that float
-             * loses its digits, so double */
-            w[b] = r >= FLT_MIN ? powf(r, beta) : (float)pow((double)lo / (double)leaf, s->beta);
+    double lo = exr_sumtree_min(&s->tree);
+    double ratio[CHUNK];
+    for (size_t b0 = 0; b0 < count; b0 += CHUNK) {
+        size_t n = count - b0 < CHUNK ? count - b0 : CHUNK;
+        int zero = 0;
+        for (size_t b = 0; b < n; b++) {
+            double leaf = exr_sumtree_get(&s->tree, idx[b0 + b]);
+            zero |= !(leaf > 0);
+            ratio[b] = leaf > 0 ? lo / leaf : 1.0;
         }
+        /* the ratio is in [2^-277, 1]: a normal double, its power in [0, 1] */
+        exr_pow_leaves(ratio, 1, n, s->beta, w + b0);
+        for (size_t b = 0; zero && b < n; b++)
+            if (!(exr_sumtree_get(&s->tree, idx[b0 + b]) > 0))
+                w[b0 + b] = s->beta == 0 ? 1.0f : INFINITY;
     }
 }
 

@@ -326,6 +326,17 @@ void exr_sumtree_set(exr_sumtree *t, size_t i, float v)
     set_path(t, i, v, t->nlev);
 }
 
+/* Whether leaf i already holds v, bit for bit: then writing it changes no
+ * node (a level-0 sum is recomputed from its leaves in one fixed order, and
+ * every node above only takes its child's change), so its path is skipped. */
+static inline int leaf_holds(const exr_sumtree *t, size_t i, float v)
+{
+    uint32_t a, b;
+    memcpy(&a, &t->leaf[i], sizeof a);
+    memcpy(&b, &v, sizeof b);
+    return a == b;
+}
+
 void exr_sumtree_set_many(exr_sumtree *t, size_t count, const size_t *idx, const float *v,
                           size_t *scratch)
 {
@@ -335,16 +346,27 @@ void exr_sumtree_set_many(exr_sumtree *t, size_t count, const size_t *idx, const
     /* levels from top up have fewer nodes than half the batch: summed once
      * each from their children at the end instead of taking count deltas */
     int top = top_for(t, count);
-    for (size_t k = 0; k < count && k < D; k++)
+    int changed = 0;
+    for (size_t k = 0; k < count && k < 2 * D; k++)
         __builtin_prefetch(t->leaf + idx[k], 1);
     for (size_t k = 0; k < count; k++) {
-        if (k + D < count) {
-            __builtin_prefetch(t->leaf + idx[k + D], 1);
+        if (k + 2 * D < count)
+            __builtin_prefetch(t->leaf + idx[k + 2 * D], 1);
+        /* a level-0 node is fetched only for a leaf that changes (its leaf
+         * line, asked for D picks ago, tells) */
+        if (k + D < count && !leaf_holds(t, idx[k + D], v[k + D])) {
             __builtin_prefetch(t->sum[0] + idx[k + D] / FAN, 1);
+            __builtin_prefetch(t->mn[0] + idx[k + D] / FAN, 1);
         }
+        if (leaf_holds(t, idx[k], v[k]))
+            continue;
         set_path(t, idx[k], v[k], top);
+        changed = 1;
     }
-    rebuild_from(t, top);
+    /* with no leaf changed every node above is as it was: still within its
+     * drift bound of its children */
+    if (changed)
+        rebuild_from(t, top);
 }
 
 double exr_sumtree_total(const exr_sumtree *t) { return t->nlev ? t->sum[t->nlev - 1][0] : 0.0; }
@@ -419,6 +441,108 @@ static inline int step_past(double *y, double h)
         (x) = y_;                                                                                  \
     } while (0)
 
+#if defined(__SSE2__)
+/* Two draws at a time, one in each lane of a vector (draw A low, B high):
+ * DESCEND's operations in DESCEND's order on each lane, so the same bits
+ * and the same children, for about half the instructions of two DESCENDs. */
+
+/* [*a, *b] */
+static inline __m128d lanes_d(const double *a, const double *b)
+{
+    return _mm_loadh_pd(_mm_load_sd(a), b);
+}
+
+static inline __m128d lanes_f(const float *a, const float *b)
+{
+    return _mm_cvtps_pd(_mm_unpacklo_ps(_mm_load_ss(a), _mm_load_ss(b)));
+}
+
+/* y -= h in the lanes where y >= h; those lanes as bits (1: A, 2: B). */
+static inline int step2(__m128d *y, __m128d h)
+{
+    __m128d m = _mm_cmple_pd(h, *y);
+    *y = _mm_sub_pd(*y, _mm_and_pd(m, h));
+    return _mm_movemask_pd(m);
+}
+
+/* The halving steps from the four first children c0..c3 of both nodes;
+ * then each lane's check, and CHOOSE on its original x where it fails. */
+#define DESCEND2(ca, cb, c0, c1, c2, c3, LANES, xa, xb, sa, sb)                                   \
+    do {                                                                                           \
+        __m128d y_ = _mm_set_pd((xb), (xa));                                                       \
+        int m_ = step2(&y_, _mm_add_pd(_mm_add_pd(c0, c1), _mm_add_pd(c2, c3)));                   \
+        int ia_ = 4 * (m_ & 1), ib_ = 2 * (m_ & 2);                                                \
+        m_ = step2(&y_, _mm_add_pd(LANES(ca + ia_, cb + ib_), LANES(ca + ia_ + 1, cb + ib_ + 1))); \
+        ia_ += 2 * (m_ & 1), ib_ += m_ & 2;                                                        \
+        m_ = step2(&y_, LANES(ca + ia_, cb + ib_));                                                \
+        ia_ += m_ & 1, ib_ += m_ >> 1;                                                             \
+        int ok_ = _mm_movemask_pd(_mm_cmplt_pd(y_, LANES(ca + ia_, cb + ib_)));                    \
+        double ya_ = _mm_cvtsd_f64(y_), yb_ = _mm_cvtsd_f64(_mm_unpackhi_pd(y_, y_));              \
+        if (__builtin_expect(!(ok_ & 1), 0)) {                                                     \
+            ya_ = (xa);                                                                            \
+            CHOOSE(ca, ya_, ia_);                                                                  \
+        }                                                                                          \
+        if (__builtin_expect(!(ok_ & 2), 0)) {                                                     \
+            yb_ = (xb);                                                                            \
+            CHOOSE(cb, yb_, ib_);                                                                  \
+        }                                                                                          \
+        (xa) = ya_, (xb) = yb_, (sa) = ia_, (sb) = ib_;                                            \
+    } while (0)
+
+static inline void descend2_d(const double *ca, const double *cb, double *xa, double *xb,
+                              int *sa, int *sb)
+{
+    __m128d a01 = _mm_loadu_pd(ca), b01 = _mm_loadu_pd(cb);
+    __m128d a23 = _mm_loadu_pd(ca + 2), b23 = _mm_loadu_pd(cb + 2);
+    __m128d c0 = _mm_unpacklo_pd(a01, b01), c1 = _mm_unpackhi_pd(a01, b01);
+    __m128d c2 = _mm_unpacklo_pd(a23, b23), c3 = _mm_unpackhi_pd(a23, b23);
+    DESCEND2(ca, cb, c0, c1, c2, c3, lanes_d, *xa, *xb, *sa, *sb);
+}
+
+static inline void descend2_f(const float *ca, const float *cb, double *xa, double *xb, int *sa,
+                              int *sb)
+{
+    __m128 fa = _mm_loadu_ps(ca), fb = _mm_loadu_ps(cb);
+    __m128 lo = _mm_unpacklo_ps(fa, fb), hi = _mm_unpackhi_ps(fa, fb); /* a0 b0 a1 b1, a2 b2 a3 b3 */
+    __m128d c0 = _mm_cvtps_pd(lo), c1 = _mm_cvtps_pd(_mm_movehl_ps(lo, lo));
+    __m128d c2 = _mm_cvtps_pd(hi), c3 = _mm_cvtps_pd(_mm_movehl_ps(hi, hi));
+    DESCEND2(ca, cb, c0, c1, c2, c3, lanes_f, *xa, *xb, *sa, *sb);
+}
+#define PAIRS 1
+#else
+#define PAIRS 0
+#endif
+
+/* Draws [b, count) of one internal level k: from their nodes' children in
+ * sum[k - 1] to a node of level k - 1, whose line below is prefetched. */
+static void sample_level(const exr_sumtree *t, int k, size_t count, size_t *out, double *u)
+{
+    const double *ch = t->sum[k - 1];
+    const void *below = k >= 2 ? (const void *)t->sum[k - 2] : (const void *)t->leaf;
+    size_t line = k >= 2 ? FAN * sizeof(double) : FAN * sizeof(float);
+    size_t b = 0;
+#if PAIRS
+    for (; b + 2 <= count; b += 2) {
+        int sa, sb;
+        descend2_d(ch + FAN * out[b], ch + FAN * out[b + 1], &u[b], &u[b + 1], &sa, &sb);
+        out[b] = FAN * out[b] + (size_t)sa;
+        out[b + 1] = FAN * out[b + 1] + (size_t)sb;
+        __builtin_prefetch((const char *)below + line * out[b]);
+        __builtin_prefetch((const char *)below + line * out[b + 1]);
+    }
+#endif
+    for (; b < count; b++) {
+        const double *c = ch + FAN * out[b];
+        double x = u[b];
+        int s;
+        DESCEND(c, x, s);
+        size_t j = FAN * out[b] + (size_t)s;
+        out[b] = j;
+        u[b] = x;
+        __builtin_prefetch((const char *)below + line * j);
+    }
+}
+
 void exr_sumtree_sample(const exr_sumtree *t, exr_rng *r, size_t count, size_t *out,
                         double *u)
 {
@@ -429,22 +553,18 @@ void exr_sumtree_sample(const exr_sumtree *t, exr_rng *r, size_t count, size_t *
     }
     /* One level for the whole batch at a time: the line each draw needs next
      * is prefetched while the other draws are worked on. */
-    for (int k = t->nlev - 1; k >= 1; k--) {
-        const double *ch = t->sum[k - 1];
-        const void *below = k >= 2 ? (const void *)t->sum[k - 2] : (const void *)t->leaf;
-        size_t line = k >= 2 ? FAN * sizeof(double) : FAN * sizeof(float);
-        for (size_t b = 0; b < count; b++) {
-            const double *c = ch + FAN * out[b];
-            double x = u[b];
-            int s;
-            DESCEND(c, x, s);
-            size_t j = FAN * out[b] + (size_t)s;
-            out[b] = j;
-            u[b] = x;
-            __builtin_prefetch((const char *)below + line * j);
-        }
+    for (int k = t->nlev - 1; k >= 1; k--)
+        sample_level(t, k, count, out, u);
+    size_t b = 0;
+#if PAIRS
+    for (; b + 2 <= count; b += 2) {
+        int sa, sb;
+        descend2_f(t->leaf + FAN * out[b], t->leaf + FAN * out[b + 1], &u[b], &u[b + 1], &sa, &sb);
+        out[b] = FAN * out[b] + (size_t)sa;
+        out[b + 1] = FAN * out[b + 1] + (size_t)sb;
     }
-    for (size_t b = 0; b < count; b++) {
+#endif
+    for (; b < count; b++) {
         const float *c = t->leaf + FAN * out[b];
         double x = u[b];
         int s;

@@ -35,7 +35,8 @@
  *
  * Costs: set O(log8 N) additions; sample of B draws O(B log8 N), done level
  * by level over the whole batch with prefetching so that cache misses of
- * different draws overlap; reserve O(N) when it grows (capacity doubles),
+ * different draws overlap (two draws at a time in the lanes of an SSE2
+ * vector); reserve O(N) when it grows (capacity doubles),
  * amortised O(1).
  */
 #ifndef EXR_SUMTREE_H
@@ -80,7 +81,9 @@ void exr_sumtree_set(exr_sumtree *t, size_t i, float v);
 
 /* leaf[idx[k]] = v[k] for k < count, in order (the last value for a leaf
  * wins), each followed by its ancestors' deltas; the top levels (fewer nodes
- * than count / 2) once at the end. scratch holds count size_t. */
+ * than count / 2) once at the end. A leaf that already holds its value (bit
+ * for bit) is skipped, and the top levels too when no leaf changed.
+ * scratch holds count size_t. */
 void exr_sumtree_set_many(exr_sumtree *t, size_t count, const size_t *idx, const float *v,
                           size_t *scratch);
 

@@ -3,6 +3,7 @@
  */
 #include "args.h"
 
+#include <float.h>
 #include <inttypes.h>
 
 #include "replay_impl.h"
@@ -63,6 +64,16 @@ int exr_int_arg(PyObject *o, const char *name, const char *expected, int64_t lo,
                 int64_t *out)
 {
     char want[128];
+    if (PyLong_CheckExact(o)) {
+        /* the common case, without PyNumber_Index's new reference; anything
+         * else (out of range included) takes the path below and its error */
+        int overflow;
+        long long x = PyLong_AsLongLongAndOverflow(o, &overflow);
+        if (!overflow && x >= lo && x <= hi) {
+            *out = (int64_t)x;
+            return 0;
+        }
+    }
     if (!exr_is_int(o)) {
         int_want(want, sizeof want, expected, lo, (uint64_t)hi, 1);
         PyErr_Format(PyExc_TypeError, "%s: expected %s, got %s", name, want, Py_TYPE(o)->tp_name);
@@ -332,6 +343,22 @@ int exr_handle_arg(PyObject *o, const char *name, const char *expected, int64_t 
     return 0;
 }
 
+/* Whether keyword name key is the ASCII string name. Keyword names are
+ * compact ASCII strings (identifiers of the caller's code): compared as
+ * bytes, without PyUnicode_CompareWithASCIIString's strlen and call. */
+static int kw_is(PyObject *key, const char *name)
+{
+    if (PyUnicode_IS_COMPACT_ASCII(key)) {
+        Py_ssize_t n = PyUnicode_GET_LENGTH(key);
+        const char *k = (const char *)PyUnicode_DATA(key);
+        Py_ssize_t i = 0;
+        while (i < n && name[i] && name[i] == k[i])
+            i++;
+        return i == n && name[i] == '\0';
+    }
+    return PyUnicode_CompareWithASCIIString(key, name) == 0;
+}
+
 /* Fills out[0..nmax) from positional args and keywords (NULL where absent).
  * The first nreq are required. */
 int exr_parse_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
@@ -351,7 +378,7 @@ int exr_parse_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
     for (Py_ssize_t j = 0; j < nkw; j++) {
         PyObject *key = PyTuple_GET_ITEM(kwnames, j);
         int i = 0;
-        while (i < nmax && PyUnicode_CompareWithASCIIString(key, names[i]) != 0)
+        while (i < nmax && !kw_is(key, names[i]))
             i++;
         if (i == nmax) {
             PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'", fname,
@@ -421,6 +448,13 @@ int truth_arg(PyObject *o, const char *name, bool *out)
 
 int exr_check_priorities(const double *p, npy_intp n)
 {
+    /* one pass without an early exit (the compiler checks several at a
+     * time), then the first bad one for the message */
+    int bad = 0;
+    for (npy_intp i = 0; i < n; i++)
+        bad |= !(p[i] >= 0 && p[i] <= DBL_MAX);
+    if (!bad)
+        return 0;
     for (npy_intp i = 0; i < n; i++) {
         if (!priority_ok(p[i])) {
             PyObject *bad = PyFloat_FromDouble(p[i]);

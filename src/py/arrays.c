@@ -164,6 +164,58 @@ static int out_array_ok(PyObject *a, PyArray_Descr *d, int nd, const npy_intp *d
     return 1;
 }
 
+/* Whether out.f is what get_batch itself makes for field f of B picks:
+ * an ndarray of that very descr (by pointer), its shape, writeable,
+ * C-contiguous and aligned. Enough for out_array_ok, without building the
+ * expected descr and shape. */
+static int out_field_as_made(ReplayObject *self, exr_modstate *st, PyObject *a, int f,
+                             npy_intp B, npy_intp L)
+{
+    const int need = NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_WRITEABLE;
+    PyArray_Descr *d = f == F_WEIGHT ? st->f32_descr : st->i64_descr;
+    const npy_intp *tail = NULL;
+    int nd = 1;
+    if (f == F_STATE || f == F_NEXT)
+        d = self->state_descr, tail = self->state_shape, nd = 2 + self->state_nd;
+    else if (f == F_ACTION)
+        d = self->action_descr, tail = self->action_shape, nd = 2 + self->action_nd;
+    else if (f == F_REWARD)
+        d = self->reward_descr, nd = 2;
+    if (!a || !PyArray_Check(a))
+        return 0;
+    PyArrayObject *x = (PyArrayObject *)a;
+    if (PyArray_DESCR(x) != d || PyArray_NDIM(x) != nd || (PyArray_FLAGS(x) & need) != need)
+        return 0;
+    const npy_intp *dims = PyArray_DIMS(x);
+    if (dims[0] != B || (nd > 1 && dims[1] != L))
+        return 0;
+    for (int i = 2; i < nd; i++)
+        if (dims[i] != tail[i - 2])
+            return 0;
+    return 1;
+}
+
+/* out's arrays (new references) when every one is as get_batch makes them
+ * (out_field_as_made) and the buffer has no named fields: one pass of
+ * comparisons. 0 otherwise: batch_arrays then checks field by field, with
+ * its errors. */
+static int out_as_made(ReplayObject *self, exr_modstate *st, PyObject *out, npy_intp B,
+                       PyObject **arrays)
+{
+    if (self->sfields || self->xfields)
+        return 0;
+    npy_intp L = exr_buffer_config(self->buf)->pick_len;
+    for (int f = 0; f < NFIELDS; f++)
+        if (f != F_EXTRAS &&
+            !out_field_as_made(self, st, PyStructSequence_GET_ITEM(out, f), f, B, L))
+            return 0;
+    for (int f = 0; f < NFIELDS; f++) {
+        PyObject *a = PyStructSequence_GET_ITEM(out, f);
+        arrays[f] = Py_NewRef(a ? a : Py_None);
+    }
+    return 1;
+}
+
 /* arrays[f] borrowed from `out` after checking them, or new arrays. */
 int batch_arrays(ReplayObject *self, npy_intp B, PyObject *out, PyObject **arrays)
 {
@@ -175,6 +227,8 @@ int batch_arrays(ReplayObject *self, npy_intp B, PyObject *out, PyObject **array
     }
     if (!out)
         return new_batch_arrays(self, B, arrays);
+    if (out_as_made(self, st, out, B, arrays))
+        return 0;
     npy_intp L = exr_buffer_config(self->buf)->pick_len;
     for (int f = 0; f < NFIELDS; f++) {
         if (dict_field(self, f)) {

@@ -34,6 +34,9 @@ typedef struct {
     PyTypeObject *episode_type;
     PyTypeObject *block_type;
     PyTypeObject *log_type;
+    /* NumPy's float32 and int64 descrs: what get_batch makes its weight and
+     * index arrays with, so an out= array is checked by pointer (arrays.c) */
+    PyArray_Descr *f32_descr, *i64_descr;
     /* batch memory kept for reuse (block.c); used with the GIL held */
     struct {
         void *mem;

@@ -151,9 +151,37 @@ static int check_shape(PyArrayObject *arr, int nlead, npy_intp *lead, int nd,
     return 0;
 }
 
+/* Whether obj is an ndarray that exr_as_array would return as it is: of
+ * this very descr (so equivalent, and typed: no value conversion), the
+ * shape asked for, C-contiguous and aligned. Then the dtype checks'
+ * EquivTypes and CanCastTypeTo, a large part of a small call, are spared.
+ * Fills lead[] like check_shape. */
+static int as_is(PyObject *obj, PyArray_Descr *descr, int nlead, npy_intp *lead, int nd,
+                 const npy_intp *shape)
+{
+    if (!PyArray_Check(obj))
+        return 0;
+    PyArrayObject *a = (PyArrayObject *)obj;
+    const int need = NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED;
+    if (PyArray_DESCR(a) != descr || PyArray_NDIM(a) != nlead + nd ||
+        (PyArray_FLAGS(a) & need) != need)
+        return 0;
+    for (int i = 0; i < nlead; i++)
+        if (lead[i] >= 0 && PyArray_DIM(a, i) != lead[i])
+            return 0;
+    for (int i = 0; i < nd; i++)
+        if (PyArray_DIM(a, nlead + i) != shape[i])
+            return 0;
+    for (int i = 0; i < nlead; i++)
+        lead[i] = PyArray_DIM(a, i);
+    return 1;
+}
+
 PyArrayObject *exr_as_array(PyObject *obj, PyArray_Descr *descr, int nlead, npy_intp *lead,
                             int nd, const npy_intp *shape, const char *arg)
 {
+    if (as_is(obj, descr, nlead, lead, nd, shape))
+        return (PyArrayObject *)Py_NewRef(obj);
     PyArrayObject *arr = any_ndarray(obj, descr, arg);
     int equiv, weak_int;
     if (!arr)
@@ -269,6 +297,10 @@ static int module_exec(PyObject *m)
     if (PyArray_ImportNumPyAPI() < 0)
         return -1;
     exr_modstate *st = PyModule_GetState(m);
+    st->f32_descr = PyArray_DescrFromType(NPY_FLOAT32);
+    st->i64_descr = PyArray_DescrFromType(NPY_INT64);
+    if (!st->f32_descr || !st->i64_descr)
+        return -1;
     st->batch_type = PyStructSequence_NewType(&batch_desc);
     if (!st->batch_type || PyModule_AddObjectRef(m, "Batch", (PyObject *)st->batch_type) < 0)
         return -1;
@@ -310,6 +342,8 @@ static int module_clear(PyObject *m)
     Py_CLEAR(st->episode_type);
     Py_CLEAR(st->block_type);
     Py_CLEAR(st->log_type);
+    Py_CLEAR(st->f32_descr);
+    Py_CLEAR(st->i64_descr);
     return 0;
 }
 

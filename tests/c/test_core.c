@@ -221,6 +221,109 @@ static void test_sumtree_drift(void)
     exr_sumtree_free(&t);
 }
 
+/* Every node's bytes (sums, mins, drift bounds) at levels [0, nlev). */
+static int sumtree_nodes_equal(const exr_sumtree *a, const exr_sumtree *b)
+{
+    for (int k = 0; k < a->nlev; k++) {
+        size_t slots = k + 1 < a->nlev ? 8 * a->len[k + 1] : 1;
+        if (memcmp(a->sum[k], b->sum[k], slots * sizeof(double)) ||
+            memcmp(a->mn[k], b->mn[k], slots * sizeof(float)) ||
+            (k && memcmp(a->drift[k], b->drift[k], slots * sizeof(double))))
+            return 0;
+    }
+    return memcmp(a->leaf, b->leaf, a->cap * sizeof(float)) == 0;
+}
+
+/* A batch that writes every leaf its own value again changes no node (the
+ * update skips those leaves' paths and the top levels' resum); a batch
+ * that changes a leaf and then writes its old value back within the same
+ * batch leaves the old value, and the tree consistent. */
+static void test_sumtree_unchanged(void)
+{
+    enum { N = 3000, B = 256 };
+    exr_sumtree t, u;
+    exr_sumtree_init(&t);
+    exr_sumtree_init(&u);
+    CHECK_RET(exr_sumtree_reserve(&t, N) == EXR_OK && exr_sumtree_reserve(&u, N) == EXR_OK);
+    exr_rng r;
+    exr_rng_seed(&r, 17, 2);
+    static size_t idx[B], scratch[B];
+    static float v[B];
+    char msg[256];
+    for (size_t i = 0; i < N; i++)
+        exr_sumtree_set(&t, i, (float)(0.05 + exr_rng_double(&r)));
+    for (int round = 0; round < 50; round++) {
+        /* single updates first: nodes at every level then carry deltas
+         * (drift bounds that a resum from their children would reset) */
+        for (int k = 0; k < 5; k++)
+            exr_sumtree_set(&t, (size_t)exr_rng_below(&r, N), (float)(0.05 + exr_rng_double(&r)));
+        for (size_t k = 0; k < B; k++) {
+            idx[k] = (size_t)exr_rng_below(&r, N);
+            v[k] = round % 2 ? t.leaf[idx[k]] : (float)exr_rng_double(&r);
+        }
+        /* u: a copy of t's nodes, to compare with after the batch */
+        for (int k = 0; k < t.nlev; k++) {
+            size_t slots = k + 1 < t.nlev ? 8 * t.len[k + 1] : 1;
+            memcpy(u.sum[k], t.sum[k], slots * sizeof(double));
+            memcpy(u.mn[k], t.mn[k], slots * sizeof(float));
+            if (k)
+                memcpy(u.drift[k], t.drift[k], slots * sizeof(double));
+        }
+        memcpy(u.leaf, t.leaf, t.cap * sizeof(float));
+        exr_sumtree_set_many(&t, B, idx, v, scratch);
+        CHECK_RET(exr_sumtree_check(&t, N, msg, sizeof msg) == 0);
+        if (round % 2)
+            CHECK_RET(sumtree_nodes_equal(&t, &u));
+    }
+    /* leaf 7 changed, then its old value written back, in one batch */
+    float old = t.leaf[7];
+    size_t two[2] = {7, 7};
+    float back[2] = {old * 3 + 1, old};
+    exr_sumtree_set_many(&t, 2, two, back, scratch);
+    CHECK_RET(t.leaf[7] == old && exr_sumtree_check(&t, N, msg, sizeof msg) == 0);
+    exr_sumtree_free(&t);
+    exr_sumtree_free(&u);
+}
+
+/* The batch draw takes two draws at a time (one per vector lane, SSE2);
+ * each must land where the one-draw descent lands: the same rng stream
+ * drawn as one batch of 257 (pairs and an odd one) and as 257 batches of
+ * one. Leaves with zeros and float's range, and a second round with every
+ * node inflated (the fallback in some lanes and not in the other). */
+static void test_sumtree_pairs(void)
+{
+    enum { N = 20000, B = 257 };
+    exr_sumtree t;
+    exr_sumtree_init(&t);
+    CHECK_RET(exr_sumtree_reserve(&t, N) == EXR_OK);
+    exr_rng r, r1, r2;
+    exr_rng_seed(&r, 23, 4);
+    for (size_t i = 0; i < N; i++) {
+        int kind = (int)exr_rng_below(&r, 5);
+        double e = exr_rng_double(&r);
+        exr_sumtree_set(&t, i, kind == 0 ? 0.0f : kind == 1 ? (float)pow(10.0, -30.0 + 60.0 * e)
+                                                            : (float)(0.01 + e));
+    }
+    static size_t many[B], one[1];
+    static double scratch[B];
+    for (int round = 0; round < 2; round++) {
+        if (round == 1)
+            for (int k = 0; k < t.nlev; k++)
+                for (size_t j = 0; j < t.len[k]; j++)
+                    t.sum[k][j] *= 1.0 + 0.3 * (double)(j % 3);
+        for (int rep = 0; rep < 20; rep++) {
+            exr_rng_seed(&r1, 100 + (uint64_t)rep, 1);
+            exr_rng_seed(&r2, 100 + (uint64_t)rep, 1);
+            exr_sumtree_sample(&t, &r1, B, many, scratch);
+            for (size_t b = 0; b < B; b++) {
+                exr_sumtree_sample(&t, &r2, 1, one, scratch);
+                CHECK_RET(one[0] == many[b] && t.leaf[many[b]] > 0);
+            }
+        }
+    }
+    exr_sumtree_free(&t);
+}
+
 /* A draw whose offset lands at or past the sum of a node's children (the
  * node's sum is within rounding of theirs, not equal): the halving descent
  * then falls back to the prefix scan, which takes the last positive child.
@@ -754,6 +857,8 @@ int main(void)
         {"sumtree", test_sumtree},
         {"sumtree_drift", test_sumtree_drift},
         {"sumtree_past_total", test_sumtree_past_total},
+        {"sumtree_unchanged", test_sumtree_unchanged},
+        {"sumtree_pairs", test_sumtree_pairs},
         {"episodes", test_episodes},
         {"picks_and_batch", test_picks_and_batch},
         {"long_episode_segments", test_long_episode_segments},
