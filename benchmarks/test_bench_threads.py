@@ -17,7 +17,10 @@ One round: the sequential run (all records, then all samples) and the
 concurrent run (both threads started together; wall time until both end).
 speedup = median(sequential) / median(concurrent), over interleaved rounds.
 A "control" workload (NumPy np.sin on both sides, no exreplay) measures
-what two threads can get from the machine at that moment.
+what two threads can get from the machine at that moment; every other
+workload also runs a control round right before each of its own rounds and
+reports the control's median speedup over those rounds (control_speedup),
+so that its ratio to the control pairs moments when the machine was the same.
 Timed with time.perf_counter (pytest-benchmark times one callable).
 """
 
@@ -109,43 +112,63 @@ WORKLOADS = {"apex": _apex, "atari": _atari, "atari_samplers": _atari_samplers,
              "atari_writers": _atari_writers, "control": _control}
 
 
+def _counts(rec, samp, T):
+    """Calls of each side that take about T alone."""
+    return max(1, int(T / harness.median_time(rec, 21))), max(1, int(T / harness.median_time(samp, 21)))
+
+
+def _round(rec, n_rec, samp, n_samp):
+    """One sequential run (all records, then all samples) and one concurrent
+    run (both threads started together): (sequential, its record part, its
+    sample part, concurrent wall time)."""
+    t0 = time.perf_counter()
+    _loop(rec, n_rec)
+    t1 = time.perf_counter()
+    _loop(samp, n_samp)
+    t2 = time.perf_counter()
+    barrier = threading.Barrier(3)
+
+    def worker(fn, n):
+        barrier.wait()
+        _loop(fn, n)
+
+    threads = [threading.Thread(target=worker, args=(rec, n_rec)), threading.Thread(target=worker, args=(samp, n_samp))]
+    for th in threads:
+        th.start()
+    barrier.wait()
+    t3 = time.perf_counter()
+    for th in threads:
+        th.join()
+    return t2 - t0, t1 - t0, t2 - t1, time.perf_counter() - t3
+
+
 @pytest.mark.parametrize("workload", ["control", "apex", "atari", "atari_samplers", "atari_writers"])
 def test_threads(workload):
+    """A workload's speedup, and the control's speedup measured in the same
+    rounds (a control round right before each of the workload's), so that
+    the ratio of the two compares moments when the machine was the same."""
     buf, rec, samp, desc = WORKLOADS[workload]()
     T = harness.thread_seconds()
-    # Calibrate: counts that make each side take about T alone.
-    t_rec = harness.median_time(rec, 21)
-    t_samp = harness.median_time(samp, 21)
-    n_rec = max(1, int(T / t_rec))
-    n_samp = max(1, int(T / t_samp))
+    n_rec, n_samp = _counts(rec, samp, T)
+    paired = workload != "control"
+    if paired:
+        _, c_one, c_two, _ = _control()
+        c_n1, c_n2 = _counts(c_one, c_two, T)
 
-    seq, par, seq_rec, seq_samp = [], [], [], []
+    seq, par, seq_rec, seq_samp, ctl = [], [], [], [], []
     for _ in range(harness.rounds(7, 2)):
-        t0 = time.perf_counter()
-        _loop(rec, n_rec)
-        t1 = time.perf_counter()
-        _loop(samp, n_samp)
-        t2 = time.perf_counter()
-        seq.append(t2 - t0)
-        seq_rec.append(t1 - t0)
-        seq_samp.append(t2 - t1)
-
-        barrier = threading.Barrier(3)
-
-        def worker(fn, n):
-            barrier.wait()
-            _loop(fn, n)
-
-        threads = [threading.Thread(target=worker, args=(rec, n_rec)), threading.Thread(target=worker, args=(samp, n_samp))]
-        for th in threads:
-            th.start()
-        barrier.wait()
-        t0 = time.perf_counter()
-        for th in threads:
-            th.join()
-        par.append(time.perf_counter() - t0)
+        if paired:
+            c_seq, _, _, c_par = _round(c_one, c_n1, c_two, c_n2)
+            ctl.append(c_seq / c_par)
+        s, s_rec, s_samp, p = _round(rec, n_rec, samp, n_samp)
+        seq.append(s)
+        seq_rec.append(s_rec)
+        seq_samp.append(s_samp)
+        par.append(p)
 
     m_seq, m_par = float(np.median(seq)), float(np.median(par))
+    if paired:
+        desc = dict(desc, control_speedup=float(np.median(ctl)))
     ops = n_rec + n_samp
     harness.add_custom(
         "threads", workload=workload, n_record_calls=n_rec, n_sample_calls=n_samp,
@@ -153,8 +176,9 @@ def test_threads(workload):
         speedup=m_seq / m_par, seq_ops_per_s=ops / m_seq, par_ops_per_s=ops / m_par,
         records_per_s_par=n_rec * EP / m_par, rounds=len(seq), **desc,
     )
+    ctl_txt = f", control in the same rounds {desc['control_speedup']:.2f}x" if paired else ""
     print(f"\nthreads {workload}: sequential {m_seq * 1e3:.1f} ms, concurrent {m_par * 1e3:.1f} ms, "
-          f"speedup {m_seq / m_par:.2f}x ({n_rec} record calls + {n_samp} sample calls)")
+          f"speedup {m_seq / m_par:.2f}x ({n_rec} record calls + {n_samp} sample calls){ctl_txt}")
     assert buf is None or len(buf) > 0
 
 
