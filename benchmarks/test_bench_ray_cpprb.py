@@ -15,9 +15,12 @@ Load: 4 writer actors send 100-step rollouts with priorities (2 in flight
 each); one learner task draws 16 minibatches of 64 per call and sends their
 1024 priorities back in one call (2 in flight). Two state shapes: (4,)
 float32 and 84x84 uint8 frames. pick_len 1 (cpprb stores 1-step transitions).
-Each phase runs D seconds (3 s; quick 0.5 s); the rates are what the writers
-and the learner got acknowledged (client side, the same count for all three).
-Nothing asserts on a time.
+Each round has four phases per actor: writers alone, learner alone, both at
+full speed, and both with the writers paced at PACE (half) of the records/s
+they got alone in that round, as actors bound by their environments would
+send. Each phase runs D seconds (3 s; quick 0.3 s); the rates are what the
+writers and the learner got acknowledged (client side, the same count for
+every actor). Nothing asserts on a time.
 """
 
 from __future__ import annotations
@@ -45,6 +48,9 @@ SHAPES = {"small": ((4,), "float32"), "atari": ((84, 84), "uint8")}
 # The section this module writes at the end of docs/benchmarks_ray.md
 # (test_bench_ray.py writes the file's head and keeps this section).
 SECTION = "## Against a cpprb actor and the Ray floor"
+# The paced phase offers the writers this fraction of the records/s they got
+# alone in the same round.
+PACE = float(os.environ.get("EXREPLAY_RAY_PACE", "0.5"))
 RESULTS: dict = {}
 NAMES = {"exreplay_local": "exreplay, learner inside the replay actor",
          "exreplay": "exreplay ReplayActor, learner in its own process",
@@ -141,12 +147,20 @@ def _actors():
             self.w = w
             self.seq = {}  # per replay (each exreplay actor numbers this stream's rollouts itself)
 
-        def run(self, kind, actor, seconds):
+        def run(self, kind, actor, seconds, rate=None):
+            """Sends rollouts for `seconds`: as fast as acknowledged (2 in
+            flight), or, with `rate` (records/s), no faster than that pace."""
             from exreplay.ray import Rollout
 
-            t_end = time.perf_counter() + seconds
-            inflight, n = [], 0
+            t0 = time.perf_counter()
+            t_end = t0 + seconds
+            inflight, n, sent = [], 0, 0
             while time.perf_counter() < t_end:
+                if rate is not None:
+                    ahead = t0 + sent / rate - time.perf_counter()
+                    if ahead > 0:
+                        time.sleep(ahead)
+                    sent += T
                 if len(inflight) >= 2:
                     done, inflight = ray.wait(inflight, num_returns=1)
                     n += sum(ray.get(done))
@@ -255,8 +269,16 @@ def test_replay_actor_vs_cpprb_actor(cluster, shape):
             jobs = [w.run.remote(kind, actor, D) for w in writers] + [learner.remote(kind, actor, D)]
             out = ray.get(jobs)
             dt = time.perf_counter() - t0
+            # The writers paced at PACE of what they got alone (actors bound by
+            # their environments, not by the replay), with the learner running.
+            offered = PACE * rec_alone
+            t0 = time.perf_counter()
+            jobs = [w.run.remote(kind, actor, D, offered / WRITERS) for w in writers] + [learner.remote(kind, actor, D)]
+            paced = ray.get(jobs)
+            dtp = time.perf_counter() - t0
             runs[kind].append(dict(records_alone=rec_alone, minibatches_alone=mb_alone,
-                                   records=sum(out[:-1]) / dt, minibatches=out[-1] / dt))
+                                   records=sum(out[:-1]) / dt, minibatches=out[-1] / dt, offered=offered,
+                                   records_paced=sum(paced[:-1]) / dtp, minibatches_paced=paced[-1] / dtp))
     for w in writers:
         ray.kill(w)
     for actor in actors.values():
@@ -265,6 +287,8 @@ def test_replay_actor_vs_cpprb_actor(cluster, shape):
     RESULTS[shape] = dict(capacity=cap, phase_s=D, rounds=rounds, load_avg=load, runs=runs)
     res = {kind: {k: float(np.median([r[k] for r in rs])) for k in rs[0]} for kind, rs in runs.items()}
     for kind, r in res.items():
+        print(f"\n{shape} {kind:14s}: paced writers offered {r['offered']:,.0f} records/s got {r['records_paced']:,.0f}; "
+              f"learner {r['minibatches_paced']:,.0f} minibatches/s ({r['minibatches_paced'] / r['minibatches_alone']:.2f}x alone)")
         harness.add_custom("ray_vs_cpprb", shape=shape, actor=kind, capacity=cap, phase_s=D, rounds=rounds,
                            load_avg=load, **r)
         print(f"\n{shape} {kind:14s}: alone {r['records_alone']:,.0f} records/s, {r['minibatches_alone']:,.0f} "
@@ -289,7 +313,8 @@ def _section(results):
          "minibatches of 64 per call and sends their 1024 priorities back in one call. Prioritized selection "
          "(alpha 0.6, beta 0.4), pick_len 1, buffer filled to capacity first (so every record evicts). Each "
          "round measures every actor in turn (writers alone, learner alone, both; the order alternates between "
-         "rounds); the figures are medians over the rounds.",
+         "rounds), then both again with the writers paced at half of their records/s alone; the figures are "
+         "medians over the rounds.",
          "",
          "- *exreplay, learner inside the replay actor*: `replay_actor_class(Learner)`, a `ReplayServer` "
          "subclass whose `learn` method (concurrency group \"learner\") draws with local `get_batch(64, 0, 16)` "
@@ -314,6 +339,14 @@ def _section(results):
             L.append(f"| {NAMES.get(k, k)} | {m['records_alone']:,.0f} | {m['minibatches_alone']:,.0f} | "
                      f"{m['records']:,.0f} | {m['minibatches']:,.0f} | {m['records'] / m['records_alone']:.2f}x, "
                      f"{m['minibatches'] / m['minibatches_alone']:.2f}x |")
+        L += ["", f"The same actors with the writers paced at {PACE:g} of their records/s alone (offered per round; "
+              "the learner unpaced):", "",
+              "| actor | records/s offered | records/s got | minibatches/s | minibatches/s with the paced writers / alone |",
+              "| --- | ---: | ---: | ---: | ---: |"]
+        for k, m in med.items():
+            if "offered" in m:
+                L.append(f"| {NAMES.get(k, k)} | {m['offered']:,.0f} | {m['records_paced']:,.0f} | "
+                         f"{m['minibatches_paced']:,.0f} | {m['minibatches_paced'] / m['minibatches_alone']:.2f}x |")
         c, f = med["cpprb"], med["floor"]
         L.append("")
         for k in ("exreplay_local", "exreplay"):
