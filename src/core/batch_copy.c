@@ -393,8 +393,8 @@ void copy_batch(const exr_buffer *b, size_t count, const plan_t *plans, exr_batc
      * itself; prefetching all of the next one would push this pick's rows
      * and its output out of L2 (R2D2's 572 KB picks: 1.27x slower). */
     size_t lines = (P + 1) * L->row_bytes / 64 + 2;
-    if (lines > 48 || count * (P + 1) * L->row_bytes <= EXR_PLAN_ROWS_BYTES)
-        prefetch = false; /* (the plan prefetched a small batch's rows) */
+    if (lines > 48)
+        prefetch = false;
     size_t ahead = !prefetch ? count : 48 / lines;
     for (size_t i = 0; prefetch && i < count && i < ahead; i++)
         prefetch_pick(L, &plans[i]);

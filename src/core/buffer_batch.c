@@ -103,7 +103,7 @@ static void plan_batch_locked(exr_buffer *b, size_t count, const size_t *idx, pl
     size_t pick_bytes = (b->cfg.pick_len + 1) * L->row_bytes;
     /* (a pick of more than 48 lines is a stream the hardware follows: the
      * copy's rule, batch_copy.c) */
-    bool rows_now = count * pick_bytes <= EXR_PLAN_ROWS_BYTES ||
+    bool rows_now = count * pick_bytes <= ((size_t)64 << 10) ||
                     (heat == FAR && pick_bytes <= 46 * 64);
     for (size_t i = 0; cold && i < count && i < C; i++)
         __builtin_prefetch(&pv[idx[i]]);

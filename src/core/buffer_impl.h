@@ -150,11 +150,6 @@ exr_status exr_buffer_get_batch_phases(exr_buffer *b, int64_t h, size_t count,
 void copy_batch(const exr_buffer *b, size_t count, const plan_t *plans, exr_batch_out *out,
                 bool prefetch);
 
-/* A batch whose rows (pick_len + 1 a pick) take at most this many bytes has
- * them all prefetched by its plan (buffer_batch.c), just before its copy,
- * which then does not prefetch them again (batch_copy.c). */
-#define EXR_PLAN_ROWS_BYTES ((size_t)64 << 10)
-
 static inline uint64_t complete_steps(const exr_episode *e)
 {
     return e->ended ? e->n : (e->n ? e->n - 1 : 0);
