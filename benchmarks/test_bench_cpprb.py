@@ -276,3 +276,55 @@ def test_update_by_batch_paired(benchmark):
     _tag(benchmark, "update_paired", "exreplay_batch", n, batch, paired_cpprb_ratio=ratio,
          cpprb_median_s=statistics.median(cp), calls_per_round=2)
     benchmark.pedantic(ex_two, rounds=harness.rounds(40, 3), iterations=25, warmup_rounds=1)
+
+
+@pytest.mark.parametrize("what", ["get_batch32", "get_batch32_out", "psample256"])
+def test_sample_paired(benchmark, what):
+    """get_batch against cpprb's sample on the same N and B (uniform B = 32
+    at the largest N, without and with out=; prioritized B = 256 at N = 1M),
+    timed in alternating blocks (each library's calls, untimed until its
+    data is back in cache after the other's block, then timed: 2-30 ms), so
+    that both see the same machine; reports the median of the paired ratios
+    (cpprb time / exreplay time). Why paired: on the development VM the whole CPU runs at one of two
+    speeds from one moment to the next (get_batch(32) on a buffer that stays
+    in cache: 0.62 or 1.05-1.1 µs; NumPy's gather of 4,096 floats: 7.1 or 11
+    µs), so the unpaired medians of test_sample_uniform and test_prioritized,
+    taken seconds apart, can each be at a different speed. The
+    pytest-benchmark timing is of the exreplay call."""
+    import statistics
+    import time
+
+    if what == "psample256":
+        n, batch, iters = harness.prioritized_size(), 256, 100
+        buf, ps = _exreplay(n, "prioritized")
+        rb = _cpprb(n, "prioritized")
+        cp_call = lambda: rb.sample(batch, beta=0.4)
+    else:
+        n, batch, iters = harness.cpprb_sizes()[-1], 32, 1000
+        buf, ps = _exreplay(n)
+        rb = _cpprb(n)
+        cp_call = lambda: rb.sample(batch)
+    kwargs = {"out": buf.get_batch(batch, ps)} if what == "get_batch32_out" else {}
+    ex_call = lambda: buf.get_batch(batch, ps, **kwargs)
+
+    def block(fn):
+        for _ in range(iters):  # the other library's block evicted this one's metadata
+            fn()
+        t = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        return (time.perf_counter() - t) / iters
+
+    ratios, ex, cp = [], [], []
+    for rep in range(harness.rounds(30, 3)):
+        order = (ex_call, cp_call) if rep % 2 == 0 else (cp_call, ex_call)
+        t = {fn: block(fn) for fn in order}
+        ex.append(t[ex_call])
+        cp.append(t[cp_call])
+        ratios.append(cp[-1] / ex[-1])
+    ratio = statistics.median(ratios)
+    print(f"\n{what}, N={n}: exreplay {statistics.median(ex) * 1e6:.2f} us, "
+          f"cpprb {statistics.median(cp) * 1e6:.2f} us, paired cpprb/exreplay {ratio:.2f}x")
+    _tag(benchmark, "sample_paired", what, n, batch, paired_cpprb_ratio=ratio,
+         cpprb_median_s=statistics.median(cp), exreplay_median_s=statistics.median(ex))
+    benchmark.pedantic(ex_call, rounds=harness.rounds(20, 3), iterations=iters, warmup_rounds=1)

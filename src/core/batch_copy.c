@@ -147,10 +147,10 @@ static void gather_rows(unsigned char *dst, const plan_t *pl, size_t cnt, size_t
     FUSE_STATES(X, 0, 8, 4) FUSE_STATES(X, 5, 4, 4) FUSE_STATES(X, 10, 8, 8)                       \
     FUSE_STATES(X, 15, 4, 8)
 
-/* Which combination a layout is (0: none), found once per batch, so that
- * each pick dispatches on a number in a register rather than comparing
- * the layout's widths (reloaded after every store: the output is
- * unsigned char, which may alias them) against every combination. */
+/* Which combination a layout is (0: none), found once per batch, which
+ * then runs that combination's own loop (fuse_batch) rather than comparing
+ * the layout's widths (reloaded after every store: the output is unsigned
+ * char, which may alias them) against every combination at each pick. */
 static int fuse_kind(const exr_store_layout *L)
 {
 #define FUSE_KIND(id, SB, AB, RB)                                                                  \
@@ -162,39 +162,18 @@ static int fuse_kind(const exr_store_layout *L)
     return 0;
 }
 
-/* A whole pick for fixed widths (combination `kind`, fuse_kind): returns 0
- * if kind is none of them. */
-static inline int fuse_pick(int kind, const plan_t *pl, unsigned char *st, unsigned char *ac,
-                            unsigned char *rw, unsigned char *nx)
-{
-    size_t l = pl->len, first = l < pl->na ? l : pl->na;
-#define FUSE_CASE(id, SB, AB, RB)                                                                  \
-    case (id):                                                                                     \
-        FUSE_ROWS(pl->a, 0, first, SB, AB, RB, (SB) + (AB) + (RB));                                \
-        if (l > first)                                                                             \
-            FUSE_ROWS(pl->b, first, l, SB, AB, RB, (SB) + (AB) + (RB));                            \
-        return 1;
-    switch (kind) {
-        FUSE_ALL(FUSE_CASE)
-    default:
-        return 0;
-    }
-#undef FUSE_CASE
-}
-
-static void copy_pick(const exr_store_layout *L, int kind, const plan_t *pl, size_t pick_len,
+/* A pick of any widths (fuse_pick, below, for the common ones). */
+static void copy_pick(const exr_store_layout *L, const plan_t *pl, size_t pick_len,
                       unsigned char *st, unsigned char *ac, unsigned char *rw, unsigned char *nx)
 {
     size_t sb = L->state_bytes, ab = L->action_bytes, rb = L->reward_bytes, l = pl->len;
-    if (!fuse_pick(kind, pl, st, ac, rw, nx)) {
-        gather_rows(st, pl, l, 0, L, sb);
-        gather_rows(ac, pl, l, sb, L, ab);
-        gather_rows(rw, pl, l, sb + ab, L, rb);
-        /* Next states 0..l-2 are states 1..l-1: take them from the output
-         * just written, so each stored state is read once (docs/design.md). */
-        if (l > 1)
-            copy_bytes(nx, st + sb, (l - 1) * sb);
-    }
+    gather_rows(st, pl, l, 0, L, sb);
+    gather_rows(ac, pl, l, sb, L, ab);
+    gather_rows(rw, pl, l, sb + ab, L, rb);
+    /* Next states 0..l-2 are states 1..l-1: take them from the output
+     * just written, so each stored state is read once (docs/design.md). */
+    if (l > 1)
+        copy_bytes(nx, st + sb, (l - 1) * sb);
     unsigned char *last = nx + (l - 1) * sb;
     if (pl->next_stored)
         copy_bytes(last, l < pl->na ? pl->a + l * L->row_bytes : pl->b + (l - pl->na) * L->row_bytes,
@@ -335,6 +314,58 @@ static void copy_batch_fields(const exr_buffer *b, size_t count, const plan_t *p
 #endif
 }
 
+/* A whole pick for fixed widths SB, AB, RB (constants of the caller: every
+ * move, the last next state's and the padding's too, is a fixed-size one):
+ * what copy_pick does, each row read once. */
+static inline __attribute__((always_inline)) void
+fuse_pick(const plan_t *pl, size_t P, unsigned char *st, unsigned char *ac, unsigned char *rw,
+          unsigned char *nx, const size_t SB, const size_t AB, const size_t RB)
+{
+    const size_t ROW = SB + AB + RB;
+    size_t l = pl->len, first = l < pl->na ? l : pl->na;
+    FUSE_ROWS(pl->a, 0, first, SB, AB, RB, ROW);
+    if (l > first)
+        FUSE_ROWS(pl->b, first, l, SB, AB, RB, ROW);
+    unsigned char *last = nx + (l - 1) * SB;
+    if (pl->next_stored)
+        memcpy(last, l < pl->na ? pl->a + l * ROW : pl->b + (l - pl->na) * ROW, SB);
+    else if (pl->final)
+        memcpy(last, pl->final, SB);
+    else
+        memset(last, 0, SB);
+    for (size_t r = l; r < P; r++) {
+        memset(st + r * SB, 0, SB);
+        memset(nx + r * SB, 0, SB);
+        memset(ac + r * AB, 0, AB);
+        memset(rw + r * RB, 0, RB);
+    }
+}
+
+/* The batch's picks for combination `kind` (fuse_kind), one loop per
+ * combination, so that a pick neither dispatches on the kind nor reads the
+ * layout's widths: returns 0 if kind is none of them. Prefetches `ahead`
+ * picks ahead (none when ahead >= count). */
+static int fuse_batch(int kind, const exr_store_layout *L, size_t count, const plan_t *plans,
+                      size_t P, size_t ahead, const exr_batch_out *out)
+{
+    unsigned char *st = out->state, *ac = out->action, *rw = out->reward, *nx = out->state_next;
+#define FUSE_LOOP(id, SB, AB, RB)                                                                  \
+    case (id):                                                                                     \
+        for (size_t i = 0; i < count; i++) {                                                       \
+            if (i + ahead < count)                                                                 \
+                prefetch_pick(L, &plans[i + ahead]);                                               \
+            fuse_pick(&plans[i], P, st + i * P * (SB), ac + i * P * (AB), rw + i * P * (RB),       \
+                      nx + i * P * (SB), (SB), (AB), (RB));                                        \
+        }                                                                                          \
+        return 1;
+    switch (kind) {
+        FUSE_ALL(FUSE_LOOP)
+    default:
+        return 0;
+    }
+#undef FUSE_LOOP
+}
+
 void copy_batch(const exr_buffer *b, size_t count, const plan_t *plans, exr_batch_out *out,
                 bool prefetch)
 {
@@ -367,10 +398,11 @@ void copy_batch(const exr_buffer *b, size_t count, const plan_t *plans, exr_batc
     size_t ahead = !prefetch ? count : 48 / lines;
     for (size_t i = 0; prefetch && i < count && i < ahead; i++)
         prefetch_pick(L, &plans[i]);
-    int kind = fuse_kind(L);
+    if (fuse_batch(fuse_kind(L), L, count, plans, P, ahead, out))
+        return;
     for (size_t i = 0; i < count; i++) {
         if (i + ahead < count)
             prefetch_pick(L, &plans[i + ahead]);
-        copy_pick(L, kind, &plans[i], P, st + i * ss, ac + i * as, rw + i * rs, nx + i * ss);
+        copy_pick(L, &plans[i], P, st + i * ss, ac + i * as, rw + i * rs, nx + i * ss);
     }
 }

@@ -168,8 +168,10 @@ static int out_array_ok(PyObject *a, PyArray_Descr *d, int nd, const npy_intp *d
  * an ndarray of that very descr (by pointer), its shape, writeable,
  * C-contiguous and aligned. Enough for out_array_ok, without building the
  * expected descr and shape. */
-static int out_field_as_made(ReplayObject *self, exr_modstate *st, PyObject *a, int f,
-                             npy_intp B, npy_intp L)
+/* (always inlined: a call costs ~25 instructions a field, and it is made for
+ * every array of every out= and spare set) */
+static inline __attribute__((always_inline)) int
+out_field_as_made(ReplayObject *self, exr_modstate *st, PyObject *a, int f, npy_intp B, npy_intp L)
 {
     const int need = NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_WRITEABLE;
     PyArray_Descr *d = f == F_WEIGHT ? st->f32_descr : st->i64_descr;
@@ -216,6 +218,92 @@ static int out_as_made(ReplayObject *self, exr_modstate *st, PyObject *out, npy_
     return 1;
 }
 
+/* ---- spare arrays ----
+ * Without out=, get_batch makes 9 arrays and a Batch: about 5,500
+ * instructions, half of a get_batch(32)'s own. So the arrays of the last
+ * two small batches made are kept (a strong reference each). When a later
+ * call finds every array of one set held by nothing else (reference count
+ * 1: the batch, its arrays, and every view, tensor or buffer export of them
+ * are gone) and still as get_batch made them (out_field_as_made, read from
+ * the arrays at every call), it refills them and returns them in a new
+ * Batch, with a new extras dict. Two sets, because in
+ * `batch = rb.get_batch(...)` the previous batch is still bound while the
+ * next one is drawn. Nothing can tell the difference from fresh arrays but
+ * their id() and an array's weakref, which lives until the set is replaced
+ * (a set with a weakref is never refilled). */
+#define SPARE_MAX_BYTES ((size_t)1 << 20)
+
+_Static_assert(EXR_SPARE_ARRAYS == F_EXTRAS && F_EXTRAS == NFIELDS - 1,
+               "the spare arrays are every field before extras, the last");
+
+static int spare_free(ReplayObject *self, exr_modstate *st, PyObject *const *s, npy_intp B,
+                      npy_intp L)
+{
+    if (!s[0])
+        return 0;
+    for (int f = 0; f < EXR_SPARE_ARRAYS; f++)
+        if (Py_REFCNT(s[f]) != 1 || ((PyArrayObject_fields *)s[f])->weakreflist ||
+            !out_field_as_made(self, st, s[f], f, B, L))
+            return 0;
+    return 1;
+}
+
+/* A free spare set for B picks in arrays[] (new references) with a new
+ * extras dict: 1. 0 if there is none, -1 with an exception. */
+static int spare_take(ReplayObject *self, exr_modstate *st, npy_intp B, PyObject **arrays)
+{
+    if (self->sfields || self->xfields)
+        return 0;
+    npy_intp L = exr_buffer_config(self->buf)->pick_len;
+    for (int j = 0; j < 2; j++) {
+        PyObject *const *s = self->spare[j];
+        if (!spare_free(self, st, s, B, L))
+            continue;
+        if (!(arrays[F_EXTRAS] = PyDict_New()))
+            return -1;
+        for (int f = 0; f < EXR_SPARE_ARRAYS; f++)
+            arrays[f] = Py_NewRef(s[f]);
+        return 1;
+    }
+    return 0;
+}
+
+/* The arrays of a new batch kept as a spare set, in place of the older
+ * set, when the batch is small (a large one's copy dwarfs making arrays). */
+static void spare_keep(ReplayObject *self, PyObject *const *arrays)
+{
+    if (self->sfields || self->xfields)
+        return;
+    size_t bytes = 0;
+    for (int f = 0; f < EXR_SPARE_ARRAYS; f++)
+        bytes += (size_t)PyArray_NBYTES((PyArrayObject *)arrays[f]);
+    if (bytes > SPARE_MAX_BYTES)
+        return;
+    PyObject **s = self->spare[self->spare_next];
+    self->spare_next ^= 1;
+    for (int f = 0; f < EXR_SPARE_ARRAYS; f++)
+        Py_XSETREF(s[f], Py_NewRef(arrays[f]));
+}
+
+void exr_spare_clear(ReplayObject *self)
+{
+    for (int j = 0; j < 2; j++)
+        for (int f = 0; f < EXR_SPARE_ARRAYS; f++)
+            Py_CLEAR(self->spare[j][f]);
+}
+
+/* The arrays of a batch without out=: a free spare set, or new ones. */
+static int fresh_arrays(ReplayObject *self, exr_modstate *st, npy_intp B, PyObject **arrays)
+{
+    int r = spare_take(self, st, B, arrays);
+    if (r)
+        return r < 0 ? -1 : 0;
+    if (new_batch_arrays(self, B, arrays) < 0)
+        return -1;
+    spare_keep(self, arrays);
+    return 0;
+}
+
 /* arrays[f] borrowed from `out` after checking them, or new arrays. */
 int batch_arrays(ReplayObject *self, npy_intp B, PyObject *out, PyObject **arrays)
 {
@@ -226,7 +314,7 @@ int batch_arrays(ReplayObject *self, npy_intp B, PyObject *out, PyObject **array
         return -1;
     }
     if (!out)
-        return new_batch_arrays(self, B, arrays);
+        return fresh_arrays(self, st, B, arrays);
     if (out_as_made(self, st, out, B, arrays))
         return 0;
     npy_intp L = exr_buffer_config(self->buf)->pick_len;

@@ -46,6 +46,9 @@ typedef struct {
     size_t cached_bytes;
 } exr_modstate;
 
+/* a batch's array fields: all but extras (replay_impl.h, F_EXTRAS) */
+#define EXR_SPARE_ARRAYS 10
+
 typedef struct {
     PyObject_HEAD
     exr_buffer *buf;
@@ -61,6 +64,11 @@ typedef struct {
     /* named fields (named.h): NULL for one state array / no extras. With
      * sfields, state_descr/state_shape describe the packed bytes (uint8). */
     struct exr_fieldset *sfields, *xfields;
+    /* the arrays (all but extras) of the last two small batches returned
+     * without out=, refilled by a later get_batch once nothing else holds
+     * them (arrays.c, "spare arrays"). Used with the GIL held. */
+    PyObject *spare[2][EXR_SPARE_ARRAYS];
+    int spare_next;
 } ReplayObject;
 
 /* save() calls its progress callback with the buffer locked: a call back

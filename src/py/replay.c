@@ -237,6 +237,7 @@ static void replay_dealloc(ReplayObject *self)
         PyObject_ClearWeakRefs((PyObject *)self);
     if (self->buf)
         exr_replay_detach_log(self);
+    exr_spare_clear(self);
     exr_buffer_free(self->buf);
     Py_XDECREF(self->state_descr);
     Py_XDECREF(self->action_descr);

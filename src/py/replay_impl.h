@@ -33,6 +33,8 @@ int batch_arrays(ReplayObject *self, npy_intp B, PyObject *out, PyObject **array
  * buffer has named fields or extras. */
 void batch_out_of(ReplayObject *self, PyObject **arrays, exr_batch_out *o, exr_field_dst *plan);
 PyObject *batch_result(ReplayObject *self, PyObject **arrays, PyObject *out);
+/* drops the spare arrays (arrays.c) */
+void exr_spare_clear(ReplayObject *self);
 PyObject *new_array(PyArray_Descr *d, npy_intp lead, int nd, const npy_intp *shape);
 
 /* replay_batch.c: pick_epi and pick_pos as int64 arrays of one length n. */
