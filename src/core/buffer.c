@@ -149,6 +149,17 @@ void exr_assert_locked(const exr_buffer *b, bool exclusive, const char *fn)
 #define note_unlocking(b) ((void)0)
 #endif
 
+/* Tries rw for a short while, without sleeping; 1 if taken. */
+static int spin_rw(pthread_rwlock_t *rw, bool shared)
+{
+    for (int i = 0; i < LOCK_SPINS; i++) {
+        if ((shared ? pthread_rwlock_tryrdlock(rw) : pthread_rwlock_trywrlock(rw)) == 0)
+            return 1;
+        cpu_relax();
+    }
+    return 0;
+}
+
 /* Takes rw shared or exclusive, retrying briefly before it sleeps; an
  * exclusive taker first queues for wmu, asleep. */
 static void take_rw(exr_buffer *b, bool shared)
@@ -156,12 +167,7 @@ static void take_rw(exr_buffer *b, bool shared)
     pthread_rwlock_t *rw = &b->lk->rw;
     if (!shared)
         pthread_mutex_lock(&b->lk->wmu);
-    int got = 0;
-    for (int i = 0; i < LOCK_SPINS && !got; i++) {
-        got = (shared ? pthread_rwlock_tryrdlock(rw) : pthread_rwlock_trywrlock(rw)) == 0;
-        if (!got)
-            cpu_relax();
-    }
+    int got = spin_rw(rw, shared);
     if (!got && shared)
         pthread_rwlock_rdlock(rw);
     else if (!got)
@@ -188,19 +194,6 @@ int exr_buffer_trylock(exr_buffer *b)
     return 1;
 }
 
-/* What add() and remove() left pending in the selectors (the sum trees
- * above their written leaves) is done before the exclusive lock goes: a
- * shared holder always finds every selector complete. */
-static void flush_selectors(exr_buffer *b)
-{
-    if (!b->sel_dirty)
-        return;
-    for (size_t i = 0; i < b->nsels; i++)
-        if (b->sels[i].sel->vt->flush)
-            b->sels[i].sel->vt->flush(b->sels[i].sel);
-    b->sel_dirty = false;
-}
-
 /* Lets go of rw, and of wmu if rw was held exclusively. */
 static void release_rw(exr_buffer *b)
 {
@@ -213,10 +206,41 @@ static void release_rw(exr_buffer *b)
         pthread_mutex_unlock(&b->lk->wmu);
 }
 
+/* What add() and remove() left pending in the selectors (sel_prioritized.c:
+ * noted ops, leaves not written, the sum tree above them) is done after
+ * the exclusive lock is let go, under the shared lock and each selector's
+ * mu: it then runs beside samplers' plans and copies instead of keeping
+ * them out. Any reader that comes first (it holds mu) does it instead:
+ * every selector entry point completes what is pending before it reads,
+ * so this is only where the work is done, never whether. */
+static void flush_selectors_shared(exr_buffer *b)
+{
+    /* never asleep: the caller may hold the GIL (the binding's idiom,
+     * exr_lock_with_gil), and then it must not wait for rw. If a writer
+     * keeps rw, the next reader does the work */
+    if (!spin_rw(&b->lk->rw, true))
+        return;
+    note_locked(b, true);
+    for (size_t i = 0; i < b->nsels; i++) {
+        exr_selector *s = b->sels[i].sel;
+        if (s->vt->flush) {
+            pthread_mutex_lock(&s->mu);
+            s->vt->flush(s);
+            pthread_mutex_unlock(&s->mu);
+        }
+    }
+    release_rw(b);
+}
+
 void exr_buffer_unlock(exr_buffer *b)
 {
-    flush_selectors(b);
+    /* only the exclusive holder writes sel_dirty */
+    bool dirty = b->lk->excl && b->sel_dirty;
+    if (dirty)
+        b->sel_dirty = false;
     release_rw(b);
+    if (dirty)
+        flush_selectors_shared(b);
 }
 
 /* Waits for the next publish with the storage lock released meanwhile, and
@@ -225,7 +249,6 @@ void exr_buffer_unlock(exr_buffer *b)
  * means no publish can slip in between. */
 void wait_publish(exr_buffer *b, bool shared)
 {
-    flush_selectors(b);
     pthread_mutex_lock(&b->lk->wait_mu);
     release_rw(b);
     pthread_cond_wait(&b->lk->published, &b->lk->wait_mu);

@@ -27,6 +27,17 @@ enum { P_ALPHA = 0, P_BETA = 1 };
  * PENDING at a time, sixteen per step with AVX2, instead of one by one. */
 #define PENDING 128
 
+/* Record calls' adds and removes, as they came, not yet done on the tree: a
+ * record call only notes them under the exclusive lock, and they are done
+ * (apply_ops) under the shared lock and the selector's mu once that lock
+ * is let go, or by the next reader (docs/design.md, "Locking and the
+ * GIL"). OPLOG ops fit a 100-step rollout that evicts as many picks. */
+#define OPLOG 512
+typedef struct {
+    uint32_t i, last; /* a remove: the pick at i leaves, the one at last moves into i */
+    double prio;      /* an add: its priority (NaN: none); a remove: -1 */
+} sel_op;
+
 typedef struct {
     exr_selector base;
     double alpha, beta;
@@ -39,6 +50,8 @@ typedef struct {
     size_t npend;
     size_t pidx[PENDING];
     double pprio[PENDING];
+    size_t nops;
+    sel_op ops[OPLOG];
 } prio_sel;
 
 #define PEND_TAG 0x7fc00000u
@@ -123,20 +136,29 @@ static void p_set_param(exr_selector *b, int k, double v)
         s->beta = v;
 }
 
+static void sync(const prio_sel *cs);
+
 static exr_status p_reserve(exr_selector *b, size_t n)
 {
-    materialize((prio_sel *)b); /* growing rebuilds the tree from the leaves */
-    return exr_sumtree_reserve(&((prio_sel *)b)->tree, n);
+    prio_sel *s = (prio_sel *)b;
+    if (n <= s->tree.cap)
+        return EXR_OK; /* (the noted ops stay noted) */
+    sync(s); /* growing rebuilds the tree from the leaves */
+    return exr_sumtree_reserve(&s->tree, n);
 }
 
-/* Record calls add and remove picks by leaf writes only (exr_sumtree_put);
- * the tree above them is fixed once, by flush, before the storage lock is
- * let go (exr_buffer_unlock) or before anything here reads the sums. In a
- * shared-lock reader no write is ever pending, so the flushes below that
- * cast a const selector away are no-ops there. */
+/* Record calls only note their adds and removes (note_op); the leaves are
+ * written (apply_ops, exr_sumtree_put) and the tree above them fixed once
+ * (flush) after the exclusive lock is let go (exr_buffer_unlock, under the
+ * shared lock and mu), or before anything here reads the tree, whichever
+ * comes first. Readers hold mu (or the lock exclusively), so the syncs
+ * below that cast a const selector away never race. */
+static void apply_ops(prio_sel *s);
+
 static void sync(const prio_sel *cs)
 {
     prio_sel *s = (prio_sel *)cs;
+    apply_ops(s);
     materialize(s);
     if (exr_sumtree_pending(&s->tree))
         exr_sumtree_flush(&s->tree);
@@ -153,9 +175,8 @@ static void make_room(prio_sel *s)
         sync(s);
 }
 
-static void p_add(exr_selector *b, size_t i, double prio)
+static void do_add(prio_sel *s, size_t i, double prio)
 {
-    prio_sel *s = (prio_sel *)b;
     make_room(s);
     if (isnan(prio))
         prio = s->max_prio;
@@ -167,9 +188,8 @@ static void p_add(exr_selector *b, size_t i, double prio)
     exr_sumtree_put(&s->tree, i, pend_leaf(k));
 }
 
-static void p_remove(exr_selector *b, size_t i, size_t last)
+static void do_remove(prio_sel *s, size_t i, size_t last)
 {
-    prio_sel *s = (prio_sel *)b;
     make_room(s);
     float gone = exr_sumtree_get(&s->tree, i);
     if (isnan(gone))
@@ -181,6 +201,35 @@ static void p_remove(exr_selector *b, size_t i, size_t last)
         exr_sumtree_put(&s->tree, i, moved);
     }
     exr_sumtree_put(&s->tree, last, 0.0f);
+}
+
+/* The noted ops, in order, on the tree (leaf writes; the tree above them
+ * is left to sync's flush). */
+static void apply_ops(prio_sel *s)
+{
+    size_t n = s->nops;
+    s->nops = 0; /* (make_room's sync, inside, finds none) */
+    for (size_t k = 0; k < n; k++) {
+        const sel_op *op = &s->ops[k];
+        if (op->prio < 0)
+            do_remove(s, op->i, op->last);
+        else
+            do_add(s, op->i, op->prio);
+    }
+}
+
+static void note_op(prio_sel *s, size_t i, size_t last, double prio)
+{
+    if (s->nops == OPLOG)
+        apply_ops(s);
+    s->ops[s->nops++] = (sel_op){(uint32_t)i, (uint32_t)last, prio};
+}
+
+static void p_add(exr_selector *b, size_t i, double prio) { note_op((prio_sel *)b, i, 0, prio); }
+
+static void p_remove(exr_selector *b, size_t i, size_t last)
+{
+    note_op((prio_sel *)b, i, last, -1.0);
 }
 
 static void p_update(exr_selector *b, size_t i, double prio)
