@@ -34,7 +34,8 @@ static struct exr_locks *locks_new(void)
     }
     lk->excl = false;
     int wmu = ok && pthread_mutex_init(&lk->wmu, NULL) == 0;
-    int mu = wmu && pthread_mutex_init(&lk->pin_mu, NULL) == 0;
+    int smu = wmu && pthread_mutex_init(&lk->sels_mu, NULL) == 0;
+    int mu = smu && pthread_mutex_init(&lk->pin_mu, NULL) == 0;
     int wait = mu && pthread_mutex_init(&lk->wait_mu, NULL) == 0;
     if (wait && pthread_cond_init(&lk->published, NULL) == 0)
         return lk;
@@ -42,6 +43,8 @@ static struct exr_locks *locks_new(void)
         pthread_mutex_destroy(&lk->wait_mu);
     if (mu)
         pthread_mutex_destroy(&lk->pin_mu);
+    if (smu)
+        pthread_mutex_destroy(&lk->sels_mu);
     if (wmu)
         pthread_mutex_destroy(&lk->wmu);
     if (ok)
@@ -92,6 +95,7 @@ void exr_buffer_free(exr_buffer *b)
     pthread_cond_destroy(&b->lk->published);
     pthread_mutex_destroy(&b->lk->wait_mu);
     pthread_mutex_destroy(&b->lk->pin_mu);
+    pthread_mutex_destroy(&b->lk->sels_mu);
     pthread_mutex_destroy(&b->lk->wmu);
     pthread_rwlock_destroy(&b->lk->rw);
     free(b->lk);
@@ -258,6 +262,10 @@ void wait_publish(exr_buffer *b, bool shared)
     else
         exr_buffer_lock(b);
 }
+
+void sels_lock(exr_buffer *b) { pthread_mutex_lock(&b->lk->sels_mu); }
+
+void sels_unlock(exr_buffer *b) { pthread_mutex_unlock(&b->lk->sels_mu); }
 
 void signal_publish(exr_buffer *b)
 {
