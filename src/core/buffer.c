@@ -211,20 +211,14 @@ static void release_rw(exr_buffer *b)
 }
 
 /* What add() and remove() left pending in the selectors (sel_prioritized.c:
- * noted ops, leaves not written, the sum tree above them) is done after
- * the exclusive lock is let go, under the shared lock and each selector's
- * mu: it then runs beside samplers' plans and copies instead of keeping
- * them out. Any reader that comes first (it holds mu) does it instead:
- * every selector entry point completes what is pending before it reads,
- * so this is only where the work is done, never whether. */
-static void flush_selectors_shared(exr_buffer *b)
+ * noted ops, leaves not written, the sum tree above them) is done before
+ * the exclusive lock is let go, under each selector's mu (a draw without
+ * the storage lock may be reading the tree), so that a draw finds the
+ * picks of every finished record call. */
+static void flush_selectors(exr_buffer *b)
 {
-    /* never asleep: the caller may hold the GIL (the binding's idiom,
-     * exr_lock_with_gil), and then it must not wait for rw. If a writer
-     * keeps rw, the next reader does the work */
-    if (!spin_rw(&b->lk->rw, true))
+    if (!b->sel_dirty)
         return;
-    note_locked(b, true);
     for (size_t i = 0; i < b->nsels; i++) {
         exr_selector *s = b->sels[i].sel;
         if (s->vt->flush) {
@@ -233,18 +227,14 @@ static void flush_selectors_shared(exr_buffer *b)
             pthread_mutex_unlock(&s->mu);
         }
     }
-    release_rw(b);
+    b->sel_dirty = false;
 }
 
 void exr_buffer_unlock(exr_buffer *b)
 {
-    /* only the exclusive holder writes sel_dirty */
-    bool dirty = b->lk->excl && b->sel_dirty;
-    if (dirty)
-        b->sel_dirty = false;
+    if (b->lk->excl) /* only the exclusive holder writes sel_dirty */
+        flush_selectors(b);
     release_rw(b);
-    if (dirty)
-        flush_selectors_shared(b);
 }
 
 /* Waits for the next publish with the storage lock released meanwhile, and

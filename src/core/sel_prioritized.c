@@ -30,9 +30,9 @@ enum { P_ALPHA = 0, P_BETA = 1 };
 
 /* Record calls' adds and removes, as they came, not yet done on the tree: a
  * record call only notes them under the exclusive lock, and they are done
- * (apply_ops) under the shared lock and the selector's mu once that lock
- * is let go, or by the next reader (docs/design.md, "Locking and the
- * GIL"). OPLOG ops fit a 100-step rollout that evicts as many picks. */
+ * (apply_ops) under mu at the end of its hold, or by the next reader
+ * (docs/design.md, "Locking and the GIL"). OPLOG ops fit a 100-step
+ * rollout that evicts as many picks; a full log is done at once. */
 #define OPLOG 512
 typedef struct {
     uint32_t i, last; /* a remove: the pick at i leaves, the one at last moves into i */
@@ -180,12 +180,15 @@ static exr_status p_reserve(exr_selector *b, size_t n)
     return st;
 }
 
-/* Record calls only note their adds and removes (note_op); the leaves are
- * written (apply_ops, exr_sumtree_put) and the tree above them fixed once
- * (flush) after the exclusive lock is let go (exr_buffer_unlock, under the
- * shared lock and mu), or before anything here reads the tree, whichever
- * comes first. Readers hold mu (or the lock exclusively), so the syncs
- * below that cast a const selector away never race. */
+/* Record calls only note their adds and removes (note_op), without
+ * touching the tree; the leaves are written (apply_ops, exr_sumtree_put)
+ * and the tree above them fixed once (flush) under mu, before the
+ * exclusive lock is let go (exr_buffer_unlock) or before anything here
+ * reads the tree, whichever comes first. So the tree is complete whenever
+ * mu is free, and a draw holding mu alone (p_draw_unlocked) can run while
+ * a record call does its bookkeeping. Every other reader holds mu and the
+ * storage lock, so the syncs below that cast a const selector away never
+ * race. */
 static void apply_ops(prio_sel *s);
 
 static void sync(const prio_sel *cs)
