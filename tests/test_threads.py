@@ -320,13 +320,11 @@ def test_stress_record_sample_update_churn(eviction):
 
 
 def test_prioritized_draws_race_eviction_and_selector_churn():
-    """A prioritized get_batch draws without the storage lock (docs/design.md,
-    "Locking and the GIL"), from the picks as they were before the record call
-    running at the time: picks that call evicted are drawn again, and a
-    selector removed meanwhile is a ValueError. A small capacity (every
-    rollout evicts), writers recording rollouts with priorities, samplers
-    drawing from a fixed selector and from the selectors a churn thread adds
-    and removes; every batch is checked row by row (check_small_batch: a
+    """Prioritized draws racing with eviction and with selector churn: a small
+    capacity (every rollout evicts), writers recording rollouts with
+    priorities, samplers drawing from a fixed selector and from the selectors a
+    churn thread adds and removes (a selector removed meanwhile is a
+    ValueError). Every batch is checked row by row (check_small_batch: a
     pick's rows are consecutive steps of one rollout), every weight is in
     (0, 1], and the invariants hold afterwards."""
     L = 2

@@ -34,8 +34,7 @@ static struct exr_locks *locks_new(void)
     }
     lk->excl = false;
     int wmu = ok && pthread_mutex_init(&lk->wmu, NULL) == 0;
-    int smu = wmu && pthread_mutex_init(&lk->sels_mu, NULL) == 0;
-    int mu = smu && pthread_mutex_init(&lk->pin_mu, NULL) == 0;
+    int mu = wmu && pthread_mutex_init(&lk->pin_mu, NULL) == 0;
     int wait = mu && pthread_mutex_init(&lk->wait_mu, NULL) == 0;
     if (wait && pthread_cond_init(&lk->published, NULL) == 0)
         return lk;
@@ -43,8 +42,6 @@ static struct exr_locks *locks_new(void)
         pthread_mutex_destroy(&lk->wait_mu);
     if (mu)
         pthread_mutex_destroy(&lk->pin_mu);
-    if (smu)
-        pthread_mutex_destroy(&lk->sels_mu);
     if (wmu)
         pthread_mutex_destroy(&lk->wmu);
     if (ok)
@@ -95,7 +92,6 @@ void exr_buffer_free(exr_buffer *b)
     pthread_cond_destroy(&b->lk->published);
     pthread_mutex_destroy(&b->lk->wait_mu);
     pthread_mutex_destroy(&b->lk->pin_mu);
-    pthread_mutex_destroy(&b->lk->sels_mu);
     pthread_mutex_destroy(&b->lk->wmu);
     pthread_rwlock_destroy(&b->lk->rw);
     free(b->lk);
@@ -153,17 +149,6 @@ void exr_assert_locked(const exr_buffer *b, bool exclusive, const char *fn)
 #define note_unlocking(b) ((void)0)
 #endif
 
-/* Tries rw for a short while, without sleeping; 1 if taken. */
-static int spin_rw(pthread_rwlock_t *rw, bool shared)
-{
-    for (int i = 0; i < LOCK_SPINS; i++) {
-        if ((shared ? pthread_rwlock_tryrdlock(rw) : pthread_rwlock_trywrlock(rw)) == 0)
-            return 1;
-        cpu_relax();
-    }
-    return 0;
-}
-
 /* Takes rw shared or exclusive, retrying briefly before it sleeps; an
  * exclusive taker first queues for wmu, asleep. */
 static void take_rw(exr_buffer *b, bool shared)
@@ -171,7 +156,12 @@ static void take_rw(exr_buffer *b, bool shared)
     pthread_rwlock_t *rw = &b->lk->rw;
     if (!shared)
         pthread_mutex_lock(&b->lk->wmu);
-    int got = spin_rw(rw, shared);
+    int got = 0;
+    for (int i = 0; i < LOCK_SPINS && !got; i++) {
+        got = (shared ? pthread_rwlock_tryrdlock(rw) : pthread_rwlock_trywrlock(rw)) == 0;
+        if (!got)
+            cpu_relax();
+    }
     if (!got && shared)
         pthread_rwlock_rdlock(rw);
     else if (!got)
@@ -198,6 +188,19 @@ int exr_buffer_trylock(exr_buffer *b)
     return 1;
 }
 
+/* What add() and remove() left pending in the selectors (the sum trees
+ * above their written leaves) is done before the exclusive lock goes: a
+ * shared holder always finds every selector complete. */
+static void flush_selectors(exr_buffer *b)
+{
+    if (!b->sel_dirty)
+        return;
+    for (size_t i = 0; i < b->nsels; i++)
+        if (b->sels[i].sel->vt->flush)
+            b->sels[i].sel->vt->flush(b->sels[i].sel);
+    b->sel_dirty = false;
+}
+
 /* Lets go of rw, and of wmu if rw was held exclusively. */
 static void release_rw(exr_buffer *b)
 {
@@ -210,30 +213,9 @@ static void release_rw(exr_buffer *b)
         pthread_mutex_unlock(&b->lk->wmu);
 }
 
-/* What add() and remove() left pending in the selectors (sel_prioritized.c:
- * noted ops, leaves not written, the sum tree above them) is done before
- * the exclusive lock is let go, under each selector's mu (a draw without
- * the storage lock may be reading the tree), so that a draw finds the
- * picks of every finished record call. */
-static void flush_selectors(exr_buffer *b)
-{
-    if (!b->sel_dirty)
-        return;
-    for (size_t i = 0; i < b->nsels; i++) {
-        exr_selector *s = b->sels[i].sel;
-        if (s->vt->flush) {
-            pthread_mutex_lock(&s->mu);
-            s->vt->flush(s);
-            pthread_mutex_unlock(&s->mu);
-        }
-    }
-    b->sel_dirty = false;
-}
-
 void exr_buffer_unlock(exr_buffer *b)
 {
-    if (b->lk->excl) /* only the exclusive holder writes sel_dirty */
-        flush_selectors(b);
+    flush_selectors(b);
     release_rw(b);
 }
 
@@ -243,6 +225,7 @@ void exr_buffer_unlock(exr_buffer *b)
  * means no publish can slip in between. */
 void wait_publish(exr_buffer *b, bool shared)
 {
+    flush_selectors(b);
     pthread_mutex_lock(&b->lk->wait_mu);
     release_rw(b);
     pthread_cond_wait(&b->lk->published, &b->lk->wait_mu);
@@ -252,10 +235,6 @@ void wait_publish(exr_buffer *b, bool shared)
     else
         exr_buffer_lock(b);
 }
-
-void sels_lock(exr_buffer *b) { pthread_mutex_lock(&b->lk->sels_mu); }
-
-void sels_unlock(exr_buffer *b) { pthread_mutex_unlock(&b->lk->sels_mu); }
 
 void signal_publish(exr_buffer *b)
 {

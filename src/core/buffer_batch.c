@@ -161,11 +161,9 @@ typedef struct {
     size_t *idx;
     plan_t *plans;
     double *scratch;
-    exr_sel_key *keys; /* a draw without the lock: the picks drawn */
     size_t small_idx[SMALL_BATCH];
     plan_t small_plans[SMALL_BATCH];
     double small_scratch[SMALL_BATCH];
-    exr_sel_key small_keys[SMALL_BATCH];
 } batch_scratch;
 
 static exr_status scratch_alloc(batch_scratch *s, size_t count)
@@ -174,7 +172,6 @@ static exr_status scratch_alloc(batch_scratch *s, size_t count)
         s->idx = s->small_idx;
         s->plans = s->small_plans;
         s->scratch = s->small_scratch;
-        s->keys = s->small_keys;
         return EXR_OK;
     }
     size_t a, p;
@@ -183,12 +180,10 @@ static exr_status scratch_alloc(batch_scratch *s, size_t count)
     s->idx = malloc(a);
     s->plans = malloc(p);
     s->scratch = malloc(count * sizeof(double));
-    s->keys = malloc(count * sizeof(exr_sel_key));
-    if (!s->idx || !s->plans || !s->scratch || !s->keys) {
+    if (!s->idx || !s->plans || !s->scratch) {
         free(s->idx);
         free(s->plans);
         free(s->scratch);
-        free(s->keys);
         return EXR_ENOMEM;
     }
     return EXR_OK;
@@ -201,7 +196,6 @@ static void scratch_free(batch_scratch *s)
     free(s->idx);
     free(s->plans);
     free(s->scratch);
-    free(s->keys);
 }
 
 /* Whether a batch's rows must come from beyond L2: COLD when the rows and
@@ -260,88 +254,6 @@ static bool out_ok(const exr_buffer *b, const exr_batch_out *out)
     return true;
 }
 
-/* A draw that takes no storage lock (for selectors with draw_unlocked):
- * the selector found under sels_mu, drawn from under its mu alone, so
- * that it runs while a record call holds rw. 1 if it drew: sc->idx are
- * then indices of the pick table as it was at *stamp, sc->keys the picks. */
-static int draw_without_lock(exr_buffer *b, int64_t h, size_t count, batch_scratch *sc,
-                             float *w, int64_t *hmax, uint64_t *stamp)
-{
-    sels_lock(b);
-    sel_entry *e = find_sel(b, h);
-    exr_selector *s = e && e->sel->vt->draw_unlocked ? e->sel : NULL;
-    if (s)
-        pthread_mutex_lock(&s->mu);
-    sels_unlock(b);
-    if (!s)
-        return 0;
-    exr_status st = s->vt->draw_unlocked(s, count, sc->idx, w, sc->scratch, sc->keys, hmax, stamp);
-    pthread_mutex_unlock(&s->mu);
-    return st == EXR_OK;
-}
-
-/* The picks of a draw without the lock, in today's pick table: a pick
- * whose slot now holds a later episode (handle > hmax), or none, is gone
- * (SIZE_MAX). 1 if some pick is gone. Picks only leave with their
- * episode, so a pick of a live drawn episode is still there. */
-static int resolve_keys_locked(const exr_buffer *b, size_t count, const exr_sel_key *keys,
-                               int64_t hmax, size_t *idx)
-{
-    EXR_ASSERT_LOCKED(b);
-    int gone = 0;
-    for (size_t i = 0; i < count; i++) {
-        const exr_episode *e = &b->eps.slab[keys[i].slot];
-        bool live = keys[i].slot < b->eps.hwm && e->handle >= 0 && e->handle <= hmax;
-        idx[i] = live ? *exr_aux_at(e, keys[i].pos) : SIZE_MAX;
-        gone |= !live;
-    }
-    return gone;
-}
-
-/* Under the shared lock: the whole draw (all), or what a draw without the
- * lock left (its gone picks drawn again), then the unpublished picks drawn
- * again. *done is 0 if it must wait for a publish. */
-static exr_status draw_locked(exr_buffer *b, exr_selector *s, size_t count, batch_scratch *sc,
-                              float *w, bool all, int *done)
-{
-    exr_status st = EXR_OK;
-    pthread_mutex_lock(&s->mu);
-    if (all)
-        st = s->vt->sample(s, b->picks.n, count, sc->idx, w, sc->scratch);
-    for (size_t i = 0; !all && st == EXR_OK && i < count; i++)
-        if (sc->idx[i] == SIZE_MAX)
-            st = s->vt->sample(s, b->picks.n, 1, &sc->idx[i], &w[i], sc->scratch);
-    *done = st != EXR_OK || !b->writers ||
-            redraw_unpublished_locked(b, s, count, sc->idx, w, sc->scratch);
-    pthread_mutex_unlock(&s->mu);
-    return st;
-}
-
-/* Draws count picks into sc->idx (indices of today's table) and their
- * weights; returns with the shared lock held. */
-static exr_status draw_batch(exr_buffer *b, int64_t h, size_t count, batch_scratch *sc, float *w)
-{
-    int64_t hmax;
-    uint64_t stamp;
-    int drew = draw_without_lock(b, h, count, sc, w, &hmax, &stamp);
-    lock_shared(b);
-    for (bool all = !drew;; all = true) {
-        sel_entry *e = find_sel(b, h);
-        if (!e)
-            return EXR_ENOTFOUND;
-        int left = all || (!e->sel->vt->current(e->sel, stamp) &&
-                           resolve_keys_locked(b, count, sc->keys, hmax, sc->idx));
-        if (!left && !b->writers)
-            return EXR_OK;
-        int done;
-        exr_status st = draw_locked(b, e->sel, count, sc, w, all, &done);
-        if (done)
-            return st;
-        /* (nearly) every pick drawn is still being copied: wait for a publish */
-        wait_publish(b, true);
-    }
-}
-
 exr_status exr_buffer_get_batch_phases(exr_buffer *b, int64_t h, size_t count,
                                        exr_batch_out *out, exr_batch_phases *ph)
 {
@@ -352,7 +264,23 @@ exr_status exr_buffer_get_batch_phases(exr_buffer *b, int64_t h, size_t count,
     exr_status st = scratch_alloc(&sc, count);
     if (st != EXR_OK)
         return st;
-    st = draw_batch(b, h, count, &sc, out->weight);
+    lock_shared(b);
+    for (;;) {
+        sel_entry *e = find_sel(b, h);
+        if (!e) {
+            st = EXR_ENOTFOUND;
+            break;
+        }
+        pthread_mutex_lock(&e->sel->mu);
+        st = e->sel->vt->sample(e->sel, b->picks.n, count, sc.idx, out->weight, sc.scratch);
+        int done = st != EXR_OK || !b->writers ||
+                   redraw_unpublished_locked(b, e->sel, count, sc.idx, out->weight, sc.scratch);
+        pthread_mutex_unlock(&e->sel->mu);
+        if (done)
+            break;
+        /* (nearly) every pick drawn is still being copied: wait for a publish */
+        wait_publish(b, true);
+    }
     if (st != EXR_OK) {
         exr_buffer_unlock(b);
         scratch_free(&sc);

@@ -86,13 +86,8 @@ int exr_buffer_check_locked(const exr_buffer *b, char *msg, size_t msglen)
              (unsigned long long)b->cfg.capacity);
     if (!hand_seen)
         FAIL("second-chance hand is not on a live episode");
-    for (size_t i = 0; i < b->nsels; i++) {
-        exr_selector *s = b->sels[i].sel;
-        pthread_mutex_lock(&s->mu); /* a draw may hold it without rw */
-        int bad = s->vt->check(s, b->picks.n, msg, msglen);
-        pthread_mutex_unlock(&s->mu);
-        if (bad)
+    for (size_t i = 0; i < b->nsels; i++)
+        if (b->sels[i].sel->vt->check(b->sels[i].sel, b->picks.n, msg, msglen))
             return 1;
-    }
     return 0;
 }

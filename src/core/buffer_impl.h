@@ -104,10 +104,6 @@ void exr_assert_locked(const exr_buffer *b, bool exclusive, const char *fn);
 void lock_shared(exr_buffer *b);
 void wait_publish(exr_buffer *b, bool shared);
 void signal_publish(exr_buffer *b);
-/* The list of selectors' own mutex (buffer_locks.h): held to change the
- * list (with rw exclusive) or to find a selector without rw. */
-void sels_lock(exr_buffer *b);
-void sels_unlock(exr_buffer *b);
 
 /* buffer_selectors.c: the entry of selector h, or NULL. */
 sel_entry *find_sel(const exr_buffer *b, int64_t h);

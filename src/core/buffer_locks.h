@@ -20,9 +20,6 @@ struct exr_locks {
     pthread_mutex_t wmu;
     bool excl; /* rw is held exclusively (and so wmu too); written by that holder */
     pthread_rwlock_t rw;
-    /* the list of selectors, for a draw that takes no storage lock
-     * (buffer_batch.c); changers of the list hold rw exclusively too */
-    pthread_mutex_t sels_mu;
     pthread_mutex_t pin_mu;
     pthread_mutex_t wait_mu;
     pthread_cond_t published; /* signalled when a record call publishes */

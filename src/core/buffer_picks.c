@@ -42,8 +42,7 @@ void enter_picks_locked(exr_buffer *b, uint32_t slot)
         b->picks.v[idx] = (exr_pick){slot, (uint32_t)p};
         *aux = (uint32_t)idx;
         for (size_t i = 0; i < b->nsels; i++)
-            b->sels[i].sel->vt->add(b->sels[i].sel, idx, rp, (exr_sel_key){slot, (uint32_t)p},
-                                    e->handle);
+            b->sels[i].sel->vt->add(b->sels[i].sel, idx, rp);
     }
     if (target > e->m)
         b->sel_dirty = true;

@@ -179,9 +179,7 @@ exr_status exr_buffer_priority_stats_locked(const exr_buffer *b, int64_t h, doub
     sel_entry *e = find_sel(b, h);
     if (!e)
         return EXR_ENOTFOUND;
-    pthread_mutex_lock(&e->sel->mu);
     e->sel->vt->stats(e->sel, b->picks.n, total, min_pos);
-    pthread_mutex_unlock(&e->sel->mu);
     *n = b->picks.n;
     return EXR_OK;
 }
@@ -193,11 +191,9 @@ exr_status exr_buffer_stored_priority_locked(const exr_buffer *b, int64_t h, siz
     sel_entry *e = find_sel(b, h);
     if (!e)
         return EXR_ENOTFOUND;
-    pthread_mutex_lock(&e->sel->mu);
     for (size_t i = 0; i < count; i++) {
         size_t idx = pick_index_locked(b, epi[i], pos[i]);
         out[i] = idx == SIZE_MAX ? NAN : e->sel->vt->stored(e->sel, idx);
     }
-    pthread_mutex_unlock(&e->sel->mu);
     return EXR_OK;
 }

@@ -114,14 +114,7 @@ exr_status exr_buffer_restore_selector_locked(exr_buffer *b, int64_t h,
         vt->destroy(s);
         return EXR_ENOMEM;
     }
-    /* the picks are restored before the selectors (docs/format.md) */
-    for (size_t i = 0; vt->rekey && i < b->picks.n; i++) {
-        exr_pick pk = b->picks.v[i];
-        vt->rekey(s, i, (exr_sel_key){pk.slot, pk.pos}, b->eps.slab[pk.slot].handle);
-    }
-    sels_lock(b);
     b->sels[b->nsels++] = (sel_entry){h, s};
-    sels_unlock(b);
     *out = s;
     return EXR_OK;
 }

@@ -22,14 +22,12 @@ exr_status exr_buffer_reserve_selector_locked(exr_buffer *b)
     if (b->nsels < b->sels_cap)
         return EXR_OK;
     size_t ncap = b->sels_cap ? b->sels_cap * 2 : 4;
-    sels_lock(b);
     sel_entry *ns = realloc(b->sels, ncap * sizeof *ns);
-    if (ns) {
-        b->sels = ns;
-        b->sels_cap = ncap;
-    }
-    sels_unlock(b);
-    return ns ? EXR_OK : EXR_ENOMEM;
+    if (!ns)
+        return EXR_ENOMEM;
+    b->sels = ns;
+    b->sels_cap = ncap;
+    return EXR_OK;
 }
 
 exr_status exr_buffer_add_selector_locked(exr_buffer *b, int kind, const double *params,
@@ -59,15 +57,11 @@ exr_status exr_buffer_add_selector_locked(exr_buffer *b, int kind, const double 
     exr_rng_seed(&s->rng, b->cfg.seed, (uint64_t)handle);
     /* Existing picks start at the selector's maximum so far: their recorded
      * priorities are gone once they became picks (docs/semantics.md). */
-    for (size_t i = 0; i < b->picks.n; i++) {
-        exr_pick pk = b->picks.v[i];
-        vt->add(s, i, NAN, (exr_sel_key){pk.slot, pk.pos}, b->eps.slab[pk.slot].handle);
-    }
+    for (size_t i = 0; i < b->picks.n; i++)
+        vt->add(s, i, NAN);
     if (vt->flush)
         vt->flush(s);
-    sels_lock(b);
     b->sels[b->nsels++] = (sel_entry){handle, s};
-    sels_unlock(b);
     *h = handle;
     return EXR_OK;
 }
@@ -78,18 +72,11 @@ exr_status exr_buffer_remove_selector_locked(exr_buffer *b, int64_t h)
     sel_entry *e = find_sel(b, h);
     if (!e)
         return EXR_ENOTFOUND;
-    exr_selector *s = e->sel;
-    /* a draw without rw found it under sels_mu and holds its mu: once both
-     * are let go, nobody can reach it any more */
-    sels_lock(b);
-    pthread_mutex_lock(&s->mu);
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_destroy(&e->sel->mu);
+    e->sel->vt->destroy(e->sel);
     size_t i = (size_t)(e - b->sels);
     memmove(b->sels + i, b->sels + i + 1, (b->nsels - i - 1) * sizeof *b->sels);
     b->nsels--;
-    sels_unlock(b);
-    pthread_mutex_destroy(&s->mu);
-    s->vt->destroy(s);
     return EXR_OK;
 }
 
@@ -109,8 +96,6 @@ exr_status exr_buffer_set_param_locked(exr_buffer *b, int64_t h, int k, double v
     const exr_selector_vtable *vt = e->sel->vt;
     if (k < vt->settable_from || k >= vt->nparams || !vt->param_ok(k, v))
         return EXR_EINVAL;
-    pthread_mutex_lock(&e->sel->mu);
     vt->set_param(e->sel, k, v);
-    pthread_mutex_unlock(&e->sel->mu);
     return EXR_OK;
 }

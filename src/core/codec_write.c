@@ -246,24 +246,13 @@ static exr_status write_selector(exr_out *o, const exr_buffer *b, const sel_entr
     return st ? st : vt->save(s, b->picks.n, o);
 }
 
-/* Under mu: a draw without the storage lock moves the rng and may bring
- * the tree up to date (buffer_batch.c). */
-static exr_status write_selector_mu(exr_out *o, const exr_buffer *b, const sel_entry *se)
-{
-    pthread_mutex_t *mu = &se->sel->mu;
-    pthread_mutex_lock(mu);
-    exr_status st = write_selector(o, b, se);
-    pthread_mutex_unlock(mu);
-    return st;
-}
-
 static exr_status write_selectors(exr_out *o, const exr_buffer *b)
 {
     exr_status st;
     if ((st = out_section(o, SEC_SELECTORS, selectors_len(b))) || (st = out_u64(o, b->nsels)))
         return st;
     for (size_t i = 0; i < b->nsels; i++)
-        if ((st = write_selector_mu(o, b, &b->sels[i])))
+        if ((st = write_selector(o, b, &b->sels[i])))
             return st;
     return EXR_OK;
 }

@@ -10,7 +10,6 @@
  * Costs: add, remove, update O(log8 N); a batch of B draws O(B log8 N).
  */
 #include <float.h>
-#include <pthread.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdint.h>
@@ -28,19 +27,6 @@ enum { P_ALPHA = 0, P_BETA = 1 };
  * PENDING at a time, sixteen per step with AVX2, instead of one by one. */
 #define PENDING 128
 
-/* Record calls' adds and removes, as they came, not yet done on the tree: a
- * record call only notes them under the exclusive lock, and they are done
- * (apply_ops) under mu at the end of its hold, or by the next reader
- * (docs/design.md, "Locking and the GIL"). OPLOG ops fit a 100-step
- * rollout that evicts as many picks; a full log is done at once. */
-#define OPLOG 512
-typedef struct {
-    uint32_t i, last; /* a remove: the pick at i leaves, the one at last moves into i */
-    double prio;      /* an add: its priority (NaN: none); a remove: -1 */
-    exr_sel_key key;  /* an add: the pick */
-    int64_t handle;   /* an add: its episode's handle */
-} sel_op;
-
 typedef struct {
     exr_selector base;
     double alpha, beta;
@@ -53,15 +39,6 @@ typedef struct {
     size_t npend;
     size_t pidx[PENDING];
     double pprio[PENDING];
-    /* Which pick each leaf stands for (8 bytes a pick), and the largest
-     * episode handle among them, for draws under mu alone
-     * (p_draw_unlocked): the noted ops may be ahead of the tree. */
-    exr_sel_key *keys;
-    size_t kcap;
-    int64_t hmax;
-    uint64_t noted, applied; /* ops noted (rw exclusive) and done on the tree (mu) */
-    size_t nops;
-    sel_op ops[OPLOG];
 } prio_sel;
 
 #define PEND_TAG 0x7fc00000u
@@ -116,14 +93,9 @@ static exr_status p_create(exr_selector **out, const double *params, size_t n)
     s->alpha = params[P_ALPHA];
     s->beta = params[P_BETA];
     s->max_prio = 1.0;
-    s->hmax = -1;
     exr_sumtree_init(&s->tree);
     exr_status st = exr_sumtree_reserve(&s->tree, n ? n : 1);
-    if (st == EXR_OK && !(s->keys = calloc(s->tree.cap, sizeof *s->keys)))
-        st = EXR_ENOMEM;
-    s->kcap = s->tree.cap;
     if (st != EXR_OK) {
-        exr_sumtree_free(&s->tree);
         free(s);
         return st;
     }
@@ -135,7 +107,6 @@ static void p_destroy(exr_selector *b)
 {
     prio_sel *s = (prio_sel *)b;
     exr_sumtree_free(&s->tree);
-    free(s->keys);
     free(s);
 }
 
@@ -152,49 +123,20 @@ static void p_set_param(exr_selector *b, int k, double v)
         s->beta = v;
 }
 
-static void sync(const prio_sel *cs);
-
-/* Under the exclusive lock; growing takes mu (a draw may be reading). */
 static exr_status p_reserve(exr_selector *b, size_t n)
 {
-    prio_sel *s = (prio_sel *)b;
-    if (n <= s->tree.cap && n <= s->kcap)
-        return EXR_OK; /* (the noted ops stay noted) */
-    pthread_mutex_lock(&b->mu);
-    exr_status st = EXR_OK;
-    if (n > s->kcap) {
-        size_t cap = n > 2 * s->kcap ? n : 2 * s->kcap;
-        exr_sel_key *k = cap <= SIZE_MAX / sizeof *k ? realloc(s->keys, cap * sizeof *k) : NULL;
-        if (k) {
-            s->keys = k;
-            s->kcap = cap;
-        } else {
-            st = EXR_ENOMEM;
-        }
-    }
-    if (st == EXR_OK && n > s->tree.cap) {
-        sync(s); /* growing rebuilds the tree from the leaves */
-        st = exr_sumtree_reserve(&s->tree, n);
-    }
-    pthread_mutex_unlock(&b->mu);
-    return st;
+    materialize((prio_sel *)b); /* growing rebuilds the tree from the leaves */
+    return exr_sumtree_reserve(&((prio_sel *)b)->tree, n);
 }
 
-/* Record calls only note their adds and removes (note_op), without
- * touching the tree; the leaves are written (apply_ops, exr_sumtree_put)
- * and the tree above them fixed once (flush) under mu, before the
- * exclusive lock is let go (exr_buffer_unlock) or before anything here
- * reads the tree, whichever comes first. So the tree is complete whenever
- * mu is free, and a draw holding mu alone (p_draw_unlocked) can run while
- * a record call does its bookkeeping. Every other reader holds mu and the
- * storage lock, so the syncs below that cast a const selector away never
- * race. */
-static void apply_ops(prio_sel *s);
-
+/* Record calls add and remove picks by leaf writes only (exr_sumtree_put);
+ * the tree above them is fixed once, by flush, before the storage lock is
+ * let go (exr_buffer_unlock) or before anything here reads the sums. In a
+ * shared-lock reader no write is ever pending, so the flushes below that
+ * cast a const selector away are no-ops there. */
 static void sync(const prio_sel *cs)
 {
     prio_sel *s = (prio_sel *)cs;
-    apply_ops(s);
     materialize(s);
     if (exr_sumtree_pending(&s->tree))
         exr_sumtree_flush(&s->tree);
@@ -211,12 +153,10 @@ static void make_room(prio_sel *s)
         sync(s);
 }
 
-static void do_add(prio_sel *s, size_t i, double prio, exr_sel_key key, int64_t handle)
+static void p_add(exr_selector *b, size_t i, double prio)
 {
+    prio_sel *s = (prio_sel *)b;
     make_room(s);
-    s->keys[i] = key;
-    if (handle > s->hmax)
-        s->hmax = handle;
     if (isnan(prio))
         prio = s->max_prio;
     else if (prio > s->max_prio)
@@ -227,60 +167,20 @@ static void do_add(prio_sel *s, size_t i, double prio, exr_sel_key key, int64_t 
     exr_sumtree_put(&s->tree, i, pend_leaf(k));
 }
 
-static void do_remove(prio_sel *s, size_t i, size_t last)
+static void p_remove(exr_selector *b, size_t i, size_t last)
 {
+    prio_sel *s = (prio_sel *)b;
     make_room(s);
     float gone = exr_sumtree_get(&s->tree, i);
     if (isnan(gone))
         s->pidx[pend_slot(gone)] = SIZE_MAX;
     if (i != last) {
-        s->keys[i] = s->keys[last];
         float moved = exr_sumtree_get(&s->tree, last);
         if (isnan(moved))
             s->pidx[pend_slot(moved)] = i;
         exr_sumtree_put(&s->tree, i, moved);
     }
     exr_sumtree_put(&s->tree, last, 0.0f);
-}
-
-/* The noted ops, in order, on the tree (leaf writes; the tree above them
- * is left to sync's flush). Under the storage lock (shared or exclusive)
- * and mu. */
-static void apply_ops(prio_sel *s)
-{
-    size_t n = s->nops;
-    s->nops = 0; /* (make_room's sync, inside, finds none) */
-    for (size_t k = 0; k < n; k++) {
-        const sel_op *op = &s->ops[k];
-        if (op->prio < 0)
-            do_remove(s, op->i, op->last);
-        else
-            do_add(s, op->i, op->prio, op->key, op->handle);
-    }
-    s->applied += n;
-}
-
-/* Under the exclusive lock. A full log is done at once, under mu (a draw
- * may be reading the tree), the tree left complete. */
-static void note_op(prio_sel *s, sel_op op)
-{
-    if (s->nops == OPLOG) {
-        pthread_mutex_lock(&s->base.mu);
-        sync(s);
-        pthread_mutex_unlock(&s->base.mu);
-    }
-    s->ops[s->nops++] = op;
-    s->noted++;
-}
-
-static void p_add(exr_selector *b, size_t i, double prio, exr_sel_key key, int64_t handle)
-{
-    note_op((prio_sel *)b, (sel_op){(uint32_t)i, 0, prio, key, handle});
-}
-
-static void p_remove(exr_selector *b, size_t i, size_t last)
-{
-    note_op((prio_sel *)b, (sel_op){(uint32_t)i, (uint32_t)last, -1.0, {0, 0}, 0});
 }
 
 static void p_update(exr_selector *b, size_t i, double prio)
@@ -326,9 +226,10 @@ static void p_update_many(exr_selector *b, size_t count, const size_t *idx, cons
  * power before the float32 rounding, where libm's powf per pick took ~10%
  * of a prioritized get_batch. A zero leaf (reachable only through _gather)
  * gets (N * 0)^-beta: +inf, or 1 for beta 0. */
-static void weights_now(const prio_sel *s, size_t count, const size_t *idx, float *w)
+static void weights_of(const prio_sel *s, size_t count, const size_t *idx, float *w)
 {
     enum { CHUNK = 256 };
+    sync(s);
     double lo = exr_sumtree_min(&s->tree);
     double ratio[CHUNK];
     for (size_t b0 = 0; b0 < count; b0 += CHUNK) {
@@ -345,45 +246,6 @@ static void weights_now(const prio_sel *s, size_t count, const size_t *idx, floa
             if (!(exr_sumtree_get(&s->tree, idx[b0 + b]) > 0))
                 w[b0 + b] = s->beta == 0 ? 1.0f : INFINITY;
     }
-}
-
-static void weights_of(const prio_sel *s, size_t count, const size_t *idx, float *w)
-{
-    sync(s);
-    weights_now(s, count, idx, w);
-}
-
-/* With mu only: the tree is complete whenever mu is free (every path that
- * writes it ends in sync), but may be behind the noted ops, which only a
- * holder of the storage lock may read. Same draws as p_sample on the same
- * tree. */
-static exr_status p_draw_unlocked(exr_selector *b, size_t count, size_t *idx, float *w,
-                                  double *scratch, exr_sel_key *keys, int64_t *hmax,
-                                  uint64_t *stamp)
-{
-    prio_sel *s = (prio_sel *)b;
-    if (!(exr_sumtree_total(&s->tree) > 0))
-        return EXR_EEMPTY;
-    exr_sumtree_sample(&s->tree, &b->rng, count, idx, scratch);
-    weights_now(s, count, idx, w);
-    for (size_t k = 0; k < count; k++)
-        keys[k] = s->keys[idx[k]];
-    *hmax = s->hmax;
-    *stamp = s->applied;
-    return EXR_OK;
-}
-
-static int p_current(const exr_selector *b, uint64_t stamp)
-{
-    return ((const prio_sel *)b)->noted == stamp;
-}
-
-static void p_rekey(exr_selector *b, size_t i, exr_sel_key key, int64_t handle)
-{
-    prio_sel *s = (prio_sel *)b;
-    s->keys[i] = key;
-    if (handle > s->hmax)
-        s->hmax = handle;
 }
 
 static exr_status p_sample(exr_selector *b, size_t n, size_t count, size_t *idx, float *w,
@@ -492,9 +354,6 @@ const exr_selector_vtable exr_sel_prioritized = {
     .flush = p_flush,
     .update = p_update,
     .update_many = p_update_many,
-    .draw_unlocked = p_draw_unlocked,
-    .current = p_current,
-    .rekey = p_rekey,
     .sample = p_sample,
     .weights = p_weights,
     .stats = p_stats,

@@ -254,10 +254,8 @@ static void changed(rank_sel *s)
 
 /* ---- the vtable ---------------------------------------------------------- */
 
-static void r_add(exr_selector *b, size_t i, double prio, exr_sel_key key, int64_t handle)
+static void r_add(exr_selector *b, size_t i, double prio)
 {
-    (void)key;
-    (void)handle;
     rank_sel *s = (rank_sel *)b;
     if (isnan(prio))
         prio = s->max_prio;

@@ -23,14 +23,7 @@ static int u_param_ok(int k, double v) { (void)k; (void)v; return 0; }
 static double u_get_param(const exr_selector *s, int k) { (void)s; (void)k; return NAN; }
 static void u_set_param(exr_selector *s, int k, double v) { (void)s; (void)k; (void)v; }
 static exr_status u_reserve(exr_selector *s, size_t n) { (void)s; (void)n; return EXR_OK; }
-static void u_add(exr_selector *s, size_t i, double p, exr_sel_key k, int64_t h)
-{
-    (void)s;
-    (void)i;
-    (void)p;
-    (void)k;
-    (void)h;
-}
+static void u_add(exr_selector *s, size_t i, double p) { (void)s; (void)i; (void)p; }
 static void u_remove(exr_selector *s, size_t i, size_t last) { (void)s; (void)i; (void)last; }
 static void u_update(exr_selector *s, size_t i, double p) { (void)s; (void)i; (void)p; }
 

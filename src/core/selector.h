@@ -15,18 +15,11 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
-#include <stdint.h>
 
 #include "exr.h"
 #include "rng.h"
 
 typedef struct exr_selector exr_selector;
-
-/* Which pick a leaf stands for: its episode's slot and its position (the
- * pick table's exr_pick). */
-typedef struct {
-    uint32_t slot, pos;
-} exr_sel_key;
 struct exr_out;
 struct exr_in;
 
@@ -52,9 +45,8 @@ typedef struct {
 
     /* Room for n picks; after OK, add() up to n cannot fail. */
     exr_status (*reserve)(exr_selector *s, size_t n);
-    /* A pick entered at index i with recorded priority prio (NaN: none);
-     * key and handle name it (its episode's slot and handle, its position). */
-    void (*add)(exr_selector *s, size_t i, double prio, exr_sel_key key, int64_t handle);
+    /* A pick entered at index i with recorded priority prio (NaN: none). */
+    void (*add)(exr_selector *s, size_t i, double prio);
     /* The pick at i leaves; the pick at last (>= i) moves into i. */
     void (*remove)(exr_selector *s, size_t i, size_t last);
     /* Optional (NULL: nothing to do): completes what add() and remove()
@@ -68,23 +60,6 @@ typedef struct {
      * update() calls in order would leave them. scratch holds count size_t. */
     void (*update_many)(exr_selector *s, size_t count, const size_t *idx, const double *prio,
                         size_t *scratch);
-    /* Optional (NULL: the selector draws under the storage lock only):
-     * count draws with only the selector's mu held (no storage lock), from
-     * the picks as they were when its state was last brought up to date
-     * (*stamp says when): idx[] in the pick table of that moment, keys[]
-     * which picks they were, *hmax the largest episode handle among the
-     * picks of that moment (a later episode in a key's slot is not the
-     * drawn one). EXR_EEMPTY when it cannot draw; the caller then draws
-     * under the lock. */
-    exr_status (*draw_unlocked)(exr_selector *s, size_t count, size_t *idx, float *w,
-                                double *scratch, exr_sel_key *keys, int64_t *hmax,
-                                uint64_t *stamp);
-    /* With draw_unlocked, under the storage lock: 1 if no pick has been
-     * added or removed since stamp (the drawn indices are the table's). */
-    int (*current)(const exr_selector *s, uint64_t stamp);
-    /* With draw_unlocked, restoring (before or after load()): pick i is
-     * key, of the episode with this handle, as add() would say. */
-    void (*rekey)(exr_selector *s, size_t i, exr_sel_key key, int64_t handle);
     /* count draws from n picks into idx[], weights into w[]. scratch holds
      * count doubles. EXR_EEMPTY when nothing can be drawn. */
     exr_status (*sample)(exr_selector *s, size_t n, size_t count, size_t *idx, float *w,

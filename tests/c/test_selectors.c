@@ -16,9 +16,6 @@
 
 static char g_msg[256];
 
-/* A pick entered at i, named as pick i of episode 0. */
-#define ADD(vt, s, i, p) (vt)->add(s, i, p, (exr_sel_key){0, (uint32_t)(i)}, 0)
-
 enum { N = 300, B = 4000 };
 
 static exr_selector *make(const exr_selector_vtable *vt, size_t room)
@@ -27,7 +24,6 @@ static exr_selector *make(const exr_selector_vtable *vt, size_t room)
     if (vt->create(&s, vt->param_defaults, room) != EXR_OK)
         return NULL;
     exr_rng_seed(&s->rng, 7, 0);
-    pthread_mutex_init(&s->mu, NULL); /* as the buffer does (selectors lock it themselves) */
     return s;
 }
 
@@ -43,7 +39,7 @@ static void sample_is_consistent(const exr_selector_vtable *vt)
     CHECK(vt->sample(s, 0, 1, idx, w, scratch) == EXR_EEMPTY);
     CHECK(vt->reserve(s, N) == EXR_OK);
     for (size_t i = 0; i < N; i++)
-        ADD(vt, s, i, i % 7 == 0 ? NAN : 0.5 + (double)(i % 11));
+        vt->add(s, i, i % 7 == 0 ? NAN : 0.5 + (double)(i % 11));
     CHECK(vt->check(s, N, g_msg, sizeof g_msg) == 0);
     CHECK(vt->sample(s, N, B, idx, w, scratch) == EXR_OK);
     for (size_t b = 0; b < B; b++) {
@@ -82,7 +78,7 @@ static void frequencies_follow_weights(const exr_selector_vtable *vt)
             vt->set_param(s, k, 1.0);
     CHECK(vt->reserve(s, n) == EXR_OK);
     for (size_t i = 0; i < n; i++)
-        ADD(vt, s, i, (double)(i * i));
+        vt->add(s, i, (double)(i * i));
     CHECK(vt->sample(s, n, draws, idx, w, scratch) == EXR_OK);
     long count[n] = {0};
     for (size_t b = 0; b < draws; b++)
@@ -119,8 +115,8 @@ static void remove_and_update(const exr_selector_vtable *vt)
     CHECK(s && t);
     CHECK(vt->reserve(s, n) == EXR_OK && vt->reserve(t, n) == EXR_OK);
     for (size_t i = 0; i < n; i++) {
-        ADD(vt, s, i, 1.0 + (double)i);
-        ADD(vt, t, i, 1.0 + (double)i);
+        vt->add(s, i, 1.0 + (double)i);
+        vt->add(t, i, 1.0 + (double)i);
     }
     for (size_t i = 0; i < n; i++)
         stored_before[i] = vt->stored(s, i);
@@ -142,7 +138,7 @@ static void remove_and_update(const exr_selector_vtable *vt)
     exr_selector *u = make(vt, n);
     CHECK(u && vt->reserve(u, n) == EXR_OK);
     for (size_t i = 0; i < n; i++)
-        ADD(vt, u, i, 1.0 + (double)i);
+        vt->add(u, i, 1.0 + (double)i);
     for (size_t k = 0; k < n; k++)
         vt->update(u, idx[k], prio[k]);
     for (size_t i = 0; i < n; i++) {

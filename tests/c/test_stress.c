@@ -9,17 +9,14 @@
  *   writers    record_many rollouts of 1..80 steps, into episodes of their
  *              own and into one episode they share; large rollouts take the
  *              copy-without-the-lock path, small ones copy under the lock
- *   samplers   get_batch from a uniform and a prioritized selector (the latter
- *              draws without the storage lock, from picks that the writers'
- *              evictions may have taken since), and check
+ *   samplers   get_batch from a uniform and a prioritized selector, and check
  *              every row of every pick against what a writer recorded: a row
  *              is whole (all its words agree), the next row of a pick is the
  *              next step of the same rollout or the first step of another
  *   updaters   get_batch + set_priority through the batch's table indices
  *              (exr_buffer_set_priority with hints) and through the handles
  *   churn      adds and removes a prioritized selector, which the prioritized
- *              sampler also draws from (without the storage lock: a draw
- *              may race with its removal)
+ *              sampler also draws from (a draw may race with its removal)
  *   snapshot   serializes the buffer, reads it back, and checks every episode
  *              of the copy (rollouts contiguous and in order) and its invariants
  *
