@@ -319,6 +319,60 @@ def test_stress_record_sample_update_churn(eviction):
     buf._check()
 
 
+def test_prioritized_draws_race_eviction_and_selector_churn():
+    """Prioritized draws racing with eviction and with selector churn: a small
+    capacity (every rollout evicts), writers recording rollouts with
+    priorities, samplers drawing from a fixed selector and from the selectors a
+    churn thread adds and removes (a selector removed meanwhile is a
+    ValueError). Every batch is checked row by row (check_small_batch: a
+    pick's rows are consecutive steps of one rollout), every weight is in
+    (0, 1], and the invariants hold afterwards."""
+    L = 2
+    buf = ExperienceReplay((W,), state_dtype="float64", action_dtype="int64",
+                           reward_dtype="float64", capacity=400, pick_len=L, seed=3)
+    pr = buf.new_pick_selector(P, alpha=0.7, beta=0.5)
+    for i in range(10):
+        buf.record_many(None, states_for(9, i, 0, 30), np.arange(30), np.arange(30) * 0.5,
+                        final_state=states_for(9, i, 30, 1)[0], priorities=np.full(30, 1.0 + i))
+    live = []  # the churn thread's selectors (some already removed when drawn)
+    run = Runner()
+
+    def churn():
+        rng = random.Random(8)
+        while not run.stop.is_set():
+            live.append(buf.new_pick_selector(P, alpha=rng.uniform(0, 1), beta=rng.uniform(0, 1)))
+            if len(live) > 3:
+                buf.remove_pick_selector(live.pop(0))
+            run.counts["churn"] += 1
+
+    def draw(seed):
+        rng = random.Random(seed)
+        while not run.stop.is_set():
+            ps = pr if rng.random() < 0.5 or not live else rng.choice(live)
+            try:
+                b = buf.get_batch(rng.choice([1, 7, 64, 256]), ps)
+            except ValueError as e:  # removed by the churn thread meanwhile
+                assert ps is not pr, str(e)
+                run.counts["gone"] += 1
+                continue
+            check_small_batch(b, L)
+            assert ((b.weight > 0) & (b.weight <= 1)).all()
+            run.counts["batches"] += 1
+
+    for w in range(3):
+        run.spawn(f"writer{w}", writer, run, buf, w, 40 + w)
+    run.spawn("churn", churn)
+    for k in range(2):
+        run.spawn(f"draw{k}", draw, 50 + k)
+    run.run(DURATION)
+    buf._check()
+    c = run.counts
+    assert c["records"] > 3 * buf.capacity and c["batches"] > 0 and c["churn"] > 0, c
+    for ps in [pr] + live:
+        check_small_batch(buf.get_batch(256, ps), L)
+    buf._check()
+
+
 def test_record_many_same_episode_from_many_threads():
     """Threads appending to one shared handle: records of one call stay in
     order and contiguous; the counts add up."""

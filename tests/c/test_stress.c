@@ -15,7 +15,8 @@
  *              next step of the same rollout or the first step of another
  *   updaters   get_batch + set_priority through the batch's table indices
  *              (exr_buffer_set_priority with hints) and through the handles
- *   churn      adds and removes a selector
+ *   churn      adds and removes a prioritized selector, which the prioritized
+ *              sampler also draws from (a draw may race with its removal)
  *   snapshot   serializes the buffer, reads it back, and checks every episode
  *              of the copy (rollouts contiguous and in order) and its invariants
  *
@@ -43,6 +44,9 @@ static atomic_int g_stop;
 static atomic_uint_fast32_t g_next_rollout = 1;
 static exr_buffer *g_buf;
 static int64_t g_sel_uniform, g_sel_prio;
+/* the churn thread's selector of the moment (-1: none), which the
+ * prioritized sampler also draws from while it is being removed */
+static atomic_long g_sel_churn = -1;
 static atomic_long g_batches, g_records;
 
 /* the shared episode's handle (recording may move it to a new episode) */
@@ -234,9 +238,11 @@ static void *sampler(void *arg)
         return NULL;
     }
     batch_init(bt);
-    while (!atomic_load(&g_stop)) {
-        exr_status s = exr_buffer_get_batch(g_buf, sel, B, &bt->o);
-        if (s == EXR_EEMPTY)
+    for (unsigned it = 0; !atomic_load(&g_stop); it++) {
+        long churned = atomic_load(&g_sel_churn);
+        int other = (intptr_t)arg && it % 4 == 3 && churned >= 0;
+        exr_status s = exr_buffer_get_batch(g_buf, other ? churned : sel, B, &bt->o);
+        if (s == EXR_EEMPTY || (other && s == EXR_ENOTFOUND))
             continue;
         if (s != EXR_OK) {
             BAD("get_batch: status %d", (int)s);
@@ -310,6 +316,7 @@ static void *churn(void *arg)
             BAD("add selector: status %d", (int)s);
             break;
         }
+        atomic_store(&g_sel_churn, (long)h);
         batch_t *bt = malloc(sizeof *bt);
         if (bt) {
             batch_init(bt);
@@ -323,6 +330,7 @@ static void *churn(void *arg)
         exr_buffer_lock(g_buf);
         s = exr_buffer_remove_selector_locked(g_buf, h);
         exr_buffer_unlock(g_buf);
+        atomic_store(&g_sel_churn, -1); /* (after: draws race with the removal) */
         if (s != EXR_OK)
             BAD("remove selector: status %d", (int)s);
     }
