@@ -149,3 +149,43 @@ def test_threads_hold_their_batches():
     for t in ts:
         t.join()
     assert not errors, errors[0]
+
+
+def test_finalizer_in_the_extras_dict_allocation():
+    """A collection run by the allocation of the new batch's extras dict (on
+    3.11 it runs at once) can call a finalizer that takes a batch of its own:
+    it must not be given the set this call is about to refill."""
+    import gc
+
+    b, ps = _buffer()
+    stash = []
+
+    class Trigger:
+        def __del__(self):
+            batch = b.get_batch(16, ps)
+            stash.append((batch, _snapshot(batch)))
+
+    x = b.get_batch(16, ps)
+    del x  # a free spare set
+    gc.collect()
+    old = gc.get_threshold()
+    gc.disable()
+    try:
+        t = Trigger()
+        t.self = t
+        del t  # cyclic garbage with a finalizer
+        hold = [{} for _ in range(200)]  # no free dicts left: the next one is a GC allocation
+        gc.set_threshold(1)
+        gc.enable()
+        y = b.get_batch(16, ps)
+        inside = bool(stash)
+    finally:
+        gc.set_threshold(*old)
+        gc.enable()
+    del hold
+    gc.collect()
+    if not inside:  # Python 3.12+ defers a collection to the next bytecode boundary
+        pytest.skip("no collection ran inside get_batch on this Python")
+    inner, snap = stash[0]
+    assert inner.state is not y.state
+    assert _same(inner, snap)

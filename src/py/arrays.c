@@ -259,10 +259,15 @@ static int spare_take(ReplayObject *self, exr_modstate *st, npy_intp B, PyObject
         PyObject *const *s = self->spare[j];
         if (!spare_free(self, st, s, B, L))
             continue;
-        if (!(arrays[F_EXTRAS] = PyDict_New()))
-            return -1;
+        /* taken before PyDict_New: a collection it runs can call a
+         * finalizer whose get_batch would find this set free too */
         for (int f = 0; f < EXR_SPARE_ARRAYS; f++)
             arrays[f] = Py_NewRef(s[f]);
+        if (!(arrays[F_EXTRAS] = PyDict_New())) {
+            for (int f = 0; f < EXR_SPARE_ARRAYS; f++)
+                Py_CLEAR(arrays[f]);
+            return -1;
+        }
         return 1;
     }
     return 0;
