@@ -189,3 +189,20 @@ def test_finalizer_in_the_extras_dict_allocation():
     inner, snap = stash[0]
     assert inner.state is not y.state
     assert _same(inner, snap)
+
+
+def test_array_retargeted_by_setstate():
+    """ndarray.__setstate__ with a bytes object of over 1,000 bytes makes
+    the array a writeable view of that bytes object (its new base): a
+    dropped batch array so retargeted must not be refilled, or get_batch
+    writes into the caller's (immutable) bytes."""
+    b, ps = _buffer()
+    x = b.get_batch(100, ps)
+    st = x.state
+    raw = bytes(st.nbytes)
+    st.__setstate__((1, st.shape, st.dtype, False, raw))
+    del x, st
+    for _ in range(3):
+        y = b.get_batch(100, ps)
+        _consistent(b, y)
+    assert raw == bytes(len(raw))

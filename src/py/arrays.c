@@ -241,8 +241,14 @@ static int spare_free(ReplayObject *self, exr_modstate *st, PyObject *const *s, 
 {
     if (!s[0])
         return 0;
+    /* every array still a view of the set's block: __setstate__ (or, before
+     * NumPy 2.4, setting .data) retargets an array at another object */
+    PyObject *block = PyArray_BASE((PyArrayObject *)s[0]);
+    if (!block || !Py_IS_TYPE(block, st->block_type))
+        return 0;
     for (int f = 0; f < EXR_SPARE_ARRAYS; f++)
         if (Py_REFCNT(s[f]) != 1 || ((PyArrayObject_fields *)s[f])->weakreflist ||
+            PyArray_BASE((PyArrayObject *)s[f]) != block ||
             !out_field_as_made(self, st, s[f], f, B, L))
             return 0;
     return 1;
