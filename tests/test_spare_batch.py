@@ -206,3 +206,53 @@ def test_array_retargeted_by_setstate():
         y = b.get_batch(100, ps)
         _consistent(b, y)
     assert raw == bytes(len(raw))
+
+
+_SB = [("float32", 1), ("float32", 2), ("float32", 4), ("float32", 8), ("float32", 16),
+       ("float64", 1), ("float64", 8), ("float32", 3)]
+
+
+@pytest.mark.parametrize("state", _SB, ids=[f"{d}x{n}" for d, n in _SB])
+def test_refill_rewrites_every_byte(state):
+    """Every width combination of the fused copy (state 4..64 bytes, int64 or
+    int32 actions, float32 or float64 rewards) and one it does not have, with
+    short picks, open, ended and terminated episodes: each field of a refilled
+    set, first filled with junk by its last holder, is what the reference
+    buffer gives for the same picks."""
+    from exreplay.reference import ReferenceReplay
+
+    sdt, sn = state
+    for adt in ("int64", "int32"):
+        for rdt in ("float32", "float64"):
+            for L, short, kind in ((1, False, 0), (3, True, 0), (4, True, 1)):
+                kw = dict(state_shape=(sn,), state_dtype=sdt, action_dtype=adt, reward_dtype=rdt,
+                          capacity=None, pick_len=L, allow_short=short, seed=5)
+                c, r = exreplay.ExperienceReplay(**kw), ReferenceReplay(**kw)
+                pc, pr = c.new_pick_selector(kind), r.new_pick_selector(kind)
+                rng = np.random.default_rng(1)
+                for e in range(10):
+                    n = int(rng.integers(1, 8))
+                    st = (rng.normal(size=(n, sn)) * 100).astype(sdt)
+                    ac = rng.integers(-1000, 1000, n).astype(adt)
+                    rw = rng.normal(size=n).astype(rdt)
+                    fin = rng.normal(size=sn).astype(sdt) if e % 3 else None
+                    pri = rng.uniform(0.1, 2, n) if kind else None
+                    for buf in (c, r):
+                        h = buf.new_episode()
+                        for t in range(n):
+                            last = t == n - 1 and e % 4 != 3  # e % 4 == 3: left open
+                            buf.record(h, st[t], ac[t], rw[t],
+                                       priority=None if pri is None else pri[t],
+                                       final_state=fin if last else None,
+                                       terminated=last and e % 3 == 1)
+                ids = set()
+                for _ in range(12):
+                    x = c.get_batch(7, pc)
+                    ids.add(id(x.state))
+                    y = r._gather(pr, x.pick_epi, x.pick_pos)
+                    for f in FIELDS[:-1]:  # pick_index: the C table's order
+                        assert np.array_equal(getattr(x, f), getattr(y, f)), (adt, rdt, L, f)
+                    for f in FIELDS:
+                        getattr(x, f).view(np.uint8)[...] = 0xAB
+                    del x
+                assert len(ids) <= 2  # the set was refilled
