@@ -241,8 +241,8 @@ static int spare_free(ReplayObject *self, exr_modstate *st, PyObject *const *s, 
 {
     if (!s[0])
         return 0;
-    /* every array still a view of the set's block: __setstate__ (or, before
-     * NumPy 2.4, setting .data) retargets an array at another object */
+    /* every array still a view of the set's block: __setstate__ (or, in older
+     * NumPy, setting .data) retargets an array at another object */
     PyObject *block = PyArray_BASE((PyArrayObject *)s[0]);
     if (!block || !Py_IS_TYPE(block, st->block_type))
         return 0;
