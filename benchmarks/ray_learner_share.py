@@ -94,16 +94,6 @@ def make_classes():
         def pid(self):
             return os.getpid()
 
-        def record_rollout(self, stream, rollout, seq=None):
-            nice = int(os.environ.get("PROBE_WRITER_NICE", "0"))
-            if nice:
-                import threading
-
-                tid = threading.get_native_id()
-                if os.getpriority(os.PRIO_PROCESS, tid) < nice:
-                    os.setpriority(os.PRIO_PROCESS, tid, nice)
-            return super().record_rollout(stream, rollout, seq)
-
         def learn(self, batch, k, seconds, switch=None):
             import sys
 
@@ -149,7 +139,7 @@ def make_classes():
             self.r = np.ones(T, np.float32)
             self.p = rng.random(T) + 0.01
             self.w = w
-            self.seq = 0
+            self.seq = {}  # per replay actor
 
         def pid(self):
             return os.getpid()
@@ -170,12 +160,14 @@ def make_classes():
                     n += sum(ray.get(done))
                 ro = Rollout(self.s, self.a, self.r, self.p, ends=[T - 1], final_states=self.fin[None],
                              terminated=[False])
-                inflight.append(actor.record_rollout.remote(self.w, ro, self.seq))
-                self.seq += 1
+                key = actor._actor_id.hex()
+                seq = self.seq.get(key, 0)
+                inflight.append(actor.record_rollout.remote(self.w, ro, seq))
+                self.seq[key] = seq + 1
             n += sum(ray.get(inflight))
             return n, (time.process_time() - c0) / (time.perf_counter() - t0)
 
-    return replay_actor_class(Probe), Writer
+    return Probe, Writer
 
 
 def main():
@@ -185,23 +177,41 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--switch", type=float, default=None)
+    ap.add_argument("--variants", default="base,nice10", help="replay actors to compare in the same run: "
+                    "base = replay_actor_class(Probe); niceN = the same with group_nice={'writers': N}")
     ap.add_argument("--shape", default="small")
     ap.add_argument("--capacity", type=int, default=20_000)
     a = ap.parse_args()
     shape, dtype = {"small": ((4,), "float32"), "atari": ((84, 84), "uint8")}[a.shape]
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
-             runtime_env={"env_vars": {"PROBE_WRITER_NICE": os.environ.get("PROBE_WRITER_NICE", "0")}})
-    Actor, Writer = make_classes()
-    actor = Actor.options(num_cpus=0).remote(state_shape=shape, state_dtype=dtype, capacity=a.capacity,
-                                             pick_len=1, seed=0, selectors=[("prioritized", {"alpha": 0.6, "beta": 0.4})])
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    from exreplay.ray import replay_actor_class
+
+    Probe, Writer = make_classes()
+    actors = {}
+    for v in a.variants.split(","):
+        gn = {"writers": int(v[4:])} if v.startswith("nice") else None
+        actors[v] = replay_actor_class(Probe, group_nice=gn, name=f"Probe_{v}").options(num_cpus=0).remote(
+            state_shape=shape, state_dtype=dtype, capacity=a.capacity, pick_len=1, seed=0,
+            selectors=[("prioritized", {"alpha": 0.6, "beta": 0.4})])
     writers = [Writer.remote(w, shape, dtype) for w in range(WRITERS)]
-    apid = ray.get(actor.pid.remote())
     wpids = set(ray.get([w.pid.remote() for w in writers]))
-    print("actor pid", apid, "writer pids", sorted(wpids), flush=True)
-    ray.get([w.run.remote(actor, 1.0, 1e9) for w in writers])  # fill
-    ray.get(actor.learn.remote(BATCH, K, 0.5))
+    for v, actor in actors.items():
+        ray.get([w.run.remote(actor, 1.0, 1e9) for w in writers])  # fill
+        ray.get(actor.learn.remote(BATCH, K, 0.5))
     D = a.seconds
-    rows = []
+    rows = {v: [] for v in actors}
+    for rnd in range(a.rounds):
+        for v in (list(actors) if rnd % 2 == 0 else list(actors)[::-1]):
+            _round(a, rnd, v, actors[v], writers, wpids, rows[v], D)
+    for v, rs in rows.items():
+        m = np.median(np.array(rs), axis=0)
+        print(f"{v}: median over {a.rounds} rounds: together/alone records {m[0]:.2f}x, minibatches {m[1]:.2f}x; "
+              f"paced minibatches {m[2]:.2f}x; load {os.getloadavg()[0]:.1f}", flush=True)
+    ray.shutdown()
+
+
+def _round(a, rnd, v, actor, writers, wpids, rows, D):
+    apid = ray.get(actor.pid.remote())
 
     def phase(rate, learn):
         p0 = _procs()
@@ -225,21 +235,16 @@ def main():
                 f"other {c['other']:.2f}")
         print(msg, flush=True)
 
-    for rnd in range(a.rounds):
-        w = phase(1e9, False)
-        lo = phase(0, True)
-        both = phase(1e9, True)
-        paced = phase(a.pace * w["rec"], True)
-        print(f"round {rnd} (load {os.getloadavg()[0]:.1f}): together/alone records {both['rec'] / w['rec']:.2f}x, "
-              f"minibatches {both['mb'] / lo['mb']:.2f}x; paced at {a.pace:g}: records got "
-              f"{paced['rec'] / (a.pace * w['rec']):.2f} of offered, minibatches {paced['mb'] / lo['mb']:.2f}x")
-        for name, r in (("writers", w), ("learner", lo), ("together", both), ("paced", paced)):
-            show(name, r)
-        rows.append((both["rec"] / w["rec"], both["mb"] / lo["mb"], paced["mb"] / lo["mb"]))
-    m = np.median(np.array(rows), axis=0)
-    print(f"median over {a.rounds} rounds: together/alone records {m[0]:.2f}x, minibatches {m[1]:.2f}x; "
-          f"paced minibatches {m[2]:.2f}x; load {os.getloadavg()[0]:.1f}", flush=True)
-    ray.shutdown()
+    w = phase(1e9, False)
+    lo = phase(0, True)
+    both = phase(1e9, True)
+    paced = phase(a.pace * w["rec"], True)
+    print(f"{v} round {rnd} (load {os.getloadavg()[0]:.1f}): together/alone records {both['rec'] / w['rec']:.2f}x, "
+          f"minibatches {both['mb'] / lo['mb']:.2f}x; paced at {a.pace:g}: records got "
+          f"{paced['rec'] / (a.pace * w['rec']):.2f} of offered, minibatches {paced['mb'] / lo['mb']:.2f}x")
+    for name, r in (("writers", w), ("learner", lo), ("together", both), ("paced", paced)):
+        show(name, r)
+    rows.append((both["rec"] / w["rec"], both["mb"] / lo["mb"], paced["mb"] / lo["mb"]))
 
 
 if __name__ == "__main__":
