@@ -178,7 +178,8 @@ def main():
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--switch", type=float, default=None)
     ap.add_argument("--variants", default="base,nice10", help="replay actors to compare in the same run: "
-                    "base = replay_actor_class(Probe); niceN = the same with group_nice={'writers': N}")
+                    "base = replay_actor_class(Probe); niceN = the same with group_nice={'writers': N}; swU = switch interval U us in "
+                    "the actor during learn; combine with +, e.g. nice4+sw500")
     ap.add_argument("--shape", default="small")
     ap.add_argument("--capacity", type=int, default=20_000)
     a = ap.parse_args()
@@ -188,8 +189,11 @@ def main():
 
     Probe, Writer = make_classes()
     actors = {}
+    switch = {}
     for v in a.variants.split(","):
-        gn = {"writers": int(v[4:])} if v.startswith("nice") else None
+        parts = dict((x.rstrip("0123456789"), x[len(x.rstrip("0123456789")):]) for x in v.split("+"))
+        gn = {"writers": int(parts["nice"])} if "nice" in parts else None
+        switch[v] = int(parts["sw"]) * 1e-6 if "sw" in parts else a.switch
         actors[v] = replay_actor_class(Probe, group_nice=gn, name=f"Probe_{v}").options(num_cpus=0).remote(
             state_shape=shape, state_dtype=dtype, capacity=a.capacity, pick_len=1, seed=0,
             selectors=[("prioritized", {"alpha": 0.6, "beta": 0.4})])
@@ -202,7 +206,7 @@ def main():
     rows = {v: [] for v in actors}
     for rnd in range(a.rounds):
         for v in (list(actors) if rnd % 2 == 0 else list(actors)[::-1]):
-            _round(a, rnd, v, actors[v], writers, wpids, rows[v], D)
+            _round(a, rnd, v, actors[v], writers, wpids, rows[v], D, switch[v])
     for v, rs in rows.items():
         m = np.median(np.array(rs), axis=0)
         print(f"{v}: median over {a.rounds} rounds: together/alone records {m[0]:.2f}x, minibatches {m[1]:.2f}x; "
@@ -210,14 +214,14 @@ def main():
     ray.shutdown()
 
 
-def _round(a, rnd, v, actor, writers, wpids, rows, D):
+def _round(a, rnd, v, actor, writers, wpids, rows, D, switch):
     apid = ray.get(actor.pid.remote())
 
     def phase(rate, learn):
         p0 = _procs()
         t0 = time.perf_counter()
         jobs = [] if rate == 0 else [w.run.remote(actor, D, rate / WRITERS) for w in writers]
-        lr = ray.get(actor.learn.remote(BATCH, K, D, a.switch)) if learn else None
+        lr = ray.get(actor.learn.remote(BATCH, K, D, switch)) if learn else None
         wout = ray.get(jobs)
         wall = time.perf_counter() - t0
         cpu = _share(p0, _procs(), wall, apid, wpids, os.getpid())
