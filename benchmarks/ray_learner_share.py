@@ -4,15 +4,21 @@ benchmarks/test_bench_ray_cpprb.py, with the same load (4 writer actors, 100-ste
 rollouts with priorities, 2 in flight each; a learner drawing get_batch(64, 0, 16)
 and sending set_priority of 1024 with local calls).
 
-    OPENBLAS_NUM_THREADS=1 python benchmarks/ray_learner_share.py [--rate R] [--rounds N]
-        [--switch S] [--shape small|atari] [--seconds D]
+    OPENBLAS_NUM_THREADS=1 python benchmarks/ray_learner_share.py [--rounds N] [--seconds D]
+        [--pace F] [--shape small|atari] [--variants base,nice4,nice10+sw500]
 
-Each round: the learner alone, then the learner with the writers paced at R
-records/s in total (default 20,000). Per phase it prints the learner's
-minibatches/s and, from inside the actor, the learner thread's CPU seconds
-per wall second (time.thread_time), the actor process's CPU per wall second
-split by thread name (/proc/self/task), and the whole machine's busy share
-(/proc/stat). --switch sets sys.setswitchinterval in the actor (seconds).
+Variants (replay actors compared in the same run, their order alternating
+between rounds): base = replay_actor_class(Probe); niceN = the same with
+group_nice={"writers": N}; swU = sys.setswitchinterval(U microseconds) in the
+actor during the learn loop. Each round and variant has four phases: writers
+alone (free), learner alone, both, and both with the writers paced at F (0.5)
+of their records/s alone. Per phase it prints the rates, the learner thread's
+time on a CPU, waiting in the run queue (/proc/self/task/TID/schedstat) and
+blocked (the rest: the GIL or a lock), and the cores used by the replay actor's
+process, the writer processes, the rest of Ray ("ray" in the command line:
+also another cluster on the machine) and everything else (/proc/PID/stat).
+Start Ray with RAY_worker_niceness=0 in the environment to run its workers
+at nice 0 instead of Ray's default 15.
 """
 from __future__ import annotations
 
@@ -178,7 +184,8 @@ def main():
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--switch", type=float, default=None)
     ap.add_argument("--variants", default="base,nice10", help="replay actors to compare in the same run: "
-                    "base = replay_actor_class(Probe); niceN = the same with group_nice={'writers': N}; swU = switch interval U us in "
+                    "base = replay_actor_class(Probe); niceN = the same with group_nice={'writers': N}; "
+                    "swU = switch interval U us in "
                     "the actor during learn; combine with +, e.g. nice4+sw500")
     ap.add_argument("--shape", default="small")
     ap.add_argument("--capacity", type=int, default=20_000)
