@@ -1,8 +1,10 @@
 """Ray: exreplay's ReplayActor against what an Ape-X user would write otherwise.
 
-Three actors on one local Ray cluster (ray.init(num_cpus=2)), the same load,
+The actors below on one local Ray cluster (ray.init(num_cpus=2)), the same load,
 the same run, one after the other:
 
+- "exreplay_local" (and "exreplay_local_nice", the same with
+  group_nice={"writers": 4}): the learner inside the replay actor;
 - "exreplay": exreplay.ray.ReplayActor (writers and learner in their own
   concurrency groups; the buffer records and samples with the GIL released);
 - "cpprb": a plain Ray actor (one thread) holding cpprb's
@@ -53,6 +55,7 @@ SECTION = "## Against a cpprb actor and the Ray floor"
 PACE = float(os.environ.get("EXREPLAY_RAY_PACE", "0.5"))
 RESULTS: dict = {}
 NAMES = {"exreplay_local": "exreplay, learner inside the replay actor",
+         "exreplay_local_nice": "exreplay, learner inside the replay actor, writers group at +4 nice",
          "exreplay": "exreplay ReplayActor, learner in its own process",
          "cpprb": "cpprb PrioritizedReplayBuffer in a plain actor", "floor": "Ray floor (no replay)"}
 
@@ -177,7 +180,7 @@ def _actors():
 
     @ray.remote(num_cpus=0)
     def learner(kind, actor, seconds):
-        if kind == "exreplay_local":
+        if kind.startswith("exreplay_local"):
             return ray.get(actor.learn.remote(BATCH, K, seconds))
         t_end = time.perf_counter() + seconds
         n, pending = 0, []
@@ -218,7 +221,10 @@ def _actors():
                 n += k
             return n
 
-    return CpprbActor, FloorActor, Writer, learner, replay_actor_class(LocalLearner)
+    # The same learner with the "writers" group's threads 4 nice levels below
+    # the learner's (docs/ray.md, "CPU priority").
+    nice = replay_actor_class(LocalLearner, group_nice={"writers": 4}, name="LocalLearnerNice")
+    return CpprbActor, FloorActor, Writer, learner, replay_actor_class(LocalLearner), nice
 
 
 def _fill(kind, actor, writers, cap):
@@ -234,7 +240,7 @@ def test_replay_actor_vs_cpprb_actor(cluster, shape):
         pytest.skip("the frames run in the full benchmark only (the quick run keeps the small shape as a smoke test)")
     from exreplay.ray import ReplayActor
 
-    CpprbActor, FloorActor, Writer, learner, LocalLearner = _actors()
+    CpprbActor, FloorActor, Writer, learner, LocalLearner, LocalLearnerNice = _actors()
     st_shape, dtype = SHAPES[shape]
     cap = _capacity(shape)
     D = 0.3 if harness.quick() else 3.0
@@ -243,6 +249,9 @@ def test_replay_actor_vs_cpprb_actor(cluster, shape):
             state_shape=st_shape, state_dtype=dtype, capacity=cap, pick_len=1, seed=0,
             selectors=[("prioritized", {"alpha": 0.6, "beta": 0.4})]),
         "exreplay_local": LocalLearner.options(num_cpus=0).remote(
+            state_shape=st_shape, state_dtype=dtype, capacity=cap, pick_len=1, seed=0,
+            selectors=[("prioritized", {"alpha": 0.6, "beta": 0.4})]),
+        "exreplay_local_nice": LocalLearnerNice.options(num_cpus=0).remote(
             state_shape=st_shape, state_dtype=dtype, capacity=cap, pick_len=1, seed=0,
             selectors=[("prioritized", {"alpha": 0.6, "beta": 0.4})]),
         "cpprb": CpprbActor.remote(st_shape, dtype, cap),
@@ -319,6 +328,8 @@ def _section(results):
          "- *exreplay, learner inside the replay actor*: `replay_actor_class(Learner)`, a `ReplayServer` "
          "subclass whose `learn` method (concurrency group \"learner\") draws with local `get_batch(64, 0, 16)` "
          "and `set_priority` calls while the writers' `record_rollout` calls run in the \"writers\" group.",
+         "- *... writers group at +4 nice*: the same actor built with `group_nice={\"writers\": 4}`: the "
+         "writers group's threads run 4 nice levels below the learner's (docs/ray.md, \"CPU priority\").",
          "- *exreplay ReplayActor*: the learner is a separate Ray task that calls `get_batch.remote(64, 0, 16)`, "
          "then `set_priority.remote`.",
          "- *cpprb*: a plain (single-threaded) Ray actor holding `cpprb.PrioritizedReplayBuffer` "
@@ -349,7 +360,7 @@ def _section(results):
                          f"{m['minibatches_paced']:,.0f} | {m['minibatches_paced'] / m['minibatches_alone']:.2f}x |")
         c, f = med["cpprb"], med["floor"]
         L.append("")
-        for k in ("exreplay_local", "exreplay"):
+        for k in ("exreplay_local", "exreplay_local_nice", "exreplay"):
             if k in med:
                 m = med[k]
                 L.append(f"- {NAMES[k]} against cpprb, together: {m['records'] / c['records']:.2f}x the records/s, "

@@ -322,6 +322,45 @@ def test_learner_inside_the_replay_actor(cluster):
     ray.kill(actor)
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
+def test_group_nice_lowers_only_that_groups_threads(cluster):
+    """replay_actor_class(group_nice={"writers": n}): the writers group's
+    threads run n nice levels below the others (capped at 19), the learner's
+    and control's threads keep theirs (also when they call a writers' method
+    locally), and the writers still record."""
+    from exreplay.ray import replay_actor_class
+
+    def nice():
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    class W(ReplayServer):
+        def writer_nice(self):
+            return nice()
+
+    class L(ReplayServer):
+        def learner_nice(self):
+            # a local call into a "writers" method
+            self.record_many(None, np.zeros((5, 4), np.float32), np.zeros(5, np.int64), np.ones(5, np.float32),
+                             terminated=True)
+            return nice()
+
+    with pytest.raises(ValueError, match="group_nice"):
+        replay_actor_class(W, group_nice={"nope": 3})
+    with pytest.raises(ValueError, match="group_nice"):
+        replay_actor_class(W, group_nice={"writers": -1})
+    kw = dict(state_shape=(4,), capacity=1_000, pick_len=1, seed=0)
+    base = ray.get(replay_actor_class(L, name="L0").remote(**kw).learner_nice.remote())
+    w = replay_actor_class(W, default_group="writers", group_nice={"writers": 3}, name="W3").remote(**kw)
+    got = set(ray.get([w.writer_nice.remote() for _ in range(8)]))  # both writer threads, once or more
+    assert got == {min(19, base + 3)}
+    assert ray.get(w.writer_nice.remote()) == min(19, base + 3)  # once per thread, not once per call
+    lr = replay_actor_class(L, group_nice={"writers": 3}, name="L3").remote(**kw)
+    s, a, r = _episode(20)
+    assert ray.get(lr.record_rollout.remote("w", Rollout(s, a, r, ends=[20]), 0)) == 20
+    assert ray.get(lr.learner_nice.remote()) == base
+    assert len(ray.get(lr.get_batch.remote(4, 0)).pick_epi) == 4
+
+
 def test_pickling_through_the_object_store(cluster):
     buf = exreplay.ExperienceReplay(state_shape=(4,), capacity=1000, pick_len=2, seed=11)
     ps = buf.new_pick_selector(PRI, alpha=0.7, beta=0.5)
