@@ -7,15 +7,14 @@ median time per build and the median of the paired after/base ratios.
     python benchmarks/ab_builds.py /tmp/base . [repetitions]
 
 Each argument is a source tree holding a built exreplay/_core*.so."""
-import glob, importlib.util, statistics, sys, time
+import statistics
+import sys
+
 import numpy as np
 
-def load(name, d):
-    p = glob.glob(d + "/exreplay/_core*.so")[0]
-    spec = importlib.util.spec_from_file_location(name + "._core", p)
-    m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); return m
+from ab_common import load_pair, paired, timed
 
-mods = {"base": load("basepkg", sys.argv[1]), "after": load("afterpkg", sys.argv[2])}
+mods = load_pair(sys.argv[1], sys.argv[2])
 S4 = np.zeros(4, np.float32)
 SS = np.zeros((100, 4), np.float32); A = np.zeros(100, np.int64); R = np.zeros(100, np.float32)
 F = np.zeros((100, 84, 84), np.uint8)
@@ -30,12 +29,6 @@ def setup(m):
     for _ in range(50):
         big.record_many(None, F, A, R, terminated=True)
     return dict(small=small, su=su, sp=sp, big=big, bu=bu, h=None, data=small.serialize(0))
-
-def timed(fn, n):
-    t = time.perf_counter()
-    for _ in range(n):
-        fn()
-    return (time.perf_counter() - t) / n
 
 def ops(m, s):
     def rec1():
@@ -63,5 +56,5 @@ for rep in range(int(sys.argv[3]) if len(sys.argv) > 3 else 15):
             res[(k, n)].append(timed(fn, reps))
 for n in names:
     b = statistics.median(res[("base", n)]); a = statistics.median(res[("after", n)])
-    pr = statistics.median([x / y for x, y in zip(res[("after", n)], res[("base", n)])])
+    pr = paired(res[("after", n)], res[("base", n)])
     print(f"{n:34s} base {b*1e6:10.2f} us   after {a*1e6:10.2f} us   paired after/base {pr:.3f}")

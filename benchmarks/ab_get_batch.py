@@ -14,43 +14,15 @@ N = 100,000) against its floor. Prints per case the median time of each build
 and of the floor/cpprb, the median of the paired after/base ratios, and
 after / floor (or cpprb / after). --only=TEXT runs the cases whose name
 contains TEXT."""
-import gc, glob, importlib.util, statistics, sys, time
+import gc
+import statistics
+import sys
+
 import numpy as np
 
-args = [a for a in sys.argv[1:] if not a.startswith("--")]
-REPS = int(args[2]) if len(args) > 2 else 11
-USE_CPPRB = "--no-cpprb" not in sys.argv
+from ab_common import cpprb_buffer, filled, load_pair, paired, timed
 
-
-def load(name, d):
-    p = glob.glob(d + "/exreplay/_core*.so")[0]
-    spec = importlib.util.spec_from_file_location(name + "._core", p)
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
-    return m
-
-
-mods = {"base": load("basepkg", args[0]), "after": load("afterpkg", args[1])}
 rng = np.random.default_rng(0)
-
-
-def timed(fn, n):
-    t = time.perf_counter()
-    for _ in range(n):
-        fn()
-    return (time.perf_counter() - t) / n
-
-
-def filled(m, shape, dtype, n, ep, L, kind=0):
-    b = m.ExperienceReplay(shape, state_dtype=dtype, capacity=n, pick_len=L, seed=1)
-    s = b.new_pick_selector(kind)
-    st = (rng.random((ep, *shape)) * 100).astype(dtype)
-    ac = np.zeros(ep, np.int64)
-    rw = np.ones(ep, np.float32)
-    pr = rng.random(ep) + 0.05 if kind == 1 else None
-    for _ in range(n // ep):
-        b.record_many(None, st, ac, rw, final_state=st[0], terminated=False, priorities=pr)
-    return b, s
 
 
 class Floor:
@@ -65,33 +37,16 @@ class Floor:
         return self.m._floor_gather(self.rows, self.pool[self.i % 8], self.L)
 
 
-def paper(n, ep):
-    bufs = {k: filled(m, (4,), np.float32, n, ep, 8) for k, m in mods.items()}
+def paper(mods, n, ep):
+    bufs = {k: filled(m, (4,), np.float32, n, ep, 8, rng=rng) for k, m in mods.items()}
     fns = {k: (lambda b=b, s=s: b.get_batch(5000, s)) for k, (b, s) in bufs.items()}
     return fns, Floor(mods["after"], n, (4,), np.float32, 8, 5000), 3, "floor"
 
 
-SPEC = {"obs": {"shape": (4,), "dtype": np.float32}, "act": {"shape": 1, "dtype": np.int64},
-        "rew": {}, "next_obs": {"shape": (4,), "dtype": np.float32}, "done": {}}
-
-
-def cpprb_buffer(n, prioritized):
-    if not USE_CPPRB:
-        return None
-    import cpprb
-    rb = cpprb.PrioritizedReplayBuffer(n, SPEC, alpha=0.6) if prioritized else cpprb.ReplayBuffer(n, SPEC)
-    kw = dict(obs=rng.random((n, 4), np.float32), act=np.zeros((n, 1), np.int64), rew=np.ones(n, np.float32),
-              next_obs=rng.random((n, 4), np.float32), done=np.zeros(n, np.float32))
-    if prioritized:
-        kw["priorities"] = rng.random(n) + 0.05
-    rb.add(**kw)
-    return rb
-
-
-def small(out):
+def small(mods, out, use_cpprb):
     n = 1_000_000
-    bufs = {k: filled(m, (4,), np.float32, n, 100, 1) for k, m in mods.items()}
-    rb = cpprb_buffer(n, False)
+    bufs = {k: filled(m, (4,), np.float32, n, 100, 1, rng=rng) for k, m in mods.items()}
+    rb = cpprb_buffer(n, False, rng) if use_cpprb else None
     if out:
         outs = {k: b.get_batch(32, s) for k, (b, s) in bufs.items()}
         fns = {k: (lambda b=b, s=s, o=outs[k]: b.get_batch(32, s, out=o)) for k, (b, s) in bufs.items()}
@@ -100,45 +55,36 @@ def small(out):
     return fns, rb and (lambda: rb.sample(32)), 200, "cpprb"
 
 
-def prioritized():
+def prioritized(mods, use_cpprb):
     n = 1_000_000
-    bufs = {k: filled(m, (4,), np.float32, n, 100, 1, kind=1) for k, m in mods.items()}
-    rb = cpprb_buffer(n, True)
+    bufs = {k: filled(m, (4,), np.float32, n, 100, 1, kind=1, rng=rng) for k, m in mods.items()}
+    rb = cpprb_buffer(n, True, rng) if use_cpprb else None
     fns = {k: (lambda b=b, s=s: b.get_batch(256, s)) for k, (b, s) in bufs.items()}
     return fns, rb and (lambda: rb.sample(256, beta=0.4)), 20, "cpprb"
 
 
-def r2d2():
-    bufs = {k: filled(m, (84, 84), np.uint8, 100_000, 500, 80) for k, m in mods.items()}
+def r2d2(mods):
+    bufs = {k: filled(m, (84, 84), np.uint8, 100_000, 500, 80, rng=rng) for k, m in mods.items()}
     fns = {k: (lambda b=b, s=s: b.get_batch(32, s)) for k, (b, s) in bufs.items()}
     return fns, Floor(mods["after"], 100_000, (84, 84), np.uint8, 80, 32), 1, "floor"
 
 
 CASES = {
-    "get_5000 N=2048": lambda: paper(2048, 64),
-    "get_5000 N=65536": lambda: paper(65536, 512),
-    "get_5000 N=1048576": lambda: paper(1048576, 512),
-    "get_batch(32) L=1 N=1M": lambda: small(False),
-    "get_batch(32, out=) L=1 N=1M": lambda: small(True),
+    "get_5000 N=2048": lambda mods, c: paper(mods, 2048, 64),
+    "get_5000 N=65536": lambda mods, c: paper(mods, 65536, 512),
+    "get_5000 N=1048576": lambda mods, c: paper(mods, 1048576, 512),
+    "get_batch(32) L=1 N=1M": lambda mods, c: small(mods, False, c),
+    "get_batch(32, out=) L=1 N=1M": lambda mods, c: small(mods, True, c),
     "prioritized get_batch(256) N=1M": prioritized,
-    "R2D2 B=32 L=80 84x84": r2d2,
+    "R2D2 B=32 L=80 84x84": lambda mods, c: r2d2(mods),
 }
-ONLY = [a[len("--only="):] for a in sys.argv if a.startswith("--only=")]
 
 
-def cases():
-    for name, make in CASES.items():
-        if ONLY and not any(o in name for o in ONLY):
-            continue
-        gc.collect()
-        yield (name, *make())
-
-
-for name, fns, ref, calls, rkind in cases():
+def run_case(name, fns, ref, calls, rkind, reps):
     res = {"base": [], "after": [], "ref": []}
     for fn in list(fns.values()) + ([ref] if ref else []):
         fn()
-    for rep in range(REPS):
+    for rep in range(reps):
         order = ("base", "after") if rep % 2 == 0 else ("after", "base")
         for k in order:
             if ref:
@@ -146,9 +92,10 @@ for name, fns, ref, calls, rkind in cases():
             res[k].append(timed(fns[k], calls))
         if ref:
             res["ref"].append(timed(ref, calls))
-    b = statistics.median(res["base"]); a = statistics.median(res["after"])
-    pr = statistics.median([x / y for x, y in zip(res["after"], res["base"])])
-    line = f"{name:34s} base {b*1e6:9.2f} us  after {a*1e6:9.2f} us  paired after/base {pr:.3f}"
+    b = statistics.median(res["base"])
+    a = statistics.median(res["after"])
+    line = (f"{name:34s} base {b*1e6:9.2f} us  after {a*1e6:9.2f} us  "
+            f"paired after/base {paired(res['after'], res['base']):.3f}")
     if ref:
         r = statistics.median(res["ref"])
         if rkind == "floor":
@@ -156,3 +103,20 @@ for name, fns, ref, calls, rkind in cases():
         else:
             line += f"  cpprb {r*1e6:9.2f} us  cpprb/base {r/b:.2f}x  cpprb/after {r/a:.2f}x"
     print(line, flush=True)
+
+
+def main():
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    reps = int(args[2]) if len(args) > 2 else 11
+    use_cpprb = "--no-cpprb" not in sys.argv
+    only = [a[len("--only="):] for a in sys.argv if a.startswith("--only=")]
+    mods = load_pair(args[0], args[1])
+    for name, make in CASES.items():
+        if only and not any(o in name for o in only):
+            continue
+        gc.collect()
+        run_case(name, *make(mods, use_cpprb), reps)
+
+
+if __name__ == "__main__":
+    main()

@@ -17,8 +17,6 @@ runs (up to 0.96 in others the other way, and 0.98-1.02 in most). So the
 script runs two processes, base filled first and after filled first, and
 reports sqrt(r1 * r2), r1 being after / base in the first and r2 in the
 second: an effect of the order divides out. It also prints r1 and r2."""
-import glob
-import importlib.util
 import math
 import statistics
 import subprocess
@@ -27,28 +25,14 @@ import time
 
 import numpy as np
 
+from ab_common import filled, load_build
+
 CASES = (("get_batch(32, out=)", 32, "out"), ("get_batch(32)", 32, "new"),
          ("prioritized get_batch(256)", 256, "prio"))
 
 
-def load(name, d):
-    p = glob.glob(d + "/exreplay/_core*.so")[0]
-    spec = importlib.util.spec_from_file_location(name + "._core", p)
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
-    return m
-
-
 def call_of(m, n, batch, mode):
-    kind = 1 if mode == "prio" else 0
-    rng = np.random.default_rng(0)
-    b = m.ExperienceReplay((4,), state_dtype=np.float32, capacity=n, pick_len=1, seed=1)
-    s = b.new_pick_selector(kind)
-    st = (rng.random((100, 4)) * 100).astype(np.float32)
-    ac, rw = np.zeros(100, np.int64), np.ones(100, np.float32)
-    for _ in range(n // 100):
-        pr = rng.random(100) + 0.05 if kind else None
-        b.record_many(None, st, ac, rw, final_state=st[0], terminated=False, priorities=pr)
+    b, s = filled(m, (4,), np.float32, n, 100, 1, kind=1 if mode == "prio" else 0)
     if mode == "out":
         o = b.get_batch(batch, s)
         return lambda: b.get_batch(batch, s, out=o)
@@ -58,7 +42,7 @@ def call_of(m, n, batch, mode):
 def child(first, second, reps, n, case):
     """One process: `first` filled first; prints the median of second/first."""
     _, batch, mode = CASES[case]
-    calls = [call_of(load(f"m{i}", d), n, batch, mode) for i, d in enumerate((first, second))]
+    calls = [call_of(load_build(f"m{i}", d), n, batch, mode) for i, d in enumerate((first, second))]
     k = max(20, 32000 // batch)
 
     def block(fn):

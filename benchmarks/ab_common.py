@@ -1,0 +1,78 @@
+"""What the in-process A/B scripts share (ab_builds.py, ab_get_batch.py,
+ab_small.py, ab_set_priority.py): loading two builds of exreplay._core into
+one process, timing a call, filling a buffer the same way in each build,
+cpprb's buffers of the same records, and the paired ratio that every script
+reports. Alternating the builds inside one process lets both see the same
+machine load; a ratio of two separate runs on a shared machine measures the
+load (docs/benchmarks.md)."""
+import glob
+import importlib.util
+import statistics
+import time
+
+import numpy as np
+
+
+def load_build(name, tree):
+    """The exreplay._core built in source tree `tree`, as module `name`._core."""
+    found = glob.glob(tree + "/exreplay/_core*.so")
+    if not found:
+        raise SystemExit(f"{tree}: no built exreplay/_core*.so (run setup.py build_ext --inplace there)")
+    spec = importlib.util.spec_from_file_location(name + "._core", found[0])
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    return m
+
+
+def load_pair(base, after):
+    """{"base": module, "after": module} from two source trees."""
+    return {"base": load_build("basepkg", base), "after": load_build("afterpkg", after)}
+
+
+def timed(fn, n):
+    """Seconds per call of fn, over n calls."""
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - t) / n
+
+
+def paired(after, base):
+    """The median of the paired after/base ratios of two equal-length lists."""
+    return statistics.median([a / b for a, b in zip(after, base)])
+
+
+def filled(m, shape, dtype, n, ep, pick_len, kind=0, rng=None):
+    """A buffer of capacity n filled with n // ep episodes of ep records
+    (each continued past its last record, so every record is a pick) and
+    one selector of `kind` (0 uniform, 1 prioritized, priorities drawn
+    anew for each episode)."""
+    rng = rng if rng is not None else np.random.default_rng(0)
+    b = m.ExperienceReplay(shape, state_dtype=dtype, capacity=n, pick_len=pick_len, seed=1)
+    s = b.new_pick_selector(kind)
+    st = (rng.random((ep, *shape)) * 100).astype(dtype)
+    ac = np.zeros(ep, np.int64)
+    rw = np.ones(ep, np.float32)
+    for _ in range(n // ep):
+        pr = rng.random(ep) + 0.05 if kind == 1 else None
+        b.record_many(None, st, ac, rw, final_state=st[0], terminated=False, priorities=pr)
+    return b, s
+
+
+CPPRB_SPEC = {"obs": {"shape": (4,), "dtype": np.float32}, "act": {"shape": 1, "dtype": np.int64},
+              "rew": {}, "next_obs": {"shape": (4,), "dtype": np.float32}, "done": {}}
+
+
+def cpprb_buffer(n, prioritized, rng=None):
+    """cpprb's (prioritized, alpha 0.6) buffer holding n (4,) float32
+    transitions: the records the scripts' exreplay buffers hold."""
+    import cpprb
+    rng = rng if rng is not None else np.random.default_rng(0)
+    rb = (cpprb.PrioritizedReplayBuffer(n, CPPRB_SPEC, alpha=0.6) if prioritized
+          else cpprb.ReplayBuffer(n, CPPRB_SPEC))
+    kw = dict(obs=rng.random((n, 4), np.float32), act=np.zeros((n, 1), np.int64), rew=np.ones(n, np.float32),
+              next_obs=rng.random((n, 4), np.float32), done=np.zeros(n, np.float32))
+    if prioritized:
+        kw["priorities"] = rng.random(n) + 0.05
+    rb.add(**kw)
+    return rb
