@@ -704,10 +704,14 @@ void exr_sumtree_sample_lanes(const exr_sumtree *t, exr_rng *r, size_t count, si
 {
     quads = quads && exr_sumtree_quads();
     double total = exr_sumtree_total(t);
+    /* the generator's state in a local: out[] (size_t) may alias its
+     * uint64_t words, which would keep it in memory through the loop */
+    exr_rng g = *r;
     for (size_t b = 0; b < count; b++) {
-        u[b] = exr_rng_double(r) * total;
+        u[b] = exr_rng_double(&g) * total;
         out[b] = 0;
     }
+    *r = g;
     /* One level for the whole batch at a time: the line each draw needs next
      * is prefetched while the other draws are worked on. */
     for (int k = t->nlev - 1; k >= 1; k--)
