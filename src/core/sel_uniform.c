@@ -39,10 +39,14 @@ static exr_status u_sample(exr_selector *s, size_t n, size_t count, size_t *idx,
     (void)scratch;
     if (n == 0)
         return EXR_EEMPTY;
+    /* the generator's state in a local: idx[] (size_t) may alias its
+     * uint64_t words, which would keep it in memory through the loop */
+    exr_rng g = s->rng;
     for (size_t b = 0; b < count; b++) {
-        idx[b] = (size_t)exr_rng_below(&s->rng, n);
+        idx[b] = (size_t)exr_rng_below(&g, n);
         w[b] = 1.0f;
     }
+    s->rng = g;
     return EXR_OK;
 }
 

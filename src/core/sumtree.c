@@ -513,14 +513,170 @@ static inline void descend2_f(const float *ca, const float *cb, double *xa, doub
 #define PAIRS 0
 #endif
 
+/* Four draws at a time (x86-64 with AVX2, chosen at run time): the four
+ * nodes' children transposed so that vector c[i] holds child i of each
+ * (lane q: draw q), then DESCEND's three halving steps on all four lanes at
+ * once, the values they subtract picked by masks from sums of all eight
+ * children instead of loaded per lane: the same additions on the same
+ * operands, so the same bits and the same children (the pair sums are
+ * c0 + c1 and c4 + c5, the left half (c0 + c1) + (c2 + c3), as DESCEND
+ * adds them). A lane whose check fails takes CHOOSE on its own x, as in
+ * DESCEND. About a third of the pairs' instructions per draw. */
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__SSE2__)
+#include <immintrin.h>
+#define QUADS 1
+#define AVX2_FN __attribute__((target("avx2")))
+
+static int exr_sumtree_quads(void)
+{
+    static int have = -1; /* a benign race: every thread computes the same */
+    int h = __atomic_load_n(&have, __ATOMIC_RELAXED);
+    if (h < 0) {
+        __builtin_cpu_init();
+        h = __builtin_cpu_supports("avx2") ? 1 : 0;
+        __atomic_store_n(&have, h, __ATOMIC_RELAXED);
+    }
+    return h;
+}
+
+/* c[0..3] from rows r0..r3 of 4 doubles each (a 4x4 transpose) */
+AVX2_FN static inline void transpose4(__m256d r0, __m256d r1, __m256d r2, __m256d r3, __m256d *c)
+{
+    __m256d t0 = _mm256_unpacklo_pd(r0, r1), t1 = _mm256_unpackhi_pd(r0, r1); /* a0 b0 a2 b2, a1 b1 a3 b3 */
+    __m256d t2 = _mm256_unpacklo_pd(r2, r3), t3 = _mm256_unpackhi_pd(r2, r3);
+    c[0] = _mm256_permute2f128_pd(t0, t2, 0x20);
+    c[1] = _mm256_permute2f128_pd(t1, t3, 0x20);
+    c[2] = _mm256_permute2f128_pd(t0, t2, 0x31);
+    c[3] = _mm256_permute2f128_pd(t1, t3, 0x31);
+}
+
+AVX2_FN static inline void kids4_d(const double *const *n, __m256d *c)
+{
+    transpose4(_mm256_loadu_pd(n[0]), _mm256_loadu_pd(n[1]), _mm256_loadu_pd(n[2]),
+               _mm256_loadu_pd(n[3]), c);
+    transpose4(_mm256_loadu_pd(n[0] + 4), _mm256_loadu_pd(n[1] + 4), _mm256_loadu_pd(n[2] + 4),
+               _mm256_loadu_pd(n[3] + 4), c + 4);
+}
+
+AVX2_FN static inline void kids4_f(const float *const *n, __m256d *c)
+{
+    __m256 r0 = _mm256_loadu_ps(n[0]), r1 = _mm256_loadu_ps(n[1]);
+    __m256 r2 = _mm256_loadu_ps(n[2]), r3 = _mm256_loadu_ps(n[3]);
+    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1); /* a0 b0 a1 b1 | a4 b4 a5 b5 */
+    __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+    __m256 k[4] = {_mm256_shuffle_ps(t0, t2, 0x44), _mm256_shuffle_ps(t0, t2, 0xEE),
+                   _mm256_shuffle_ps(t1, t3, 0x44), _mm256_shuffle_ps(t1, t3, 0xEE)};
+    for (int i = 0; i < 4; i++) { /* k[i]: child i of a..d | child i + 4 */
+        c[i] = _mm256_cvtps_pd(_mm256_castps256_ps128(k[i]));
+        c[i + 4] = _mm256_cvtps_pd(_mm256_extractf128_ps(k[i], 1));
+    }
+}
+
+/* y -= h in the lanes where h <= y; those lanes' masks. */
+AVX2_FN static inline __m256d step4(__m256d *y, __m256d h)
+{
+    __m256d m = _mm256_cmp_pd(h, *y, _CMP_LE_OQ);
+    *y = _mm256_sub_pd(*y, _mm256_and_pd(m, h));
+    return m;
+}
+
+/* The halving steps of four draws (DESCEND's), *y their offsets; the chosen
+ * children in *s; returns the lanes whose offset is below their child's
+ * sum (bit q: lane q), the others need CHOOSE. */
+AVX2_FN static inline int descend4(const __m256d *c, __m256d *y, __m256i *s)
+{
+    __m256d p01 = _mm256_add_pd(c[0], c[1]), p45 = _mm256_add_pd(c[4], c[5]);
+    __m256d m1 = step4(y, _mm256_add_pd(p01, _mm256_add_pd(c[2], c[3])));
+    __m256d m2 = step4(y, _mm256_blendv_pd(p01, p45, m1));
+    __m256d even = _mm256_blendv_pd(_mm256_blendv_pd(c[0], c[2], m2),
+                                    _mm256_blendv_pd(c[4], c[6], m2), m1);
+    __m256d m3 = step4(y, even);
+    __m256d odd = _mm256_blendv_pd(_mm256_blendv_pd(c[1], c[3], m2),
+                                   _mm256_blendv_pd(c[5], c[7], m2), m1);
+    __m256d chosen = _mm256_blendv_pd(even, odd, m3);
+    __m256i b = _mm256_and_si256(_mm256_castpd_si256(m1), _mm256_set1_epi64x(4));
+    b = _mm256_add_epi64(b, _mm256_and_si256(_mm256_castpd_si256(m2), _mm256_set1_epi64x(2)));
+    *s = _mm256_sub_epi64(b, _mm256_castpd_si256(m3)); /* a true mask is -1 */
+    return _mm256_movemask_pd(_mm256_cmp_pd(*y, chosen, _CMP_LT_OQ));
+}
+
+/* Draws [0, count - count % 4) of one internal level: their nodes' children
+ * in ch, the line of each chosen node in `below` prefetched. Returns the
+ * draws done. */
+AVX2_FN static size_t quads_level(const double *ch, const void *below, size_t line, size_t count,
+                                  size_t *out, double *u)
+{
+    size_t b = 0;
+    for (; b + 4 <= count; b += 4) {
+        const double *n[4];
+        for (int q = 0; q < 4; q++)
+            n[q] = ch + FAN * out[b + q];
+        __m256d c[FAN], y = _mm256_loadu_pd(u + b);
+        __m256i s;
+        kids4_d(n, c);
+        int ok = descend4(c, &y, &s);
+        __m256i j = _mm256_slli_epi64(_mm256_loadu_si256((const __m256i *)(out + b)), 3);
+        _mm256_storeu_si256((__m256i *)(out + b), _mm256_add_epi64(j, s));
+        double x0[4];
+        memcpy(x0, u + b, sizeof x0);
+        _mm256_storeu_pd(u + b, y);
+        for (int q = 0; __builtin_expect(ok != 15, 0) && q < 4; q++)
+            if (!(ok >> q & 1)) {
+                int sq;
+                CHOOSE(n[q], x0[q], sq);
+                out[b + q] = FAN * (out[b + q] / FAN) + (size_t)sq;
+                u[b + q] = x0[q];
+            }
+        for (int q = 0; q < 4; q++)
+            __builtin_prefetch((const char *)below + line * out[b + q]);
+    }
+    return b;
+}
+
+/* The leaf level of draws [0, count - count % 4). Returns the draws done. */
+AVX2_FN static size_t quads_leaves(const float *leaf, size_t count, size_t *out, double *u)
+{
+    size_t b = 0;
+    for (; b + 4 <= count; b += 4) {
+        const float *n[4];
+        for (int q = 0; q < 4; q++)
+            n[q] = leaf + FAN * out[b + q];
+        __m256d c[FAN], y = _mm256_loadu_pd(u + b);
+        __m256i s;
+        kids4_f(n, c);
+        int ok = descend4(c, &y, &s);
+        __m256i j = _mm256_slli_epi64(_mm256_loadu_si256((const __m256i *)(out + b)), 3);
+        _mm256_storeu_si256((__m256i *)(out + b), _mm256_add_epi64(j, s));
+        for (int q = 0; __builtin_expect(ok != 15, 0) && q < 4; q++)
+            if (!(ok >> q & 1)) {
+                double x = u[b + q];
+                int sq;
+                CHOOSE(n[q], x, sq);
+                out[b + q] = FAN * (out[b + q] / FAN) + (size_t)sq;
+            }
+    }
+    return b;
+}
+#else
+#define QUADS 0
+static int exr_sumtree_quads(void) { return 0; }
+#endif
+
 /* Draws [b, count) of one internal level k: from their nodes' children in
  * sum[k - 1] to a node of level k - 1, whose line below is prefetched. */
-static void sample_level(const exr_sumtree *t, int k, size_t count, size_t *out, double *u)
+static void sample_level(const exr_sumtree *t, int k, size_t count, size_t *out, double *u,
+                         int quads)
 {
     const double *ch = t->sum[k - 1];
     const void *below = k >= 2 ? (const void *)t->sum[k - 2] : (const void *)t->leaf;
     size_t line = k >= 2 ? FAN * sizeof(double) : FAN * sizeof(float);
     size_t b = 0;
+#if QUADS
+    if (quads)
+        b = quads_level(ch, below, line, count, out, u);
+#else
+    (void)quads;
+#endif
 #if PAIRS
     for (; b + 2 <= count; b += 2) {
         int sa, sb;
@@ -543,19 +699,28 @@ static void sample_level(const exr_sumtree *t, int k, size_t count, size_t *out,
     }
 }
 
-void exr_sumtree_sample(const exr_sumtree *t, exr_rng *r, size_t count, size_t *out,
-                        double *u)
+void exr_sumtree_sample_lanes(const exr_sumtree *t, exr_rng *r, size_t count, size_t *out,
+                              double *u, int quads)
 {
+    quads = quads && exr_sumtree_quads();
     double total = exr_sumtree_total(t);
+    /* the generator's state in a local: out[] (size_t) may alias its
+     * uint64_t words, which would keep it in memory through the loop */
+    exr_rng g = *r;
     for (size_t b = 0; b < count; b++) {
-        u[b] = exr_rng_double(r) * total;
+        u[b] = exr_rng_double(&g) * total;
         out[b] = 0;
     }
+    *r = g;
     /* One level for the whole batch at a time: the line each draw needs next
      * is prefetched while the other draws are worked on. */
     for (int k = t->nlev - 1; k >= 1; k--)
-        sample_level(t, k, count, out, u);
+        sample_level(t, k, count, out, u, quads);
     size_t b = 0;
+#if QUADS
+    if (quads)
+        b = quads_leaves(t->leaf, count, out, u);
+#endif
 #if PAIRS
     for (; b + 2 <= count; b += 2) {
         int sa, sb;
@@ -571,6 +736,12 @@ void exr_sumtree_sample(const exr_sumtree *t, exr_rng *r, size_t count, size_t *
         DESCEND(c, x, s);
         out[b] = FAN * out[b] + (size_t)s;
     }
+}
+
+void exr_sumtree_sample(const exr_sumtree *t, exr_rng *r, size_t count, size_t *out,
+                        double *u)
+{
+    exr_sumtree_sample_lanes(t, r, count, out, u, exr_sumtree_quads());
 }
 
 int exr_sumtree_check(const exr_sumtree *t, size_t n, char *msg, size_t msglen)

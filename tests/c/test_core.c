@@ -324,6 +324,48 @@ static void test_sumtree_pairs(void)
     exr_sumtree_free(&t);
 }
 
+/* The four-lane AVX2 descent (where the machine has it) against the pairs
+ * and the one-draw descent: the same rng stream drawn with the quads on and
+ * off must give the same leaves bit for bit, for every batch size mod 4,
+ * on trees of one to eight levels, with zero leaves, float's range, and
+ * every internal node inflated in the last round (CHOOSE in some lanes of
+ * a vector and not in the others). */
+static void test_sumtree_quads(void)
+{
+    static const size_t sizes[] = {1, 9, 64, 1000, 70000, 2100000};
+    static size_t on[300], off[300];
+    static double scratch[300];
+    for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
+        exr_sumtree t;
+        exr_sumtree_init(&t);
+        CHECK_RET(exr_sumtree_reserve(&t, sizes[z]) == EXR_OK);
+        exr_rng r, r1, r2;
+        exr_rng_seed(&r, 31, (uint64_t)z);
+        for (size_t i = 0; i < sizes[z]; i++) {
+            int kind = (int)exr_rng_below(&r, 4);
+            double e = exr_rng_double(&r);
+            t.leaf[i] = kind == 0 && i ? 0.0f : kind == 1 ? (float)pow(10.0, -30.0 + 60.0 * e)
+                                                          : (float)(0.01 + e);
+        }
+        exr_sumtree_rebuild(&t);
+        for (int round = 0; round < 3; round++) {
+            if (round == 2)
+                for (int k = 0; k < t.nlev; k++)
+                    for (size_t j = 0; j < t.len[k]; j++)
+                        t.sum[k][j] *= 1.0 + 0.4 * (double)(j % 3);
+            for (size_t count = 1; count <= 300; count += count < 12 ? 1 : 41) {
+                exr_rng_seed(&r1, 7 + count, (uint64_t)round);
+                exr_rng_seed(&r2, 7 + count, (uint64_t)round);
+                exr_sumtree_sample_lanes(&t, &r1, count, on, scratch, 1);
+                exr_sumtree_sample_lanes(&t, &r2, count, off, scratch, 0);
+                for (size_t b = 0; b < count; b++)
+                    CHECK_RET(on[b] == off[b] && on[b] < sizes[z] && t.leaf[on[b]] > 0);
+            }
+        }
+        exr_sumtree_free(&t);
+    }
+}
+
 /* A draw whose offset lands at or past the sum of a node's children (the
  * node's sum is within rounding of theirs, not equal): the halving descent
  * then falls back to the prefix scan, which takes the last positive child.
@@ -859,6 +901,7 @@ int main(void)
         {"sumtree_past_total", test_sumtree_past_total},
         {"sumtree_unchanged", test_sumtree_unchanged},
         {"sumtree_pairs", test_sumtree_pairs},
+        {"sumtree_quads", test_sumtree_quads},
         {"episodes", test_episodes},
         {"picks_and_batch", test_picks_and_batch},
         {"long_episode_segments", test_long_episode_segments},
