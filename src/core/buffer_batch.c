@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "buffer_impl.h"
+#include "select.h"
 
 /* Now in ns, for exr_batch_phases (a benchmark hook: benchmarks/c/). */
 static uint64_t now_ns(void)
@@ -18,32 +19,39 @@ static uint64_t now_ns(void)
     return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
-static void plan_pick_locked(exr_buffer *b, const exr_pick *pk, plan_t *pl, int64_t *epi,
-                             int64_t *pos, int64_t *len, int64_t *len_next)
+/* One pick resolved into its plan and metadata. L, slab and pick_len are the
+ * batch's own copies (plan_batch_locked): the int64 metadata stores may alias
+ * the buffer's size_t fields, so reading them from b would reload them after
+ * every store. A pick that runs past its segment (a split) is not a branch:
+ * which segment B is and how many rows A holds are selects (select.h), since
+ * a split depends on the random draw and a branch on it mispredicts (about
+ * one pick in four with 64-step episodes, callgrind). */
+static inline __attribute__((always_inline)) void
+plan_pick_locked(const exr_store_layout *L, exr_episode *slab, uint64_t pick_len, const exr_pick *pk,
+                 plan_t *pl, int64_t *epi, int64_t *pos, int64_t *len, int64_t *len_next)
 {
-    EXR_ASSERT_LOCKED(b);
-    const exr_store_layout *L = &b->lay;
-    exr_episode *e = &b->eps.slab[pk->slot];
+    exr_episode *e = &slab[pk->slot];
     /* only written when it changes: the line stays clean. Atomic: samplers
      * plan under the shared lock; eviction reads it under the exclusive one */
     if (!__atomic_load_n(&e->sampled, __ATOMIC_RELAXED))
         __atomic_store_n(&e->sampled, 1, __ATOMIC_RELAXED);
-    uint64_t p = pk->pos, c = complete_steps(e);
-    uint64_t l = c - p < b->cfg.pick_len ? c - p : b->cfg.pick_len;
+    uint64_t p = pk->pos, c = complete_steps(e), n = e->n;
+    uint64_t l = c - p < pick_len ? c - p : pick_len;
     size_t k, off;
     exr_store_locate(L, p, &k, &off);
-    exr_body *body = e->body;
-    size_t na = exr_store_seg_cap(L, k) - off;
+    const exr_body *body = e->body;
+    size_t room = exr_store_seg_cap(L, k) - off;
+    size_t more = (room < l + 1) & (k + 1 < body->nsegs);
     pl->a = exr_seg_row(L, body->segs[k], off);
-    pl->na = (uint32_t)(na < l + 1 ? na : l + 1);
-    pl->b = k + 1 < body->nsegs && na < l + 1 ? body->segs[k + 1] : NULL;
+    pl->na = (uint32_t)exr_sel_below(room, l + 1, room, l + 1);
+    pl->b = (const unsigned char *)exr_sel_set(more, (uintptr_t)body->segs[k + more], 0);
     pl->len = (uint32_t)l;
-    pl->next_stored = p + l < e->n;
+    pl->next_stored = p + l < n;
     pl->final = body->final_state;
     *epi = e->handle;
     *pos = (int64_t)p;
     *len = (int64_t)l;
-    *len_next = (int64_t)l - (e->terminated && p + l == e->n);
+    *len_next = (int64_t)l - ((e->terminated != 0) & (p + l == n));
 }
 
 /* Every line of the rows plan pl will read (its L rows and the next).
@@ -96,11 +104,14 @@ static void plan_batch_locked(exr_buffer *b, size_t count, const size_t *idx, pl
 {
     EXR_ASSERT_LOCKED(b);
     enum { C = 32 };
-    const exr_store_layout *L = &b->lay;
+    const exr_store_layout lay = b->lay, *L = &lay;
+    const uint64_t pick_len = b->cfg.pick_len;
     const exr_pick *pv = b->picks.v;
-    const exr_episode *slab = b->eps.slab;
+    exr_episode *slab = b->eps.slab;
+    int64_t *epi = out->pick_epi, *pos = out->pick_pos, *len = out->seq_len,
+            *len_next = out->seq_len_next;
     bool cold = heat != WARM;
-    size_t pick_bytes = (b->cfg.pick_len + 1) * L->row_bytes;
+    size_t pick_bytes = (pick_len + 1) * L->row_bytes;
     /* (a pick of more than 48 lines is a stream the hardware follows: the
      * copy's rule, batch_copy.c) */
     bool rows_now = count * pick_bytes <= ((size_t)64 << 10) ||
@@ -119,8 +130,8 @@ static void plan_batch_locked(exr_buffer *b, size_t count, const size_t *idx, pl
             __builtin_prefetch(segs_link(L, slab, pk));
         }
         for (size_t i = c0; i < c1; i++) {
-            plan_pick_locked(b, &pv[idx[i]], &plans[i], &out->pick_epi[i], &out->pick_pos[i],
-                             &out->seq_len[i], &out->seq_len_next[i]);
+            plan_pick_locked(L, slab, pick_len, &pv[idx[i]], &plans[i], &epi[i], &pos[i],
+                             &len[i], &len_next[i]);
             if (rows_now)
                 prefetch_plan(L, &plans[i]);
         }

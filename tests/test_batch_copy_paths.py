@@ -1,0 +1,111 @@
+"""get_batch's copy paths against episode(), pick by pick.
+
+The single-array copy has one loop per common width combination (states of
+4 to 64 bytes, int32/int64 actions, float32/float64 rewards: `fuse_batch` in
+src/core/batch_copy.c) and a field-by-field copy for the rest. The planner
+(src/core/buffer_batch.c) and the fused copy choose a pick's rows with
+selects rather than branches: the segment a pick runs into, the last next
+state (a stored row, the final state or zeros), the padding of a short pick.
+These tests record episodes whose lengths put picks across the first
+segment boundaries (16, 48, 112 rows), at the end of ended, terminated and
+open episodes, and compare every pick of the buffer (with `_gather`) and a
+large random batch (with `get_batch`) with the recorded steps.
+"""
+import numpy as np
+import pytest
+
+from exreplay import ExperienceReplay
+
+# (state shape, state dtype, action dtype, reward dtype): every fused
+# combination's state widths, both action and reward widths, and layouts
+# that take the field-by-field copy.
+LAYOUTS = [
+    ((1,), "float32", "int64", "float32"),
+    ((4,), "float32", "int64", "float32"),
+    ((2,), "float32", "int32", "float32"),
+    ((4,), "float64", "int64", "float64"),
+    ((8,), "float32", "int32", "float64"),
+    ((16,), "float32", "int64", "float32"),
+    ((8,), "float64", "int32", "float32"),
+    ((3,), "float32", "int64", "float32"),  # 12-byte states: not fused
+    ((4,), "float32", "uint8", "float32"),  # 1-byte actions: not fused
+]
+
+LENGTHS = [1, 5, 9, 15, 16, 17, 31, 47, 48, 49, 63, 113, 200]
+
+
+def _fill(buf, rng):
+    """Episodes of LENGTHS, ended with a final state, terminated, or left open."""
+    for i, T in enumerate(LENGTHS):
+        st = (rng.random((T, *buf.state_shape)) * 100 + 1).astype(buf.state_dtype)
+        ac = rng.integers(1, 100, T).astype(buf.action_dtype)
+        rw = (rng.random(T) + 1).astype(buf.reward_dtype)
+        how = i % 3
+        if how == 0:
+            fin = (rng.random(buf.state_shape) * 100 + 1).astype(buf.state_dtype)
+            buf.record_many(None, st, ac, rw, final_state=fin, terminated=False)
+        elif how == 1:
+            buf.record_many(None, st, ac, rw, terminated=True)
+        else:
+            buf.record_many(None, st, ac, rw)
+
+
+def _expected(buf, h, p):
+    """One pick's state, next state, action, reward, seq_len, seq_len_next."""
+    ep = buf.episode(int(h))
+    L, n = buf.pick_len, len(ep.reward)
+    c = n if ep.ended else n - 1
+    ln = min(L, c - p)
+    zero_s = np.zeros(buf.state_shape, buf.state_dtype)
+    fin = ep.final_state if ep.final_state is not None else zero_s
+    st = np.zeros((L, *buf.state_shape), buf.state_dtype)
+    nx = np.zeros_like(st)
+    ac = np.zeros(L, buf.action_dtype)
+    rw = np.zeros(L, buf.reward_dtype)
+    for r in range(ln):
+        st[r], ac[r], rw[r] = ep.state[p + r], ep.action[p + r], ep.reward[p + r]
+        nx[r] = ep.state[p + r + 1] if p + r + 1 < n else fin
+    return st, nx, ac, rw, ln, ln - int(bool(ep.terminated) and p + ln == n)
+
+
+def _check(buf, b):
+    for i, (h, p) in enumerate(zip(b.pick_epi.tolist(), b.pick_pos.tolist())):
+        st, nx, ac, rw, ln, lnn = _expected(buf, h, p)
+        assert np.array_equal(b.state[i], st), (h, p)
+        assert np.array_equal(b.state_next[i], nx), (h, p)
+        assert np.array_equal(b.action[i], ac), (h, p)
+        assert np.array_equal(b.reward[i], rw), (h, p)
+        assert (b.seq_len[i], b.seq_len_next[i]) == (ln, lnn), (h, p)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda x: "-".join(map(str, x)))
+@pytest.mark.parametrize("pick_len,allow_short", [(1, False), (3, True), (8, True), (8, False), (17, True)])
+def test_every_pick(layout, pick_len, allow_short):
+    shape, sd, ad, rd = layout
+    buf = ExperienceReplay(shape, state_dtype=sd, action_dtype=ad, reward_dtype=rd,
+                           capacity=None, pick_len=pick_len, allow_short=allow_short, seed=3)
+    _fill(buf, np.random.default_rng(pick_len))
+    u = buf.new_pick_selector(0)
+    e, p = buf._picks()
+    assert len(e) > 0
+    _check(buf, buf._gather(u, e, p))
+    _check(buf, buf.get_batch(2000, u))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS[1:2] + LAYOUTS[-2:-1], ids=lambda x: "-".join(map(str, x)))
+def test_cold_buffer(layout):
+    """A buffer of more than 8 MiB of rows and picks: the plan's chain walk and row
+    prefetches and the copy's prefetches run (batch_heat_locked)."""
+    shape, sd, ad, rd = layout
+    buf = ExperienceReplay(shape, state_dtype=sd, action_dtype=ad, reward_dtype=rd,
+                           capacity=None, pick_len=8, allow_short=True, seed=5)
+    rng = np.random.default_rng(9)
+    for i in range(1600):
+        T = 150 + i % 101
+        st = np.ones((T, *shape), sd)
+        st[:, 0] = np.arange(T)
+        buf.record_many(None, st, np.arange(T).astype(ad), np.ones(T, rd), terminated=bool(i % 2))
+    _fill(buf, rng)
+    u = buf.new_pick_selector(0)
+    for _ in range(3):
+        _check(buf, buf.get_batch(3000, u))
