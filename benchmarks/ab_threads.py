@@ -6,7 +6,8 @@ builds every round so that both see the same machine load.
 
 Each tree holds a built exreplay/_core*.so (see benchmarks/ab_builds.py).
 pair share: each side's calls/s together over its calls/s alone (measured
-in the same round), summed: 2.0 is both at full speed. 4w+1l: the learner's
+in the same round), summed: 2.0 is both at full speed (each side's part is
+printed too: the suite's fixed-work speedup follows the slower side). 4w+1l: the learner's
 calls/s with 4 writers (each busy 1/8 of the time) over its calls/s alone.
 Prints each round and the medians."""
 import glob, importlib.util, statistics, sys, threading, time
@@ -54,7 +55,7 @@ def one_round(rec, samp, pause, D=0.8):
     r = run([("r", rec, 0)], D)["r"]; s = run([("s", samp, 0)], D)["s"]
     both = run([("r", rec, 0), ("s", samp, 0)], D)
     w = run([("s", samp, 0)] + [(f"w{i}", rec, pause) for i in range(4)], D)
-    return both["r"] / r + both["s"] / s, w["s"] / s
+    return both["r"] / r + both["s"] / s, w["s"] / s, both["r"] / r, both["s"] / s
 
 def main():
     mods = {"base": load("basepkg", sys.argv[1]), "after": load("afterpkg", sys.argv[2])}
@@ -66,15 +67,16 @@ def main():
         for _ in range(200): rec()
         t[k] = (time.perf_counter() - t0) / 200
     pause = {k: v * 7 for k, v in t.items()}  # busy 1/8 of the time
-    got = {k: ([], []) for k in mods}
+    got = {k: ([], [], [], []) for k in mods}
     for i in range(rounds):
         for k in (("base", "after") if i % 2 == 0 else ("after", "base")):
-            p, w = one_round(*work[k], pause[k])
-            got[k][0].append(p); got[k][1].append(w)
+            for j, v in enumerate(one_round(*work[k], pause[k])):
+                got[k][j].append(v)
         print(f"round {i}: pair share base {got['base'][0][-1]:.2f} after {got['after'][0][-1]:.2f}; "
               f"4w+1l base {got['base'][1][-1]:.2f}x after {got['after'][1][-1]:.2f}x", flush=True)
     for k in mods:
-        print(f"{k}: pair share median {statistics.median(got[k][0]):.2f}, "
+        print(f"{k}: pair share median {statistics.median(got[k][0]):.2f} (writer "
+              f"{statistics.median(got[k][2]):.2f} + learner {statistics.median(got[k][3]):.2f}), "
               f"4w+1l learner median {statistics.median(got[k][1]):.2f}x")
     ratio = [a / b for a, b in zip(got["after"][0], got["base"][0])]
     print(f"paired after/base pair share: median {statistics.median(ratio):.2f}")
