@@ -123,6 +123,35 @@ def test_record(core, cfg):
         assert n + n_new > 0
 
 
+@pytest.mark.parametrize("cfg", CONFIGS)
+def test_new_episode(core, cfg):
+    """Under the lock (the first one of a buffer, which also makes room for
+    reservations: best effort) and reserved without it (the ones after)."""
+    def reserving():
+        st = populated(core, **cfg)
+        st[0].new_episode()
+        return st
+
+    run_every_n(core, lambda: populated(core, **cfg), lambda st: st[0].new_episode(),
+                what="new_episode (locked)")
+    run_every_n(core, reserving, lambda st: st[0].new_episode(), what="new_episode (reserved)")
+    # a record call failing after a reservation: the reserved episode stays
+    s = np.ones(STATE, np.float32)
+
+    def into_reserved(st):
+        h = st[0].new_episode()
+        st[0].record_many(h, np.stack([s] * 5), np.ones(5, np.int64), np.ones(5, np.float32))
+
+    def after(st, err, fired):
+        st[0]._check()
+        if err is not None:
+            last = int(st[0]._handles()[-1])
+            assert len(st[0].episode(last).state) == 0
+
+    run_every_n(core, reserving, into_reserved, check_unchanged=False, check_after=after,
+                what="new_episode+record_many")
+
+
 EVICTS_ITSELF = set()
 
 
@@ -450,7 +479,7 @@ def test_every_operation_was_failed_somewhere(core):
     """Runs last (file order): each public operation reached at least one
     allocation, so each was really run with failures injected."""
     print("\nallocations per call (most seen):", dict(sorted(COUNTS.items())))
-    for op in ("record", "record_many", "get_batch", "set_priority", "new_pick_selector",
+    for op in ("record", "record_many", "new_episode", "get_batch", "set_priority", "new_pick_selector",
                "serialize", "unserialize", "save", "load", "log_new", "log_append_many",
                "log_flush", "log_record_many"):
         assert any(k.split(" ")[0].split("(")[0] == op and v > 0 for k, v in COUNTS.items()), op

@@ -34,7 +34,8 @@ static struct exr_locks *locks_new(void)
     }
     lk->excl = false;
     int wmu = ok && pthread_mutex_init(&lk->wmu, NULL) == 0;
-    int mu = wmu && pthread_mutex_init(&lk->pin_mu, NULL) == 0;
+    int res = wmu && pthread_mutex_init(&lk->res_mu, NULL) == 0;
+    int mu = res && pthread_mutex_init(&lk->pin_mu, NULL) == 0;
     int wait = mu && pthread_mutex_init(&lk->wait_mu, NULL) == 0;
     if (wait && pthread_cond_init(&lk->published, NULL) == 0)
         return lk;
@@ -42,6 +43,8 @@ static struct exr_locks *locks_new(void)
         pthread_mutex_destroy(&lk->wait_mu);
     if (mu)
         pthread_mutex_destroy(&lk->pin_mu);
+    if (res)
+        pthread_mutex_destroy(&lk->res_mu);
     if (wmu)
         pthread_mutex_destroy(&lk->wmu);
     if (ok)
@@ -80,6 +83,7 @@ void exr_buffer_free(exr_buffer *b)
     if (!b)
         return;
     free_graveyard_upto(b, UINT64_MAX);
+    reserve_free(b);
     for (size_t i = 0; i < b->nspare; i++)
         exr_seg_free(b->spare[i].seg);
     exr_episodes_free(&b->eps);
@@ -92,6 +96,7 @@ void exr_buffer_free(exr_buffer *b)
     pthread_cond_destroy(&b->lk->published);
     pthread_mutex_destroy(&b->lk->wait_mu);
     pthread_mutex_destroy(&b->lk->pin_mu);
+    pthread_mutex_destroy(&b->lk->res_mu);
     pthread_mutex_destroy(&b->lk->wmu);
     pthread_rwlock_destroy(&b->lk->rw);
     free(b->lk);
@@ -166,9 +171,11 @@ static void take_rw(exr_buffer *b, bool shared)
         pthread_rwlock_rdlock(rw);
     else if (!got)
         pthread_rwlock_wrlock(rw);
-    if (!shared)
-        b->lk->excl = true;
     note_locked(b, shared);
+    if (!shared) {
+        b->lk->excl = true;
+        reserve_close_locked(b);
+    }
 }
 
 void exr_buffer_lock(exr_buffer *b) { take_rw(b, false); }
@@ -185,6 +192,7 @@ int exr_buffer_trylock(exr_buffer *b)
     }
     b->lk->excl = true;
     note_locked(b, false);
+    reserve_close_locked(b);
     return 1;
 }
 
@@ -205,9 +213,11 @@ static void flush_selectors(exr_buffer *b)
 static void release_rw(exr_buffer *b)
 {
     bool excl = b->lk->excl;
-    note_unlocking(b);
-    if (excl)
+    if (excl) {
+        reserve_open_locked(b);
         b->lk->excl = false;
+    }
+    note_unlocking(b);
     pthread_rwlock_unlock(&b->lk->rw);
     if (excl)
         pthread_mutex_unlock(&b->lk->wmu);

@@ -91,6 +91,10 @@ uint64_t exr_buffer_num_picks_locked(const exr_buffer *b);
 
 /* A new empty episode. O(1) amortised. */
 exr_status exr_buffer_new_episode_locked(exr_buffer *b, int64_t *h);
+/* The same without the storage lock when it can (buffer_reserve.c): *done
+ * and *h its handle, or !*done: the caller takes the lock and calls
+ * exr_buffer_new_episode_locked. EXR_ENOMEM (*done) if memory ran out. */
+exr_status exr_buffer_new_episode(exr_buffer *b, int64_t *h, bool *done);
 
 /* Appends the steps to episode h (a new one if h is unknown or ended), as T
  * single records would, evicting after each while over capacity. *out_h is

@@ -7,6 +7,7 @@
 #define EXR_BUFFER_IMPL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "buffer.h"
 #include "episode.h"
@@ -44,6 +45,9 @@ typedef struct exr_reader {
  *   rw        the storage lock: everything below unless noted. Taken shared
  *             by get_batch and set_priority (they read the tables and change
  *             only their own selector), exclusive by everything else.
+ *   res_mu    new_episode's reservations (res_* below, and next_handle
+ *             while rw is not held exclusively): taken alone by
+ *             new_episode, or with rw exclusive (buffer_reserve.c).
  *   sel->mu   one per selector: its state (sum tree, rng). Taken with rw
  *             shared; with rw exclusive no selector lock is needed.
  *   pin_mu    readers, epoch, graveyard and spare segments: a copy unpins
@@ -66,6 +70,18 @@ struct exr_buffer {
      * go (exr_buffer_unlock). Read and written only under the lock. */
     bool sel_dirty;
     int64_t next_handle, next_sel_handle;
+    /* new_episode's reservations (buffer_reserve.c): the bodies of episodes
+     * next_handle - res_pending .. next_handle - 1, oldest first (linked by
+     * next_dead), made live by the next exclusive holder of rw. res_budget:
+     * how many more may be reserved; the episode table always has room for
+     * res_pending + res_budget more. res_closed: rw is held exclusively
+     * (reservations wait for it). Under res_mu; the two atomics are also
+     * read without it (the take of rw exclusive and new_episode check each
+     * other through them). */
+    exr_body *res_head, *res_tail;
+    _Atomic uint64_t res_pending;
+    _Atomic int res_closed;
+    uint64_t res_budget;
     uint64_t n_records;
     uint32_t hand;
     /* copies running without the lock, and what they may still read */
@@ -104,6 +120,15 @@ void exr_assert_locked(const exr_buffer *b, bool exclusive, const char *fn);
 void lock_shared(exr_buffer *b);
 void wait_publish(exr_buffer *b, bool shared);
 void signal_publish(exr_buffer *b);
+
+/* buffer_reserve.c: rw taken exclusively (reservations made live first) or
+ * about to be let go; a new live episode (its handle larger than any
+ * before), the reservations' room kept; reservations' room grown. */
+void reserve_close_locked(exr_buffer *b);
+void reserve_open_locked(exr_buffer *b);
+uint32_t insert_episode_locked(exr_buffer *b, int64_t h, exr_body *body);
+void reserve_grow_locked(exr_buffer *b);
+void reserve_free(exr_buffer *b);
 
 /* buffer_selectors.c: the entry of selector h, or NULL. */
 sel_entry *find_sel(const exr_buffer *b, int64_t h);

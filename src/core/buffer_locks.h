@@ -1,7 +1,7 @@
 /*
  * buffer_locks.h - the buffer's locks (buffer_impl.h says what each guards).
- * Only buffer.c (the storage lock and publish waits) and buffer_graveyard.c
- * (pin_mu) take them directly; both define _GNU_SOURCE for the rwlock.
+ * Only buffer.c (the storage lock and publish waits), buffer_reserve.c
+ * (res_mu) and buffer_graveyard.c (pin_mu) take them directly; both define _GNU_SOURCE for the rwlock.
  */
 #ifndef EXR_BUFFER_LOCKS_H
 #define EXR_BUFFER_LOCKS_H
@@ -20,6 +20,9 @@ struct exr_locks {
     pthread_mutex_t wmu;
     bool excl; /* rw is held exclusively (and so wmu too); written by that holder */
     pthread_rwlock_t rw;
+    /* new_episode's reservations (buffer_reserve.c); taken after rw, or
+     * alone by new_episode; no other lock is taken while it is held */
+    pthread_mutex_t res_mu;
     pthread_mutex_t pin_mu;
     pthread_mutex_t wait_mu;
     pthread_cond_t published; /* signalled when a record call publishes */

@@ -36,12 +36,13 @@ static uint32_t commit_episode_locked(exr_buffer *b, exr_body *body, int64_t *h)
 {
     EXR_ASSERT_EXCLUSIVE(b);
     *h = b->next_handle++;
-    return exr_episodes_insert(&b->eps, *h, body);
+    return insert_episode_locked(b, *h, body);
 }
 
 exr_status exr_buffer_new_episode_locked(exr_buffer *b, int64_t *h)
 {
     EXR_ASSERT_EXCLUSIVE(b);
+    reserve_grow_locked(b); /* room for the next ones to go without rw */
     exr_body *body;
     exr_status st = prepare_episode_locked(b, &body);
     if (st == EXR_OK)

@@ -44,7 +44,7 @@ exr_status exr_buffer_restore_new_episode_locked(exr_buffer *b, int64_t handle, 
     exr_body *body = exr_body_new(nsegs > 4 ? nsegs : 4);
     if (!body)
         return EXR_ENOMEM;
-    *slot = exr_episodes_insert(&b->eps, handle, body);
+    *slot = insert_episode_locked(b, handle, body);
     *e = &b->eps.slab[*slot];
     (*e)->ended = ended;
     (*e)->terminated = terminated;

@@ -118,40 +118,61 @@ static void map_put(int64_t *keys, uint32_t *vals, size_t cap, int64_t handle, u
     vals[i] = slot;
 }
 
-exr_status exr_episodes_reserve(exr_episodes *t)
+uint64_t exr_episodes_room(const exr_episodes *t)
 {
-    if (t->free_head == EXR_NIL && t->hwm == t->cap) {
-        if (t->cap >= EXR_NIL / 2)
+    uint64_t slab = t->cap - t->count, half = t->map_cap / 2;
+    uint64_t map = half > t->map_used ? half - t->map_used : 0;
+    return slab < map ? slab : map;
+}
+
+/* The map rebuilt with ncap entries (a power of two). */
+static exr_status map_grow(exr_episodes *t, size_t ncap)
+{
+    int64_t *keys = malloc(ncap * sizeof *keys);
+    uint32_t *vals = malloc(ncap * sizeof *vals);
+    if (!keys || !vals) {
+        free(keys);
+        free(vals);
+        return EXR_ENOMEM;
+    }
+    memset(keys, 0xff, ncap * sizeof *keys);
+    for (size_t i = 0; i < t->map_cap; i++)
+        if (t->keys[i] >= 0)
+            map_put(keys, vals, ncap, t->keys[i], t->vals[i]);
+    free(t->keys);
+    free(t->vals);
+    t->keys = keys;
+    t->vals = vals;
+    t->map_cap = ncap;
+    return EXR_OK;
+}
+
+exr_status exr_episodes_reserve_n(exr_episodes *t, uint64_t n)
+{
+    if (n > EXR_NIL / 4)
+        return EXR_EOVERFLOW;
+    if (t->cap - t->count < n) {
+        uint64_t ncap = t->cap ? t->cap : 64;
+        while (ncap - t->count < n)
+            ncap *= 2;
+        if (ncap > (uint64_t)EXR_NIL / 2 + 1) /* as many slots as a uint32_t index allows */
             return EXR_EOVERFLOW;
-        uint32_t ncap = t->cap ? t->cap * 2 : 64;
         exr_episode *ns = realloc(t->slab, (size_t)ncap * sizeof *ns);
         if (!ns)
             return EXR_ENOMEM;
         t->slab = ns;
-        t->cap = ncap;
+        t->cap = (uint32_t)ncap;
     }
     /* keep the map at most half full */
-    if ((t->map_used + 1) * 2 > t->map_cap) {
-        size_t ncap = t->map_cap ? t->map_cap * 2 : 128;
-        int64_t *keys = malloc(ncap * sizeof *keys);
-        uint32_t *vals = malloc(ncap * sizeof *vals);
-        if (!keys || !vals) {
-            free(keys);
-            free(vals);
-            return EXR_ENOMEM;
-        }
-        memset(keys, 0xff, ncap * sizeof *keys);
-        for (size_t i = 0; i < t->map_cap; i++)
-            if (t->keys[i] >= 0)
-                map_put(keys, vals, ncap, t->keys[i], t->vals[i]);
-        free(t->keys);
-        free(t->vals);
-        t->keys = keys;
-        t->vals = vals;
-        t->map_cap = ncap;
-    }
-    return EXR_OK;
+    if ((t->map_used + n) * 2 <= t->map_cap)
+        return EXR_OK;
+    size_t ncap = t->map_cap ? t->map_cap : 128;
+    while ((t->map_used + n) * 2 > ncap)
+        ncap *= 2;
+    return map_grow(t, ncap);
 }
+
+exr_status exr_episodes_reserve(exr_episodes *t) { return exr_episodes_reserve_n(t, 1); }
 
 uint32_t exr_episodes_insert(exr_episodes *t, int64_t handle, exr_body *body)
 {

@@ -70,6 +70,10 @@ void exr_episodes_probe_stats(const exr_episodes *t, double *mean, uint64_t *max
 
 /* Room for one more episode (slab and map); afterwards insert cannot fail. */
 exr_status exr_episodes_reserve(exr_episodes *t);
+/* Room for n more; EXR_EOVERFLOW past the table's limit. */
+exr_status exr_episodes_reserve_n(exr_episodes *t, uint64_t n);
+/* How many episodes can be inserted without a reserve. */
+uint64_t exr_episodes_room(const exr_episodes *t);
 /* A new live episode with this handle (larger than any before) and body;
  * returns its slot. Requires a successful reserve. */
 uint32_t exr_episodes_insert(exr_episodes *t, int64_t handle, exr_body *body);

@@ -278,9 +278,15 @@ PyObject *replay_new_episode(ReplayObject *self, PyObject *unused)
     EXR_GUARD(self, NULL);
     (void)unused;
     int64_t h;
-    exr_lock_with_gil(self->buf);
-    exr_status st = exr_buffer_new_episode_locked(self->buf, &h);
-    exr_buffer_unlock(self->buf);
+    bool done;
+    /* a reservation under a short mutex; the storage lock only when one
+     * cannot be made (docs/design.md, "Locking and the GIL") */
+    exr_status st = exr_buffer_new_episode(self->buf, &h, &done);
+    if (!done) {
+        exr_lock_with_gil(self->buf);
+        st = exr_buffer_new_episode_locked(self->buf, &h);
+        exr_buffer_unlock(self->buf);
+    }
     if (st != EXR_OK)
         return exr_raise(st, "new_episode");
     return PyLong_FromLongLong(h);

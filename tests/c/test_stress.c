@@ -8,7 +8,10 @@
  *
  *   writers    record_many rollouts of 1..80 steps, into episodes of their
  *              own and into one episode they share; large rollouts take the
- *              copy-without-the-lock path, small ones copy under the lock
+ *              copy-without-the-lock path, small ones copy under the lock;
+ *              half of their own episodes come from new_episode (reserved
+ *              without the storage lock when it can, made live by the next
+ *              exclusive holder), its handles increasing
  *   samplers   get_batch from a uniform and a prioritized selector, and check
  *              every row of every pick against what a writer recorded: a row
  *              is whole (all its words agree), the next row of a pick is the
@@ -121,11 +124,29 @@ static uint64_t xorshift(uint64_t *s)
 
 /* ---- writers ------------------------------------------------------------- */
 
+/* new_episode as the binding does it: a reservation, else under the lock */
+static int64_t new_episode(int64_t after)
+{
+    int64_t h = -1;
+    bool done;
+    exr_status s = exr_buffer_new_episode(g_buf, &h, &done);
+    if (s == EXR_OK && !done) {
+        exr_buffer_lock(g_buf);
+        s = exr_buffer_new_episode_locked(g_buf, &h);
+        exr_buffer_unlock(g_buf);
+    }
+    if (s != EXR_OK)
+        BAD("new_episode: status %d", (int)s);
+    else if (h <= after)
+        BAD("new_episode: handle %lld after %lld", (long long)h, (long long)after);
+    return s == EXR_OK ? h : -1;
+}
+
 static void *writer(void *arg)
 {
     uint64_t rng = 0x9e3779b97f4a7c15ull * (uintptr_t)arg + 1;
     static _Thread_local uint32_t st[MAX_T][W];
-    int64_t ac[MAX_T], own = -1;
+    int64_t ac[MAX_T], own = -1, last_new = -1;
     float rw[MAX_T];
     double pr[MAX_T];
     uint32_t fin[W];
@@ -142,6 +163,10 @@ static void *writer(void *arg)
         int shared = xorshift(&rng) % 3 == 0;
         bool end = !shared && xorshift(&rng) % 4 == 0;
         exr_steps in = {st, ac, rw, xorshift(&rng) % 2 ? pr : NULL, T, end ? fin : NULL, end, false, NULL, 0};
+        if (!shared && own < 0 && xorshift(&rng) % 2) {
+            own = new_episode(last_new);
+            last_new = own;
+        }
         int64_t h = own, out;
         if (shared) {
             pthread_mutex_lock(&g_shared_mu);
@@ -160,6 +185,8 @@ static void *writer(void *arg)
                 g_shared = out;
             pthread_mutex_unlock(&g_shared_mu);
         } else {
+            if (out < h)
+                BAD("record into %lld went to %lld", (long long)h, (long long)out);
             own = end ? -1 : out;
         }
     }

@@ -1,0 +1,84 @@
+"""In-process A/B of two builds of exreplay._core on the Ape-X thread pair and
+4 writers + 1 learner of benchmarks/test_bench_threads.py, alternating the
+builds every round so that both see the same machine load.
+
+    OPENBLAS_NUM_THREADS=1 python benchmarks/ab_threads.py BASE_TREE AFTER_TREE [rounds]
+
+Each tree holds a built exreplay/_core*.so (see benchmarks/ab_builds.py).
+pair share: each side's calls/s together over its calls/s alone (measured
+in the same round), summed: 2.0 is both at full speed (each side's part is
+printed too: the suite's fixed-work speedup follows the slower side). 4w+1l: the learner's
+calls/s with 4 writers (each busy 1/8 of the time) over its calls/s alone.
+Prints each round and the medians."""
+import glob, importlib.util, statistics, sys, threading, time
+import numpy as np
+
+def load(name, d):
+    p = glob.glob(d + "/exreplay/_core*.so")[0]
+    spec = importlib.util.spec_from_file_location(name + "._core", p)
+    m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); return m
+
+CAP, EP = 200_000, 100
+rng = np.random.default_rng(0)
+ST = rng.random((EP, 4), dtype=np.float32); AC = np.zeros(EP, np.int64); RW = np.ones(EP, np.float32)
+FIN = np.zeros(4, np.float32); PRI = rng.random(EP) + 0.05
+NEW_P = np.random.default_rng(5).random(256) + 0.05
+
+def apex(m):
+    buf = m.ExperienceReplay((4,), capacity=CAP, pick_len=1, seed=1)
+    pr = buf.new_pick_selector(1)
+    for _ in range(CAP // EP):
+        buf.record_many(None, ST, AC, RW, final_state=FIN, priorities=PRI)
+    def rec():
+        buf.record_many(buf.new_episode(), ST, AC, RW, final_state=FIN, priorities=PRI)
+    def samp():
+        b = buf.get_batch(256, pr)
+        buf.set_priority(pr, b.pick_epi, b.pick_pos, NEW_P)
+    return rec, samp
+
+def run(fns, D):
+    stop, out = threading.Event(), {}
+    def go(k, fn, pause):
+        n, t0 = 0, time.perf_counter()
+        while not stop.is_set():
+            fn(); n += 1
+            if pause:
+                stop.wait(pause)
+        out[k] = n / (time.perf_counter() - t0)
+    ths = [threading.Thread(target=go, args=a) for a in fns]
+    for t in ths: t.start()
+    time.sleep(D); stop.set()
+    for t in ths: t.join()
+    return out
+
+def one_round(rec, samp, pause, D=0.8):
+    r = run([("r", rec, 0)], D)["r"]; s = run([("s", samp, 0)], D)["s"]
+    both = run([("r", rec, 0), ("s", samp, 0)], D)
+    w = run([("s", samp, 0)] + [(f"w{i}", rec, pause) for i in range(4)], D)
+    return both["r"] / r + both["s"] / s, w["s"] / s, both["r"] / r, both["s"] / s
+
+def main():
+    mods = {"base": load("basepkg", sys.argv[1]), "after": load("afterpkg", sys.argv[2])}
+    rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 6
+    work = {k: apex(m) for k, m in mods.items()}
+    t = {}
+    for k, (rec, _) in work.items():
+        t0 = time.perf_counter()
+        for _ in range(200): rec()
+        t[k] = (time.perf_counter() - t0) / 200
+    pause = {k: v * 7 for k, v in t.items()}  # busy 1/8 of the time
+    got = {k: ([], [], [], []) for k in mods}
+    for i in range(rounds):
+        for k in (("base", "after") if i % 2 == 0 else ("after", "base")):
+            for j, v in enumerate(one_round(*work[k], pause[k])):
+                got[k][j].append(v)
+        print(f"round {i}: pair share base {got['base'][0][-1]:.2f} after {got['after'][0][-1]:.2f}; "
+              f"4w+1l base {got['base'][1][-1]:.2f}x after {got['after'][1][-1]:.2f}x", flush=True)
+    for k in mods:
+        print(f"{k}: pair share median {statistics.median(got[k][0]):.2f} (writer "
+              f"{statistics.median(got[k][2]):.2f} + learner {statistics.median(got[k][3]):.2f}), "
+              f"4w+1l learner median {statistics.median(got[k][1]):.2f}x")
+    ratio = [a / b for a, b in zip(got["after"][0], got["base"][0])]
+    print(f"paired after/base pair share: median {statistics.median(ratio):.2f}")
+
+main()
