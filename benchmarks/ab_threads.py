@@ -10,13 +10,10 @@ in the same round), summed: 2.0 is both at full speed (each side's part is
 printed too: the suite's fixed-work speedup follows the slower side). 4w+1l: the learner's
 calls/s with 4 writers (each busy 1/8 of the time) over its calls/s alone.
 Prints each round and the medians."""
-import glob, importlib.util, statistics, sys, threading, time
+import statistics, sys, threading, time
 import numpy as np
 
-def load(name, d):
-    p = glob.glob(d + "/exreplay/_core*.so")[0]
-    spec = importlib.util.spec_from_file_location(name + "._core", p)
-    m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); return m
+from ab_common import load_pair
 
 CAP, EP = 200_000, 100
 rng = np.random.default_rng(0)
@@ -58,7 +55,7 @@ def one_round(rec, samp, pause, D=0.8):
     return both["r"] / r + both["s"] / s, w["s"] / s, both["r"] / r, both["s"] / s
 
 def main():
-    mods = {"base": load("basepkg", sys.argv[1]), "after": load("afterpkg", sys.argv[2])}
+    mods = load_pair(sys.argv[1], sys.argv[2])
     rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 6
     work = {k: apex(m) for k, m in mods.items()}
     t = {}
