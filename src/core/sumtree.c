@@ -1,6 +1,7 @@
 #include "sumtree.h"
 
 #include "mem.h"
+#include "powa.h"
 
 #include <math.h>
 #if defined(__SSE2__)
@@ -527,17 +528,8 @@ static inline void descend2_f(const float *ca, const float *cb, double *xa, doub
 #define QUADS 1
 #define AVX2_FN __attribute__((target("avx2")))
 
-static int exr_sumtree_quads(void)
-{
-    static int have = -1; /* a benign race: every thread computes the same */
-    int h = __atomic_load_n(&have, __ATOMIC_RELAXED);
-    if (h < 0) {
-        __builtin_cpu_init();
-        h = __builtin_cpu_supports("avx2") ? 1 : 0;
-        __atomic_store_n(&have, h, __ATOMIC_RELAXED);
-    }
-    return h;
-}
+/* the CPU's AVX2, asked once (powa.h) */
+static int exr_sumtree_quads(void) { return exr_have_avx2(); }
 
 /* c[0..3] from rows r0..r3 of 4 doubles each (a 4x4 transpose) */
 AVX2_FN static inline void transpose4(__m256d r0, __m256d r1, __m256d r2, __m256d r3, __m256d *c)
