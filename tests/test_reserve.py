@@ -177,7 +177,12 @@ def test_a_failed_call_after_a_reservation_changes_nothing():
 
 
 def test_new_episode_from_many_threads_then_record():
-    buf = ExperienceReplay((2,), capacity=3000, pick_len=2, seed=0)
+    # Unbounded: with eviction, a reserved episode still empty can be evicted
+    # before its thread records into it, and record_many then starts another
+    # episode with a handle of its own (docs/api.md, record); the handles
+    # would not all come from new_episode. Reservations under eviction are
+    # checked against the reference above.
+    buf = ExperienceReplay((2,), capacity=None, pick_len=2, seed=0)
     ps = buf.new_pick_selector(P)
     stop = threading.Event()
     got = [[] for _ in range(6)]
@@ -190,7 +195,7 @@ def test_new_episode_from_many_threads_then_record():
                 got[k].append(h)
                 if i % 3:
                     out = rollout(buf, 1 + i % 7, k * 1000 + i, h, end=i % 2 == 0)
-                    assert out == h or out > h
+                    assert out == h
         except Exception as e:  # noqa: BLE001
             errors.append(e)
 
