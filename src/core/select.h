@@ -1,11 +1,11 @@
 /*
  * select.h - a choice between two values as a conditional move, not a
  * branch: for conditions that depend on a random draw (which segment a
- * pick's rows run into, whether its last next state is stored), where a
+ * pick's rows run into, and how many of them the first one holds), where a
  * branch mispredicts as often as the condition changes. GCC turns the
- * plain ternary into a branch inside get_batch's plan and copy loops, so on
- * x86-64 these are one cmp/test and one cmov (docs/design.md, "Where the
- * time goes"); elsewhere the ternary.
+ * plain ternary into a branch inside get_batch's plan loop (buffer_batch.c,
+ * the one user), so on x86-64 these are one cmp/test and one cmov
+ * (docs/design.md, "Where the time goes"); elsewhere the ternary.
  */
 #ifndef EXR_SELECT_H
 #define EXR_SELECT_H
