@@ -8,6 +8,7 @@ load (docs/benchmarks.md)."""
 import glob
 import importlib.util
 import statistics
+import threading
 import time
 
 import numpy as np
@@ -35,6 +36,31 @@ def timed(fn, n):
     for _ in range(n):
         fn()
     return (time.perf_counter() - t) / n
+
+
+def rates(fns, seconds):
+    """Runs each (key, fn, pause) of fns on a thread of its own for `seconds`,
+    all at once: fn called in a loop, with `pause` seconds between calls (0:
+    flat out). Returns {key: calls per second}."""
+    stop, out = threading.Event(), {}
+
+    def go(key, fn, pause):
+        n, t0 = 0, time.perf_counter()
+        while not stop.is_set():
+            fn()
+            n += 1
+            if pause:
+                stop.wait(pause)
+        out[key] = n / (time.perf_counter() - t0)
+
+    ths = [threading.Thread(target=go, args=a) for a in fns]
+    for th in ths:
+        th.start()
+    time.sleep(seconds)
+    stop.set()
+    for th in ths:
+        th.join()
+    return out
 
 
 def paired(after, base):

@@ -10,10 +10,10 @@ in the same round), summed: 2.0 is both at full speed (each side's part is
 printed too: the suite's fixed-work speedup follows the slower side). 4w+1l: the learner's
 calls/s with 4 writers (each busy 1/8 of the time) over its calls/s alone.
 Prints each round and the medians."""
-import statistics, sys, threading, time
+import statistics, sys
 import numpy as np
 
-from ab_common import load_pair
+from ab_common import load_pair, rates as run, timed
 
 CAP, EP = 200_000, 100
 rng = np.random.default_rng(0)
@@ -33,21 +33,6 @@ def apex(m):
         buf.set_priority(pr, b.pick_epi, b.pick_pos, NEW_P)
     return rec, samp
 
-def run(fns, D):
-    stop, out = threading.Event(), {}
-    def go(k, fn, pause):
-        n, t0 = 0, time.perf_counter()
-        while not stop.is_set():
-            fn(); n += 1
-            if pause:
-                stop.wait(pause)
-        out[k] = n / (time.perf_counter() - t0)
-    ths = [threading.Thread(target=go, args=a) for a in fns]
-    for t in ths: t.start()
-    time.sleep(D); stop.set()
-    for t in ths: t.join()
-    return out
-
 def one_round(rec, samp, pause, D=0.8):
     r = run([("r", rec, 0)], D)["r"]; s = run([("s", samp, 0)], D)["s"]
     both = run([("r", rec, 0), ("s", samp, 0)], D)
@@ -60,9 +45,7 @@ def main():
     work = {k: apex(m) for k, m in mods.items()}
     t = {}
     for k, (rec, _) in work.items():
-        t0 = time.perf_counter()
-        for _ in range(200): rec()
-        t[k] = (time.perf_counter() - t0) / 200
+        t[k] = timed(rec, 200)
     pause = {k: v * 7 for k, v in t.items()}  # busy 1/8 of the time
     got = {k: ([], [], [], []) for k in mods}
     for i in range(rounds):

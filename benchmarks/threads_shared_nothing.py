@@ -16,58 +16,30 @@ what sharing the buffer leaves, in the same rounds.
 Prints each round and the medians."""
 import os
 import sys
-import threading
-import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 import test_bench_threads as T  # noqa: E402
-
-
-def rate(fn, stop, out, key):
-    n, t0 = 0, time.perf_counter()
-    while not stop.is_set():
-        fn()
-        n += 1
-    out[key] = n / (time.perf_counter() - t0)
-
-
-def run(threads, D):
-    stop, out = threading.Event(), {}
-    ths = [threading.Thread(target=f, args=(stop, out)) for f in threads]
-    for th in ths:
-        th.start()
-    time.sleep(D)
-    stop.set()
-    for th in ths:
-        th.join()
-    return out
+from ab_common import rates  # noqa: E402
 
 
 def pair(rec, samp, rec_other, D=1.2):
-    alone_r = run([lambda s, o: rate(rec, s, o, "r")], D)["r"]
-    alone_s = run([lambda s, o: rate(samp, s, o, "s")], D)["s"]
+    alone_r = rates([("r", rec, 0)], D)["r"]
+    alone_s = rates([("s", samp, 0)], D)["s"]
     res = {}
     for name, w in (("same", rec), ("other", rec_other)):
-        o = run([lambda s, o: rate(w, s, o, "r"), lambda s, o: rate(samp, s, o, "s")], D)
+        o = rates([("r", w, 0), ("s", samp, 0)], D)
         res[name] = o["r"] / alone_r + o["s"] / alone_s
     return res
 
 
 def writers_learner(rec, samp, rec_other, pause, D=1.5):
-    def writer(fn):
-        def go(stop, out):
-            while not stop.is_set():
-                fn()
-                stop.wait(pause)
-        return go
-
-    alone = run([lambda s, o: rate(samp, s, o, "l")], D)["l"]
+    alone = rates([("l", samp, 0)], D)["l"]
     res = {}
     for name, w in (("same", rec), ("other", rec_other)):
-        o = run([lambda s, o: rate(samp, s, o, "l")] + [writer(w)] * T.WRITERS, D)
+        o = rates([("l", samp, 0)] + [(f"w{i}", w, pause) for i in range(T.WRITERS)], D)
         res[name] = o["l"] / alone
     return res
 
