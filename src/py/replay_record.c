@@ -92,6 +92,16 @@ typedef struct {
     exr_fields_in fi;
 } held_arrays;
 
+/* Only the array slots and the flag: fi (2.8 KB) is filled by
+ * exr_fields_in_parse when the call takes named fields, and zeroing it on
+ * every call was a sixth of a single record's instructions. */
+static void held_init(held_arrays *held)
+{
+    for (int i = 0; i < NHELD; i++)
+        held->v[i] = NULL;
+    held->named = 0;
+}
+
 static void release_arrays(ReplayObject *self, held_arrays *held)
 {
     for (int i = 0; i < NHELD; i++)
@@ -197,7 +207,8 @@ PyObject *replay_record(ReplayObject *self, PyObject *const *args, Py_ssize_t na
     static const char *const names[] = {"h", "state", "action", "reward",
                                         "final_state", "terminated", "priority", "extras"};
     PyObject *a[8];
-    held_arrays held = {.named = 0};
+    held_arrays held;
+    held_init(&held);
     unsigned char abuf[16], rbuf[16];
     if (exr_parse_args(args, nargs, kwnames, "record", names, 4, 8, a) < 0)
         return NULL;
@@ -250,7 +261,8 @@ PyObject *replay_record_many(ReplayObject *self, PyObject *const *args, Py_ssize
     static const char *const names[] = {"h", "states", "actions", "rewards",
                                         "final_state", "terminated", "priorities", "extras"};
     PyObject *a[8];
-    held_arrays held = {.named = 0};
+    held_arrays held;
+    held_init(&held);
     if (exr_parse_args(args, nargs, kwnames, "record_many", names, 4, 8, a) < 0)
         return NULL;
     int64_t h;
