@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "buffer_impl.h"
+#include "mem.h"
 
 static float prio_to_float(double p)
 {
@@ -326,19 +327,19 @@ static void copy_rows(const exr_store_layout *L, exr_body *body, uint64_t pos, c
                 size_t t = t0 + i + r;
                 for (size_t f = 0; f < in->nfields; f++) {
                     const exr_field_src *fs = &in->fields[f];
-                    memcpy(row + fs->off, fs->src + t * fs->stride, fs->bytes);
+                    exr_copy_short(row + fs->off, fs->src + t * fs->stride, fs->bytes);
                 }
-                memcpy(row + sb, ac + t * ab, ab);
-                memcpy(row + sb + ab, rw + t * rb, rb);
+                exr_copy_short(row + sb, ac + t * ab, ab);
+                exr_copy_short(row + sb + ab, rw + t * rb, rb);
             }
             i += run;
             continue;
         }
         for (size_t r = 0; r < run; r++, row += L->row_bytes) {
             size_t t = t0 + i + r;
-            memcpy(row, st + t * sb, sb);
-            memcpy(row + sb, ac + t * ab, ab);
-            memcpy(row + sb + ab, rw + t * rb, rb);
+            exr_copy_short(row, st + t * sb, sb);
+            exr_copy_short(row + sb, ac + t * ab, ab);
+            exr_copy_short(row + sb + ab, rw + t * rb, rb);
         }
         i += run;
     }
@@ -477,6 +478,7 @@ static exr_status record_steps_locked(exr_buffer *b, int64_t h, const exr_steps 
             break;
         rec_prep *p = k < np ? &pr[k] : &extra;
         slot = commit_prep_locked(b, slot, p, &h);
+        exr_episodes_hint(&b->eps, slot);
         exr_episode *e = &b->eps.slab[slot];
         uint64_t first = e->n;
         if (defer) {

@@ -98,6 +98,8 @@ uint32_t exr_episodes_find(const exr_episodes *t, int64_t handle)
 {
     if (handle < 0 || !t->map_cap)
         return EXR_NIL;
+    if (t->hint < t->hwm && t->slab[t->hint].handle == handle)
+        return t->hint;
     size_t i = hash_slot(handle, t->map_cap);
     for (;;) {
         int64_t k = t->keys[i];
@@ -197,6 +199,7 @@ uint32_t exr_episodes_insert(exr_episodes *t, int64_t handle, exr_body *body)
     t->count++;
     map_put(t->keys, t->vals, t->map_cap, handle, s);
     t->map_used++;
+    t->hint = s;
     return s;
 }
 

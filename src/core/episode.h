@@ -54,14 +54,21 @@ typedef struct {
     int64_t *keys;              /* map; -1 = empty */
     uint32_t *vals;
     size_t map_cap, map_used;
+    uint32_t hint;              /* the slot last inserted or recorded into: tried before the map */
 } exr_episodes;
 
 void exr_episodes_init(exr_episodes *t);
 /* Frees the table and every live episode's body. */
 void exr_episodes_free(exr_episodes *t);
 
-/* Slot of a live episode, EXR_NIL if none. */
+/* Slot of a live episode, EXR_NIL if none. The hint slot is tried first:
+ * it holds the episode when its handle matches, since handles are never
+ * reused and a freed slot's handle is -1. A record call sets the hint
+ * (exr_episodes_hint) to the episode it recorded into, so that an actor's
+ * next step skips the map's keyed hash. */
 uint32_t exr_episodes_find(const exr_episodes *t, int64_t handle);
+/* Makes slot s (live) the hint. Changes the table: exclusive lock. */
+static inline void exr_episodes_hint(exr_episodes *t, uint32_t s) { t->hint = s; }
 
 /* How far live handles sit from their home slot in the map (linear
  * probing): the mean and the largest distance, i.e. the probes a lookup

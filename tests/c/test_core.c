@@ -444,6 +444,41 @@ static void test_episodes(void)
     exr_episodes_free(&t);
 }
 
+/* The hint slot answers only for its own handle: after its episode is
+ * removed, and after the slot is reused by another episode, lookups of the
+ * old handle miss and every other handle still goes through the map. */
+static void test_episodes_hint(void)
+{
+    exr_episodes t;
+    exr_episodes_init(&t);
+    uint32_t s[4];
+    for (int64_t h = 0; h < 3; h++) {
+        CHECK(exr_episodes_reserve(&t) == EXR_OK);
+        exr_body *b = exr_body_new(1);
+        CHECK(b);
+        s[h] = exr_episodes_insert(&t, h, b);
+        CHECK(t.hint == s[h]);
+    }
+    CHECK(exr_episodes_find(&t, 2) == s[2]);
+    CHECK(exr_episodes_find(&t, 0) == s[0] && exr_episodes_find(&t, 1) == s[1]);
+    exr_episodes_hint(&t, s[0]);
+    CHECK(exr_episodes_find(&t, 1) == s[1] && exr_episodes_find(&t, 2) == s[2]);
+    exr_episodes_hint(&t, s[2]);
+    exr_body_free(t.slab[s[2]].body);
+    exr_episodes_remove(&t, s[2]);
+    CHECK(exr_episodes_find(&t, 2) == EXR_NIL); /* hint on a freed slot */
+    CHECK(exr_episodes_reserve(&t) == EXR_OK);
+    exr_body *b = exr_body_new(1);
+    CHECK(b);
+    s[3] = exr_episodes_insert(&t, 3, b);
+    CHECK(s[3] == s[2]); /* the freed slot, reused */
+    CHECK(exr_episodes_find(&t, 2) == EXR_NIL); /* hint on the slot, another handle */
+    CHECK(exr_episodes_find(&t, 3) == s[3]);
+    CHECK(exr_episodes_find(&t, 0) == s[0] && exr_episodes_find(&t, 1) == s[1]);
+done:
+    exr_episodes_free(&t);
+}
+
 /* ---- buffer ------------------------------------------------------------- */
 
 typedef struct {
@@ -903,6 +938,7 @@ int main(void)
         {"sumtree_pairs", test_sumtree_pairs},
         {"sumtree_quads", test_sumtree_quads},
         {"episodes", test_episodes},
+        {"episodes_hint", test_episodes_hint},
         {"picks_and_batch", test_picks_and_batch},
         {"long_episode_segments", test_long_episode_segments},
         {"eviction", test_eviction},
