@@ -14,31 +14,6 @@
 #include <emmintrin.h>
 #endif
 
-/* memcpy for the short runs a pick is made of (a few rows of a few bytes):
- * inline 16-byte moves, with an overlapping last move, beat a call into
- * libc's size dispatch. */
-static inline void copy_bytes(unsigned char *d, const unsigned char *s, size_t n)
-{
-    if (n > 256) {
-        memcpy(d, s, n);
-    } else if (n >= 16) {
-        size_t i = 0;
-        for (; i + 16 <= n; i += 16)
-            memcpy(d + i, s + i, 16);
-        if (i < n)
-            memcpy(d + n - 16, s + n - 16, 16);
-    } else if (n >= 8) {
-        memcpy(d, s, 8);
-        memcpy(d + n - 8, s + n - 8, 8);
-    } else if (n >= 4) {
-        memcpy(d, s, 4);
-        memcpy(d + n - 4, s + n - 4, 4);
-    } else {
-        for (size_t i = 0; i < n; i++)
-            d[i] = s[i];
-    }
-}
-
 /* A field of at least this many bytes is streamed when the batch is (a
  * shorter one would leave the write-combining buffers half-filled). */
 #define STREAM_FIELD_MIN 1024
@@ -53,7 +28,7 @@ static void copy_stream(unsigned char *d, const unsigned char *s, size_t n)
     size_t head = (size_t)(-(uintptr_t)d & 63);
     if (head > n)
         head = n;
-    copy_bytes(d, s, head);
+    exr_copy_short(d, s, head);
     d += head, s += head, n -= head;
     for (; n >= 64; n -= 64, d += 64, s += 64) {
         __m128i x0 = _mm_loadu_si128((const __m128i *)s);
@@ -65,7 +40,7 @@ static void copy_stream(unsigned char *d, const unsigned char *s, size_t n)
         _mm_stream_si128((__m128i *)(d + 32), x2);
         _mm_stream_si128((__m128i *)(d + 48), x3);
     }
-    copy_bytes(d, s, n);
+    exr_copy_short(d, s, n);
 #else
     memcpy(d, s, n);
 #endif
@@ -76,7 +51,7 @@ static inline void copy_field(unsigned char *d, const unsigned char *s, size_t n
     if (stream && n >= STREAM_FIELD_MIN)
         copy_stream(d, s, n);
     else
-        copy_bytes(d, s, n);
+        exr_copy_short(d, s, n);
 }
 
 /* One field (at byte `at` of each row, `w` bytes wide) of cnt rows from
@@ -106,7 +81,7 @@ static inline void gather_field(unsigned char *dst, const unsigned char *src, si
         GATHER(32);
     default:
         for (size_t r = 0; r < cnt; r++)
-            copy_bytes(dst + r * w, src + r * stride, w);
+            exr_copy_short(dst + r * w, src + r * stride, w);
     }
 #undef GATHER
 }
@@ -173,13 +148,13 @@ static void copy_pick(const exr_store_layout *L, const plan_t *pl, size_t pick_l
     /* Next states 0..l-2 are states 1..l-1: take them from the output
      * just written, so each stored state is read once (docs/design.md). */
     if (l > 1)
-        copy_bytes(nx, st + sb, (l - 1) * sb);
+        exr_copy_short(nx, st + sb, (l - 1) * sb);
     unsigned char *last = nx + (l - 1) * sb;
     if (pl->next_stored)
-        copy_bytes(last, l < pl->na ? pl->a + l * L->row_bytes : pl->b + (l - pl->na) * L->row_bytes,
+        exr_copy_short(last, l < pl->na ? pl->a + l * L->row_bytes : pl->b + (l - pl->na) * L->row_bytes,
                    sb);
     else if (pl->final)
-        copy_bytes(last, pl->final, sb);
+        exr_copy_short(last, pl->final, sb);
     else
         memset(last, 0, sb);
     if (l < pick_len) {
@@ -237,8 +212,8 @@ static void copy_pick_fields(const exr_store_layout *L, const plan_t *pl, size_t
     size_t sb = L->state_bytes, ab = L->action_bytes, rb = L->reward_bytes, l = pl->len;
     for (size_t r = 0; r < l; r++) {
         const unsigned char *row = pick_row(L, pl, r);
-        copy_bytes(ac + r * ab, row + sb, ab);
-        copy_bytes(rw + r * rb, row + sb + ab, rb);
+        exr_copy_short(ac + r * ab, row + sb, ab);
+        exr_copy_short(rw + r * rb, row + sb + ab, rb);
         for (size_t f = 0; f < nfields; f++) {
             const exr_field_dst *fd = &fields[f];
             size_t w = fd->bytes, at = i * pick_len * w;

@@ -1,12 +1,13 @@
 /*
- * mem.h - large allocations that the kernel may back with 2 MiB pages, and
+ * mem.h - large allocations that the kernel may back with 2 MiB pages,
  * when a batch is large enough to bypass the cache (docs/design.md, "Large
- * batches").
+ * batches"), and the inline copy of short runs of bytes.
  */
 #ifndef EXR_MEM_H
 #define EXR_MEM_H
 
 #include <stddef.h>
+#include <string.h>
 
 /* From this size on, exr_big_alloc asks for huge pages (NumPy uses the
  * same threshold for its arrays). */
@@ -22,5 +23,30 @@ void *exr_big_alloc(size_t bytes);
 size_t exr_stream_min(void);
 /* For tests: set it (0: back to the default); returns the value before. */
 size_t exr_set_stream_min(size_t bytes);
+
+/* memcpy for the short runs that a pick or a recorded step is made of (a
+ * few rows, or one field of one row): inline 16-byte moves with an
+ * overlapping last move, instead of a call into libc's size dispatch. */
+static inline void exr_copy_short(unsigned char *d, const unsigned char *s, size_t n)
+{
+    if (n > 256) {
+        memcpy(d, s, n);
+    } else if (n >= 16) {
+        size_t i = 0;
+        for (; i + 16 <= n; i += 16)
+            memcpy(d + i, s + i, 16);
+        if (i < n)
+            memcpy(d + n - 16, s + n - 16, 16);
+    } else if (n >= 8) {
+        memcpy(d, s, 8);
+        memcpy(d + n - 8, s + n - 8, 8);
+    } else if (n >= 4) {
+        memcpy(d, s, 4);
+        memcpy(d + n - 4, s + n - 4, 4);
+    } else {
+        for (size_t i = 0; i < n; i++)
+            d[i] = s[i];
+    }
+}
 
 #endif
