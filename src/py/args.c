@@ -331,10 +331,15 @@ int exr_refuse_bools(PyObject *o, const char *arg)
 
 int exr_handle_arg(PyObject *o, const char *name, const char *expected, int64_t *h)
 {
+    int overflow;
+    if (PyLong_CheckExact(o)) { /* the common case, without PyNumber_Index's new reference */
+        long long x = PyLong_AsLongLongAndOverflow(o, &overflow);
+        *h = overflow ? -1 : (int64_t)x;
+        return 0;
+    }
     PyObject *v = index_of(o, name, expected);
     if (!v)
         return -1;
-    int overflow;
     long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
     Py_DECREF(v);
     if (x == -1 && PyErr_Occurred())
