@@ -7,7 +7,9 @@ machine load (docs/benchmarks.md, "get_batch against the floor: A/B").
 Each tree holds a built exreplay/_core*.so. Cases (state (4,) float32 unless
 said): the paper's get_5000 (B = 5000, L = 8) at N = 2,048 / 65,536 /
 1,048,576, with the states floor (`_floor_gather` of fresh random starts from
-one contiguous array); get_batch(32), L = 1, N = 1,000,000 (and with out=)
+one contiguous array, its outputs from the recycled blocks get_batch's come
+from: NumPy's fresh arrays had the floor page-fault its 1.3 MB of output in
+at every call, 250 faults and 650 us against 27 us at N = 2,048); get_batch(32), L = 1, N = 1,000,000 (and with out=)
 against cpprb's sample(32); prioritized get_batch(256) at N = 1,000,000
 against cpprb's prioritized sample(256); R2D2 (B = 32, L = 80, 84x84 uint8,
 N = 100,000) against its floor. Prints per case the median time of each build

@@ -10,7 +10,9 @@ State (4,) float32, action int64, reward float32; pick_len = 8; capacity = N.
 - get_5000: one `get_batch(5000, uniform)` on the filled buffer.
 - floor get_5000: `_core._floor_gather(rows, starts, 8)` of 5000 random starts
   from one contiguous array of N rows, timed right after exreplay's get_5000
-  for the same N.  "floor": rows are the N states (16 bytes; the floor copies
+  for the same N, its outputs carved from the recycled blocks get_batch's
+  come from (src/py/block.c), so that neither call maps fresh memory.
+  "floor": rows are the N states (16 bytes; the floor copies
   states and next states).  "floor_rec": rows are the N whole records packed
   (state|action|reward, 28 bytes; it copies records and next records).
 

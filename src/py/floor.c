@@ -1,20 +1,77 @@
 /*
  * floor.c - _core._floor_gather(rows, starts, L): the benchmark floor
  * (src/core/floor.h) made callable, with the same call overhead shape as
- * get_batch: output arrays allocated with the GIL, filled without it.
+ * get_batch: output arrays made with the GIL (from get_batch's recycled
+ * blocks, block.c), filled without it.
  */
 #include "binding.h"
 
 #include "floor.h"
 
+/* Array `at` bytes into block, of descr d and shape dims, with the block
+ * as its base (the block's reference is taken). */
+static PyObject *block_array(PyObject *block, size_t at, PyArray_Descr *d, int nd, npy_intp *dims)
+{
+    Py_INCREF(d);
+    PyObject *a = PyArray_NewFromDescr(&PyArray_Type, d, nd, dims, NULL,
+                                       (char *)exr_block_data(block) + at, NPY_ARRAY_CARRAY, NULL);
+    if (!a)
+        return NULL;
+    Py_INCREF(block);
+    if (PyArray_SetBaseObject((PyArrayObject *)a, block) < 0) {
+        Py_DECREF(a);
+        return NULL;
+    }
+    return a;
+}
+
+/* The floor's two outputs, (n, L, *row shape) each, carved from one block
+ * of the cache get_batch's batches come from (block.c): the floor gets its
+ * memory as get_batch does, recycled and already mapped, not fresh from
+ * malloc (which may hand back pages the kernel must fault in again at every
+ * call). -1 with an exception. */
+static int floor_outs(PyObject *module, PyArrayObject *rows, npy_intp n, Py_ssize_t L,
+                      PyObject **st, PyObject **nx)
+{
+    npy_intp dims[NPY_MAXDIMS];
+    int nd = PyArray_NDIM(rows) + 1;
+    if (nd > NPY_MAXDIMS) {
+        PyErr_SetString(PyExc_ValueError, "rows: too many dimensions");
+        return -1;
+    }
+    dims[0] = n;
+    dims[1] = L;
+    for (int i = 1; i < PyArray_NDIM(rows); i++)
+        dims[i + 1] = PyArray_DIM(rows, i);
+    size_t row_bytes = (size_t)PyArray_NBYTES(rows) / (size_t)PyArray_DIM(rows, 0);
+    size_t bytes, half, total;
+    if (!exr_mul_size((size_t)n, (size_t)L, &bytes) || !exr_mul_size(bytes, row_bytes, &bytes) ||
+        !exr_add_size(bytes, 63, &half) || !exr_add_size(half & ~(size_t)63, bytes, &total)) {
+        PyErr_SetString(PyExc_MemoryError, "_floor_gather: output too large");
+        return -1;
+    }
+    PyObject *block = exr_block_new(PyModule_GetState(module), total);
+    if (!block)
+        return -1;
+    PyArray_Descr *d = PyArray_DESCR(rows);
+    *st = block_array(block, 0, d, nd, dims);
+    *nx = *st ? block_array(block, half & ~(size_t)63, d, nd, dims) : NULL;
+    Py_DECREF(block);
+    if (!*nx) {
+        Py_CLEAR(*st);
+        return -1;
+    }
+    return 0;
+}
+
 PyObject *exr_floor_gather_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    (void)module;
     if (nargs != 3)
         return PyErr_Format(PyExc_TypeError, "_floor_gather(rows, starts, L)");
     PyArrayObject *rows = (PyArrayObject *)args[0];
-    if (!PyArray_Check(args[0]) || PyArray_NDIM(rows) < 1 || !PyArray_IS_C_CONTIGUOUS(rows))
-        return PyErr_Format(PyExc_TypeError, "rows: expected a C-contiguous ndarray");
+    if (!PyArray_Check(args[0]) || PyArray_NDIM(rows) < 1 || !PyArray_IS_C_CONTIGUOUS(rows) ||
+        PyDataType_REFCHK(PyArray_DESCR(rows)))
+        return PyErr_Format(PyExc_TypeError, "rows: expected a C-contiguous ndarray of plain data");
     Py_ssize_t L = PyNumber_AsSsize_t(args[2], PyExc_OverflowError);
     if (L == -1 && PyErr_Occurred())
         return NULL;
@@ -34,24 +91,8 @@ PyObject *exr_floor_gather_py(PyObject *module, PyObject *const *args, Py_ssize_
             return PyErr_Format(PyExc_ValueError, "starts: index %zd out of range", (Py_ssize_t)i);
         }
     }
-    npy_intp dims[NPY_MAXDIMS];
-    int nd = PyArray_NDIM(rows) + 1;
-    if (nd > NPY_MAXDIMS) {
-        Py_DECREF(starts);
-        return PyErr_Format(PyExc_ValueError, "rows: too many dimensions");
-    }
-    dims[0] = n;
-    dims[1] = L;
-    for (int i = 1; i < PyArray_NDIM(rows); i++)
-        dims[i + 1] = PyArray_DIM(rows, i);
-    PyArray_Descr *d = PyArray_DESCR(rows);
-    Py_INCREF(d);
-    PyObject *st = PyArray_NewFromDescr(&PyArray_Type, d, nd, dims, NULL, NULL, 0, NULL);
-    Py_INCREF(d);
-    PyObject *nx = PyArray_NewFromDescr(&PyArray_Type, d, nd, dims, NULL, NULL, 0, NULL);
-    if (!st || !nx) {
-        Py_XDECREF(st);
-        Py_XDECREF(nx);
+    PyObject *st, *nx;
+    if (floor_outs(module, rows, n, L, &st, &nx) < 0) {
         Py_DECREF(starts);
         return NULL;
     }
