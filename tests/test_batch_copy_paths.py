@@ -14,7 +14,7 @@ large random batch (with `get_batch`) with the recorded steps.
 import numpy as np
 import pytest
 
-from exreplay import ExperienceReplay
+from exreplay import ExperienceReplay, _core
 
 # (state shape, state dtype, action dtype, reward dtype): every fused
 # combination's state widths, both action and reward widths, and layouts
@@ -109,3 +109,23 @@ def test_cold_buffer(layout):
     u = buf.new_pick_selector(0)
     for _ in range(3):
         _check(buf, buf.get_batch(3000, u))
+
+
+@pytest.mark.parametrize("simd", [True, False], ids=["simd", "scalar"])
+@pytest.mark.parametrize("pick_len,allow_short", [(4, False), (8, True), (12, True), (16, False)])
+def test_rows4_copy(simd, pick_len, allow_short):
+    """(4,) float32 | int64 | float32 rows with pick_len a multiple of 4 are copied
+    four rows at a time with AVX-512 where the machine has it (batch_copy.c,
+    rows4_batch; picks across a segment boundary with masked loads), else by
+    the fused copy: both give the same batches."""
+    old = _core._set_copy_simd(simd)
+    try:
+        buf = ExperienceReplay((4,), state_dtype="float32", action_dtype="int64", reward_dtype="float32",
+                               capacity=None, pick_len=pick_len, allow_short=allow_short, seed=3)
+        _fill(buf, np.random.default_rng(pick_len))
+        u = buf.new_pick_selector(0)
+        e, p = buf._picks()
+        _check(buf, buf._gather(u, e, p))
+        _check(buf, buf.get_batch(2000, u))
+    finally:
+        _core._set_copy_simd(old)

@@ -4,6 +4,7 @@
  * prefetching the picks ahead.
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -316,6 +317,127 @@ fuse_pick(const plan_t *pl, size_t P, unsigned char *st, unsigned char *ac, unsi
     }
 }
 
+/* ---- the commonest row, four rows at a time (AVX-512) ----
+ *
+ * A (4,) float32 state, an int64 action and a float32 reward make a 28-byte
+ * row: 7 dwords. Four rows and the next row's state are 32 dwords, two
+ * 64-byte loads; a two-source dword permute of them gives the four states
+ * (one 64-byte store), another the four next states (one store), a third
+ * the four actions and rewards (one 32-byte and one 16-byte store): 2 loads
+ * and 4 stores for 4 rows, where the fused copy makes 12 loads and 16
+ * stores. A pick that runs into a second segment is loaded from both
+ * with masks (rows [0, na) from A, the rest from B), so it takes the same
+ * path; a short pick (its padding, its final state) takes fuse_pick. Used
+ * when the machine has AVX-512 and pick_len is a multiple of 4. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define SIMD_COPY 1
+#include <immintrin.h>
+#define AVX512_FN __attribute__((target("avx512f")))
+
+/* 0: off (exr_set_copy_simd), 1: on if the machine has AVX-512F. */
+static _Atomic int copy_simd = 1;
+
+/* The three permutes' dword indices into the 32 dwords of two loads. */
+typedef struct {
+    __m512i st, nx, ar, iota;
+} rows4_idx;
+
+AVX512_FN static rows4_idx rows4_indices(void)
+{
+    rows4_idx x;
+    x.st = _mm512_setr_epi32(0, 1, 2, 3, 7, 8, 9, 10, 14, 15, 16, 17, 21, 22, 23, 24);
+    x.nx = _mm512_setr_epi32(7, 8, 9, 10, 14, 15, 16, 17, 21, 22, 23, 24, 28, 29, 30, 31);
+    x.ar = _mm512_setr_epi32(4, 5, 11, 12, 18, 19, 25, 26, 6, 13, 20, 27, 0, 0, 0, 0);
+    x.iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    return x;
+}
+
+/* 16 dwords from dword d of a pick: those below `in_a` (the dwords in
+ * segment A) from a, the rest from bb (B's start, less in_a dwords). The
+ * masked-off lanes are not read (no fault). */
+AVX512_FN static inline __m512i pick_dwords(const unsigned char *a, uintptr_t bb, __m512i iota,
+                                            int in_a, int d)
+{
+    __mmask16 k = _mm512_cmplt_epi32_mask(iota, _mm512_set1_epi32(in_a - d));
+    __m512i w = _mm512_maskz_loadu_epi32(k, a + 4 * d);
+    return _mm512_mask_loadu_epi32(w, (__mmask16)~k, (const void *)(bb + 4 * (size_t)d));
+}
+
+/* Four rows from the 32 dwords w0 | w1 into the batch's arrays. */
+AVX512_FN static inline void rows4_store(__m512i w0, __m512i w1, const rows4_idx *x,
+                                         unsigned char *st, unsigned char *ac, unsigned char *rw,
+                                         unsigned char *nx)
+{
+    _mm512_storeu_si512((void *)st, _mm512_permutex2var_epi32(w0, x->st, w1));
+    _mm512_storeu_si512((void *)nx, _mm512_permutex2var_epi32(w0, x->nx, w1));
+    __m512i ar = _mm512_permutex2var_epi32(w0, x->ar, w1);
+    _mm256_storeu_si256((__m256i *)ac, _mm512_castsi512_si256(ar));
+    _mm_storeu_si128((__m128i *)rw, _mm512_extracti32x4_epi32(ar, 2));
+}
+
+/* A pick of P rows (P a multiple of 4) with its next state stored: from
+ * one segment with plain loads (a masked load is slower, even when it
+ * reads everything), from two with masked ones. */
+AVX512_FN static inline void rows4_pick(const plan_t *pl, size_t P, const rows4_idx *x,
+                                        unsigned char *st, unsigned char *ac, unsigned char *rw,
+                                        unsigned char *nx)
+{
+    const unsigned char *a = pl->a;
+    if (!pl->b) {
+        for (size_t g = 0; g < P; g += 4, a += 112)
+            rows4_store(_mm512_loadu_si512((const void *)a),
+                        _mm512_loadu_si512((const void *)(a + 64)), x, st + 16 * g, ac + 8 * g,
+                        rw + 4 * g, nx + 16 * g);
+        return;
+    }
+    int in_a = (int)pl->na * 7;
+    uintptr_t bb = (uintptr_t)pl->b - (uintptr_t)in_a * 4;
+    for (size_t g = 0; g < P; g += 4) {
+        __m512i w0 = pick_dwords(a, bb, x->iota, in_a, (int)(7 * g));
+        __m512i w1 = pick_dwords(a, bb, x->iota, in_a, (int)(7 * g + 16));
+        rows4_store(w0, w1, x, st + 16 * g, ac + 8 * g, rw + 4 * g, nx + 16 * g);
+    }
+}
+
+/* fuse_batch for the 28-byte row: rows4_pick for every pick of P rows with
+ * its next state stored, fuse_pick for the rest. */
+AVX512_FN static void rows4_batch(const exr_store_layout *L, size_t count, const plan_t *plans,
+                                  size_t P, size_t ahead, const exr_batch_out *out)
+{
+    const rows4_idx x = rows4_indices();
+    unsigned char *st = out->state, *ac = out->action, *rw = out->reward, *nx = out->state_next;
+    for (size_t i = 0; i < count; i++) {
+        if (i + ahead < count)
+            prefetch_pick(L, &plans[i + ahead]);
+        const plan_t *pl = &plans[i];
+        size_t o = i * P;
+        if (pl->len == P && pl->next_stored)
+            rows4_pick(pl, P, &x, st + 16 * o, ac + 8 * o, rw + 4 * o, nx + 16 * o);
+        else
+            fuse_pick(pl, P, st + 16 * o, ac + 8 * o, rw + 4 * o, nx + 16 * o, 16, 8, 4);
+    }
+}
+
+/* Whether rows4_batch copies this batch. */
+static bool rows4_fits(const exr_store_layout *L, size_t P)
+{
+    return L->state_bytes == 16 && L->action_bytes == 8 && L->reward_bytes == 4 &&
+           !L->extra_bytes && P % 4 == 0 && P <= ((size_t)1 << 26) &&
+           atomic_load_explicit(&copy_simd, memory_order_relaxed) &&
+           __builtin_cpu_supports("avx512f");
+}
+#endif
+
+int exr_set_copy_simd(int on)
+{
+#ifdef SIMD_COPY
+    return atomic_exchange_explicit(&copy_simd, on ? 1 : 0, memory_order_relaxed);
+#else
+    (void)on;
+    return 0;
+#endif
+}
+
 /* The batch's picks for combination `kind` (fuse_kind), one loop per
  * combination, so that a pick neither dispatches on the kind nor reads the
  * layout's widths: returns 0 if kind is none of them. Prefetches `ahead`
@@ -373,6 +495,12 @@ void copy_batch(const exr_buffer *b, size_t count, const plan_t *plans, exr_batc
     size_t ahead = !prefetch ? count : 48 / lines;
     for (size_t i = 0; prefetch && i < count && i < ahead; i++)
         prefetch_pick(L, &plans[i]);
+#ifdef SIMD_COPY
+    if (rows4_fits(L, P)) {
+        rows4_batch(L, count, plans, P, ahead, out);
+        return;
+    }
+#endif
     if (fuse_batch(fuse_kind(L), L, count, plans, P, ahead, out))
         return;
     for (size_t i = 0; i < count; i++) {

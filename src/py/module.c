@@ -363,11 +363,25 @@ static PyObject *set_stream_min_py(PyObject *module, PyObject *arg)
     return PyLong_FromSize_t(exr_set_stream_min(n));
 }
 
+/* _core._set_copy_simd(on): the test hook of exr_set_copy_simd. */
+static PyObject *set_copy_simd_py(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    int on = PyObject_IsTrue(arg);
+    if (on < 0)
+        return NULL;
+    return PyBool_FromLong(exr_set_copy_simd(on));
+}
+
 static PyMethodDef module_methods[] = {
     {"_set_stream_min", set_stream_min_py, METH_O,
      "_set_stream_min(bytes, /)\n--\n\n"
      "Test hook: batches of at least `bytes` are written with non-temporal stores\n"
      "(0: the default, 16 MiB). Returns the value before."},
+    {"_set_copy_simd", set_copy_simd_py, METH_O,
+     "_set_copy_simd(on, /)\n--\n\n"
+     "Test hook: whether get_batch may copy (4,) float32 | int64 | float32 rows with\n"
+     "AVX-512 where the machine has it (the default). Returns the setting before."},
     {"_floor_gather", (PyCFunction)(void (*)(void))exr_floor_gather_py, METH_FASTCALL,
      "_floor_gather(rows, starts, L, /)\n--\n\n"
      "Benchmark floor: (rows[s:s+L], rows[s+1:s+L+1]) for each s in starts, gathered\n"
