@@ -37,17 +37,21 @@ plan_pick_locked(const exr_store_layout *L, exr_episode *slab, uint64_t pick_len
         __atomic_store_n(&e->sampled, 1, __ATOMIC_RELAXED);
     uint64_t p = pk->pos, c = complete_steps(e), n = e->n;
     uint64_t l = c - p < pick_len ? c - p : pick_len;
-    size_t k, off;
+    size_t k, off, next = p + l < n;
     exr_store_locate(L, p, &k, &off);
     const exr_body *body = e->body;
     size_t room = exr_store_seg_cap(L, k) - off;
-    size_t more = (room < l + 1) & (k + 1 < body->nsegs);
+    /* B is read only when the rows read (the pick's, and its next state's
+     * if stored) run past A: those are stored, so segment k + 1 exists */
+    size_t more = room < l + next;
     pl->a = exr_seg_row(L, body->segs[k], off);
     pl->na = (uint32_t)exr_sel_below(room, l + 1, room, l + 1);
     pl->b = (const unsigned char *)exr_sel_set(more, (uintptr_t)body->segs[k + more], 0);
     pl->len = (uint32_t)l;
-    pl->next_stored = p + l < n;
-    pl->final = body->final_state;
+    pl->next_stored = (uint32_t)next;
+    /* read only at an episode's end (about one pick in its length): the
+     * body's first line, with final_state, is then not read at all */
+    pl->final = next ? NULL : body->final_state;
     *epi = e->handle;
     *pos = (int64_t)p;
     *len = (int64_t)l;
@@ -124,11 +128,8 @@ static void plan_batch_locked(exr_buffer *b, size_t count, const size_t *idx, pl
             __builtin_prefetch(&slab[pv[idx[i]].slot]);
         for (size_t i = c1; cold && i < count && i < c1 + C; i++)
             __builtin_prefetch(&pv[idx[i]]);
-        for (size_t i = c0; cold && i < c1; i++) {
-            const exr_pick *pk = &pv[idx[i]];
-            __builtin_prefetch(slab[pk->slot].body); /* nsegs, final_state */
-            __builtin_prefetch(segs_link(L, slab, pk));
-        }
+        for (size_t i = c0; cold && i < c1; i++)
+            __builtin_prefetch(segs_link(L, slab, &pv[idx[i]]));
         for (size_t i = c0; i < c1; i++) {
             plan_pick_locked(L, slab, pick_len, &pv[idx[i]], &plans[i], &epi[i], &pos[i],
                              &len[i], &len_next[i]);
@@ -224,8 +225,22 @@ static batch_heat batch_heat_locked(const exr_buffer *b)
     return bytes > ((uint64_t)8 << 20) ? FAR : bytes > ((uint64_t)1 << 20) ? COLD : WARM;
 }
 
-/* Plans under the lock, copies without it. ph (NULL: not wanted) gets
- * the time of each phase. */
+/* A batch of at most SMALL_BATCH picks whose rows come to at most this
+ * many bytes is copied under the shared hold in which it was planned: a
+ * pin and an unpin (pin_mu twice, the readers' list, the graveyard's epoch)
+ * cost more than such a copy, which keeps writers out for less than a
+ * microsecond (32 picks of 28-byte rows, pick_len 1: 1.8 KiB). Larger
+ * batches copy without the lock, pinned. */
+#define HOLD_COPY_BYTES ((size_t)16 << 10)
+
+static bool copy_under_hold(const exr_buffer *b, size_t count)
+{
+    size_t rows = count * (b->cfg.pick_len + 1); /* count <= 64: fits */
+    return count <= SMALL_BATCH && (!rows || b->lay.row_bytes <= HOLD_COPY_BYTES / rows);
+}
+
+/* Plans under the lock, copies under it (copy_under_hold) or without it,
+ * and lets go of it. ph (NULL: not wanted) gets the time of each phase. */
 static exr_status finish_batch(exr_buffer *b, size_t count, batch_scratch *sc,
                                exr_batch_out *out, exr_batch_phases *ph)
 {
@@ -233,11 +248,17 @@ static exr_status finish_batch(exr_buffer *b, size_t count, batch_scratch *sc,
     uint64_t t0 = ph ? now_ns() : 0;
     batch_heat heat = batch_heat_locked(b);
     plan_batch_locked(b, count, sc->idx, sc->plans, out, heat);
-    pin_locked(b, &me);
-    exr_buffer_unlock(b);
+    bool hold = copy_under_hold(b, count);
+    if (!hold) {
+        pin_locked(b, &me);
+        exr_buffer_unlock(b);
+    }
     uint64_t t1 = ph ? now_ns() : 0;
     copy_batch(b, count, sc->plans, out, heat != WARM);
-    unpin(b, &me);
+    if (hold)
+        exr_buffer_unlock(b);
+    else
+        unpin(b, &me);
     scratch_free(sc);
     if (ph) {
         uint64_t t2 = now_ns();
@@ -265,6 +286,25 @@ static bool out_ok(const exr_buffer *b, const exr_batch_out *out)
     return true;
 }
 
+/* Selector e's draws into sc->idx and out->weight, a pick not published
+ * yet drawn again. Lock held shared. 1: drawn, *st the status; 0: (nearly)
+ * every pick drawn is still being copied in (wait for a publish, draw
+ * again); -1 (only if nowait): the selector's mutex is taken, nothing drawn. */
+static int draw_locked(exr_buffer *b, sel_entry *e, size_t count, batch_scratch *sc,
+                       exr_batch_out *out, bool nowait, exr_status *st)
+{
+    pthread_mutex_t *mu = &e->sel->mu;
+    if (!nowait)
+        pthread_mutex_lock(mu);
+    else if (pthread_mutex_trylock(mu) != 0)
+        return -1;
+    *st = e->sel->vt->sample(e->sel, b->picks.n, count, sc->idx, out->weight, sc->scratch);
+    int done = *st != EXR_OK || !b->writers ||
+               redraw_unpublished_locked(b, e->sel, count, sc->idx, out->weight, sc->scratch);
+    pthread_mutex_unlock(mu);
+    return done;
+}
+
 exr_status exr_buffer_get_batch_phases(exr_buffer *b, int64_t h, size_t count,
                                        exr_batch_out *out, exr_batch_phases *ph)
 {
@@ -282,14 +322,8 @@ exr_status exr_buffer_get_batch_phases(exr_buffer *b, int64_t h, size_t count,
             st = EXR_ENOTFOUND;
             break;
         }
-        pthread_mutex_lock(&e->sel->mu);
-        st = e->sel->vt->sample(e->sel, b->picks.n, count, sc.idx, out->weight, sc.scratch);
-        int done = st != EXR_OK || !b->writers ||
-                   redraw_unpublished_locked(b, e->sel, count, sc.idx, out->weight, sc.scratch);
-        pthread_mutex_unlock(&e->sel->mu);
-        if (done)
+        if (draw_locked(b, e, count, &sc, out, false, &st) == 1)
             break;
-        /* (nearly) every pick drawn is still being copied: wait for a publish */
         wait_publish(b, true);
     }
     if (st != EXR_OK) {
@@ -305,6 +339,26 @@ exr_status exr_buffer_get_batch_phases(exr_buffer *b, int64_t h, size_t count,
 exr_status exr_buffer_get_batch(exr_buffer *b, int64_t h, size_t count, exr_batch_out *out)
 {
     return exr_buffer_get_batch_phases(b, h, count, out, NULL);
+}
+
+exr_status exr_buffer_get_batch_nowait(exr_buffer *b, int64_t h, size_t count,
+                                       exr_batch_out *out, bool *done)
+{
+    *done = false;
+    if (!copy_under_hold(b, count) || !out_ok(b, out) || !try_lock_shared(b))
+        return EXR_OK;
+    batch_scratch sc;
+    (void)scratch_alloc(&sc, count); /* on the stack: cannot fail */
+    exr_status st = EXR_ENOTFOUND;
+    sel_entry *e = find_sel(b, h);
+    int r = e ? draw_locked(b, e, count, &sc, out, true, &st) : 1;
+    if (r != 1 || st != EXR_OK) {
+        exr_buffer_unlock(b);
+        *done = r == 1;
+        return r == 1 ? st : EXR_OK;
+    }
+    *done = true;
+    return finish_batch(b, count, &sc, out, NULL);
 }
 
 exr_status exr_buffer_gather(exr_buffer *b, int64_t h, size_t count, const int64_t *epi,
