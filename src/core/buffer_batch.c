@@ -65,10 +65,10 @@ static inline __attribute__((always_inline)) void prefetch_plan(const exr_store_
 {
     size_t rows = pl->len + pl->next_stored, a = rows < pl->na ? rows : pl->na;
     for (size_t off = 0; off < a * L->row_bytes; off += 64)
-        __builtin_prefetch(pl->a + off);
-    __builtin_prefetch(pl->a + a * L->row_bytes - 1);
+        __builtin_prefetch(pl->a + off, 0, 2);
+    __builtin_prefetch(pl->a + a * L->row_bytes - 1, 0, 2);
     if (rows > a)
-        __builtin_prefetch(pl->b);
+        __builtin_prefetch(pl->b, 0, 2);
 }
 
 /* Where the segment pointer of pick pk sits in its episode's body. */
@@ -121,13 +121,13 @@ static void plan_batch_locked(exr_buffer *b, size_t count, const size_t *idx, pl
     bool rows_now = count * pick_bytes <= ((size_t)64 << 10) ||
                     (heat == FAR && pick_bytes <= 46 * 64);
     for (size_t i = 0; cold && i < count && i < C; i++)
-        __builtin_prefetch(&pv[idx[i]]);
+        __builtin_prefetch(&pv[idx[i]], 0, 2);
     for (size_t c0 = 0; c0 < count; c0 += C) {
         size_t c1 = c0 + C < count ? c0 + C : count;
         for (size_t i = c0; cold && i < c1; i++)
             __builtin_prefetch(&slab[pv[idx[i]].slot]);
         for (size_t i = c1; cold && i < count && i < c1 + C; i++)
-            __builtin_prefetch(&pv[idx[i]]);
+            __builtin_prefetch(&pv[idx[i]], 0, 2);
         for (size_t i = c0; cold && i < c1; i++)
             __builtin_prefetch(segs_link(L, slab, &pv[idx[i]]));
         for (size_t i = c0; i < c1; i++) {
