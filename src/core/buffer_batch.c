@@ -101,8 +101,29 @@ static inline const void *segs_link(const exr_store_layout *L, const exr_episode
  * ahead too, batch_copy.c) finds the rows of a large batch in L2 or L3
  * instead of memory (get_5000 at N = 1M: about 0.92x the time). For a buffer
  * that fits in L3 the copy's own prefetches suffice, and these would only
- * add instructions (~5 ns a pick at N = 65,536). */
+ * add instructions (~5 ns a pick at N = 65,536).
+ *
+ * The entries and the rows, the two links that mostly come from memory,
+ * are prefetched into L2 (locality 2), the slots and segment pointers into
+ * L1: a prefetch into L1 holds one of the core's few L1 miss buffers until
+ * its line arrives, and with a batch's worth of them in flight the walk
+ * stalled on the prefetches themselves (perf: a third of the plan's
+ * samples); the loads that follow find the lines in L2. All four into L2,
+ * or only one of the two, was slower (docs/benchmarks.md, "Small get_batch
+ * calls, continued"). */
 typedef enum { WARM, COLD, FAR } batch_heat;
+
+/* Whether the batch's rows (with their next rows) take at most 64 KiB: the
+ * plan then prefetches them all, and the copy, which follows at once, does
+ * not again (its prefetches only cost instructions: 0.97-0.98x the time of
+ * get_batch(32) at N = 1M, ab_small). */
+static bool small_rows(const exr_buffer *b, size_t count)
+{
+    size_t bytes;
+    return exr_mul_size(count, (b->cfg.pick_len + 1) * b->lay.row_bytes, &bytes) &&
+           bytes <= ((size_t)64 << 10);
+}
+
 static void plan_batch_locked(exr_buffer *b, size_t count, const size_t *idx, plan_t *plans,
                               exr_batch_out *out, batch_heat heat)
 {
@@ -118,8 +139,7 @@ static void plan_batch_locked(exr_buffer *b, size_t count, const size_t *idx, pl
     size_t pick_bytes = (pick_len + 1) * L->row_bytes;
     /* (a pick of more than 48 lines is a stream the hardware follows: the
      * copy's rule, batch_copy.c) */
-    bool rows_now = count * pick_bytes <= ((size_t)64 << 10) ||
-                    (heat == FAR && pick_bytes <= 46 * 64);
+    bool rows_now = small_rows(b, count) || (heat == FAR && pick_bytes <= 46 * 64);
     for (size_t i = 0; cold && i < count && i < C; i++)
         __builtin_prefetch(&pv[idx[i]], 0, 2);
     for (size_t c0 = 0; c0 < count; c0 += C) {
@@ -254,7 +274,7 @@ static exr_status finish_batch(exr_buffer *b, size_t count, batch_scratch *sc,
         exr_buffer_unlock(b);
     }
     uint64_t t1 = ph ? now_ns() : 0;
-    copy_batch(b, count, sc->plans, out, heat != WARM);
+    copy_batch(b, count, sc->plans, out, heat != WARM && !small_rows(b, count));
     if (hold)
         exr_buffer_unlock(b);
     else
