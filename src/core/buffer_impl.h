@@ -165,7 +165,8 @@ typedef struct {
 
 /* get_batch in its phases, each timed (the benchmark harness benchmarks/c/
  * reads them): draw (scratch, lock, selector), plan (resolve the picks,
- * pin, unlock), copy (and unpin). Nanoseconds. */
+ * pin, unlock), copy (and unpin; a small batch: copy, then unlock).
+ * Nanoseconds. */
 typedef struct {
     uint64_t draw_ns, plan_ns, copy_ns;
 } exr_batch_phases;
