@@ -182,6 +182,14 @@ void exr_buffer_lock(exr_buffer *b) { take_rw(b, false); }
 
 void lock_shared(exr_buffer *b) { take_rw(b, true); }
 
+int try_lock_shared(exr_buffer *b)
+{
+    if (pthread_rwlock_tryrdlock(&b->lk->rw) != 0)
+        return 0;
+    note_locked(b, true);
+    return 1;
+}
+
 int exr_buffer_trylock(exr_buffer *b)
 {
     if (pthread_mutex_trylock(&b->lk->wmu) != 0)

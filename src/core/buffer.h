@@ -138,6 +138,14 @@ int exr_set_copy_simd(int on);
  * EXR_ENOTFOUND (selector), EXR_EEMPTY (nothing to draw). O(count * pick_len
  * + count log N). */
 exr_status exr_buffer_get_batch(exr_buffer *b, int64_t h, size_t count, exr_batch_out *out);
+/* The same for a small batch (at most 64 picks of at most 16 KiB of rows)
+ * when it needs no waiting: the lock and the selector's mutex free, the
+ * picks drawn published. *done and the status, or !*done: nothing was
+ * copied (a draw may have been made and dropped) and the caller calls
+ * exr_buffer_get_batch. Never blocks, so the binding calls it with the
+ * GIL held. */
+exr_status exr_buffer_get_batch_nowait(exr_buffer *b, int64_t h, size_t count,
+                                       exr_batch_out *out, bool *done);
 /* The batch for the given picks, weighted by selector h (test hook).
  * EXR_ENOTFOUND if a pick or the selector does not exist. */
 exr_status exr_buffer_gather(exr_buffer *b, int64_t h, size_t count, const int64_t *epi,

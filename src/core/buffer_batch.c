@@ -37,17 +37,21 @@ plan_pick_locked(const exr_store_layout *L, exr_episode *slab, uint64_t pick_len
         __atomic_store_n(&e->sampled, 1, __ATOMIC_RELAXED);
     uint64_t p = pk->pos, c = complete_steps(e), n = e->n;
     uint64_t l = c - p < pick_len ? c - p : pick_len;
-    size_t k, off;
+    size_t k, off, next = p + l < n;
     exr_store_locate(L, p, &k, &off);
     const exr_body *body = e->body;
     size_t room = exr_store_seg_cap(L, k) - off;
-    size_t more = (room < l + 1) & (k + 1 < body->nsegs);
+    /* B is read only when the rows read (the pick's, and its next state's
+     * if stored) run past A: those are stored, so segment k + 1 exists */
+    size_t more = room < l + next;
     pl->a = exr_seg_row(L, body->segs[k], off);
     pl->na = (uint32_t)exr_sel_below(room, l + 1, room, l + 1);
     pl->b = (const unsigned char *)exr_sel_set(more, (uintptr_t)body->segs[k + more], 0);
     pl->len = (uint32_t)l;
-    pl->next_stored = p + l < n;
-    pl->final = body->final_state;
+    pl->next_stored = (uint32_t)next;
+    /* read only at an episode's end (about one pick in its length): the
+     * body's first line, with final_state, is then not read at all */
+    pl->final = next ? NULL : body->final_state;
     *epi = e->handle;
     *pos = (int64_t)p;
     *len = (int64_t)l;
@@ -61,10 +65,10 @@ static inline __attribute__((always_inline)) void prefetch_plan(const exr_store_
 {
     size_t rows = pl->len + pl->next_stored, a = rows < pl->na ? rows : pl->na;
     for (size_t off = 0; off < a * L->row_bytes; off += 64)
-        __builtin_prefetch(pl->a + off);
-    __builtin_prefetch(pl->a + a * L->row_bytes - 1);
+        __builtin_prefetch(pl->a + off, 0, 2);
+    __builtin_prefetch(pl->a + a * L->row_bytes - 1, 0, 2);
     if (rows > a)
-        __builtin_prefetch(pl->b);
+        __builtin_prefetch(pl->b, 0, 2);
 }
 
 /* Where the segment pointer of pick pk sits in its episode's body. */
@@ -97,8 +101,29 @@ static inline const void *segs_link(const exr_store_layout *L, const exr_episode
  * ahead too, batch_copy.c) finds the rows of a large batch in L2 or L3
  * instead of memory (get_5000 at N = 1M: about 0.92x the time). For a buffer
  * that fits in L3 the copy's own prefetches suffice, and these would only
- * add instructions (~5 ns a pick at N = 65,536). */
+ * add instructions (~5 ns a pick at N = 65,536).
+ *
+ * The entries and the rows, the two links that mostly come from memory,
+ * are prefetched into L2 (locality 2), the slots and segment pointers into
+ * L1: a prefetch into L1 holds one of the core's few L1 miss buffers until
+ * its line arrives, and with a batch's worth of them in flight the walk
+ * stalled on the prefetches themselves (perf: a third of the plan's
+ * samples); the loads that follow find the lines in L2. All four into L2,
+ * or only one of the two, was slower (docs/benchmarks.md, "Small get_batch
+ * calls, continued"). */
 typedef enum { WARM, COLD, FAR } batch_heat;
+
+/* Whether the batch's rows (with their next rows) take at most 64 KiB: the
+ * plan then prefetches them all, and the copy, which follows at once, does
+ * not again (its prefetches only cost instructions: 0.97-0.98x the time of
+ * get_batch(32) at N = 1M, ab_small). */
+static bool small_rows(const exr_buffer *b, size_t count)
+{
+    size_t bytes;
+    return exr_mul_size(count, (b->cfg.pick_len + 1) * b->lay.row_bytes, &bytes) &&
+           bytes <= ((size_t)64 << 10);
+}
+
 static void plan_batch_locked(exr_buffer *b, size_t count, const size_t *idx, plan_t *plans,
                               exr_batch_out *out, batch_heat heat)
 {
@@ -114,21 +139,17 @@ static void plan_batch_locked(exr_buffer *b, size_t count, const size_t *idx, pl
     size_t pick_bytes = (pick_len + 1) * L->row_bytes;
     /* (a pick of more than 48 lines is a stream the hardware follows: the
      * copy's rule, batch_copy.c) */
-    bool rows_now = count * pick_bytes <= ((size_t)64 << 10) ||
-                    (heat == FAR && pick_bytes <= 46 * 64);
+    bool rows_now = small_rows(b, count) || (heat == FAR && pick_bytes <= 46 * 64);
     for (size_t i = 0; cold && i < count && i < C; i++)
-        __builtin_prefetch(&pv[idx[i]]);
+        __builtin_prefetch(&pv[idx[i]], 0, 2);
     for (size_t c0 = 0; c0 < count; c0 += C) {
         size_t c1 = c0 + C < count ? c0 + C : count;
         for (size_t i = c0; cold && i < c1; i++)
             __builtin_prefetch(&slab[pv[idx[i]].slot]);
         for (size_t i = c1; cold && i < count && i < c1 + C; i++)
-            __builtin_prefetch(&pv[idx[i]]);
-        for (size_t i = c0; cold && i < c1; i++) {
-            const exr_pick *pk = &pv[idx[i]];
-            __builtin_prefetch(slab[pk->slot].body); /* nsegs, final_state */
-            __builtin_prefetch(segs_link(L, slab, pk));
-        }
+            __builtin_prefetch(&pv[idx[i]], 0, 2);
+        for (size_t i = c0; cold && i < c1; i++)
+            __builtin_prefetch(segs_link(L, slab, &pv[idx[i]]));
         for (size_t i = c0; i < c1; i++) {
             plan_pick_locked(L, slab, pick_len, &pv[idx[i]], &plans[i], &epi[i], &pos[i],
                              &len[i], &len_next[i]);
@@ -224,8 +245,22 @@ static batch_heat batch_heat_locked(const exr_buffer *b)
     return bytes > ((uint64_t)8 << 20) ? FAR : bytes > ((uint64_t)1 << 20) ? COLD : WARM;
 }
 
-/* Plans under the lock, copies without it. ph (NULL: not wanted) gets
- * the time of each phase. */
+/* A batch of at most SMALL_BATCH picks whose rows come to at most this
+ * many bytes is copied under the shared hold in which it was planned: a
+ * pin and an unpin (pin_mu twice, the readers' list, the graveyard's epoch)
+ * cost more than such a copy, which keeps writers out for less than a
+ * microsecond (32 picks of 28-byte rows, pick_len 1: 1.8 KiB). Larger
+ * batches copy without the lock, pinned. */
+#define HOLD_COPY_BYTES ((size_t)16 << 10)
+
+static bool copy_under_hold(const exr_buffer *b, size_t count)
+{
+    size_t rows = count * (b->cfg.pick_len + 1); /* count <= 64: fits */
+    return count <= SMALL_BATCH && (!rows || b->lay.row_bytes <= HOLD_COPY_BYTES / rows);
+}
+
+/* Plans under the lock, copies under it (copy_under_hold) or without it,
+ * and lets go of it. ph (NULL: not wanted) gets the time of each phase. */
 static exr_status finish_batch(exr_buffer *b, size_t count, batch_scratch *sc,
                                exr_batch_out *out, exr_batch_phases *ph)
 {
@@ -233,11 +268,17 @@ static exr_status finish_batch(exr_buffer *b, size_t count, batch_scratch *sc,
     uint64_t t0 = ph ? now_ns() : 0;
     batch_heat heat = batch_heat_locked(b);
     plan_batch_locked(b, count, sc->idx, sc->plans, out, heat);
-    pin_locked(b, &me);
-    exr_buffer_unlock(b);
+    bool hold = copy_under_hold(b, count);
+    if (!hold) {
+        pin_locked(b, &me);
+        exr_buffer_unlock(b);
+    }
     uint64_t t1 = ph ? now_ns() : 0;
-    copy_batch(b, count, sc->plans, out, heat != WARM);
-    unpin(b, &me);
+    copy_batch(b, count, sc->plans, out, heat != WARM && !small_rows(b, count));
+    if (hold)
+        exr_buffer_unlock(b);
+    else
+        unpin(b, &me);
     scratch_free(sc);
     if (ph) {
         uint64_t t2 = now_ns();
@@ -265,6 +306,25 @@ static bool out_ok(const exr_buffer *b, const exr_batch_out *out)
     return true;
 }
 
+/* Selector e's draws into sc->idx and out->weight, a pick not published
+ * yet drawn again. Lock held shared. 1: drawn, *st the status; 0: (nearly)
+ * every pick drawn is still being copied in (wait for a publish, draw
+ * again); -1 (only if nowait): the selector's mutex is taken, nothing drawn. */
+static int draw_locked(exr_buffer *b, sel_entry *e, size_t count, batch_scratch *sc,
+                       exr_batch_out *out, bool nowait, exr_status *st)
+{
+    pthread_mutex_t *mu = &e->sel->mu;
+    if (!nowait)
+        pthread_mutex_lock(mu);
+    else if (pthread_mutex_trylock(mu) != 0)
+        return -1;
+    *st = e->sel->vt->sample(e->sel, b->picks.n, count, sc->idx, out->weight, sc->scratch);
+    int done = *st != EXR_OK || !b->writers ||
+               redraw_unpublished_locked(b, e->sel, count, sc->idx, out->weight, sc->scratch);
+    pthread_mutex_unlock(mu);
+    return done;
+}
+
 exr_status exr_buffer_get_batch_phases(exr_buffer *b, int64_t h, size_t count,
                                        exr_batch_out *out, exr_batch_phases *ph)
 {
@@ -282,14 +342,8 @@ exr_status exr_buffer_get_batch_phases(exr_buffer *b, int64_t h, size_t count,
             st = EXR_ENOTFOUND;
             break;
         }
-        pthread_mutex_lock(&e->sel->mu);
-        st = e->sel->vt->sample(e->sel, b->picks.n, count, sc.idx, out->weight, sc.scratch);
-        int done = st != EXR_OK || !b->writers ||
-                   redraw_unpublished_locked(b, e->sel, count, sc.idx, out->weight, sc.scratch);
-        pthread_mutex_unlock(&e->sel->mu);
-        if (done)
+        if (draw_locked(b, e, count, &sc, out, false, &st) == 1)
             break;
-        /* (nearly) every pick drawn is still being copied: wait for a publish */
         wait_publish(b, true);
     }
     if (st != EXR_OK) {
@@ -305,6 +359,26 @@ exr_status exr_buffer_get_batch_phases(exr_buffer *b, int64_t h, size_t count,
 exr_status exr_buffer_get_batch(exr_buffer *b, int64_t h, size_t count, exr_batch_out *out)
 {
     return exr_buffer_get_batch_phases(b, h, count, out, NULL);
+}
+
+exr_status exr_buffer_get_batch_nowait(exr_buffer *b, int64_t h, size_t count,
+                                       exr_batch_out *out, bool *done)
+{
+    *done = false;
+    if (!copy_under_hold(b, count) || !out_ok(b, out) || !try_lock_shared(b))
+        return EXR_OK;
+    batch_scratch sc;
+    (void)scratch_alloc(&sc, count); /* on the stack: cannot fail */
+    exr_status st = EXR_ENOTFOUND;
+    sel_entry *e = find_sel(b, h);
+    int r = e ? draw_locked(b, e, count, &sc, out, true, &st) : 1;
+    if (r != 1 || st != EXR_OK) {
+        exr_buffer_unlock(b);
+        *done = r == 1;
+        return r == 1 ? st : EXR_OK;
+    }
+    *done = true;
+    return finish_batch(b, count, &sc, out, NULL);
 }
 
 exr_status exr_buffer_gather(exr_buffer *b, int64_t h, size_t count, const int64_t *epi,

@@ -115,9 +115,12 @@ void exr_assert_locked(const exr_buffer *b, bool exclusive, const char *fn);
 
 /* ---- shared between the buffer's files (the map: docs/design.md) ---- */
 
-/* buffer.c: the storage lock taken shared (spinning briefly first); waiting
- * for the next publish with the lock released meanwhile; signalling one. */
+/* buffer.c: the storage lock taken shared (spinning briefly first), or
+ * only if it can be at once (1; 0: a writer holds it or waits for it);
+ * waiting for the next publish with the lock released meanwhile;
+ * signalling one. */
 void lock_shared(exr_buffer *b);
+int try_lock_shared(exr_buffer *b);
 void wait_publish(exr_buffer *b, bool shared);
 void signal_publish(exr_buffer *b);
 
@@ -162,7 +165,8 @@ typedef struct {
 
 /* get_batch in its phases, each timed (the benchmark harness benchmarks/c/
  * reads them): draw (scratch, lock, selector), plan (resolve the picks,
- * pin, unlock), copy (and unpin). Nanoseconds. */
+ * pin, unlock), copy (and unpin; a small batch: copy, then unlock).
+ * Nanoseconds. */
 typedef struct {
     uint64_t draw_ns, plan_ns, copy_ns;
 } exr_batch_phases;

@@ -149,6 +149,22 @@ static exr_status map_grow(exr_episodes *t, size_t ncap)
     return EXR_OK;
 }
 
+/* The slab grown to ncap slots on 64-byte lines (NULL: out of memory, the
+ * old one intact). An exr_episode is 64 bytes on 64-bit platforms, so each
+ * slot is then one line: get_batch's plan reads a slot's handle, lengths,
+ * flags and body pointer for every pick, and realloc's 16-byte alignment
+ * split most slots over two lines (the body pointer in the second). */
+static exr_episode *slab_grow(exr_episode *old, size_t used, size_t ncap)
+{
+    void *p;
+    if (posix_memalign(&p, 64, ncap * sizeof *old) != 0)
+        return NULL;
+    if (used)
+        memcpy(p, old, used * sizeof *old);
+    free(old);
+    return p;
+}
+
 exr_status exr_episodes_reserve_n(exr_episodes *t, uint64_t n)
 {
     if (n > EXR_NIL / 4)
@@ -159,7 +175,7 @@ exr_status exr_episodes_reserve_n(exr_episodes *t, uint64_t n)
             ncap *= 2;
         if (ncap > (uint64_t)EXR_NIL / 2 + 1) /* as many slots as a uint32_t index allows */
             return EXR_EOVERFLOW;
-        exr_episode *ns = realloc(t->slab, (size_t)ncap * sizeof *ns);
+        exr_episode *ns = slab_grow(t->slab, t->hwm, (size_t)ncap);
         if (!ns)
             return EXR_ENOMEM;
         t->slab = ns;

@@ -34,7 +34,8 @@ PyDoc_STRVAR(exr_doc_replay,
 "    (record(..., extras={...})) and returned as batch.extras.\n\n"
 "Raises TypeError for a wrong type, ValueError for a wrong value (both\n"
 "name the argument). ExperienceReplay.for_spaces builds one from gymnasium\n"
-"spaces. Thread-safe; record/get_batch/set_priority release the GIL.");
+"spaces. Thread-safe; record/get_batch/set_priority release the GIL (a\n"
+"small get_batch keeps it when it does not have to wait).");
 
 PyDoc_STRVAR(exr_doc_new_episode,
 "new_episode($self, /)\n--\n\n"

@@ -32,6 +32,22 @@ static int batch_size_arg(PyObject *o, npy_intp *B)
     return 0;
 }
 
+/* The core's get_batch: a small batch that needs no waiting with the GIL
+ * held (releasing and taking back the GIL costs more than its copy, and
+ * in a program whose other threads want the GIL, taking it back can wait
+ * for one of them), any other with the GIL released. */
+static exr_status draw_and_copy(ReplayObject *self, int64_t h, size_t B, exr_batch_out *o)
+{
+    bool done;
+    exr_status st = exr_buffer_get_batch_nowait(self->buf, h, B, o, &done);
+    if (done)
+        return st;
+    Py_BEGIN_ALLOW_THREADS
+    st = exr_buffer_get_batch(self->buf, h, B, o);
+    Py_END_ALLOW_THREADS
+    return st;
+}
+
 PyObject *replay_get_batch(ReplayObject *self, PyObject *const *args, Py_ssize_t nargs,
                                   PyObject *kwnames)
 {
@@ -60,10 +76,7 @@ PyObject *replay_get_batch(ReplayObject *self, PyObject *const *args, Py_ssize_t
     exr_batch_out o;
     exr_field_dst plan[2 * EXR_MAX_FIELDS];
     batch_out_of(self, arrays, &o, plan);
-    exr_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = exr_buffer_get_batch(self->buf, h, (size_t)B, &o);
-    Py_END_ALLOW_THREADS
+    exr_status st = draw_and_copy(self, h, (size_t)B, &o);
     if (st != EXR_OK)
         return batch_error(self, st, h, arrays);
     return batch_result(self, arrays, out);
