@@ -114,20 +114,12 @@ static int new_batch_arrays(ReplayObject *self, npy_intp B, PyObject **arrays)
     block = exr_block_new(mstate(self), total);
     if (!block)
         goto fail;
-    char *mem = exr_block_data(block);
     for (int f = 0; f < NFIELDS; f++) {
         if (dict_field(self, f))
             continue;
-        /* NewFromDescr steals the descr, SetBaseObject the block reference,
-         * both even when they fail */
-        PyArray_Descr *d = descrs[f];
-        descrs[f] = NULL;
-        arrays[f] = PyArray_NewFromDescr(&PyArray_Type, d, nds[f], dims[f], NULL, mem + offs[f],
-                                         NPY_ARRAY_CARRAY, NULL);
+        arrays[f] = exr_block_array(block, offs[f], descrs[f], nds[f], dims[f]);
+        Py_CLEAR(descrs[f]);
         if (!arrays[f])
-            goto fail;
-        Py_INCREF(block);
-        if (PyArray_SetBaseObject((PyArrayObject *)arrays[f], block) < 0)
             goto fail;
     }
     Py_DECREF(block);

@@ -165,6 +165,9 @@ int exr_selector_init_type(PyObject *module, exr_modstate *st);
 int exr_block_init_type(PyObject *module, exr_modstate *st);
 PyObject *exr_block_new(exr_modstate *st, size_t size);
 void *exr_block_data(PyObject *block);
+/* A C-contiguous array `at` bytes into block, of descr d (borrowed) and
+ * shape dims, with the block as its base (its reference taken). */
+PyObject *exr_block_array(PyObject *block, size_t at, PyArray_Descr *d, int nd, const npy_intp *dims);
 void exr_block_cache_clear(exr_modstate *st);
 
 /* A new PickSelector for handle h of owner. */

@@ -86,6 +86,21 @@ PyObject *exr_block_new(exr_modstate *st, size_t size)
 
 void *exr_block_data(PyObject *block) { return ((BlockObject *)block)->mem; }
 
+PyObject *exr_block_array(PyObject *block, size_t at, PyArray_Descr *d, int nd, const npy_intp *dims)
+{
+    Py_INCREF(d); /* NewFromDescr steals it, even when it fails */
+    PyObject *a = PyArray_NewFromDescr(&PyArray_Type, d, nd, (npy_intp *)dims, NULL,
+                                       (char *)exr_block_data(block) + at, NPY_ARRAY_CARRAY, NULL);
+    if (!a)
+        return NULL;
+    Py_INCREF(block); /* SetBaseObject steals it, even when it fails */
+    if (PyArray_SetBaseObject((PyArrayObject *)a, block) < 0) {
+        Py_DECREF(a);
+        return NULL;
+    }
+    return a;
+}
+
 void exr_block_cache_clear(exr_modstate *st)
 {
     for (int i = 0; i < st->ncached; i++)

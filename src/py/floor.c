@@ -8,21 +8,20 @@
 
 #include "floor.h"
 
-/* Array `at` bytes into block, of descr d and shape dims, with the block
- * as its base (the block's reference is taken). */
-static PyObject *block_array(PyObject *block, size_t at, PyArray_Descr *d, int nd, npy_intp *dims)
+/* The shape (n, L, *a's row shape) into dims: its length, or -1 with the
+ * ValueError naming arg. */
+static int pick_dims(PyArrayObject *a, npy_intp n, npy_intp L, const char *arg, npy_intp *dims)
 {
-    Py_INCREF(d);
-    PyObject *a = PyArray_NewFromDescr(&PyArray_Type, d, nd, dims, NULL,
-                                       (char *)exr_block_data(block) + at, NPY_ARRAY_CARRAY, NULL);
-    if (!a)
-        return NULL;
-    Py_INCREF(block);
-    if (PyArray_SetBaseObject((PyArrayObject *)a, block) < 0) {
-        Py_DECREF(a);
-        return NULL;
+    int nd = PyArray_NDIM(a) + 1;
+    if (nd > NPY_MAXDIMS) {
+        PyErr_Format(PyExc_ValueError, "%s: too many dimensions", arg);
+        return -1;
     }
-    return a;
+    dims[0] = n;
+    dims[1] = L;
+    for (int i = 1; i < PyArray_NDIM(a); i++)
+        dims[i + 1] = PyArray_DIM(a, i);
+    return nd;
 }
 
 /* The floor's two outputs, (n, L, *row shape) each, carved from one block
@@ -34,15 +33,9 @@ static int floor_outs(PyObject *module, PyArrayObject *rows, npy_intp n, Py_ssiz
                       PyObject **st, PyObject **nx)
 {
     npy_intp dims[NPY_MAXDIMS];
-    int nd = PyArray_NDIM(rows) + 1;
-    if (nd > NPY_MAXDIMS) {
-        PyErr_SetString(PyExc_ValueError, "rows: too many dimensions");
+    int nd = pick_dims(rows, n, L, "rows", dims);
+    if (nd < 0)
         return -1;
-    }
-    dims[0] = n;
-    dims[1] = L;
-    for (int i = 1; i < PyArray_NDIM(rows); i++)
-        dims[i + 1] = PyArray_DIM(rows, i);
     size_t row_bytes = (size_t)PyArray_NBYTES(rows) / (size_t)PyArray_DIM(rows, 0);
     size_t bytes, half, total;
     if (!exr_mul_size((size_t)n, (size_t)L, &bytes) || !exr_mul_size(bytes, row_bytes, &bytes) ||
@@ -54,8 +47,8 @@ static int floor_outs(PyObject *module, PyArrayObject *rows, npy_intp n, Py_ssiz
     if (!block)
         return -1;
     PyArray_Descr *d = PyArray_DESCR(rows);
-    *st = block_array(block, 0, d, nd, dims);
-    *nx = *st ? block_array(block, half & ~(size_t)63, d, nd, dims) : NULL;
+    *st = exr_block_array(block, 0, d, nd, dims);
+    *nx = *st ? exr_block_array(block, half & ~(size_t)63, d, nd, dims) : NULL;
     Py_DECREF(block);
     if (!*nx) {
         Py_CLEAR(*st);
@@ -193,15 +186,9 @@ static int new_outs(PyObject *list, cols_t *c, npy_intp n, PyObject *lo, PyObjec
     for (Py_ssize_t i = 0; i < c->nc; i++) {
         PyArrayObject *a = (PyArrayObject *)PyList_GET_ITEM(list, i);
         npy_intp dims[NPY_MAXDIMS];
-        int nd = PyArray_NDIM(a) + 1;
-        if (nd > NPY_MAXDIMS) {
-            PyErr_SetString(PyExc_ValueError, "cols: too many dimensions");
+        int nd = pick_dims(a, n, c->L, "cols", dims);
+        if (nd < 0)
             return -1;
-        }
-        dims[0] = n;
-        dims[1] = c->L;
-        for (int j = 1; j < PyArray_NDIM(a); j++)
-            dims[j + 1] = PyArray_DIM(a, j);
         c->nexts[i] = NULL;
         for (int k = 0; k < (i < c->nn ? 2 : 1); k++) {
             PyArray_Descr *d = PyArray_DESCR(a);

@@ -347,7 +347,6 @@ int exr_fieldset_batch_new(const exr_fieldset *fs, exr_modstate *st, npy_intp B,
     PyObject *block = exr_block_new(st, total);
     if (!block)
         return -1;
-    char *mem = exr_block_data(block);
     size_t at = 0;
     PyObject *ds[2] = {PyDict_New(), next ? PyDict_New() : NULL};
     if (!ds[0] || (next && !ds[1]))
@@ -357,15 +356,11 @@ int exr_fieldset_batch_new(const exr_fieldset *fs, exr_modstate *st, npy_intp B,
         int nd = batch_dims(&fs->f[i], B, L, dims);
         size_t sz = ((size_t)B * (size_t)L * fs->f[i].bytes + 63) & ~(size_t)63;
         for (int p = 0; p < parts; p++) {
-            Py_INCREF(fs->f[i].descr);
-            PyObject *a = PyArray_NewFromDescr(&PyArray_Type, fs->f[i].descr, nd, dims, NULL,
-                                               mem + at, NPY_ARRAY_CARRAY, NULL);
+            PyObject *a = exr_block_array(block, at, fs->f[i].descr, nd, dims);
             at += sz;
             if (!a)
                 goto fail;
-            Py_INCREF(block);
-            if (PyArray_SetBaseObject((PyArrayObject *)a, block) < 0 ||
-                PyDict_SetItem(ds[p], fs->f[i].name, a) < 0) {
+            if (PyDict_SetItem(ds[p], fs->f[i].name, a) < 0) {
                 Py_DECREF(a);
                 goto fail;
             }
