@@ -308,12 +308,29 @@ static uint32_t commit_prep_locked(exr_buffer *b, uint32_t slot, rec_prep *pr, i
     return slot;
 }
 
+/* Copies step t of in into row: its state (or named fields, each straight
+ * from its own array, fields.h), action and reward. */
+static inline __attribute__((always_inline)) void fill_row(const exr_store_layout *L,
+                                                           unsigned char *row,
+                                                           const exr_steps *in, size_t t)
+{
+    size_t sb = L->state_bytes, ab = L->action_bytes, rb = L->reward_bytes;
+    if (in->fields) {
+        for (size_t f = 0; f < in->nfields; f++) {
+            const exr_field_src *fs = &in->fields[f];
+            exr_copy_short(row + fs->off, fs->src + t * fs->stride, fs->bytes);
+        }
+    } else {
+        exr_copy_short(row, in->states + t * sb, sb);
+    }
+    exr_copy_short(row + sb, in->actions + t * ab, ab);
+    exr_copy_short(row + sb + ab, in->rewards + t * rb, rb);
+}
+
 /* Copies steps [t0, t0 + count) of in into rows [pos, pos + count) of body. */
 static void copy_rows(const exr_store_layout *L, exr_body *body, uint64_t pos, const exr_steps *in,
                       size_t t0, size_t count)
 {
-    size_t sb = L->state_bytes, ab = L->action_bytes, rb = L->reward_bytes;
-    const unsigned char *st = in->states, *ac = in->actions, *rw = in->rewards;
     for (size_t i = 0; i < count;) {
         size_t k, off;
         exr_store_locate(L, pos + i, &k, &off);
@@ -321,26 +338,8 @@ static void copy_rows(const exr_store_layout *L, exr_body *body, uint64_t pos, c
         if (run > count - i)
             run = count - i;
         unsigned char *row = exr_seg_row(L, body->segs[k], off);
-        if (in->fields) {
-            /* named fields: each straight from its own array (fields.h) */
-            for (size_t r = 0; r < run; r++, row += L->row_bytes) {
-                size_t t = t0 + i + r;
-                for (size_t f = 0; f < in->nfields; f++) {
-                    const exr_field_src *fs = &in->fields[f];
-                    exr_copy_short(row + fs->off, fs->src + t * fs->stride, fs->bytes);
-                }
-                exr_copy_short(row + sb, ac + t * ab, ab);
-                exr_copy_short(row + sb + ab, rw + t * rb, rb);
-            }
-            i += run;
-            continue;
-        }
-        for (size_t r = 0; r < run; r++, row += L->row_bytes) {
-            size_t t = t0 + i + r;
-            exr_copy_short(row, st + t * sb, sb);
-            exr_copy_short(row + sb, ac + t * ab, ab);
-            exr_copy_short(row + sb + ab, rw + t * rb, rb);
-        }
+        for (size_t r = 0; r < run; r++, row += L->row_bytes)
+            fill_row(L, row, in, t0 + i + r);
         i += run;
     }
 }
@@ -367,8 +366,11 @@ static bool record_step_locked(exr_buffer *b, uint32_t slot, int64_t h, const ex
     exr_body *body = e->body;
     uint64_t n = e->n;
     bool last = t + 1 == in->T, ends = last && in->end;
+    size_t k, off;
+    exr_store_locate(L, n, &k, &off);
+    unsigned char *row = exr_seg_row(L, body->segs[k], off);
     if (!defer)
-        copy_rows(L, body, n, in, t, 1);
+        fill_row(L, row, in, t);
     float rp = prio_to_float(in->priorities ? in->priorities[t] : NAN);
     memcpy(&body->aux[n], &rp, sizeof rp);
     e->n = n + 1;
@@ -384,12 +386,8 @@ static bool record_step_locked(exr_buffer *b, uint32_t slot, int64_t h, const ex
             pr->fin = NULL;
         }
     }
-    if (b->hook) { /* the row is in place: never deferred with a hook */
-        size_t k, off;
-        exr_store_locate(L, n, &k, &off);
-        b->hook(b->hook_ctx, b, h, n, exr_seg_row(L, body->segs[k], off), fin, ends,
-                ends && in->terminated, t == 0);
-    }
+    if (b->hook) /* the row is in place: never deferred with a hook */
+        b->hook(b->hook_ctx, b, h, n, row, fin, ends, ends && in->terminated, t == 0);
     enter_picks_locked(b, slot);
     if (ends)
         shrink_ended_locked(b, e);
