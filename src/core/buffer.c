@@ -33,6 +33,7 @@ static struct exr_locks *locks_new(void)
         pthread_rwlockattr_destroy(&ra);
     }
     lk->excl = false;
+    lk->excl_wmu = false;
     int wmu = ok && pthread_mutex_init(&lk->wmu, NULL) == 0;
     int res = wmu && pthread_mutex_init(&lk->res_mu, NULL) == 0;
     int mu = res && pthread_mutex_init(&lk->pin_mu, NULL) == 0;
@@ -154,13 +155,29 @@ void exr_assert_locked(const exr_buffer *b, bool exclusive, const char *fn)
 #define note_unlocking(b) ((void)0)
 #endif
 
-/* Takes rw shared or exclusive, retrying briefly before it sleeps; an
- * exclusive taker first queues for wmu, asleep. */
+/* The exclusive holder's bookkeeping once it has rw: whether it holds wmu
+ * too, and the reservations made live. */
+static void took_exclusive(exr_buffer *b, bool with_wmu)
+{
+    note_locked(b, false);
+    b->lk->excl = true;
+    b->lk->excl_wmu = with_wmu;
+    reserve_close_locked(b);
+}
+
+/* Takes rw shared or exclusive, retrying briefly before it sleeps. An
+ * exclusive taker that finds rw free takes it at once (one atomic
+ * operation, not three); otherwise it first queues for wmu, asleep. */
 static void take_rw(exr_buffer *b, bool shared)
 {
     pthread_rwlock_t *rw = &b->lk->rw;
-    if (!shared)
+    if (!shared) {
+        if (pthread_rwlock_trywrlock(rw) == 0) {
+            took_exclusive(b, false);
+            return;
+        }
         pthread_mutex_lock(&b->lk->wmu);
+    }
     int got = 0;
     for (int i = 0; i < LOCK_SPINS && !got; i++) {
         got = (shared ? pthread_rwlock_tryrdlock(rw) : pthread_rwlock_trywrlock(rw)) == 0;
@@ -171,11 +188,10 @@ static void take_rw(exr_buffer *b, bool shared)
         pthread_rwlock_rdlock(rw);
     else if (!got)
         pthread_rwlock_wrlock(rw);
-    note_locked(b, shared);
-    if (!shared) {
-        b->lk->excl = true;
-        reserve_close_locked(b);
-    }
+    if (shared)
+        note_locked(b, true);
+    else
+        took_exclusive(b, true);
 }
 
 void exr_buffer_lock(exr_buffer *b) { take_rw(b, false); }
@@ -192,15 +208,9 @@ int try_lock_shared(exr_buffer *b)
 
 int exr_buffer_trylock(exr_buffer *b)
 {
-    if (pthread_mutex_trylock(&b->lk->wmu) != 0)
+    if (pthread_rwlock_trywrlock(&b->lk->rw) != 0)
         return 0;
-    if (pthread_rwlock_trywrlock(&b->lk->rw) != 0) {
-        pthread_mutex_unlock(&b->lk->wmu);
-        return 0;
-    }
-    b->lk->excl = true;
-    note_locked(b, false);
-    reserve_close_locked(b);
+    took_exclusive(b, false);
     return 1;
 }
 
@@ -217,17 +227,18 @@ static void flush_selectors(exr_buffer *b)
     b->sel_dirty = false;
 }
 
-/* Lets go of rw, and of wmu if rw was held exclusively. */
+/* Lets go of rw, and of wmu if the exclusive holder took it. */
 static void release_rw(exr_buffer *b)
 {
-    bool excl = b->lk->excl;
+    bool excl = b->lk->excl, wmu = excl && b->lk->excl_wmu;
     if (excl) {
         reserve_open_locked(b);
         b->lk->excl = false;
+        b->lk->excl_wmu = false;
     }
     note_unlocking(b);
     pthread_rwlock_unlock(&b->lk->rw);
-    if (excl)
+    if (wmu)
         pthread_mutex_unlock(&b->lk->wmu);
 }
 

@@ -14,11 +14,13 @@
 #endif
 
 struct exr_locks {
-    /* taken before rw exclusive, let go after it: the threads that want rw
-     * exclusively queue here, asleep, so that at most one of them waits
-     * for rw at a time (docs/design.md, "Locking and the GIL") */
+    /* taken before waiting for rw exclusive, let go after rw: the threads
+     * that want rw exclusively and do not get it at once queue here,
+     * asleep, so that at most one of them waits for rw at a time
+     * (docs/design.md, "Locking and the GIL") */
     pthread_mutex_t wmu;
-    bool excl; /* rw is held exclusively (and so wmu too); written by that holder */
+    bool excl;     /* rw is held exclusively; written by that holder */
+    bool excl_wmu; /* ... and wmu with it (it had to wait); the same */
     pthread_rwlock_t rw;
     /* new_episode's reservations (buffer_reserve.c); taken after rw, or
      * alone by new_episode; no other lock is taken while it is held */
