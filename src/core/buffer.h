@@ -109,6 +109,13 @@ exr_status exr_buffer_record_locked(exr_buffer *b, int64_t h, const exr_steps *i
  * is as it was (but see buffer_record.c: an episode evicted by its own call). */
 #define EXR_COPY_UNLOCKED ((size_t)8 << 10)
 exr_status exr_buffer_record(exr_buffer *b, int64_t h, const exr_steps *in, int64_t *out_h);
+/* The same for a small call (under EXR_COPY_UNLOCKED bytes of rows, no log
+ * attached) when it needs no waiting: the writers' mutex and the storage
+ * lock free, episode h not being copied into. *done and the status, or
+ * !*done: nothing was done and the caller calls exr_buffer_record. Never
+ * blocks, so the binding calls it with the GIL held. */
+exr_status exr_buffer_record_nowait(exr_buffer *b, int64_t h, const exr_steps *in, int64_t *out_h,
+                                    bool *done);
 
 /* Evicts episode h now, as capacity would: its picks leave the table and
  * every selector, its records the count. A record call copying into h

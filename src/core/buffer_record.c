@@ -601,6 +601,30 @@ exr_status exr_buffer_record(exr_buffer *b, int64_t h, const exr_steps *in, int6
     return st;
 }
 
+exr_status exr_buffer_record_nowait(exr_buffer *b, int64_t h, const exr_steps *in, int64_t *out_h,
+                                    bool *done)
+{
+    *done = false;
+    size_t bytes;
+    if (!steps_ok(b, in) || !exr_mul_size(in->T, b->lay.row_bytes, &bytes) ||
+        bytes >= EXR_COPY_UNLOCKED || !exr_buffer_trylock(b))
+        return EXR_OK;
+    uint32_t s = exr_episodes_find(&b->eps, h);
+    /* a log's hook may wait for its writer thread (the binding throttles
+     * first, without the GIL), and a busy episode for its copy */
+    if (b->hook || (s != EXR_NIL && b->eps.slab[s].busy)) {
+        exr_buffer_unlock(b);
+        return EXR_OK;
+    }
+    *done = true;
+    rec_plan plan;
+    exr_status st = record_steps_locked(b, h, in, false, &plan, out_h);
+    if (st == EXR_OK)
+        publish_locked(b, &plan, false);
+    exr_buffer_unlock(b);
+    return st;
+}
+
 void exr_buffer_set_hook_locked(exr_buffer *b, exr_step_hook fn, void *ctx)
 {
     EXR_ASSERT_EXCLUSIVE(b);

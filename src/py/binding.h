@@ -69,7 +69,25 @@ typedef struct {
      * them (arrays.c, "spare arrays"). Used with the GIL held. */
     PyObject *spare[2][EXR_SPARE_ARRAYS];
     int spare_next;
+    /* calls on this buffer between releasing the GIL and taking it back
+     * (EXR_NOGIL_BEGIN/END): another thread's record, get_batch or
+     * set_priority that will want the GIL back. Changed and read only with
+     * the GIL held, so a plain int. */
+    int nogil_calls;
 } ReplayObject;
+
+/* Py_BEGIN/END_ALLOW_THREADS around a call on self's buffer, counted in
+ * self->nogil_calls: a small call that could keep the GIL does not while
+ * another thread's call is out (docs/design.md, "The binding's one idiom"). */
+#define EXR_NOGIL_BEGIN(self)                                                                      \
+    {                                                                                              \
+        ReplayObject *nogil_self_ = (self);                                                        \
+        nogil_self_->nogil_calls++;                                                                \
+        Py_BEGIN_ALLOW_THREADS
+#define EXR_NOGIL_END                                                                              \
+        Py_END_ALLOW_THREADS                                                                       \
+        nogil_self_->nogil_calls--;                                                                \
+    }
 
 /* save() calls its progress callback with the buffer locked: a call back
  * into the buffer from that callback would deadlock, so it raises instead. */

@@ -38,13 +38,15 @@ static int batch_size_arg(PyObject *o, npy_intp *B)
  * for one of them), any other with the GIL released. */
 static exr_status draw_and_copy(ReplayObject *self, int64_t h, size_t B, exr_batch_out *o)
 {
-    bool done;
-    exr_status st = exr_buffer_get_batch_nowait(self->buf, h, B, o, &done);
+    bool done = false;
+    exr_status st = EXR_OK;
+    if (!self->nogil_calls)
+        st = exr_buffer_get_batch_nowait(self->buf, h, B, o, &done);
     if (done)
         return st;
-    Py_BEGIN_ALLOW_THREADS
+    EXR_NOGIL_BEGIN(self)
     st = exr_buffer_get_batch(self->buf, h, B, o);
-    Py_END_ALLOW_THREADS
+    EXR_NOGIL_END
     return st;
 }
 
@@ -223,10 +225,10 @@ PyObject *replay_set_priority(ReplayObject *self, PyObject *const *args, Py_ssiz
     if ((pr = priorities_values(a[3], n, &stride))) {
         const int64_t *hint = x ? PyArray_DATA(x) : NULL;
         const double *pv = PyArray_DATA(pr);
-        Py_BEGIN_ALLOW_THREADS
+        EXR_NOGIL_BEGIN(self)
         st = exr_buffer_set_priority(self->buf, h, (size_t)n, PyArray_DATA(e), PyArray_DATA(p),
                                      hint, pv, stride, &applied);
-        Py_END_ALLOW_THREADS
+        EXR_NOGIL_END
     }
     Py_DECREF(e);
     Py_DECREF(p);

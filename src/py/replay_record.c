@@ -153,18 +153,26 @@ static void steps_state(const held_arrays *held, exr_steps *in, bool terminated)
     in->nfields = held->named ? held->fi.nplan : 0;
 }
 
-/* The core's record with the GIL released (after the log's back-pressure,
- * before any lock), then the held arrays released. The new handle or NULL. */
+/* The core's record, then the held arrays released. The new handle or NULL.
+ * A small call that needs no waiting keeps the GIL (its work is shorter
+ * than releasing and taking back the GIL, and in a program whose other
+ * threads want the GIL, taking it back can wait for one of them); any other
+ * runs with the GIL released, after the log's back-pressure. */
 static PyObject *record_steps(ReplayObject *self, int64_t h, const exr_steps *in,
                               held_arrays *held)
 {
-    exr_status st;
+    exr_status st = EXR_OK;
+    bool done = false;
     struct exr_log *lg = exr_replay_log(self);
-    Py_BEGIN_ALLOW_THREADS
-    if (lg)
-        exr_log_throttle(lg);
-    st = exr_buffer_record(self->buf, h, in, &h);
-    Py_END_ALLOW_THREADS
+    if (!lg)
+        st = exr_buffer_record_nowait(self->buf, h, in, &h, &done);
+    if (!done) {
+        Py_BEGIN_ALLOW_THREADS
+        if (lg)
+            exr_log_throttle(lg);
+        st = exr_buffer_record(self->buf, h, in, &h);
+        Py_END_ALLOW_THREADS
+    }
     release_arrays(self, held);
     return record_status(st, h);
 }
