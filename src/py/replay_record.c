@@ -164,14 +164,14 @@ static PyObject *record_steps(ReplayObject *self, int64_t h, const exr_steps *in
     exr_status st = EXR_OK;
     bool done = false;
     struct exr_log *lg = exr_replay_log(self);
-    if (!lg)
+    if (!lg && !self->nogil_calls)
         st = exr_buffer_record_nowait(self->buf, h, in, &h, &done);
     if (!done) {
-        Py_BEGIN_ALLOW_THREADS
+        EXR_NOGIL_BEGIN(self)
         if (lg)
             exr_log_throttle(lg);
         st = exr_buffer_record(self->buf, h, in, &h);
-        Py_END_ALLOW_THREADS
+        EXR_NOGIL_END
     }
     release_arrays(self, held);
     return record_status(st, h);
