@@ -9,13 +9,29 @@
 #include <time.h>
 #include <unistd.h>
 
-/* The map's hash is keyed with a per-process random key: handles come from
- * serialized input as well as from the counter, and an input may choose them
- * freely (increasing, below 2^62). With a fixed hash it could put them all
- * in one probe chain and make loading, record and set_priority quadratic;
- * without the key it cannot aim. SipHash-1-3 of the one 8-byte word. */
-static uint64_t hash_key[2];
+/* The map's hash is keyed with per-process random tables: handles come
+ * from serialized input as well as from the counter, and an input may
+ * choose them freely (increasing, below 2^62). With a fixed hash it could
+ * put them all in one probe chain and make loading, record and
+ * set_priority quadratic; without the tables it cannot aim. The hash is
+ * simple tabulation (each byte of the handle picks a random word from its
+ * own table; the words are XORed), which keeps linear probing O(1)
+ * expected whatever the keys (Patrascu and Thorup, "The power of simple
+ * tabulation hashing"), for a few loads from 16 KiB of tables: SipHash-1-3,
+ * used before, took about 50 dependent instructions a lookup, and
+ * set_priority(ps, pick_epi, pick_pos, p) makes one per pick. */
+static uint64_t hash_tab[8][256];
+static uint64_t hash_hi0; /* the words of bytes 4..7 of a handle below 2^32 */
 static pthread_once_t hash_key_once = PTHREAD_ONCE_INIT;
+
+/* splitmix64: spreads the random key over the tables */
+static uint64_t mix_next(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
 
 static void hash_key_init(void)
 {
@@ -29,36 +45,24 @@ static void hash_key_init(void)
         k[0] ^= (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ULL ^ (uint64_t)ts.tv_sec;
         k[1] ^= ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&got;
     }
-    hash_key[0] = k[0];
-    hash_key[1] = k[1];
+    uint64_t x = k[0] ^ mix_next(&k[1]);
+    for (int i = 0; i < 8; i++)
+        for (int j = 0; j < 256; j++)
+            hash_tab[i][j] = mix_next(&x);
+    hash_hi0 = hash_tab[4][0] ^ hash_tab[5][0] ^ hash_tab[6][0] ^ hash_tab[7][0];
 }
-
-#define ROTL(x, b) (((x) << (b)) | ((x) >> (64 - (b))))
-#define SIPROUND                                                                              \
-    do {                                                                                      \
-        v0 += v1; v1 = ROTL(v1, 13); v1 ^= v0; v0 = ROTL(v0, 32);                             \
-        v2 += v3; v3 = ROTL(v3, 16); v3 ^= v2;                                                \
-        v0 += v3; v3 = ROTL(v3, 21); v3 ^= v0;                                                \
-        v2 += v1; v1 = ROTL(v1, 17); v1 ^= v2; v2 = ROTL(v2, 32);                             \
-    } while (0)
 
 static size_t hash_slot(int64_t h, size_t cap)
 {
-    uint64_t m = (uint64_t)h, k0 = hash_key[0], k1 = hash_key[1];
-    uint64_t v0 = k0 ^ 0x736f6d6570736575ULL, v1 = k1 ^ 0x646f72616e646f6dULL;
-    uint64_t v2 = k0 ^ 0x6c7967656e657261ULL, v3 = k1 ^ 0x7465646279746573ULL;
-    uint64_t last = (uint64_t)8 << 56;
-    v3 ^= m;
-    SIPROUND;
-    v0 ^= m;
-    v3 ^= last;
-    SIPROUND;
-    v0 ^= last;
-    v2 ^= 0xff;
-    SIPROUND;
-    SIPROUND;
-    SIPROUND;
-    return (size_t)(v0 ^ v1 ^ v2 ^ v3) & (cap - 1);
+    uint64_t m = (uint64_t)h;
+    uint64_t v = hash_tab[0][m & 0xff] ^ hash_tab[1][(m >> 8) & 0xff] ^
+                 hash_tab[2][(m >> 16) & 0xff] ^ hash_tab[3][(m >> 24) & 0xff];
+    if (m >> 32)
+        v ^= hash_tab[4][(m >> 32) & 0xff] ^ hash_tab[5][(m >> 40) & 0xff] ^
+             hash_tab[6][(m >> 48) & 0xff] ^ hash_tab[7][m >> 56];
+    else
+        v ^= hash_hi0;
+    return (size_t)v & (cap - 1);
 }
 
 void exr_episodes_init(exr_episodes *t)
