@@ -35,7 +35,8 @@ PyDoc_STRVAR(exr_doc_replay,
 "Raises TypeError for a wrong type, ValueError for a wrong value (both\n"
 "name the argument). ExperienceReplay.for_spaces builds one from gymnasium\n"
 "spaces. Thread-safe; record/get_batch/set_priority release the GIL (a\n"
-"small get_batch keeps it when it does not have to wait).");
+"small record or get_batch keeps it when it does not have to wait and no\n"
+"other thread's call on the buffer is running without it).");
 
 PyDoc_STRVAR(exr_doc_new_episode,
 "new_episode($self, /)\n--\n\n"
@@ -66,8 +67,9 @@ PyDoc_STRVAR(exr_doc_record,
 "  (wrong shape, value out of range, negative or NaN priority, a missing or\n"
 "  unknown field, extras without an extras_spec), MemoryError. On an error\n"
 "  the buffer is unchanged.\n"
-"GIL: released. O(1) amortised, + O(log N) per new pick per prioritized\n"
-"selector, + evictions.");
+"GIL: released (kept when it need not wait and no other call on the\n"
+"buffer is out without it). O(1) amortised, + O(log N) per new pick per\n"
+"prioritized selector, + evictions.");
 
 PyDoc_STRVAR(exr_doc_record_many,
 "record_many($self, h, states, actions, rewards, final_state=None, terminated=False, "
@@ -82,7 +84,8 @@ PyDoc_STRVAR(exr_doc_record_many,
 "Returns: the handle recorded into last.\n"
 "Raises: as record; T = 0 or mismatched lengths are a ValueError. Every\n"
 "  input is validated before anything changes.\n"
-"GIL: released for the whole rollout, under one lock hold. O(T).");
+"GIL: released for the whole rollout (a rollout under 8 KiB of rows is\n"
+"recorded with it held, as record). O(T).");
 
 PyDoc_STRVAR(exr_doc_new_pick_selector,
 "new_pick_selector($self, kind, /, **params)\n--\n\n"
@@ -120,7 +123,8 @@ PyDoc_STRVAR(exr_doc_get_batch,
 "  (batch_size < 1, unknown selector, an out array of the wrong shape or\n"
 "  dtype, or no pick can be drawn: the message says why), MemoryError.\n"
 "  On an error out is not written.\n"
-"GIL: released. O(B*L), + O(B log N) prioritized; never scans the buffer.");
+"GIL: released (a batch of <= 64 picks and <= 16 KiB of rows keeps it, as\n"
+"record). O(B*L), + O(B log N) prioritized; never scans the buffer.");
 
 PyDoc_STRVAR(exr_doc_set_priority,
 "set_priority($self, ps, pick_epi, pick_pos, priorities)\n--\n\n"
