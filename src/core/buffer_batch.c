@@ -124,14 +124,16 @@ static bool small_rows(const exr_buffer *b, size_t count)
            bytes <= ((size_t)64 << 10);
 }
 
-static void plan_batch_locked(exr_buffer *b, size_t count, const size_t *idx, plan_t *plans,
-                              exr_batch_out *out, batch_heat heat)
+/* The plan's walk over chunks of C picks, entry i of the batch being
+ * ent[i] when `gathered` (gather_entries_locked), else ent[idx[i]] (ent the
+ * table). Always inlined, so that each caller gets a loop of its own. */
+static inline __attribute__((always_inline)) void
+plan_walk_locked(exr_buffer *b, size_t count, const exr_pick *ent, const size_t *idx,
+                 bool gathered, plan_t *plans, exr_batch_out *out, batch_heat heat)
 {
-    EXR_ASSERT_LOCKED(b);
     enum { C = 32 };
     const exr_store_layout lay = b->lay, *L = &lay;
     const uint64_t pick_len = b->cfg.pick_len;
-    const exr_pick *pv = b->picks.v;
     exr_episode *slab = b->eps.slab;
     int64_t *epi = out->pick_epi, *pos = out->pick_pos, *len = out->seq_len,
             *len_next = out->seq_len_next;
@@ -140,22 +142,52 @@ static void plan_batch_locked(exr_buffer *b, size_t count, const size_t *idx, pl
     /* (a pick of more than 48 lines is a stream the hardware follows: the
      * copy's rule, batch_copy.c) */
     bool rows_now = small_rows(b, count) || (heat == FAR && pick_bytes <= 46 * 64);
-    for (size_t i = 0; cold && i < count && i < C; i++)
-        __builtin_prefetch(&pv[idx[i]], 0, 2);
+#define ENT(i) (&ent[gathered ? (i) : idx[i]])
+    for (size_t i = 0; !gathered && cold && i < count && i < C; i++)
+        __builtin_prefetch(ENT(i), 0, 2);
     for (size_t c0 = 0; c0 < count; c0 += C) {
         size_t c1 = c0 + C < count ? c0 + C : count;
         for (size_t i = c0; cold && i < c1; i++)
-            __builtin_prefetch(&slab[pv[idx[i]].slot]);
-        for (size_t i = c1; cold && i < count && i < c1 + C; i++)
-            __builtin_prefetch(&pv[idx[i]], 0, 2);
+            __builtin_prefetch(&slab[ENT(i)->slot]);
+        for (size_t i = c1; !gathered && cold && i < count && i < c1 + C; i++)
+            __builtin_prefetch(ENT(i), 0, 2);
         for (size_t i = c0; cold && i < c1; i++)
-            __builtin_prefetch(segs_link(L, slab, &pv[idx[i]]));
+            __builtin_prefetch(segs_link(L, slab, ENT(i)));
         for (size_t i = c0; i < c1; i++) {
-            plan_pick_locked(L, slab, pick_len, &pv[idx[i]], &plans[i], &epi[i], &pos[i],
-                             &len[i], &len_next[i]);
+            plan_pick_locked(L, slab, pick_len, ENT(i), &plans[i], &epi[i], &pos[i], &len[i],
+                             &len_next[i]);
             if (rows_now)
                 prefetch_plan(L, &plans[i]);
         }
+    }
+#undef ENT
+}
+
+/* A large batch's picks' table entries, in draw order, into ent: loads
+ * that do not depend on one another, so that their misses (the table is
+ * read at random) overlap as far as the core allows; the walk then reads
+ * them in order. Planning from the table directly, each entry's load
+ * heads a pick's chain of dependent loads, and a chain waits for it. */
+static void gather_entries_locked(const exr_buffer *b, size_t count, const size_t *idx,
+                                  exr_pick *ent)
+{
+    EXR_ASSERT_LOCKED(b);
+    const exr_pick *pv = b->picks.v;
+    for (size_t i = 0; i < count; i++)
+        ent[i] = pv[idx[i]];
+}
+
+/* ent: NULL for a batch of at most SMALL_BATCH picks (planned from the
+ * table), else room for count entries (gather_entries_locked). */
+static void plan_batch_locked(exr_buffer *b, size_t count, const size_t *idx, exr_pick *ent,
+                              plan_t *plans, exr_batch_out *out, batch_heat heat)
+{
+    EXR_ASSERT_LOCKED(b);
+    if (ent) {
+        gather_entries_locked(b, count, idx, ent);
+        plan_walk_locked(b, count, ent, idx, true, plans, out, heat);
+    } else {
+        plan_walk_locked(b, count, b->picks.v, idx, false, plans, out, heat);
     }
     if (out->pick_index)
         for (size_t i = 0; i < count; i++)
@@ -193,6 +225,7 @@ typedef struct {
     size_t *idx;
     plan_t *plans;
     double *scratch;
+    exr_pick *ents; /* the drawn picks' entries (plan_batch_locked); NULL when small */
     size_t small_idx[SMALL_BATCH];
     plan_t small_plans[SMALL_BATCH];
     double small_scratch[SMALL_BATCH];
@@ -204,6 +237,7 @@ static exr_status scratch_alloc(batch_scratch *s, size_t count)
         s->idx = s->small_idx;
         s->plans = s->small_plans;
         s->scratch = s->small_scratch;
+        s->ents = NULL;
         return EXR_OK;
     }
     size_t a, p;
@@ -212,10 +246,12 @@ static exr_status scratch_alloc(batch_scratch *s, size_t count)
     s->idx = malloc(a);
     s->plans = malloc(p);
     s->scratch = malloc(count * sizeof(double));
-    if (!s->idx || !s->plans || !s->scratch) {
+    s->ents = malloc(count * sizeof(exr_pick));
+    if (!s->idx || !s->plans || !s->scratch || !s->ents) {
         free(s->idx);
         free(s->plans);
         free(s->scratch);
+        free(s->ents);
         return EXR_ENOMEM;
     }
     return EXR_OK;
@@ -228,6 +264,7 @@ static void scratch_free(batch_scratch *s)
     free(s->idx);
     free(s->plans);
     free(s->scratch);
+    free(s->ents);
 }
 
 /* Whether a batch's rows must come from beyond L2: COLD when the rows and
@@ -267,7 +304,7 @@ static exr_status finish_batch(exr_buffer *b, size_t count, batch_scratch *sc,
     exr_reader me;
     uint64_t t0 = ph ? now_ns() : 0;
     batch_heat heat = batch_heat_locked(b);
-    plan_batch_locked(b, count, sc->idx, sc->plans, out, heat);
+    plan_batch_locked(b, count, sc->idx, sc->ents, sc->plans, out, heat);
     bool hold = copy_under_hold(b, count);
     if (!hold) {
         pin_locked(b, &me);
