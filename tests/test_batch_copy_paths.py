@@ -129,3 +129,54 @@ def test_rows4_copy(simd, pick_len, allow_short):
         _check(buf, buf.get_batch(2000, u))
     finally:
         _core._set_copy_simd(old)
+
+
+# (state shape, state dtype, pick_len, episode lengths): layouts whose segments
+# grow to their largest size early (1 KiB rows: 16, 32, ... 256 rows, then
+# fixed 512-row segments from position 496 on; 36 KiB rows: every segment of
+# 16 rows) and picks longer than the first segment (pick_len 17: 32-row segments).
+PLAN_LANES = [
+    ((4,), "float32", 8, LENGTHS),
+    ((256,), "float32", 8, [600, 300, 9, 17]),
+    ((96, 96), "float32", 3, [5, 17, 6]),
+    ((4,), "float32", 17, LENGTHS),
+    ((2,), "float64", 1, LENGTHS),
+]
+
+
+@pytest.mark.parametrize("shape,dtype,pick_len,lengths", PLAN_LANES, ids=lambda x: str(x))
+def test_plan_lanes(shape, dtype, pick_len, lengths):
+    """A batch of more than 64 picks from a buffer that stays in cache is planned
+    eight picks at a time with AVX-512 where the machine has it (plan_simd.c),
+    else pick by pick: both give the same batches (and the recorded steps), for
+    picks in fixed-size segments, across segment boundaries, and at the end of
+    ended, terminated and open episodes (the mark a drawn episode gets included:
+    evicting with second chance then takes the same episodes)."""
+    out = {}
+    for simd in (True, False):
+        old = _core._set_copy_simd(simd)
+        try:
+            buf = ExperienceReplay(shape, state_dtype=dtype, capacity=sum(lengths), pick_len=pick_len,
+                                   allow_short=True, seed=11, eviction="second_chance")
+            rng = np.random.default_rng(4)
+            for i, T in enumerate(lengths):
+                st = (rng.random((T, *shape)) * 100 + 1).astype(dtype)
+                ac, rw = rng.integers(1, 9, T), rng.random(T).astype("float32")
+                if i % 3 == 0:
+                    buf.record_many(None, st, ac, rw, final_state=st[0], terminated=False)
+                else:
+                    buf.record_many(None, st, ac, rw, terminated=i % 3 == 1)
+            u = buf.new_pick_selector(0)
+            out[simd] = [buf.get_batch(n, u) for n in (65, 72, 1003)]
+            if simd:
+                _check(buf, out[simd][2])
+            # evicts by second chance, which reads the marks the draws left
+            buf.record_many(None, st[: len(st) // 2 + 1], ac[: len(st) // 2 + 1], rw[: len(st) // 2 + 1])
+            out[simd].append(sorted(set(buf._picks()[0].tolist())))
+        finally:
+            _core._set_copy_simd(old)
+    for x, y in zip(out[True][:3], out[False][:3]):
+        for name in ("state", "state_next", "action", "reward", "seq_len", "seq_len_next",
+                     "pick_epi", "pick_pos", "weight"):
+            assert np.array_equal(getattr(x, name), getattr(y, name)), name
+    assert out[True][3] == out[False][3]

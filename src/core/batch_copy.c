@@ -428,6 +428,15 @@ static bool rows4_fits(const exr_store_layout *L, size_t P)
 }
 #endif
 
+bool batch_simd_on(void)
+{
+#ifdef SIMD_COPY
+    return atomic_load_explicit(&copy_simd, memory_order_relaxed) != 0;
+#else
+    return false;
+#endif
+}
+
 int exr_set_copy_simd(int on)
 {
 #ifdef SIMD_COPY

@@ -128,8 +128,9 @@ static bool small_rows(const exr_buffer *b, size_t count)
  * ent[i] when `gathered` (gather_entries_locked), else ent[idx[i]] (ent the
  * table). Always inlined, so that each caller gets a loop of its own. */
 static inline __attribute__((always_inline)) void
-plan_walk_locked(exr_buffer *b, size_t count, const exr_pick *ent, const size_t *idx,
-                 bool gathered, plan_t *plans, exr_batch_out *out, batch_heat heat)
+plan_walk_locked(exr_buffer *b, size_t from, size_t count, const exr_pick *ent,
+                 const size_t *idx, bool gathered, plan_t *plans, exr_batch_out *out,
+                 batch_heat heat)
 {
     enum { C = 32 };
     const exr_store_layout lay = b->lay, *L = &lay;
@@ -145,7 +146,7 @@ plan_walk_locked(exr_buffer *b, size_t count, const exr_pick *ent, const size_t 
 #define ENT(i) (&ent[gathered ? (i) : idx[i]])
     for (size_t i = 0; !gathered && cold && i < count && i < C; i++)
         __builtin_prefetch(ENT(i), 0, 2);
-    for (size_t c0 = 0; c0 < count; c0 += C) {
+    for (size_t c0 = from; c0 < count; c0 += C) {
         size_t c1 = c0 + C < count ? c0 + C : count;
         for (size_t i = c0; cold && i < c1; i++)
             __builtin_prefetch(&slab[ENT(i)->slot]);
@@ -185,9 +186,12 @@ static void plan_batch_locked(exr_buffer *b, size_t count, const size_t *idx, ex
     EXR_ASSERT_LOCKED(b);
     if (ent) {
         gather_entries_locked(b, count, idx, ent);
-        plan_walk_locked(b, count, ent, idx, true, plans, out, heat);
+        /* a buffer in cache: eight picks at a time (plan_simd.c) */
+        size_t done = heat == WARM && !small_rows(b, count)
+                          ? plan8_locked(b, count, ent, plans, out) : 0;
+        plan_walk_locked(b, done, count, ent, idx, true, plans, out, heat);
     } else {
-        plan_walk_locked(b, count, b->picks.v, idx, false, plans, out, heat);
+        plan_walk_locked(b, 0, count, b->picks.v, idx, false, plans, out, heat);
     }
     if (out->pick_index)
         for (size_t i = 0; i < count; i++)

@@ -179,6 +179,18 @@ exr_status exr_buffer_get_batch_phases(exr_buffer *b, int64_t h, size_t count,
 void copy_batch(const exr_buffer *b, size_t count, const plan_t *plans, exr_batch_out *out,
                 bool prefetch);
 
+/* batch_copy.c: whether the AVX-512 paths of get_batch are switched on
+ * (exr_set_copy_simd; each also needs the machine to have AVX-512). */
+bool batch_simd_on(void);
+
+/* plan_simd.c: the plan of ent[0..count) (the drawn picks' table entries,
+ * in draw order) eight picks at a time with AVX-512 (F, CD, DQ), into
+ * plans and out's metadata from index 0; returns how many it planned, a
+ * multiple of 8 (0 where the machine or the switch rules it out). The
+ * rest is for plan_pick_locked (buffer_batch.c). Lock held. */
+size_t plan8_locked(exr_buffer *b, size_t count, const exr_pick *ent, plan_t *plans,
+                    exr_batch_out *out);
+
 static inline uint64_t complete_steps(const exr_episode *e)
 {
     return e->ended ? e->n : (e->n ? e->n - 1 : 0);

@@ -1,0 +1,175 @@
+/*
+ * plan_simd.c - get_batch's plan for eight picks at a time (AVX-512):
+ * what plan_pick_locked (buffer_batch.c) does for one pick, in the lanes
+ * of 512-bit vectors, for a batch whose buffer stays in cache.
+ *
+ * There the plan is bound by its instructions (about 95 a pick, at more
+ * than three a cycle), not by misses: every link of a pick's chain (its
+ * table entry, its episode slot, the segment pointer in the body) is a
+ * cache hit. In the lanes, the slot's fields and the segment pointers are
+ * gathers, and the arithmetic (how many rows, whether the next state is
+ * stored, which segment and offset, whether the rows run into a second
+ * segment) is done once for eight picks. Lanes take no branch; the rare
+ * cases are masks (a pick whose next state is not stored reads its
+ * body's final state by a masked gather; an episode not yet marked
+ * sampled is marked one lane at a time).
+ */
+#include <stddef.h>
+
+#include "buffer_impl.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#define PLAN8_FN __attribute__((target("avx512f,avx512cd,avx512dq")))
+
+_Static_assert(sizeof(exr_pick) == 8, "a pick entry is one qword: slot | pos << 32");
+_Static_assert(offsetof(exr_episode, terminated) == offsetof(exr_episode, ended) + 1 &&
+                   offsetof(exr_episode, sampled) == offsetof(exr_episode, ended) + 2,
+               "ended, terminated, sampled: adjacent bytes, read in one qword");
+
+/* The layout's constants, one per lane. */
+typedef struct {
+    __m512i one, P, B, G, max, grow_end, max_mask, row_bytes;
+    __m128i Bx, maxx;
+} plan8_consts;
+
+PLAN8_FN static plan8_consts plan8_init(const exr_store_layout *L, uint64_t pick_len)
+{
+    plan8_consts k;
+    unsigned B = L->base_shift, G = L->max_shift - L->base_shift;
+    k.one = _mm512_set1_epi64(1);
+    k.P = _mm512_set1_epi64((long long)pick_len);
+    k.B = _mm512_set1_epi64(B);
+    k.G = _mm512_set1_epi64(G);
+    k.max = _mm512_set1_epi64(L->max_shift);
+    k.grow_end = _mm512_set1_epi64((long long)((((uint64_t)1 << G) - 1) << B));
+    k.max_mask = _mm512_set1_epi64((long long)(((uint64_t)1 << L->max_shift) - 1));
+    k.row_bytes = _mm512_set1_epi64((long long)L->row_bytes);
+    k.Bx = _mm_cvtsi32_si128((int)B);
+    k.maxx = _mm_cvtsi32_si128((int)L->max_shift);
+    return k;
+}
+
+/* exr_store_locate for eight positions p: segment *k, offset returned. */
+PLAN8_FN static inline __m512i locate8(const plan8_consts *c, __m512i p, __m512i *k)
+{
+    __mmask8 grow = _mm512_cmplt_epu64_mask(p, c->grow_end);
+    __m512i q = _mm512_add_epi64(_mm512_srl_epi64(p, c->Bx), c->one);
+    __m512i kg = _mm512_sub_epi64(_mm512_set1_epi64(63), _mm512_lzcnt_epi64(q));
+    __m512i start = _mm512_sll_epi64(_mm512_sub_epi64(_mm512_sllv_epi64(c->one, kg), c->one), c->Bx);
+    __m512i r = _mm512_sub_epi64(p, c->grow_end);
+    __m512i kf = _mm512_add_epi64(c->G, _mm512_srl_epi64(r, c->maxx));
+    *k = _mm512_mask_blend_epi64(grow, kf, kg);
+    return _mm512_mask_blend_epi64(grow, _mm512_and_si512(r, c->max_mask),
+                                   _mm512_sub_epi64(p, start));
+}
+
+/* One qword of each of eight episode slots (so: slot * 64). */
+#define SLOT_FIELD(so, slab, field)                                                                \
+    _mm512_i64gather_epi64((so), (const char *)(slab) + offsetof(exr_episode, field), 1)
+
+/* Marks the episodes of the lanes in `todo` sampled (buffer_batch.c's rule:
+ * written only when it changes, atomically). */
+static void mark_sampled(exr_episode *slab, const exr_pick *ent, unsigned todo)
+{
+    for (unsigned j = 0; j < 8; j++)
+        if (todo >> j & 1)
+            __atomic_store_n(&slab[ent[j].slot].sampled, 1, __ATOMIC_RELAXED);
+}
+
+/* The eight plans, from their fields one per vector, into plans[0..8). */
+PLAN8_FN static inline void store_plans(plan_t *plans, __m512i a, __m512i b, __m512i fin,
+                                        __m512i nalen, __m512i next)
+{
+    uint64_t t[5][8];
+    _mm512_storeu_si512(t[0], a);
+    _mm512_storeu_si512(t[1], b);
+    _mm512_storeu_si512(t[2], fin);
+    _mm512_storeu_si512(t[3], nalen);
+    _mm512_storeu_si512(t[4], next);
+    for (unsigned j = 0; j < 8; j++) {
+        plan_t *pl = &plans[j];
+        pl->a = (const unsigned char *)(uintptr_t)t[0][j];
+        pl->b = (const unsigned char *)(uintptr_t)t[1][j];
+        pl->final = (const unsigned char *)(uintptr_t)t[2][j];
+        pl->na = (uint32_t)t[3][j];
+        pl->len = (uint32_t)(t[3][j] >> 32);
+        pl->next_stored = (uint32_t)t[4][j];
+    }
+}
+
+/* Picks ent[0..8) into plans[0..8) and the metadata arrays' first eight
+ * entries: plan_pick_locked's steps, lane by lane. */
+PLAN8_FN static inline void plan8_group(const plan8_consts *c, exr_episode *slab,
+                                        const exr_pick *ent, plan_t *plans, int64_t *epi,
+                                        int64_t *pos, int64_t *len, int64_t *len_next)
+{
+    const __m512i zero = _mm512_setzero_si512();
+    __m512i e = _mm512_loadu_si512((const void *)ent);
+    __m512i p = _mm512_srli_epi64(e, 32);
+    __m512i so = _mm512_slli_epi64(_mm512_and_si512(e, _mm512_set1_epi64(0xffffffff)), 6);
+    __m512i n = SLOT_FIELD(so, slab, n), fl = SLOT_FIELD(so, slab, ended);
+    __m512i body = SLOT_FIELD(so, slab, body);
+    __mmask8 sampled = _mm512_test_epi64_mask(fl, _mm512_set1_epi64(0xff0000));
+    if (sampled != 0xff)
+        mark_sampled(slab, ent, (unsigned)(uint8_t)~sampled);
+    __mmask8 ended = _mm512_test_epi64_mask(fl, _mm512_set1_epi64(0xff));
+    __mmask8 term = _mm512_test_epi64_mask(fl, _mm512_set1_epi64(0xff00));
+    /* complete steps: n if ended, else n - 1 (0 when n is 0) */
+    __m512i cst = _mm512_mask_sub_epi64(n, (__mmask8)~ended & _mm512_test_epi64_mask(n, n), n, c->one);
+    __m512i l = _mm512_min_epu64(_mm512_sub_epi64(cst, p), c->P);
+    __m512i pe = _mm512_add_epi64(p, l);
+    __mmask8 next = _mm512_cmplt_epu64_mask(pe, n);
+    __m512i k, off = locate8(c, p, &k);
+    __m512i sh = _mm512_min_epu64(_mm512_add_epi64(k, c->B), c->max);
+    __m512i room = _mm512_sub_epi64(_mm512_sllv_epi64(c->one, sh), off);
+    /* segment B is read only where the rows read run past A (they are
+     * stored, so it exists); the final state only where row l is not */
+    __mmask8 more = _mm512_cmplt_epu64_mask(room, _mm512_mask_add_epi64(l, next, l, c->one));
+    __m512i sp = _mm512_add_epi64(body, _mm512_slli_epi64(k, 3));
+    const char *segs = (const char *)(uintptr_t)offsetof(exr_body, segs);
+    __m512i sa = _mm512_i64gather_epi64(sp, segs, 1);
+    __m512i sb = _mm512_mask_i64gather_epi64(zero, more, sp, segs + sizeof(void *), 1);
+    __m512i fin = _mm512_mask_i64gather_epi64(
+        zero, (__mmask8)~next, body, (const char *)(uintptr_t)offsetof(exr_body, final_state), 1);
+    __m512i a = _mm512_add_epi64(sa, _mm512_mullo_epi64(off, c->row_bytes));
+    __m512i na = _mm512_min_epu64(room, _mm512_add_epi64(l, c->one));
+    __mmask8 last = term & _mm512_cmpeq_epi64_mask(pe, n);
+    _mm512_storeu_si512((void *)epi, SLOT_FIELD(so, slab, handle));
+    _mm512_storeu_si512((void *)pos, p);
+    _mm512_storeu_si512((void *)len, l);
+    _mm512_storeu_si512((void *)len_next, _mm512_mask_sub_epi64(l, last, l, c->one));
+    store_plans(plans, a, sb, fin, _mm512_or_si512(na, _mm512_slli_epi64(l, 32)),
+                _mm512_maskz_mov_epi64(next, c->one));
+}
+
+PLAN8_FN static size_t plan8_run(exr_buffer *b, size_t count, const exr_pick *ent,
+                                 plan_t *plans, exr_batch_out *out)
+{
+    const plan8_consts c = plan8_init(&b->lay, b->cfg.pick_len);
+    exr_episode *slab = b->eps.slab;
+    size_t n8 = count & ~(size_t)7;
+    for (size_t i = 0; i < n8; i += 8)
+        plan8_group(&c, slab, ent + i, plans + i, out->pick_epi + i, out->pick_pos + i,
+                    out->seq_len + i, out->seq_len_next + i);
+    return n8;
+}
+
+size_t plan8_locked(exr_buffer *b, size_t count, const exr_pick *ent, plan_t *plans,
+                    exr_batch_out *out)
+{
+    EXR_ASSERT_LOCKED(b);
+    if (!batch_simd_on() || !__builtin_cpu_supports("avx512f") ||
+        !__builtin_cpu_supports("avx512cd") || !__builtin_cpu_supports("avx512dq"))
+        return 0;
+    return plan8_run(b, count, ent, plans, out);
+}
+#else
+size_t plan8_locked(exr_buffer *b, size_t count, const exr_pick *ent, plan_t *plans,
+                    exr_batch_out *out)
+{
+    (void)b, (void)count, (void)ent, (void)plans, (void)out;
+    return 0;
+}
+#endif
