@@ -58,19 +58,6 @@ plan_pick_locked(const exr_store_layout *L, exr_episode *slab, uint64_t pick_len
     *len_next = (int64_t)l - ((e->terminated != 0) & (p + l == n));
 }
 
-/* Every line of the rows plan pl will read (its L rows and the next).
- * Always inlined: GCC deletes calls of a function that only prefetches
- * (it finds it pure-const), see batch_copy.c. */
-static inline __attribute__((always_inline)) void prefetch_plan(const exr_store_layout *L, const plan_t *pl)
-{
-    size_t rows = pl->len + pl->next_stored, a = rows < pl->na ? rows : pl->na;
-    for (size_t off = 0; off < a * L->row_bytes; off += 64)
-        __builtin_prefetch(pl->a + off, 0, 2);
-    __builtin_prefetch(pl->a + a * L->row_bytes - 1, 0, 2);
-    if (rows > a)
-        __builtin_prefetch(pl->b, 0, 2);
-}
-
 /* Where the segment pointer of pick pk sits in its episode's body. */
 static inline const void *segs_link(const exr_store_layout *L, const exr_episode *slab,
                                     const exr_pick *pk)
@@ -124,6 +111,16 @@ static bool small_rows(const exr_buffer *b, size_t count)
            bytes <= ((size_t)64 << 10);
 }
 
+/* Whether the plan prefetches each pick's rows as soon as it has them
+ * (see above): a small batch, or a buffer far from the core. (A pick of
+ * more than 48 lines is a stream the hardware follows: the copy's rule,
+ * batch_copy.c.) */
+static bool rows_now(const exr_buffer *b, size_t count, batch_heat heat)
+{
+    size_t pick_bytes = (b->cfg.pick_len + 1) * b->lay.row_bytes;
+    return small_rows(b, count) || (heat == FAR && pick_bytes <= 46 * 64);
+}
+
 /* The plan's walk over chunks of C picks, entry i of the batch being
  * ent[i] when `gathered` (gather_entries_locked), else ent[idx[i]] (ent the
  * table). Always inlined, so that each caller gets a loop of its own. */
@@ -138,11 +135,7 @@ plan_walk_locked(exr_buffer *b, size_t from, size_t count, const exr_pick *ent,
     exr_episode *slab = b->eps.slab;
     int64_t *epi = out->pick_epi, *pos = out->pick_pos, *len = out->seq_len,
             *len_next = out->seq_len_next;
-    bool cold = heat != WARM;
-    size_t pick_bytes = (pick_len + 1) * L->row_bytes;
-    /* (a pick of more than 48 lines is a stream the hardware follows: the
-     * copy's rule, batch_copy.c) */
-    bool rows_now = small_rows(b, count) || (heat == FAR && pick_bytes <= 46 * 64);
+    bool cold = heat != WARM, now = rows_now(b, count, heat);
 #define ENT(i) (&ent[gathered ? (i) : idx[i]])
     for (size_t i = 0; !gathered && cold && i < count && i < C; i++)
         __builtin_prefetch(ENT(i), 0, 2);
@@ -157,7 +150,7 @@ plan_walk_locked(exr_buffer *b, size_t from, size_t count, const exr_pick *ent,
         for (size_t i = c0; i < c1; i++) {
             plan_pick_locked(L, slab, pick_len, ENT(i), &plans[i], &epi[i], &pos[i], &len[i],
                              &len_next[i]);
-            if (rows_now)
+            if (now)
                 prefetch_plan(L, &plans[i]);
         }
     }
@@ -186,9 +179,10 @@ static void plan_batch_locked(exr_buffer *b, size_t count, const size_t *idx, ex
     EXR_ASSERT_LOCKED(b);
     if (ent) {
         gather_entries_locked(b, count, idx, ent);
-        /* a buffer in cache: eight picks at a time (plan_simd.c) */
-        size_t done = heat == WARM && !small_rows(b, count)
-                          ? plan8_locked(b, count, ent, plans, out) : 0;
+        /* eight picks at a time (plan_simd.c), but for a batch whose
+         * rows the plan prefetches all of (small_rows) */
+        size_t done = small_rows(b, count)
+                          ? 0 : plan8_locked(b, count, ent, plans, out, rows_now(b, count, heat));
         plan_walk_locked(b, done, count, ent, idx, true, plans, out, heat);
     } else {
         plan_walk_locked(b, 0, count, b->picks.v, idx, false, plans, out, heat);

@@ -163,6 +163,21 @@ typedef struct {
     uint32_t next_stored;       /* row len (the last next state) is a record */
 } plan_t;
 
+/* Every line of the rows plan pl will read (its rows and the next), into
+ * L2 (get_batch's plan, buffer_batch.c and plan_simd.c). Always inlined:
+ * GCC deletes calls of a function that only prefetches (it finds it
+ * pure-const), see batch_copy.c. */
+static inline __attribute__((always_inline)) void prefetch_plan(const exr_store_layout *L,
+                                                                const plan_t *pl)
+{
+    size_t rows = pl->len + pl->next_stored, a = rows < pl->na ? rows : pl->na;
+    for (size_t off = 0; off < a * L->row_bytes; off += 64)
+        __builtin_prefetch(pl->a + off, 0, 2);
+    __builtin_prefetch(pl->a + a * L->row_bytes - 1, 0, 2);
+    if (rows > a)
+        __builtin_prefetch(pl->b, 0, 2);
+}
+
 /* get_batch in its phases, each timed (the benchmark harness benchmarks/c/
  * reads them): draw (scratch, lock, selector), plan (resolve the picks,
  * pin, unlock), copy (and unpin; a small batch: copy, then unlock).
@@ -185,11 +200,12 @@ bool batch_simd_on(void);
 
 /* plan_simd.c: the plan of ent[0..count) (the drawn picks' table entries,
  * in draw order) eight picks at a time with AVX-512 (F, CD, DQ), into
- * plans and out's metadata from index 0; returns how many it planned, a
- * multiple of 8 (0 where the machine or the switch rules it out). The
- * rest is for plan_pick_locked (buffer_batch.c). Lock held. */
+ * plans and out's metadata from index 0, prefetching each pick's rows if
+ * `rows`; returns how many it planned, a multiple of 8 (0 where the
+ * machine or the switch rules it out). The rest is for plan_pick_locked
+ * (buffer_batch.c). Lock held. */
 size_t plan8_locked(exr_buffer *b, size_t count, const exr_pick *ent, plan_t *plans,
-                    exr_batch_out *out);
+                    exr_batch_out *out, bool rows);
 
 static inline uint64_t complete_steps(const exr_episode *e)
 {

@@ -145,31 +145,35 @@ PLAN8_FN static inline void plan8_group(const plan8_consts *c, exr_episode *slab
 }
 
 PLAN8_FN static size_t plan8_run(exr_buffer *b, size_t count, const exr_pick *ent,
-                                 plan_t *plans, exr_batch_out *out)
+                                 plan_t *plans, exr_batch_out *out, bool rows)
 {
-    const plan8_consts c = plan8_init(&b->lay, b->cfg.pick_len);
+    const exr_store_layout *L = &b->lay;
+    const plan8_consts c = plan8_init(L, b->cfg.pick_len);
     exr_episode *slab = b->eps.slab;
     size_t n8 = count & ~(size_t)7;
-    for (size_t i = 0; i < n8; i += 8)
+    for (size_t i = 0; i < n8; i += 8) {
         plan8_group(&c, slab, ent + i, plans + i, out->pick_epi + i, out->pick_pos + i,
                     out->seq_len + i, out->seq_len_next + i);
+        for (size_t j = i; rows && j < i + 8; j++)
+            prefetch_plan(L, &plans[j]);
+    }
     return n8;
 }
 
 size_t plan8_locked(exr_buffer *b, size_t count, const exr_pick *ent, plan_t *plans,
-                    exr_batch_out *out)
+                    exr_batch_out *out, bool rows)
 {
     EXR_ASSERT_LOCKED(b);
     if (!batch_simd_on() || !__builtin_cpu_supports("avx512f") ||
         !__builtin_cpu_supports("avx512cd") || !__builtin_cpu_supports("avx512dq"))
         return 0;
-    return plan8_run(b, count, ent, plans, out);
+    return plan8_run(b, count, ent, plans, out, rows);
 }
 #else
 size_t plan8_locked(exr_buffer *b, size_t count, const exr_pick *ent, plan_t *plans,
-                    exr_batch_out *out)
+                    exr_batch_out *out, bool rows)
 {
-    (void)b, (void)count, (void)ent, (void)plans, (void)out;
+    (void)b, (void)count, (void)ent, (void)plans, (void)out, (void)rows;
     return 0;
 }
 #endif
