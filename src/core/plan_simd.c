@@ -78,24 +78,36 @@ static void mark_sampled(exr_episode *slab, const exr_pick *ent, unsigned todo)
             __atomic_store_n(&slab[ent[j].slot].sampled, 1, __ATOMIC_RELAXED);
 }
 
-/* The eight plans, from their fields one per vector, into plans[0..8). */
+/* The eight plans from their fields, one vector each, into plans[0..8):
+ * 40 qwords (a, b, final, na | len << 32, next_stored of each plan) in
+ * five 64-byte stores. Store v holds qwords 8v..8v+7, qword t being field
+ * t % 5 of plan t / 5: a and b come by one two-source permute, final and
+ * na | len by another, blended, and next_stored by a masked permute. */
+_Static_assert(sizeof(plan_t) == 40 && offsetof(plan_t, a) == 0 && offsetof(plan_t, b) == 8 &&
+                   offsetof(plan_t, final) == 16 && offsetof(plan_t, na) == 24 &&
+                   offsetof(plan_t, len) == 28 && offsetof(plan_t, next_stored) == 32,
+               "plan_t: five qwords, as store_plans writes them");
+static const int64_t PERM_AB[5][8] = {{0, 8, 0, 0, 0, 1, 9, 0},   {0, 0, 2, 10, 0, 0, 0, 3},
+                                      {11, 0, 0, 0, 4, 12, 0, 0}, {0, 5, 13, 0, 0, 0, 6, 14},
+                                      {0, 0, 0, 7, 15, 0, 0, 0}};
+static const int64_t PERM_FN[5][8] = {{0, 0, 0, 8, 0, 0, 0, 1},   {9, 0, 0, 0, 2, 10, 0, 0},
+                                      {0, 3, 11, 0, 0, 0, 4, 12}, {0, 0, 0, 5, 13, 0, 0, 0},
+                                      {6, 14, 0, 0, 0, 7, 15, 0}};
+static const int64_t PERM_X[5][8] = {{0, 0, 0, 0, 0, 0, 0, 0}, {0, 1, 0, 0, 0, 0, 2, 0},
+                                     {0, 0, 0, 3, 0, 0, 0, 0}, {4, 0, 0, 0, 0, 5, 0, 0},
+                                     {0, 0, 6, 0, 0, 0, 0, 7}};
+static const uint8_t MASK_FN[5] = {0x8c, 0x31, 0xc6, 0x18, 0x63};
+static const uint8_t MASK_X[5] = {0x10, 0x42, 0x08, 0x21, 0x84};
+
 PLAN8_FN static inline void store_plans(plan_t *plans, __m512i a, __m512i b, __m512i fin,
                                         __m512i nalen, __m512i next)
 {
-    uint64_t t[5][8];
-    _mm512_storeu_si512(t[0], a);
-    _mm512_storeu_si512(t[1], b);
-    _mm512_storeu_si512(t[2], fin);
-    _mm512_storeu_si512(t[3], nalen);
-    _mm512_storeu_si512(t[4], next);
-    for (unsigned j = 0; j < 8; j++) {
-        plan_t *pl = &plans[j];
-        pl->a = (const unsigned char *)(uintptr_t)t[0][j];
-        pl->b = (const unsigned char *)(uintptr_t)t[1][j];
-        pl->final = (const unsigned char *)(uintptr_t)t[2][j];
-        pl->na = (uint32_t)t[3][j];
-        pl->len = (uint32_t)(t[3][j] >> 32);
-        pl->next_stored = (uint32_t)t[4][j];
+    for (int v = 0; v < 5; v++) {
+        __m512i ab = _mm512_permutex2var_epi64(a, _mm512_loadu_si512(PERM_AB[v]), b);
+        __m512i fn = _mm512_permutex2var_epi64(fin, _mm512_loadu_si512(PERM_FN[v]), nalen);
+        __m512i r = _mm512_mask_blend_epi64(MASK_FN[v], ab, fn);
+        r = _mm512_mask_permutexvar_epi64(r, MASK_X[v], _mm512_loadu_si512(PERM_X[v]), next);
+        _mm512_storeu_si512((void *)((unsigned char *)plans + 64 * v), r);
     }
 }
 
