@@ -65,9 +65,40 @@ PLAN8_FN static inline __m512i locate8(const plan8_consts *c, __m512i p, __m512i
                                    _mm512_sub_epi64(p, start));
 }
 
-/* One qword of each of eight episode slots (so: slot * 64). */
-#define SLOT_FIELD(so, slab, field)                                                                \
-    _mm512_i64gather_epi64((so), (const char *)(slab) + offsetof(exr_episode, field), 1)
+/* The handle, n, the flags' qword (ended, terminated, sampled, ...) and
+ * the body pointer of the episode slots of ent[0..8), one vector each:
+ * each slot is one 64-byte line (the slab is line-aligned), so eight
+ * loads and a transpose of the four qwords wanted (twelve permutes). */
+typedef struct {
+    __m512i handle, n, fl, body;
+} slot8;
+
+_Static_assert(sizeof(exr_episode) == 64 && offsetof(exr_episode, handle) == 0 &&
+                   offsetof(exr_episode, n) == 8 && offsetof(exr_episode, ended) == 24 &&
+                   offsetof(exr_episode, body) == 56,
+               "an episode slot: one line, its qwords 0, 1, 3 and 7 read by slot_fields");
+
+PLAN8_FN static inline slot8 slot_fields(const exr_episode *slab, const exr_pick *ent)
+{
+    const __m512i pick = _mm512_setr_epi64(0, 1, 3, 7, 8, 9, 11, 15);
+    const __m512i lo = _mm512_setr_epi64(0, 4, 8, 12, 1, 5, 9, 13);
+    const __m512i hi = _mm512_setr_epi64(2, 6, 10, 14, 3, 7, 11, 15);
+    __m512i x[4], y[4];
+    for (int j = 0; j < 4; j++)
+        x[j] = _mm512_permutex2var_epi64(_mm512_loadu_si512((const void *)&slab[ent[2 * j].slot]),
+                                         pick,
+                                         _mm512_loadu_si512((const void *)&slab[ent[2 * j + 1].slot]));
+    for (int j = 0; j < 2; j++) {
+        y[2 * j] = _mm512_permutex2var_epi64(x[2 * j], lo, x[2 * j + 1]);
+        y[2 * j + 1] = _mm512_permutex2var_epi64(x[2 * j], hi, x[2 * j + 1]);
+    }
+    slot8 f;
+    f.handle = _mm512_shuffle_i64x2(y[0], y[2], 0x44);
+    f.n = _mm512_shuffle_i64x2(y[0], y[2], 0xee);
+    f.fl = _mm512_shuffle_i64x2(y[1], y[3], 0x44);
+    f.body = _mm512_shuffle_i64x2(y[1], y[3], 0xee);
+    return f;
+}
 
 /* Marks the episodes of the lanes in `todo` sampled (buffer_batch.c's rule:
  * written only when it changes, atomically). */
@@ -120,9 +151,8 @@ PLAN8_FN static inline void plan8_group(const plan8_consts *c, exr_episode *slab
     const __m512i zero = _mm512_setzero_si512();
     __m512i e = _mm512_loadu_si512((const void *)ent);
     __m512i p = _mm512_srli_epi64(e, 32);
-    __m512i so = _mm512_slli_epi64(_mm512_and_si512(e, _mm512_set1_epi64(0xffffffff)), 6);
-    __m512i n = SLOT_FIELD(so, slab, n), fl = SLOT_FIELD(so, slab, ended);
-    __m512i body = SLOT_FIELD(so, slab, body);
+    slot8 sf = slot_fields(slab, ent);
+    __m512i n = sf.n, fl = sf.fl, body = sf.body;
     __mmask8 sampled = _mm512_test_epi64_mask(fl, _mm512_set1_epi64(0xff0000));
     if (sampled != 0xff)
         mark_sampled(slab, ent, (unsigned)(uint8_t)~sampled);
@@ -148,7 +178,7 @@ PLAN8_FN static inline void plan8_group(const plan8_consts *c, exr_episode *slab
     __m512i a = _mm512_add_epi64(sa, _mm512_mullo_epi64(off, c->row_bytes));
     __m512i na = _mm512_min_epu64(room, _mm512_add_epi64(l, c->one));
     __mmask8 last = term & _mm512_cmpeq_epi64_mask(pe, n);
-    _mm512_storeu_si512((void *)epi, SLOT_FIELD(so, slab, handle));
+    _mm512_storeu_si512((void *)epi, sf.handle);
     _mm512_storeu_si512((void *)pos, p);
     _mm512_storeu_si512((void *)len, l);
     _mm512_storeu_si512((void *)len_next, _mm512_mask_sub_epi64(l, last, l, c->one));
