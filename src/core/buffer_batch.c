@@ -125,9 +125,8 @@ static bool rows_now(const exr_buffer *b, size_t count, batch_heat heat)
  * ent[i] when `gathered` (gather_entries_locked), else ent[idx[i]] (ent the
  * table). Always inlined, so that each caller gets a loop of its own. */
 static inline __attribute__((always_inline)) void
-plan_walk_locked(exr_buffer *b, size_t from, size_t count, const exr_pick *ent,
-                 const size_t *idx, bool gathered, plan_t *plans, exr_batch_out *out,
-                 batch_heat heat)
+plan_walk_locked(exr_buffer *b, size_t count, const exr_pick *ent, const size_t *idx,
+                 bool gathered, bool lanes, plan_t *plans, exr_batch_out *out, batch_heat heat)
 {
     enum { C = 32 };
     const exr_store_layout lay = b->lay, *L = &lay;
@@ -139,7 +138,7 @@ plan_walk_locked(exr_buffer *b, size_t from, size_t count, const exr_pick *ent,
 #define ENT(i) (&ent[gathered ? (i) : idx[i]])
     for (size_t i = 0; !gathered && cold && i < count && i < C; i++)
         __builtin_prefetch(ENT(i), 0, 2);
-    for (size_t c0 = from; c0 < count; c0 += C) {
+    for (size_t c0 = 0; c0 < count; c0 += C) {
         size_t c1 = c0 + C < count ? c0 + C : count;
         for (size_t i = c0; cold && i < c1; i++)
             __builtin_prefetch(&slab[ENT(i)->slot]);
@@ -147,7 +146,8 @@ plan_walk_locked(exr_buffer *b, size_t from, size_t count, const exr_pick *ent,
             __builtin_prefetch(ENT(i), 0, 2);
         for (size_t i = c0; cold && i < c1; i++)
             __builtin_prefetch(segs_link(L, slab, ENT(i)));
-        for (size_t i = c0; i < c1; i++) {
+        size_t i = lanes ? plan8_locked(b, c0, c1, ent, plans, out, now) : c0;
+        for (; i < c1; i++) {
             plan_pick_locked(L, slab, pick_len, ENT(i), &plans[i], &epi[i], &pos[i], &len[i],
                              &len_next[i]);
             if (now)
@@ -181,11 +181,12 @@ static void plan_batch_locked(exr_buffer *b, size_t count, const size_t *idx, ex
         gather_entries_locked(b, count, idx, ent);
         /* eight picks at a time (plan_simd.c), but for a batch whose
          * rows the plan prefetches all of (small_rows) */
-        size_t done = small_rows(b, count)
-                          ? 0 : plan8_locked(b, count, ent, plans, out, rows_now(b, count, heat));
-        plan_walk_locked(b, done, count, ent, idx, true, plans, out, heat);
+        if (!small_rows(b, count) && plan8_usable())
+            plan_walk_locked(b, count, ent, idx, true, true, plans, out, heat);
+        else
+            plan_walk_locked(b, count, ent, idx, true, false, plans, out, heat);
     } else {
-        plan_walk_locked(b, 0, count, b->picks.v, idx, false, plans, out, heat);
+        plan_walk_locked(b, count, b->picks.v, idx, false, false, plans, out, heat);
     }
     if (out->pick_index)
         for (size_t i = 0; i < count; i++)

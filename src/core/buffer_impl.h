@@ -198,13 +198,15 @@ void copy_batch(const exr_buffer *b, size_t count, const plan_t *plans, exr_batc
  * (exr_set_copy_simd; each also needs the machine to have AVX-512). */
 bool batch_simd_on(void);
 
-/* plan_simd.c: the plan of ent[0..count) (the drawn picks' table entries,
- * in draw order) eight picks at a time with AVX-512 (F, CD, DQ), into
- * plans and out's metadata from index 0, prefetching each pick's rows if
- * `rows`; returns how many it planned, a multiple of 8 (0 where the
- * machine or the switch rules it out). The rest is for plan_pick_locked
- * (buffer_batch.c). Lock held. */
-size_t plan8_locked(exr_buffer *b, size_t count, const exr_pick *ent, plan_t *plans,
+/* plan_simd.c: whether get_batch's plan may run eight picks at a time
+ * (the machine has AVX-512 F, CD and DQ, and the switch above is on). */
+bool plan8_usable(void);
+/* The plan of ent[from..to) (the drawn picks' table entries, in draw
+ * order) eight picks at a time with AVX-512, into plans and out's metadata
+ * at the same indices, prefetching each pick's rows if `rows`; returns
+ * where it stopped (from plus a multiple of 8; the rest is for
+ * plan_pick_locked, buffer_batch.c). Only where plan8_usable(). Lock held. */
+size_t plan8_locked(exr_buffer *b, size_t from, size_t to, const exr_pick *ent, plan_t *plans,
                     exr_batch_out *out, bool rows);
 
 static inline uint64_t complete_steps(const exr_episode *e)

@@ -186,36 +186,41 @@ PLAN8_FN static inline void plan8_group(const plan8_consts *c, exr_episode *slab
                 _mm512_maskz_mov_epi64(next, c->one));
 }
 
-PLAN8_FN static size_t plan8_run(exr_buffer *b, size_t count, const exr_pick *ent,
+PLAN8_FN static size_t plan8_run(exr_buffer *b, size_t from, size_t to, const exr_pick *ent,
                                  plan_t *plans, exr_batch_out *out, bool rows)
 {
     const exr_store_layout *L = &b->lay;
     const plan8_consts c = plan8_init(L, b->cfg.pick_len);
     exr_episode *slab = b->eps.slab;
-    size_t n8 = count & ~(size_t)7;
-    for (size_t i = 0; i < n8; i += 8) {
+    size_t end = from + ((to - from) & ~(size_t)7);
+    for (size_t i = from; i < end; i += 8) {
         plan8_group(&c, slab, ent + i, plans + i, out->pick_epi + i, out->pick_pos + i,
                     out->seq_len + i, out->seq_len_next + i);
         for (size_t j = i; rows && j < i + 8; j++)
             prefetch_plan(L, &plans[j]);
     }
-    return n8;
+    return end;
 }
 
-size_t plan8_locked(exr_buffer *b, size_t count, const exr_pick *ent, plan_t *plans,
+bool plan8_usable(void)
+{
+    return batch_simd_on() && __builtin_cpu_supports("avx512f") &&
+           __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq");
+}
+
+size_t plan8_locked(exr_buffer *b, size_t from, size_t to, const exr_pick *ent, plan_t *plans,
                     exr_batch_out *out, bool rows)
 {
     EXR_ASSERT_LOCKED(b);
-    if (!batch_simd_on() || !__builtin_cpu_supports("avx512f") ||
-        !__builtin_cpu_supports("avx512cd") || !__builtin_cpu_supports("avx512dq"))
-        return 0;
-    return plan8_run(b, count, ent, plans, out, rows);
+    return plan8_run(b, from, to, ent, plans, out, rows);
 }
 #else
-size_t plan8_locked(exr_buffer *b, size_t count, const exr_pick *ent, plan_t *plans,
+bool plan8_usable(void) { return false; }
+
+size_t plan8_locked(exr_buffer *b, size_t from, size_t to, const exr_pick *ent, plan_t *plans,
                     exr_batch_out *out, bool rows)
 {
-    (void)b, (void)count, (void)ent, (void)plans, (void)out, (void)rows;
-    return 0;
+    (void)b, (void)to, (void)ent, (void)plans, (void)out, (void)rows;
+    return from;
 }
 #endif
