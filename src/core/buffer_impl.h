@@ -199,7 +199,7 @@ void copy_batch(const exr_buffer *b, size_t count, const plan_t *plans, exr_batc
 bool batch_simd_on(void);
 
 /* plan_simd.c: whether get_batch's plan may run eight picks at a time
- * (the machine has AVX-512 F, CD and DQ, and the switch above is on). */
+ * (the machine has AVX-512 F, CD, DQ and BW, and the switch above is on). */
 bool plan8_usable(void);
 /* The plan of ent[from..to) (the drawn picks' table entries, in draw
  * order) eight picks at a time with AVX-512, into plans and out's metadata

@@ -1,18 +1,21 @@
 /*
  * plan_simd.c - get_batch's plan for eight picks at a time (AVX-512):
  * what plan_pick_locked (buffer_batch.c) does for one pick, in the lanes
- * of 512-bit vectors, for a batch whose buffer stays in cache.
+ * of 512-bit vectors, for a batch of more than 64 picks (buffer_batch.c's
+ * walk calls it for each chunk, after the chunk's prefetch passes when the
+ * buffer is not in cache).
  *
- * There the plan is bound by its instructions (about 95 a pick, at more
- * than three a cycle), not by misses: every link of a pick's chain (its
- * table entry, its episode slot, the segment pointer in the body) is a
- * cache hit. In the lanes, the slot's fields and the segment pointers are
- * gathers, and the arithmetic (how many rows, whether the next state is
- * stored, which segment and offset, whether the rows run into a second
- * segment) is done once for eight picks. Lanes take no branch; the rare
- * cases are masks (a pick whose next state is not stored reads its
- * body's final state by a masked gather; an episode not yet marked
- * sampled is marked one lane at a time).
+ * In a buffer that stays in cache the one-pick plan is bound by its
+ * instructions (about 95 a pick, at more than three a cycle), not by
+ * misses: every link of a pick's chain (its table entry, its episode slot,
+ * the segment pointer in the body) is a cache hit. Here the eight slots
+ * are eight line loads and a transpose, the segment pointers a gather, and
+ * the arithmetic (how many rows, whether the next state is stored, which
+ * segment and offset, whether the rows run into a second segment) is done
+ * once for eight picks. Lanes take no branch; the rare cases are masks (a
+ * pick whose next state is not stored reads its body's final state by a
+ * masked gather), and the `sampled` marks are read and set one lane at a
+ * time, atomically.
  */
 #include <stddef.h>
 
@@ -21,12 +24,11 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
-#define PLAN8_FN __attribute__((target("avx512f,avx512cd,avx512dq")))
+#define PLAN8_FN __attribute__((target("avx512f,avx512cd,avx512dq,avx512bw")))
 
 _Static_assert(sizeof(exr_pick) == 8, "a pick entry is one qword: slot | pos << 32");
-_Static_assert(offsetof(exr_episode, terminated) == offsetof(exr_episode, ended) + 1 &&
-                   offsetof(exr_episode, sampled) == offsetof(exr_episode, ended) + 2,
-               "ended, terminated, sampled: adjacent bytes, read in one qword");
+_Static_assert(offsetof(exr_episode, terminated) == offsetof(exr_episode, ended) + 1,
+               "ended, terminated: adjacent bytes of one qword");
 
 /* The layout's constants, one per lane. */
 typedef struct {
@@ -65,10 +67,14 @@ PLAN8_FN static inline __m512i locate8(const plan8_consts *c, __m512i p, __m512i
                                    _mm512_sub_epi64(p, start));
 }
 
-/* The handle, n, the flags' qword (ended, terminated, sampled, ...) and
- * the body pointer of the episode slots of ent[0..8), one vector each:
- * each slot is one 64-byte line (the slab is line-aligned), so eight
- * loads and a transpose of the four qwords wanted (twelve permutes). */
+/* The handle, n, the flags' qword (ended, terminated, ...) and the body
+ * pointer of the episode slots of ent[0..8), one vector each: each slot is
+ * one 64-byte line (the slab is line-aligned), so eight loads and a
+ * transpose of the four qwords wanted (twelve permutes). The loads leave
+ * out the `sampled` byte (a byte-masked load does not read its masked-off
+ * bytes): other samplers set it under the shared lock, atomically, so it is
+ * read atomically (sampled_lanes), as plan_pick_locked does. */
+#define SLOT_BYTES (~((uint64_t)1 << offsetof(exr_episode, sampled)))
 typedef struct {
     __m512i handle, n, fl, body;
 } slot8;
@@ -85,9 +91,9 @@ PLAN8_FN static inline slot8 slot_fields(const exr_episode *slab, const exr_pick
     const __m512i hi = _mm512_setr_epi64(2, 6, 10, 14, 3, 7, 11, 15);
     __m512i x[4], y[4];
     for (int j = 0; j < 4; j++)
-        x[j] = _mm512_permutex2var_epi64(_mm512_loadu_si512((const void *)&slab[ent[2 * j].slot]),
-                                         pick,
-                                         _mm512_loadu_si512((const void *)&slab[ent[2 * j + 1].slot]));
+        x[j] = _mm512_permutex2var_epi64(
+            _mm512_maskz_loadu_epi8(SLOT_BYTES, (const void *)&slab[ent[2 * j].slot]), pick,
+            _mm512_maskz_loadu_epi8(SLOT_BYTES, (const void *)&slab[ent[2 * j + 1].slot]));
     for (int j = 0; j < 2; j++) {
         y[2 * j] = _mm512_permutex2var_epi64(x[2 * j], lo, x[2 * j + 1]);
         y[2 * j + 1] = _mm512_permutex2var_epi64(x[2 * j], hi, x[2 * j + 1]);
@@ -100,11 +106,16 @@ PLAN8_FN static inline slot8 slot_fields(const exr_episode *slab, const exr_pick
     return f;
 }
 
-/* Marks the episodes of the lanes in `todo` sampled (buffer_batch.c's rule:
- * written only when it changes, atomically). */
-static void mark_sampled(exr_episode *slab, const exr_pick *ent, unsigned todo)
+/* Marks the episodes of ent[0..8) sampled, as plan_pick_locked does: an
+ * atomic read of each mark, and a store only where it changes (the line
+ * stays clean), which a branch on all eight skips in the common case. */
+static inline __attribute__((always_inline)) void mark_sampled(exr_episode *slab,
+                                                               const exr_pick *ent)
 {
+    unsigned todo = 0;
     for (unsigned j = 0; j < 8; j++)
+        todo |= (unsigned)!__atomic_load_n(&slab[ent[j].slot].sampled, __ATOMIC_RELAXED) << j;
+    for (unsigned j = 0; todo && j < 8; j++)
         if (todo >> j & 1)
             __atomic_store_n(&slab[ent[j].slot].sampled, 1, __ATOMIC_RELAXED);
 }
@@ -153,9 +164,7 @@ PLAN8_FN static inline void plan8_group(const plan8_consts *c, exr_episode *slab
     __m512i p = _mm512_srli_epi64(e, 32);
     slot8 sf = slot_fields(slab, ent);
     __m512i n = sf.n, fl = sf.fl, body = sf.body;
-    __mmask8 sampled = _mm512_test_epi64_mask(fl, _mm512_set1_epi64(0xff0000));
-    if (sampled != 0xff)
-        mark_sampled(slab, ent, (unsigned)(uint8_t)~sampled);
+    mark_sampled(slab, ent);
     __mmask8 ended = _mm512_test_epi64_mask(fl, _mm512_set1_epi64(0xff));
     __mmask8 term = _mm512_test_epi64_mask(fl, _mm512_set1_epi64(0xff00));
     /* complete steps: n if ended, else n - 1 (0 when n is 0) */
@@ -205,7 +214,8 @@ PLAN8_FN static size_t plan8_run(exr_buffer *b, size_t from, size_t to, const ex
 bool plan8_usable(void)
 {
     return batch_simd_on() && __builtin_cpu_supports("avx512f") &&
-           __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq");
+           __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512bw");
 }
 
 size_t plan8_locked(exr_buffer *b, size_t from, size_t to, const exr_pick *ent, plan_t *plans,

@@ -12,10 +12,11 @@
  *              half of their own episodes come from new_episode (reserved
  *              without the storage lock when it can, made live by the next
  *              exclusive holder), its handles increasing
- *   samplers   get_batch from a uniform and a prioritized selector, and check
- *              every row of every pick against what a writer recorded: a row
- *              is whole (all its words agree), the next row of a pick is the
- *              next step of the same rollout or the first step of another
+ *   samplers   get_batch (8, 32 or 75 picks) from a uniform and a prioritized
+ *              selector, and check every row of every pick against what a
+ *              writer recorded: a row is whole (all its words agree), the next
+ *              row of a pick is the next step of the same rollout or the first
+ *              step of another
  *   updaters   get_batch + set_priority through the batch's table indices
  *              (exr_buffer_set_priority with hints) and through the handles
  *   churn      adds and removes a prioritized selector, which the prioritized
@@ -205,14 +206,18 @@ static void *writer(void *arg)
 
 /* ---- samplers ------------------------------------------------------------ */
 
-enum { B = 32 };
+/* BIG_B: a batch of more than 64 picks, its entries gathered first and
+ * planned eight at a time where the machine has AVX-512 (plan_simd.c),
+ * the last three one at a time; 75 picks of 5 rows of 268 bytes, more
+ * than the 64 KiB whose rows the plan prefetches itself. */
+enum { B = 32, BIG_B = 75 };
 
 typedef struct {
-    uint32_t st[B * PICK_LEN][W], nx[B * PICK_LEN][W];
-    int64_t ac[B * PICK_LEN];
-    float rw[B * PICK_LEN];
-    int64_t len[B], lnx[B], epi[B], pos[B], idx[B];
-    float w[B];
+    uint32_t st[BIG_B * PICK_LEN][W], nx[BIG_B * PICK_LEN][W];
+    int64_t ac[BIG_B * PICK_LEN];
+    float rw[BIG_B * PICK_LEN];
+    int64_t len[BIG_B], lnx[BIG_B], epi[BIG_B], pos[BIG_B], idx[BIG_B];
+    float w[BIG_B];
     exr_batch_out o;
 } batch_t;
 
@@ -267,14 +272,15 @@ static void check_batch(const batch_t *bt, int n)
     }
 }
 
-/* A batch of B picks (copied without the lock, pinned), or every other
- * call one of SMALL_B made as the binding makes a small one: the no-wait
- * path (trylocks, copied under the shared hold), the waiting call (copied
- * under the hold too) if it gives up. *n: the picks drawn. */
+/* A batch of B picks (copied without the lock, pinned; every fourth call
+ * BIG_B), or every other call one of SMALL_B made as the binding makes a
+ * small one: the no-wait path (trylocks, copied under the shared hold), the
+ * waiting call (copied under the hold too) if it gives up. *n: the picks
+ * drawn. */
 enum { SMALL_B = 8 }; /* 8 picks of 5 rows of 268 bytes: <= 16 KiB */
 static exr_status sample_once(int64_t sel, unsigned it, exr_batch_out *o, int *n)
 {
-    *n = it % 2 ? SMALL_B : B;
+    *n = it % 2 ? SMALL_B : it % 4 == 2 ? BIG_B : B;
     if (it % 2) {
         bool done;
         exr_status s = exr_buffer_get_batch_nowait(g_buf, sel, SMALL_B, o, &done);
