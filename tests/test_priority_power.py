@@ -76,3 +76,27 @@ def test_zero_and_exact_alphas():
     assert _leaf(1.0, 0.6) == 1.0 and _leaf(1.0, 1e300) == 1.0  # log2(1) is exactly 0
     assert _leaf(1e300, 0.6) == float(np.finfo(np.float32).max)  # saturates
     assert _leaf(1e-300, 0.6) == 0.0  # underflows float32
+
+
+def test_selectors_of_different_alphas_taking_turns():
+    """set_priority computes p ** alpha before it takes the lock, with the
+    alpha of the prioritized selector it last updated (a guess, checked
+    under the lock): selectors of different alphas taking turns, a uniform
+    one among them and a scalar priority, each store their own alpha's bits."""
+    rng = np.random.default_rng(7)
+    buf = exreplay.ExperienceReplay((1,), capacity=400, pick_len=1, seed=0)
+    sels = [(buf.new_pick_selector(P, alpha=a), a) for a in (0.6, 0.7, 0.6, 2.5)]
+    uni = buf.new_pick_selector(exreplay.PickSelectorClass.Uniform)
+    n = 300
+    h = buf.record_many(None, np.zeros((n, 1), np.float32), np.zeros(n, np.int64),
+                        np.zeros(n, np.float32), terminated=True)
+    for rnd in range(12):
+        pr, alpha = sels[(rnd * 3) % len(sels)]
+        pos = rng.permutation(n)[:rng.integers(1, 280)]
+        p = rng.random(len(pos)) * 5
+        assert buf.set_priority(pr, np.full(len(pos), h), pos, p) == len(pos)
+        assert buf._priority(pr, np.full(len(pos), h), pos).tolist() == [_leaf(v, alpha) for v in p]
+        assert buf.set_priority(uni, [h], [0], 1.0) == 0
+        buf.set_priority(pr, np.full(len(pos), h), pos, 0.25)  # one priority for every pick
+        assert buf._priority(pr, np.full(len(pos), h), pos).tolist() == [_leaf(0.25, alpha)] * len(pos)
+    buf._check()

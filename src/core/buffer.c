@@ -34,6 +34,8 @@ static struct exr_locks *locks_new(void)
     }
     lk->excl = false;
     lk->excl_wmu = false;
+    atomic_init(&lk->rd_waiting, 0);
+    atomic_init(&lk->pub_seq, 0);
     int wmu = ok && pthread_mutex_init(&lk->wmu, NULL) == 0;
     int res = wmu && pthread_mutex_init(&lk->res_mu, NULL) == 0;
     int mu = res && pthread_mutex_init(&lk->pin_mu, NULL) == 0;
@@ -75,6 +77,8 @@ exr_status exr_buffer_new(const exr_config *cfg, exr_buffer **out)
     exr_episodes_init(&b->eps);
     exr_pick_table_init(&b->picks);
     b->hand = EXR_NIL;
+    atomic_init(&b->pow_h, -1);
+    atomic_init(&b->pow_a, 0);
     *out = b;
     return EXR_OK;
 }
@@ -165,19 +169,16 @@ static void took_exclusive(exr_buffer *b, bool with_wmu)
     reserve_close_locked(b);
 }
 
-/* Takes rw shared or exclusive, retrying briefly before it sleeps. An
- * exclusive taker that finds rw free takes it at once (one atomic
- * operation, not three); otherwise it first queues for wmu, asleep. */
-static void take_rw(exr_buffer *b, bool shared)
+/* rw, shared or exclusive, once a first try failed: an exclusive taker
+ * first queues for wmu, asleep; then rw is retried briefly before the
+ * taker sleeps. A shared taker counts itself in rd_waiting meanwhile. */
+static __attribute__((noinline)) void take_rw_slow(exr_buffer *b, bool shared)
 {
     pthread_rwlock_t *rw = &b->lk->rw;
-    if (!shared) {
-        if (pthread_rwlock_trywrlock(rw) == 0) {
-            took_exclusive(b, false);
-            return;
-        }
+    if (shared)
+        atomic_fetch_add_explicit(&b->lk->rd_waiting, 1, memory_order_relaxed);
+    else
         pthread_mutex_lock(&b->lk->wmu);
-    }
     int got = 0;
     for (int i = 0; i < LOCK_SPINS && !got; i++) {
         got = (shared ? pthread_rwlock_tryrdlock(rw) : pthread_rwlock_trywrlock(rw)) == 0;
@@ -189,9 +190,30 @@ static void take_rw(exr_buffer *b, bool shared)
     else if (!got)
         pthread_rwlock_wrlock(rw);
     if (shared)
+        atomic_fetch_sub_explicit(&b->lk->rd_waiting, 1, memory_order_relaxed);
+}
+
+/* Takes rw shared or exclusive, retrying briefly before it sleeps. An
+ * exclusive taker that finds rw free takes it at once (one atomic
+ * operation, not three); otherwise it first queues for wmu, asleep
+ * (take_rw_slow). true if it did not get rw at once. */
+static bool take_rw(exr_buffer *b, bool shared)
+{
+    pthread_rwlock_t *rw = &b->lk->rw;
+    bool waited = (shared ? pthread_rwlock_tryrdlock(rw) : pthread_rwlock_trywrlock(rw)) != 0;
+    if (waited)
+        take_rw_slow(b, shared);
+    if (shared)
         note_locked(b, true);
     else
-        took_exclusive(b, true);
+        took_exclusive(b, waited);
+    return waited;
+}
+
+bool exr_buffer_lock_contended(exr_buffer *b)
+{
+    bool waited = take_rw(b, false);
+    return waited || atomic_load_explicit(&b->lk->rd_waiting, memory_order_relaxed) > 0;
 }
 
 void exr_buffer_lock(exr_buffer *b) { take_rw(b, false); }
@@ -248,16 +270,23 @@ void exr_buffer_unlock(exr_buffer *b)
     release_rw(b);
 }
 
-/* Waits for the next publish with the storage lock released meanwhile, and
- * takes it again as it was (exclusive or shared). The publisher signals
- * holding the lock exclusively, so taking wait_mu before letting go of rw
- * means no publish can slip in between. */
-void wait_publish(exr_buffer *b, bool shared)
+uint64_t publish_seq(const exr_buffer *b)
+{
+    return atomic_load_explicit(&b->lk->pub_seq, memory_order_acquire);
+}
+
+/* Waits until a publish after `seq` (publish_seq) with the storage lock
+ * released meanwhile, and takes it again as it was (exclusive or shared).
+ * wait_mu is taken before rw is let go, and a publisher bumps pub_seq under
+ * wait_mu after it has published, so none can slip in between, also one
+ * that published under the shared lock while this caller held it too. */
+void wait_publish_since(exr_buffer *b, bool shared, uint64_t seq)
 {
     flush_selectors(b);
     pthread_mutex_lock(&b->lk->wait_mu);
     release_rw(b);
-    pthread_cond_wait(&b->lk->published, &b->lk->wait_mu);
+    while (atomic_load_explicit(&b->lk->pub_seq, memory_order_relaxed) == seq)
+        pthread_cond_wait(&b->lk->published, &b->lk->wait_mu);
     pthread_mutex_unlock(&b->lk->wait_mu);
     if (shared)
         lock_shared(b);
@@ -265,9 +294,14 @@ void wait_publish(exr_buffer *b, bool shared)
         exr_buffer_lock(b);
 }
 
+/* The same from now: for an exclusive holder, whom no publisher can pass
+ * (one needs rw, shared or exclusive, to publish). */
+void wait_publish(exr_buffer *b, bool shared) { wait_publish_since(b, shared, publish_seq(b)); }
+
 void signal_publish(exr_buffer *b)
 {
     pthread_mutex_lock(&b->lk->wait_mu);
+    atomic_fetch_add_explicit(&b->lk->pub_seq, 1, memory_order_release);
     pthread_cond_broadcast(&b->lk->published);
     pthread_mutex_unlock(&b->lk->wait_mu);
 }

@@ -104,10 +104,12 @@ exr_status exr_buffer_record_locked(exr_buffer *b, int64_t h, const exr_steps *i
 
 /* The same, taking the lock itself: the rows are reserved under the lock,
  * their bytes copied with no lock held when they are EXR_COPY_UNLOCKED
- * bytes or more, then published under the lock. A record call into an
+ * bytes or more (EXR_COPY_UNLOCKED_CONTENDED when another thread waits for
+ * the lock), then published under the shared lock. A record call into an
  * episode another call is copying into waits for it. On failure the buffer
  * is as it was (but see buffer_record.c: an episode evicted by its own call). */
 #define EXR_COPY_UNLOCKED ((size_t)8 << 10)
+#define EXR_COPY_UNLOCKED_CONTENDED ((size_t)1 << 10)
 exr_status exr_buffer_record(exr_buffer *b, int64_t h, const exr_steps *in, int64_t *out_h);
 /* The same for a small call (under EXR_COPY_UNLOCKED bytes of rows, no log
  * attached) when it needs no waiting: the writers' mutex and the storage

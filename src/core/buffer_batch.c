@@ -200,19 +200,32 @@ static inline bool pick_visible_locked(const exr_buffer *b, size_t i)
     EXR_ASSERT_LOCKED(b);
     const exr_pick *pk = &b->picks.v[i];
     const exr_episode *e = &b->eps.slab[pk->slot];
-    return !e->busy || pk->pos < e->m_pub;
+    /* atomic: a record call publishes (clears busy) under the shared lock */
+    return !__atomic_load_n(&e->busy, __ATOMIC_ACQUIRE) || pk->pos < e->m_pub;
+}
+
+/* count draws of selector s: the weights, or what post->fn turns into them
+ * once the lock is let go (sample_post: selector.h). */
+static inline exr_status sample_locked(exr_buffer *b, exr_selector *s, size_t count, size_t *idx,
+                                       float *w, double *scratch, exr_wpost *post)
+{
+    EXR_ASSERT_LOCKED(b);
+    if (s->vt->sample_post)
+        return s->vt->sample_post(s, b->picks.n, count, idx, w, scratch, post);
+    post->fn = NULL;
+    return s->vt->sample(s, b->picks.n, count, idx, w, scratch);
 }
 
 /* Draws again, one at a time, every pick of idx that is not published yet
  * (a draw conditioned on the published picks). 0 if some pick still is not
  * after 64 draws, or the selector cannot draw. */
 static int redraw_unpublished_locked(exr_buffer *b, exr_selector *s, size_t count, size_t *idx,
-                                     float *w, double *scratch)
+                                     float *w, double *scratch, exr_wpost *post)
 {
     EXR_ASSERT_LOCKED(b);
     for (size_t i = 0; i < count; i++)
         for (int tries = 0; !pick_visible_locked(b, idx[i]); tries++)
-            if (tries == 64 || s->vt->sample(s, b->picks.n, 1, &idx[i], &w[i], scratch) != EXR_OK)
+            if (tries == 64 || sample_locked(b, s, 1, &idx[i], &w[i], scratch, post) != EXR_OK)
                 return 0;
     return 1;
 }
@@ -225,6 +238,7 @@ typedef struct {
     plan_t *plans;
     double *scratch;
     exr_pick *ents; /* the drawn picks' entries (plan_batch_locked); NULL when small */
+    exr_wpost post; /* the weights' last step, after the lock (sample_locked) */
     size_t small_idx[SMALL_BATCH];
     plan_t small_plans[SMALL_BATCH];
     double small_scratch[SMALL_BATCH];
@@ -232,6 +246,7 @@ typedef struct {
 
 static exr_status scratch_alloc(batch_scratch *s, size_t count)
 {
+    s->post.fn = NULL;
     if (count <= SMALL_BATCH) {
         s->idx = s->small_idx;
         s->plans = s->small_plans;
@@ -308,13 +323,18 @@ static exr_status finish_batch(exr_buffer *b, size_t count, batch_scratch *sc,
     if (!hold) {
         pin_locked(b, &me);
         exr_buffer_unlock(b);
+        if (sc->post.fn)
+            sc->post.fn(&sc->post, count, out->weight);
     }
     uint64_t t1 = ph ? now_ns() : 0;
     copy_batch(b, count, sc->plans, out, heat != WARM && !small_rows(b, count));
-    if (hold)
+    if (hold) {
         exr_buffer_unlock(b);
-    else
+        if (sc->post.fn)
+            sc->post.fn(&sc->post, count, out->weight);
+    } else {
         unpin(b, &me);
+    }
     scratch_free(sc);
     if (ph) {
         uint64_t t2 = now_ns();
@@ -354,9 +374,10 @@ static int draw_locked(exr_buffer *b, sel_entry *e, size_t count, batch_scratch 
         pthread_mutex_lock(mu);
     else if (pthread_mutex_trylock(mu) != 0)
         return -1;
-    *st = e->sel->vt->sample(e->sel, b->picks.n, count, sc->idx, out->weight, sc->scratch);
-    int done = *st != EXR_OK || !b->writers ||
-               redraw_unpublished_locked(b, e->sel, count, sc->idx, out->weight, sc->scratch);
+    *st = sample_locked(b, e->sel, count, sc->idx, out->weight, sc->scratch, &sc->post);
+    int done = *st != EXR_OK || !__atomic_load_n(&b->writers, __ATOMIC_ACQUIRE) ||
+               redraw_unpublished_locked(b, e->sel, count, sc->idx, out->weight, sc->scratch,
+                                         &sc->post);
     pthread_mutex_unlock(mu);
     return done;
 }
@@ -373,6 +394,7 @@ exr_status exr_buffer_get_batch_phases(exr_buffer *b, int64_t h, size_t count,
         return st;
     lock_shared(b);
     for (;;) {
+        uint64_t seq = publish_seq(b); /* before the draw looks at busy */
         sel_entry *e = find_sel(b, h);
         if (!e) {
             st = EXR_ENOTFOUND;
@@ -380,7 +402,7 @@ exr_status exr_buffer_get_batch_phases(exr_buffer *b, int64_t h, size_t count,
         }
         if (draw_locked(b, e, count, &sc, out, false, &st) == 1)
             break;
-        wait_publish(b, true);
+        wait_publish_since(b, true, seq);
     }
     if (st != EXR_OK) {
         exr_buffer_unlock(b);

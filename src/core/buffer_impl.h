@@ -58,7 +58,10 @@ struct exr_locks; /* rw, pin_mu, wait_mu, published: buffer_locks.h */
 
 struct exr_buffer {
     struct exr_locks *lk;
-    uint64_t writers; /* record calls copying without the lock */
+    /* record calls copying without the lock: changed with atomics, since
+     * one that publishes under the shared lock (buffer_record.c) takes
+     * itself off while samplers read it */
+    uint64_t writers;
     exr_config cfg;
     exr_store_layout lay;
     exr_episodes eps;
@@ -98,6 +101,12 @@ struct exr_buffer {
     /* the experience log's hook (buffer.h) */
     exr_step_hook hook;
     void *hook_ctx;
+    /* the selector set_priority last found with a stored power (selector.h)
+     * and that power (the bits of a double): a guess, written by whoever
+     * finds it stale under the lock (shared), that lets set_priority compute
+     * p ** a before it takes the lock (buffer_priority.c); -1: none */
+    _Atomic int64_t pow_h;
+    _Atomic uint64_t pow_a;
 };
 
 /* *_locked functions assert that the storage lock is held (exclusively:
@@ -117,10 +126,15 @@ void exr_assert_locked(const exr_buffer *b, bool exclusive, const char *fn);
 
 /* buffer.c: the storage lock taken shared (spinning briefly first), or
  * only if it can be at once (1; 0: a writer holds it or waits for it);
- * waiting for the next publish with the lock released meanwhile;
- * signalling one. */
+ * taken exclusively, true if the caller had to wait for it or a shared
+ * taker waits for it now; the count of publishes so far; waiting with the
+ * lock released meanwhile for a publish after that count, or (an exclusive
+ * holder) for the next; signalling one. */
 void lock_shared(exr_buffer *b);
 int try_lock_shared(exr_buffer *b);
+bool exr_buffer_lock_contended(exr_buffer *b);
+uint64_t publish_seq(const exr_buffer *b);
+void wait_publish_since(exr_buffer *b, bool shared, uint64_t seq);
 void wait_publish(exr_buffer *b, bool shared);
 void signal_publish(exr_buffer *b);
 

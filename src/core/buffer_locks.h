@@ -7,11 +7,9 @@
 #define EXR_BUFFER_LOCKS_H
 
 #include <pthread.h>
-#include <stdbool.h>
-#ifdef EXR_DEBUG_LOCKS
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
-#endif
 
 struct exr_locks {
     /* taken before waiting for rw exclusive, let go after rw: the threads
@@ -22,12 +20,20 @@ struct exr_locks {
     bool excl;     /* rw is held exclusively; written by that holder */
     bool excl_wmu; /* ... and wmu with it (it had to wait); the same */
     pthread_rwlock_t rw;
+    /* shared takers of rw that did not get it at once and wait for it: a
+     * record call that finds some copies its rows with rw let go
+     * (exr_buffer_lock_contended) */
+    _Atomic int rd_waiting;
     /* new_episode's reservations (buffer_reserve.c); taken after rw, or
      * alone by new_episode; no other lock is taken while it is held */
     pthread_mutex_t res_mu;
     pthread_mutex_t pin_mu;
     pthread_mutex_t wait_mu;
     pthread_cond_t published; /* signalled when a record call publishes */
+    /* publishes so far: bumped under wait_mu before `published` is
+     * signalled, so that a waiter that looked under the shared lock (which
+     * a publisher may hold too) misses none (wait_publish_since) */
+    _Atomic uint64_t pub_seq;
 #ifdef EXR_DEBUG_LOCKS
     /* who holds rw (EXR_ASSERT_LOCKED, buffer_impl.h): the exclusive
      * holder's thread mark, and how many hold it shared */

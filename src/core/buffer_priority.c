@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "buffer_impl.h"
+#include "powa.h"
 
 /* Table index of pick (epi, pos) when hint still holds it: a batch's index
  * is only a hint, since picks move by swap-removal after it was drawn. The
@@ -22,14 +23,17 @@ static inline int hint_holds(const exr_buffer *b, int64_t hint, int64_t epi, int
 
 #define PRIO_SMALL 256
 
-/* Per-call scratch of set_priority: on the stack up to PRIO_SMALL picks. */
+/* Per-call scratch of set_priority: on the stack up to PRIO_SMALL picks.
+ * stored: the priorities' p ** a, computed before the lock (pow_guess). */
 typedef struct {
     size_t *idx, *scratch;
     double *kept;
     uint32_t **aux;
+    float *stored;
     size_t small_idx[PRIO_SMALL], small_scratch[PRIO_SMALL];
     double small_kept[PRIO_SMALL];
     uint32_t *small_aux[PRIO_SMALL];
+    float small_stored[PRIO_SMALL];
 } prio_scratch;
 
 static exr_status prio_scratch_alloc(prio_scratch *s, size_t count)
@@ -38,6 +42,7 @@ static exr_status prio_scratch_alloc(prio_scratch *s, size_t count)
     s->scratch = s->small_scratch;
     s->kept = s->small_kept;
     s->aux = s->small_aux;
+    s->stored = s->small_stored;
     if (count <= PRIO_SMALL)
         return EXR_OK;
     size_t bytes;
@@ -47,11 +52,13 @@ static exr_status prio_scratch_alloc(prio_scratch *s, size_t count)
     s->scratch = malloc(bytes);
     s->kept = malloc(count * sizeof *s->kept);
     s->aux = malloc(count * sizeof *s->aux);
-    if (!s->idx || !s->scratch || !s->kept || !s->aux) {
+    s->stored = malloc(count * sizeof *s->stored);
+    if (!s->idx || !s->scratch || !s->kept || !s->aux || !s->stored) {
         free(s->idx);
         free(s->scratch);
         free(s->kept);
         free(s->aux);
+        free(s->stored);
         return EXR_ENOMEM;
     }
     return EXR_OK;
@@ -65,10 +72,12 @@ static void prio_scratch_free(prio_scratch *s)
     free(s->scratch);
     free(s->kept);
     free(s->aux);
+    free(s->stored);
 }
 
 /* The table indices of the picks (epi[i], pos[i]) that exist, into
- * s->idx, with their priorities into s->kept; returns how many.
+ * s->idx, with their priorities into s->kept (and, when pre, their
+ * precomputed s->stored[i] moved to s->stored[done]); returns how many.
  *
  * With hints (the batch form): one pass, software-pipelined. Pick i is
  * checked while the table entry of pick i + 2 PF and, through the entry of
@@ -80,7 +89,7 @@ static void prio_scratch_free(prio_scratch *s)
  * prefetches it (kept in aux[i]; NULL: no such pick); pass 2 reads them. */
 static size_t resolve_picks_locked(const exr_buffer *b, size_t count, const int64_t *epi,
                                    const int64_t *pos, const int64_t *hint, const double *prio,
-                                   size_t prio_stride, prio_scratch *s)
+                                   size_t prio_stride, bool pre, prio_scratch *s)
 {
     EXR_ASSERT_LOCKED(b);
     enum { PF = 8 };
@@ -102,6 +111,8 @@ static size_t resolve_picks_locked(const exr_buffer *b, size_t count, const int6
             }
             s->idx[done] = j;
             s->kept[done] = prio[i * prio_stride];
+            if (pre)
+                s->stored[done] = s->stored[i];
             done++;
         }
         return done;
@@ -117,37 +128,74 @@ static size_t resolve_picks_locked(const exr_buffer *b, size_t count, const int6
             continue;
         s->idx[done] = *aux[i];
         s->kept[done] = prio[i * prio_stride];
+        if (pre)
+            s->stored[done] = s->stored[i];
         done++;
     }
     return done;
 }
 
-static exr_status set_priority_impl(exr_buffer *b, int64_t h, size_t count, const int64_t *epi,
-                                    const int64_t *pos, const int64_t *hint, const double *prio,
-                                    size_t prio_stride, size_t *applied)
+/* 1 if some priority is not finite and >= 0. No early exit, so that the
+ * compiler can check several at a time. */
+static int priorities_bad(size_t count, const double *prio, size_t prio_stride)
 {
-    sel_entry *e = find_sel(b, h);
-    if (!e)
-        return EXR_ENOTFOUND;
-    /* no early exit, so that the compiler can check several at a time */
     int bad = 0;
     for (size_t i = 0; i < (prio_stride ? count : count > 0); i++) {
         double p = prio[i * prio_stride];
         bad |= !(p >= 0 && p <= DBL_MAX);
     }
+    return bad;
+}
+
+/* The exponent selector h last had (pow_h, pow_a), or NaN. */
+static double pow_guess(const exr_buffer *b, int64_t h)
+{
+    if (atomic_load_explicit(&b->pow_h, memory_order_relaxed) != h)
+        return NAN;
+    uint64_t u = atomic_load_explicit(&b->pow_a, memory_order_relaxed);
+    double a;
+    memcpy(&a, &u, sizeof a);
+    return a;
+}
+
+/* Selector e's picks s->idx[0..done) get priorities s->kept, with the
+ * stored forms s->stored when they were computed with its power (a). */
+static void update_locked(exr_buffer *b, sel_entry *e, size_t done, double a, prio_scratch *s)
+{
+    EXR_ASSERT_LOCKED(b);
+    exr_selector *sel = e->sel;
+    double sa = sel->vt->stored_power ? sel->vt->stored_power(sel) : NAN;
+    bool use = !isnan(sa) && a == sa;
+    if (!isnan(sa) && !use) { /* a guess for the next call */
+        uint64_t u;
+        memcpy(&u, &sa, sizeof u);
+        atomic_store_explicit(&b->pow_a, u, memory_order_relaxed);
+        atomic_store_explicit(&b->pow_h, e->handle, memory_order_relaxed);
+    }
+    pthread_mutex_lock(&sel->mu);
+    if (use)
+        sel->vt->update_many_stored(sel, done, s->idx, s->kept, s->stored, s->scratch);
+    else
+        sel->vt->update_many(sel, done, s->idx, s->kept, s->scratch);
+    pthread_mutex_unlock(&sel->mu);
+}
+
+/* a: the power s->stored was computed with (NaN: not computed); bad: what
+ * priorities_bad said. */
+static exr_status set_priority_impl(exr_buffer *b, int64_t h, size_t count, const int64_t *epi,
+                                    const int64_t *pos, const int64_t *hint, const double *prio,
+                                    size_t prio_stride, int bad, double a, prio_scratch *s,
+                                    size_t *applied)
+{
+    sel_entry *e = find_sel(b, h);
+    if (!e)
+        return EXR_ENOTFOUND;
     if (bad)
         return EXR_EINVAL;
     size_t done = 0;
     if (e->sel->vt->prioritized && count) {
-        prio_scratch s;
-        exr_status st = prio_scratch_alloc(&s, count);
-        if (st != EXR_OK)
-            return st;
-        done = resolve_picks_locked(b, count, epi, pos, hint, prio, prio_stride, &s);
-        pthread_mutex_lock(&e->sel->mu);
-        e->sel->vt->update_many(e->sel, done, s.idx, s.kept, s.scratch);
-        pthread_mutex_unlock(&e->sel->mu);
-        prio_scratch_free(&s);
+        done = resolve_picks_locked(b, count, epi, pos, hint, prio, prio_stride, !isnan(a), s);
+        update_locked(b, e, done, a, s);
     }
     *applied = done;
     return EXR_OK;
@@ -159,16 +207,48 @@ exr_status exr_buffer_set_priority_locked(exr_buffer *b, int64_t h, size_t count
                                           size_t *applied)
 {
     EXR_ASSERT_LOCKED(b);
-    return set_priority_impl(b, h, count, epi, pos, NULL, prio, prio_stride, applied);
+    prio_scratch s;
+    exr_status st = prio_scratch_alloc(&s, count);
+    if (st != EXR_OK)
+        return st;
+    st = set_priority_impl(b, h, count, epi, pos, NULL, prio, prio_stride,
+                           priorities_bad(count, prio, prio_stride), NAN, &s, applied);
+    prio_scratch_free(&s);
+    return st;
 }
 
+/* stored[k] = the stored form of prio[k * stride] ** a, for k < count: one
+ * power for a scalar (stride 0), the vector loop otherwise. */
+static void stored_forms(const double *prio, size_t stride, size_t count, double a, float *stored)
+{
+    if (stride) {
+        exr_pow_leaves(prio, stride, count, a, stored);
+        return;
+    }
+    float v = exr_pow_leaf(prio[0], a);
+    for (size_t k = 0; k < count; k++)
+        stored[k] = v;
+}
+
+/* What needs no lock is done before it is taken: the priorities checked,
+ * the scratch allocated and, when selector h's power is known (pow_guess),
+ * each priority's stored form p ** a, the same bits as under the lock. */
 exr_status exr_buffer_set_priority(exr_buffer *b, int64_t h, size_t count, const int64_t *epi,
                                    const int64_t *pos, const int64_t *hint, const double *prio,
                                    size_t prio_stride, size_t *applied)
 {
+    prio_scratch s;
+    exr_status st = prio_scratch_alloc(&s, count);
+    if (st != EXR_OK)
+        return st;
+    int bad = priorities_bad(count, prio, prio_stride);
+    double a = bad ? NAN : pow_guess(b, h);
+    if (!isnan(a))
+        stored_forms(prio, prio_stride, count, a, s.stored);
     lock_shared(b);
-    exr_status st = set_priority_impl(b, h, count, epi, pos, hint, prio, prio_stride, applied);
+    st = set_priority_impl(b, h, count, epi, pos, hint, prio, prio_stride, bad, a, &s, applied);
     exr_buffer_unlock(b);
+    prio_scratch_free(&s);
     return st;
 }
 

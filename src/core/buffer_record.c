@@ -503,18 +503,6 @@ static exr_status record_steps_locked(exr_buffer *b, int64_t h, const exr_steps 
     return st;
 }
 
-/* THE publish point of every record call: the rows of plan are visible to
- * get_batch, episode() and serialize from here on. Lock held. */
-static void publish_locked(exr_buffer *b, const rec_plan *plan, bool deferred)
-{
-    EXR_ASSERT_EXCLUSIVE(b);
-    if (deferred && plan->h >= 0) {
-        uint32_t s = exr_episodes_find(&b->eps, plan->h);
-        if (s != EXR_NIL)
-            b->eps.slab[s].busy = 0;
-    }
-}
-
 /* Waits (the lock released meanwhile) until no record call copies into
  * episode h, so that rollouts into one episode stay contiguous and in order. */
 static void wait_not_busy_locked(exr_buffer *b, int64_t h)
@@ -531,7 +519,7 @@ static void wait_not_busy_locked(exr_buffer *b, int64_t h)
 void exr_buffer_quiesce_locked(exr_buffer *b)
 {
     EXR_ASSERT_EXCLUSIVE(b);
-    while (b->writers)
+    while (__atomic_load_n(&b->writers, __ATOMIC_RELAXED))
         wait_publish(b, false);
 }
 
@@ -561,10 +549,45 @@ exr_status exr_buffer_record_locked(exr_buffer *b, int64_t h, const exr_steps *i
         return EXR_EINVAL;
     wait_not_busy_locked(b, h);
     rec_plan plan;
-    exr_status st = record_steps_locked(b, h, in, false, &plan, out_h);
-    if (st == EXR_OK)
-        publish_locked(b, &plan, false);
-    return st;
+    return record_steps_locked(b, h, in, false, &plan, out_h);
+}
+
+/* The rows of plan copied with no lock held (the body pinned, the episode
+ * busy), then published under the shared lock. THE publish point of a
+ * record call that copies unlocked (one that copies under its exclusive
+ * hold publishes when it lets go of it): its rows are visible to
+ * get_batch, episode() and serialize from the store of busy = 0 on, which
+ * orders the copy before it for the samplers that read busy (acquire)
+ * under the shared lock, and for everyone else through rw. Clearing busy and taking
+ * the call off `writers` only changes what samplers skip, and they read
+ * both with atomics; everything else that reads them holds rw exclusively.
+ * Called holding rw exclusively; returns with no lock held. */
+static void copy_unlocked_publish(exr_buffer *b, const rec_plan *plan, const exr_steps *in)
+{
+    exr_reader me;
+    exr_body *body = b->eps.slab[plan->slot].body;
+    pin_locked(b, &me);
+    __atomic_add_fetch(&b->writers, 1, __ATOMIC_RELAXED);
+    exr_buffer_unlock(b);
+    copy_rows(&b->lay, body, plan->first, in, plan->step, plan->count);
+    unpin(b, &me);
+    lock_shared(b);
+    uint32_t s = exr_episodes_find(&b->eps, plan->h);
+    if (s != EXR_NIL) /* else evicted meanwhile: nothing to publish */
+        __atomic_store_n(&b->eps.slab[s].busy, 0, __ATOMIC_RELEASE);
+    __atomic_sub_fetch(&b->writers, 1, __ATOMIC_RELEASE);
+    signal_publish(b); /* waiters on a busy episode, serialize and get_batch look again */
+    exr_buffer_unlock(b);
+}
+
+/* Whether a record call of `bytes` copies its rows with the lock let go:
+ * a large one always; a smaller one when others wait for the lock (or it
+ * waited), since then the copy under an exclusive hold keeps them out,
+ * while alone the extra shared hold and the pin cost more than they save.
+ * Never with a log attached: its hook reads each row as it is committed. */
+static bool defer_copy(const exr_buffer *b, bool big, bool contended, size_t bytes)
+{
+    return !b->hook && (big || (contended && bytes >= EXR_COPY_UNLOCKED_CONTENDED));
 }
 
 exr_status exr_buffer_record(exr_buffer *b, int64_t h, const exr_steps *in, int64_t *out_h)
@@ -572,30 +595,16 @@ exr_status exr_buffer_record(exr_buffer *b, int64_t h, const exr_steps *in, int6
     if (!steps_ok(b, in))
         return EXR_EINVAL;
     size_t bytes;
-    bool defer = !exr_mul_size(in->T, b->lay.row_bytes, &bytes) || bytes >= EXR_COPY_UNLOCKED;
-    exr_buffer_lock(b);
-    /* The log's hook reads each row as it is committed, so a buffer with a
-     * log attached copies under the lock (docs/design.md). */
-    if (b->hook)
-        defer = false;
+    bool big = !exr_mul_size(in->T, b->lay.row_bytes, &bytes) || bytes >= EXR_COPY_UNLOCKED;
+    bool defer = defer_copy(b, big, exr_buffer_lock_contended(b), bytes);
     wait_not_busy_locked(b, h);
     rec_plan plan;
     exr_status st = record_steps_locked(b, h, in, defer, &plan, out_h);
     if (st == EXR_OK && defer && plan.h >= 0) {
-        /* reserved: copy with no lock held, the body pinned */
-        exr_reader me;
-        exr_body *body = b->eps.slab[plan.slot].body;
-        pin_locked(b, &me);
-        b->writers++;
-        exr_buffer_unlock(b);
-        copy_rows(&b->lay, body, plan.first, in, plan.step, plan.count);
-        exr_buffer_lock(b);
-        b->writers--;
-        unpin(b, &me);
+        copy_unlocked_publish(b, &plan, in);
+        return st;
     }
-    if (st == EXR_OK)
-        publish_locked(b, &plan, defer);
-    if (defer) /* waiters on a busy episode, serialize and get_batch look again */
+    if (defer) /* its episode evicted by its own call: nothing to copy */
         signal_publish(b);
     exr_buffer_unlock(b);
     return st;
@@ -619,9 +628,7 @@ exr_status exr_buffer_record_nowait(exr_buffer *b, int64_t h, const exr_steps *i
     *done = true;
     rec_plan plan;
     exr_status st = record_steps_locked(b, h, in, false, &plan, out_h);
-    if (st == EXR_OK)
-        publish_locked(b, &plan, false);
-    exr_buffer_unlock(b);
+    exr_buffer_unlock(b); /* copied under the hold: published when it goes */
     return st;
 }
 

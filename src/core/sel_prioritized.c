@@ -192,16 +192,17 @@ static void p_update(exr_selector *b, size_t i, double prio)
     exr_sumtree_set(&s->tree, i, to_leaf(s, prio));
 }
 
-static void p_update_many(exr_selector *b, size_t count, const size_t *idx, const double *prio,
-                          size_t *scratch)
+/* update_many with the new leaves given (stored: p_update_many_stored) or
+ * computed here (NULL). */
+static void update_many_with(prio_sel *s, size_t count, const size_t *idx, const double *prio,
+                             const float *stored, size_t *scratch)
 {
-    prio_sel *s = (prio_sel *)b;
     sync(s);
     float small[256] = {0}; /* zeroed only to quiet a false maybe-uninitialized warning */
-    float *leaves = count <= 256 ? small : malloc(count * sizeof(float));
+    float *leaves = stored || count <= 256 ? small : malloc(count * sizeof(float));
     if (!leaves) {
         for (size_t k = 0; k < count; k++)
-            p_update(b, idx[k], prio[k]);
+            p_update(&s->base, idx[k], prio[k]);
         return;
     }
     /* four running maxima: one would be a chain of count dependent steps */
@@ -215,49 +216,91 @@ static void p_update_many(exr_selector *b, size_t count, const size_t *idx, cons
     mp[0] = mp[0] > mp[1] ? mp[0] : mp[1];
     mp[2] = mp[2] > mp[3] ? mp[2] : mp[3];
     s->max_prio = mp[0] > mp[2] ? mp[0] : mp[2];
-    exr_pow_leaves(prio, 1, count, s->alpha, leaves);
-    exr_sumtree_set_many(&s->tree, count, idx, leaves, scratch);
+    if (!stored)
+        exr_pow_leaves(prio, 1, count, s->alpha, leaves);
+    exr_sumtree_set_many(&s->tree, count, idx, stored ? stored : leaves, scratch);
     if (leaves != small)
         free(leaves);
 }
 
-/* w = (min_leaf / leaf) ** beta, the ratio in double and the power by
- * powa.h's series (16 at a time with AVX2): within ~1e-14 of the exact
- * power before the float32 rounding, where libm's powf per pick took ~10%
- * of a prioritized get_batch. A zero leaf (reachable only through _gather)
- * gets (N * 0)^-beta: +inf, or 1 for beta 0. */
-static void weights_of(const prio_sel *s, size_t count, const size_t *idx, float *w)
+static void p_update_many(exr_selector *b, size_t count, const size_t *idx, const double *prio,
+                          size_t *scratch)
+{
+    update_many_with((prio_sel *)b, count, idx, prio, NULL, scratch);
+}
+
+static double p_stored_power(const exr_selector *b) { return ((const prio_sel *)b)->alpha; }
+
+static void p_update_many_stored(exr_selector *b, size_t count, const size_t *idx,
+                                 const double *prio, const float *stored, size_t *scratch)
+{
+    update_many_with((prio_sel *)b, count, idx, prio, stored, scratch);
+}
+
+/* w = (min_leaf / leaf) ** beta for the leaves leaf[0..count) (the picks'
+ * stored p^alpha: float32, exact in double), the ratio in double and the
+ * power by powa.h's series (16 at a time with AVX2): within ~1e-14 of the
+ * exact power before the float32 rounding, where libm's powf per pick took
+ * ~10% of a prioritized get_batch. A zero leaf (reachable only through
+ * _gather) gets (N * 0)^-beta: +inf, or 1 for beta 0. w may be leaf. */
+static void weights_from_leaves(double lo, double beta, size_t count, const float *leaf, float *w)
 {
     enum { CHUNK = 256 };
-    sync(s);
-    double lo = exr_sumtree_min(&s->tree);
     double ratio[CHUNK];
+    float kept[CHUNK]; /* the leaves of a chunk with a zero one: w may overwrite them */
     for (size_t b0 = 0; b0 < count; b0 += CHUNK) {
         size_t n = count - b0 < CHUNK ? count - b0 : CHUNK;
         int zero = 0;
         for (size_t b = 0; b < n; b++) {
-            double leaf = exr_sumtree_get(&s->tree, idx[b0 + b]);
-            zero |= !(leaf > 0);
-            ratio[b] = leaf > 0 ? lo / leaf : 1.0;
+            double l = leaf[b0 + b];
+            zero |= !(l > 0);
+            ratio[b] = l > 0 ? lo / l : 1.0;
         }
+        if (zero)
+            memcpy(kept, leaf + b0, n * sizeof *kept);
         /* the ratio is in [2^-277, 1]: a normal double, its power in [0, 1] */
-        exr_pow_leaves(ratio, 1, n, s->beta, w + b0);
+        exr_pow_leaves(ratio, 1, n, beta, w + b0);
         for (size_t b = 0; zero && b < n; b++)
-            if (!(exr_sumtree_get(&s->tree, idx[b0 + b]) > 0))
-                w[b0 + b] = s->beta == 0 ? 1.0f : INFINITY;
+            if (!(kept[b] > 0))
+                w[b0 + b] = beta == 0 ? 1.0f : INFINITY;
     }
 }
 
-static exr_status p_sample(exr_selector *b, size_t n, size_t count, size_t *idx, float *w,
-                           double *scratch)
+static void weights_of(const prio_sel *s, size_t count, const size_t *idx, float *w)
+{
+    sync(s);
+    for (size_t b = 0; b < count; b++)
+        w[b] = exr_sumtree_get(&s->tree, idx[b]);
+    weights_from_leaves(exr_sumtree_min(&s->tree), s->beta, count, w, w);
+}
+
+static void weights_post(const exr_wpost *p, size_t count, float *w)
+{
+    weights_from_leaves(p->lo, p->beta, count, w, w);
+}
+
+static exr_status p_sample_post(exr_selector *b, size_t n, size_t count, size_t *idx, float *w,
+                                double *scratch, exr_wpost *post)
 {
     prio_sel *s = (prio_sel *)b;
     sync(s);
     if (n == 0 || !(exr_sumtree_total(&s->tree) > 0))
         return EXR_EEMPTY;
     exr_sumtree_sample(&s->tree, &b->rng, count, idx, scratch);
-    weights_of(s, count, idx, w);
+    for (size_t k = 0; k < count; k++)
+        w[k] = exr_sumtree_get(&s->tree, idx[k]);
+    *post = (exr_wpost){weights_post, exr_sumtree_min(&s->tree), s->beta};
     return EXR_OK;
+}
+
+static exr_status p_sample(exr_selector *b, size_t n, size_t count, size_t *idx, float *w,
+                           double *scratch)
+{
+    exr_wpost post;
+    exr_status st = p_sample_post(b, n, count, idx, w, scratch, &post);
+    if (st == EXR_OK)
+        weights_post(&post, count, w);
+    return st;
 }
 
 static void p_weights(const exr_selector *b, size_t n, size_t count, const size_t *idx, float *w)
@@ -354,7 +397,10 @@ const exr_selector_vtable exr_sel_prioritized = {
     .flush = p_flush,
     .update = p_update,
     .update_many = p_update_many,
+    .stored_power = p_stored_power,
+    .update_many_stored = p_update_many_stored,
     .sample = p_sample,
+    .sample_post = p_sample_post,
     .weights = p_weights,
     .stats = p_stats,
     .stored = p_stored,

@@ -23,6 +23,14 @@ typedef struct exr_selector exr_selector;
 struct exr_out;
 struct exr_in;
 
+/* What turns the values a sample_post() draw left in w[] into its weights,
+ * with no lock held: fn (NULL: w[] holds the weights already) and the
+ * selector's numbers it needs, copied under the lock. */
+typedef struct exr_wpost {
+    void (*fn)(const struct exr_wpost *p, size_t count, float *w);
+    double lo, beta;
+} exr_wpost;
+
 #define EXR_SEL_MAXPARAMS 4
 
 typedef struct {
@@ -60,10 +68,23 @@ typedef struct {
      * update() calls in order would leave them. scratch holds count size_t. */
     void (*update_many)(exr_selector *s, size_t count, const size_t *idx, const double *prio,
                         size_t *scratch);
+    /* Optional (NULL: none): the exponent a of the stored form p ** a
+     * (powa.h) of this selector's priorities, fixed for its life; and
+     * update_many() given stored[k] = exr_pow_leaf(prio[k], a) as well,
+     * computed by the caller before it took the lock. */
+    double (*stored_power)(const exr_selector *s);
+    void (*update_many_stored)(exr_selector *s, size_t count, const size_t *idx,
+                               const double *prio, const float *stored, size_t *scratch);
     /* count draws from n picks into idx[], weights into w[]. scratch holds
      * count doubles. EXR_EEMPTY when nothing can be drawn. */
     exr_status (*sample)(exr_selector *s, size_t n, size_t count, size_t *idx, float *w,
                          double *scratch);
+    /* Optional (NULL: sample() is used): sample(), except that w[] may be
+     * left holding values that post->fn, called later with no lock held,
+     * turns into the weights sample() gives (post->fn = NULL: they are
+     * weights already). Draws of one lock hold get the same *post. */
+    exr_status (*sample_post)(exr_selector *s, size_t n, size_t count, size_t *idx, float *w,
+                              double *scratch, exr_wpost *post);
     /* Weights of given picks, as sample() would give them. */
     void (*weights)(const exr_selector *s, size_t n, size_t count, const size_t *idx, float *w);
     /* Over n picks: *total = sum of the draw weights (p^alpha; n for uniform),
