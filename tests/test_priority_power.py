@@ -100,3 +100,30 @@ def test_selectors_of_different_alphas_taking_turns():
         buf.set_priority(pr, np.full(len(pos), h), pos, 0.25)  # one priority for every pick
         assert buf._priority(pr, np.full(len(pos), h), pos).tolist() == [_leaf(0.25, alpha)] * len(pos)
     buf._check()
+
+
+def test_recorded_priorities_under_selectors_of_different_alphas():
+    """A record call computes its priorities' p ** alpha before it takes the
+    lock, with the alpha the first prioritized selector had at the last call
+    (a guess, checked against each selector under the lock): every
+    selector still stores its own alpha's bits of the recorded float32."""
+    rng = np.random.default_rng(3)
+    buf = exreplay.ExperienceReplay((1,), capacity=10_000, pick_len=1, seed=0)
+    sels = [(buf.new_pick_selector(P, alpha=0.6), 0.6)]
+    for rnd in range(8):
+        if rnd == 3:
+            sels.append((buf.new_pick_selector(P, alpha=2.5), 2.5))
+            buf.new_pick_selector(exreplay.PickSelectorClass.Uniform)
+        if rnd == 5:  # the first selector is now of another alpha
+            buf.remove_pick_selector(sels.pop(0)[0])
+        n = int(rng.integers(1, 300))
+        p = np.exp(rng.uniform(-30, 30, n))
+        h = buf.record_many(None, np.zeros((n, 1), np.float32), np.zeros(n, np.int64),
+                            np.zeros(n, np.float32), terminated=True,
+                            priorities=None if rnd == 4 else p)
+        for sel, alpha in sels:
+            got = buf._priority(sel, np.full(n, h), np.arange(n)).tolist()
+            if rnd != 4:
+                assert got == [_leaf(float(np.float32(min(v, 3.4028234663852886e38))), alpha)
+                               for v in p]
+    buf._check()
