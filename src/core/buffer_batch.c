@@ -362,7 +362,8 @@ static bool out_ok(const exr_buffer *b, const exr_batch_out *out)
     return true;
 }
 
-/* Selector e's draws into sc->idx and out->weight, a pick not published
+/* Selector e's draws into sc->idx and out->weight (or what sc->post turns
+ * into the weights after the lock: sample_locked), a pick not published
  * yet drawn again. Lock held shared. 1: drawn, *st the status; 0: (nearly)
  * every pick drawn is still being copied in (wait for a publish, draw
  * again); -1 (only if nowait): the selector's mutex is taken, nothing drawn. */

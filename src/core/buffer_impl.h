@@ -44,7 +44,9 @@ typedef struct exr_reader {
  *
  *   rw        the storage lock: everything below unless noted. Taken shared
  *             by get_batch and set_priority (they read the tables and change
- *             only their own selector), exclusive by everything else.
+ *             only their own selector) and by a record call publishing rows
+ *             it copied unlocked (busy and writers: atomics), exclusive by
+ *             everything else.
  *   res_mu    new_episode's reservations (res_* below, and next_handle
  *             while rw is not held exclusively): taken alone by
  *             new_episode, or with rw exclusive (buffer_reserve.c).
