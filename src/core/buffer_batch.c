@@ -310,6 +310,14 @@ static bool copy_under_hold(const exr_buffer *b, size_t count)
     return count <= SMALL_BATCH && (!rows || b->lay.row_bytes <= HOLD_COPY_BYTES / rows);
 }
 
+/* The weights' last step, when the draw left one (sample_locked): with
+ * the lock let go. */
+static void weights_after_lock(const batch_scratch *sc, size_t count, exr_batch_out *out)
+{
+    if (sc->post.fn)
+        sc->post.fn(&sc->post, count, out->weight);
+}
+
 /* Plans under the lock, copies under it (copy_under_hold) or without it,
  * and lets go of it. ph (NULL: not wanted) gets the time of each phase. */
 static exr_status finish_batch(exr_buffer *b, size_t count, batch_scratch *sc,
@@ -323,15 +331,13 @@ static exr_status finish_batch(exr_buffer *b, size_t count, batch_scratch *sc,
     if (!hold) {
         pin_locked(b, &me);
         exr_buffer_unlock(b);
-        if (sc->post.fn)
-            sc->post.fn(&sc->post, count, out->weight);
+        weights_after_lock(sc, count, out);
     }
     uint64_t t1 = ph ? now_ns() : 0;
     copy_batch(b, count, sc->plans, out, heat != WARM && !small_rows(b, count));
     if (hold) {
         exr_buffer_unlock(b);
-        if (sc->post.fn)
-            sc->post.fn(&sc->post, count, out->weight);
+        weights_after_lock(sc, count, out);
     } else {
         unpin(b, &me);
     }

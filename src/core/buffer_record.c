@@ -503,17 +503,20 @@ static exr_status record_steps_locked(exr_buffer *b, int64_t h, const exr_steps 
     return st;
 }
 
+/* Whether a record call is copying into episode h. */
+static bool busy_locked(const exr_buffer *b, int64_t h)
+{
+    EXR_ASSERT_EXCLUSIVE(b);
+    uint32_t s = exr_episodes_find(&b->eps, h);
+    return s != EXR_NIL && b->eps.slab[s].busy;
+}
+
 /* Waits (the lock released meanwhile) until no record call copies into
  * episode h, so that rollouts into one episode stay contiguous and in order. */
 static void wait_not_busy_locked(exr_buffer *b, int64_t h)
 {
-    EXR_ASSERT_EXCLUSIVE(b);
-    for (;;) {
-        uint32_t s = exr_episodes_find(&b->eps, h);
-        if (s == EXR_NIL || !b->eps.slab[s].busy)
-            return;
+    while (busy_locked(b, h))
         wait_publish(b, false);
-    }
 }
 
 void exr_buffer_quiesce_locked(exr_buffer *b)
@@ -590,12 +593,19 @@ static bool defer_copy(const exr_buffer *b, bool big, bool contended, size_t byt
     return !b->hook && (big || (contended && bytes >= EXR_COPY_UNLOCKED_CONTENDED));
 }
 
+/* Whether in's rows take EXR_COPY_UNLOCKED bytes or more (*bytes: how
+ * many, when that fits in a size_t). */
+static bool rollout_big(const exr_buffer *b, const exr_steps *in, size_t *bytes)
+{
+    return !exr_mul_size(in->T, b->lay.row_bytes, bytes) || *bytes >= EXR_COPY_UNLOCKED;
+}
+
 exr_status exr_buffer_record(exr_buffer *b, int64_t h, const exr_steps *in, int64_t *out_h)
 {
     if (!steps_ok(b, in))
         return EXR_EINVAL;
     size_t bytes;
-    bool big = !exr_mul_size(in->T, b->lay.row_bytes, &bytes) || bytes >= EXR_COPY_UNLOCKED;
+    bool big = rollout_big(b, in, &bytes);
     bool defer = defer_copy(b, big, exr_buffer_lock_contended(b), bytes);
     wait_not_busy_locked(b, h);
     rec_plan plan;
@@ -615,13 +625,11 @@ exr_status exr_buffer_record_nowait(exr_buffer *b, int64_t h, const exr_steps *i
 {
     *done = false;
     size_t bytes;
-    if (!steps_ok(b, in) || !exr_mul_size(in->T, b->lay.row_bytes, &bytes) ||
-        bytes >= EXR_COPY_UNLOCKED || !exr_buffer_trylock(b))
+    if (!steps_ok(b, in) || rollout_big(b, in, &bytes) || !exr_buffer_trylock(b))
         return EXR_OK;
-    uint32_t s = exr_episodes_find(&b->eps, h);
     /* a log's hook may wait for its writer thread (the binding throttles
      * first, without the GIL), and a busy episode for its copy */
-    if (b->hook || (s != EXR_NIL && b->eps.slab[s].busy)) {
+    if (b->hook || busy_locked(b, h)) {
         exr_buffer_unlock(b);
         return EXR_OK;
     }
