@@ -205,11 +205,14 @@ static inline bool pick_visible_locked(const exr_buffer *b, size_t i)
 }
 
 /* count draws of selector s: the weights, or what post->fn turns into them
- * once the lock is let go (sample_post: selector.h). */
+ * once the lock is let go (sample_post: selector.h). s->mu held; the draw
+ * prefetches the drawn picks' table entries (selector.h, entries). */
 static inline exr_status sample_locked(exr_buffer *b, exr_selector *s, size_t count, size_t *idx,
                                        float *w, double *scratch, exr_wpost *post)
 {
     EXR_ASSERT_LOCKED(b);
+    _Static_assert(sizeof(exr_pick) == 8, "selector.h's entries are 8 bytes each");
+    s->entries = b->picks.v;
     if (s->vt->sample_post)
         return s->vt->sample_post(s, b->picks.n, count, idx, w, scratch, post);
     post->fn = NULL;

@@ -287,8 +287,10 @@ static exr_status p_sample_post(exr_selector *b, size_t n, size_t count, size_t 
     if (n == 0 || !(exr_sumtree_total(&s->tree) > 0))
         return EXR_EEMPTY;
     exr_sumtree_sample(&s->tree, &b->rng, count, idx, scratch);
-    for (size_t k = 0; k < count; k++)
+    for (size_t k = 0; k < count; k++) {
+        exr_sel_prefetch(b, idx[k]);
         w[k] = exr_sumtree_get(&s->tree, idx[k]);
+    }
     *post = (exr_wpost){weights_post, exr_sumtree_min(&s->tree), s->beta};
     return EXR_OK;
 }

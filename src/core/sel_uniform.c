@@ -44,6 +44,7 @@ static exr_status u_sample(exr_selector *s, size_t n, size_t count, size_t *idx,
     exr_rng g = s->rng;
     for (size_t b = 0; b < count; b++) {
         idx[b] = (size_t)exr_rng_below(&g, n);
+        exr_sel_prefetch(s, idx[b]);
         w[b] = 1.0f;
     }
     s->rng = g;

@@ -106,7 +106,21 @@ struct exr_selector {
     const exr_selector_vtable *vt;
     exr_rng rng;
     pthread_mutex_t mu; /* a draw or an update under the shared lock (buffer_batch.c) */
+    /* The buffer's pick table, set (mu held) before each draw of get_batch;
+     * NULL: none. sample() prefetches the 8-byte entry of each pick as it
+     * draws it (exr_sel_prefetch): the batch reads those entries next, and
+     * their misses then overlap the rest of the draw. */
+    const void *entries;
 };
+
+/* Prefetches (into L2) the pick-table entry of pick i, when s->entries is
+ * set. Always inlined: GCC may delete calls of a function that only
+ * prefetches (batch_copy.c). */
+static inline __attribute__((always_inline)) void exr_sel_prefetch(const exr_selector *s, size_t i)
+{
+    if (s->entries)
+        __builtin_prefetch((const char *)s->entries + 8 * i, 0, 2);
+}
 
 /* Selector kinds by their public number (PickSelectorClass). */
 extern const exr_selector_vtable *const exr_selector_kinds[];
