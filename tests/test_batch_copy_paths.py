@@ -109,6 +109,8 @@ def test_cold_buffer(layout):
     u = buf.new_pick_selector(0)
     for _ in range(3):
         _check(buf, buf.get_batch(3000, u))
+    for n in (1, 32, 45, 64):
+        _check(buf, buf.get_batch(n, u))
 
 
 @pytest.mark.parametrize("simd", [True, False], ids=["simd", "scalar"])
@@ -144,11 +146,17 @@ PLAN_LANES = [
 ]
 
 
+# batch sizes: small ones (eight-pick groups and a tail, or only a tail), large ones
+SIZES = (1, 7, 32, 45, 64, 65, 72, 1003)
+
+
 @pytest.mark.parametrize("shape,dtype,pick_len,lengths", PLAN_LANES, ids=lambda x: str(x))
 def test_plan_lanes(shape, dtype, pick_len, lengths):
-    """A batch of more than 64 picks from a buffer that stays in cache is planned
-    eight picks at a time with AVX-512 where the machine has it (plan_simd.c),
-    else pick by pick: both give the same batches (and the recorded steps), for
+    """A batch from a buffer that stays in cache is planned eight picks at a time
+    with AVX-512 where the machine has it (plan_simd.c; the picks past the last
+    eight pick by pick), else pick by pick: both give the same batches (and the
+    recorded steps), small ones (at most 64 picks, copied under the shared hold)
+    and large ones, for
     picks in fixed-size segments, across segment boundaries, and at the end of
     ended, terminated and open episodes (the mark a drawn episode gets included:
     evicting with second chance then takes the same episodes)."""
@@ -167,16 +175,17 @@ def test_plan_lanes(shape, dtype, pick_len, lengths):
                 else:
                     buf.record_many(None, st, ac, rw, terminated=i % 3 == 1)
             u = buf.new_pick_selector(0)
-            out[simd] = [buf.get_batch(n, u) for n in (65, 72, 1003)]
+            out[simd] = [buf.get_batch(n, u) for n in SIZES]
             if simd:
-                _check(buf, out[simd][2])
+                for b in out[simd]:
+                    _check(buf, b)
             # evicts by second chance, which reads the marks the draws left
             buf.record_many(None, st[: len(st) // 2 + 1], ac[: len(st) // 2 + 1], rw[: len(st) // 2 + 1])
             out[simd].append(sorted(set(buf._picks()[0].tolist())))
         finally:
             _core._set_copy_simd(old)
-    for x, y in zip(out[True][:3], out[False][:3]):
+    for x, y in zip(out[True][:-1], out[False][:-1]):
         for name in ("state", "state_next", "action", "reward", "seq_len", "seq_len_next",
                      "pick_epi", "pick_pos", "weight"):
             assert np.array_equal(getattr(x, name), getattr(y, name)), name
-    assert out[True][3] == out[False][3]
+    assert out[True][-1] == out[False][-1]

@@ -67,19 +67,22 @@ static inline const void *segs_link(const exr_store_layout *L, const exr_episode
     return &slab[pk->slot].body->segs[k];
 }
 
-/* Resolves the chosen picks idx[0..count) into plans and metadata, and marks
- * their episodes sampled. Lock held.
+/* Resolves the chosen picks, their table entries ent[0..count) (gathered:
+ * gather_entries_locked), into plans and metadata, and marks their
+ * episodes sampled. Lock held.
  *
  * A pick is a chain of dependent loads: its table entry, its episode slot,
- * the segment pointer in the episode's body, its rows. The batch goes
- * through the chain in chunks of C picks, one link at a time for the whole
- * chunk (prefetch every entry, then every slot, then every segment pointer,
- * then resolve), so the misses of a chunk's picks overlap instead of
- * following one another; the next chunk's entries are prefetched while this
- * one is resolved. This walk is for a buffer whose tables and rows do not
- * stay in cache (heat > WARM, batch_heat_locked): in a small one every link
- * is a cache hit, and the three extra passes only cost instructions (~1.7
- * of get_5000's 11 ns a pick of planning at N = 2048, benchmarks/c/phases.c).
+ * the segment pointer in the episode's body, its rows. The entries come
+ * first: the draw prefetched each as it drew it (selector.h, entries), and
+ * gather_entries_locked loads them all before any is used. The batch then
+ * goes through the rest of the chain in chunks of C picks, one link at a
+ * time for the whole chunk (prefetch every slot, then every segment
+ * pointer, then resolve), so the misses of a chunk's picks overlap instead
+ * of following one another. This walk is for a buffer whose tables and
+ * rows do not stay in cache (heat > WARM, batch_heat_locked): in a small
+ * one every link is a cache hit, and the two extra passes only cost
+ * instructions (~1.7 of get_5000's 11 ns a pick of planning at N = 2048,
+ * benchmarks/c/phases.c).
  *
  * The rows of a pick are prefetched as soon as they are known when the
  * batch is small (its copy follows at once and finds them in cache) or the
@@ -121,12 +124,12 @@ static bool rows_now(const exr_buffer *b, size_t count, batch_heat heat)
     return small_rows(b, count) || (heat == FAR && pick_bytes <= 46 * 64);
 }
 
-/* The plan's walk over chunks of C picks, entry i of the batch being
- * ent[i] when `gathered` (gather_entries_locked), else ent[idx[i]] (ent the
- * table). Always inlined, so that each caller gets a loop of its own. */
+/* The plan's walk over chunks of C picks, eight picks at a time (lanes:
+ * plan_simd.c) or one at a time. Always inlined, so that each caller gets
+ * a loop of its own. */
 static inline __attribute__((always_inline)) void
-plan_walk_locked(exr_buffer *b, size_t count, const exr_pick *ent, const size_t *idx,
-                 bool gathered, bool lanes, plan_t *plans, exr_batch_out *out, batch_heat heat)
+plan_walk_locked(exr_buffer *b, size_t count, const exr_pick *ent, bool lanes, plan_t *plans,
+                 exr_batch_out *out, batch_heat heat)
 {
     enum { C = 32 };
     const exr_store_layout lay = b->lay, *L = &lay;
@@ -135,33 +138,27 @@ plan_walk_locked(exr_buffer *b, size_t count, const exr_pick *ent, const size_t 
     int64_t *epi = out->pick_epi, *pos = out->pick_pos, *len = out->seq_len,
             *len_next = out->seq_len_next;
     bool cold = heat != WARM, now = rows_now(b, count, heat);
-#define ENT(i) (&ent[gathered ? (i) : idx[i]])
-    for (size_t i = 0; !gathered && cold && i < count && i < C; i++)
-        __builtin_prefetch(ENT(i), 0, 2);
     for (size_t c0 = 0; c0 < count; c0 += C) {
         size_t c1 = c0 + C < count ? c0 + C : count;
         for (size_t i = c0; cold && i < c1; i++)
-            __builtin_prefetch(&slab[ENT(i)->slot]);
-        for (size_t i = c1; !gathered && cold && i < count && i < c1 + C; i++)
-            __builtin_prefetch(ENT(i), 0, 2);
+            __builtin_prefetch(&slab[ent[i].slot]);
         for (size_t i = c0; cold && i < c1; i++)
-            __builtin_prefetch(segs_link(L, slab, ENT(i)));
+            __builtin_prefetch(segs_link(L, slab, &ent[i]));
         size_t i = lanes ? plan8_locked(b, c0, c1, ent, plans, out, now) : c0;
         for (; i < c1; i++) {
-            plan_pick_locked(L, slab, pick_len, ENT(i), &plans[i], &epi[i], &pos[i], &len[i],
+            plan_pick_locked(L, slab, pick_len, &ent[i], &plans[i], &epi[i], &pos[i], &len[i],
                              &len_next[i]);
             if (now)
                 prefetch_plan(L, &plans[i]);
         }
     }
-#undef ENT
 }
 
-/* A large batch's picks' table entries, in draw order, into ent: loads
- * that do not depend on one another, so that their misses (the table is
- * read at random) overlap as far as the core allows; the walk then reads
- * them in order. Planning from the table directly, each entry's load
- * heads a pick's chain of dependent loads, and a chain waits for it. */
+/* The batch's picks' table entries, in draw order, into ent: loads that do
+ * not depend on one another, so that their misses (the table is read at
+ * random) overlap as far as the core allows; the walk then reads them in
+ * order. Planning from the table directly, each entry's load heads a
+ * pick's chain of dependent loads, and a chain waits for it. */
 static void gather_entries_locked(const exr_buffer *b, size_t count, const size_t *idx,
                                   exr_pick *ent)
 {
@@ -171,23 +168,20 @@ static void gather_entries_locked(const exr_buffer *b, size_t count, const size_
         ent[i] = pv[idx[i]];
 }
 
-/* ent: NULL for a batch of at most SMALL_BATCH picks (planned from the
- * table), else room for count entries (gather_entries_locked). */
+/* ent: room for count entries (gather_entries_locked). Eight picks at a
+ * time (plan_simd.c) where the machine can, a small batch's too: a
+ * get_batch(32) from 1,000 records (in cache) took 0.79-0.88x the time
+ * planned from the table pick by pick, and at N = 1M, both with the
+ * draw's prefetches, 0.94-0.98x (benchmarks/c/, paired). */
 static void plan_batch_locked(exr_buffer *b, size_t count, const size_t *idx, exr_pick *ent,
                               plan_t *plans, exr_batch_out *out, batch_heat heat)
 {
     EXR_ASSERT_LOCKED(b);
-    if (ent) {
-        gather_entries_locked(b, count, idx, ent);
-        /* eight picks at a time (plan_simd.c), but for a batch whose
-         * rows the plan prefetches all of (small_rows) */
-        if (!small_rows(b, count) && plan8_usable())
-            plan_walk_locked(b, count, ent, idx, true, true, plans, out, heat);
-        else
-            plan_walk_locked(b, count, ent, idx, true, false, plans, out, heat);
-    } else {
-        plan_walk_locked(b, count, b->picks.v, idx, false, false, plans, out, heat);
-    }
+    gather_entries_locked(b, count, idx, ent);
+    if (plan8_usable())
+        plan_walk_locked(b, count, ent, true, plans, out, heat);
+    else
+        plan_walk_locked(b, count, ent, false, plans, out, heat);
     if (out->pick_index)
         for (size_t i = 0; i < count; i++)
             out->pick_index[i] = (int64_t)idx[i];
@@ -240,11 +234,12 @@ typedef struct {
     size_t *idx;
     plan_t *plans;
     double *scratch;
-    exr_pick *ents; /* the drawn picks' entries (plan_batch_locked); NULL when small */
+    exr_pick *ents; /* the drawn picks' entries (gather_entries_locked) */
     exr_wpost post; /* the weights' last step, after the lock (sample_locked) */
     size_t small_idx[SMALL_BATCH];
     plan_t small_plans[SMALL_BATCH];
     double small_scratch[SMALL_BATCH];
+    exr_pick small_ents[SMALL_BATCH];
 } batch_scratch;
 
 static exr_status scratch_alloc(batch_scratch *s, size_t count)
@@ -254,7 +249,7 @@ static exr_status scratch_alloc(batch_scratch *s, size_t count)
         s->idx = s->small_idx;
         s->plans = s->small_plans;
         s->scratch = s->small_scratch;
-        s->ents = NULL;
+        s->ents = s->small_ents;
         return EXR_OK;
     }
     size_t a, p;
