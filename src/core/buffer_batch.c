@@ -137,7 +137,7 @@ plan_walk_locked(exr_buffer *b, size_t count, const exr_pick *ent, bool lanes, p
     exr_episode *slab = b->eps.slab;
     int64_t *epi = out->pick_epi, *pos = out->pick_pos, *len = out->seq_len,
             *len_next = out->seq_len_next;
-    bool cold = heat != WARM, now = rows_now(b, count, heat);
+    bool cold = heat != WARM, now = cold && rows_now(b, count, heat);
     for (size_t c0 = 0; c0 < count; c0 += C) {
         size_t c1 = c0 + C < count ? c0 + C : count;
         for (size_t i = c0; cold && i < c1; i++)
