@@ -16,6 +16,7 @@
 #   make bench-quick  every benchmark at a few small sizes: a smoke run of seconds (part of `make test`)
 #   make bench-phases get_batch's phases (draw, plan, copy) per pick next to the floor, in C (benchmarks/c/)
 #   make bench-draw   the prioritized sum-tree draw alone, ns per draw (benchmarks/c/draw.c)
+#   make build/ab-core build/ab-NAME.so  get_batch of two trees' cores in one process, paired (benchmarks/c/ab_core.c)
 #   make demo     Ape-X DQN on CartPole on a local Ray cluster (python -m exreplay.examples.apex_cartpole),
 #                 logging every experience (--log build/demo-log), then the merged log's info and tail
 #   make fuzz-log a long mutation fuzz of the experience log reader (tests/test_fuzz_log.py)
@@ -269,6 +270,23 @@ build/bench-draw: benchmarks/c/draw.c $(CORE_SRC) $(CORE_HDR) | zlib
 bench-draw: build/bench-draw
 	./build/bench-draw 1000000 2000 15
 	./build/bench-draw 10000 2000 15
+
+# get_batch of two trees' cores in one process (benchmarks/c/ab_core.c):
+#   make build/ab-base.so AB_TREE=/path/to/base/tree; make build/ab-after.so build/ab-core
+#   build/ab-core build/ab-base.so build/ab-after.so N B REPS [KIND]
+# build/ab-NAME.so is the core of AB_TREE (default: this tree), rebuilt every time.
+AB_TREE ?= .
+build/ab-%.so: benchmarks/c/ab_core.c FORCE | zlib
+	@mkdir -p build
+	$(CTEST_CC) -std=c11 -O3 -flto=auto -fPIC -shared -DAB_CORE_LIB -Wall -Wextra -Werror -pthread \
+	  -I$(AB_TREE)/src/core -o $@ $< $(sort $(wildcard $(AB_TREE)/src/core/*.c)) -lz -lm
+
+FORCE:
+.PHONY: FORCE
+
+build/ab-core: benchmarks/c/ab_core.c
+	@mkdir -p build
+	$(CTEST_CC) -std=c11 -O2 -Wall -Wextra -Werror -o $@ $< -ldl
 
 # RLlib: docs/benchmarks.md section "RLlib" (via report.py) from benchmarks/results/rllib.json.
 BENCH_RLLIB_ARGS ?=
