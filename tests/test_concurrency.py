@@ -107,6 +107,27 @@ def test_set_priority_batch_form_stale_indices_fall_back():
     buf._check()
 
 
+@pytest.mark.parametrize("stale_first", [True, False])
+def test_set_priority_batch_form_duplicate_with_stale_index(stale_first):
+    """One pick twice in a batch, once with its true index and once with a
+    stale one (found through the map instead): the later one in the call
+    still wins, as in the handle form."""
+    buf, pr = _filled(ExperienceReplay)
+    twin, tpr = _filled(ExperienceReplay)
+    b = buf.get_batch(6, pr)
+    bt = twin.get_batch(6, tpr)
+    for arr in (b.pick_epi, b.pick_pos, b.pick_index, bt.pick_epi, bt.pick_pos):
+        arr[3] = arr[1]
+    stale = 1 if stale_first else 3
+    b.pick_index[stale] = (b.pick_index[stale] + 7) % buf.num_picks  # another pick's slot
+    p = np.array([1.0, 5.0, 2.0, 7.0, 3.0, 4.0])
+    assert buf.set_priority(pr, b, p) == twin.set_priority(tpr, bt.pick_epi, bt.pick_pos, p) == 6
+    e, q = buf._picks()
+    assert np.array_equal(buf._priority(pr, e, q), twin._priority(tpr, e, q))
+    assert buf._priority(pr, b.pick_epi[1:2], b.pick_pos[1:2])[0] == 7.0  # alpha 1
+    buf._check()
+
+
 def test_set_priority_batch_form_after_selector_churn():
     """Selectors created and removed between the draw and the update: the
     indices are the table's, shared by every selector, and stay valid."""
@@ -259,9 +280,20 @@ def test_reserve_copy_publish_from_many_threads(eviction):
         rng = np.random.default_rng(seed)
         while not run.stop.is_set():
             b = buf.get_batch(64, pr)
-            n = buf.set_priority(pr, b, rng.uniform(0.01, 5.0, 64))
+            p = rng.uniform(0.01, 5.0, 64)
+            n = buf.set_priority(pr, b, p)
             assert 0 <= n <= 64
             run.counts["applied"] += n
+            # nobody else sets pr's priorities and a pick never comes back:
+            # a pick still held reads back the last priority given to it
+            last = {(e, q): k for k, (e, q) in enumerate(zip(b.pick_epi, b.pick_pos))}
+            for (e, q), k in list(last.items())[:8]:
+                try:
+                    got = buf._priority(pr, [e], [q])[0]
+                except ValueError:
+                    continue  # evicted meanwhile
+                assert got == pytest.approx(p[k] ** 0.7, rel=1e-6), (e, q, got, p[k])
+                run.counts["read back"] += 1
 
     def churner(seed):
         rng = random.Random(seed)
@@ -304,7 +336,7 @@ def test_reserve_copy_publish_from_many_threads(eviction):
     buf._check()
     c = run.counts
     assert c["records"] > buf.capacity and c["batches"] > 0 and c["applied"] > 0, c
-    assert c["churn"] > 0, c
+    assert c["churn"] > 0 and c["read back"] > 0, c
     # every episode: rollouts contiguous and in order
     for h in buf._handles():
         ok, t, tag = _frame_ok(buf.episode(h).state)

@@ -38,6 +38,7 @@
 
 #include "buffer.h"
 #include "codec.h"
+#include "powa.h"
 
 /* a state: W words; word 0 the rollout id, 1 the step, 2 the rollout's
  * length, the rest a function of the three (a torn row shows) */
@@ -359,6 +360,19 @@ static void *updater(void *arg)
         exr_buffer_unlock(g_buf);
         if (s != EXR_OK)
             BAD("stored priority: status %d", (int)s);
+        /* nobody else updates this selector, and a pick never comes back:
+         * a pick still there holds the last priority this call gave it */
+        for (int i = 0; i < B && s == EXR_OK; i++) {
+            int j = B - 1;
+            while (bt->epi[j] != bt->epi[i] || bt->pos[j] != bt->pos[i])
+                j--;
+            if (!isnan(stored[i]) && stored[i] != (double)exr_pow_leaf(p[j], 0.6)) {
+                BAD("set_priority (%s): pick (%lld, %lld) holds %g, not %g ** 0.6",
+                    hinted ? "batch form" : "handles", (long long)bt->epi[i],
+                    (long long)bt->pos[i], stored[i], p[j]);
+                break;
+            }
+        }
     }
     free(bt);
     return NULL;
