@@ -255,7 +255,7 @@ bench-quick: build bench-deps
 # get_batch's time by phase (benchmarks/c/phases.c, linked against src/core
 # with the release build's flags): PHASES_REPS repetitions of each case.
 PHASES_REPS ?= 31
-build/bench-phases: benchmarks/c/phases.c $(CORE_SRC) $(CORE_HDR) | zlib
+build/bench-phases: benchmarks/c/phases.c benchmarks/c/batch_out.h $(CORE_SRC) $(CORE_HDR) | zlib
 	@mkdir -p build
 	$(CTEST_CC) -std=c11 -O3 -flto=auto -Wall -Wextra -Werror -pthread -Isrc/core -o $@ $< $(CORE_SRC) -lz -lm
 
@@ -276,7 +276,7 @@ bench-draw: build/bench-draw
 #   build/ab-core build/ab-base.so build/ab-after.so N B REPS [KIND]
 # build/ab-NAME.so is the core of AB_TREE (default: this tree), rebuilt every time.
 AB_TREE ?= .
-build/ab-%.so: benchmarks/c/ab_core.c FORCE | zlib
+build/ab-%.so: benchmarks/c/ab_core.c benchmarks/c/batch_out.h FORCE | zlib
 	@mkdir -p build
 	$(CTEST_CC) -std=c11 -O3 -flto=auto -fPIC -shared -DAB_CORE_LIB -Wall -Wextra -Werror -pthread \
 	  -I$(AB_TREE)/src/core -o $@ $< $(sort $(wildcard $(AB_TREE)/src/core/*.c)) -lz -lm

@@ -30,6 +30,7 @@
 
 #ifdef AB_CORE_LIB
 #include "buffer.h"
+#include "batch_out.h"
 
 static uint64_t now_ns(void)
 {
@@ -89,16 +90,7 @@ void ab_setup(size_t n, size_t B, int kind)
     exr_buffer_unlock(g_buf);
     fill(n, kind);
     g_B = B;
-    g_out.state = zalloc(B * SB);
-    g_out.state_next = zalloc(B * SB);
-    g_out.action = zalloc(B * 8);
-    g_out.reward = zalloc(B * 4);
-    g_out.seq_len = zalloc(B * 8);
-    g_out.seq_len_next = zalloc(B * 8);
-    g_out.pick_epi = zalloc(B * 8);
-    g_out.pick_pos = zalloc(B * 8);
-    g_out.weight = zalloc(B * 4);
-    g_out.pick_index = zalloc(B * 8);
+    batch_out_alloc(&g_out, B, 1, SB, zalloc);
 }
 
 /* ns a call, over `calls` calls */

@@ -34,6 +34,7 @@
 #include "buffer_impl.h"
 #include "floor.h"
 #include "rng.h"
+#include "batch_out.h"
 
 typedef struct {
     const char *name;
@@ -122,16 +123,7 @@ static void run_case(const bench_case *c, size_t reps)
     exr_buffer *b = filled(c, &sel);
     size_t B = c->B, L = c->L, n = c->n, sb = c->sb;
     exr_batch_out o = {0};
-    o.state = big_alloc(B * L * sb);
-    o.state_next = big_alloc(B * L * sb);
-    o.action = big_alloc(B * L * 8);
-    o.reward = big_alloc(B * L * 4);
-    o.seq_len = big_alloc(B * 8);
-    o.seq_len_next = big_alloc(B * 8);
-    o.pick_epi = big_alloc(B * 8);
-    o.pick_pos = big_alloc(B * 8);
-    o.weight = big_alloc(B * 4);
-    o.pick_index = big_alloc(B * 8);
+    batch_out_alloc(&o, B, L, sb, big_alloc);
     unsigned char *rows = big_alloc(n * sb);
     void *fst = big_alloc(B * L * sb), *fnx = big_alloc(B * L * sb);
     enum { POOL = 8 };
