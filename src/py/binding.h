@@ -69,24 +69,26 @@ typedef struct {
      * them (arrays.c, "spare arrays"). Used with the GIL held. */
     PyObject *spare[2][EXR_SPARE_ARRAYS];
     int spare_next;
-    /* calls on this buffer between releasing the GIL and taking it back
-     * (EXR_NOGIL_BEGIN/END): another thread's record, get_batch or
-     * set_priority that will want the GIL back. Changed and read only with
-     * the GIL held, so a plain int. */
-    int nogil_calls;
 } ReplayObject;
 
-/* Py_BEGIN/END_ALLOW_THREADS around a call on self's buffer, counted in
- * self->nogil_calls: a small call that could keep the GIL does not while
- * another thread's call is out (docs/design.md, "The binding's one idiom"). */
-#define EXR_NOGIL_BEGIN(self)                                                                      \
+/* exreplay calls now out without the GIL, in the whole process (as the GIL
+ * is): each will want the GIL back, so a small call that could keep the GIL
+ * does not while this is not 0 (docs/design.md, "The binding's one idiom").
+ * Changed and read only with the GIL held, so a plain int. */
+extern int exr_nogil_calls;
+/* small calls that did all their work with the GIL held (the test hook
+ * _core._gil_kept reads it); changed only with the GIL held */
+extern unsigned long long exr_gil_kept;
+
+/* Py_BEGIN/END_ALLOW_THREADS counted in exr_nogil_calls: every place where
+ * the binding lets go of the GIL uses these. */
+#define EXR_NOGIL_BEGIN                                                                            \
     {                                                                                              \
-        ReplayObject *nogil_self_ = (self);                                                        \
-        nogil_self_->nogil_calls++;                                                                \
+        exr_nogil_calls++;                                                                         \
         Py_BEGIN_ALLOW_THREADS
 #define EXR_NOGIL_END                                                                              \
         Py_END_ALLOW_THREADS                                                                       \
-        nogil_self_->nogil_calls--;                                                                \
+        exr_nogil_calls--;                                                                         \
     }
 
 /* save() calls its progress callback with the buffer locked: a call back

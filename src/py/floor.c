@@ -90,10 +90,10 @@ PyObject *exr_floor_gather_py(PyObject *module, PyObject *const *args, Py_ssize_
         return NULL;
     }
     size_t row_bytes = (size_t)PyArray_NBYTES(rows) / (size_t)nrows;
-    Py_BEGIN_ALLOW_THREADS
+    EXR_NOGIL_BEGIN
     exr_floor_gather(PyArray_DATA(rows), row_bytes, sv, (size_t)n, (size_t)L,
                      PyArray_DATA((PyArrayObject *)st), PyArray_DATA((PyArrayObject *)nx));
-    Py_END_ALLOW_THREADS
+    EXR_NOGIL_END
     Py_DECREF(starts);
     return Py_BuildValue("(NN)", st, nx);
 }
@@ -231,10 +231,10 @@ PyObject *exr_floor_gather_cols_py(PyObject *module, PyObject *const *args, Py_s
     }
     if (res) {
         const int64_t *sv = PyArray_DATA(starts);
-        Py_BEGIN_ALLOW_THREADS
+        EXR_NOGIL_BEGIN
         exr_floor_gather_cols((size_t)c.nc, c.cols, c.widths, sv, (size_t)n, (size_t)c.L, c.outs,
                               c.nexts);
-        Py_END_ALLOW_THREADS
+        EXR_NOGIL_END
     }
     Py_XDECREF(lo);
     Py_XDECREF(ln);

@@ -206,9 +206,9 @@ static int set_schema(LogObject *self, PyArray_Descr *sd, int snd, const npy_int
     }
     size_t xb = xf ? xf->bytes : 0;
     exr_status st;
-    Py_BEGIN_ALLOW_THREADS
+    EXR_NOGIL_BEGIN
     st = exr_log_set_schema(self->lg, js, len, sb, ab, rb, xb);
-    Py_END_ALLOW_THREADS
+    EXR_NOGIL_END
     if (st != EXR_OK) {
         if (st == EXR_EINVAL)
             log_state_error(st, "log", "an open log whose record layout is this one or unset",
@@ -312,9 +312,9 @@ static int log_open_path(LogObject *self, PyObject *o_path, const exr_log_opts *
     }
     exr_status st;
     const char *cpath = PyBytes_AS_STRING(fspath);
-    Py_BEGIN_ALLOW_THREADS
+    EXR_NOGIL_BEGIN
     st = exr_log_open(cpath, o, overwrite != 0, &self->lg);
-    Py_END_ALLOW_THREADS
+    EXR_NOGIL_END
     Py_DECREF(fspath);
     if (st == EXR_OK)
         return 0;
@@ -411,9 +411,9 @@ static void log_dealloc(LogObject *self)
 {
     PyTypeObject *tp = Py_TYPE(self);
     if (self->lg) {
-        Py_BEGIN_ALLOW_THREADS
+        EXR_NOGIL_BEGIN
         exr_log_free(self->lg);
-        Py_END_ALLOW_THREADS
+        EXR_NOGIL_END
     }
     Py_XDECREF(self->path);
     Py_XDECREF(self->fields);
@@ -500,10 +500,10 @@ static exr_status append_steps(LogObject *self, int64_t h, size_t pos, npy_intp 
                      (fin ? EXR_LOG_FINAL : 0);
     exr_status st = EXR_OK;
     exr_log *lg = self->lg;
-    Py_BEGIN_ALLOW_THREADS
+    EXR_NOGIL_BEGIN
     exr_log_throttle(lg);
     st = exr_log_append_many(lg, h, pos, sp, ap, rp, (size_t)T, fp, endfl);
-    Py_END_ALLOW_THREADS
+    EXR_NOGIL_END
     return st;
 }
 
@@ -565,9 +565,9 @@ static PyObject *log_flush(LogObject *self, PyObject *const *args, Py_ssize_t na
     if (flag_arg(a[0], "sync", &sync) < 0)
         return NULL;
     exr_status st;
-    Py_BEGIN_ALLOW_THREADS
+    EXR_NOGIL_BEGIN
     st = exr_log_flush(self->lg, sync != 0);
-    Py_END_ALLOW_THREADS
+    EXR_NOGIL_END
     if (st != EXR_OK)
         return log_error(st, "flush", self->path);
     Py_RETURN_NONE;
@@ -582,9 +582,9 @@ static PyObject *log_close(LogObject *self, PyObject *unused)
         exr_replay_detach_log(rb);
     }
     exr_status st;
-    Py_BEGIN_ALLOW_THREADS
+    EXR_NOGIL_BEGIN
     st = exr_log_close(self->lg);
-    Py_END_ALLOW_THREADS
+    EXR_NOGIL_END
     if (st != EXR_OK)
         return log_error(st, "close", self->path);
     Py_RETURN_NONE;
@@ -818,9 +818,9 @@ void exr_replay_detach_log(ReplayObject *self)
     LogObject *lo = (LogObject *)self->log;
     exr_log *lg = lo->lg;
     exr_buffer *b = self->buf;
-    Py_BEGIN_ALLOW_THREADS
+    EXR_NOGIL_BEGIN
     exr_log_detach(lg, b);
-    Py_END_ALLOW_THREADS
+    EXR_NOGIL_END
     lo->owner = NULL;
     Py_CLEAR(self->log);
 }

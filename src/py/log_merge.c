@@ -62,9 +62,9 @@ static void merge_release(MergeObject *self)
     if (self->m) {
         exr_merge *m = self->m;
         self->m = NULL;
-        Py_BEGIN_ALLOW_THREADS
+        EXR_NOGIL_BEGIN
         exr_merge_free(m);
-        Py_END_ALLOW_THREADS
+        EXR_NOGIL_END
     }
 }
 
@@ -143,9 +143,9 @@ static PyObject *merge_run(MergeObject *self, PyObject *unused)
     long need = -1;
     exr_status st;
     self->busy = 1;
-    Py_BEGIN_ALLOW_THREADS
+    EXR_NOGIL_BEGIN
     st = exr_merge_run(self->m, &need);
-    Py_END_ALLOW_THREADS
+    EXR_NOGIL_END
     self->busy = 0;
     if (st == EXR_ECORRUPT)
         return PyLong_FromLong(-2);
@@ -218,9 +218,9 @@ static PyObject *adler32_py(PyObject *mod, PyObject *args)
     if (!PyArg_ParseTuple(args, "y*|I:_adler32", &b, &v))
         return NULL;
     uint32_t r;
-    Py_BEGIN_ALLOW_THREADS
+    EXR_NOGIL_BEGIN
     r = exr_adler32(v, b.buf, (size_t)b.len);
-    Py_END_ALLOW_THREADS
+    EXR_NOGIL_END
     PyBuffer_Release(&b);
     return PyLong_FromUnsignedLong(r);
 }

@@ -12,21 +12,24 @@
 #include <math.h>
 #include <structseq.h>
 
+int exr_nogil_calls;
+unsigned long long exr_gil_kept;
+
 void exr_lock_with_gil(exr_buffer *b)
 {
     if (exr_buffer_trylock(b))
         return;
-    Py_BEGIN_ALLOW_THREADS
+    EXR_NOGIL_BEGIN
     exr_buffer_lock(b);
-    Py_END_ALLOW_THREADS
+    EXR_NOGIL_END
 }
 
 void exr_lock_published_with_gil(exr_buffer *b)
 {
     exr_lock_with_gil(b);
-    Py_BEGIN_ALLOW_THREADS
+    EXR_NOGIL_BEGIN
     exr_buffer_quiesce_locked(b);
-    Py_END_ALLOW_THREADS
+    EXR_NOGIL_END
 }
 
 void exr_shape_str(char *buf, size_t len, int nd, const npy_intp *shape)
@@ -373,7 +376,19 @@ static PyObject *set_copy_simd_py(PyObject *module, PyObject *arg)
     return PyBool_FromLong(exr_set_copy_simd(on));
 }
 
+/* _core._gil_kept(): the test hook reading exr_gil_kept. */
+static PyObject *gil_kept_py(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyLong_FromUnsignedLongLong(exr_gil_kept);
+}
+
 static PyMethodDef module_methods[] = {
+    {"_gil_kept", gil_kept_py, METH_NOARGS,
+     "_gil_kept()\n--\n\n"
+     "Test hook: how many small record and get_batch calls so far did all their work\n"
+     "with the GIL held (docs/design.md, \"The binding's one idiom\")."},
     {"_set_stream_min", set_stream_min_py, METH_O,
      "_set_stream_min(bytes, /)\n--\n\n"
      "Test hook: batches of at least `bytes` are written with non-temporal stores\n"

@@ -247,10 +247,10 @@ static PyObject *serialize_bytes(ReplayObject *self, int level)
     unsigned char *out = (unsigned char *)PyBytes_AS_STRING(bytes);
     exr_mem_sink m = {out + EXR_HEADER_BYTES, (size_t)bound - EXR_HEADER_BYTES, 0};
     exr_status st;
-    Py_BEGIN_ALLOW_THREADS
+    EXR_NOGIL_BEGIN
     st = exr_codec_write_locked(self->buf, meta.b, meta.n, level, exr_mem_sink_write, &m, NULL, NULL, out);
     exr_buffer_unlock(self->buf);
-    Py_END_ALLOW_THREADS
+    EXR_NOGIL_END
     if (st != EXR_OK) {
         Py_DECREF(bytes);
         return exr_raise(st, "serialize");
@@ -302,7 +302,7 @@ static PyObject *unserialize_as(PyTypeObject *type, PyObject *data)
     size_t meta_len = 0;
     exr_status st = EXR_ENOMEM;
     if (meta) {
-        Py_BEGIN_ALLOW_THREADS
+        EXR_NOGIL_BEGIN
         uint64_t body;
         const unsigned char *p = view.buf;
         if ((size_t)view.len < EXR_HEADER_BYTES) {
@@ -313,7 +313,7 @@ static PyObject *unserialize_as(PyTypeObject *type, PyObject *data)
             if (st == EXR_OK)
                 st = exr_codec_read(p, source_mem, &src, &b, meta, &meta_len);
         }
-        Py_END_ALLOW_THREADS
+        EXR_NOGIL_END
     }
     PyBuffer_Release(&view);
     PyObject *r = st == EXR_OK ? replay_from_core(type, b, meta, meta_len)
@@ -384,11 +384,11 @@ PyObject *exr_replay_save(ReplayObject *self, PyObject *const *args, Py_ssize_t 
     exr_status st;
     const char *cpath = PyBytes_AS_STRING(path);
     exr_lock_published_with_gil(self->buf);
-    Py_BEGIN_ALLOW_THREADS
+    EXR_NOGIL_BEGIN
     st = exr_file_save_locked(self->buf, meta.b, meta.n, level, cpath, cb ? progress_call : NULL,
                               &pc, &err);
     exr_buffer_unlock(self->buf);
-    Py_END_ALLOW_THREADS
+    EXR_NOGIL_END
     if (pc.failed) {
         Py_DECREF(path);
         return NULL; /* the callback's exception */
@@ -415,9 +415,9 @@ PyObject *exr_replay_load_cls(PyObject *cls, PyObject *pathobj)
     int err = 0;
     exr_status st;
     const char *cpath = PyBytes_AS_STRING(path);
-    Py_BEGIN_ALLOW_THREADS
+    EXR_NOGIL_BEGIN
     st = exr_file_load(cpath, &b, meta, &meta_len, &err);
-    Py_END_ALLOW_THREADS
+    EXR_NOGIL_END
     Py_DECREF(path);
     PyObject *r = st == EXR_OK ? replay_from_core((PyTypeObject *)cls, b, meta, meta_len)
                                : raise_read(st, err, "load", "path", pathobj);

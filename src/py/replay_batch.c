@@ -40,11 +40,13 @@ static exr_status draw_and_copy(ReplayObject *self, int64_t h, size_t B, exr_bat
 {
     bool done = false;
     exr_status st = EXR_OK;
-    if (!self->nogil_calls)
+    if (!exr_nogil_calls)
         st = exr_buffer_get_batch_nowait(self->buf, h, B, o, &done);
-    if (done)
+    if (done) {
+        exr_gil_kept++;
         return st;
-    EXR_NOGIL_BEGIN(self)
+    }
+    EXR_NOGIL_BEGIN
     st = exr_buffer_get_batch(self->buf, h, B, o);
     EXR_NOGIL_END
     return st;
@@ -127,9 +129,9 @@ PyObject *replay_gather(ReplayObject *self, PyObject *const *args, Py_ssize_t na
     exr_field_dst plan[2 * EXR_MAX_FIELDS];
     batch_out_of(self, arrays, &o, plan);
     exr_status st;
-    Py_BEGIN_ALLOW_THREADS
+    EXR_NOGIL_BEGIN
     st = exr_buffer_gather(self->buf, h, (size_t)n, PyArray_DATA(e), PyArray_DATA(p), &o);
-    Py_END_ALLOW_THREADS
+    EXR_NOGIL_END
     Py_DECREF(e);
     Py_DECREF(p);
     if (st == EXR_ENOTFOUND) {
@@ -225,7 +227,7 @@ PyObject *replay_set_priority(ReplayObject *self, PyObject *const *args, Py_ssiz
     if ((pr = priorities_values(a[3], n, &stride))) {
         const int64_t *hint = x ? PyArray_DATA(x) : NULL;
         const double *pv = PyArray_DATA(pr);
-        EXR_NOGIL_BEGIN(self)
+        EXR_NOGIL_BEGIN
         st = exr_buffer_set_priority(self->buf, h, (size_t)n, PyArray_DATA(e), PyArray_DATA(p),
                                      hint, pv, stride, &applied);
         EXR_NOGIL_END

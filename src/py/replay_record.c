@@ -164,14 +164,16 @@ static PyObject *record_steps(ReplayObject *self, int64_t h, const exr_steps *in
     exr_status st = EXR_OK;
     bool done = false;
     struct exr_log *lg = exr_replay_log(self);
-    if (!lg && !self->nogil_calls)
+    if (!lg && !exr_nogil_calls)
         st = exr_buffer_record_nowait(self->buf, h, in, &h, &done);
     if (!done) {
-        EXR_NOGIL_BEGIN(self)
+        EXR_NOGIL_BEGIN
         if (lg)
             exr_log_throttle(lg);
         st = exr_buffer_record(self->buf, h, in, &h);
         EXR_NOGIL_END
+    } else {
+        exr_gil_kept++;
     }
     release_arrays(self, held);
     return record_status(st, h);
@@ -319,11 +321,11 @@ PyObject *replay_remove_episode(ReplayObject *self, PyObject *ho)
     if (exr_handle_arg(ho, "h", "an int episode handle", &h) < 0)
         return NULL;
     exr_status st;
-    Py_BEGIN_ALLOW_THREADS
+    EXR_NOGIL_BEGIN
     exr_buffer_lock(self->buf);
     st = exr_buffer_remove_episode_locked(self->buf, h);
     exr_buffer_unlock(self->buf);
-    Py_END_ALLOW_THREADS
+    EXR_NOGIL_END
     if (st == EXR_ENOTFOUND)
         return PyErr_Format(PyExc_ValueError,
                             "h: expected the handle of an episode held, got %lld (evicted or "
