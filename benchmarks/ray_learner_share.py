@@ -121,7 +121,8 @@ def make_classes():
                 bs = self.get_batch(batch, 0, k)
                 epi = np.concatenate([b.pick_epi for b in bs])
                 pos = np.concatenate([b.pick_pos for b in bs])
-                self.set_priority(0, epi, pos, p)
+                idx = np.concatenate([b.pick_index for b in bs])
+                self.set_priority(0, epi, pos, p, idx)
                 n += k
             wall = time.perf_counter() - t0
             cpu = time.thread_time() - c0

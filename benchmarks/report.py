@@ -777,6 +777,15 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
                     f"{fmt_ratio(b_ratio)}: {fmt_us(us(rb))} vs cpprb {fmt_us(us(ru[0]))} (N = {n:,})",
                     verdict(b_ratio >= GOAL_UPDATE_BATCH_RATIO),
                 ])
+            ri = cp.get(("update", n, 256, "exreplay_index"))
+            if ri is not None:
+                i_ratio = ru[0] / ri
+                goals.append([
+                    "priority update(256) with pick_index=", f"≥ {GOAL_UPDATE_BATCH_RATIO:g}× faster than cpprb, "
+                    "as the batch form (the handle form given the batch's indices, as a Ray or RLlib learner sends them)",
+                    f"{fmt_ratio(i_ratio)}: {fmt_us(us(ri))} vs cpprb {fmt_us(us(ru[0]))} (N = {n:,})",
+                    verdict(i_ratio >= GOAL_UPDATE_BATCH_RATIO),
+                ])
             each = s_ratio >= GOAL_PRIO_RATIO and u_ratio >= GOAL_PRIO_RATIO
             prio_note = (
                 f"The issue's goal is “prioritized sample and update ≥ {GOAL_PRIO_RATIO:g}× faster than cpprb”. "

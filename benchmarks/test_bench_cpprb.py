@@ -17,9 +17,11 @@ in steady state (exreplay evicts whole episodes, cpprb overwrites its ring).
            (`_floor_gather` of B state rows, L=1) for the same N.
 - prioritized, N = 1M, B = 256: sample (exreplay `get_batch`, cpprb
            `sample(beta=0.4)`) and priority update of those 256 picks (exreplay
-           `set_priority(ps, pick_epi, pick_pos, p)` and, as impl
-           "exreplay_batch", `set_priority(ps, batch, p)`; cpprb
-           `update_priorities`).
+           `set_priority(ps, pick_epi, pick_pos, p)`; as impl
+           "exreplay_batch", `set_priority(ps, batch, p)`; as impl
+           "exreplay_index", `set_priority(ps, pick_epi, pick_pos, p,
+           pick_index=...)`, what a learner in another process sends back;
+           cpprb `update_priorities`).
 """
 
 import numpy as np
@@ -193,10 +195,10 @@ def test_sample_uniform(benchmark, case):
 
 
 @pytest.mark.parametrize("op", ["psample", "update"])
-@pytest.mark.parametrize("impl", ["exreplay", "exreplay_batch", "cpprb"])
+@pytest.mark.parametrize("impl", ["exreplay", "exreplay_batch", "exreplay_index", "cpprb"])
 def test_prioritized(benchmark, impl, op):
-    if impl == "exreplay_batch" and op != "update":
-        pytest.skip("the batch form is a form of set_priority only")
+    if impl in ("exreplay_batch", "exreplay_index") and op != "update":
+        pytest.skip("a form of set_priority only")
     n = harness.prioritized_size()
     batch = 256
     r = harness.rounds(40, 3)
@@ -206,6 +208,12 @@ def test_prioritized(benchmark, impl, op):
         b = buf.get_batch(batch, pr)
         _tag(benchmark, "update", impl, n, batch)
         benchmark.pedantic(buf.set_priority, args=(pr, b, new_p), rounds=r, iterations=50, warmup_rounds=1)
+    elif impl == "exreplay_index":
+        buf, pr = _exreplay(n, "prioritized")
+        b = buf.get_batch(batch, pr)
+        _tag(benchmark, "update", impl, n, batch)
+        benchmark.pedantic(buf.set_priority, args=(pr, b.pick_epi, b.pick_pos, new_p, b.pick_index),
+                           rounds=r, iterations=50, warmup_rounds=1)
     elif impl == "exreplay":
         buf, pr = _exreplay(n, "prioritized")
         if op == "psample":

@@ -190,7 +190,8 @@ def _actors():
                 bs = ray.get(actor.get_batch.remote(BATCH, 0, K))
                 epi = np.concatenate([b.pick_epi for b in bs])
                 pos = np.concatenate([b.pick_pos for b in bs])
-                pending.append(actor.set_priority.remote(0, epi, pos, p))
+                idx = np.concatenate([b.pick_index for b in bs])
+                pending.append(actor.set_priority.remote(0, epi, pos, p, idx))
             else:
                 s = ray.get(actor.sample.remote(BATCH, K))
                 bs = [{f: v[i * BATCH:(i + 1) * BATCH] for f, v in s.items()} for i in range(K)]
@@ -217,7 +218,8 @@ def _actors():
                 bs = self.get_batch(batch, 0, k)
                 epi = np.concatenate([b.pick_epi for b in bs])
                 pos = np.concatenate([b.pick_pos for b in bs])
-                self.set_priority(0, epi, pos, p)
+                idx = np.concatenate([b.pick_index for b in bs])
+                self.set_priority(0, epi, pos, p, idx)
                 n += k
             return n
 

@@ -218,7 +218,12 @@ class ExperienceReplay:
     ) -> Batch: ...
     @overload
     def set_priority(
-        self, ps: SupportsIndex, pick_epi: ArrayLike, pick_pos: ArrayLike, priorities: ArrayLike
+        self,
+        ps: SupportsIndex,
+        pick_epi: ArrayLike,
+        pick_pos: ArrayLike,
+        priorities: ArrayLike,
+        pick_index: ArrayLike | None = None,
     ) -> int: ...
     @overload
     def set_priority(self, ps: SupportsIndex, batch: Batch, priorities: ArrayLike) -> int: ...

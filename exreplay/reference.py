@@ -1123,14 +1123,18 @@ class ReferenceReplay:
             sel = self._selector_arg(ps)
             del self._selectors[sel.public.handle]
 
-    def set_priority(self, ps, pick_epi, pick_pos=_MISSING, priorities=_MISSING):
+    def set_priority(self, ps, pick_epi, pick_pos=_MISSING, priorities=_MISSING, pick_index=None):
         """Set the priority of picks; returns how many were applied.
 
         Picks that no longer exist are skipped.  The last value wins for a
         pick given twice.  A uniform selector accepts and ignores the call.
         ``set_priority(ps, batch, priorities)`` names the picks of a Batch.
+        ``pick_index`` (a batch's, where the picks were in the table) is
+        checked but changes nothing here: the C buffer uses it as a hint.
         """
         if isinstance(pick_epi, Batch):
+            if pick_index is not None:
+                raise TypeError("set_priority() got an unexpected keyword argument 'pick_index'")
             if pick_pos is not _MISSING and priorities is not _MISSING:
                 raise TypeError("set_priority(ps, batch, priorities): takes 3 arguments, got 4")
             if pick_pos is not _MISSING:
@@ -1144,6 +1148,10 @@ class ReferenceReplay:
         with self._lock:
             sel = self._selector_arg(ps)
             epi, pos = self._pick_arrays(pick_epi, pick_pos)
+            if pick_index is not None:
+                idx = _array_arg("pick_index", pick_index, _INT64, None, "a 1-D array of table indices")
+                if idx.shape != epi.shape:
+                    raise ValueError(f"pick_index: expected shape {epi.shape}, got {idx.shape}")
             _refuse_bools("priorities", priorities)
             pa = _array_arg("priorities", priorities, _FLOAT64, None, "priorities")
             if pa.shape not in ((), epi.shape):

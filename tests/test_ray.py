@@ -21,7 +21,7 @@ if os.environ.get("EXREPLAY_ASAN"):
 ray = pytest.importorskip("ray")
 
 import exreplay  # noqa: E402
-from exreplay.ray import ReplayServer, Rollout, ShardedReplay, split_batch  # noqa: E402
+from exreplay.ray import ReplayServer, Rollout, ShardedReplay, concat_batches, split_batch  # noqa: E402
 from exreplay.reference import ReferenceReplay  # noqa: E402
 
 PRI = exreplay.PickSelectorClass.Prioritized
@@ -92,6 +92,15 @@ def test_actor_round_trip_matches_local_buffer(cluster):
     for x, y in zip(bs, ref):
         np.testing.assert_array_equal(x.pick_epi, y.pick_epi)
         np.testing.assert_array_equal(x.weight, y.weight)
+        np.testing.assert_array_equal(x.pick_index, y.pick_index)  # crosses Ray with the views
+    # the learner's update with the indices the batches carried
+    epi = np.concatenate([x.pick_epi for x in bs])
+    pos = np.concatenate([x.pick_pos for x in bs])
+    idx = np.concatenate([x.pick_index for x in bs])
+    p = np.linspace(0.5, 4.0, 64)
+    assert ray.get(actor.set_priority.remote(1, epi, pos, p, idx)) == local.set_priority(1, epi, pos, p) == 64
+    e, q = local._picks()
+    np.testing.assert_array_equal(ray.get(actor.call.remote("_priority", 1, e, q)), local._priority(1, e, q))
     # with_stats: the stats at the draw
     b, st = ray.get(actor.get_batch.remote(8, 1, None, True))
     assert st == local.priority_stats(1) if hasattr(local, "priority_stats") else st[2] == local.num_picks
@@ -118,6 +127,26 @@ def test_read_only_inputs_are_accepted(cluster):
         assert not b.pick_epi.flags.writeable
         assert buf.set_priority(ps, b.pick_epi, b.pick_pos, b.weight.astype(np.float64) + 1) == 8
         buf._check()
+
+
+def test_split_and_concat_keep_pick_index():
+    """Views of a batch and batches put back together keep the picks' table
+    indices (set_priority's shortcut); the pure-Python buffer has none."""
+    s, a, r = _episode(40)
+    for cls in (exreplay.ExperienceReplay, ReferenceReplay):
+        buf = cls(state_shape=(4,), pick_len=2, allow_short=True, seed=0)
+        ps = buf.new_pick_selector(PRI)
+        buf.record_many(None, s, a, r, terminated=True)
+        b = buf.get_batch(12, ps)
+        parts = split_batch(b, 3)
+        whole = concat_batches(parts)
+        np.testing.assert_array_equal(whole.pick_epi, b.pick_epi)
+        if cls is ReferenceReplay:
+            assert not hasattr(whole, "pick_index")
+            continue
+        for i, x in enumerate(parts):
+            np.testing.assert_array_equal(x.pick_index, b.pick_index[4 * i:4 * i + 4])
+        np.testing.assert_array_equal(whole.pick_index, b.pick_index)
 
 
 def test_rollouts_keep_episodes_whole_and_streams_apart():
@@ -462,9 +491,14 @@ def test_sharded_set_priority_routes_updates(cluster):
     sh, _ = _fill_pair(3, 9, ["prioritized"])
     b = sh.get_batch(64, 0)
     new = np.linspace(0.5, 7.0, 64)
-    applied = sh.set_priority(0, b.pick_epi, b.pick_pos, new, wait=True)
-    assert applied == 64
     shard, local = sh.decode(b.pick_epi)
+    for s in np.unique(shard):  # each pick_index is its shard's own table index
+        m = shard == s
+        e, q = ray.get(sh.shards[int(s)].call.remote("_picks"))
+        np.testing.assert_array_equal(e[b.pick_index[m]], local[m])
+        np.testing.assert_array_equal(q[b.pick_index[m]], b.pick_pos[m])
+    applied = sh.set_priority(0, b.pick_epi, b.pick_pos, new, wait=True, pick_index=b.pick_index)
+    assert applied == 64
     last = {}
     for i in range(64):  # the last value wins where a pick repeats
         last[(int(shard[i]), int(local[i]), int(b.pick_pos[i]))] = new[i]

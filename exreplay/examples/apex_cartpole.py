@@ -342,7 +342,7 @@ class _Learner:
         batches = self._q.get()
         if isinstance(batches, Exception):
             raise batches
-        epi, pos, pri = [], [], []
+        epi, pos, idx, pri = [], [], [], []
         for b in batches:
             td, loss = td_update(self.online, self.target, self.opt, b)
             self.losses.append(loss)
@@ -351,8 +351,13 @@ class _Learner:
                 self.target = [p.copy() for p in self.online]
             epi.append(b.pick_epi)
             pos.append(b.pick_pos)
+            idx.append(getattr(b, "pick_index", None))  # None: the pure-Python buffer's
             pri.append(td + 1e-3)
-        self.replay.set_priority(self.ps, np.concatenate(epi), np.concatenate(pos), np.concatenate(pri))
+        # pick_index (the table indices the batches carry) lets the buffer
+        # skip the lookup by handle for the picks that have not moved
+        idx = None if any(x is None for x in idx) else np.concatenate(idx)
+        self.replay.set_priority(self.ps, np.concatenate(epi), np.concatenate(pos), np.concatenate(pri),
+                                 pick_index=idx)
         ref = ray.put([p.copy() for p in self.online]) if publish else None
         return self.updates, float(np.mean(self.losses)), [ref]
 

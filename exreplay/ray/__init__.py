@@ -12,7 +12,7 @@ first used (``ReplayActor``, ``ShardedReplay``), and its absence is then an
                                 allow_short=True, selectors=[("prioritized", {"alpha": 0.6, "beta": 0.4})])
     ray.get(replay.record_many.remote(None, states, actions, rewards, terminated=True, priorities=p))
     b = ray.get(replay.get_batch.remote(64, 0))                # an exreplay.Batch
-    replay.set_priority.remote(0, b.pick_epi, b.pick_pos, td + 1e-3)
+    replay.set_priority.remote(0, b.pick_epi, b.pick_pos, td + 1e-3, b.pick_index)
 
     shards = ShardedReplay(4, state_shape=(4,), capacity=400_000, ...)   # the same calls, over 4 actors
 
@@ -100,15 +100,21 @@ def _rows(x) -> int:
     return len(next(iter(x.values()))) if isinstance(x, dict) else len(x)
 
 
-def make_batch(like, arrays):
+def make_batch(like, arrays, pick_index=None):
     """A Batch of the same class as `like` (C or reference) from 9 arrays (the
-    8 fields and weight) and, optionally, a 10th entry: the extras dict."""
+    8 fields and weight) and, optionally, a 10th entry: the extras dict.
+    pick_index (C batches only): the picks' table indices, or None."""
     arrays = list(arrays)
     extras = arrays[9] if len(arrays) > 9 else {}
     cls = type(like)
     if cls is exreplay.Batch:
-        return exreplay.Batch(tuple(arrays[:9]) + (None, extras))
+        return exreplay.Batch(tuple(arrays[:9]) + (pick_index, extras))
     return cls(*arrays[:9], extras=extras)
+
+
+def _pick_index(b):
+    """b.pick_index (a C batch's table indices), or None."""
+    return getattr(b, "pick_index", None)
 
 
 def split_batch(b, n: int) -> list:
@@ -118,7 +124,9 @@ def split_batch(b, n: int) -> list:
     if n < 1 or total % n:
         raise ValueError(f"n: expected a divisor of the batch size {total}, got {n}")
     size = total // n
-    return [make_batch(b, [_map(lambda a: a[i * size:(i + 1) * size], f) for f in fields])
+    idx = _pick_index(b)
+    return [make_batch(b, [_map(lambda a: a[i * size:(i + 1) * size], f) for f in fields],
+                       None if idx is None else idx[i * size:(i + 1) * size])
             for i in range(n)]
 
 
@@ -142,7 +150,9 @@ def concat_batches(batches: Sequence) -> Any:
     if len(batches) == 1:
         return batches[0]
     cols = list(zip(*(_batch_fields(b) for b in batches)))
-    return make_batch(batches[0], [_cat(c) for c in cols])
+    idx = [_pick_index(b) for b in batches]
+    idx = None if any(x is None for x in idx) else np.concatenate(idx)
+    return make_batch(batches[0], [_cat(c) for c in cols], idx)
 
 
 # --- rollouts ----------------------------------------------------------------------
@@ -504,10 +514,13 @@ class ReplayServer:
         out = b if n_batches is None else _Batches(b, n)
         return (out, st) if with_stats else out
 
-    def set_priority(self, ps: int, pick_epi, pick_pos, priorities) -> int:
+    def set_priority(self, ps: int, pick_epi, pick_pos, priorities, pick_index=None) -> int:
+        """ExperienceReplay.set_priority's handle form; pass the batch's
+        pick_index too (it crosses Ray with the batch) for the shortcut that
+        skips the lookup by handle while the indices still hold."""
         t = self._meter.enter("s")
         try:
-            n = self.buf.set_priority(ps, pick_epi, pick_pos, priorities)
+            n = self.buf.set_priority(ps, pick_epi, pick_pos, priorities, pick_index=pick_index)
         finally:
             self._meter.leave("s", t, priority_updates=len(pick_epi))
         return n
@@ -810,24 +823,29 @@ class ShardedReplay:
             if kind == "prioritized" and beta and st[1] != gmin:
                 cols[8][-1] = (f[8].astype(np.float64) * (gmin / st[1]) ** beta).astype(np.float32)
         perm = self._rng.permutation(total_n)
-        out = make_batch(res[0][0], [_map(lambda a: a[perm], _cat(c)) for c in cols])
+        idx = [_pick_index(b) for b, _st in res]
+        idx = None if any(x is None for x in idx) else np.concatenate(idx)[perm]
+        out = make_batch(res[0][0], [_map(lambda a: a[perm], _cat(c)) for c in cols], idx)
         return out if n_batches is None else split_batch(out, n)
 
-    def set_priority(self, ps: int, pick_epi, pick_pos, priorities, wait: bool = False):
+    def set_priority(self, ps: int, pick_epi, pick_pos, priorities, wait: bool = False, pick_index=None):
         """Route each update to its shard; returns the ObjectRefs (or, with
-        wait=True, how many were applied)."""
+        wait=True, how many were applied). pick_index: the batch's (each
+        shard's own table indices), passed on with each shard's picks."""
         ray = _ray()
         epi = np.asarray(pick_epi, dtype=np.int64)
         pos = np.asarray(pick_pos, dtype=np.int64)
+        idx = None if pick_index is None else np.asarray(pick_index, dtype=np.int64)
         if self.n == 1:
-            refs = [self.shards[0].set_priority.remote(ps, epi, pos, priorities)]
+            refs = [self.shards[0].set_priority.remote(ps, epi, pos, priorities, idx)]
         else:
             pri = np.broadcast_to(np.asarray(priorities, dtype=np.float64), epi.shape)
             shard, local = epi % self.n, epi // self.n
             refs = []
             for i in np.unique(shard):
                 m = shard == i
-                refs.append(self.shards[int(i)].set_priority.remote(ps, local[m], pos[m], np.ascontiguousarray(pri[m])))
+                refs.append(self.shards[int(i)].set_priority.remote(
+                    ps, local[m], pos[m], np.ascontiguousarray(pri[m]), None if idx is None else idx[m]))
         return sum(ray.get(refs)) if wait else refs
 
     def set_beta(self, ps: int, beta: float) -> None:

@@ -207,6 +207,7 @@ class _ExreplayEpisodeBuffer:
         self._end_len = np.full(64, -1, np.int64)  # per handle: length once ended
         self._last_epi = np.empty(0, np.int64)
         self._last_pos = np.empty(0, np.int64)
+        self._last_idx = None  # the last sample's pick_index: set_priority's shortcut
         self._gamma_pows = None
         self._metrics_fast = None  # see _log_sample_metrics
         if (observation_space is None) != (action_space is None):
@@ -505,7 +506,7 @@ class _ExreplayEpisodeBuffer:
         B, lo, hi, random_n, beta = self._sample_args(
             num_items, batch_size_B, batch_length_T, n_step, beta, include_infos,
             include_extra_model_outputs, sample_episodes, lookback, min_batch_length_T)
-        state, action, reward, state_next, seq_len, seq_len_next, epi, pos, n, resamples = (
+        state, action, reward, state_next, seq_len, seq_len_next, epi, pos, idx, n, resamples = (
             self._draw(B, lo, hi, random_n, n_step)
         )
         weight = self._weights(epi, pos, beta, B)
@@ -521,7 +522,7 @@ class _ExreplayEpisodeBuffer:
         out = _episodes_from_arrays(
             obs0, obs_n, act0, ret, terminated, truncated, weight, n, pos, to_numpy
         )
-        self._last_epi, self._last_pos = epi, pos
+        self._last_epi, self._last_pos, self._last_idx = epi, pos, idx
         self.sampled_timesteps += B
 
         el, pl = epi.tolist(), pos.tolist()
@@ -597,7 +598,8 @@ class _ExreplayEpisodeBuffer:
 
     def _draw(self, B, lo, hi, random_n, n_step):
         """B transitions: (state, action, reward, state_next, seq_len, seq_len_next,
-        pick_epi, pick_pos) arrays of B rows, the n of each row, and the rejected draws.
+        pick_epi, pick_pos, pick_index) arrays of B rows, the n of each row, and the
+        rejected draws.
 
         A row whose pick is shorter than the n drawn for it (near an
         episode's end) is rejected, as RLlib rejects and redraws it.  Each
@@ -640,7 +642,7 @@ class _ExreplayEpisodeBuffer:
                 "are shorter than the n-step" % (n_step, resamples)
             )
         fields = ("state", "action", "reward", "state_next", "seq_len", "seq_len_next",
-                  "pick_epi", "pick_pos")
+                  "pick_epi", "pick_pos", "pick_index")
         if len(parts) == 1:
             r, rows, n = parts[0]
             return tuple(getattr(r, f)[rows] for f in fields) + (n, resamples)
@@ -786,6 +788,7 @@ class _ExreplayEpisodeBuffer:
             held, vals = state["end_len"]
             self._end_len[held[: len(vals)]] = vals
         self._last_epi, self._last_pos = state["last_sampled"]
+        self._last_idx = None
         self._num_timesteps_added = state["_num_timesteps_added"]
         self.sampled_timesteps = state["sampled_timesteps"]
         self.rng.bit_generator.state = state["rng"]
@@ -922,9 +925,10 @@ class PrioritizedEpisodeReplayBuffer(_ExreplayEpisodeBuffer, _RLlibPrioritizedEp
         if p.size == 0:
             return
         p = np.maximum(p, 1e-12)
-        self._buf.set_priority(self._sel, self._last_epi, self._last_pos, p)
+        self._buf.set_priority(self._sel, self._last_epi, self._last_pos, p, pick_index=self._last_idx)
         self._last_epi = np.empty(0, np.int64)
         self._last_pos = np.empty(0, np.int64)
+        self._last_idx = None
 
 
 # Checkpoints that hold the buffer (imported last: it imports RLlib's DQN).

@@ -127,12 +127,16 @@ PyDoc_STRVAR(exr_doc_get_batch,
 "record). O(B*L), + O(B log N) prioritized; never scans the buffer.");
 
 PyDoc_STRVAR(exr_doc_set_priority,
-"set_priority($self, ps, pick_epi, pick_pos, priorities)\n--\n\n"
-"Sets the priorities of picks (pick_epi[i], pick_pos[i]) for selector ps.\n\n"
+"set_priority($self, ps, pick_epi, pick_pos, priorities, pick_index=None)\n--\n\n"
+"Sets the priorities of picks (pick_epi[i], pick_pos[i]) for selector ps.\n"
+"Also set_priority(ps, batch, priorities): a Batch's picks.\n\n"
 "Args:\n"
 "  ps: a PickSelector or int handle.\n"
 "  pick_epi, pick_pos: 1-D, same length (a batch's fields).\n"
-"  priorities: 1-D of that length, or one number for all; finite, >= 0.\n\n"
+"  priorities: 1-D of that length, or one number for all; finite, >= 0.\n"
+"  pick_index: None, or 1-D of that length: the batch's pick_index, where\n"
+"    each pick was in the pick table; the update goes there directly while\n"
+"    it still holds that pick (same result, faster; as the batch form).\n\n"
 "Returns: how many were applied (evicted picks are skipped; 0 on a\n"
 "  uniform selector). Each also raises the selector's maximum so far.\n"
 "Raises: TypeError (unconvertible input), ValueError (mismatched lengths,\n"

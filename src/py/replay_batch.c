@@ -170,20 +170,47 @@ static int batch_pick_arrays(ReplayObject *self, PyObject *batch, PyArrayObject 
     return 0;
 }
 
-/* set_priority's arguments into a[4] (ps, pick_epi, pick_pos, priorities),
- * or (ps, batch, -, priorities) with *from_batch set. */
+/* set_priority's arguments into a[5] (ps, pick_epi, pick_pos, priorities,
+ * pick_index or NULL), or (ps, batch, -, priorities, -) with *from_batch set. */
 static int set_priority_args(ReplayObject *self, PyObject *const *args, Py_ssize_t nargs,
                              PyObject *kwnames, PyObject **a, int *from_batch)
 {
-    static const char *const names[] = {"ps", "pick_epi", "pick_pos", "priorities"};
+    static const char *const names[] = {"ps", "pick_epi", "pick_pos", "priorities",
+                                        "pick_index"};
     static const char *const bnames[] = {"ps", "batch", "priorities"};
     *from_batch = nargs >= 2 && Py_IS_TYPE(args[1], mstate(self)->batch_type);
-    if (!*from_batch)
-        return exr_parse_args(args, nargs, kwnames, "set_priority", names, 4, 4, a);
+    if (!*from_batch) {
+        if (exr_parse_args(args, nargs, kwnames, "set_priority", names, 4, 5, a) < 0)
+            return -1;
+        if (a[4] == Py_None)
+            a[4] = NULL;
+        return 0;
+    }
     if (exr_parse_args(args, nargs, kwnames, "set_priority", bnames, 3, 3, a) < 0)
         return -1;
     a[3] = a[2];
+    a[4] = NULL;
     return 0;
+}
+
+/* The picks of set_priority's handle form: pick_epi, pick_pos and, when
+ * given, pick_index, as int64 arrays of one length n (*x NULL without it). */
+static int handle_pick_arrays(PyObject *const *a, PyArrayObject **e, PyArrayObject **p,
+                              PyArrayObject **x, npy_intp *n)
+{
+    *x = NULL;
+    if (pick_arrays(a[1], a[2], e, p, n) < 0)
+        return -1;
+    if (!a[4])
+        return 0;
+    PyArray_Descr *i64 = PyArray_DescrFromType(NPY_INT64);
+    *x = exr_as_array(a[4], i64, 1, n, 0, NULL, "pick_index");
+    Py_DECREF(i64);
+    if (*x)
+        return 0;
+    Py_CLEAR(*e);
+    Py_CLEAR(*p);
+    return -1;
 }
 
 /* priorities: one for every pick (a scalar: *stride 0) or one each of n,
@@ -211,7 +238,7 @@ PyObject *replay_set_priority(ReplayObject *self, PyObject *const *args, Py_ssiz
                               PyObject *kwnames)
 {
     EXR_GUARD(self, NULL);
-    PyObject *a[4];
+    PyObject *a[5];
     int from_batch;
     int64_t h;
     if (set_priority_args(self, args, nargs, kwnames, a, &from_batch) < 0 ||
@@ -220,7 +247,7 @@ PyObject *replay_set_priority(ReplayObject *self, PyObject *const *args, Py_ssiz
     PyArrayObject *e, *p, *x = NULL, *pr;
     npy_intp n;
     if (from_batch ? batch_pick_arrays(self, a[1], &e, &p, &x, &n) < 0
-                   : pick_arrays(a[1], a[2], &e, &p, &n) < 0)
+                   : handle_pick_arrays(a, &e, &p, &x, &n) < 0)
         return NULL;
     size_t stride, applied = 0;
     exr_status st = EXR_OK;
