@@ -181,6 +181,14 @@ def verdict(ok):
     return "**reached**" if ok else "**missed**"
 
 
+def update_goal(label, how, ex_s, cpprb_s, n):
+    """A goals row: an exreplay priority update against cpprb's (seconds per call)."""
+    r = cpprb_s / ex_s
+    return [label, f"≥ {GOAL_UPDATE_BATCH_RATIO:g}× faster than cpprb {how}",
+            f"{fmt_ratio(r)}: {fmt_us(us(ex_s))} vs cpprb {fmt_us(us(cpprb_s))} (N = {n:,})",
+            verdict(r >= GOAL_UPDATE_BATCH_RATIO)]
+
+
 def table(header, rows):
     out = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
     for r in rows:
@@ -770,22 +778,13 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
                     verdict(b_ratio >= GOAL_UPDATE_BATCH_RATIO),
                 ])
             elif rb is not None:
-                b_ratio = ru[0] / rb
-                goals.append([
-                    "priority update(256) by batch", f"≥ {GOAL_UPDATE_BATCH_RATIO:g}× faster than cpprb "
-                    "(`set_priority(ps, batch, p)`, docs/design.md)",
-                    f"{fmt_ratio(b_ratio)}: {fmt_us(us(rb))} vs cpprb {fmt_us(us(ru[0]))} (N = {n:,})",
-                    verdict(b_ratio >= GOAL_UPDATE_BATCH_RATIO),
-                ])
+                goals.append(update_goal("priority update(256) by batch",
+                                         "(`set_priority(ps, batch, p)`, docs/design.md)", rb, ru[0], n))
             ri = cp.get(("update", n, 256, "exreplay_index"))
             if ri is not None:
-                i_ratio = ru[0] / ri
-                goals.append([
-                    "priority update(256) with pick_index=", f"≥ {GOAL_UPDATE_BATCH_RATIO:g}× faster than cpprb, "
-                    "as the batch form (the handle form given the batch's indices, as a Ray or RLlib learner sends them)",
-                    f"{fmt_ratio(i_ratio)}: {fmt_us(us(ri))} vs cpprb {fmt_us(us(ru[0]))} (N = {n:,})",
-                    verdict(i_ratio >= GOAL_UPDATE_BATCH_RATIO),
-                ])
+                goals.append(update_goal(
+                    "priority update(256) with pick_index=", "as the batch form (the handle form given the "
+                    "batch's indices, as a Ray or RLlib learner sends them)", ri, ru[0], n))
             each = s_ratio >= GOAL_PRIO_RATIO and u_ratio >= GOAL_PRIO_RATIO
             prio_note = (
                 f"The issue's goal is “prioritized sample and update ≥ {GOAL_PRIO_RATIO:g}× faster than cpprb”. "

@@ -106,7 +106,8 @@ def _remotes():
             bs = ray.get(actor.get_batch.remote(B_, 0, K_))
             epi = np.concatenate([b.pick_epi for b in bs])
             pos = np.concatenate([b.pick_pos for b in bs])
-            idx = np.concatenate([b.pick_index for b in bs])
+            # the pure-Python buffer's batches carry no pick_index
+            idx = np.concatenate([b.pick_index for b in bs]) if hasattr(bs[0], "pick_index") else None
             pending.append(actor.set_priority.remote(0, epi, pos, np.full(len(epi), 0.5), idx))
             if len(pending) > 2:
                 ray.get(pending.pop(0))
