@@ -184,7 +184,7 @@ def verdict(ok):
 def update_goal(label, how, ex_s, cpprb_s, n):
     """A goals row: an exreplay priority update against cpprb's (seconds per call)."""
     r = cpprb_s / ex_s
-    return [label, f"≥ {GOAL_UPDATE_BATCH_RATIO:g}× faster than cpprb {how}",
+    return [label, f"≥ {GOAL_UPDATE_BATCH_RATIO:g}× faster than cpprb{how}",
             f"{fmt_ratio(r)}: {fmt_us(us(ex_s))} vs cpprb {fmt_us(us(cpprb_s))} (N = {n:,})",
             verdict(r >= GOAL_UPDATE_BATCH_RATIO)]
 
@@ -779,12 +779,12 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
                 ])
             elif rb is not None:
                 goals.append(update_goal("priority update(256) by batch",
-                                         "(`set_priority(ps, batch, p)`, docs/design.md)", rb, ru[0], n))
+                                         " (`set_priority(ps, batch, p)`, docs/design.md)", rb, ru[0], n))
             ri = cp.get(("update", n, 256, "exreplay_index"))
             if ri is not None:
                 goals.append(update_goal(
-                    "priority update(256) with pick_index=", "as the batch form (the handle form given the "
-                    "batch's indices, as a Ray or RLlib learner sends them)", ri, ru[0], n))
+                    "priority update(256) with pick_index=", ", like the batch form (the handle form given "
+                    "the batch's indices, as a Ray or RLlib learner sends them)", ri, ru[0], n))
             each = s_ratio >= GOAL_PRIO_RATIO and u_ratio >= GOAL_PRIO_RATIO
             prio_note = (
                 f"The issue's goal is “prioritized sample and update ≥ {GOAL_PRIO_RATIO:g}× faster than cpprb”. "
