@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "buffer_impl.h"
 #include "buffer_locks.h"
@@ -111,16 +112,52 @@ void exr_buffer_free(exr_buffer *b)
 const exr_config *exr_buffer_config(const exr_buffer *b) { return &b->cfg; }
 
 /* The storage lock is held for microseconds at a time, less than a futex
- * sleep and wake-up cost: a thread that finds it taken retries for a short
- * while before it sleeps, so that a writer and a sampler taking turns do not
- * hand the lock over through the scheduler at every call. */
-#define LOCK_SPINS 1000
+ * sleep and wake-up cost (about 24 us one way on the VM the benchmarks run
+ * on): a thread that finds it taken retries for a while before it sleeps,
+ * so that a writer and a sampler taking turns do not hand the lock over
+ * through the scheduler at every call. The retries are bounded by time, not
+ * by count (a pause lasts from a few cycles to over a hundred, by CPU). An
+ * exclusive taker retries longer: once it sleeps in the rwlock it is a
+ * waiting writer, which rw prefers, so the lock then goes to a thread that
+ * first has to be woken up, and a learner that arrives meanwhile waits for
+ * that wake-up too; while it only retries, a learner's next shared hold
+ * (get_batch, then set_priority) gets in between (docs/design.md, "Taking
+ * the lock spins first"). */
+#define SPIN_SHARED_NS 30000
+#define SPIN_EXCL_NS 150000
+#define SPIN_CLOCK_EVERY 16 /* tries between two looks at the clock */
 
 static inline void cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #endif
+}
+
+static uint64_t spin_now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* Retries rw (shared or exclusive) for up to SPIN_SHARED_NS or
+ * SPIN_EXCL_NS; true if it got it. */
+static bool spin_rw(pthread_rwlock_t *rw, bool shared)
+{
+    uint64_t end = 0;
+    for (unsigned i = 1;; i++) {
+        if ((shared ? pthread_rwlock_tryrdlock(rw) : pthread_rwlock_trywrlock(rw)) == 0)
+            return true;
+        cpu_relax();
+        if (i % SPIN_CLOCK_EVERY)
+            continue;
+        uint64_t t = spin_now_ns();
+        if (!end)
+            end = t + (shared ? SPIN_SHARED_NS : SPIN_EXCL_NS);
+        else if (t >= end)
+            return false;
+    }
 }
 
 /* Debug builds (EXR_DEBUG_LOCKS) note who holds the storage lock, so that
@@ -170,8 +207,8 @@ static void took_exclusive(exr_buffer *b, bool with_wmu)
 }
 
 /* rw, shared or exclusive, once a first try failed: an exclusive taker
- * first queues for wmu, asleep; then rw is retried briefly before the
- * taker sleeps. A shared taker counts itself in rd_waiting meanwhile. */
+ * first queues for wmu, asleep; then rw is retried for a while (spin_rw)
+ * before the taker sleeps. A shared taker counts itself in rd_waiting meanwhile. */
 static __attribute__((noinline)) void take_rw_slow(exr_buffer *b, bool shared)
 {
     pthread_rwlock_t *rw = &b->lk->rw;
@@ -179,12 +216,7 @@ static __attribute__((noinline)) void take_rw_slow(exr_buffer *b, bool shared)
         atomic_fetch_add_explicit(&b->lk->rd_waiting, 1, memory_order_relaxed);
     else
         pthread_mutex_lock(&b->lk->wmu);
-    int got = 0;
-    for (int i = 0; i < LOCK_SPINS && !got; i++) {
-        got = (shared ? pthread_rwlock_tryrdlock(rw) : pthread_rwlock_trywrlock(rw)) == 0;
-        if (!got)
-            cpu_relax();
-    }
+    bool got = spin_rw(rw, shared);
     if (!got && shared)
         pthread_rwlock_rdlock(rw);
     else if (!got)
