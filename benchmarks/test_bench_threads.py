@@ -112,9 +112,25 @@ WORKLOADS = {"apex": _apex, "atari": _atari, "atari_samplers": _atari_samplers,
              "atari_writers": _atari_writers, "control": _control}
 
 
+def _per_call(fn, T):
+    """Seconds per call of fn as a loop of it runs: 21 calls first (the
+    first calls after the fill touch cold memory: the Ape-X sampler's took
+    about twice its time in a loop), then loops of doubling length until
+    one lasts T / 4; its mean, the occasional slow call included."""
+    _loop(fn, 21)
+    n = 8
+    while True:
+        t0 = time.perf_counter()
+        _loop(fn, n)
+        dt = time.perf_counter() - t0
+        if dt >= T / 4:
+            return dt / n
+        n *= 2
+
+
 def _counts(rec, samp, T):
     """Calls of each side that take about T alone."""
-    return max(1, int(T / harness.median_time(rec, 21))), max(1, int(T / harness.median_time(samp, 21)))
+    return max(1, int(T / _per_call(rec, T))), max(1, int(T / _per_call(samp, T)))
 
 
 def _round(rec, n_rec, samp, n_samp):
@@ -177,7 +193,8 @@ def test_threads(workload):
         records_per_s_par=n_rec * EP / m_par, rounds=len(seq), **desc,
     )
     ctl_txt = f", control in the same rounds {desc['control_speedup']:.2f}x" if paired else ""
-    print(f"\nthreads {workload}: sequential {m_seq * 1e3:.1f} ms, concurrent {m_par * 1e3:.1f} ms, "
+    print(f"\nthreads {workload}: sequential {m_seq * 1e3:.1f} ms (record part {np.median(seq_rec) * 1e3:.0f}, "
+          f"sample part {np.median(seq_samp) * 1e3:.0f}), concurrent {m_par * 1e3:.1f} ms, "
           f"speedup {m_seq / m_par:.2f}x ({n_rec} record calls + {n_samp} sample calls){ctl_txt}")
     assert buf is None or len(buf) > 0
 
