@@ -117,6 +117,12 @@ def _pick_index(b):
     return getattr(b, "pick_index", None)
 
 
+def _cat_pick_index(batches):
+    """The batches' pick_index one after the other, or None if one has none."""
+    idx = [_pick_index(b) for b in batches]
+    return None if any(x is None for x in idx) else np.concatenate(idx)
+
+
 def split_batch(b, n: int) -> list:
     """Split a batch of n*B picks into n batches of B (views, no copy)."""
     fields = _batch_fields(b)
@@ -150,9 +156,7 @@ def concat_batches(batches: Sequence) -> Any:
     if len(batches) == 1:
         return batches[0]
     cols = list(zip(*(_batch_fields(b) for b in batches)))
-    idx = [_pick_index(b) for b in batches]
-    idx = None if any(x is None for x in idx) else np.concatenate(idx)
-    return make_batch(batches[0], [_cat(c) for c in cols], idx)
+    return make_batch(batches[0], [_cat(c) for c in cols], _cat_pick_index(batches))
 
 
 # --- rollouts ----------------------------------------------------------------------
@@ -823,8 +827,8 @@ class ShardedReplay:
             if kind == "prioritized" and beta and st[1] != gmin:
                 cols[8][-1] = (f[8].astype(np.float64) * (gmin / st[1]) ** beta).astype(np.float32)
         perm = self._rng.permutation(total_n)
-        idx = [_pick_index(b) for b, _st in res]
-        idx = None if any(x is None for x in idx) else np.concatenate(idx)[perm]
+        idx = _cat_pick_index([b for b, _st in res])
+        idx = None if idx is None else idx[perm]
         out = make_batch(res[0][0], [_map(lambda a: a[perm], _cat(c)) for c in cols], idx)
         return out if n_batches is None else split_batch(out, n)
 

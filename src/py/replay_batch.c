@@ -146,32 +146,11 @@ PyObject *replay_gather(ReplayObject *self, PyObject *const *args, Py_ssize_t na
     return batch_result(self, arrays, NULL);
 }
 
-/* set_priority(ps, batch, priorities): the batch's picks, reached through
- * the table indices it carries where they still hold. */
-static int batch_pick_arrays(ReplayObject *self, PyObject *batch, PyArrayObject **e,
-                             PyArrayObject **p, PyArrayObject **x, npy_intp *n)
-{
-    PyArray_Descr *i64 = PyArray_DescrFromType(NPY_INT64);
-    *n = -1;
-    *e = exr_as_array(PyStructSequence_GetItem(batch, F_EPI), i64, 1, n, 0, NULL, "batch.pick_epi");
-    *p = *e ? exr_as_array(PyStructSequence_GetItem(batch, F_POS), i64, 1, n, 0, NULL,
-                           "batch.pick_pos")
-            : NULL;
-    *x = *p ? exr_as_array(PyStructSequence_GetItem(batch, F_INDEX), i64, 1, n, 0, NULL,
-                           "batch.pick_index")
-            : NULL;
-    Py_DECREF(i64);
-    (void)self;
-    if (!*x) {
-        Py_CLEAR(*e);
-        Py_CLEAR(*p);
-        return -1;
-    }
-    return 0;
-}
-
 /* set_priority's arguments into a[5] (ps, pick_epi, pick_pos, priorities,
- * pick_index or NULL), or (ps, batch, -, priorities, -) with *from_batch set. */
+ * pick_index or NULL). The batch form set_priority(ps, batch, priorities)
+ * puts the batch's pick_epi, pick_pos and pick_index there (borrowed from
+ * the batch), with *from_batch set: the update then goes through the table
+ * indices where they still hold, as the handle form's pick_index does. */
 static int set_priority_args(ReplayObject *self, PyObject *const *args, Py_ssize_t nargs,
                              PyObject *kwnames, PyObject **a, int *from_batch)
 {
@@ -188,25 +167,32 @@ static int set_priority_args(ReplayObject *self, PyObject *const *args, Py_ssize
     }
     if (exr_parse_args(args, nargs, kwnames, "set_priority", bnames, 3, 3, a) < 0)
         return -1;
+    PyObject *batch = a[1];
     a[3] = a[2];
-    a[4] = NULL;
+    a[1] = PyStructSequence_GetItem(batch, F_EPI);
+    a[2] = PyStructSequence_GetItem(batch, F_POS);
+    a[4] = PyStructSequence_GetItem(batch, F_INDEX);
     return 0;
 }
 
-/* The picks of set_priority's handle form: pick_epi, pick_pos and, when
- * given, pick_index, as int64 arrays of one length n (*x NULL without it). */
-static int handle_pick_arrays(PyObject *const *a, PyArrayObject **e, PyArrayObject **p,
-                              PyArrayObject **x, npy_intp *n)
+/* set_priority's picks a[1] (pick_epi), a[2] (pick_pos) and, unless a[4]
+ * is NULL, a[4] (pick_index) as int64 arrays of one length n, named in
+ * errors as the form named them; *x is NULL without pick_index. */
+static int set_priority_picks(PyObject *const *a, int from_batch, PyArrayObject **e,
+                              PyArrayObject **p, PyArrayObject **x, npy_intp *n)
 {
-    *x = NULL;
-    if (pick_arrays(a[1], a[2], e, p, n) < 0)
-        return -1;
-    if (!a[4])
-        return 0;
+    static const char *const names[2][3] = {
+        {"pick_epi", "pick_pos", "pick_index"},
+        {"batch.pick_epi", "batch.pick_pos", "batch.pick_index"},
+    };
+    const char *const *nm = names[from_batch != 0];
     PyArray_Descr *i64 = PyArray_DescrFromType(NPY_INT64);
-    *x = exr_as_array(a[4], i64, 1, n, 0, NULL, "pick_index");
+    *n = -1;
+    *e = exr_as_array(a[1], i64, 1, n, 0, NULL, nm[0]);
+    *p = *e ? exr_as_array(a[2], i64, 1, n, 0, NULL, nm[1]) : NULL;
+    *x = *p && a[4] ? exr_as_array(a[4], i64, 1, n, 0, NULL, nm[2]) : NULL;
     Py_DECREF(i64);
-    if (*x)
+    if (*p && (*x || !a[4]))
         return 0;
     Py_CLEAR(*e);
     Py_CLEAR(*p);
@@ -246,8 +232,7 @@ PyObject *replay_set_priority(ReplayObject *self, PyObject *const *args, Py_ssiz
         return NULL;
     PyArrayObject *e, *p, *x = NULL, *pr;
     npy_intp n;
-    if (from_batch ? batch_pick_arrays(self, a[1], &e, &p, &x, &n) < 0
-                   : handle_pick_arrays(a, &e, &p, &x, &n) < 0)
+    if (set_priority_picks(a, from_batch, &e, &p, &x, &n) < 0)
         return NULL;
     size_t stride, applied = 0;
     exr_status st = EXR_OK;
