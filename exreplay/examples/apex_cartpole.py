@@ -5,7 +5,7 @@
     python -m exreplay.examples.apex_cartpole --replay reference   # the pure-Python buffer
 
 The architecture of Ape-X (Horgan et al. 2018) as in the Ray article this
-project follows (shared/seeds/001):
+project follows (docs/ray.md):
 
 - K actors (Ray actors), actor i exploring with eps_i = 0.4 ** (1 + 7 i / (K - 1)).
   Each keeps a local copy of the Q-network, steps gymnasium's CartPole-v1 for
