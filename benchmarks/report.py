@@ -863,7 +863,7 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
     n_ex = sum(1 for p in pts if ("exreplay", "get_5000") in pts[p])
     n_ref = sum(1 for p in pts if ("reference", "get_5000") in pts[p])
     L.append(
-        "Seed 003 §4: 2^k episodes of round(2^s) records, N = 2^k·round(2^s). **State (4,) float32** "
+        "The paper's §4 (docs/design.md): 2^k episodes of round(2^s) records, N = 2^k·round(2^s). **State (4,) float32** "
         "(CartPole), action int64, reward float32; `pick_len = 8`; `capacity = N`; one uniform selector. "
         "**record_100**: the buffer is filled from empty by N `record` calls with pre-made state arrays "
         "(one benchmark round = one episode's E calls, the last with `final_state=`); "

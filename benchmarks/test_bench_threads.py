@@ -7,7 +7,7 @@ Two workloads, each on a buffer filled to capacity first (so recording evicts):
 - "apex": CartPole-like states (4,) float32, capacity 200k, one prioritized
   selector; the actor thread `record_many`s 100-step rollouts with initial
   priorities, the learner thread draws `get_batch(256)` and `set_priority`s
-  the 256 picks (Ape-X, seed 001).
+  the 256 picks (the Ape-X shape, docs/ray.md).
 - "atari": 84x84 uint8 states, capacity 20k, pick_len 1, uniform; the actor
   `record_many`s 100-step rollouts, the learner draws `get_batch(64)`.
 

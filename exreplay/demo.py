@@ -67,7 +67,7 @@ def main(argv=None):
     if args.points:
         points = [tuple(int(x) for x in p.split(":")) for p in args.points.split(",")]
 
-    print("exreplay demo: the paper's experiment (seed 003 §4), short version")
+    print("exreplay demo: the paper's experiment (its §4), short version")
     print(f"state (4,) float32, pick_len {PICK_LEN}; record_100 = time of 100 record calls, "
           f"get_5000 = one get_batch({BATCH}); medians")
     print()
