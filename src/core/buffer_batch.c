@@ -39,32 +39,48 @@ plan_pick_locked(const exr_store_layout *L, exr_episode *slab, uint64_t pick_len
     uint64_t l = c - p < pick_len ? c - p : pick_len;
     size_t k, off, next = p + l < n;
     exr_store_locate(L, p, &k, &off);
-    const exr_body *body = e->body;
     size_t room = exr_store_seg_cap(L, k) - off;
     /* B is read only when the rows read (the pick's, and its next state's
      * if stored) run past A: those are stored, so segment k + 1 exists */
     size_t more = room < l + next;
-    pl->a = exr_seg_row(L, body->segs[k], off);
     pl->na = (uint32_t)exr_sel_below(room, l + 1, room, l + 1);
-    pl->b = (const unsigned char *)exr_sel_set(more, (uintptr_t)body->segs[k + more], 0);
     pl->len = (uint32_t)l;
     pl->next_stored = (uint32_t)next;
-    /* read only at an episode's end (about one pick in its length): the
-     * body's first line, with final_state, is then not read at all */
-    pl->final = next ? NULL : body->final_state;
+    if (k == 0 && !more && next) {
+        /* rows and next state in segment 0: the slot's copy of its
+         * pointer, the body not read at all (one dependent miss fewer) */
+        pl->a = exr_seg_row(L, e->seg0, off);
+        pl->b = NULL;
+        pl->final = NULL;
+    } else {
+        const exr_body *body = e->body;
+        pl->a = exr_seg_row(L, body->segs[k], off);
+        pl->b = (const unsigned char *)exr_sel_set(more, (uintptr_t)body->segs[k + more], 0);
+        /* read only at an episode's end (about one pick in its length) */
+        pl->final = next ? NULL : body->final_state;
+    }
     *epi = e->handle;
     *pos = (int64_t)p;
     *len = (int64_t)l;
     *len_next = (int64_t)l - ((e->terminated != 0) & (p + l == n));
 }
 
-/* Where the segment pointer of pick pk sits in its episode's body. */
-static inline const void *segs_link(const exr_store_layout *L, const exr_episode *slab,
-                                    const exr_pick *pk)
+/* The next link of pick pk's chain after its slot (which must be loaded
+ * already): where the segment pointer sits in its episode's body; or, if
+ * rows (the plan prefetches rows) and its rows and next state are surely
+ * in segment 0 (the plan then reads no body: plan_pick_locked), its first
+ * row. A select, not a branch: in a buffer of longer episodes which one
+ * it is follows the random draw. */
+static inline const void *next_link(const exr_store_layout *L, const exr_episode *slab,
+                                    uint64_t pick_len, const exr_pick *pk, bool rows)
 {
     size_t k, off;
     exr_store_locate(L, pk->pos, &k, &off);
-    return &slab[pk->slot].body->segs[k];
+    const exr_episode *e = &slab[pk->slot];
+    uint64_t end = (uint64_t)pk->pos + pick_len + 1; /* past the next state */
+    uintptr_t in0 = rows & (k == 0) & (end < e->n) & (end <= exr_store_seg_cap(L, 0));
+    return (const void *)exr_sel_set(in0, (uintptr_t)exr_seg_row(L, e->seg0, off),
+                                     (uintptr_t)&e->body->segs[k]);
 }
 
 /* Resolves the chosen picks, their table entries ent[0..count) (gathered:
@@ -78,7 +94,11 @@ static inline const void *segs_link(const exr_store_layout *L, const exr_episode
  * goes through the rest of the chain in chunks of C picks, one link at a
  * time for the whole chunk (prefetch every slot, then every segment
  * pointer, then resolve), so the misses of a chunk's picks overlap instead
- * of following one another. This walk is for a buffer whose tables and
+ * of following one another. A pick whose rows and next state lie in its
+ * episode's segment 0 skips the body: the slot holds that segment's
+ * pointer (exr_episode.seg0), so its chain is entry, slot, rows, and the
+ * segment pointers' pass prefetches its first row instead when the plan
+ * prefetches rows at all (below). This walk is for a buffer whose tables and
  * rows do not stay in cache (heat > WARM, batch_heat_locked): in a small
  * one every link is a cache hit, and the two extra passes only cost
  * instructions (~1.7 of get_5000's 11 ns a pick of planning at N = 2048,
@@ -145,8 +165,10 @@ plan_walk_locked(exr_buffer *b, size_t count, const exr_pick *ent, bool lanes, p
         size_t c1 = c0 + C < count ? c0 + C : count;
         for (size_t i = c0; cold && i < c1; i++)
             __builtin_prefetch(&slab[ent[i].slot]);
-        for (size_t i = c0; cold && i < c1; i++)
-            __builtin_prefetch(segs_link(L, slab, &ent[i]));
+        for (size_t i = c0; cold && !now && i < c1; i++)
+            __builtin_prefetch(next_link(L, slab, pick_len, &ent[i], false));
+        for (size_t i = c0; now && i < c1; i++) /* into L2, as the rows */
+            __builtin_prefetch(next_link(L, slab, pick_len, &ent[i], true), 0, 2);
         size_t i = lanes ? plan8_locked(b, c0, c1, ent, plans, out, now) : c0;
         for (; i < c1; i++) {
             plan_pick_locked(L, slab, pick_len, &ent[i], &plans[i], &epi[i], &pos[i], &len[i],
@@ -198,7 +220,7 @@ static inline bool pick_visible_locked(const exr_buffer *b, size_t i)
     const exr_pick *pk = &b->picks.v[i];
     const exr_episode *e = &b->eps.slab[pk->slot];
     /* atomic: a record call publishes (clears busy) under the shared lock */
-    return !__atomic_load_n(&e->busy, __ATOMIC_ACQUIRE) || pk->pos < e->m_pub;
+    return !__atomic_load_n(&e->busy, __ATOMIC_ACQUIRE) || pk->pos < e->body->m_pub;
 }
 
 /* count draws of selector s: the weights, or what post->fn turns into them

@@ -29,6 +29,8 @@ static int check_episode(const exr_buffer *b, uint32_t s, char *msg, size_t msgl
                   e->body->nsegs != k + 1))
         FAIL("episode %lld: last segment holds %u rows for offset %zu of segment %zu (%u segments)",
              (long long)e->handle, e->body->last_rows, off, k, e->body->nsegs);
+    if (e->seg0 != (e->body->nsegs ? e->body->segs[0] : NULL))
+        FAIL("episode %lld: the slot's segment 0 is not the body's", (long long)e->handle);
     if (e->body->aux_cap < e->n)
         FAIL("episode %lld: aux has room for %llu of %llu records", (long long)e->handle,
              (unsigned long long)e->body->aux_cap, (unsigned long long)e->n);

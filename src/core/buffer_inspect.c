@@ -17,7 +17,7 @@ exr_status exr_buffer_episode_info_locked(const exr_buffer *b, int64_t h, uint64
     const exr_episode *e = &b->eps.slab[slot];
     /* a busy episode shows what it held before the call copying into it,
      * which had not ended it (an ended episode takes no more records) */
-    *n = e->busy ? e->n_pub : e->n;
+    *n = e->busy ? e->body->n_pub : e->n;
     *ended = e->ended && !e->busy;
     *terminated = e->terminated && !e->busy;
     *has_final = e->body->final_state != NULL && !e->busy;
@@ -34,7 +34,7 @@ exr_status exr_buffer_episode_copy_locked(const exr_buffer *b, int64_t h, void *
     const exr_store_layout *L = &b->lay;
     const exr_episode *e = &b->eps.slab[slot];
     unsigned char *st = state, *ac = action, *rw = reward;
-    uint64_t p = 0, n = e->busy ? e->n_pub : e->n;
+    uint64_t p = 0, n = e->busy ? e->body->n_pub : e->n;
     for (uint32_t k = 0; p < n; k++) {
         size_t cnt = exr_store_seg_cap(L, k);
         if (cnt > n - p)
@@ -60,7 +60,7 @@ exr_status exr_buffer_episode_rows_locked(const exr_buffer *b, int64_t h, void *
     const exr_store_layout *L = &b->lay;
     const exr_episode *e = &b->eps.slab[slot];
     unsigned char *dst = rows;
-    uint64_t p = 0, n = e->busy ? e->n_pub : e->n;
+    uint64_t p = 0, n = e->busy ? e->body->n_pub : e->n;
     for (uint32_t k = 0; p < n; k++) {
         size_t cnt = exr_store_seg_cap(L, k);
         if (cnt > n - p)

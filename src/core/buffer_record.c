@@ -55,7 +55,8 @@ exr_status exr_buffer_new_episode_locked(exr_buffer *b, int64_t *h)
  * right away: that is about the rows the episode already holds, so it never
  * more than doubles what the episode takes, and allocating it once avoids
  * the copies (and the heap churn) of growing it. Segment 0's nominal size
- * follows pick_len, not the episode, so it starts at 16 rows and doubles. */
+ * follows pick_len and the row's size (at least 4 KiB: store.c), not the
+ * episode, so it starts at 16 rows and doubles. */
 static size_t first_rows(const exr_store_layout *L, size_t k)
 {
     size_t cap = exr_store_seg_cap(L, k);
@@ -94,6 +95,7 @@ static void shrink_ended_locked(exr_buffer *b, exr_episode *e)
     bury_segment(b, body->segs[k], node);
     body->segs[k] = seg;
     body->last_rows = (uint32_t)used;
+    exr_episode_sync_seg0(e);
 }
 
 /* ---- recording: reserve, copy, publish ---------------------------------
@@ -301,6 +303,7 @@ static uint32_t commit_prep_locked(exr_buffer *b, uint32_t slot, rec_prep *pr, i
         body->segs[body->nsegs++] = pr->segs[j];
     if (pr->nnew)
         body->last_rows = (uint32_t)pr->new_last_rows;
+    exr_episode_sync_seg0(e);
     if (pr->segs != pr->segs_small)
         free(pr->segs);
     pr->segs = NULL;
@@ -481,8 +484,8 @@ static exr_status record_steps_locked(exr_buffer *b, int64_t h, const exr_steps 
         uint64_t first = e->n;
         if (defer) {
             e->busy = 1;
-            e->n_pub = e->n;
-            e->m_pub = e->m;
+            e->body->n_pub = e->n;
+            e->body->m_pub = e->m;
         }
         bool evicted = false;
         while (t < in->T && !evicted)

@@ -276,6 +276,7 @@ static exr_status read_rows(exr_in *in, const exr_store_layout *L, exr_episode *
             return st;
         body->nsegs = k + 1;
         body->last_rows = (uint32_t)rows;
+        exr_episode_sync_seg0(e);
         placed += rows;
         e->n = placed; /* only what is there is counted, and freed on failure */
     }

@@ -209,6 +209,7 @@ uint32_t exr_episodes_insert(exr_episodes *t, int64_t handle, exr_body *body)
     memset(e, 0, sizeof *e);
     e->handle = handle;
     e->body = body;
+    exr_episode_sync_seg0(e);
     e->prev = t->tail;
     e->next = EXR_NIL;
     if (t->tail != EXR_NIL)
@@ -257,6 +258,7 @@ void exr_episodes_remove(exr_episodes *t, uint32_t s)
         t->tail = e->prev;
     t->count--;
     e->body = NULL;
+    e->seg0 = NULL;
     e->handle = -1;
     e->next = t->free_head;
     t->free_head = s;
@@ -272,6 +274,7 @@ exr_body *exr_body_new(uint32_t cap)
     b->final_state = NULL;
     b->aux = NULL;
     b->aux_cap = 0;
+    b->n_pub = b->m_pub = 0;
     b->last_rows = 0;
     b->nsegs = 0;
     b->cap = cap;

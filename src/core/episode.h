@@ -2,9 +2,11 @@
  * episode.h - the episode table: live episodes by handle, in handle order.
  *
  *   map: handle -> slot (open addressing, linear probing, backward-shift delete)
- *   slab[slot]: exr_episode { handle, n, m, flags, prev/next, body }
- *                                                       |
- *   body: { final_state, aux[n], nsegs, segs[0..nsegs) } <--+   (store.h segments)
+ *   slab[slot]: exr_episode { handle, n, m, flags, seg0, prev/next, body }
+ *                                                |                  |
+ *        segs[0], copied into the slot <---------+                  |
+ *   body: { final_state, aux[n], nsegs, segs[0..nsegs) } <----------+
+ *                                       (store.h segments)
  *
  *   live list (prev/next slots), oldest first:  head <-> ... <-> tail
  *
@@ -29,22 +31,34 @@ typedef struct exr_body {
     unsigned char *final_state; /* NULL if none */
     uint32_t *aux;              /* per record: pending priority (float) or pick index */
     uint64_t aux_cap;
+    uint64_t n_pub, m_pub;      /* while its episode is busy: records and picks published */
     uint32_t last_rows;         /* rows allocated in segs[nsegs - 1]: at most its nominal size */
     uint32_t nsegs, cap;
     unsigned char *segs[];
 } exr_body;
 
 typedef struct {
-    int64_t handle;
+    _Alignas(64) int64_t handle; /* a slot is one 64-byte line (the slab is line-aligned) */
     uint64_t n;                 /* records */
     uint64_t m;                 /* picks: positions [0, m) */
     uint8_t ended, terminated, sampled;
     uint8_t busy;               /* a record call is copying into it (buffer_record.c) */
     uint8_t sim;                /* marks of an eviction dry run (evict.c); 0 outside one */
-    uint64_t n_pub, m_pub;      /* while busy: records and picks published */
+    /* body->segs[0], NULL while the body holds no segment: get_batch's plan
+     * reaches the rows of a pick in segment 0 (every pick of an episode
+     * shorter than segment 0) from the slot, without reading the body.
+     * Kept by exr_episode_sync_seg0 wherever segment 0 is set or moved;
+     * _check verifies it */
+    unsigned char *seg0;
     uint32_t prev, next;        /* live list, EXR_NIL at the ends; free list uses next */
     exr_body *body;
 } exr_episode;
+
+/* Copies the body's first segment pointer into the slot (exr_episode.seg0). */
+static inline void exr_episode_sync_seg0(exr_episode *e)
+{
+    e->seg0 = e->body && e->body->nsegs ? e->body->segs[0] : NULL;
+}
 
 typedef struct {
     exr_episode *slab;

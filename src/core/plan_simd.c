@@ -9,7 +9,9 @@
  * instructions (about 95 a pick, at more than three a cycle), not by
  * misses: every link of a pick's chain (its table entry, its episode slot,
  * the segment pointer in the body) is a cache hit. Here the eight slots
- * are eight line loads and a transpose, the segment pointers a gather, and
+ * are eight line loads and a transpose, the segment pointers the slots'
+ * copies of segment 0's or a gather from the bodies of the lanes that need
+ * them (rows past segment 0, or no next state stored), and
  * the arithmetic (how many rows, whether the next state is stored, which
  * segment and offset, whether the rows run into a second segment) is done
  * once for eight picks. Lanes take no branch; the rare cases are masks (a
@@ -67,8 +69,8 @@ PLAN8_FN static inline __m512i locate8(const plan8_consts *c, __m512i p, __m512i
                                    _mm512_sub_epi64(p, start));
 }
 
-/* The handle, n, the flags' qword (ended, terminated, ...) and the body
- * pointer of the episode slots of ent[0..8), one vector each: each slot is
+/* n, the flags' qword (ended, terminated, ...), segment 0's pointer and
+ * the body pointer of the episode slots of ent[0..8), one vector each: each slot is
  * one 64-byte line (the slab is line-aligned), so eight loads and a
  * transpose of the four qwords wanted (twelve permutes). The loads leave
  * out the `sampled` byte (a byte-masked load does not read its masked-off
@@ -76,17 +78,17 @@ PLAN8_FN static inline __m512i locate8(const plan8_consts *c, __m512i p, __m512i
  * read atomically (sampled_lanes), as plan_pick_locked does. */
 #define SLOT_BYTES (~((uint64_t)1 << offsetof(exr_episode, sampled)))
 typedef struct {
-    __m512i handle, n, fl, body;
+    __m512i n, fl, seg0, body;
 } slot8;
 
-_Static_assert(sizeof(exr_episode) == 64 && offsetof(exr_episode, handle) == 0 &&
-                   offsetof(exr_episode, n) == 8 && offsetof(exr_episode, ended) == 24 &&
-                   offsetof(exr_episode, body) == 56,
-               "an episode slot: one line, its qwords 0, 1, 3 and 7 read by slot_fields");
+_Static_assert(sizeof(exr_episode) == 64 && offsetof(exr_episode, n) == 8 &&
+                   offsetof(exr_episode, ended) == 24 && offsetof(exr_episode, seg0) == 32 &&
+                   offsetof(exr_episode, body) == 48,
+               "an episode slot: one line, its qwords 1, 3, 4 and 6 read by slot_fields");
 
 PLAN8_FN static inline slot8 slot_fields(const exr_episode *slab, const exr_pick *ent)
 {
-    const __m512i pick = _mm512_setr_epi64(0, 1, 3, 7, 8, 9, 11, 15);
+    const __m512i pick = _mm512_setr_epi64(1, 3, 4, 6, 9, 11, 12, 14);
     const __m512i lo = _mm512_setr_epi64(0, 4, 8, 12, 1, 5, 9, 13);
     const __m512i hi = _mm512_setr_epi64(2, 6, 10, 14, 3, 7, 11, 15);
     __m512i x[4], y[4];
@@ -99,9 +101,9 @@ PLAN8_FN static inline slot8 slot_fields(const exr_episode *slab, const exr_pick
         y[2 * j + 1] = _mm512_permutex2var_epi64(x[2 * j], hi, x[2 * j + 1]);
     }
     slot8 f;
-    f.handle = _mm512_shuffle_i64x2(y[0], y[2], 0x44);
-    f.n = _mm512_shuffle_i64x2(y[0], y[2], 0xee);
-    f.fl = _mm512_shuffle_i64x2(y[1], y[3], 0x44);
+    f.n = _mm512_shuffle_i64x2(y[0], y[2], 0x44);
+    f.fl = _mm512_shuffle_i64x2(y[0], y[2], 0xee);
+    f.seg0 = _mm512_shuffle_i64x2(y[1], y[3], 0x44);
     f.body = _mm512_shuffle_i64x2(y[1], y[3], 0xee);
     return f;
 }
@@ -178,16 +180,26 @@ PLAN8_FN static inline void plan8_group(const plan8_consts *c, exr_episode *slab
     /* segment B is read only where the rows read run past A (they are
      * stored, so it exists); the final state only where row l is not */
     __mmask8 more = _mm512_cmplt_epu64_mask(room, _mm512_mask_add_epi64(l, next, l, c->one));
-    __m512i sp = _mm512_add_epi64(body, _mm512_slli_epi64(k, 3));
-    const char *segs = (const char *)(uintptr_t)offsetof(exr_body, segs);
-    __m512i sa = _mm512_i64gather_epi64(sp, segs, 1);
-    __m512i sb = _mm512_mask_i64gather_epi64(zero, more, sp, segs + sizeof(void *), 1);
-    __m512i fin = _mm512_mask_i64gather_epi64(
-        zero, (__mmask8)~next, body, (const char *)(uintptr_t)offsetof(exr_body, final_state), 1);
+    /* segment 0's pointer from the slots; the body's lines read only in
+     * the lanes that read past segment 0 or have no next state stored */
+    __m512i sa = sf.seg0;
+    __mmask8 past = _mm512_test_epi64_mask(k, k);
+    __m512i sb = zero, fin = zero;
+    if (past | more | (__mmask8)~next) {
+        __m512i sp = _mm512_add_epi64(body, _mm512_slli_epi64(k, 3));
+        const char *segs = (const char *)(uintptr_t)offsetof(exr_body, segs);
+        sa = _mm512_mask_i64gather_epi64(sa, past, sp, segs, 1);
+        sb = _mm512_mask_i64gather_epi64(zero, more, sp, segs + sizeof(void *), 1);
+        fin = _mm512_mask_i64gather_epi64(zero, (__mmask8)~next, body,
+                                          (const char *)(uintptr_t)offsetof(exr_body, final_state), 1);
+    }
     __m512i a = _mm512_add_epi64(sa, _mm512_mullo_epi64(off, c->row_bytes));
     __m512i na = _mm512_min_epu64(room, _mm512_add_epi64(l, c->one));
     __mmask8 last = term & _mm512_cmpeq_epi64_mask(pe, n);
-    _mm512_storeu_si512((void *)epi, sf.handle);
+    /* the handles only go out: a gather from the slots' lines (in cache) */
+    _mm512_storeu_si512((void *)epi, _mm512_i64gather_epi64(
+        _mm512_slli_epi64(_mm512_and_si512(e, _mm512_set1_epi64(0xffffffff)), 6),
+        (const char *)slab + offsetof(exr_episode, handle), 1));
     _mm512_storeu_si512((void *)pos, p);
     _mm512_storeu_si512((void *)len, l);
     _mm512_storeu_si512((void *)len_next, _mm512_mask_sub_epi64(l, last, l, c->one));

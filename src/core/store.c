@@ -5,6 +5,10 @@
 #include "seg_heap.h"
 
 #define SEG_TARGET_BYTES ((size_t)1 << 20)
+/* Segment 0 holds at least a page: an episode of small rows (up to 146
+ * steps of 28-byte rows) then lies in it whole, and get_batch's plan
+ * reaches such rows from the episode's slot (exr_episode.seg0) */
+#define SEG0_MIN_BYTES ((size_t)4 << 10)
 
 static int round_line(size_t *x)
 {
@@ -29,6 +33,8 @@ exr_status exr_store_layout_init(exr_store_layout *L, size_t state_bytes, size_t
     L->row_bytes = row;
     unsigned base = 4; /* 16 records */
     while (((uint64_t)1 << base) < (uint64_t)pick_len + 1)
+        base++;
+    while (base < 20 && ((size_t)1 << base) * row < SEG0_MIN_BYTES)
         base++;
     unsigned top = base;
     while (top < 20 && ((size_t)2 << top) * row <= SEG_TARGET_BYTES)

@@ -823,31 +823,40 @@ static void test_random_ops(void)
 
 static void test_segments_grow_and_shrink(void)
 {
-    /* a long pick_len makes the first segment's nominal size 128 rows: a
-     * 3-step episode must not take them, and an ended episode keeps only
-     * what it uses */
+    /* rows of 20 bytes make the first segment's nominal size 256 rows (at
+     * least 4 KiB): a 3-step episode must not take them, and an ended
+     * episode keeps only what it uses */
     exr_buffer *b = make_buffer(100, true, 0, EXR_EVICT_FIFO);
     CHECK_RET(b);
-    CHECK_RET(b->lay.base_shift == 7);
+    CHECK_RET(b->lay.base_shift == 8);
     int64_t h = record_steps(b, -1, 1, 0, 3, false, false, false);
-    const exr_body *body = b->eps.slab[exr_episodes_find(&b->eps, h)].body;
-    CHECK_RET(body->nsegs == 1 && body->last_rows == 16); /* not 128 */
-    h = record_steps(b, h, 1, 3, 997, true, true, false); /* grows step by step */
-    body = b->eps.slab[exr_episodes_find(&b->eps, h)].body;
-    /* nominal segments of 128, 256, 512, 1024 rows (segment 0 grown from 16,
-     * the others allocated whole): record 1000 is row 104 of the fourth, and
-     * its 920 spare rows (25 KiB) were cut when the episode ended */
-    CHECK_RET(body->nsegs == 4 && body->last_rows == 104);
-    CHECK_RET(body->aux_cap == 1000);
-    /* 905 records: 9 rows of the fourth used, the spare cut too */
+    const exr_episode *e = &b->eps.slab[exr_episodes_find(&b->eps, h)];
+    CHECK_RET(e->body->nsegs == 1 && e->body->last_rows == 16); /* not 256 */
+    CHECK_RET(e->seg0 == e->body->segs[0]);
+    h = record_steps(b, h, 1, 3, 997, true, true, false);
+    e = &b->eps.slab[exr_episodes_find(&b->eps, h)];
+    /* nominal segments of 256, 512, 1024 rows (segment 0 grown from 16,
+     * the others allocated whole): record 1000 is row 231 of the third,
+     * whose 792 spare rows (15 KiB) the end spared */
+    CHECK_RET(e->body->nsegs == 3 && e->body->last_rows == 232);
+    CHECK_RET(e->body->aux_cap == 1000 && e->seg0 == e->body->segs[0]);
+    /* 905 records: 137 rows of the third used, the spare cut too */
     int64_t h2 = record_steps(b, -1, 2, 0, 905, true, true, false);
-    body = b->eps.slab[exr_episodes_find(&b->eps, h2)].body;
-    CHECK_RET(body->nsegs == 4 && body->last_rows == 9 && body->aux_cap == 905);
-    /* 4 records into segment 0 of a new episode: 16 rows, 12 spare = 336
+    const exr_body *body = b->eps.slab[exr_episodes_find(&b->eps, h2)].body;
+    CHECK_RET(body->nsegs == 3 && body->last_rows == 137 && body->aux_cap == 905);
+    /* 4 records into segment 0 of a new episode: 16 rows, 12 spare = 240
      * bytes, under the 1 KiB worth a copy */
     int64_t h3 = record_steps(b, -1, 3, 0, 4, true, true, false);
     body = b->eps.slab[exr_episodes_find(&b->eps, h3)].body;
     CHECK_RET(body->nsegs == 1 && body->last_rows == 16);
+    /* 150 records into an open episode (segment 0 grown to 256 rows), then
+     * its end: the cut moves segment 0, and the slot's copy follows */
+    int64_t h4 = record_steps(b, -1, 4, 0, 150, false, false, false);
+    e = &b->eps.slab[exr_episodes_find(&b->eps, h4)];
+    const unsigned char *before = e->seg0;
+    CHECK_RET(e->body->last_rows == 256 && before == e->body->segs[0]);
+    CHECK_RET(record_steps(b, h4, 4, 150, 1, true, true, false) == h4);
+    CHECK_RET(e->body->last_rows == 151 && e->seg0 != before && e->seg0 == e->body->segs[0]);
     CHECK_RET(check_ok(b));
     /* contents survive the moves */
     enum { B = 50 };
