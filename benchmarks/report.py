@@ -785,6 +785,11 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
                 goals.append(update_goal(
                     "priority update(256) with pick_index=", ", like the batch form (the handle form given "
                     "the batch's indices, as a Ray or RLlib learner sends them)", ri, ru[0], n))
+            rl = cp.get(("update", n, 256, "exreplay_lookup"))
+            if rl is not None:
+                goals.append(update_goal(
+                    "priority update(256) by lookup", " (the handle form given copies of the batch's "
+                    "arrays and no pick_index: every pick found through the episode map)", rl, ru[0], n))
             each = s_ratio >= GOAL_PRIO_RATIO and u_ratio >= GOAL_PRIO_RATIO
             prio_note = (
                 f"The issue's goal is “prioritized sample and update ≥ {GOAL_PRIO_RATIO:g}× faster than cpprb”. "

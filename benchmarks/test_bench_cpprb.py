@@ -17,11 +17,14 @@ in steady state (exreplay evicts whole episodes, cpprb overwrites its ring).
            (`_floor_gather` of B state rows, L=1) for the same N.
 - prioritized, N = 1M, B = 256: sample (exreplay `get_batch`, cpprb
            `sample(beta=0.4)`) and priority update of those 256 picks (exreplay
-           `set_priority(ps, pick_epi, pick_pos, p)`; as impl
+           `set_priority(ps, pick_epi, pick_pos, p)` with the batch's own
+           arrays, which brings its pick_index along; as impl
            "exreplay_batch", `set_priority(ps, batch, p)`; as impl
            "exreplay_index", `set_priority(ps, pick_epi, pick_pos, p,
            pick_index=...)`, what a learner in another process sends back;
-           cpprb `update_priorities`).
+           as impl "exreplay_lookup", the handle form given copies of the
+           arrays, every pick found through the episode map; cpprb
+           `update_priorities`).
 """
 
 import numpy as np
@@ -195,9 +198,9 @@ def test_sample_uniform(benchmark, case):
 
 
 @pytest.mark.parametrize("op", ["psample", "update"])
-@pytest.mark.parametrize("impl", ["exreplay", "exreplay_batch", "exreplay_index", "cpprb"])
+@pytest.mark.parametrize("impl", ["exreplay", "exreplay_batch", "exreplay_index", "exreplay_lookup", "cpprb"])
 def test_prioritized(benchmark, impl, op):
-    if impl in ("exreplay_batch", "exreplay_index") and op != "update":
+    if impl in ("exreplay_batch", "exreplay_index", "exreplay_lookup") and op != "update":
         pytest.skip("a form of set_priority only")
     n = harness.prioritized_size()
     batch = 256
@@ -214,6 +217,15 @@ def test_prioritized(benchmark, impl, op):
         _tag(benchmark, "update", impl, n, batch)
         benchmark.pedantic(buf.set_priority, args=(pr, b.pick_epi, b.pick_pos, new_p, b.pick_index),
                            rounds=r, iterations=50, warmup_rounds=1)
+    elif impl == "exreplay_lookup":
+        # the handle form with arrays that are not the batch's own (copies, as
+        # a learner in another process without pick_index has): every pick
+        # found through the episode map
+        buf, pr = _exreplay(n, "prioritized")
+        b = buf.get_batch(batch, pr)
+        _tag(benchmark, "update", impl, n, batch)
+        benchmark.pedantic(buf.set_priority, args=(pr, b.pick_epi.copy(), b.pick_pos.copy(), new_p),
+                           rounds=r, iterations=50, warmup_rounds=1)
     elif impl == "exreplay":
         buf, pr = _exreplay(n, "prioritized")
         if op == "psample":
@@ -221,7 +233,7 @@ def test_prioritized(benchmark, impl, op):
             benchmark.pedantic(buf.get_batch, args=(batch, pr), rounds=r, iterations=20, warmup_rounds=1)
         else:
             b = buf.get_batch(batch, pr)
-            epi, pos = b.pick_epi, b.pick_pos
+            epi, pos = b.pick_epi, b.pick_pos  # the batch's own: its pick_index is used
             _tag(benchmark, "update", impl, n, batch)
             benchmark.pedantic(buf.set_priority, args=(pr, epi, pos, new_p), rounds=r, iterations=50, warmup_rounds=1)
     else:

@@ -92,6 +92,43 @@ def test_set_priority_batch_form_after_eviction(make_buffer):
     a._check()
 
 
+def test_set_priority_handle_form_takes_its_batchs_indices():
+    """The handle form given a batch's own pick_epi and pick_pos arrays uses
+    the batch's pick_index as hints (_core._block_hints counts the calls),
+    with the result of the call without them: after evictions moved and
+    removed picks, and with indices tampered with. Copies, slices and
+    another batch's arrays are not taken for it."""
+    from exreplay import _core
+
+    a, pa = _filled(ExperienceReplay, capacity=60)
+    b, pb = _filled(ExperienceReplay, capacity=60)
+    ba, bb = a.get_batch(64, pa), b.get_batch(64, pb)
+    for buf in (a, b):  # evicts the oldest episodes: picks leave and move
+        for i in range(3):
+            s = np.stack([np.full(10, 10 + i), np.arange(10)], axis=1).astype(np.float32)
+            buf.record_many(None, s, np.arange(10), np.ones(10, np.float32))
+    ba.pick_index[:4] = [-5, 10**9, 0, ba.pick_index[5]]
+    p = np.random.default_rng(1).uniform(0.1, 5.0, 64)
+    h0 = _core._block_hints()
+    n = a.set_priority(pa, ba.pick_epi, ba.pick_pos, p)
+    assert _core._block_hints() == h0 + 1
+    assert n == b.set_priority(pb, ba.pick_epi.copy(), ba.pick_pos.copy(), p)
+    assert 0 < n < 64
+    e, q = a._picks()
+    assert np.array_equal(a._priority(pa, e, q), b._priority(pb, e, q))
+    other = a.get_batch(64, pa)
+    for epi, pos in ((ba.pick_epi[:8], ba.pick_pos[:8]), (ba.pick_epi, other.pick_pos),
+                     (ba.pick_epi.copy(), ba.pick_pos)):
+        a.set_priority(pa, epi, pos, 1.0)
+    assert _core._block_hints() == h0 + 1
+    # a batch refilled through out=: its arrays carry the new draw's indices
+    a.get_batch(64, pa, out=other)
+    assert a.set_priority(pa, other.pick_epi, other.pick_pos, 3.0) == 64
+    assert _core._block_hints() == h0 + 2
+    assert np.allclose(a._priority(pa, other.pick_epi, other.pick_pos), 3.0)
+    a._check()
+
+
 def test_set_priority_batch_form_stale_indices_fall_back():
     """A batch whose indices were tampered with still reaches its picks."""
     buf, pr = _filled(ExperienceReplay)

@@ -122,6 +122,8 @@ static int new_batch_arrays(ReplayObject *self, npy_intp B, PyObject **arrays)
         if (!arrays[f])
             goto fail;
     }
+    char *mem = exr_block_data(block);
+    exr_block_mark_picks(block, mem + offs[F_EPI], mem + offs[F_POS], mem + offs[F_INDEX], B);
     Py_DECREF(block);
     if (new_dict_fields(self, B, arrays) < 0) {
         for (int f = 0; f < NFIELDS; f++)

@@ -79,6 +79,10 @@ extern int exr_nogil_calls;
 /* small calls that did all their work with the GIL held (the test hook
  * _core._gil_kept reads it); changed only with the GIL held */
 extern unsigned long long exr_gil_kept;
+/* set_priority calls of the handle form that found their batch's
+ * pick_index through its arrays (exr_block_pick_hints; the test hook
+ * _core._block_hints reads it); changed only with the GIL held */
+extern unsigned long long exr_block_hints;
 
 /* Py_BEGIN/END_ALLOW_THREADS counted in exr_nogil_calls: every place where
  * the binding lets go of the GIL uses these. */
@@ -185,6 +189,16 @@ int exr_selector_init_type(PyObject *module, exr_modstate *st);
 int exr_block_init_type(PyObject *module, exr_modstate *st);
 PyObject *exr_block_new(exr_modstate *st, size_t size);
 void *exr_block_data(PyObject *block);
+/* Notes that block holds a batch of n picks whose pick_epi, pick_pos and
+ * pick_index arrays start at epi, pos and index. */
+void exr_block_mark_picks(PyObject *block, const void *epi, const void *pos, const void *index,
+                          npy_intp n);
+/* The batch's pick_index, when epi and pos (n each) are that batch's own
+ * pick_epi and pick_pos arrays (views of its block, where the block put
+ * them); else NULL. Only a hint for set_priority: any values are safe
+ * (docs/design.md, "Priority updates"). Counted in exr_block_hints. */
+const int64_t *exr_block_pick_hints(exr_modstate *st, PyArrayObject *epi, PyArrayObject *pos,
+                                    npy_intp n);
 /* A C-contiguous array `at` bytes into block, of descr d (borrowed) and
  * shape dims, with the block as its base (its reference taken). */
 PyObject *exr_block_array(PyObject *block, size_t at, PyArray_Descr *d, int nd, const npy_intp *dims);

@@ -23,6 +23,10 @@ typedef struct {
     PyObject_HEAD
     void *mem;
     size_t size;
+    /* a get_batch batch's pick_epi, pick_pos and pick_index in mem, and
+     * their length (exr_block_mark_picks); NULL otherwise */
+    const int64_t *epi, *pos, *index;
+    npy_intp picks;
 } BlockObject;
 
 static size_t round_line(size_t n) { return (n + 63) & ~(size_t)63; }
@@ -58,6 +62,8 @@ PyObject *exr_block_new(exr_modstate *st, size_t size)
     BlockObject *b = PyObject_New(BlockObject, st->block_type);
     if (!b)
         return NULL;
+    b->epi = b->pos = b->index = NULL;
+    b->picks = 0;
     /* the smallest cached block that fits without wasting more than half */
     int best = -1;
     for (int i = 0; i < st->ncached; i++)
@@ -85,6 +91,29 @@ PyObject *exr_block_new(exr_modstate *st, size_t size)
 }
 
 void *exr_block_data(PyObject *block) { return ((BlockObject *)block)->mem; }
+
+void exr_block_mark_picks(PyObject *block, const void *epi, const void *pos, const void *index,
+                          npy_intp n)
+{
+    BlockObject *b = (BlockObject *)block;
+    b->epi = epi;
+    b->pos = pos;
+    b->index = index;
+    b->picks = n;
+}
+
+const int64_t *exr_block_pick_hints(exr_modstate *st, PyArrayObject *epi, PyArrayObject *pos,
+                                    npy_intp n)
+{
+    PyObject *base = PyArray_BASE(epi);
+    if (!base || !Py_IS_TYPE(base, st->block_type) || PyArray_BASE(pos) != base)
+        return NULL;
+    const BlockObject *b = (const BlockObject *)base;
+    if (!b->index || b->picks != n || b->epi != PyArray_DATA(epi) || b->pos != PyArray_DATA(pos))
+        return NULL;
+    exr_block_hints++;
+    return b->index;
+}
 
 PyObject *exr_block_array(PyObject *block, size_t at, PyArray_Descr *d, int nd, const npy_intp *dims)
 {

@@ -14,6 +14,7 @@
 
 int exr_nogil_calls;
 unsigned long long exr_gil_kept;
+unsigned long long exr_block_hints;
 
 void exr_lock_with_gil(exr_buffer *b)
 {
@@ -384,7 +385,19 @@ static PyObject *gil_kept_py(PyObject *module, PyObject *unused)
     return PyLong_FromUnsignedLongLong(exr_gil_kept);
 }
 
+/* _core._block_hints(): the test hook reading exr_block_hints. */
+static PyObject *block_hints_py(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyLong_FromUnsignedLongLong(exr_block_hints);
+}
+
 static PyMethodDef module_methods[] = {
+    {"_block_hints", block_hints_py, METH_NOARGS,
+     "_block_hints()\n--\n\n"
+     "Test hook: how many set_priority calls of the handle form so far were given a\n"
+     "batch's own pick_epi and pick_pos arrays and used its pick_index."},
     {"_gil_kept", gil_kept_py, METH_NOARGS,
      "_gil_kept()\n--\n\n"
      "Test hook: how many small record and get_batch calls so far did all their work\n"

@@ -237,7 +237,8 @@ PyObject *replay_set_priority(ReplayObject *self, PyObject *const *args, Py_ssiz
     size_t stride, applied = 0;
     exr_status st = EXR_OK;
     if ((pr = priorities_values(a[3], n, &stride))) {
-        const int64_t *hint = x ? PyArray_DATA(x) : NULL;
+        /* without pick_index=, the batch's own when given its own arrays */
+        const int64_t *hint = x ? PyArray_DATA(x) : exr_block_pick_hints(mstate(self), e, p, n);
         const double *pv = PyArray_DATA(pr);
         EXR_NOGIL_BEGIN
         st = exr_buffer_set_priority(self->buf, h, (size_t)n, PyArray_DATA(e), PyArray_DATA(p),
