@@ -46,19 +46,22 @@ plan_pick_locked(const exr_store_layout *L, exr_episode *slab, uint64_t pick_len
     pl->na = (uint32_t)exr_sel_below(room, l + 1, room, l + 1);
     pl->len = (uint32_t)l;
     pl->next_stored = (uint32_t)next;
-    if (k == 0 && !more && next) {
-        /* rows and next state in segment 0: the slot's copy of its
-         * pointer, the body not read at all (one dependent miss fewer) */
-        pl->a = exr_seg_row(L, e->seg0, off);
-        pl->b = NULL;
-        pl->final = NULL;
-    } else {
-        const exr_body *body = e->body;
-        pl->a = exr_seg_row(L, body->segs[k], off);
-        pl->b = (const unsigned char *)exr_sel_set(more, (uintptr_t)body->segs[k + more], 0);
-        /* read only at an episode's end (about one pick in its length) */
-        pl->final = next ? NULL : body->final_state;
-    }
+    /* The body is read only where needed: segment 0's pointer is the
+     * slot's copy (seg0), segment B's only where the rows run past A, the
+     * final state only at an episode's end (about one pick in its length).
+     * Each is loaded through an address chosen by a select, the slot's
+     * seg0 standing in where the body is not read: no branch on the random
+     * draw, and a pick in segment 0 costs no miss on its body. */
+    const exr_body *body = e->body;
+    uintptr_t here = (uintptr_t)&e->seg0;
+    unsigned char *const *pa = (unsigned char *const *)exr_sel_set(k, (uintptr_t)&body->segs[k], here);
+    unsigned char *const *pb =
+        (unsigned char *const *)exr_sel_set(more, (uintptr_t)&body->segs[k + 1], here);
+    unsigned char *const *pf =
+        (unsigned char *const *)exr_sel_set(next, here, (uintptr_t)&body->final_state);
+    pl->a = exr_seg_row(L, *pa, off);
+    pl->b = (const unsigned char *)exr_sel_set(more, (uintptr_t)*pb, 0);
+    pl->final = (const unsigned char *)exr_sel_set(next, 0, (uintptr_t)*pf);
     *epi = e->handle;
     *pos = (int64_t)p;
     *len = (int64_t)l;
