@@ -196,10 +196,9 @@ PLAN8_FN static inline void plan8_group(const plan8_consts *c, exr_episode *slab
     __m512i a = _mm512_add_epi64(sa, _mm512_mullo_epi64(off, c->row_bytes));
     __m512i na = _mm512_min_epu64(room, _mm512_add_epi64(l, c->one));
     __mmask8 last = term & _mm512_cmpeq_epi64_mask(pe, n);
-    /* the handles only go out: a gather from the slots' lines (in cache) */
-    _mm512_storeu_si512((void *)epi, _mm512_i64gather_epi64(
-        _mm512_slli_epi64(_mm512_and_si512(e, _mm512_set1_epi64(0xffffffff)), 6),
-        (const char *)slab + offsetof(exr_episode, handle), 1));
+    /* the handles only go out: read from the slots' lines (in cache) */
+    for (int j = 0; j < 8; j++)
+        epi[j] = slab[ent[j].slot].handle;
     _mm512_storeu_si512((void *)pos, p);
     _mm512_storeu_si512((void *)len, l);
     _mm512_storeu_si512((void *)len_next, _mm512_mask_sub_epi64(l, last, l, c->one));
