@@ -19,38 +19,10 @@
  * shorter one would leave the write-combining buffers half-filled). */
 #define STREAM_FIELD_MIN 1024
 
-/* memcpy with non-temporal stores: the destination's lines go to memory
- * without being read first (no read-for-ownership) and without evicting
- * the cache. For batches larger than the cache (docs/design.md, "Large
- * batches"); copy_batch ends them with a store fence. */
-static void copy_stream(unsigned char *d, const unsigned char *s, size_t n)
-{
-#if defined(__SSE2__)
-    size_t head = (size_t)(-(uintptr_t)d & 63);
-    if (head > n)
-        head = n;
-    exr_copy_short(d, s, head);
-    d += head, s += head, n -= head;
-    for (; n >= 64; n -= 64, d += 64, s += 64) {
-        __m128i x0 = _mm_loadu_si128((const __m128i *)s);
-        __m128i x1 = _mm_loadu_si128((const __m128i *)(s + 16));
-        __m128i x2 = _mm_loadu_si128((const __m128i *)(s + 32));
-        __m128i x3 = _mm_loadu_si128((const __m128i *)(s + 48));
-        _mm_stream_si128((__m128i *)d, x0);
-        _mm_stream_si128((__m128i *)(d + 16), x1);
-        _mm_stream_si128((__m128i *)(d + 32), x2);
-        _mm_stream_si128((__m128i *)(d + 48), x3);
-    }
-    exr_copy_short(d, s, n);
-#else
-    memcpy(d, s, n);
-#endif
-}
-
 static inline void copy_field(unsigned char *d, const unsigned char *s, size_t n, bool stream)
 {
     if (stream && n >= STREAM_FIELD_MIN)
-        copy_stream(d, s, n);
+        exr_copy_stream(d, s, n);
     else
         exr_copy_short(d, s, n);
 }
@@ -284,10 +256,8 @@ static void copy_batch_fields(const exr_buffer *b, size_t count, const plan_t *p
         copy_pick_fields(L, &plans[i], P, i, out->action + i * as, out->reward + i * rs,
                          out->fields, out->nfields, stream);
     }
-#if defined(__SSE2__)
     if (stream)
-        _mm_sfence(); /* the streamed stores are visible before the batch is returned */
-#endif
+        exr_stream_fence(); /* the streamed stores are visible before the batch is returned */
 }
 
 /* A whole pick for fixed widths SB, AB, RB (constants of the caller: every

@@ -311,6 +311,32 @@ static uint32_t commit_prep_locked(exr_buffer *b, uint32_t slot, rec_prep *pr, i
     return slot;
 }
 
+/* A state or field of a recorded step into its row: a frame-sized one
+ * (EXR_ROW_STREAM_MIN) with non-temporal stores. Nobody reads a row soon
+ * after it is recorded (a draw finds it among all the others), and
+ * ordinary stores would first read every line of the destination, which
+ * evicted segments left cold, and push the readers' lines out of the
+ * cache: 100 84x84 frames took 0.59x the time (docs/benchmarks.md). The
+ * caller fences (rows_fence) before the rows can be published. */
+static inline void copy_part(unsigned char *d, const unsigned char *s, size_t n)
+{
+    if (n >= EXR_ROW_STREAM_MIN)
+        exr_copy_stream(d, s, n);
+    else
+        exr_copy_short(d, s, n);
+}
+
+/* After rows of in were written: orders their streamed stores (copy_part)
+ * before the stores that publish them (the lock's release, or busy's). */
+static void rows_fence(const exr_store_layout *L, const exr_steps *in)
+{
+    bool streamed = !in->fields && L->state_bytes >= EXR_ROW_STREAM_MIN;
+    for (size_t f = 0; in->fields && f < in->nfields; f++)
+        streamed |= in->fields[f].bytes >= EXR_ROW_STREAM_MIN;
+    if (streamed)
+        exr_stream_fence();
+}
+
 /* Copies step t of in into row: its state (or named fields, each straight
  * from its own array, fields.h), action and reward. */
 static inline __attribute__((always_inline)) void fill_row(const exr_store_layout *L,
@@ -321,10 +347,10 @@ static inline __attribute__((always_inline)) void fill_row(const exr_store_layou
     if (in->fields) {
         for (size_t f = 0; f < in->nfields; f++) {
             const exr_field_src *fs = &in->fields[f];
-            exr_copy_short(row + fs->off, fs->src + t * fs->stride, fs->bytes);
+            copy_part(row + fs->off, fs->src + t * fs->stride, fs->bytes);
         }
     } else {
-        exr_copy_short(row, in->states + t * sb, sb);
+        copy_part(row, in->states + t * sb, sb);
     }
     exr_copy_short(row + sb, in->actions + t * ab, ab);
     exr_copy_short(row + sb + ab, in->rewards + t * rb, rb);
@@ -345,6 +371,7 @@ static void copy_rows(const exr_store_layout *L, exr_body *body, uint64_t pos, c
             fill_row(L, row, in, t0 + i + r);
         i += run;
     }
+    rows_fence(L, in);
 }
 
 /* What a record call leaves to copy and publish: steps [step, step + count)
@@ -372,8 +399,10 @@ static bool record_step_locked(exr_buffer *b, uint32_t slot, int64_t h, const ex
     size_t k, off;
     exr_store_locate(L, n, &k, &off);
     unsigned char *row = exr_seg_row(L, body->segs[k], off);
-    if (!defer)
+    if (!defer) {
         fill_row(L, row, in, t);
+        rows_fence(L, in);
+    }
     float rp = prio_to_float(in->priorities ? in->priorities[t] : NAN);
     memcpy(&body->aux[n], &rp, sizeof rp);
     e->n = n + 1;

@@ -15,7 +15,11 @@
 
 #include <stdlib.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <sys/mman.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #define HUGE_PAGE ((size_t)2 << 20)
 
@@ -57,4 +61,35 @@ size_t exr_set_stream_min(size_t bytes)
     size_t old = exr_stream_min();
     atomic_store_explicit(&stream_min, bytes ? bytes : default_stream_min(), memory_order_relaxed);
     return old;
+}
+
+void exr_copy_stream(unsigned char *d, const unsigned char *s, size_t n)
+{
+#if defined(__SSE2__)
+    size_t head = (size_t)(-(uintptr_t)d & 63);
+    if (head > n)
+        head = n;
+    exr_copy_short(d, s, head);
+    d += head, s += head, n -= head;
+    for (; n >= 64; n -= 64, d += 64, s += 64) {
+        __m128i x0 = _mm_loadu_si128((const __m128i *)s);
+        __m128i x1 = _mm_loadu_si128((const __m128i *)(s + 16));
+        __m128i x2 = _mm_loadu_si128((const __m128i *)(s + 32));
+        __m128i x3 = _mm_loadu_si128((const __m128i *)(s + 48));
+        _mm_stream_si128((__m128i *)d, x0);
+        _mm_stream_si128((__m128i *)(d + 16), x1);
+        _mm_stream_si128((__m128i *)(d + 32), x2);
+        _mm_stream_si128((__m128i *)(d + 48), x3);
+    }
+    exr_copy_short(d, s, n);
+#else
+    memcpy(d, s, n);
+#endif
+}
+
+void exr_stream_fence(void)
+{
+#if defined(__SSE2__)
+    _mm_sfence();
+#endif
 }

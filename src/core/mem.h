@@ -24,6 +24,18 @@ size_t exr_stream_min(void);
 /* For tests: set it (0: back to the default); returns the value before. */
 size_t exr_set_stream_min(size_t bytes);
 
+/* memcpy with non-temporal stores: the destination's lines go to memory
+ * without being read first (no read-for-ownership) and without evicting
+ * the cache, for bytes nobody reads soon (a batch larger than the cache,
+ * docs/design.md "Large batches"; a recorded frame). The stores are weakly
+ * ordered: exr_stream_fence before anything that publishes them. */
+void exr_copy_stream(unsigned char *d, const unsigned char *s, size_t n);
+void exr_stream_fence(void);
+
+/* A recorded state (or named field) of at least this many bytes is written
+ * into its row with exr_copy_stream (buffer_record.c). */
+#define EXR_ROW_STREAM_MIN ((size_t)4 << 10)
+
 /* memcpy for the short runs that a pick or a recorded step is made of (a
  * few rows, or one field of one row): inline 16-byte moves with an
  * overlapping last move, instead of a call into libc's size dispatch. */
