@@ -109,6 +109,11 @@ struct exr_buffer {
      * p ** a before it takes the lock (buffer_priority.c); -1: none */
     _Atomic int64_t pow_h;
     _Atomic uint64_t pow_a;
+    /* the stored power of the first prioritized selector a record call
+     * found under the lock (the bits of a double; NaN: none): the guess
+     * exr_leaves_prepare computes a record call's leaves with, before the
+     * lock is taken (buffer_record.c); written under the exclusive lock */
+    _Atomic uint64_t rec_pow_a;
 };
 
 /* *_locked functions assert that the storage lock is held (exclusively:
@@ -154,7 +159,15 @@ sel_entry *find_sel(const exr_buffer *b, int64_t h);
 
 /* buffer_picks.c */
 exr_status reserve_picks(exr_buffer *b, size_t extra);
-void enter_picks_locked(exr_buffer *b, uint32_t slot);
+/* The stored forms a record call brought for the picks of one episode at
+ * positions [first, end): v[p - first] for pick p (NaN: none), for the
+ * selectors whose stored power is `power` (exr_leaves, buffer.h). */
+typedef struct {
+    const float *v;
+    uint64_t first, end;
+    double power;
+} exr_pick_leaves;
+void enter_picks_locked(exr_buffer *b, uint32_t slot, const exr_pick_leaves *pl);
 void remove_pick_locked(exr_buffer *b, size_t i);
 uint32_t *pick_aux_locked(const exr_buffer *b, int64_t epi, int64_t pos);
 size_t pick_index_locked(const exr_buffer *b, int64_t epi, int64_t pos);

@@ -10,12 +10,83 @@
 
 #include "buffer_impl.h"
 #include "mem.h"
+#include "powa.h"
+#include "selector.h"
 
 static float prio_to_float(double p)
 {
     if (isnan(p))
         return NAN;
     return p > FLT_MAX ? FLT_MAX : (float)p;
+}
+
+/* ---- the priorities' stored forms, before the lock ----------------------
+ *
+ * A prioritized selector stores p ** alpha (powa.h) for each pick; a record
+ * call brings them computed (exr_leaves) with the power the first
+ * prioritized selector had at the last record call, so that the powers,
+ * about a tenth of the Ape-X writer's exclusive hold, run before the lock is
+ * taken. Under the lock each selector whose power is that one takes them
+ * (enter_picks_locked); a wrong guess only costs the powers computed there
+ * as before, and the next call guesses right. */
+
+static double record_power_guess(const exr_buffer *b)
+{
+    uint64_t u = atomic_load_explicit(&b->rec_pow_a, memory_order_relaxed);
+    double a;
+    memcpy(&a, &u, sizeof a);
+    return a;
+}
+
+/* The guess for the next call: the first prioritized selector's power. */
+static void note_record_power_locked(exr_buffer *b)
+{
+    EXR_ASSERT_EXCLUSIVE(b);
+    double a = NAN;
+    for (size_t i = 0; i < b->nsels && isnan(a); i++) {
+        const exr_selector *s = b->sels[i].sel;
+        if (s->vt->add_stored && s->vt->stored_power)
+            a = s->vt->stored_power(s);
+    }
+    uint64_t u;
+    memcpy(&u, &a, sizeof u);
+    if (atomic_load_explicit(&b->rec_pow_a, memory_order_relaxed) != u)
+        atomic_store_explicit(&b->rec_pow_a, u, memory_order_relaxed);
+}
+
+void exr_leaves_prepare(const exr_buffer *b, const exr_steps *in, exr_leaves *lv)
+{
+    lv->v = NULL;
+    lv->heap = NULL;
+    double a = record_power_guess(b);
+    size_t bytes;
+    if (!in->priorities || isnan(a) || !exr_mul_size(in->T, sizeof(float), &bytes))
+        return;
+    float *out = in->T <= EXR_LEAVES_SMALL ? lv->small : (lv->heap = malloc(bytes));
+    if (!out)
+        return;
+    enum { CHUNK = 64 };
+    double q[CHUNK];
+    for (size_t t0 = 0; t0 < in->T; t0 += CHUNK) {
+        size_t n = in->T - t0 < CHUNK ? in->T - t0 : CHUNK;
+        for (size_t k = 0; k < n; k++) {
+            float f = prio_to_float(in->priorities[t0 + k]);
+            q[k] = isnan(f) ? 0.0 : f; /* the pick's leaf: add() computes it */
+        }
+        exr_pow_leaves(q, 1, n, a, out + t0);
+        for (size_t k = 0; k < n; k++)
+            if (isnan(in->priorities[t0 + k]))
+                out[t0 + k] = NAN;
+    }
+    lv->v = out;
+    lv->power = a;
+}
+
+void exr_leaves_release(exr_leaves *lv)
+{
+    free(lv->heap);
+    lv->heap = NULL;
+    lv->v = NULL;
 }
 
 /* The prepare step of a new episode: a handle is left and its body and
@@ -358,7 +429,7 @@ typedef struct {
  * priority, counts, end, the log's hook, its picks, eviction. The row
  * itself is copied here unless defer. true if the episode was evicted. */
 static bool record_step_locked(exr_buffer *b, uint32_t slot, int64_t h, const exr_steps *in,
-                               size_t t, bool defer, rec_prep *pr)
+                               size_t t, bool defer, rec_prep *pr, const exr_pick_leaves *pl)
 {
     EXR_ASSERT_EXCLUSIVE(b);
     const exr_store_layout *L = &b->lay;
@@ -388,11 +459,71 @@ static bool record_step_locked(exr_buffer *b, uint32_t slot, int64_t h, const ex
     }
     if (b->hook) /* the row is in place: never deferred with a hook */
         b->hook(b->hook_ctx, b, h, n, row, fin, ends, ends && in->terminated, t == 0);
-    enter_picks_locked(b, slot);
+    enter_picks_locked(b, slot, pl);
     if (ends)
         shrink_ended_locked(b, e);
     evict_over_capacity_locked(b);
     return b->eps.slab[slot].handle != h;
+}
+
+/* How many steps from step t on may go as one run (record_run_locked):
+ * none of them ends the episode, none takes the records over capacity (so
+ * none evicts) and no hook reads them one at a time. */
+static size_t run_len(const exr_buffer *b, const exr_steps *in, size_t t)
+{
+    if (b->hook)
+        return 0;
+    size_t r = in->T - t - (in->end ? 1 : 0);
+    if (b->cfg.capacity) {
+        uint64_t room = b->n_records < b->cfg.capacity ? b->cfg.capacity - b->n_records : 0;
+        r = room < r ? (size_t)room : r;
+    }
+    return r;
+}
+
+/* Steps [t, t + r) of in, r from run_len, as records of episode slot:
+ * what r record_step_locked calls would do, in the same order (the picks
+ * enter the table and the selectors in position order; nothing is evicted
+ * and nothing ends in between), with the per-step work done once. */
+static void record_run_locked(exr_buffer *b, uint32_t slot, const exr_steps *in, size_t t,
+                              size_t r, bool defer, const exr_pick_leaves *pl)
+{
+    EXR_ASSERT_EXCLUSIVE(b);
+    exr_episode *e = &b->eps.slab[slot];
+    uint64_t n = e->n;
+    if (!defer)
+        copy_rows(&b->lay, e->body, n, in, t, r);
+    uint32_t *aux = e->body->aux + n;
+    for (size_t k = 0; k < r; k++) {
+        float rp = prio_to_float(in->priorities ? in->priorities[t + k] : NAN);
+        memcpy(&aux[k], &rp, sizeof rp);
+    }
+    e->n = n + r;
+    b->n_records += r;
+    enter_picks_locked(b, slot, pl);
+}
+
+/* Records steps from t on into episode slot (handle h) until the steps
+ * end or one evicts the episode; returns the step after the last one
+ * recorded and sets *evicted. lv: the call's stored forms, or NULL. */
+static size_t record_pass_locked(exr_buffer *b, uint32_t slot, int64_t h, const exr_steps *in,
+                                 size_t t, bool defer, rec_prep *p, const exr_leaves *lv,
+                                 bool *evicted)
+{
+    uint64_t first = b->eps.slab[slot].n;
+    exr_pick_leaves pl = {lv ? lv->v + t : NULL, first, first + (in->T - t), lv ? lv->power : 0};
+    const exr_pick_leaves *plp = pl.v ? &pl : NULL;
+    *evicted = false;
+    while (t < in->T && !*evicted) {
+        size_t r = run_len(b, in, t);
+        if (r >= 2) {
+            record_run_locked(b, slot, in, t, r, defer, plp);
+            t += r;
+        } else {
+            *evicted = record_step_locked(b, slot, h, in, t++, defer, p, plp);
+        }
+    }
+    return t;
 }
 
 /* Allocates, before anything visible changes, all that recording the steps
@@ -456,10 +587,12 @@ static void free_preps(rec_prep *pr, size_t from, size_t n, const rec_prep *smal
  * are copied here. Everything the call allocates is allocated first, so a
  * failure leaves the buffer as it was, also when the rollout evicts the
  * episode it records into and goes on in a new one. */
-static exr_status record_steps_locked(exr_buffer *b, int64_t h, const exr_steps *in, bool defer,
-                                      rec_plan *plan, int64_t *out_h)
+static exr_status record_steps_locked(exr_buffer *b, int64_t h, const exr_steps *in,
+                                      const exr_leaves *lv, bool defer, rec_plan *plan,
+                                      int64_t *out_h)
 {
     EXR_ASSERT_EXCLUSIVE(b);
+    note_record_power_locked(b);
     uint32_t slot = exr_episodes_find(&b->eps, h);
     if (slot != EXR_NIL && b->eps.slab[slot].ended)
         slot = EXR_NIL;
@@ -484,9 +617,8 @@ static exr_status record_steps_locked(exr_buffer *b, int64_t h, const exr_steps 
             e->n_pub = e->n;
             e->m_pub = e->m;
         }
-        bool evicted = false;
-        while (t < in->T && !evicted)
-            evicted = record_step_locked(b, slot, h, in, t++, defer, p);
+        bool evicted;
+        t = record_pass_locked(b, slot, h, in, t, defer, p, lv && lv->v ? lv : NULL, &evicted);
         free(p->fin); /* unused when the episode was evicted before the end */
         p->fin = NULL;
         if (t < in->T) {
@@ -552,7 +684,7 @@ exr_status exr_buffer_record_locked(exr_buffer *b, int64_t h, const exr_steps *i
         return EXR_EINVAL;
     wait_not_busy_locked(b, h);
     rec_plan plan;
-    return record_steps_locked(b, h, in, false, &plan, out_h);
+    return record_steps_locked(b, h, in, NULL, false, &plan, out_h);
 }
 
 /* The rows of plan copied with no lock held (the body pinned, the episode
@@ -600,7 +732,8 @@ static bool rollout_big(const exr_buffer *b, const exr_steps *in, size_t *bytes)
     return !exr_mul_size(in->T, b->lay.row_bytes, bytes) || *bytes >= EXR_COPY_UNLOCKED;
 }
 
-exr_status exr_buffer_record(exr_buffer *b, int64_t h, const exr_steps *in, int64_t *out_h)
+exr_status exr_buffer_record(exr_buffer *b, int64_t h, const exr_steps *in, const exr_leaves *lv,
+                             int64_t *out_h)
 {
     if (!steps_ok(b, in))
         return EXR_EINVAL;
@@ -609,7 +742,7 @@ exr_status exr_buffer_record(exr_buffer *b, int64_t h, const exr_steps *in, int6
     bool defer = defer_copy(b, big, exr_buffer_lock_contended(b), bytes);
     wait_not_busy_locked(b, h);
     rec_plan plan;
-    exr_status st = record_steps_locked(b, h, in, defer, &plan, out_h);
+    exr_status st = record_steps_locked(b, h, in, lv, defer, &plan, out_h);
     if (st == EXR_OK && defer && plan.h >= 0) {
         copy_unlocked_publish(b, &plan, in);
         return st;
@@ -620,8 +753,8 @@ exr_status exr_buffer_record(exr_buffer *b, int64_t h, const exr_steps *in, int6
     return st;
 }
 
-exr_status exr_buffer_record_nowait(exr_buffer *b, int64_t h, const exr_steps *in, int64_t *out_h,
-                                    bool *done)
+exr_status exr_buffer_record_nowait(exr_buffer *b, int64_t h, const exr_steps *in,
+                                    const exr_leaves *lv, int64_t *out_h, bool *done)
 {
     *done = false;
     size_t bytes;
@@ -635,7 +768,7 @@ exr_status exr_buffer_record_nowait(exr_buffer *b, int64_t h, const exr_steps *i
     }
     *done = true;
     rec_plan plan;
-    exr_status st = record_steps_locked(b, h, in, false, &plan, out_h);
+    exr_status st = record_steps_locked(b, h, in, lv, false, &plan, out_h);
     exr_buffer_unlock(b); /* copied under the hold: published when it goes */
     return st;
 }

@@ -167,6 +167,24 @@ static void p_add(exr_selector *b, size_t i, double prio)
     exr_sumtree_put(&s->tree, i, pend_leaf(k));
 }
 
+/* p_add for each pick, those with their leaf computed already writing it
+ * at once instead of leaving it pending. */
+static void p_add_stored(exr_selector *b, size_t i0, size_t count, const float *prio,
+                         const float *stored)
+{
+    prio_sel *s = (prio_sel *)b;
+    for (size_t k = 0; k < count; k++) {
+        if (isnan(stored[k])) {
+            p_add(b, i0 + k, prio[k]);
+            continue;
+        }
+        make_room(s);
+        if (prio[k] > s->max_prio)
+            s->max_prio = prio[k];
+        exr_sumtree_put(&s->tree, i0 + k, stored[k]);
+    }
+}
+
 static void p_remove(exr_selector *b, size_t i, size_t last)
 {
     prio_sel *s = (prio_sel *)b;
@@ -395,6 +413,7 @@ const exr_selector_vtable exr_sel_prioritized = {
     .set_param = p_set_param,
     .reserve = p_reserve,
     .add = p_add,
+    .add_stored = p_add_stored,
     .remove = p_remove,
     .flush = p_flush,
     .update = p_update,

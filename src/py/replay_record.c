@@ -164,17 +164,20 @@ static PyObject *record_steps(ReplayObject *self, int64_t h, const exr_steps *in
     exr_status st = EXR_OK;
     bool done = false;
     struct exr_log *lg = exr_replay_log(self);
+    exr_leaves lv; /* the priorities' p ** alpha, before any lock */
+    exr_leaves_prepare(self->buf, in, &lv);
     if (!lg && !exr_nogil_calls)
-        st = exr_buffer_record_nowait(self->buf, h, in, &h, &done);
+        st = exr_buffer_record_nowait(self->buf, h, in, &lv, &h, &done);
     if (!done) {
         EXR_NOGIL_BEGIN
         if (lg)
             exr_log_throttle(lg);
-        st = exr_buffer_record(self->buf, h, in, &h);
+        st = exr_buffer_record(self->buf, h, in, &lv, &h);
         EXR_NOGIL_END
     } else {
         exr_gil_kept++;
     }
+    exr_leaves_release(&lv);
     release_arrays(self, held);
     return record_status(st, h);
 }
