@@ -168,7 +168,9 @@ typedef struct {
     double power;
 } exr_pick_leaves;
 void enter_picks_locked(exr_buffer *b, uint32_t slot, const exr_pick_leaves *pl);
-void remove_pick_locked(exr_buffer *b, size_t i);
+/* Every pick of episode slot leaves the table and the selectors, in
+ * position order, each by swap-removal; its aux is left as it was. */
+void remove_picks_locked(exr_buffer *b, uint32_t slot);
 uint32_t *pick_aux_locked(const exr_buffer *b, int64_t epi, int64_t pos);
 size_t pick_index_locked(const exr_buffer *b, int64_t epi, int64_t pos);
 

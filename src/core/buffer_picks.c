@@ -41,6 +41,7 @@ static uint64_t stored_users(const exr_buffer *b, const exr_pick_leaves *pl)
 }
 
 #define ENTER_CHUNK 64
+#define REMOVE_CHUNK 64
 
 /* Enters the n picks of episode slot at positions p0, p0 + 1, ... at table
  * indices picks.n, picks.n + 1, ...: each selector gets them in that order
@@ -88,19 +89,44 @@ void enter_picks_locked(exr_buffer *b, uint32_t slot, const exr_pick_leaves *pl)
     e->m = target;
 }
 
-void remove_pick_locked(exr_buffer *b, size_t i)
+/* Removes the n picks of episode e at positions p0, p0 + 1, ... from the
+ * table, in that order, each by swap (the last pick moves into its place),
+ * and then from each selector in the same order (selector by selector:
+ * each keeps its own state, so this leaves every one as removing them
+ * pick by pick would). */
+static void remove_chunk(exr_buffer *b, const exr_episode *e, uint64_t p0, size_t n)
+{
+    size_t gone[REMOVE_CHUNK], last0 = b->picks.n - 1;
+    for (size_t k = 0; k < n; k++) {
+        size_t i = *exr_aux_at(e, p0 + k), last = b->picks.n - 1;
+        if (i != last) {
+            exr_pick moved = b->picks.v[last];
+            b->picks.v[i] = moved;
+            *exr_aux_at(&b->eps.slab[moved.slot], moved.pos) = (uint32_t)i;
+        }
+        b->picks.n--;
+        gone[k] = i;
+    }
+    for (size_t s = 0; s < b->nsels; s++) {
+        exr_selector *sel = b->sels[s].sel;
+        if (sel->vt->remove_many)
+            sel->vt->remove_many(sel, n, gone, last0);
+        else
+            for (size_t k = 0; k < n; k++)
+                sel->vt->remove(sel, gone[k], last0 - k);
+    }
+}
+
+void remove_picks_locked(exr_buffer *b, uint32_t slot)
 {
     EXR_ASSERT_EXCLUSIVE(b);
-    size_t last = b->picks.n - 1;
-    if (i != last) {
-        exr_pick moved = b->picks.v[last];
-        b->picks.v[i] = moved;
-        *exr_aux_at(&b->eps.slab[moved.slot], moved.pos) = (uint32_t)i;
+    const exr_episode *e = &b->eps.slab[slot];
+    for (uint64_t p = 0; p < e->m; p += REMOVE_CHUNK) {
+        size_t n = e->m - p < REMOVE_CHUNK ? (size_t)(e->m - p) : REMOVE_CHUNK;
+        remove_chunk(b, e, p, n);
     }
-    b->picks.n--;
-    b->sel_dirty = true;
-    for (size_t s = 0; s < b->nsels; s++)
-        b->sels[s].sel->vt->remove(b->sels[s].sel, i, last);
+    if (e->m)
+        b->sel_dirty = true;
 }
 
 /* The aux entry (holding the table index) of pick (epi, pos), or NULL if

@@ -398,6 +398,47 @@ static inline __attribute__((always_inline)) void fill_row(const exr_store_layou
     exr_copy_short(row + sb + ab, in->rewards + t * rb, rb);
 }
 
+#define COPY_ITEMS(N)                                                                              \
+    for (size_t r = 0; r < count; r++)                                                             \
+        memcpy(d + r * ds, s + r * ss, N);                                                         \
+    break
+
+/* count items of `bytes` each from s (ss apart) to d (ds apart): one column
+ * of a run of rows, the common item sizes as single moves. */
+static void copy_column(unsigned char *d, size_t ds, const unsigned char *s, size_t ss,
+                        size_t bytes, size_t count)
+{
+    switch (bytes) {
+    case 4:
+        COPY_ITEMS(4);
+    case 8:
+        COPY_ITEMS(8);
+    case 16:
+        COPY_ITEMS(16);
+    default:
+        for (size_t r = 0; r < count; r++)
+            exr_copy_short(d + r * ds, s + r * ss, bytes);
+    }
+}
+
+/* Steps [t, t + count) of in into the count rows from row on (fill_row's
+ * copies, column by column). */
+static void fill_rows(const exr_store_layout *L, unsigned char *row, const exr_steps *in, size_t t,
+                      size_t count)
+{
+    size_t sb = L->state_bytes, ab = L->action_bytes, rb = L->reward_bytes, w = L->row_bytes;
+    if (in->fields) {
+        for (size_t f = 0; f < in->nfields; f++) {
+            const exr_field_src *fs = &in->fields[f];
+            copy_column(row + fs->off, w, fs->src + t * fs->stride, fs->stride, fs->bytes, count);
+        }
+    } else {
+        copy_column(row, w, (const unsigned char *)in->states + t * sb, sb, sb, count);
+    }
+    copy_column(row + sb, w, (const unsigned char *)in->actions + t * ab, ab, ab, count);
+    copy_column(row + sb + ab, w, (const unsigned char *)in->rewards + t * rb, rb, rb, count);
+}
+
 /* Copies steps [t0, t0 + count) of in into rows [pos, pos + count) of body. */
 static void copy_rows(const exr_store_layout *L, exr_body *body, uint64_t pos, const exr_steps *in,
                       size_t t0, size_t count)
@@ -408,9 +449,7 @@ static void copy_rows(const exr_store_layout *L, exr_body *body, uint64_t pos, c
         size_t run = exr_store_seg_cap(L, k) - off;
         if (run > count - i)
             run = count - i;
-        unsigned char *row = exr_seg_row(L, body->segs[k], off);
-        for (size_t r = 0; r < run; r++, row += L->row_bytes)
-            fill_row(L, row, in, t0 + i + r);
+        fill_rows(L, exr_seg_row(L, body->segs[k], off), in, t0 + i, run);
         i += run;
     }
 }

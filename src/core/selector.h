@@ -67,6 +67,9 @@ typedef struct {
                        const float *stored);
     /* The pick at i leaves; the pick at last (>= i) moves into i. */
     void (*remove)(exr_selector *s, size_t i, size_t last);
+    /* Optional (NULL: remove() is used): count remove() calls in order,
+     * remove(i[k], last0 - k) (an evicted episode's picks). */
+    void (*remove_many)(exr_selector *s, size_t count, const size_t *i, size_t last0);
     /* Optional (NULL: nothing to do): completes what add() and remove()
      * may have left pending (sel_prioritized.c: the sum tree above written
      * leaves). The buffer calls it before it lets go of the exclusive lock;
