@@ -84,7 +84,8 @@ void exr_leaves_prepare(const exr_buffer *b, const exr_steps *in, exr_leaves *lv
 
 void exr_leaves_release(exr_leaves *lv)
 {
-    free(lv->heap);
+    if (lv->heap)
+        free(lv->heap);
     lv->heap = NULL;
     lv->v = NULL;
 }
@@ -631,7 +632,8 @@ static exr_status record_steps_locked(exr_buffer *b, int64_t h, const exr_steps 
                                       int64_t *out_h)
 {
     EXR_ASSERT_EXCLUSIVE(b);
-    note_record_power_locked(b);
+    if (in->priorities) /* only calls with priorities use the guess */
+        note_record_power_locked(b);
     uint32_t slot = exr_episodes_find(&b->eps, h);
     if (slot != EXR_NIL && b->eps.slab[slot].ended)
         slot = EXR_NIL;

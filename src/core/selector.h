@@ -58,18 +58,8 @@ typedef struct {
     exr_status (*reserve)(exr_selector *s, size_t n);
     /* A pick entered at index i with recorded priority prio (NaN: none). */
     void (*add)(exr_selector *s, size_t i, double prio);
-    /* Optional (NULL: add() is used): count add() calls in order, of the
-     * picks at i0, i0 + 1, ... with priorities prio[k], given the stored
-     * forms stored[k] = exr_pow_leaf(prio[k], a) as well (a = stored_power(),
-     * below), computed by the record call before it took the lock; where
-     * stored[k] is NaN (prio[k] NaN, or no form brought), add() itself. */
-    void (*add_stored)(exr_selector *s, size_t i0, size_t count, const float *prio,
-                       const float *stored);
     /* The pick at i leaves; the pick at last (>= i) moves into i. */
     void (*remove)(exr_selector *s, size_t i, size_t last);
-    /* Optional (NULL: remove() is used): count remove() calls in order,
-     * remove(i[k], last0 - k) (an evicted episode's picks). */
-    void (*remove_many)(exr_selector *s, size_t count, const size_t *i, size_t last0);
     /* Optional (NULL: nothing to do): completes what add() and remove()
      * may have left pending (sel_prioritized.c: the sum tree above written
      * leaves). The buffer calls it before it lets go of the exclusive lock;
@@ -113,6 +103,17 @@ typedef struct {
     exr_status (*load)(exr_selector *s, size_t n, struct exr_in *in);
     /* 0 if consistent for n picks, else 1 with msg. */
     int (*check)(const exr_selector *s, size_t n, char *msg, size_t msglen);
+    /* For a record call's many picks at once (buffer_picks.c): */
+    /* Optional (NULL: add() is used): count add() calls in order, of the
+     * picks at i0, i0 + 1, ... with priorities prio[k], given the stored
+     * forms stored[k] = exr_pow_leaf(prio[k], a) as well (a = stored_power(),
+     * above), computed by the record call before it took the lock; where
+     * stored[k] is NaN (prio[k] NaN, or no form brought), add() itself. */
+    void (*add_stored)(exr_selector *s, size_t i0, size_t count, const float *prio,
+                       const float *stored);
+    /* Optional (NULL: remove() is used): count remove() calls in order,
+     * remove(i[k], last0 - k) (an evicted episode's picks). */
+    void (*remove_many)(exr_selector *s, size_t count, const size_t *i, size_t last0);
 } exr_selector_vtable;
 
 struct exr_selector {

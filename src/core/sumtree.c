@@ -289,6 +289,19 @@ static int top_for(const exr_sumtree *t, size_t count)
     return top;
 }
 
+void exr_sumtree_put(exr_sumtree *t, size_t i, float v)
+{
+    size_t j = i / FAN;
+    t->leaf[i] = v;
+    uint64_t bit = (uint64_t)1 << (j % 64);
+    if (t->dmark[j / 64] & bit)
+        return;
+    if (t->ndirty == EXR_ST_MAXDIRTY)
+        exr_sumtree_flush(t);
+    t->dmark[j / 64] |= bit;
+    t->dirty[t->ndirty++] = j;
+}
+
 void exr_sumtree_flush(exr_sumtree *t)
 {
     size_t count = t->ndirty;

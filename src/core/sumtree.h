@@ -94,19 +94,7 @@ void exr_sumtree_set_many(exr_sumtree *t, size_t count, const size_t *idx, const
  * no write pending (sample, total, min, check: flush before them). */
 /* Fixes the ancestors of every put since the last flush. */
 void exr_sumtree_flush(exr_sumtree *t);
-/* Inline: a record call puts two leaves for each pick it enters or evicts. */
-static inline void exr_sumtree_put(exr_sumtree *t, size_t i, float v)
-{
-    size_t j = i / 8; /* the level-0 node: 8 leaves */
-    t->leaf[i] = v;
-    uint64_t bit = (uint64_t)1 << (j % 64);
-    if (t->dmark[j / 64] & bit)
-        return;
-    if (t->ndirty == EXR_ST_MAXDIRTY)
-        exr_sumtree_flush(t);
-    t->dmark[j / 64] |= bit;
-    t->dirty[t->ndirty++] = j;
-}
+void exr_sumtree_put(exr_sumtree *t, size_t i, float v);
 static inline int exr_sumtree_pending(const exr_sumtree *t) { return t->ndirty != 0; }
 
 static inline float exr_sumtree_get(const exr_sumtree *t, size_t i) { return t->leaf[i]; }
