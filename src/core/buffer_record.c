@@ -69,12 +69,15 @@ void exr_leaves_prepare(const exr_buffer *b, const exr_steps *in, exr_leaves *lv
     double q[CHUNK];
     for (size_t t0 = 0; t0 < in->T; t0 += CHUNK) {
         size_t n = in->T - t0 < CHUNK ? in->T - t0 : CHUNK;
-        for (size_t k = 0; k < n; k++) {
-            float f = prio_to_float(in->priorities[t0 + k]);
-            q[k] = isnan(f) ? 0.0 : f; /* the pick's leaf: add() computes it */
+        int nan = 0;
+        for (size_t k = 0; k < n; k++) { /* prio_to_float, branch-free */
+            double p = in->priorities[t0 + k];
+            float f = p > FLT_MAX ? FLT_MAX : (float)p;
+            nan |= f != f;
+            q[k] = f == f ? f : 0.0; /* a NaN's leaf: add() computes it */
         }
         exr_pow_leaves(q, 1, n, a, out + t0);
-        for (size_t k = 0; k < n; k++)
+        for (size_t k = 0; nan && k < n; k++)
             if (isnan(in->priorities[t0 + k]))
                 out[t0 + k] = NAN;
     }
