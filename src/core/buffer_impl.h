@@ -167,7 +167,13 @@ typedef struct {
     uint64_t first, end;
     double power;
 } exr_pick_leaves;
-void enter_picks_locked(exr_buffer *b, uint32_t slot, const exr_pick_leaves *pl);
+/* Enters the picks that episode slot has gained, with the stored forms of
+ * pl, when a selector takes them (its power is pl's): ENTER_CHUNK at a
+ * time, to each selector in turn (add_stored or add), then to the table.
+ * false (nothing done) when no selector takes them: the caller enters the
+ * picks one by one (enter_picks_locked, buffer_record.c). Needs
+ * reserve_picks. */
+bool enter_picks_stored_locked(exr_buffer *b, uint32_t slot, const exr_pick_leaves *pl);
 /* Every pick of episode slot leaves the table and the selectors, in
  * position order, each by swap-removal; its aux is left as it was. */
 void remove_picks_locked(exr_buffer *b, uint32_t slot);

@@ -72,21 +72,21 @@ static void enter_chunk(exr_buffer *b, uint32_t slot, uint64_t p0, size_t n,
     b->picks.n = idx0 + n;
 }
 
-/* Enters the picks that episode slot has gained, with the stored forms of
- * pl where it has them (NULL: none). Needs reserve_picks. */
-void enter_picks_locked(exr_buffer *b, uint32_t slot, const exr_pick_leaves *pl)
+bool enter_picks_stored_locked(exr_buffer *b, uint32_t slot, const exr_pick_leaves *pl)
 {
     EXR_ASSERT_EXCLUSIVE(b);
     exr_episode *e = &b->eps.slab[slot];
     uint64_t target = exr_picks_target(b, e);
     uint64_t use = target > e->m ? stored_users(b, pl) : 0;
+    if (!use)
+        return false;
     for (uint64_t p = e->m; p < target; p += ENTER_CHUNK) {
         size_t n = target - p < ENTER_CHUNK ? (size_t)(target - p) : ENTER_CHUNK;
         enter_chunk(b, slot, p, n, pl, use);
     }
-    if (target > e->m)
-        b->sel_dirty = true;
+    b->sel_dirty = true;
     e->m = target;
+    return true;
 }
 
 /* Removes the n picks of episode e at positions p0, p0 + 1, ... from the

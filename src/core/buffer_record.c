@@ -27,7 +27,7 @@ static float prio_to_float(double p)
  * prioritized selector had at the last record call, so that the powers,
  * about a tenth of the Ape-X writer's exclusive hold, run before the lock is
  * taken. Under the lock each selector whose power is that one takes them
- * (enter_picks_locked); a wrong guess only costs the powers computed there
+ * (enter_picks_stored_locked); a wrong guess only costs the powers computed there
  * as before, and the next call guesses right. */
 
 static double record_power_guess(const exr_buffer *b)
@@ -458,6 +458,29 @@ static void copy_rows(const exr_store_layout *L, exr_body *body, uint64_t pos, c
     }
 }
 
+/* Enters the picks that episode slot has gained. Needs reserve_picks. A
+ * record call's picks one by one (enter_picks_stored_locked: in chunks). */
+static inline __attribute__((always_inline)) void enter_picks_locked(exr_buffer *b,
+                                                                     uint32_t slot)
+{
+    EXR_ASSERT_EXCLUSIVE(b);
+    exr_episode *e = &b->eps.slab[slot];
+    uint64_t target = exr_picks_target(b, e);
+    for (uint64_t p = e->m; p < target; p++) {
+        uint32_t *aux = exr_aux_at(e, p);
+        float rp;
+        memcpy(&rp, aux, sizeof rp);
+        size_t idx = b->picks.n++;
+        b->picks.v[idx] = (exr_pick){slot, (uint32_t)p};
+        *aux = (uint32_t)idx;
+        for (size_t i = 0; i < b->nsels; i++)
+            b->sels[i].sel->vt->add(b->sels[i].sel, idx, rp);
+    }
+    if (target > e->m)
+        b->sel_dirty = true;
+    e->m = target;
+}
+
 /* What a record call leaves to copy and publish: steps [step, step + count)
  * of its input went to positions [first, first + count) of episode h (the
  * last one it recorded into; h = -1 if that one was evicted by the call). */
@@ -502,7 +525,8 @@ static bool record_step_locked(exr_buffer *b, uint32_t slot, int64_t h, const ex
     }
     if (b->hook) /* the row is in place: never deferred with a hook */
         b->hook(b->hook_ctx, b, h, n, row, fin, ends, ends && in->terminated, t == 0);
-    enter_picks_locked(b, slot, pl);
+    if (!pl || !enter_picks_stored_locked(b, slot, pl))
+        enter_picks_locked(b, slot);
     if (ends)
         shrink_ended_locked(b, e);
     evict_over_capacity_locked(b);
@@ -543,7 +567,8 @@ static void record_run_locked(exr_buffer *b, uint32_t slot, const exr_steps *in,
     }
     e->n = n + r;
     b->n_records += r;
-    enter_picks_locked(b, slot, pl);
+    if (!pl || !enter_picks_stored_locked(b, slot, pl))
+        enter_picks_locked(b, slot);
 }
 
 /* Records steps from t on into episode slot (handle h) until the steps
