@@ -92,9 +92,9 @@ void exr_sumtree_set_many(exr_sumtree *t, size_t count, const size_t *idx, const
  * instead of one per write. Until the flush only exr_sumtree_get (and more
  * puts) may be used; every other function here flushes first or expects
  * no write pending (sample, total, min, check: flush before them). */
+void exr_sumtree_put(exr_sumtree *t, size_t i, float v);
 /* Fixes the ancestors of every put since the last flush. */
 void exr_sumtree_flush(exr_sumtree *t);
-void exr_sumtree_put(exr_sumtree *t, size_t i, float v);
 static inline int exr_sumtree_pending(const exr_sumtree *t) { return t->ndirty != 0; }
 
 static inline float exr_sumtree_get(const exr_sumtree *t, size_t i) { return t->leaf[i]; }
