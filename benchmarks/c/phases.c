@@ -106,7 +106,7 @@ static exr_buffer *filled(const bench_case *c, int64_t *sel)
                     .final_state = fin, .end = true};
     for (size_t done = 0; done < c->n; done += c->ep) {
         int64_t h;
-        if (exr_buffer_record(b, -1, &in, &h) != EXR_OK)
+        if (exr_buffer_record(b, -1, &in, NULL, &h) != EXR_OK)
             exit(1);
     }
     free(st);

@@ -80,6 +80,7 @@ exr_status exr_buffer_new(const exr_config *cfg, exr_buffer **out)
     b->hand = EXR_NIL;
     atomic_init(&b->pow_h, -1);
     atomic_init(&b->pow_a, 0);
+    atomic_init(&b->rec_pow_a, 0x7ff8000000000000ULL); /* NaN: no guess */
     *out = b;
     return EXR_OK;
 }

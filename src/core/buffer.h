@@ -96,6 +96,28 @@ exr_status exr_buffer_new_episode_locked(exr_buffer *b, int64_t *h);
  * exr_buffer_new_episode_locked. EXR_ENOMEM (*done) if memory ran out. */
 exr_status exr_buffer_new_episode(exr_buffer *b, int64_t *h, bool *done);
 
+/* A record call's priorities in the stored form a prioritized selector
+ * keeps (powa.h), computed before the call takes the lock: v[t] is
+ * exr_pow_leaf((float)priorities[t], power), NaN for a step without a
+ * priority. Under the lock they are used for each selector whose stored
+ * power is `power` (the others, and calls given none, compute theirs there
+ * as before): the same bits either way. */
+#define EXR_LEAVES_SMALL 256
+typedef struct {
+    const float *v; /* T values, or NULL: none */
+    double power;
+    float *heap;    /* v when T > EXR_LEAVES_SMALL */
+    float small[EXR_LEAVES_SMALL];
+} exr_leaves;
+
+/* Fills lv for the steps of in, with the power the buffer's first
+ * prioritized selector had at the last record call (a guess: it is checked
+ * under the lock). None (lv->v NULL) when in has no priorities, no record
+ * call has seen a prioritized selector yet, or memory runs out. Takes no
+ * lock; release lv with exr_leaves_release after the record call. */
+void exr_leaves_prepare(const exr_buffer *b, const exr_steps *in, exr_leaves *lv);
+void exr_leaves_release(exr_leaves *lv);
+
 /* Appends the steps to episode h (a new one if h is unknown or ended), as T
  * single records would, evicting after each while over capacity. *out_h is
  * the handle recorded into last. EXR_EINVAL if T == 0. O(T) amortised. */
@@ -107,17 +129,19 @@ exr_status exr_buffer_record_locked(exr_buffer *b, int64_t h, const exr_steps *i
  * bytes or more (EXR_COPY_UNLOCKED_CONTENDED when another thread waits for
  * the lock), then published under the shared lock. A record call into an
  * episode another call is copying into waits for it. On failure the buffer
- * is as it was (but see buffer_record.c: an episode evicted by its own call). */
+ * is as it was (but see buffer_record.c: an episode evicted by its own call).
+ * lv: the priorities' stored forms from exr_leaves_prepare, or NULL. */
 #define EXR_COPY_UNLOCKED ((size_t)8 << 10)
 #define EXR_COPY_UNLOCKED_CONTENDED ((size_t)1 << 10)
-exr_status exr_buffer_record(exr_buffer *b, int64_t h, const exr_steps *in, int64_t *out_h);
+exr_status exr_buffer_record(exr_buffer *b, int64_t h, const exr_steps *in, const exr_leaves *lv,
+                             int64_t *out_h);
 /* The same for a small call (under EXR_COPY_UNLOCKED bytes of rows, no log
  * attached) when it needs no waiting: the writers' mutex and the storage
  * lock free, episode h not being copied into. *done and the status, or
  * !*done: nothing was done and the caller calls exr_buffer_record. Never
  * blocks, so the binding calls it with the GIL held. */
-exr_status exr_buffer_record_nowait(exr_buffer *b, int64_t h, const exr_steps *in, int64_t *out_h,
-                                    bool *done);
+exr_status exr_buffer_record_nowait(exr_buffer *b, int64_t h, const exr_steps *in,
+                                    const exr_leaves *lv, int64_t *out_h, bool *done);
 
 /* Evicts episode h now, as capacity would: its picks leave the table and
  * every selector, its records the count. A record call copying into h

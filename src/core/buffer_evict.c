@@ -13,8 +13,7 @@ static void evict_episode_locked(exr_buffer *b, uint32_t slot)
 {
     EXR_ASSERT_EXCLUSIVE(b);
     exr_episode *e = &b->eps.slab[slot];
-    for (uint64_t p = 0; p < e->m; p++)
-        remove_pick_locked(b, *exr_aux_at(e, p));
+    remove_picks_locked(b, slot);
     b->n_records -= e->n;
     exr_body *body = e->body;
     exr_episodes_remove(&b->eps, slot);

@@ -109,6 +109,11 @@ struct exr_buffer {
      * p ** a before it takes the lock (buffer_priority.c); -1: none */
     _Atomic int64_t pow_h;
     _Atomic uint64_t pow_a;
+    /* the stored power of the first prioritized selector a record call
+     * found under the lock (the bits of a double; NaN: none): the guess
+     * exr_leaves_prepare computes a record call's leaves with, before the
+     * lock is taken (buffer_record.c); written under the exclusive lock */
+    _Atomic uint64_t rec_pow_a;
 };
 
 /* *_locked functions assert that the storage lock is held (exclusively:
@@ -154,8 +159,24 @@ sel_entry *find_sel(const exr_buffer *b, int64_t h);
 
 /* buffer_picks.c */
 exr_status reserve_picks(exr_buffer *b, size_t extra);
-void enter_picks_locked(exr_buffer *b, uint32_t slot);
-void remove_pick_locked(exr_buffer *b, size_t i);
+/* The stored forms a record call brought for the picks of one episode at
+ * positions [first, end): v[p - first] for pick p (NaN: none), for the
+ * selectors whose stored power is `power` (exr_leaves, buffer.h). */
+typedef struct {
+    const float *v;
+    uint64_t first, end;
+    double power;
+} exr_pick_leaves;
+/* Enters the picks that episode slot has gained, with the stored forms of
+ * pl, when a selector takes them (its power is pl's): ENTER_CHUNK at a
+ * time, to each selector in turn (add_stored or add), then to the table.
+ * false (nothing done) when no selector takes them: the caller enters the
+ * picks one by one (enter_picks_locked, buffer_record.c). Needs
+ * reserve_picks. */
+bool enter_picks_stored_locked(exr_buffer *b, uint32_t slot, const exr_pick_leaves *pl);
+/* Every pick of episode slot leaves the table and the selectors, in
+ * position order, each by swap-removal; its aux is left as it was. */
+void remove_picks_locked(exr_buffer *b, uint32_t slot);
 uint32_t *pick_aux_locked(const exr_buffer *b, int64_t epi, int64_t pos);
 size_t pick_index_locked(const exr_buffer *b, int64_t epi, int64_t pos);
 

@@ -28,40 +28,105 @@ exr_status reserve_picks(exr_buffer *b, size_t extra)
     return st;
 }
 
-/* Enters the picks that episode slot has gained. Needs reserve_picks. */
-void enter_picks_locked(exr_buffer *b, uint32_t slot)
+/* Bit i: selector i (i < 64) takes the stored forms of pl (add_stored). */
+static uint64_t stored_users(const exr_buffer *b, const exr_pick_leaves *pl)
+{
+    uint64_t use = 0;
+    for (size_t i = 0; pl && i < b->nsels && i < 64; i++) {
+        const exr_selector *s = b->sels[i].sel;
+        if (s->vt->add_stored && s->vt->stored_power && s->vt->stored_power(s) == pl->power)
+            use |= (uint64_t)1 << i;
+    }
+    return use;
+}
+
+#define ENTER_CHUNK 64
+#define REMOVE_CHUNK 64
+
+/* Enters the n picks of episode slot at positions p0, p0 + 1, ... at table
+ * indices picks.n, picks.n + 1, ...: each selector gets them in that order
+ * (selector by selector: each keeps its own state, so this leaves every
+ * one as adding them pick by pick would), then the table and aux. */
+static void enter_chunk(exr_buffer *b, uint32_t slot, uint64_t p0, size_t n,
+                        const exr_pick_leaves *pl, uint64_t use)
+{
+    exr_episode *e = &b->eps.slab[slot];
+    uint32_t *aux = e->body->aux + p0;
+    float rp[ENTER_CHUNK], lf[ENTER_CHUNK];
+    memcpy(rp, aux, n * sizeof *rp); /* the recorded priorities, as float */
+    for (size_t k = 0; use && k < n; k++)
+        lf[k] = p0 + k >= pl->first && p0 + k < pl->end ? pl->v[p0 + k - pl->first] : NAN;
+    size_t idx0 = b->picks.n;
+    for (size_t i = 0; i < b->nsels; i++) {
+        exr_selector *s = b->sels[i].sel;
+        if (i < 64 && (use >> i & 1))
+            s->vt->add_stored(s, idx0, n, rp, lf);
+        else
+            for (size_t k = 0; k < n; k++)
+                s->vt->add(s, idx0 + k, rp[k]);
+    }
+    for (size_t k = 0; k < n; k++) {
+        b->picks.v[idx0 + k] = (exr_pick){slot, (uint32_t)(p0 + k)};
+        aux[k] = (uint32_t)(idx0 + k);
+    }
+    b->picks.n = idx0 + n;
+}
+
+bool enter_picks_stored_locked(exr_buffer *b, uint32_t slot, const exr_pick_leaves *pl)
 {
     EXR_ASSERT_EXCLUSIVE(b);
     exr_episode *e = &b->eps.slab[slot];
     uint64_t target = exr_picks_target(b, e);
-    for (uint64_t p = e->m; p < target; p++) {
-        uint32_t *aux = exr_aux_at(e, p);
-        float rp;
-        memcpy(&rp, aux, sizeof rp);
-        size_t idx = b->picks.n++;
-        b->picks.v[idx] = (exr_pick){slot, (uint32_t)p};
-        *aux = (uint32_t)idx;
-        for (size_t i = 0; i < b->nsels; i++)
-            b->sels[i].sel->vt->add(b->sels[i].sel, idx, rp);
+    uint64_t use = target > e->m ? stored_users(b, pl) : 0;
+    if (!use)
+        return false;
+    for (uint64_t p = e->m; p < target; p += ENTER_CHUNK) {
+        size_t n = target - p < ENTER_CHUNK ? (size_t)(target - p) : ENTER_CHUNK;
+        enter_chunk(b, slot, p, n, pl, use);
     }
-    if (target > e->m)
-        b->sel_dirty = true;
+    b->sel_dirty = true;
     e->m = target;
+    return true;
 }
 
-void remove_pick_locked(exr_buffer *b, size_t i)
+/* Removes the n picks of episode e at positions p0, p0 + 1, ... from the
+ * table, in that order, each by swap (the last pick moves into its place),
+ * and then from each selector in the same order (selector by selector:
+ * each keeps its own state, so this leaves every one as removing them
+ * pick by pick would). */
+static void remove_chunk(exr_buffer *b, const exr_episode *e, uint64_t p0, size_t n)
+{
+    size_t gone[REMOVE_CHUNK], last0 = b->picks.n - 1;
+    for (size_t k = 0; k < n; k++) {
+        size_t i = *exr_aux_at(e, p0 + k), last = b->picks.n - 1;
+        if (i != last) {
+            exr_pick moved = b->picks.v[last];
+            b->picks.v[i] = moved;
+            *exr_aux_at(&b->eps.slab[moved.slot], moved.pos) = (uint32_t)i;
+        }
+        b->picks.n--;
+        gone[k] = i;
+    }
+    for (size_t s = 0; s < b->nsels; s++) {
+        exr_selector *sel = b->sels[s].sel;
+        if (sel->vt->remove_many)
+            sel->vt->remove_many(sel, n, gone, last0);
+        else
+            for (size_t k = 0; k < n; k++)
+                sel->vt->remove(sel, gone[k], last0 - k);
+    }
+}
+
+void remove_picks_locked(exr_buffer *b, uint32_t slot)
 {
     EXR_ASSERT_EXCLUSIVE(b);
-    size_t last = b->picks.n - 1;
-    if (i != last) {
-        exr_pick moved = b->picks.v[last];
-        b->picks.v[i] = moved;
-        *exr_aux_at(&b->eps.slab[moved.slot], moved.pos) = (uint32_t)i;
+    const exr_episode *e = &b->eps.slab[slot];
+    for (uint64_t p = 0; p < e->m; p += REMOVE_CHUNK) {
+        size_t n = e->m - p < REMOVE_CHUNK ? (size_t)(e->m - p) : REMOVE_CHUNK;
+        remove_chunk(b, e, p, n);
     }
-    b->picks.n--;
-    b->sel_dirty = true;
-    for (size_t s = 0; s < b->nsels; s++)
-        b->sels[s].sel->vt->remove(b->sels[s].sel, i, last);
+    if (e->m)
+        b->sel_dirty = true;
 }
 
 /* The aux entry (holding the table index) of pick (epi, pos), or NULL if

@@ -10,12 +10,87 @@
 
 #include "buffer_impl.h"
 #include "mem.h"
+#include "powa.h"
+#include "selector.h"
 
 static float prio_to_float(double p)
 {
     if (isnan(p))
         return NAN;
     return p > FLT_MAX ? FLT_MAX : (float)p;
+}
+
+/* ---- the priorities' stored forms, before the lock ----------------------
+ *
+ * A prioritized selector stores p ** alpha (powa.h) for each pick; a record
+ * call brings them computed (exr_leaves) with the power the first
+ * prioritized selector had at the last record call, so that the powers,
+ * about a tenth of the Ape-X writer's exclusive hold, run before the lock is
+ * taken. Under the lock each selector whose power is that one takes them
+ * (enter_picks_stored_locked); a wrong guess only costs the powers computed there
+ * as before, and the next call guesses right. */
+
+static double record_power_guess(const exr_buffer *b)
+{
+    uint64_t u = atomic_load_explicit(&b->rec_pow_a, memory_order_relaxed);
+    double a;
+    memcpy(&a, &u, sizeof a);
+    return a;
+}
+
+/* The guess for the next call: the first prioritized selector's power. */
+static void note_record_power_locked(exr_buffer *b)
+{
+    EXR_ASSERT_EXCLUSIVE(b);
+    double a = NAN;
+    for (size_t i = 0; i < b->nsels && isnan(a); i++) {
+        const exr_selector *s = b->sels[i].sel;
+        if (s->vt->add_stored && s->vt->stored_power)
+            a = s->vt->stored_power(s);
+    }
+    uint64_t u;
+    memcpy(&u, &a, sizeof u);
+    if (atomic_load_explicit(&b->rec_pow_a, memory_order_relaxed) != u)
+        atomic_store_explicit(&b->rec_pow_a, u, memory_order_relaxed);
+}
+
+void exr_leaves_prepare(const exr_buffer *b, const exr_steps *in, exr_leaves *lv)
+{
+    lv->v = NULL;
+    lv->heap = NULL;
+    double a = record_power_guess(b);
+    size_t bytes;
+    if (!in->priorities || isnan(a) || !exr_mul_size(in->T, sizeof(float), &bytes))
+        return;
+    float *out = in->T <= EXR_LEAVES_SMALL ? lv->small : (lv->heap = malloc(bytes));
+    if (!out)
+        return;
+    enum { CHUNK = 64 };
+    double q[CHUNK];
+    for (size_t t0 = 0; t0 < in->T; t0 += CHUNK) {
+        size_t n = in->T - t0 < CHUNK ? in->T - t0 : CHUNK;
+        int nan = 0;
+        for (size_t k = 0; k < n; k++) { /* prio_to_float, branch-free */
+            double p = in->priorities[t0 + k];
+            float f = p > FLT_MAX ? FLT_MAX : (float)p;
+            nan |= f != f;
+            q[k] = f == f ? f : 0.0; /* a NaN's leaf: add() computes it */
+        }
+        exr_pow_leaves(q, 1, n, a, out + t0);
+        for (size_t k = 0; nan && k < n; k++)
+            if (isnan(in->priorities[t0 + k]))
+                out[t0 + k] = NAN;
+    }
+    lv->v = out;
+    lv->power = a;
+}
+
+void exr_leaves_release(exr_leaves *lv)
+{
+    if (lv->heap)
+        free(lv->heap);
+    lv->heap = NULL;
+    lv->v = NULL;
 }
 
 /* The prepare step of a new episode: a handle is left and its body and
@@ -356,6 +431,48 @@ static inline __attribute__((always_inline)) void fill_row(const exr_store_layou
     exr_copy_short(row + sb + ab, in->rewards + t * rb, rb);
 }
 
+#define COPY_ITEMS(N)                                                                              \
+    for (size_t r = 0; r < count; r++)                                                             \
+        memcpy(d + r * ds, s + r * ss, N);                                                         \
+    break
+
+/* count items of `bytes` each from s (ss apart) to d (ds apart): one column
+ * of a run of rows, the common item sizes as single moves (a frame-sized
+ * one streamed: copy_part). */
+static void copy_column(unsigned char *d, size_t ds, const unsigned char *s, size_t ss,
+                        size_t bytes, size_t count)
+{
+    switch (bytes) {
+    case 4:
+        COPY_ITEMS(4);
+    case 8:
+        COPY_ITEMS(8);
+    case 16:
+        COPY_ITEMS(16);
+    default:
+        for (size_t r = 0; r < count; r++)
+            copy_part(d + r * ds, s + r * ss, bytes);
+    }
+}
+
+/* Steps [t, t + count) of in into the count rows from row on (fill_row's
+ * copies, column by column). */
+static void fill_rows(const exr_store_layout *L, unsigned char *row, const exr_steps *in, size_t t,
+                      size_t count)
+{
+    size_t sb = L->state_bytes, ab = L->action_bytes, rb = L->reward_bytes, w = L->row_bytes;
+    if (in->fields) {
+        for (size_t f = 0; f < in->nfields; f++) {
+            const exr_field_src *fs = &in->fields[f];
+            copy_column(row + fs->off, w, fs->src + t * fs->stride, fs->stride, fs->bytes, count);
+        }
+    } else {
+        copy_column(row, w, (const unsigned char *)in->states + t * sb, sb, sb, count);
+    }
+    copy_column(row + sb, w, (const unsigned char *)in->actions + t * ab, ab, ab, count);
+    copy_column(row + sb + ab, w, (const unsigned char *)in->rewards + t * rb, rb, rb, count);
+}
+
 /* Copies steps [t0, t0 + count) of in into rows [pos, pos + count) of body. */
 static void copy_rows(const exr_store_layout *L, exr_body *body, uint64_t pos, const exr_steps *in,
                       size_t t0, size_t count)
@@ -366,12 +483,33 @@ static void copy_rows(const exr_store_layout *L, exr_body *body, uint64_t pos, c
         size_t run = exr_store_seg_cap(L, k) - off;
         if (run > count - i)
             run = count - i;
-        unsigned char *row = exr_seg_row(L, body->segs[k], off);
-        for (size_t r = 0; r < run; r++, row += L->row_bytes)
-            fill_row(L, row, in, t0 + i + r);
+        fill_rows(L, exr_seg_row(L, body->segs[k], off), in, t0 + i, run);
         i += run;
     }
     rows_fence(L, in);
+}
+
+/* Enters the picks that episode slot has gained. Needs reserve_picks. A
+ * record call's picks one by one (enter_picks_stored_locked: in chunks). */
+static inline __attribute__((always_inline)) void enter_picks_locked(exr_buffer *b,
+                                                                     uint32_t slot)
+{
+    EXR_ASSERT_EXCLUSIVE(b);
+    exr_episode *e = &b->eps.slab[slot];
+    uint64_t target = exr_picks_target(b, e);
+    for (uint64_t p = e->m; p < target; p++) {
+        uint32_t *aux = exr_aux_at(e, p);
+        float rp;
+        memcpy(&rp, aux, sizeof rp);
+        size_t idx = b->picks.n++;
+        b->picks.v[idx] = (exr_pick){slot, (uint32_t)p};
+        *aux = (uint32_t)idx;
+        for (size_t i = 0; i < b->nsels; i++)
+            b->sels[i].sel->vt->add(b->sels[i].sel, idx, rp);
+    }
+    if (target > e->m)
+        b->sel_dirty = true;
+    e->m = target;
 }
 
 /* What a record call leaves to copy and publish: steps [step, step + count)
@@ -388,7 +526,7 @@ typedef struct {
  * priority, counts, end, the log's hook, its picks, eviction. The row
  * itself is copied here unless defer. true if the episode was evicted. */
 static bool record_step_locked(exr_buffer *b, uint32_t slot, int64_t h, const exr_steps *in,
-                               size_t t, bool defer, rec_prep *pr)
+                               size_t t, bool defer, rec_prep *pr, const exr_pick_leaves *pl)
 {
     EXR_ASSERT_EXCLUSIVE(b);
     const exr_store_layout *L = &b->lay;
@@ -420,11 +558,73 @@ static bool record_step_locked(exr_buffer *b, uint32_t slot, int64_t h, const ex
     }
     if (b->hook) /* the row is in place: never deferred with a hook */
         b->hook(b->hook_ctx, b, h, n, row, fin, ends, ends && in->terminated, t == 0);
-    enter_picks_locked(b, slot);
+    if (!pl || !enter_picks_stored_locked(b, slot, pl))
+        enter_picks_locked(b, slot);
     if (ends)
         shrink_ended_locked(b, e);
     evict_over_capacity_locked(b);
     return b->eps.slab[slot].handle != h;
+}
+
+/* How many steps from step t on may go as one run (record_run_locked):
+ * none of them ends the episode, none takes the records over capacity (so
+ * none evicts) and no hook reads them one at a time. */
+static size_t run_len(const exr_buffer *b, const exr_steps *in, size_t t)
+{
+    if (b->hook)
+        return 0;
+    size_t r = in->T - t - (in->end ? 1 : 0);
+    if (b->cfg.capacity) {
+        uint64_t room = b->n_records < b->cfg.capacity ? b->cfg.capacity - b->n_records : 0;
+        r = room < r ? (size_t)room : r;
+    }
+    return r;
+}
+
+/* Steps [t, t + r) of in, r from run_len, as records of episode slot:
+ * what r record_step_locked calls would do, in the same order (the picks
+ * enter the table and the selectors in position order; nothing is evicted
+ * and nothing ends in between), with the per-step work done once. */
+static void record_run_locked(exr_buffer *b, uint32_t slot, const exr_steps *in, size_t t,
+                              size_t r, bool defer, const exr_pick_leaves *pl)
+{
+    EXR_ASSERT_EXCLUSIVE(b);
+    exr_episode *e = &b->eps.slab[slot];
+    uint64_t n = e->n;
+    if (!defer)
+        copy_rows(&b->lay, e->body, n, in, t, r);
+    uint32_t *aux = e->body->aux + n;
+    for (size_t k = 0; k < r; k++) {
+        float rp = prio_to_float(in->priorities ? in->priorities[t + k] : NAN);
+        memcpy(&aux[k], &rp, sizeof rp);
+    }
+    e->n = n + r;
+    b->n_records += r;
+    if (!pl || !enter_picks_stored_locked(b, slot, pl))
+        enter_picks_locked(b, slot);
+}
+
+/* Records steps from t on into episode slot (handle h) until the steps
+ * end or one evicts the episode; returns the step after the last one
+ * recorded and sets *evicted. lv: the call's stored forms, or NULL. */
+static size_t record_pass_locked(exr_buffer *b, uint32_t slot, int64_t h, const exr_steps *in,
+                                 size_t t, bool defer, rec_prep *p, const exr_leaves *lv,
+                                 bool *evicted)
+{
+    uint64_t first = b->eps.slab[slot].n;
+    exr_pick_leaves pl = {lv ? lv->v + t : NULL, first, first + (in->T - t), lv ? lv->power : 0};
+    const exr_pick_leaves *plp = pl.v ? &pl : NULL;
+    *evicted = false;
+    while (t < in->T && !*evicted) {
+        size_t r = run_len(b, in, t);
+        if (r >= 2) {
+            record_run_locked(b, slot, in, t, r, defer, plp);
+            t += r;
+        } else {
+            *evicted = record_step_locked(b, slot, h, in, t++, defer, p, plp);
+        }
+    }
+    return t;
 }
 
 /* Allocates, before anything visible changes, all that recording the steps
@@ -488,10 +688,13 @@ static void free_preps(rec_prep *pr, size_t from, size_t n, const rec_prep *smal
  * are copied here. Everything the call allocates is allocated first, so a
  * failure leaves the buffer as it was, also when the rollout evicts the
  * episode it records into and goes on in a new one. */
-static exr_status record_steps_locked(exr_buffer *b, int64_t h, const exr_steps *in, bool defer,
-                                      rec_plan *plan, int64_t *out_h)
+static exr_status record_steps_locked(exr_buffer *b, int64_t h, const exr_steps *in,
+                                      const exr_leaves *lv, bool defer, rec_plan *plan,
+                                      int64_t *out_h)
 {
     EXR_ASSERT_EXCLUSIVE(b);
+    if (in->priorities) /* only calls with priorities use the guess */
+        note_record_power_locked(b);
     uint32_t slot = exr_episodes_find(&b->eps, h);
     if (slot != EXR_NIL && b->eps.slab[slot].ended)
         slot = EXR_NIL;
@@ -516,9 +719,8 @@ static exr_status record_steps_locked(exr_buffer *b, int64_t h, const exr_steps 
             e->body->n_pub = e->n;
             e->body->m_pub = e->m;
         }
-        bool evicted = false;
-        while (t < in->T && !evicted)
-            evicted = record_step_locked(b, slot, h, in, t++, defer, p);
+        bool evicted;
+        t = record_pass_locked(b, slot, h, in, t, defer, p, lv && lv->v ? lv : NULL, &evicted);
         free(p->fin); /* unused when the episode was evicted before the end */
         p->fin = NULL;
         if (t < in->T) {
@@ -584,7 +786,7 @@ exr_status exr_buffer_record_locked(exr_buffer *b, int64_t h, const exr_steps *i
         return EXR_EINVAL;
     wait_not_busy_locked(b, h);
     rec_plan plan;
-    return record_steps_locked(b, h, in, false, &plan, out_h);
+    return record_steps_locked(b, h, in, NULL, false, &plan, out_h);
 }
 
 /* The rows of plan copied with no lock held (the body pinned, the episode
@@ -632,7 +834,8 @@ static bool rollout_big(const exr_buffer *b, const exr_steps *in, size_t *bytes)
     return !exr_mul_size(in->T, b->lay.row_bytes, bytes) || *bytes >= EXR_COPY_UNLOCKED;
 }
 
-exr_status exr_buffer_record(exr_buffer *b, int64_t h, const exr_steps *in, int64_t *out_h)
+exr_status exr_buffer_record(exr_buffer *b, int64_t h, const exr_steps *in, const exr_leaves *lv,
+                             int64_t *out_h)
 {
     if (!steps_ok(b, in))
         return EXR_EINVAL;
@@ -641,7 +844,7 @@ exr_status exr_buffer_record(exr_buffer *b, int64_t h, const exr_steps *in, int6
     bool defer = defer_copy(b, big, exr_buffer_lock_contended(b), bytes);
     wait_not_busy_locked(b, h);
     rec_plan plan;
-    exr_status st = record_steps_locked(b, h, in, defer, &plan, out_h);
+    exr_status st = record_steps_locked(b, h, in, lv, defer, &plan, out_h);
     if (st == EXR_OK && defer && plan.h >= 0) {
         copy_unlocked_publish(b, &plan, in);
         return st;
@@ -652,8 +855,8 @@ exr_status exr_buffer_record(exr_buffer *b, int64_t h, const exr_steps *in, int6
     return st;
 }
 
-exr_status exr_buffer_record_nowait(exr_buffer *b, int64_t h, const exr_steps *in, int64_t *out_h,
-                                    bool *done)
+exr_status exr_buffer_record_nowait(exr_buffer *b, int64_t h, const exr_steps *in,
+                                    const exr_leaves *lv, int64_t *out_h, bool *done)
 {
     *done = false;
     size_t bytes;
@@ -667,7 +870,7 @@ exr_status exr_buffer_record_nowait(exr_buffer *b, int64_t h, const exr_steps *i
     }
     *done = true;
     rec_plan plan;
-    exr_status st = record_steps_locked(b, h, in, false, &plan, out_h);
+    exr_status st = record_steps_locked(b, h, in, lv, false, &plan, out_h);
     exr_buffer_unlock(b); /* copied under the hold: published when it goes */
     return st;
 }

@@ -167,9 +167,29 @@ static long sim_run(sim_t *s, const exr_evict_state *st, uint32_t slot, size_t T
     return fresh;
 }
 
+/* FIFO evicts the oldest first, so episode `slot` (EXR_NIL: a new one,
+ * the newest) can only go once every episode before it has gone; from
+ * then on only it and the ones after it hold records. If those and the T
+ * new ones fit the capacity, no step evicts it and no new episode starts:
+ * 1. Looks at no more than 8 episodes after it (0: cannot tell). */
+static int fifo_keeps(const exr_episodes *t, const exr_evict_state *st, uint32_t slot, size_t T)
+{
+    if (st->policy != EXR_EVICT_FIFO)
+        return 0;
+    uint64_t held = 0;
+    for (int k = 0; slot != EXR_NIL; k++, slot = t->slab[slot].next) {
+        if (k == 8)
+            return 0;
+        held += t->slab[slot].n;
+    }
+    return held <= st->capacity && T <= st->capacity - held;
+}
+
 long exr_evict_dry_run(exr_episodes *t, const exr_evict_state *st, uint32_t slot, size_t T,
                        size_t *starts, size_t max)
 {
+    if (fifo_keeps(t, st, slot, T))
+        return 0;
     sim_t s = {.t = t, .head = t->head, .touched = NULL, .cap = 32};
     s.touched = s.small;
     long r = sim_run(&s, st, slot, T, starts, max);

@@ -167,6 +167,49 @@ static void p_add(exr_selector *b, size_t i, double prio)
     exr_sumtree_put(&s->tree, i, pend_leaf(k));
 }
 
+/* Whether count adds with their leaves computed (no NaN among them) can
+ * go as one: then none of them would sync (make_room: the pending adds
+ * stay as they are, and the tree's dirty list has room for every level-0
+ * node the leaves i0 .. i0 + count - 1 lie in), so writing them all and
+ * marking their nodes after leaves the tree as the single adds would. */
+static int add_run_ok(const prio_sel *s, size_t i0, size_t count, const float *stored)
+{
+    int nan = 0;
+    for (size_t k = 0; k < count; k++)
+        nan |= isnan(stored[k]);
+    size_t nodes = (i0 + count - 1) / 8 - i0 / 8 + 1;
+    return !nan && s->npend < PENDING && s->tree.ndirty + s->npend + nodes + 2 <= EXR_ST_MAXDIRTY;
+}
+
+/* p_add for each pick, those with their leaf computed already writing it
+ * at once instead of leaving it pending. */
+static void p_add_stored(exr_selector *b, size_t i0, size_t count, const float *prio,
+                         const float *stored)
+{
+    prio_sel *s = (prio_sel *)b;
+    if (count && add_run_ok(s, i0, count, stored)) {
+        double mp = s->max_prio;
+        for (size_t k = 0; k < count; k++)
+            mp = prio[k] > mp ? prio[k] : mp;
+        s->max_prio = mp;
+        memcpy(s->tree.leaf + i0, stored, count * sizeof *stored);
+        for (size_t i = i0; i < i0 + count; i += 8)
+            exr_sumtree_put(&s->tree, i, stored[i - i0]); /* marks the node */
+        exr_sumtree_put(&s->tree, i0 + count - 1, stored[count - 1]);
+        return;
+    }
+    for (size_t k = 0; k < count; k++) {
+        if (isnan(stored[k])) {
+            p_add(b, i0 + k, prio[k]);
+            continue;
+        }
+        make_room(s);
+        if (prio[k] > s->max_prio)
+            s->max_prio = prio[k];
+        exr_sumtree_put(&s->tree, i0 + k, stored[k]);
+    }
+}
+
 static void p_remove(exr_selector *b, size_t i, size_t last)
 {
     prio_sel *s = (prio_sel *)b;
@@ -181,6 +224,26 @@ static void p_remove(exr_selector *b, size_t i, size_t last)
         exr_sumtree_put(&s->tree, i, moved);
     }
     exr_sumtree_put(&s->tree, last, 0.0f);
+}
+
+/* With no add pending no leaf is a tag to follow, and when the dirty list
+ * has room for every leaf written (two a removal) no removal would sync:
+ * then the removals are the leaf moves alone. */
+static void p_remove_many(exr_selector *b, size_t count, const size_t *i, size_t last0)
+{
+    prio_sel *s = (prio_sel *)b;
+    if (s->npend || s->tree.ndirty + 2 * count + 2 > EXR_ST_MAXDIRTY) {
+        for (size_t k = 0; k < count; k++)
+            p_remove(b, i[k], last0 - k);
+        return;
+    }
+    exr_sumtree *t = &s->tree;
+    for (size_t k = 0; k < count; k++) {
+        size_t last = last0 - k;
+        if (i[k] != last)
+            exr_sumtree_put(t, i[k], exr_sumtree_get(t, last));
+        exr_sumtree_put(t, last, 0.0f);
+    }
 }
 
 static void p_update(exr_selector *b, size_t i, double prio)
@@ -395,7 +458,9 @@ const exr_selector_vtable exr_sel_prioritized = {
     .set_param = p_set_param,
     .reserve = p_reserve,
     .add = p_add,
+    .add_stored = p_add_stored,
     .remove = p_remove,
+    .remove_many = p_remove_many,
     .flush = p_flush,
     .update = p_update,
     .update_many = p_update_many,

@@ -4,8 +4,11 @@
  *   buffer --(pick table index i)--> selector->vt->add/remove/update/sample
  *
  * A selector sees picks only by their index in the pick table, [0, n). The
- * buffer calls add() right after appending a pick at index n-1 and remove()
- * when a pick leaves by swap-removal (the last pick moves into its slot).
+ * buffer calls add() for each pick appended at index n (the picks a record
+ * call enters, in table order; a selector's calls may come before the table
+ * or the other selectors get the picks: each keeps only its own state) and
+ * remove() when a pick leaves by swap-removal (the last pick moves into its
+ * slot).
  * The buffer never switches on a selector's kind: a new selector is one new
  * file with one vtable, listed in exr_selector_kinds (selector.c).
  */
@@ -100,6 +103,17 @@ typedef struct {
     exr_status (*load)(exr_selector *s, size_t n, struct exr_in *in);
     /* 0 if consistent for n picks, else 1 with msg. */
     int (*check)(const exr_selector *s, size_t n, char *msg, size_t msglen);
+    /* For a record call's many picks at once (buffer_picks.c): */
+    /* Optional (NULL: add() is used): count add() calls in order, of the
+     * picks at i0, i0 + 1, ... with priorities prio[k], given the stored
+     * forms stored[k] = exr_pow_leaf(prio[k], a) as well (a = stored_power(),
+     * above), computed by the record call before it took the lock; where
+     * stored[k] is NaN (prio[k] NaN, or no form brought), add() itself. */
+    void (*add_stored)(exr_selector *s, size_t i0, size_t count, const float *prio,
+                       const float *stored);
+    /* Optional (NULL: remove() is used): count remove() calls in order,
+     * remove(i[k], last0 - k) (an evicted episode's picks). */
+    void (*remove_many)(exr_selector *s, size_t count, const size_t *i, size_t last0);
 } exr_selector_vtable;
 
 struct exr_selector {

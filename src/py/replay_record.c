@@ -164,17 +164,27 @@ static PyObject *record_steps(ReplayObject *self, int64_t h, const exr_steps *in
     exr_status st = EXR_OK;
     bool done = false;
     struct exr_log *lg = exr_replay_log(self);
-    if (!lg && !exr_nogil_calls)
-        st = exr_buffer_record_nowait(self->buf, h, in, &h, &done);
+    exr_leaves lv; /* the priorities' p ** alpha, before the lock */
+    const exr_leaves *lvp = in->priorities ? &lv : NULL;
+    bool nowait = !lg && !exr_nogil_calls;
+    if (nowait) { /* with the GIL, which the call keeps anyway if it goes */
+        if (lvp)
+            exr_leaves_prepare(self->buf, in, &lv);
+        st = exr_buffer_record_nowait(self->buf, h, in, lvp, &h, &done);
+    }
     if (!done) {
         EXR_NOGIL_BEGIN
+        if (lvp && !nowait) /* without the GIL: another thread may want it */
+            exr_leaves_prepare(self->buf, in, &lv);
         if (lg)
             exr_log_throttle(lg);
-        st = exr_buffer_record(self->buf, h, in, &h);
+        st = exr_buffer_record(self->buf, h, in, lvp, &h);
         EXR_NOGIL_END
     } else {
         exr_gil_kept++;
     }
+    if (lvp)
+        exr_leaves_release(&lv);
     release_arrays(self, held);
     return record_status(st, h);
 }

@@ -281,7 +281,7 @@ static void progress_abort(void)
     CHECK(states && exr_buffer_new(&cfg, &b) == EXR_OK);
     exr_steps in = {.states = states, .actions = actions, .rewards = rewards, .T = T};
     int64_t h;
-    CHECK(exr_buffer_record(b, -1, &in, &h) == EXR_OK);
+    CHECK(exr_buffer_record(b, -1, &in, NULL, &h) == EXR_OK);
     unsigned char header[EXR_HEADER_BYTES];
     int calls = 0;
     exr_buffer_lock(b);

@@ -59,7 +59,7 @@ static exr_status record(exr_buffer *buf, int64_t h, steps_t *s, int T, const vo
     };
     exr_steps in = {.actions = s->act, .rewards = s->rew, .T = (size_t)T, .final_state = fin,
                     .end = fin != NULL, .fields = plan, .nfields = 3};
-    return exr_buffer_record(buf, h, &in, out_h);
+    return exr_buffer_record(buf, h, &in, NULL, out_h);
 }
 
 static exr_status mem_sink(void *ctx, const void *p, size_t n)
@@ -107,9 +107,9 @@ int main(void)
         exr_field_src bad[1] = {{SBYTES - 2, 4, s.a[0], 4}};
         exr_steps in = {.actions = s.act, .rewards = s.rew, .T = 1, .fields = bad, .nfields = 1};
         int64_t h2;
-        CHECK(exr_buffer_record(buf, -1, &in, &h2) == EXR_EINVAL);
+        CHECK(exr_buffer_record(buf, -1, &in, NULL, &h2) == EXR_EINVAL);
         exr_steps plain = {.states = s.a, .actions = s.act, .rewards = s.rew, .T = 1};
-        CHECK(exr_buffer_record(buf, -1, &plain, &h2) == EXR_EINVAL);
+        CHECK(exr_buffer_record(buf, -1, &plain, NULL, &h2) == EXR_EINVAL);
         exr_buffer_lock(buf);
         CHECK(exr_buffer_len_locked(buf) == 5 && exr_buffer_num_episodes_locked(buf) == 1);
         exr_buffer_unlock(buf);

@@ -120,7 +120,7 @@ static void test_buffer(void)
             memset(st + (size_t)t * SB, (int)(ac[t] % 251), SB);
         }
         exr_steps in = {st, ac, rw, NULL, EP, NULL, true, true, NULL, 0};
-        CHECK(exr_buffer_record(b, -1, &in, &h) == EXR_OK);
+        CHECK(exr_buffer_record(b, -1, &in, NULL, &h) == EXR_OK);
         CHECK(exr_seg_heap_mapped() > 0);
         CHECK(batch_holds_its_rows(b, sel));
     }

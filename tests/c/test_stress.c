@@ -180,12 +180,15 @@ static void *writer(void *arg)
          * waiting call if it gives up */
         bool done = false;
         exr_status s = EXR_OK;
+        exr_leaves lv; /* as the binding: the stored forms before any lock */
+        exr_leaves_prepare(g_buf, &in, &lv);
         if (xorshift(&rng) % 2)
-            s = exr_buffer_record_nowait(g_buf, h, &in, &out, &done);
+            s = exr_buffer_record_nowait(g_buf, h, &in, &lv, &out, &done);
         if (done)
             atomic_fetch_add(&g_rec_nowait, 1);
         else
-            s = exr_buffer_record(g_buf, h, &in, &out);
+            s = exr_buffer_record(g_buf, h, &in, &lv, &out);
+        exr_leaves_release(&lv);
         if (s != EXR_OK) {
             BAD("record: status %d", (int)s);
             break;
