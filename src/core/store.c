@@ -5,9 +5,10 @@
 #include "seg_heap.h"
 
 #define SEG_TARGET_BYTES ((size_t)1 << 20)
-/* Segment 0 holds at least a page: an episode of small rows (up to 146
- * steps of 28-byte rows) then lies in it whole, and get_batch's plan
- * reaches such rows from the episode's slot (exr_episode.seg0) */
+/* Segment 0 holds at least a page: an episode of small rows (up to 256
+ * steps of 28-byte rows, the power of two past 4 KiB) then lies in it
+ * whole, and get_batch's plan reaches such rows from the episode's slot
+ * (exr_episode.seg0) */
 #define SEG0_MIN_BYTES ((size_t)4 << 10)
 
 static int round_line(size_t *x)
