@@ -73,16 +73,24 @@ def test_set_priority_batch_form_same_as_handles(make_buffer):
     a._check()
 
 
-def test_set_priority_batch_form_after_eviction(make_buffer):
-    """Picks that moved in the table (swap-removal after an eviction) or left
-    it: the batch's indices no longer hold, the handles decide."""
+def _twins_drawn_then_evicted(make_buffer):
+    """Two equal buffers of capacity 60, a batch of 64 drawn from each, then
+    three more episodes recorded into both, which evicts the oldest: some
+    of the batches' picks leave the table and others move in it."""
     a, pa = _filled(make_buffer, capacity=60)
     b, pb = _filled(make_buffer, capacity=60)
     ba, bb = a.get_batch(64, pa), b.get_batch(64, pb)
-    for buf in (a, b):  # evicts the oldest episodes: picks leave and move
+    for buf in (a, b):
         for i in range(3):
             s = np.stack([np.full(10, 10 + i), np.arange(10)], axis=1).astype(np.float32)
             buf.record_many(None, s, np.arange(10), np.ones(10, np.float32))
+    return a, pa, ba, b, pb, bb
+
+
+def test_set_priority_batch_form_after_eviction(make_buffer):
+    """Picks that moved in the table (swap-removal after an eviction) or left
+    it: the batch's indices no longer hold, the handles decide."""
+    a, pa, ba, b, pb, bb = _twins_drawn_then_evicted(make_buffer)
     p = np.random.default_rng(1).uniform(0.1, 5.0, 64)
     n = a.set_priority(pa, ba, p)
     assert n == b.set_priority(pb, bb.pick_epi, bb.pick_pos, p)
@@ -100,13 +108,7 @@ def test_set_priority_handle_form_takes_its_batchs_indices():
     another batch's arrays are not taken for it."""
     from exreplay import _core
 
-    a, pa = _filled(ExperienceReplay, capacity=60)
-    b, pb = _filled(ExperienceReplay, capacity=60)
-    ba, bb = a.get_batch(64, pa), b.get_batch(64, pb)
-    for buf in (a, b):  # evicts the oldest episodes: picks leave and move
-        for i in range(3):
-            s = np.stack([np.full(10, 10 + i), np.arange(10)], axis=1).astype(np.float32)
-            buf.record_many(None, s, np.arange(10), np.ones(10, np.float32))
+    a, pa, ba, b, pb, _ = _twins_drawn_then_evicted(ExperienceReplay)
     ba.pick_index[:4] = [-5, 10**9, 0, ba.pick_index[5]]
     p = np.random.default_rng(1).uniform(0.1, 5.0, 64)
     h0 = _core._block_hints()
