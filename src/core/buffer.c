@@ -4,6 +4,7 @@
 #include <float.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,6 +128,14 @@ const exr_config *exr_buffer_config(const exr_buffer *b) { return &b->cfg; }
 #define SPIN_SHARED_NS 30000
 #define SPIN_EXCL_NS 150000
 #define SPIN_CLOCK_EVERY 16 /* tries between two looks at the clock */
+/* A taker still retrying after SPIN_YIELD_NS gives its CPU away
+ * (sched_yield) at every SPIN_YIELD_EVERY-th look at the clock (about 2 us
+ * apart here): the holder it waits for may be a thread it preempted on
+ * this CPU, which cannot let go while the taker spins in its place
+ * (docs/design.md, "Taking the lock spins first"). With nothing else to run
+ * on the CPU a yield returns at once (about 0.5 us here). */
+#define SPIN_YIELD_NS 5000
+#define SPIN_YIELD_EVERY 4
 
 static inline void cpu_relax(void)
 {
@@ -143,10 +152,11 @@ static uint64_t spin_now_ns(void)
 }
 
 /* Retries rw (shared or exclusive) for up to SPIN_SHARED_NS or
- * SPIN_EXCL_NS; true if it got it. */
+ * SPIN_EXCL_NS, yielding the CPU now and then past SPIN_YIELD_NS; true if
+ * it got it. */
 static bool spin_rw(pthread_rwlock_t *rw, bool shared)
 {
-    uint64_t end = 0;
+    uint64_t start = 0;
     for (unsigned i = 1;; i++) {
         if ((shared ? pthread_rwlock_tryrdlock(rw) : pthread_rwlock_trywrlock(rw)) == 0)
             return true;
@@ -154,10 +164,12 @@ static bool spin_rw(pthread_rwlock_t *rw, bool shared)
         if (i % SPIN_CLOCK_EVERY)
             continue;
         uint64_t t = spin_now_ns();
-        if (!end)
-            end = t + (shared ? SPIN_SHARED_NS : SPIN_EXCL_NS);
-        else if (t >= end)
+        if (!start)
+            start = t;
+        else if (t - start >= (shared ? SPIN_SHARED_NS : SPIN_EXCL_NS))
             return false;
+        else if (t - start >= SPIN_YIELD_NS && i % (SPIN_CLOCK_EVERY * SPIN_YIELD_EVERY) == 0)
+            sched_yield();
     }
 }
 
