@@ -34,7 +34,7 @@ static struct exr_locks *locks_new(void)
         ok = pthread_rwlock_init(&lk->rw, &ra) == 0;
         pthread_rwlockattr_destroy(&ra);
     }
-    lk->excl = false;
+    atomic_init(&lk->excl, false);
     lk->excl_wmu = false;
     atomic_init(&lk->rd_waiting, 0);
     atomic_init(&lk->pub_seq, 0);
@@ -133,7 +133,11 @@ const exr_config *exr_buffer_config(const exr_buffer *b) { return &b->cfg; }
  * apart here): the holder it waits for may be a thread it preempted on
  * this CPU, which cannot let go while the taker spins in its place
  * (docs/design.md, "Taking the lock spins first"). With nothing else to run
- * on the CPU a yield returns at once (about 0.5 us here). */
+ * on the CPU a yield returns at once (about 0.5 us here). An exclusive
+ * taker does not yield while rw is held exclusively: the holder is then
+ * another record call, which the one writer spinning (the others sleep on
+ * wmu) rarely shares a CPU with, and two writers on two cores only paid
+ * for the yields. */
 #define SPIN_YIELD_NS 5000
 #define SPIN_YIELD_EVERY 4
 
@@ -151,11 +155,13 @@ static uint64_t spin_now_ns(void)
     return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
-/* Retries rw (shared or exclusive) for up to SPIN_SHARED_NS or
- * SPIN_EXCL_NS, yielding the CPU now and then past SPIN_YIELD_NS; true if
- * it got it. */
-static bool spin_rw(pthread_rwlock_t *rw, bool shared)
+/* Retries lk->rw (shared or exclusive) for up to SPIN_SHARED_NS or
+ * SPIN_EXCL_NS, yielding the CPU now and then past SPIN_YIELD_NS (an
+ * exclusive taker only while rw is not held exclusively); true if it got
+ * it. */
+static bool spin_rw(struct exr_locks *lk, bool shared)
 {
+    pthread_rwlock_t *rw = &lk->rw;
     uint64_t start = 0;
     for (unsigned i = 1;; i++) {
         if ((shared ? pthread_rwlock_tryrdlock(rw) : pthread_rwlock_trywrlock(rw)) == 0)
@@ -168,7 +174,8 @@ static bool spin_rw(pthread_rwlock_t *rw, bool shared)
             start = t;
         else if (t - start >= (shared ? SPIN_SHARED_NS : SPIN_EXCL_NS))
             return false;
-        else if (t - start >= SPIN_YIELD_NS && i % (SPIN_CLOCK_EVERY * SPIN_YIELD_EVERY) == 0)
+        else if (t - start >= SPIN_YIELD_NS && i % (SPIN_CLOCK_EVERY * SPIN_YIELD_EVERY) == 0 &&
+                 (shared || !atomic_load_explicit(&lk->excl, memory_order_relaxed)))
             sched_yield();
     }
 }
@@ -214,7 +221,7 @@ void exr_assert_locked(const exr_buffer *b, bool exclusive, const char *fn)
 static void took_exclusive(exr_buffer *b, bool with_wmu)
 {
     note_locked(b, false);
-    b->lk->excl = true;
+    atomic_store_explicit(&b->lk->excl, true, memory_order_relaxed);
     b->lk->excl_wmu = with_wmu;
     reserve_close_locked(b);
 }
@@ -229,7 +236,7 @@ static __attribute__((noinline)) void take_rw_slow(exr_buffer *b, bool shared)
         atomic_fetch_add_explicit(&b->lk->rd_waiting, 1, memory_order_relaxed);
     else
         pthread_mutex_lock(&b->lk->wmu);
-    bool got = spin_rw(rw, shared);
+    bool got = spin_rw(b->lk, shared);
     if (!got && shared)
         pthread_rwlock_rdlock(rw);
     else if (!got)
@@ -297,10 +304,11 @@ static void flush_selectors(exr_buffer *b)
 /* Lets go of rw, and of wmu if the exclusive holder took it. */
 static void release_rw(exr_buffer *b)
 {
-    bool excl = b->lk->excl, wmu = excl && b->lk->excl_wmu;
+    bool excl = atomic_load_explicit(&b->lk->excl, memory_order_relaxed);
+    bool wmu = excl && b->lk->excl_wmu;
     if (excl) {
         reserve_open_locked(b);
-        b->lk->excl = false;
+        atomic_store_explicit(&b->lk->excl, false, memory_order_relaxed);
         b->lk->excl_wmu = false;
     }
     note_unlocking(b);

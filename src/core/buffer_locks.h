@@ -17,7 +17,9 @@ struct exr_locks {
      * asleep, so that at most one of them waits for rw at a time
      * (docs/design.md, "Locking and the GIL") */
     pthread_mutex_t wmu;
-    bool excl;     /* rw is held exclusively; written by that holder */
+    /* rw is held exclusively; written by that holder, read by it and, as
+     * a hint, by exclusive takers spinning for rw (spin_rw) */
+    _Atomic bool excl;
     bool excl_wmu; /* ... and wmu with it (it had to wait); the same */
     pthread_rwlock_t rw;
     /* shared takers of rw that did not get it at once and wait for it: a
