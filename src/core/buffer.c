@@ -223,6 +223,8 @@ static void took_exclusive(exr_buffer *b, bool with_wmu)
     note_locked(b, false);
     atomic_store_explicit(&b->lk->excl, true, memory_order_relaxed);
     b->lk->excl_wmu = with_wmu;
+    b->eps.seq++;
+    b->excl_owner = pthread_self();
     reserve_close_locked(b);
 }
 
@@ -288,16 +290,19 @@ int exr_buffer_trylock(exr_buffer *b)
     return 1;
 }
 
-/* What add() and remove() left pending in the selectors (the sum trees
- * above their written leaves) is done before the exclusive lock goes: a
- * shared holder always finds every selector complete. */
+/* What add() and remove() left pending in the selectors is done before
+ * the exclusive lock goes: a shared holder always finds every selector
+ * complete, or (a selector with sample_detached, selector.h) complete once
+ * it has applied the notes of the holds before, which it does first. */
 static void flush_selectors(exr_buffer *b)
 {
     if (!b->sel_dirty)
         return;
-    for (size_t i = 0; i < b->nsels; i++)
-        if (b->sels[i].sel->vt->flush)
-            b->sels[i].sel->vt->flush(b->sels[i].sel);
+    for (size_t i = 0; i < b->nsels; i++) {
+        exr_selector *s = b->sels[i].sel;
+        if (s->vt->flush)
+            s->vt->flush(s);
+    }
     b->sel_dirty = false;
 }
 

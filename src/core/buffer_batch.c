@@ -202,10 +202,11 @@ static void gather_entries_locked(const exr_buffer *b, size_t count, const size_
  * planned from the table pick by pick, and at N = 1M, both with the
  * draw's prefetches, 0.94-0.98x (benchmarks/c/, paired). */
 static void plan_batch_locked(exr_buffer *b, size_t count, const size_t *idx, exr_pick *ent,
-                              plan_t *plans, exr_batch_out *out, batch_heat heat)
+                              bool have_ents, plan_t *plans, exr_batch_out *out, batch_heat heat)
 {
     EXR_ASSERT_LOCKED(b);
-    gather_entries_locked(b, count, idx, ent);
+    if (!have_ents)
+        gather_entries_locked(b, count, idx, ent);
     if (plan8_usable())
         plan_walk_locked(b, count, ent, true, plans, out, heat);
     else
@@ -263,6 +264,7 @@ typedef struct {
     plan_t *plans;
     double *scratch;
     exr_pick *ents; /* the drawn picks' entries (gather_entries_locked) */
+    bool have_ents; /* ents filled by the draw already (draw_detached) */
     exr_wpost post; /* the weights' last step, after the lock (sample_locked) */
     size_t small_idx[SMALL_BATCH];
     plan_t small_plans[SMALL_BATCH];
@@ -273,6 +275,7 @@ typedef struct {
 static exr_status scratch_alloc(batch_scratch *s, size_t count)
 {
     s->post.fn = NULL;
+    s->have_ents = false;
     if (count <= SMALL_BATCH) {
         s->idx = s->small_idx;
         s->plans = s->small_plans;
@@ -352,7 +355,7 @@ static exr_status finish_batch(exr_buffer *b, size_t count, batch_scratch *sc,
     exr_reader me;
     uint64_t t0 = ph ? now_ns() : 0;
     batch_heat heat = batch_heat_locked(b);
-    plan_batch_locked(b, count, sc->idx, sc->ents, sc->plans, out, heat);
+    plan_batch_locked(b, count, sc->idx, sc->ents, sc->have_ents, sc->plans, out, heat);
     bool hold = copy_under_hold(b, count);
     if (!hold) {
         pin_locked(b, &me);
@@ -415,6 +418,105 @@ static int draw_locked(exr_buffer *b, sel_entry *e, size_t count, batch_scratch 
     return done;
 }
 
+/* Whether pick id, drawn from a selector with every hold up to number r0
+ * applied (draw_detached), is in the table and published now. Its slot holds the episode it held then if that was filled
+ * at or before hold r0 (exr_episode.fill): the picks of any episode before
+ * it there had left the selector by then. Lock held. */
+static inline bool still_there_locked(const exr_buffer *b, exr_pick id, uint64_t r0)
+{
+    EXR_ASSERT_LOCKED(b);
+    if (id.slot >= b->eps.hwm)
+        return false;
+    const exr_episode *e = &b->eps.slab[id.slot];
+    if (e->handle < 0 || e->fill > r0 || id.pos >= e->m)
+        return false;
+    return !__atomic_load_n(&e->busy, __ATOMIC_ACQUIRE) || id.pos < e->body->m_pub;
+}
+
+/* Draws again, one at a time, each pick whose index is SIZE_MAX (gone, or
+ * not published), until it is published (a draw conditioned on the
+ * published picks), and takes its entry from the table. The weights'
+ * floor (post->lo: the smallest leaf) is the smaller of the two draws'.
+ * Lock held shared. Returns as draw_locked: 0 if some pick still is not
+ * published after 64 draws; 1 with *st EXR_EEMPTY if nothing can be drawn
+ * any more. */
+static int redraw_gone_locked(exr_buffer *b, exr_selector *s, size_t count, batch_scratch *sc,
+                              float *w, exr_status *st)
+{
+    exr_wpost first = sc->post;
+    int r = 1;
+    pthread_mutex_lock(&s->mu);
+    for (size_t i = 0; r == 1 && *st == EXR_OK && i < count; i++) {
+        if (sc->idx[i] != SIZE_MAX)
+            continue; /* there, and published */
+        for (int tries = 0; sc->idx[i] == SIZE_MAX || !pick_visible_locked(b, sc->idx[i]);
+             tries++) {
+            if (tries == 64) {
+                r = 0;
+                break;
+            }
+            *st = sample_locked(b, s, 1, &sc->idx[i], &w[i], sc->scratch, &sc->post);
+            if (*st != EXR_OK)
+                break;
+        }
+        if (r == 1 && *st == EXR_OK)
+            sc->ents[i] = b->picks.v[sc->idx[i]];
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (first.fn && sc->post.fn && first.lo < sc->post.lo)
+        sc->post.lo = first.lo;
+    return r;
+}
+
+#ifdef EXR_DEBUG_LOCKS
+void (*exr_debug_detached)(exr_buffer *b, int phase);
+#endif
+
+/* Selector e's draws, as draw_locked, but with the storage lock let go
+ * while the selector draws (selector.h, sample_detached): mu is taken
+ * under the lock, which is let go, and taken again (shared) after the
+ * draw. If no exclusive hold came in between, the draws are the table's
+ * picks; else each is checked (still_there_locked) and drawn again if it
+ * has gone. A pick still there keeps the index it had in the selector
+ * (pick_index: a hint, which set_priority checks). Lock held shared on
+ * entry and on return. */
+static int draw_detached(exr_buffer *b, int64_t h, exr_selector *s, size_t count,
+                         batch_scratch *sc, exr_batch_out *out, exr_status *st)
+{
+    pthread_mutex_lock(&s->mu);
+    uint64_t r0 = b->eps.seq;
+    bool any = b->picks.n != 0;
+    exr_buffer_unlock(b);
+    *st = any ? s->vt->sample_detached(s, count, sc->idx, sc->ents, out->weight, sc->scratch,
+                                       &sc->post)
+              : EXR_EEMPTY;
+#ifdef EXR_DEBUG_LOCKS
+    if (exr_debug_detached) /* a test's holds, while the selector is drawn */
+        exr_debug_detached(b, 0);
+#endif
+    pthread_mutex_unlock(&s->mu);
+#ifdef EXR_DEBUG_LOCKS
+    if (exr_debug_detached) /* and between the draw and its check */
+        exr_debug_detached(b, 1);
+#endif
+    lock_shared(b);
+    if (*st == EXR_OK && !find_sel(b, h))
+        *st = EXR_ENOTFOUND; /* removed meanwhile: s is gone */
+    if (*st != EXR_OK)
+        return 1;
+    sc->have_ents = true;
+    bool same = b->eps.seq == r0;
+    bool look = !same || __atomic_load_n(&b->writers, __ATOMIC_ACQUIRE);
+    size_t gone = 0;
+    for (size_t i = 0; look && i < count; i++)
+        if (same ? !pick_visible_locked(b, sc->idx[i])
+                 : !still_there_locked(b, sc->ents[i], r0)) {
+            sc->idx[i] = SIZE_MAX;
+            gone++;
+        }
+    return gone ? redraw_gone_locked(b, s, count, sc, out->weight, st) : 1;
+}
+
 exr_status exr_buffer_get_batch_phases(exr_buffer *b, int64_t h, size_t count,
                                        exr_batch_out *out, exr_batch_phases *ph)
 {
@@ -433,7 +535,10 @@ exr_status exr_buffer_get_batch_phases(exr_buffer *b, int64_t h, size_t count,
             st = EXR_ENOTFOUND;
             break;
         }
-        if (draw_locked(b, e, count, &sc, out, false, &st) == 1)
+        int r = exr_sel_detach(e->sel, b->excl_owner)
+                    ? draw_detached(b, h, e->sel, count, &sc, out, &st)
+                    : draw_locked(b, e, count, &sc, out, false, &st);
+        if (r == 1)
             break;
         wait_publish_since(b, true, seq);
     }

@@ -36,6 +36,9 @@ static int check_episode(const exr_buffer *b, uint32_t s, char *msg, size_t msgl
              (unsigned long long)e->body->aux_cap, (unsigned long long)e->n);
     if (!e->ended && (e->terminated || e->body->final_state))
         FAIL("episode %lld: open but has a final state or terminal flag", (long long)e->handle);
+    if (e->fill > b->eps.seq)
+        FAIL("episode %lld: filled at hold %llu, after the current one (%llu)", (long long)e->handle,
+             (unsigned long long)e->fill, (unsigned long long)b->eps.seq);
     for (uint64_t p = 0; p < e->m; p++) {
         uint32_t idx = *exr_aux_at(e, p);
         if (idx >= b->picks.n || b->picks.v[idx].slot != s || b->picks.v[idx].pos != p)
@@ -43,6 +46,17 @@ static int check_episode(const exr_buffer *b, uint32_t s, char *msg, size_t msgl
                  (long long)e->handle, (unsigned long long)p, idx);
     }
     return 0;
+}
+
+/* A selector's own state, and the picks it holds against the table. Under
+ * its mu: a draw without the storage lock may be in it. */
+static int check_selector(const exr_buffer *b, exr_selector *s, char *msg, size_t msglen)
+{
+    exr_sel_lock(s);
+    int bad = s->vt->check(s, b->picks.n, msg, msglen) ||
+              (s->vt->check_idents && s->vt->check_idents(s, b->picks.n, b->picks.v, msg, msglen));
+    exr_sel_unlock(s);
+    return bad;
 }
 
 int exr_buffer_check_locked(const exr_buffer *b, char *msg, size_t msglen)
@@ -89,7 +103,7 @@ int exr_buffer_check_locked(const exr_buffer *b, char *msg, size_t msglen)
     if (!hand_seen)
         FAIL("second-chance hand is not on a live episode");
     for (size_t i = 0; i < b->nsels; i++)
-        if (b->sels[i].sel->vt->check(b->sels[i].sel, b->picks.n, msg, msglen))
+        if (check_selector(b, b->sels[i].sel, msg, msglen))
             return 1;
     return 0;
 }

@@ -60,6 +60,11 @@ struct exr_locks; /* rw, pin_mu, wait_mu, published: buffer_locks.h */
 
 struct exr_buffer {
     struct exr_locks *lk;
+    /* The thread of the last exclusive hold (written under it): a draw or
+     * an update lets go of the storage lock for its selector work only when
+     * another thread has been changing the buffer (buffer_batch.c,
+     * buffer_priority.c: selector.h, sample_detached). */
+    pthread_t excl_owner;
     /* record calls copying without the lock: changed with atomics, since
      * one that publishes under the shared lock (buffer_record.c) takes
      * itself off while samplers read it */
@@ -177,6 +182,17 @@ bool enter_picks_stored_locked(exr_buffer *b, uint32_t slot, const exr_pick_leav
 /* Every pick of episode slot leaves the table and the selectors, in
  * position order, each by swap-removal; its aux is left as it was. */
 void remove_picks_locked(exr_buffer *b, uint32_t slot);
+/* Tells the selectors that keep the pick each leaf stands for (selector.h,
+ * idents) that the picks at table indices i0 .. i0 + n - 1 are the table's
+ * entries there now. */
+void note_idents_locked(exr_buffer *b, size_t i0, size_t n);
+#ifdef EXR_DEBUG_LOCKS
+/* Tests only: called (when set) by a draw without the storage lock
+ * (buffer_batch.c, draw_detached) right after the selector has drawn,
+ * mu still held (phase 0), and once mu is let go, before the storage lock
+ * is taken again (phase 1): to make holds come in between. */
+extern void (*exr_debug_detached)(exr_buffer *b, int phase);
+#endif
 uint32_t *pick_aux_locked(const exr_buffer *b, int64_t epi, int64_t pos);
 size_t pick_index_locked(const exr_buffer *b, int64_t epi, int64_t pos);
 

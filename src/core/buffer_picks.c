@@ -40,6 +40,16 @@ static uint64_t stored_users(const exr_buffer *b, const exr_pick_leaves *pl)
     return use;
 }
 
+void note_idents_locked(exr_buffer *b, size_t i0, size_t n)
+{
+    EXR_ASSERT_EXCLUSIVE(b);
+    for (size_t i = 0; i < b->nsels; i++) {
+        exr_selector *s = b->sels[i].sel;
+        if (s->vt->idents)
+            s->vt->idents(s, i0, n, b->picks.v + i0);
+    }
+}
+
 #define ENTER_CHUNK 64
 #define REMOVE_CHUNK 64
 
@@ -70,6 +80,7 @@ static void enter_chunk(exr_buffer *b, uint32_t slot, uint64_t p0, size_t n,
         aux[k] = (uint32_t)(idx0 + k);
     }
     b->picks.n = idx0 + n;
+    note_idents_locked(b, idx0, n);
 }
 
 bool enter_picks_stored_locked(exr_buffer *b, uint32_t slot, const exr_pick_leaves *pl)

@@ -159,8 +159,13 @@ static double pow_guess(const exr_buffer *b, int64_t h)
 }
 
 /* Selector e's picks s->idx[0..done) get priorities s->kept, with the
- * stored forms s->stored when they were computed with its power (a). */
-static void update_locked(exr_buffer *b, sel_entry *e, size_t done, double a, prio_scratch *s)
+ * stored forms s->stored when they were computed with its power (a).
+ * When let_go and the selector can be changed without the storage lock
+ * (selector.h, settle), the lock (held shared) is let go as soon as mu is
+ * held and the notes of the holds before it are marked: the tree work
+ * runs without it. Returns whether it let go. */
+static bool update_locked(exr_buffer *b, sel_entry *e, size_t done, double a, prio_scratch *s,
+                          bool let_go)
 {
     EXR_ASSERT_LOCKED(b);
     exr_selector *sel = e->sel;
@@ -172,12 +177,22 @@ static void update_locked(exr_buffer *b, sel_entry *e, size_t done, double a, pr
         atomic_store_explicit(&b->pow_a, u, memory_order_relaxed);
         atomic_store_explicit(&b->pow_h, e->handle, memory_order_relaxed);
     }
-    pthread_mutex_lock(&sel->mu);
+    let_go = let_go && exr_sel_detach(sel, b->excl_owner);
+    exr_sel_lock(sel);
+    if (sel->vt->settle) {
+        /* the indices are the table's now: the selector's notes up to now
+         * are applied, none after (a hold may end once the lock is let go) */
+        size_t mark = let_go ? sel->vt->log_mark(sel) : EXR_SETTLE_ALL;
+        if (let_go)
+            exr_buffer_unlock(b);
+        sel->vt->settle(sel, mark);
+    }
     if (use)
         sel->vt->update_many_stored(sel, done, s->idx, s->kept, s->stored, s->scratch);
     else
         sel->vt->update_many(sel, done, s->idx, s->kept, s->scratch);
-    pthread_mutex_unlock(&sel->mu);
+    exr_sel_unlock(sel);
+    return let_go;
 }
 
 /* a: the power s->stored was computed with (NaN: not computed); bad: what
@@ -185,8 +200,10 @@ static void update_locked(exr_buffer *b, sel_entry *e, size_t done, double a, pr
 static exr_status set_priority_impl(exr_buffer *b, int64_t h, size_t count, const int64_t *epi,
                                     const int64_t *pos, const int64_t *hint, const double *prio,
                                     size_t prio_stride, int bad, double a, prio_scratch *s,
-                                    size_t *applied)
+                                    size_t *applied, bool *let_go)
 {
+    bool want = *let_go;
+    *let_go = false;
     sel_entry *e = find_sel(b, h);
     if (!e)
         return EXR_ENOTFOUND;
@@ -195,7 +212,7 @@ static exr_status set_priority_impl(exr_buffer *b, int64_t h, size_t count, cons
     size_t done = 0;
     if (e->sel->vt->prioritized && count) {
         done = resolve_picks_locked(b, count, epi, pos, hint, prio, prio_stride, !isnan(a), s);
-        update_locked(b, e, done, a, s);
+        *let_go = update_locked(b, e, done, a, s, want);
     }
     *applied = done;
     return EXR_OK;
@@ -211,8 +228,9 @@ exr_status exr_buffer_set_priority_locked(exr_buffer *b, int64_t h, size_t count
     exr_status st = prio_scratch_alloc(&s, count);
     if (st != EXR_OK)
         return st;
+    bool let_go = false;
     st = set_priority_impl(b, h, count, epi, pos, NULL, prio, prio_stride,
-                           priorities_bad(count, prio, prio_stride), NAN, &s, applied);
+                           priorities_bad(count, prio, prio_stride), NAN, &s, applied, &let_go);
     prio_scratch_free(&s);
     return st;
 }
@@ -246,8 +264,11 @@ exr_status exr_buffer_set_priority(exr_buffer *b, int64_t h, size_t count, const
     if (!isnan(a))
         stored_forms(prio, prio_stride, count, a, s.stored);
     lock_shared(b);
-    st = set_priority_impl(b, h, count, epi, pos, hint, prio, prio_stride, bad, a, &s, applied);
-    exr_buffer_unlock(b);
+    bool let_go = true;
+    st = set_priority_impl(b, h, count, epi, pos, hint, prio, prio_stride, bad, a, &s, applied,
+                           &let_go);
+    if (!let_go)
+        exr_buffer_unlock(b);
     prio_scratch_free(&s);
     return st;
 }
@@ -259,7 +280,9 @@ exr_status exr_buffer_priority_stats_locked(const exr_buffer *b, int64_t h, doub
     sel_entry *e = find_sel(b, h);
     if (!e)
         return EXR_ENOTFOUND;
+    exr_sel_lock(e->sel);
     e->sel->vt->stats(e->sel, b->picks.n, total, min_pos);
+    exr_sel_unlock(e->sel);
     *n = b->picks.n;
     return EXR_OK;
 }
@@ -271,9 +294,11 @@ exr_status exr_buffer_stored_priority_locked(const exr_buffer *b, int64_t h, siz
     sel_entry *e = find_sel(b, h);
     if (!e)
         return EXR_ENOTFOUND;
+    exr_sel_lock(e->sel);
     for (size_t i = 0; i < count; i++) {
         size_t idx = pick_index_locked(b, epi[i], pos[i]);
         out[i] = idx == SIZE_MAX ? NAN : e->sel->vt->stored(e->sel, idx);
     }
+    exr_sel_unlock(e->sel);
     return EXR_OK;
 }

@@ -497,6 +497,7 @@ static inline __attribute__((always_inline)) void enter_picks_locked(exr_buffer 
     EXR_ASSERT_EXCLUSIVE(b);
     exr_episode *e = &b->eps.slab[slot];
     uint64_t target = exr_picks_target(b, e);
+    size_t idx0 = b->picks.n;
     for (uint64_t p = e->m; p < target; p++) {
         uint32_t *aux = exr_aux_at(e, p);
         float rp;
@@ -507,8 +508,10 @@ static inline __attribute__((always_inline)) void enter_picks_locked(exr_buffer 
         for (size_t i = 0; i < b->nsels; i++)
             b->sels[i].sel->vt->add(b->sels[i].sel, idx, rp);
     }
-    if (target > e->m)
+    if (target > e->m) {
+        note_idents_locked(b, idx0, b->picks.n - idx0);
         b->sel_dirty = true;
+    }
     e->m = target;
 }
 

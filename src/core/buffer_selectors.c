@@ -59,6 +59,8 @@ exr_status exr_buffer_add_selector_locked(exr_buffer *b, int kind, const double 
      * priorities are gone once they became picks (docs/semantics.md). */
     for (size_t i = 0; i < b->picks.n; i++)
         vt->add(s, i, NAN);
+    if (vt->set_idents)
+        vt->set_idents(s, b->picks.n, b->picks.v);
     if (vt->flush)
         vt->flush(s);
     b->sels[b->nsels++] = (sel_entry){handle, s};
@@ -72,6 +74,10 @@ exr_status exr_buffer_remove_selector_locked(exr_buffer *b, int64_t h)
     sel_entry *e = find_sel(b, h);
     if (!e)
         return EXR_ENOTFOUND;
+    /* a draw or an update without the storage lock may still hold mu
+     * (buffer_batch.c, buffer_priority.c); none can take it again now */
+    pthread_mutex_lock(&e->sel->mu);
+    pthread_mutex_unlock(&e->sel->mu);
     pthread_mutex_destroy(&e->sel->mu);
     e->sel->vt->destroy(e->sel);
     size_t i = (size_t)(e - b->sels);
@@ -96,6 +102,8 @@ exr_status exr_buffer_set_param_locked(exr_buffer *b, int64_t h, int k, double v
     const exr_selector_vtable *vt = e->sel->vt;
     if (k < vt->settable_from || k >= vt->nparams || !vt->param_ok(k, v))
         return EXR_EINVAL;
+    exr_sel_lock(e->sel); /* a draw without the storage lock reads beta */
     vt->set_param(e->sel, k, v);
+    exr_sel_unlock(e->sel);
     return EXR_OK;
 }

@@ -251,9 +251,14 @@ static exr_status write_selectors(exr_out *o, const exr_buffer *b)
     exr_status st;
     if ((st = out_section(o, SEC_SELECTORS, selectors_len(b))) || (st = out_u64(o, b->nsels)))
         return st;
-    for (size_t i = 0; i < b->nsels; i++)
-        if ((st = write_selector(o, b, &b->sels[i])))
+    for (size_t i = 0; i < b->nsels; i++) {
+        /* a draw without the storage lock may be in it (its rng, its tree) */
+        exr_sel_lock(b->sels[i].sel);
+        st = write_selector(o, b, &b->sels[i]);
+        exr_sel_unlock(b->sels[i].sel);
+        if (st)
             return st;
+    }
     return EXR_OK;
 }
 

@@ -209,6 +209,7 @@ uint32_t exr_episodes_insert(exr_episodes *t, int64_t handle, exr_body *body)
     memset(e, 0, sizeof *e);
     e->handle = handle;
     e->body = body;
+    e->fill = t->seq;
     exr_episode_sync_seg0(e);
     e->prev = t->tail;
     e->next = EXR_NIL;

@@ -52,6 +52,7 @@ typedef struct {
     unsigned char *seg0;
     uint32_t prev, next;        /* live list, EXR_NIL at the ends; free list uses next */
     exr_body *body;
+    uint64_t fill;              /* exr_episodes.seq when it was inserted */
 } exr_episode;
 
 /* Copies the body's first segment pointer into the slot (exr_episode.seg0). */
@@ -69,6 +70,10 @@ typedef struct {
     uint32_t *vals;
     size_t map_cap, map_used;
     uint32_t hint;              /* the slot last inserted or recorded into: tried before the map */
+    /* The number of the exclusive hold under way (the buffer counts them:
+     * took_exclusive), given to the episodes it inserts (exr_episode.fill):
+     * a slot filled at or before hold k holds the episode it held then. */
+    uint64_t seq;
 } exr_episodes;
 
 void exr_episodes_init(exr_episodes *t);

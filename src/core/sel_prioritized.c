@@ -17,15 +17,30 @@
 #include <string.h>
 
 #include "codec.h"
+#include "pick_table.h"
 #include "powa.h"
 #include "selector.h"
 #include "sumtree.h"
 
 enum { P_ALPHA = 0, P_BETA = 1 };
 
-/* Picks entered but whose p^alpha is not computed yet (p_add): converted
+/* Picks entered but whose p^alpha is not computed yet (t_add): converted
  * PENDING at a time, sixteen per step with AVX2, instead of one by one. */
 #define PENDING 128
+
+/* The deferred changes (docs/design.md, "A draw without the storage
+ * lock"): what add, add_stored, remove, remove_many, idents and flush
+ * would do to the tree, as entries applied later under mu in the same
+ * order, by the same functions (t_*). A run's head entry says how many
+ * picks follow it: one entry each for adds, two to an entry for
+ * removals; L_ID's op carries a count of picks in its high bits, the
+ * picks (x, y), (x, y + 1), ... of one episode. */
+enum { L_ADD = 1, L_ADDS_RUN, L_ADDS, L_REM, L_REMS_RUN, L_REMS, L_ID, L_FLUSH };
+typedef struct {
+    uint32_t op, i, x, y;
+} lent;
+#define HOLD 1024
+#define LOG 8192
 
 typedef struct {
     exr_selector base;
@@ -39,6 +54,21 @@ typedef struct {
     size_t npend;
     size_t pidx[PENDING];
     double pprio[PENDING];
+    /* The pick each leaf stands for (tree.cap entries): what a draw made
+     * without the storage lock returns (sample_detached). */
+    exr_pick *ident;
+    /* The selector's changes of the exclusive hold under way, when it
+     * notes them (noting; base.held: it applies them to the tree as they
+     * come, holding mu): only its holder touches them (HOLD entries before
+     * it applies them itself). */
+    bool noting;
+    size_t hold_n;
+    lent hold[HOLD];
+    /* The changes of ended holds not yet applied, in order (log_mu; LOG
+     * entries, allocated at the first hold that needs it). */
+    pthread_mutex_t log_mu;
+    lent *log;
+    size_t log_n;
 } prio_sel;
 
 #define PEND_TAG 0x7fc00000u
@@ -82,6 +112,16 @@ static int p_param_ok(int k, double v)
     return isfinite(v) && v >= 0;
 }
 
+/* ident with as many entries as the tree has leaf slots. */
+static exr_status ident_fit(prio_sel *s)
+{
+    exr_pick *v = realloc(s->ident, s->tree.cap * sizeof *v);
+    if (!v)
+        return EXR_ENOMEM;
+    s->ident = v;
+    return EXR_OK;
+}
+
 static exr_status p_create(exr_selector **out, const double *params, size_t n)
 {
     if (!p_param_ok(P_ALPHA, params[P_ALPHA]) || !p_param_ok(P_BETA, params[P_BETA]))
@@ -95,7 +135,13 @@ static exr_status p_create(exr_selector **out, const double *params, size_t n)
     s->max_prio = 1.0;
     exr_sumtree_init(&s->tree);
     exr_status st = exr_sumtree_reserve(&s->tree, n ? n : 1);
+    if (st == EXR_OK)
+        st = ident_fit(s);
+    if (st == EXR_OK && pthread_mutex_init(&s->log_mu, NULL) != 0)
+        st = EXR_ENOMEM;
     if (st != EXR_OK) {
+        exr_sumtree_free(&s->tree);
+        free(s->ident);
         free(s);
         return st;
     }
@@ -107,6 +153,9 @@ static void p_destroy(exr_selector *b)
 {
     prio_sel *s = (prio_sel *)b;
     exr_sumtree_free(&s->tree);
+    pthread_mutex_destroy(&s->log_mu);
+    free(s->log);
+    free(s->ident);
     free(s);
 }
 
@@ -123,10 +172,25 @@ static void p_set_param(exr_selector *b, int k, double v)
         s->beta = v;
 }
 
+static void settle_all(const prio_sel *cs);
+
+/* Under the exclusive lock, without mu: only growing (the tree is rebuilt
+ * from its leaves, every note applied first) needs it. Most calls have
+ * room already, and then wait for no draw. */
 static exr_status p_reserve(exr_selector *b, size_t n)
 {
-    materialize((prio_sel *)b); /* growing rebuilds the tree from the leaves */
-    return exr_sumtree_reserve(&((prio_sel *)b)->tree, n);
+    prio_sel *s = (prio_sel *)b;
+    if (n <= s->tree.cap)
+        return EXR_OK;
+    if (!b->held)
+        pthread_mutex_lock(&b->mu);
+    settle_all(s);
+    exr_status st = exr_sumtree_reserve(&s->tree, n);
+    if (st == EXR_OK)
+        st = ident_fit(s);
+    if (!b->held)
+        pthread_mutex_unlock(&b->mu);
+    return st;
 }
 
 /* Record calls add and remove picks by leaf writes only (exr_sumtree_put);
@@ -142,7 +206,6 @@ static void sync(const prio_sel *cs)
         exr_sumtree_flush(&s->tree);
 }
 
-static void p_flush(exr_selector *b) { sync((prio_sel *)b); }
 
 /* Room for one add or remove: the pending adds (each one more dirty node
  * when materialized) and the step's own two leaves fit the tree's dirty
@@ -153,9 +216,8 @@ static void make_room(prio_sel *s)
         sync(s);
 }
 
-static void p_add(exr_selector *b, size_t i, double prio)
+static void t_add(prio_sel *s, size_t i, double prio)
 {
-    prio_sel *s = (prio_sel *)b;
     make_room(s);
     if (isnan(prio))
         prio = s->max_prio;
@@ -181,12 +243,11 @@ static int add_run_ok(const prio_sel *s, size_t i0, size_t count, const float *s
     return !nan && s->npend < PENDING && s->tree.ndirty + s->npend + nodes + 2 <= EXR_ST_MAXDIRTY;
 }
 
-/* p_add for each pick, those with their leaf computed already writing it
+/* t_add for each pick, those with their leaf computed already writing it
  * at once instead of leaving it pending. */
-static void p_add_stored(exr_selector *b, size_t i0, size_t count, const float *prio,
+static void t_add_stored(prio_sel *s, size_t i0, size_t count, const float *prio,
                          const float *stored)
 {
-    prio_sel *s = (prio_sel *)b;
     if (count && add_run_ok(s, i0, count, stored)) {
         double mp = s->max_prio;
         for (size_t k = 0; k < count; k++)
@@ -200,7 +261,7 @@ static void p_add_stored(exr_selector *b, size_t i0, size_t count, const float *
     }
     for (size_t k = 0; k < count; k++) {
         if (isnan(stored[k])) {
-            p_add(b, i0 + k, prio[k]);
+            t_add(s, i0 + k, prio[k]);
             continue;
         }
         make_room(s);
@@ -210,9 +271,9 @@ static void p_add_stored(exr_selector *b, size_t i0, size_t count, const float *
     }
 }
 
-static void p_remove(exr_selector *b, size_t i, size_t last)
+static void t_remove(prio_sel *s, size_t i, size_t last)
 {
-    prio_sel *s = (prio_sel *)b;
+    s->ident[i] = s->ident[last];
     make_room(s);
     float gone = exr_sumtree_get(&s->tree, i);
     if (isnan(gone))
@@ -229,21 +290,315 @@ static void p_remove(exr_selector *b, size_t i, size_t last)
 /* With no add pending no leaf is a tag to follow, and when the dirty list
  * has room for every leaf written (two a removal) no removal would sync:
  * then the removals are the leaf moves alone. */
-static void p_remove_many(exr_selector *b, size_t count, const size_t *i, size_t last0)
+/* The removals' leaves and idents are read and written at random: their
+ * lines are asked for first, so that their misses overlap. */
+static void t_remove_many(prio_sel *s, size_t count, const size_t *i, size_t last0)
 {
-    prio_sel *s = (prio_sel *)b;
+    for (size_t k = 0; k < count; k++) {
+        __builtin_prefetch(&s->ident[i[k]], 1);
+        __builtin_prefetch(&s->tree.leaf[i[k]], 1);
+    }
     if (s->npend || s->tree.ndirty + 2 * count + 2 > EXR_ST_MAXDIRTY) {
         for (size_t k = 0; k < count; k++)
-            p_remove(b, i[k], last0 - k);
+            t_remove(s, i[k], last0 - k);
         return;
     }
     exr_sumtree *t = &s->tree;
     for (size_t k = 0; k < count; k++) {
         size_t last = last0 - k;
+        s->ident[i[k]] = s->ident[last];
         if (i[k] != last)
             exr_sumtree_put(t, i[k], exr_sumtree_get(t, last));
         exr_sumtree_put(t, last, 0.0f);
     }
+}
+
+/* The deferred changes. Entries of a run follow its head: */
+#define RUN 64
+
+static void replay_adds(prio_sel *s, const lent *head, const lent *e)
+{
+    float prio[RUN], stored[RUN];
+    for (size_t k = 0; k < head->x; k++) {
+        memcpy(&prio[k], &e[k].x, sizeof prio[k]);
+        memcpy(&stored[k], &e[k].y, sizeof stored[k]);
+    }
+    t_add_stored(s, head->i, head->x, prio, stored);
+}
+
+static void replay_removes(prio_sel *s, const lent *head, const lent *e)
+{
+    size_t gone[RUN];
+    for (size_t k = 0; k < head->x; k++)
+        gone[k] = k & 1 ? e[k / 2].x : e[k / 2].i;
+    t_remove_many(s, head->x, gone, head->y);
+}
+
+/* Applies the changes e[0..n), in order. mu held. */
+static void replay(prio_sel *s, const lent *e, size_t n)
+{
+    for (size_t k = 0; k < n; k++) {
+        const lent *x = &e[k];
+        double p;
+        uint64_t u = (uint64_t)x->y << 32 | x->x;
+        switch (x->op & 0xff) {
+        case L_ADD:
+            memcpy(&p, &u, sizeof p);
+            t_add(s, x->i, p);
+            break;
+        case L_ADDS_RUN:
+            replay_adds(s, x, x + 1);
+            k += x->x;
+            break;
+        case L_REM:
+            t_remove(s, x->i, x->x);
+            break;
+        case L_REMS_RUN:
+            replay_removes(s, x, x + 1);
+            k += (x->x + 1) / 2;
+            break;
+        case L_ID:
+            for (uint32_t j = 0; j < x->op >> 8; j++)
+                s->ident[x->i + j] = (exr_pick){x->x, x->y + j};
+            break;
+        default: /* L_FLUSH: where the hold let go of the storage lock */
+            sync(s);
+        }
+    }
+}
+
+/* Applies the log's first upto entries (all of them, if fewer). mu held.
+ * Ended holds append after log_n meanwhile, which this does not read. */
+static void apply_log(prio_sel *s, size_t upto)
+{
+    pthread_mutex_lock(&s->log_mu);
+    size_t n = s->log_n < upto ? s->log_n : upto;
+    pthread_mutex_unlock(&s->log_mu);
+    if (!n)
+        return;
+    replay(s, s->log, n);
+    pthread_mutex_lock(&s->log_mu);
+    memmove(s->log, s->log + n, (s->log_n - n) * sizeof *s->log);
+    s->log_n -= n;
+    pthread_mutex_unlock(&s->log_mu);
+}
+
+/* Every change made so far applied: the log's, then the hold's own. mu
+ * held, and the storage lock (shared: no hold is under way; exclusive:
+ * the hold is the caller's). */
+static void settle_all(const prio_sel *cs)
+{
+    prio_sel *s = (prio_sel *)cs;
+    apply_log(s, SIZE_MAX);
+    replay(s, s->hold, s->hold_n);
+    s->hold_n = 0;
+    sync(s);
+}
+
+/* The hold's changes go straight to the tree from now on: mu taken (and
+ * kept until flush) and every note so far applied. */
+static void go_direct(prio_sel *s)
+{
+    s->base.held = true;
+    s->noting = false;
+    settle_all(s);
+}
+
+/* Whether the exclusive holder applies its changes to the tree as they
+ * come: its first change takes mu if it is free and keeps it until flush
+ * (nobody else takes mu while the storage lock is held exclusively: a
+ * shared holder takes it only under the lock), applying the log first.
+ * If a draw or an update without the storage lock holds mu, the hold
+ * notes its changes instead. */
+static bool direct(prio_sel *s)
+{
+    if (s->base.held || s->noting)
+        return s->base.held;
+    if (!atomic_load_explicit(&s->base.detached, memory_order_relaxed))
+        return true; /* nobody draws it without the storage lock: in place */
+    if (pthread_mutex_trylock(&s->base.mu) != 0) {
+        s->noting = true;
+        return false;
+    }
+    go_direct(s);
+    return true;
+}
+
+/* Room for k more entries in the hold's list; when it is full, the hold
+ * waits for mu and goes direct (no entry then). */
+static lent *hold_room(prio_sel *s, size_t k)
+{
+    if (s->hold_n + k <= HOLD) {
+        lent *e = s->hold + s->hold_n;
+        s->hold_n += k;
+        return e;
+    }
+    pthread_mutex_lock(&s->base.mu);
+    go_direct(s);
+    return NULL;
+}
+
+static void p_add(exr_selector *b, size_t i, double prio)
+{
+    prio_sel *s = (prio_sel *)b;
+    uint64_t u;
+    memcpy(&u, &prio, sizeof u);
+    lent *e = direct(s) ? NULL : hold_room(s, 1);
+    if (e)
+        *e = (lent){L_ADD, (uint32_t)i, (uint32_t)u, (uint32_t)(u >> 32)};
+    else
+        t_add(s, i, prio);
+}
+
+static void note_adds(prio_sel *s, size_t i0, size_t count, const float *prio,
+                      const float *stored)
+{
+    for (size_t k0 = 0; k0 < count; k0 += RUN) {
+        size_t n = count - k0 < RUN ? count - k0 : RUN;
+        lent *e = s->base.held ? NULL : hold_room(s, n + 1);
+        if (!e) {
+            t_add_stored(s, i0 + k0, n, prio + k0, stored + k0);
+            continue;
+        }
+        e[0] = (lent){L_ADDS_RUN, (uint32_t)(i0 + k0), (uint32_t)n, 0};
+        for (size_t k = 0; k < n; k++) {
+            e[1 + k] = (lent){L_ADDS, 0, 0, 0};
+            memcpy(&e[1 + k].x, &prio[k0 + k], sizeof(float));
+            memcpy(&e[1 + k].y, &stored[k0 + k], sizeof(float));
+        }
+    }
+}
+
+static void p_add_stored(exr_selector *b, size_t i0, size_t count, const float *prio,
+                         const float *stored)
+{
+    prio_sel *s = (prio_sel *)b;
+    if (direct(s))
+        t_add_stored(s, i0, count, prio, stored);
+    else
+        note_adds(s, i0, count, prio, stored);
+}
+
+static void p_remove(exr_selector *b, size_t i, size_t last)
+{
+    prio_sel *s = (prio_sel *)b;
+    lent *e = direct(s) ? NULL : hold_room(s, 1);
+    if (e)
+        *e = (lent){L_REM, (uint32_t)i, (uint32_t)last, 0};
+    else
+        t_remove(s, i, last);
+}
+
+static void note_removes(prio_sel *s, size_t count, const size_t *i, size_t last0)
+{
+    for (size_t k0 = 0; k0 < count; k0 += RUN) {
+        size_t n = count - k0 < RUN ? count - k0 : RUN;
+        lent *e = s->base.held ? NULL : hold_room(s, 1 + (n + 1) / 2);
+        if (!e) {
+            t_remove_many(s, n, i + k0, last0 - k0);
+            continue;
+        }
+        e[0] = (lent){L_REMS_RUN, 0, (uint32_t)n, (uint32_t)(last0 - k0)};
+        for (size_t k = 0; k < n; k += 2)
+            e[1 + k / 2] = (lent){L_REMS, (uint32_t)i[k0 + k],
+                                  k + 1 < n ? (uint32_t)i[k0 + k + 1] : 0, 0};
+    }
+}
+
+static void p_remove_many(exr_selector *b, size_t count, const size_t *i, size_t last0)
+{
+    prio_sel *s = (prio_sel *)b;
+    if (direct(s))
+        t_remove_many(s, count, i, last0);
+    else
+        note_removes(s, count, i, last0);
+}
+
+static void p_idents(exr_selector *b, size_t i0, size_t count, const exr_pick *ids)
+{
+    prio_sel *s = (prio_sel *)b;
+    for (size_t k = 0; k < count;) {
+        size_t n = 1; /* a run of one episode's consecutive positions */
+        while (k + n < count && n < 0xffffff && ids[k + n].slot == ids[k].slot &&
+               ids[k + n].pos == ids[k].pos + n)
+            n++;
+        lent *e = direct(s) ? NULL : hold_room(s, 1);
+        if (e)
+            *e = (lent){L_ID | (uint32_t)n << 8, (uint32_t)(i0 + k), ids[k].slot, ids[k].pos};
+        else
+            memcpy(s->ident + i0 + k, ids + k, n * sizeof *ids);
+        k += n;
+    }
+}
+
+/* mu held, or the selector not shared yet. */
+static void p_set_idents(exr_selector *b, size_t n, const exr_pick *table)
+{
+    if (n)
+        memcpy(((prio_sel *)b)->ident, table, n * sizeof *table);
+}
+
+/* The end of a hold. Direct: the tree completed and mu let go. Noting: the
+ * list goes to the log (or, when the log cannot take it, is applied at
+ * once under mu), and the log is applied here if mu has become free. */
+static void p_flush(exr_selector *b)
+{
+    prio_sel *s = (prio_sel *)b;
+    if (!s->noting) {
+        /* in place (no mu) only while no draw runs without the storage
+         * lock; else a hold that did not change it has nothing pending */
+        if (s->base.held || !atomic_load_explicit(&b->detached, memory_order_relaxed))
+            sync(s);
+        if (s->base.held) {
+            s->base.held = false;
+            pthread_mutex_unlock(&b->mu);
+        }
+        return;
+    }
+    lent *e = hold_room(s, 1);
+    if (!e) { /* the list was full: gone direct */
+        sync(s);
+        s->base.held = false;
+        pthread_mutex_unlock(&b->mu);
+        return;
+    }
+    *e = (lent){L_FLUSH, 0, 0, 0};
+    s->noting = false;
+    pthread_mutex_lock(&s->log_mu);
+    if (!s->log)
+        s->log = malloc(LOG * sizeof *s->log);
+    bool fits = s->log && s->log_n + s->hold_n <= LOG;
+    if (fits) {
+        memcpy(s->log + s->log_n, s->hold, s->hold_n * sizeof *s->hold);
+        s->log_n += s->hold_n;
+        s->hold_n = 0;
+    }
+    pthread_mutex_unlock(&s->log_mu);
+    if (!fits)
+        pthread_mutex_lock(&b->mu);
+    else if (pthread_mutex_trylock(&b->mu) != 0)
+        return;
+    settle_all(s);
+    pthread_mutex_unlock(&b->mu);
+}
+
+static size_t p_log_mark(exr_selector *b)
+{
+    prio_sel *s = (prio_sel *)b;
+    pthread_mutex_lock(&s->log_mu);
+    size_t n = s->log_n;
+    pthread_mutex_unlock(&s->log_mu);
+    return n;
+}
+
+static void p_settle(exr_selector *b, size_t upto)
+{
+    if (upto == EXR_SETTLE_ALL) {
+        settle_all((prio_sel *)b);
+        return;
+    }
+    apply_log((prio_sel *)b, upto);
+    sync((prio_sel *)b);
 }
 
 static void p_update(exr_selector *b, size_t i, double prio)
@@ -331,7 +686,7 @@ static void weights_from_leaves(double lo, double beta, size_t count, const floa
 
 static void weights_of(const prio_sel *s, size_t count, const size_t *idx, float *w)
 {
-    sync(s);
+    settle_all(s);
     for (size_t b = 0; b < count; b++)
         w[b] = exr_sumtree_get(&s->tree, idx[b]);
     weights_from_leaves(exr_sumtree_min(&s->tree), s->beta, count, w, w);
@@ -342,20 +697,44 @@ static void weights_post(const exr_wpost *p, size_t count, float *w)
     weights_from_leaves(p->lo, p->beta, count, w, w);
 }
 
+/* count draws from the complete tree; ids (NULL: not wanted) gets the
+ * picks the leaves stand for, and then the table's entries are not
+ * prefetched: this draw may run without the storage lock. */
+static exr_status draw(prio_sel *s, size_t count, size_t *idx, exr_pick *ids, float *w,
+                       double *scratch, exr_wpost *post)
+{
+    if (!(exr_sumtree_total(&s->tree) > 0))
+        return EXR_EEMPTY;
+    exr_sumtree_sample(&s->tree, &s->base.rng, count, idx, scratch);
+    for (size_t k = 0; !ids && k < count; k++)
+        exr_sel_prefetch(&s->base, idx[k]);
+    for (size_t k = 0; ids && k < count; k++)
+        __builtin_prefetch(&s->ident[idx[k]]);
+    for (size_t k = 0; k < count; k++)
+        w[k] = exr_sumtree_get(&s->tree, idx[k]);
+    for (size_t k = 0; ids && k < count; k++)
+        ids[k] = s->ident[idx[k]];
+    *post = (exr_wpost){weights_post, exr_sumtree_min(&s->tree), s->beta};
+    return EXR_OK;
+}
+
 static exr_status p_sample_post(exr_selector *b, size_t n, size_t count, size_t *idx, float *w,
                                 double *scratch, exr_wpost *post)
 {
     prio_sel *s = (prio_sel *)b;
+    settle_all(s);
+    return n ? draw(s, count, idx, NULL, w, scratch, post) : EXR_EEMPTY;
+}
+
+/* mu held, the storage lock maybe not: only the log is applied (a hold
+ * under way keeps its own list). */
+static exr_status p_sample_detached(exr_selector *b, size_t count, size_t *idx, exr_pick *ids,
+                                    float *w, double *scratch, exr_wpost *post)
+{
+    prio_sel *s = (prio_sel *)b;
+    apply_log(s, SIZE_MAX);
     sync(s);
-    if (n == 0 || !(exr_sumtree_total(&s->tree) > 0))
-        return EXR_EEMPTY;
-    exr_sumtree_sample(&s->tree, &b->rng, count, idx, scratch);
-    for (size_t k = 0; k < count; k++) {
-        exr_sel_prefetch(b, idx[k]);
-        w[k] = exr_sumtree_get(&s->tree, idx[k]);
-    }
-    *post = (exr_wpost){weights_post, exr_sumtree_min(&s->tree), s->beta};
-    return EXR_OK;
+    return draw(s, count, idx, ids, w, scratch, post);
 }
 
 static exr_status p_sample(exr_selector *b, size_t n, size_t count, size_t *idx, float *w,
@@ -378,14 +757,14 @@ static void p_stats(const exr_selector *b, size_t n, double *total, double *min_
 {
     const prio_sel *s = (const prio_sel *)b;
     (void)n;
-    sync(s);
+    settle_all(s);
     *total = exr_sumtree_total(&s->tree);
     *min_pos = exr_sumtree_min(&s->tree);
 }
 
 static double p_stored(const exr_selector *b, size_t i)
 {
-    sync((const prio_sel *)b);
+    settle_all((const prio_sel *)b);
     return exr_sumtree_get(&((const prio_sel *)b)->tree, i);
 }
 
@@ -399,7 +778,7 @@ static uint64_t p_state_size(const exr_selector *b, size_t n)
 static exr_status p_save(const exr_selector *b, size_t n, struct exr_out *o)
 {
     const prio_sel *s = (const prio_sel *)b;
-    sync(s);
+    settle_all(s);
     exr_status st = exr_out_write(o, &s->max_prio, 8);
     if (st == EXR_OK && n)
         st = exr_out_write(o, s->tree.leaf, n * sizeof(float));
@@ -417,6 +796,8 @@ static exr_status p_load(exr_selector *b, size_t n, struct exr_in *in)
         return EXR_ECORRUPT;
     s->max_prio = mp;
     st = exr_sumtree_reserve(&s->tree, n ? n : 1);
+    if (st == EXR_OK)
+        st = ident_fit(s);
     if (st != EXR_OK)
         return st;
     if (n) {
@@ -436,12 +817,26 @@ static exr_status p_load(exr_selector *b, size_t n, struct exr_in *in)
 static int p_check(const exr_selector *b, size_t n, char *msg, size_t len)
 {
     const prio_sel *s = (const prio_sel *)b;
-    sync(s);
+    settle_all(s);
     if (!(s->max_prio >= 1.0) || !isfinite(s->max_prio)) {
         snprintf(msg, len, "prioritized selector: maximum so far is %g", s->max_prio);
         return 1;
     }
     return exr_sumtree_check(&s->tree, n, msg, len);
+}
+
+static int p_check_idents(const exr_selector *b, size_t n, const exr_pick *table, char *msg,
+                          size_t len)
+{
+    const prio_sel *s = (const prio_sel *)b;
+    settle_all(s);
+    for (size_t i = 0; i < n; i++)
+        if (s->ident[i].slot != table[i].slot || s->ident[i].pos != table[i].pos) {
+            snprintf(msg, len, "prioritized selector: leaf %zu stands for (%u, %u), the table has (%u, %u)",
+                     i, s->ident[i].slot, s->ident[i].pos, table[i].slot, table[i].pos);
+            return 1;
+        }
+    return 0;
 }
 
 const exr_selector_vtable exr_sel_prioritized = {
@@ -475,4 +870,10 @@ const exr_selector_vtable exr_sel_prioritized = {
     .save = p_save,
     .load = p_load,
     .check = p_check,
+    .idents = p_idents,
+    .set_idents = p_set_idents,
+    .check_idents = p_check_idents,
+    .log_mark = p_log_mark,
+    .settle = p_settle,
+    .sample_detached = p_sample_detached,
 };

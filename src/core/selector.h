@@ -17,9 +17,11 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 
 #include "exr.h"
+#include "pick_table.h"
 #include "rng.h"
 
 typedef struct exr_selector exr_selector;
@@ -35,6 +37,8 @@ typedef struct exr_wpost {
 } exr_wpost;
 
 #define EXR_SEL_MAXPARAMS 4
+#define EXR_SETTLE_ALL SIZE_MAX
+#define EXR_SETTLE_LOG (SIZE_MAX - 1)
 
 typedef struct {
     const char *name;                   /* "uniform", "prioritized" */
@@ -54,7 +58,9 @@ typedef struct {
     int settable_from;
     void (*set_param)(exr_selector *s, int k, double value);
 
-    /* Room for n picks; after OK, add() up to n cannot fail. */
+    /* Room for n picks; after OK, add() up to n cannot fail. Called under
+     * the exclusive lock without mu (a selector with sample_detached takes
+     * it itself when it must grow). */
     exr_status (*reserve)(exr_selector *s, size_t n);
     /* A pick entered at index i with recorded priority prio (NaN: none). */
     void (*add)(exr_selector *s, size_t i, double prio);
@@ -114,12 +120,51 @@ typedef struct {
     /* Optional (NULL: remove() is used): count remove() calls in order,
      * remove(i[k], last0 - k) (an evicted episode's picks). */
     void (*remove_many)(exr_selector *s, size_t count, const size_t *i, size_t last0);
+
+    /* Optional, all or none (NULL: the selector is drawn only under the
+     * storage lock): a selector that can be drawn without it
+     * (docs/design.md, "A draw without the storage lock"). Its add,
+     * add_stored, remove, remove_many, idents and flush only note what
+     * they would change; the notes are applied, in order, by whoever next
+     * holds mu (settle, sample_detached, or any other entry point, which
+     * settle first; update and update_many do not: settle before them). So
+     * every entry point but those six needs mu, under the exclusive lock
+     * too. */
+    /* The picks at i0, i0 + 1, ... are ids[0..count) (after add). */
+    void (*idents)(exr_selector *s, size_t i0, size_t count, const exr_pick *ids);
+    /* The picks at 0 .. n - 1 are table[0..n), set at once (mu held, or the
+     * selector not shared yet: creating, loading). */
+    void (*set_idents)(exr_selector *s, size_t n, const exr_pick *table);
+    /* 0 if the picks it holds are table[0..n), else 1 with msg. */
+    int (*check_idents)(const exr_selector *s, size_t n, const exr_pick *table, char *msg,
+                        size_t msglen);
+    /* How many notes of ended holds wait to be applied (storage lock held). */
+    size_t (*log_mark)(exr_selector *s);
+    /* Applies the first upto of them (mu held): EXR_SETTLE_LOG, all of
+     * them; EXR_SETTLE_ALL, every note, a hold's own too (storage lock held
+     * as well). */
+    void (*settle)(exr_selector *s, size_t upto);
+    /* sample_post() of what every ended hold left (mu held, the storage lock
+     * maybe not), with ids[k] the pick that idx[k] stood for then; n is
+     * not known: EXR_EEMPTY when the total is 0. */
+    exr_status (*sample_detached)(exr_selector *s, size_t count, size_t *idx, exr_pick *ids,
+                                  float *w, double *scratch, exr_wpost *post);
 } exr_selector_vtable;
 
 struct exr_selector {
     const exr_selector_vtable *vt;
     exr_rng rng;
-    pthread_mutex_t mu; /* a draw or an update under the shared lock (buffer_batch.c) */
+    pthread_mutex_t mu; /* a draw or an update (buffer_batch.c); see sample_detached */
+    /* mu is held by the exclusive hold under way, which changes the
+     * selector in place (sel_prioritized.c): written and read only by
+     * the exclusive holder (false whenever the storage lock is not held
+     * exclusively). exr_sel_lock takes mu unless so. */
+    bool held;
+    /* A draw or an update has run on it without the storage lock (set once,
+     * under the shared lock: exr_sel_detach): from then on the exclusive
+     * holder takes mu, or notes its changes, instead of changing the
+     * selector in place with the storage lock alone. */
+    atomic_bool detached;
     /* The buffer's pick table, set (mu held) before each draw of get_batch;
      * NULL: none. sample() prefetches the 8-byte entry of each pick as it
      * draws it (exr_sel_prefetch): the batch reads those entries next, and
@@ -134,6 +179,34 @@ static inline __attribute__((always_inline)) void exr_sel_prefetch(const exr_sel
 {
     if (s->entries)
         __builtin_prefetch((const char *)s->entries + 8 * i, 0, 2);
+}
+
+/* mu for a caller that holds the storage lock (exclusively or shared), unless the
+ * exclusive hold under way has it already (held). */
+static inline void exr_sel_lock(exr_selector *s)
+{
+    if (!s->held)
+        pthread_mutex_lock(&s->mu);
+}
+
+static inline void exr_sel_unlock(exr_selector *s)
+{
+    if (!s->held)
+        pthread_mutex_unlock(&s->mu);
+}
+
+/* Whether a draw or an update on s, by a caller holding the storage lock
+ * shared, lets go of it for the selector's work: when s can
+ * (sample_detached) and another thread than this one did the last
+ * exclusive hold (the caller's excl_owner: its own last writes need no
+ * overlap); s is marked detached then. */
+static inline bool exr_sel_detach(exr_selector *s, pthread_t excl_owner)
+{
+    if (!s->vt->sample_detached || pthread_equal(excl_owner, pthread_self()))
+        return false;
+    if (!atomic_load_explicit(&s->detached, memory_order_relaxed))
+        atomic_store_explicit(&s->detached, true, memory_order_relaxed);
+    return true;
 }
 
 /* Selector kinds by their public number (PickSelectorClass). */

@@ -935,6 +935,127 @@ static void test_lock_assertion(void)
 #endif
 }
 
+/* ---- a draw without the storage lock, and holds that come meanwhile ------ */
+
+/* Records 20 ended steps of tag into a new episode, every step with
+ * priority prio. */
+static int64_t record_prio_episode(exr_buffer *b, int tag, double prio)
+{
+    float st[20][2];
+    int64_t ac[20];
+    float rw[20] = {0};
+    double pr[20];
+    for (int t = 0; t < 20; t++) {
+        st[t][0] = (float)tag;
+        st[t][1] = (float)t;
+        ac[t] = tag * 1000 + t;
+        pr[t] = prio;
+    }
+    exr_steps in = {st, ac, rw, pr, 20, NULL, true, true, NULL, 0};
+    int64_t h = -1;
+    exr_buffer_lock(b);
+    exr_status s = exr_buffer_record_locked(b, -1, &in, &h);
+    exr_buffer_unlock(b);
+    return s == EXR_OK ? h : -100;
+}
+
+static void *record_ten(void *arg)
+{
+    for (int k = 0; k < 10; k++)
+        if (record_prio_episode(arg, k, 1.0) != k)
+            return arg;
+    return NULL;
+}
+
+/* Nine episodes of priority 0, which evict the nine oldest (FIFO, capacity
+ * 200) and take their slots again. */
+static void *evict_nine(void *arg)
+{
+    for (int k = 0; k < 9; k++)
+        if (record_prio_episode(arg, 100 + k, 0.0) < 0)
+            return arg;
+    return NULL;
+}
+
+/* When the test's holds come: while the selector draws (mu held: they
+ * note their changes, from another thread) or after it (mu free: they
+ * change it in place). */
+static int g_detached_phase;
+
+static void holds_meanwhile(exr_buffer *b, int phase)
+{
+    if (phase != g_detached_phase)
+        return;
+    exr_debug_detached = NULL;
+    if (phase == 1) {
+        evict_nine(b);
+        return;
+    }
+    pthread_t th;
+    void *failed = b;
+    if (pthread_create(&th, NULL, evict_nine, b) == 0)
+        pthread_join(th, &failed);
+    if (failed)
+        g_failed_checks++;
+}
+
+static void detached_draw_at(int phase)
+{
+    /* Another thread records (so that this one's draw lets go of the
+     * storage lock: exr_sel_detach), then the holds of evict_nine come
+     * while or after the selector draws. Every pick drawn from an evicted
+     * episode must be drawn again, and the slots' new episodes, whose
+     * positions are the old ones', hold only priority-0 picks: a batch
+     * that has one took a gone pick for its slot's new tenant. */
+    exr_buffer *b = make_buffer(1, false, 200, EXR_EVICT_FIFO);
+    CHECK_RET(b);
+    int64_t sel;
+    double params[2] = {1.0, 1.0};
+    exr_buffer_lock(b);
+    CHECK_RET(exr_buffer_add_selector_locked(b, 1, params, &sel) == EXR_OK);
+    exr_buffer_unlock(b);
+    pthread_t th;
+    void *failed = b;
+    CHECK_RET(pthread_create(&th, NULL, record_ten, b) == 0);
+    CHECK_RET(pthread_join(th, &failed) == 0 && failed == NULL);
+    enum { B = 64 };
+    int64_t epi[B], pos[B], len[B], lnx[B], acs[B], idx[B];
+    float sts[B][2], nx[B][2], rws[B], w[B];
+    exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, idx, NULL, 0};
+    g_detached_phase = phase;
+    exr_debug_detached = holds_meanwhile;
+    CHECK_RET(exr_buffer_get_batch(b, sel, B, &o) == EXR_OK);
+    CHECK_RET(exr_debug_detached == NULL); /* the draw let go of the lock */
+    for (int i = 0; i < B; i++) {
+        CHECK_RET(epi[i] == 9); /* the one episode left of the first ten */
+        CHECK_RET(sts[i][0] == 9.0f && sts[i][1] == (float)pos[i] && w[i] == 1.0f);
+    }
+    /* the indices are hints: set_priority reaches every pick with them */
+    double np = 2.0;
+    size_t applied = 0;
+    CHECK_RET(exr_buffer_set_priority(b, sel, B, epi, pos, idx, &np, 0, &applied) == EXR_OK);
+    CHECK_RET(applied == B);
+    CHECK_RET(check_ok(b)); /* the selector's picks are the table's */
+    /* nothing left to draw but priority 0: the redraw says so */
+    double zero = 0;
+    int64_t e9[20], p9[20];
+    for (int t = 0; t < 20; t++) {
+        e9[t] = 9;
+        p9[t] = t;
+    }
+    CHECK_RET(exr_buffer_set_priority(b, sel, 20, e9, p9, NULL, &zero, 0, &applied) == EXR_OK);
+    CHECK_RET(applied == 20);
+    CHECK_RET(exr_buffer_get_batch(b, sel, B, &o) == EXR_EEMPTY);
+    CHECK_RET(check_ok(b));
+    exr_buffer_free(b);
+}
+
+static void test_detached_draw(void)
+{
+    detached_draw_at(0);
+    detached_draw_at(1);
+}
+
 int main(void)
 {
     static const check_test tests[] = {
@@ -956,6 +1077,7 @@ int main(void)
         {"segments_grow_and_shrink", test_segments_grow_and_shrink},
         {"bad_config", test_bad_config},
         {"lock_assertion", test_lock_assertion},
+        {"detached_draw", test_detached_draw},
     };
     return check_run_all(tests, (int)(sizeof tests / sizeof tests[0]));
 }
