@@ -294,16 +294,22 @@ int exr_buffer_trylock(exr_buffer *b)
  * the exclusive lock goes: a shared holder always finds every selector
  * complete, or (a selector with sample_detached, selector.h) complete once
  * it has applied the notes of the holds before, which it does first. */
-static void flush_selectors(exr_buffer *b)
+#define TOOK 4
+static size_t flush_selectors(exr_buffer *b, exr_selector **took)
 {
+    size_t n = 0;
     if (!b->sel_dirty)
-        return;
+        return 0;
     for (size_t i = 0; i < b->nsels; i++) {
         exr_selector *s = b->sels[i].sel;
         if (s->vt->flush)
             s->vt->flush(s);
+        if (took && n < TOOK && atomic_load_explicit(&s->detached, memory_order_relaxed) &&
+            pthread_mutex_trylock(&s->mu) == 0)
+            took[n++] = s;
     }
     b->sel_dirty = false;
+    return n;
 }
 
 /* Lets go of rw, and of wmu if the exclusive holder took it. */
@@ -324,8 +330,32 @@ static void release_rw(exr_buffer *b)
 
 void exr_buffer_unlock(exr_buffer *b)
 {
-    flush_selectors(b);
+    exr_selector *took[TOOK];
+    size_t n = flush_selectors(b, took);
     release_rw(b);
+    for (size_t i = 0; i < n; i++) {
+        took[i]->vt->settle(took[i], EXR_SETTLE_LOG);
+        pthread_mutex_unlock(&took[i]->mu);
+    }
+}
+
+void exr_sel_take(exr_selector *s)
+{
+    uint64_t start = 0;
+    for (unsigned i = 1; pthread_mutex_trylock(&s->mu) != 0; i++) {
+        cpu_relax();
+        if (i % SPIN_CLOCK_EVERY)
+            continue;
+        uint64_t t = spin_now_ns();
+        if (!start) {
+            start = t;
+        } else if (t - start >= SPIN_SHARED_NS) {
+            pthread_mutex_lock(&s->mu);
+            return;
+        } else if (t - start >= SPIN_YIELD_NS && i % (SPIN_CLOCK_EVERY * SPIN_YIELD_EVERY) == 0) {
+            sched_yield();
+        }
+    }
 }
 
 uint64_t publish_seq(const exr_buffer *b)
@@ -340,7 +370,7 @@ uint64_t publish_seq(const exr_buffer *b)
  * that published under the shared lock while this caller held it too. */
 void wait_publish_since(exr_buffer *b, bool shared, uint64_t seq)
 {
-    flush_selectors(b);
+    flush_selectors(b, NULL);
     pthread_mutex_lock(&b->lk->wait_mu);
     release_rw(b);
     while (atomic_load_explicit(&b->lk->pub_seq, memory_order_relaxed) == seq)

@@ -407,9 +407,10 @@ static int draw_locked(exr_buffer *b, sel_entry *e, size_t count, batch_scratch 
 {
     pthread_mutex_t *mu = &e->sel->mu;
     if (!nowait)
-        pthread_mutex_lock(mu);
+        exr_sel_take(e->sel);
     else if (pthread_mutex_trylock(mu) != 0)
         return -1;
+    sc->have_ents = false;
     *st = sample_locked(b, e->sel, count, sc->idx, out->weight, sc->scratch, &sc->post);
     int done = *st != EXR_OK || !__atomic_load_n(&b->writers, __ATOMIC_ACQUIRE) ||
                redraw_unpublished_locked(b, e->sel, count, sc->idx, out->weight, sc->scratch,
@@ -445,7 +446,7 @@ static int redraw_gone_locked(exr_buffer *b, exr_selector *s, size_t count, batc
 {
     exr_wpost first = sc->post;
     int r = 1;
-    pthread_mutex_lock(&s->mu);
+    exr_sel_take(s);
     for (size_t i = 0; r == 1 && *st == EXR_OK && i < count; i++) {
         if (sc->idx[i] != SIZE_MAX)
             continue; /* there, and published */
@@ -480,10 +481,15 @@ void (*exr_debug_detached)(exr_buffer *b, int phase);
  * has gone. A pick still there keeps the index it had in the selector
  * (pick_index: a hint, which set_priority checks). Lock held shared on
  * entry and on return. */
-static int draw_detached(exr_buffer *b, int64_t h, exr_selector *s, size_t count,
+static int draw_detached(exr_buffer *b, int64_t h, sel_entry *e, size_t count,
                          batch_scratch *sc, exr_batch_out *out, exr_status *st)
 {
-    pthread_mutex_lock(&s->mu);
+    exr_selector *s = e->sel;
+    exr_sel_take(s);
+    if (!exr_sel_start_detached(s, b->picks.n, b->picks.v)) {
+        pthread_mutex_unlock(&s->mu); /* no memory to keep its picks: under the lock */
+        return draw_locked(b, e, count, sc, out, false, st);
+    }
     uint64_t r0 = b->eps.seq;
     bool any = b->picks.n != 0;
     exr_buffer_unlock(b);
@@ -536,7 +542,7 @@ exr_status exr_buffer_get_batch_phases(exr_buffer *b, int64_t h, size_t count,
             break;
         }
         int r = exr_sel_detach(e->sel, b->excl_owner)
-                    ? draw_detached(b, h, e->sel, count, &sc, out, &st)
+                    ? draw_detached(b, h, e, count, &sc, out, &st)
                     : draw_locked(b, e, count, &sc, out, false, &st);
         if (r == 1)
             break;
@@ -600,7 +606,7 @@ exr_status exr_buffer_gather(exr_buffer *b, int64_t h, size_t count, const int64
         scratch_free(&sc);
         return st;
     }
-    pthread_mutex_lock(&e->sel->mu);
+    exr_sel_take(e->sel);
     e->sel->vt->weights(e->sel, b->picks.n, count, sc.idx, out->weight);
     pthread_mutex_unlock(&e->sel->mu);
     return finish_batch(b, count, &sc, out, NULL);

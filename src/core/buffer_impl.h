@@ -186,6 +186,11 @@ void remove_picks_locked(exr_buffer *b, uint32_t slot);
  * idents) that the picks at table indices i0 .. i0 + n - 1 are the table's
  * entries there now. */
 void note_idents_locked(exr_buffer *b, size_t i0, size_t n);
+/* s->mu, retried for a while (as the storage lock: buffer.c, spin_rw)
+ * before sleeping: its holder is usually applying a record call's notes,
+ * which takes microseconds, and a sampler that takes it holds the storage
+ * lock shared meanwhile. */
+void exr_sel_take(exr_selector *s);
 #ifdef EXR_DEBUG_LOCKS
 /* Tests only: called (when set) by a draw without the storage lock
  * (buffer_batch.c, draw_detached) right after the selector has drawn,

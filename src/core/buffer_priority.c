@@ -178,7 +178,12 @@ static bool update_locked(exr_buffer *b, sel_entry *e, size_t done, double a, pr
         atomic_store_explicit(&b->pow_h, e->handle, memory_order_relaxed);
     }
     let_go = let_go && exr_sel_detach(sel, b->excl_owner);
-    exr_sel_lock(sel);
+    if (let_go)
+        exr_sel_take(sel);
+    else
+        exr_sel_lock(sel);
+    if (let_go && !exr_sel_start_detached(sel, b->picks.n, b->picks.v))
+        let_go = false; /* no memory to keep its picks: under the lock */
     if (sel->vt->settle) {
         /* the indices are the table's now: the selector's notes up to now
          * are applied, none after (a hold may end once the lock is let go) */

@@ -59,8 +59,6 @@ exr_status exr_buffer_add_selector_locked(exr_buffer *b, int kind, const double 
      * priorities are gone once they became picks (docs/semantics.md). */
     for (size_t i = 0; i < b->picks.n; i++)
         vt->add(s, i, NAN);
-    if (vt->set_idents)
-        vt->set_idents(s, b->picks.n, b->picks.v);
     if (vt->flush)
         vt->flush(s);
     b->sels[b->nsels++] = (sel_entry){handle, s};
@@ -74,9 +72,14 @@ exr_status exr_buffer_remove_selector_locked(exr_buffer *b, int64_t h)
     sel_entry *e = find_sel(b, h);
     if (!e)
         return EXR_ENOTFOUND;
-    /* a draw or an update without the storage lock may still hold mu
-     * (buffer_batch.c, buffer_priority.c); none can take it again now */
-    pthread_mutex_lock(&e->sel->mu);
+    /* a draw or an update without the storage lock, or a record call
+     * applying its notes, may still hold mu (buffer_batch.c,
+     * buffer_priority.c, buffer.c); none can take it again now. This hold
+     * may hold it itself (selector.h, held). */
+    if (e->sel->held)
+        e->sel->held = false;
+    else
+        pthread_mutex_lock(&e->sel->mu);
     pthread_mutex_unlock(&e->sel->mu);
     pthread_mutex_destroy(&e->sel->mu);
     e->sel->vt->destroy(e->sel);

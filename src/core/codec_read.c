@@ -461,11 +461,7 @@ static exr_status read_selector(exr_in *in, exr_buffer *b, int64_t *prev_sel)
     memcpy(s->rng.s, h.rng, 32);
     if (!(s->rng.s[0] | s->rng.s[1] | s->rng.s[2] | s->rng.s[3]))
         return EXR_ECORRUPT;
-    if ((st = vt->load(s, npicks, in)))
-        return st;
-    if (vt->set_idents) /* nobody else has the buffer yet */
-        vt->set_idents(s, npicks, b->picks.v);
-    return EXR_OK;
+    return vt->load(s, npicks, in);
 }
 
 static exr_status read_selectors(exr_in *in, exr_buffer *b)

@@ -252,11 +252,17 @@ static exr_status write_selectors(exr_out *o, const exr_buffer *b)
     if ((st = out_section(o, SEC_SELECTORS, selectors_len(b))) || (st = out_u64(o, b->nsels)))
         return st;
     for (size_t i = 0; i < b->nsels; i++) {
-        /* a draw without the storage lock may be in it (its rng, its tree) */
-        exr_sel_lock(b->sels[i].sel);
-        st = write_selector(o, b, &b->sels[i]);
-        exr_sel_unlock(b->sels[i].sel);
-        if (st)
+        /* A draw without the storage lock, or a record call applying its
+         * notes, may be in it (its rng, its tree): once it has let go of
+         * mu, nobody takes mu again until this hold ends (selector.h,
+         * sample_detached), so the write, which may call back into Python
+         * (save's progress), runs without mu. */
+        exr_selector *s = b->sels[i].sel;
+        exr_sel_lock(s);
+        if (s->vt->settle)
+            s->vt->settle(s, EXR_SETTLE_ALL);
+        exr_sel_unlock(s);
+        if ((st = write_selector(o, b, &b->sels[i])))
             return st;
     }
     return EXR_OK;

@@ -54,9 +54,12 @@ typedef struct {
     size_t npend;
     size_t pidx[PENDING];
     double pprio[PENDING];
-    /* The pick each leaf stands for (tree.cap entries): what a draw made
-     * without the storage lock returns (sample_detached). */
+    /* The pick each leaf stands for (ident_cap >= tree.cap entries): what
+     * a draw made without the storage lock returns (sample_detached). Kept
+     * only from the first such draw on (set_idents; NULL before): 8 bytes
+     * a leaf that a selector only drawn under the lock does not pay. */
     exr_pick *ident;
+    size_t ident_cap;
     /* The selector's changes of the exclusive hold under way, when it
      * notes them (noting; base.held: it applies them to the tree as they
      * come, holding mu): only its holder touches them (HOLD entries before
@@ -119,6 +122,7 @@ static exr_status ident_fit(prio_sel *s)
     if (!v)
         return EXR_ENOMEM;
     s->ident = v;
+    s->ident_cap = s->tree.cap;
     return EXR_OK;
 }
 
@@ -135,13 +139,11 @@ static exr_status p_create(exr_selector **out, const double *params, size_t n)
     s->max_prio = 1.0;
     exr_sumtree_init(&s->tree);
     exr_status st = exr_sumtree_reserve(&s->tree, n ? n : 1);
-    if (st == EXR_OK)
-        st = ident_fit(s);
-    if (st == EXR_OK && pthread_mutex_init(&s->log_mu, NULL) != 0)
-        st = EXR_ENOMEM;
-    if (st != EXR_OK) {
+    if (st == EXR_OK && pthread_mutex_init(&s->log_mu, NULL) != 0) {
         exr_sumtree_free(&s->tree);
-        free(s->ident);
+        st = EXR_ENOMEM;
+    }
+    if (st != EXR_OK) {
         free(s);
         return st;
     }
@@ -180,13 +182,13 @@ static void settle_all(const prio_sel *cs);
 static exr_status p_reserve(exr_selector *b, size_t n)
 {
     prio_sel *s = (prio_sel *)b;
-    if (n <= s->tree.cap)
+    if (n <= s->tree.cap && (!s->ident || n <= s->ident_cap))
         return EXR_OK;
     if (!b->held)
         pthread_mutex_lock(&b->mu);
     settle_all(s);
     exr_status st = exr_sumtree_reserve(&s->tree, n);
-    if (st == EXR_OK)
+    if (st == EXR_OK && s->ident)
         st = ident_fit(s);
     if (!b->held)
         pthread_mutex_unlock(&b->mu);
@@ -273,7 +275,8 @@ static void t_add_stored(prio_sel *s, size_t i0, size_t count, const float *prio
 
 static void t_remove(prio_sel *s, size_t i, size_t last)
 {
-    s->ident[i] = s->ident[last];
+    if (s->ident)
+        s->ident[i] = s->ident[last];
     make_room(s);
     float gone = exr_sumtree_get(&s->tree, i);
     if (isnan(gone))
@@ -294,7 +297,7 @@ static void t_remove(prio_sel *s, size_t i, size_t last)
  * lines are asked for first, so that their misses overlap. */
 static void t_remove_many(prio_sel *s, size_t count, const size_t *i, size_t last0)
 {
-    for (size_t k = 0; k < count; k++) {
+    for (size_t k = 0; s->ident && k < count; k++) {
         __builtin_prefetch(&s->ident[i[k]], 1);
         __builtin_prefetch(&s->tree.leaf[i[k]], 1);
     }
@@ -306,7 +309,8 @@ static void t_remove_many(prio_sel *s, size_t count, const size_t *i, size_t las
     exr_sumtree *t = &s->tree;
     for (size_t k = 0; k < count; k++) {
         size_t last = last0 - k;
-        s->ident[i[k]] = s->ident[last];
+        if (s->ident)
+            s->ident[i[k]] = s->ident[last];
         if (i[k] != last)
             exr_sumtree_put(t, i[k], exr_sumtree_get(t, last));
         exr_sumtree_put(t, last, 0.0f);
@@ -357,7 +361,7 @@ static void replay(prio_sel *s, const lent *e, size_t n)
             replay_removes(s, x, x + 1);
             k += (x->x + 1) / 2;
             break;
-        case L_ID:
+        case L_ID: /* noted only when ident is kept */
             for (uint32_t j = 0; j < x->op >> 8; j++)
                 s->ident[x->i + j] = (exr_pick){x->x, x->y + j};
             break;
@@ -416,12 +420,8 @@ static bool direct(prio_sel *s)
         return s->base.held;
     if (!atomic_load_explicit(&s->base.detached, memory_order_relaxed))
         return true; /* nobody draws it without the storage lock: in place */
-    if (pthread_mutex_trylock(&s->base.mu) != 0) {
-        s->noting = true;
-        return false;
-    }
-    go_direct(s);
-    return true;
+    s->noting = true;
+    return false;
 }
 
 /* Room for k more entries in the hold's list; when it is full, the hold
@@ -517,7 +517,7 @@ static void p_remove_many(exr_selector *b, size_t count, const size_t *i, size_t
 static void p_idents(exr_selector *b, size_t i0, size_t count, const exr_pick *ids)
 {
     prio_sel *s = (prio_sel *)b;
-    for (size_t k = 0; k < count;) {
+    for (size_t k = 0; s->ident && k < count;) {
         size_t n = 1; /* a run of one episode's consecutive positions */
         while (k + n < count && n < 0xffffff && ids[k + n].slot == ids[k].slot &&
                ids[k + n].pos == ids[k].pos + n)
@@ -531,11 +531,15 @@ static void p_idents(exr_selector *b, size_t i0, size_t count, const exr_pick *i
     }
 }
 
-/* mu held, or the selector not shared yet. */
-static void p_set_idents(exr_selector *b, size_t n, const exr_pick *table)
+/* mu and the storage lock held: ident kept from now on. */
+static exr_status p_set_idents(exr_selector *b, size_t n, const exr_pick *table)
 {
+    prio_sel *s = (prio_sel *)b;
+    if (!s->ident && ident_fit(s) != EXR_OK)
+        return EXR_ENOMEM;
     if (n)
-        memcpy(((prio_sel *)b)->ident, table, n * sizeof *table);
+        memcpy(s->ident, table, n * sizeof *table);
+    return EXR_OK;
 }
 
 /* The end of a hold. Direct: the tree completed and mu let go. Noting: the
@@ -574,10 +578,9 @@ static void p_flush(exr_selector *b)
         s->hold_n = 0;
     }
     pthread_mutex_unlock(&s->log_mu);
-    if (!fits)
-        pthread_mutex_lock(&b->mu);
-    else if (pthread_mutex_trylock(&b->mu) != 0)
+    if (fits)
         return;
+    pthread_mutex_lock(&b->mu);
     settle_all(s);
     pthread_mutex_unlock(&b->mu);
 }
@@ -796,8 +799,6 @@ static exr_status p_load(exr_selector *b, size_t n, struct exr_in *in)
         return EXR_ECORRUPT;
     s->max_prio = mp;
     st = exr_sumtree_reserve(&s->tree, n ? n : 1);
-    if (st == EXR_OK)
-        st = ident_fit(s);
     if (st != EXR_OK)
         return st;
     if (n) {
@@ -830,7 +831,7 @@ static int p_check_idents(const exr_selector *b, size_t n, const exr_pick *table
 {
     const prio_sel *s = (const prio_sel *)b;
     settle_all(s);
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; s->ident && i < n; i++)
         if (s->ident[i].slot != table[i].slot || s->ident[i].pos != table[i].pos) {
             snprintf(msg, len, "prioritized selector: leaf %zu stands for (%u, %u), the table has (%u, %u)",
                      i, s->ident[i].slot, s->ident[i].pos, table[i].slot, table[i].pos);

@@ -132,9 +132,10 @@ typedef struct {
      * too. */
     /* The picks at i0, i0 + 1, ... are ids[0..count) (after add). */
     void (*idents)(exr_selector *s, size_t i0, size_t count, const exr_pick *ids);
-    /* The picks at 0 .. n - 1 are table[0..n), set at once (mu held, or the
-     * selector not shared yet: creating, loading). */
-    void (*set_idents)(exr_selector *s, size_t n, const exr_pick *table);
+    /* The picks at 0 .. n - 1 are table[0..n), kept from now on (before the
+     * first draw without the storage lock: exr_sel_start_detached; mu and
+     * the storage lock held). EXR_ENOMEM leaves it as it was. */
+    exr_status (*set_idents)(exr_selector *s, size_t n, const exr_pick *table);
     /* 0 if the picks it holds are table[0..n), else 1 with msg. */
     int (*check_idents)(const exr_selector *s, size_t n, const exr_pick *table, char *msg,
                         size_t msglen);
@@ -196,16 +197,25 @@ static inline void exr_sel_unlock(exr_selector *s)
 }
 
 /* Whether a draw or an update on s, by a caller holding the storage lock
- * shared, lets go of it for the selector's work: when s can
+ * shared, would let go of it for the selector's work: when s can
  * (sample_detached) and another thread than this one did the last
  * exclusive hold (the caller's excl_owner: its own last writes need no
- * overlap); s is marked detached then. */
-static inline bool exr_sel_detach(exr_selector *s, pthread_t excl_owner)
+ * overlap). */
+static inline bool exr_sel_detach(const exr_selector *s, pthread_t excl_owner)
 {
-    if (!s->vt->sample_detached || pthread_equal(excl_owner, pthread_self()))
+    return s->vt->sample_detached && !pthread_equal(excl_owner, pthread_self());
+}
+
+/* Before the first such draw or update (mu and the storage lock held): s
+ * keeps the picks its leaves stand for from the table's n entries, and is
+ * marked detached. false (nothing changed) if that cannot be allocated. */
+static inline bool exr_sel_start_detached(exr_selector *s, size_t n, const exr_pick *table)
+{
+    if (atomic_load_explicit(&s->detached, memory_order_relaxed))
+        return true;
+    if (s->vt->set_idents(s, n, table) != EXR_OK)
         return false;
-    if (!atomic_load_explicit(&s->detached, memory_order_relaxed))
-        atomic_store_explicit(&s->detached, true, memory_order_relaxed);
+    atomic_store_explicit(&s->detached, true, memory_order_relaxed);
     return true;
 }
 

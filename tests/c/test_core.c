@@ -1036,6 +1036,36 @@ static void detached_draw_at(int phase)
     CHECK_RET(exr_buffer_set_priority(b, sel, B, epi, pos, idx, &np, 0, &applied) == EXR_OK);
     CHECK_RET(applied == B);
     CHECK_RET(check_ok(b)); /* the selector's picks are the table's */
+    /* the notes, applied later, left every leaf as changes in place do: a
+     * twin buffer, the same calls from one thread, no draw */
+    exr_buffer *twin = make_buffer(1, false, 200, EXR_EVICT_FIFO);
+    CHECK_RET(twin);
+    int64_t tsel;
+    exr_buffer_lock(twin);
+    CHECK_RET(exr_buffer_add_selector_locked(twin, 1, params, &tsel) == EXR_OK);
+    exr_buffer_unlock(twin);
+    CHECK_RET(record_ten(twin) == NULL && evict_nine(twin) == NULL);
+    CHECK_RET(exr_buffer_set_priority(twin, tsel, B, epi, pos, NULL, &np, 0, &applied) == EXR_OK);
+    int64_t ae[200], ap[200];
+    double got[200], want[200];
+    for (int k = 0; k < 200; k++) {
+        ae[k] = 9 + k / 20;
+        ap[k] = k % 20;
+    }
+    exr_buffer_lock(b);
+    exr_buffer_lock(twin);
+    exr_status s1 = exr_buffer_stored_priority_locked(b, sel, 200, ae, ap, got);
+    exr_status s2 = exr_buffer_stored_priority_locked(twin, tsel, 200, ae, ap, want);
+    double tot[2], mn[2];
+    uint64_t np2[2];
+    exr_buffer_priority_stats_locked(b, sel, &tot[0], &mn[0], &np2[0]);
+    exr_buffer_priority_stats_locked(twin, tsel, &tot[1], &mn[1], &np2[1]);
+    exr_buffer_unlock(twin);
+    exr_buffer_unlock(b);
+    exr_buffer_free(twin);
+    CHECK_RET(s1 == EXR_OK && s2 == EXR_OK);
+    CHECK_RET(memcmp(got, want, sizeof got) == 0);
+    CHECK_RET(tot[0] == tot[1] && mn[0] == mn[1] && np2[0] == np2[1]); /* the sums too */
     /* nothing left to draw but priority 0: the redraw says so */
     double zero = 0;
     int64_t e9[20], p9[20];
