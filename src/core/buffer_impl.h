@@ -184,7 +184,8 @@ bool enter_picks_stored_locked(exr_buffer *b, uint32_t slot, const exr_pick_leav
 void remove_picks_locked(exr_buffer *b, uint32_t slot);
 /* Tells the selectors that keep the pick each leaf stands for (selector.h,
  * idents) that the picks at table indices i0 .. i0 + n - 1 are the table's
- * entries there now. */
+ * entries there now: positions p, p + 1, ... of one episode (a record call
+ * enters an episode's picks in position order). */
 void note_idents_locked(exr_buffer *b, size_t i0, size_t n);
 /* s->mu, retried for a while (as the storage lock: buffer.c, spin_rw)
  * before sleeping: its holder is usually applying a record call's notes,

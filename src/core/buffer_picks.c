@@ -43,10 +43,10 @@ static uint64_t stored_users(const exr_buffer *b, const exr_pick_leaves *pl)
 void note_idents_locked(exr_buffer *b, size_t i0, size_t n)
 {
     EXR_ASSERT_EXCLUSIVE(b);
-    for (size_t i = 0; i < b->nsels; i++) {
+    for (size_t i = 0; n && i < b->nsels; i++) {
         exr_selector *s = b->sels[i].sel;
         if (s->vt->idents)
-            s->vt->idents(s, i0, n, b->picks.v + i0);
+            s->vt->idents(s, i0, n, b->picks.v[i0]);
     }
 }
 

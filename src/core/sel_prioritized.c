@@ -32,10 +32,11 @@ enum { P_ALPHA = 0, P_BETA = 1 };
  * lock"): what add, add_stored, remove, remove_many, idents and flush
  * would do to the tree, as entries applied later under mu in the same
  * order, by the same functions (t_*). A run's head entry says how many
- * picks follow it: one entry each for adds, two to an entry for
- * removals; L_ID's op carries a count of picks in its high bits, the
- * picks (x, y), (x, y + 1), ... of one episode. */
-enum { L_ADD = 1, L_ADDS_RUN, L_ADDS, L_REM, L_REMS_RUN, L_REMS, L_ID, L_FLUSH };
+ * picks follow it, packed as 32-bit words in the entries after it: two
+ * words a pick for adds (the priority and its stored form, as float), one
+ * for removals (the index); L_ID's op carries a count of picks in its
+ * high bits, the picks (x, y), (x, y + 1), ... of one episode. */
+enum { L_ADD = 1, L_ADDS_RUN, L_REM, L_REMS_RUN, L_ID, L_FLUSH };
 typedef struct {
     uint32_t op, i, x, y;
 } lent;
@@ -320,21 +321,27 @@ static void t_remove_many(prio_sel *s, size_t count, const size_t *i, size_t las
 /* The deferred changes. Entries of a run follow its head: */
 #define RUN 64
 
+/* The entries a run of n picks takes after its head, w words a pick. */
+static size_t run_entries(size_t n, size_t w) { return (n * w + 3) / 4; }
+
 static void replay_adds(prio_sel *s, const lent *head, const lent *e)
 {
-    float prio[RUN], stored[RUN];
+    float pw[2 * RUN], prio[RUN], stored[RUN];
+    memcpy(pw, e, 2 * head->x * sizeof(float));
     for (size_t k = 0; k < head->x; k++) {
-        memcpy(&prio[k], &e[k].x, sizeof prio[k]);
-        memcpy(&stored[k], &e[k].y, sizeof stored[k]);
+        prio[k] = pw[2 * k];
+        stored[k] = pw[2 * k + 1];
     }
     t_add_stored(s, head->i, head->x, prio, stored);
 }
 
 static void replay_removes(prio_sel *s, const lent *head, const lent *e)
 {
+    uint32_t w[RUN];
     size_t gone[RUN];
+    memcpy(w, e, head->x * sizeof *w);
     for (size_t k = 0; k < head->x; k++)
-        gone[k] = k & 1 ? e[k / 2].x : e[k / 2].i;
+        gone[k] = w[k];
     t_remove_many(s, head->x, gone, head->y);
 }
 
@@ -352,14 +359,14 @@ static void replay(prio_sel *s, const lent *e, size_t n)
             break;
         case L_ADDS_RUN:
             replay_adds(s, x, x + 1);
-            k += x->x;
+            k += run_entries(x->x, 2);
             break;
         case L_REM:
             t_remove(s, x->i, x->x);
             break;
         case L_REMS_RUN:
             replay_removes(s, x, x + 1);
-            k += (x->x + 1) / 2;
+            k += run_entries(x->x, 1);
             break;
         case L_ID: /* noted only when ident is kept */
             for (uint32_t j = 0; j < x->op >> 8; j++)
@@ -455,17 +462,18 @@ static void note_adds(prio_sel *s, size_t i0, size_t count, const float *prio,
 {
     for (size_t k0 = 0; k0 < count; k0 += RUN) {
         size_t n = count - k0 < RUN ? count - k0 : RUN;
-        lent *e = s->base.held ? NULL : hold_room(s, n + 1);
+        lent *e = s->base.held ? NULL : hold_room(s, 1 + run_entries(n, 2));
         if (!e) {
             t_add_stored(s, i0 + k0, n, prio + k0, stored + k0);
             continue;
         }
         e[0] = (lent){L_ADDS_RUN, (uint32_t)(i0 + k0), (uint32_t)n, 0};
+        float pw[2 * RUN + 2] = {0};
         for (size_t k = 0; k < n; k++) {
-            e[1 + k] = (lent){L_ADDS, 0, 0, 0};
-            memcpy(&e[1 + k].x, &prio[k0 + k], sizeof(float));
-            memcpy(&e[1 + k].y, &stored[k0 + k], sizeof(float));
+            pw[2 * k] = prio[k0 + k];
+            pw[2 * k + 1] = stored[k0 + k];
         }
+        memcpy(e + 1, pw, run_entries(n, 2) * sizeof *e);
     }
 }
 
@@ -493,15 +501,16 @@ static void note_removes(prio_sel *s, size_t count, const size_t *i, size_t last
 {
     for (size_t k0 = 0; k0 < count; k0 += RUN) {
         size_t n = count - k0 < RUN ? count - k0 : RUN;
-        lent *e = s->base.held ? NULL : hold_room(s, 1 + (n + 1) / 2);
+        lent *e = s->base.held ? NULL : hold_room(s, 1 + run_entries(n, 1));
         if (!e) {
             t_remove_many(s, n, i + k0, last0 - k0);
             continue;
         }
         e[0] = (lent){L_REMS_RUN, 0, (uint32_t)n, (uint32_t)(last0 - k0)};
-        for (size_t k = 0; k < n; k += 2)
-            e[1 + k / 2] = (lent){L_REMS, (uint32_t)i[k0 + k],
-                                  k + 1 < n ? (uint32_t)i[k0 + k + 1] : 0, 0};
+        uint32_t w[RUN + 3] = {0};
+        for (size_t k = 0; k < n; k++)
+            w[k] = (uint32_t)i[k0 + k];
+        memcpy(e + 1, w, run_entries(n, 1) * sizeof *e);
     }
 }
 
@@ -514,19 +523,17 @@ static void p_remove_many(exr_selector *b, size_t count, const size_t *i, size_t
         note_removes(s, count, i, last0);
 }
 
-static void p_idents(exr_selector *b, size_t i0, size_t count, const exr_pick *ids)
+static void p_idents(exr_selector *b, size_t i0, size_t count, exr_pick first)
 {
     prio_sel *s = (prio_sel *)b;
     for (size_t k = 0; s->ident && k < count;) {
-        size_t n = 1; /* a run of one episode's consecutive positions */
-        while (k + n < count && n < 0xffffff && ids[k + n].slot == ids[k].slot &&
-               ids[k + n].pos == ids[k].pos + n)
-            n++;
+        size_t n = count - k < 0xffffff ? count - k : 0xffffff;
         lent *e = direct(s) ? NULL : hold_room(s, 1);
         if (e)
-            *e = (lent){L_ID | (uint32_t)n << 8, (uint32_t)(i0 + k), ids[k].slot, ids[k].pos};
-        else
-            memcpy(s->ident + i0 + k, ids + k, n * sizeof *ids);
+            *e = (lent){L_ID | (uint32_t)n << 8, (uint32_t)(i0 + k), first.slot,
+                        first.pos + (uint32_t)k};
+        for (size_t j = 0; !e && j < n; j++)
+            s->ident[i0 + k + j] = (exr_pick){first.slot, first.pos + (uint32_t)(k + j)};
         k += n;
     }
 }

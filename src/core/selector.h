@@ -130,8 +130,9 @@ typedef struct {
      * settle first; update and update_many do not: settle before them). So
      * every entry point but those six needs mu, under the exclusive lock
      * too. */
-    /* The picks at i0, i0 + 1, ... are ids[0..count) (after add). */
-    void (*idents)(exr_selector *s, size_t i0, size_t count, const exr_pick *ids);
+    /* The picks at i0, i0 + 1, ..., i0 + count - 1 are {first.slot,
+     * first.pos + k}: one episode's, in position order (after add). */
+    void (*idents)(exr_selector *s, size_t i0, size_t count, exr_pick first);
     /* The picks at 0 .. n - 1 are table[0..n), kept from now on (before the
      * first draw without the storage lock: exr_sel_start_detached; mu and
      * the storage lock held). EXR_ENOMEM leaves it as it was. */
