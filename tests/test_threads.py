@@ -373,6 +373,51 @@ def test_prioritized_draws_race_eviction_and_selector_churn():
     buf._check()
 
 
+def test_learner_updates_land_while_writers_record():
+    """A learner thread draws prioritized batches and sets their priorities
+    while writers record and evict: its draws and updates let go of the
+    storage lock for the sum-tree work and the writers' changes reach the
+    selector as notes (docs/design.md, "A draw without the storage lock").
+    Right after each update, every pick of the batch still there holds the
+    priority given to it last (the learner is the only updater; writers only
+    add and evict picks), every batch's rows are whole, every weight is in
+    (0, 1], and the invariants hold afterwards."""
+    L = 2
+    buf = ExperienceReplay((W,), state_dtype="float64", action_dtype="int64",
+                           reward_dtype="float64", capacity=600, pick_len=L, seed=5)
+    pr = buf.new_pick_selector(P, alpha=1.0, beta=0.4)
+    for i in range(10):
+        buf.record_many(None, states_for(9, i, 0, 30), np.arange(30), np.arange(30) * 0.5,
+                        final_state=states_for(9, i, 30, 1)[0], priorities=np.full(30, 1.0 + i))
+    run = Runner()
+
+    def learner():
+        rng = np.random.default_rng(9)
+        while not run.stop.is_set():
+            b = buf.get_batch(64, pr)
+            check_small_batch(b, L)
+            assert ((b.weight > 0) & (b.weight <= 1)).all()
+            p = rng.uniform(0.1, 10.0, 64)
+            buf.set_priority(pr, b, p)
+            last = {(int(e), int(q)): v for e, q, v in zip(b.pick_epi, b.pick_pos, p)}
+            for (e, q), v in last.items():
+                try:
+                    got = buf.stored_priorities(pr, np.array([e]), np.array([q]))[0]
+                except ValueError:  # evicted meanwhile
+                    run.counts["gone"] += 1
+                    continue
+                assert got == np.float32(v), (e, q, got, v)
+                run.counts["checked"] += 1
+
+    for w in range(2):
+        run.spawn(f"writer{w}", writer, run, buf, w, 60 + w)
+    run.spawn("learner", learner)
+    run.run(DURATION)
+    buf._check()
+    c = run.counts
+    assert c["records"] > 2 * buf.capacity and c["checked"] > 0, c
+
+
 def test_record_many_same_episode_from_many_threads():
     """Threads appending to one shared handle: records of one call stay in
     order and contiguous; the counts add up."""

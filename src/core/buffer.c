@@ -292,8 +292,12 @@ int exr_buffer_trylock(exr_buffer *b)
 
 /* What add() and remove() left pending in the selectors is done before
  * the exclusive lock goes: a shared holder always finds every selector
- * complete, or (a selector with sample_detached, selector.h) complete once
- * it has applied the notes of the holds before, which it does first. */
+ * complete, or, a selector drawn without the storage lock (selector.h,
+ * sample_detached), complete once the notes of the holds before are
+ * applied, which whoever takes its mu does first. took (NULL: not wanted)
+ * gets up to TOOK such selectors whose mu was free, taken here:
+ * exr_buffer_unlock applies their notes once rw is let go (docs/design.md,
+ * "A draw without the storage lock"). Returns how many. */
 #define TOOK 4
 static size_t flush_selectors(exr_buffer *b, exr_selector **took)
 {

@@ -420,9 +420,10 @@ static int draw_locked(exr_buffer *b, sel_entry *e, size_t count, batch_scratch 
 }
 
 /* Whether pick id, drawn from a selector with every hold up to number r0
- * applied (draw_detached), is in the table and published now. Its slot holds the episode it held then if that was filled
- * at or before hold r0 (exr_episode.fill): the picks of any episode before
- * it there had left the selector by then. Lock held. */
+ * applied (draw_detached), is in the table and published now. Its slot
+ * holds the episode it held then if that was filled at or before hold r0
+ * (exr_episode.fill): the picks of any episode before it there had left
+ * the selector by then. Lock held. */
 static inline bool still_there_locked(const exr_buffer *b, exr_pick id, uint64_t r0)
 {
     EXR_ASSERT_LOCKED(b);

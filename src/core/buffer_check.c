@@ -37,8 +37,8 @@ static int check_episode(const exr_buffer *b, uint32_t s, char *msg, size_t msgl
     if (!e->ended && (e->terminated || e->body->final_state))
         FAIL("episode %lld: open but has a final state or terminal flag", (long long)e->handle);
     if (e->fill > b->eps.seq)
-        FAIL("episode %lld: filled at hold %llu, after the current one (%llu)", (long long)e->handle,
-             (unsigned long long)e->fill, (unsigned long long)b->eps.seq);
+        FAIL("episode %lld: filled at hold %llu, after the current one (%llu)",
+             (long long)e->handle, (unsigned long long)e->fill, (unsigned long long)b->eps.seq);
     for (uint64_t p = 0; p < e->m; p++) {
         uint32_t idx = *exr_aux_at(e, p);
         if (idx >= b->picks.n || b->picks.v[idx].slot != s || b->picks.v[idx].pos != p)

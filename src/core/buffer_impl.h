@@ -196,7 +196,9 @@ void exr_sel_take(exr_selector *s);
 /* Tests only: called (when set) by a draw without the storage lock
  * (buffer_batch.c, draw_detached) right after the selector has drawn,
  * mu still held (phase 0), and once mu is let go, before the storage lock
- * is taken again (phase 1): to make holds come in between. */
+ * is taken again (phase 1); and by an update without the storage lock
+ * (buffer_priority.c) once it has let go of it, mu held, before it applies
+ * the notes (phase 2): to make holds come in between. */
 extern void (*exr_debug_detached)(exr_buffer *b, int phase);
 #endif
 uint32_t *pick_aux_locked(const exr_buffer *b, int64_t epi, int64_t pos);

@@ -190,6 +190,10 @@ static bool update_locked(exr_buffer *b, sel_entry *e, size_t done, double a, pr
         size_t mark = let_go ? sel->vt->log_mark(sel) : EXR_SETTLE_ALL;
         if (let_go)
             exr_buffer_unlock(b);
+#ifdef EXR_DEBUG_LOCKS
+        if (let_go && exr_debug_detached) /* a test's holds, before the notes are applied */
+            exr_debug_detached(b, 2);
+#endif
         sel->vt->settle(sel, mark);
     }
     if (use)

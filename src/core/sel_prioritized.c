@@ -8,6 +8,11 @@
  * w_i = (min_leaf / leaf_i)^beta: N cancels out.
  *
  * Costs: add, remove, update O(log8 N); a batch of B draws O(B log8 N).
+ *
+ * It can be drawn and updated without the storage lock, under its mu
+ * alone (selector.h, sample_detached; docs/design.md, "A draw without the
+ * storage lock"): then each leaf also knows its pick (8 bytes), and record
+ * calls note their changes for whoever holds mu next.
  */
 #include <float.h>
 #include <math.h>
@@ -840,8 +845,9 @@ static int p_check_idents(const exr_selector *b, size_t n, const exr_pick *table
     settle_all(s);
     for (size_t i = 0; s->ident && i < n; i++)
         if (s->ident[i].slot != table[i].slot || s->ident[i].pos != table[i].pos) {
-            snprintf(msg, len, "prioritized selector: leaf %zu stands for (%u, %u), the table has (%u, %u)",
-                     i, s->ident[i].slot, s->ident[i].pos, table[i].slot, table[i].pos);
+            snprintf(msg, len,
+                     "prioritized selector: leaf %zu stands for (%u, %u), the table has (%u, %u)", i,
+                     s->ident[i].slot, s->ident[i].pos, table[i].slot, table[i].pos);
             return 1;
         }
     return 0;

@@ -1080,10 +1080,75 @@ static void detached_draw_at(int phase)
     exr_buffer_free(b);
 }
 
+/* stored priorities and totals of episodes 9 .. 18 (20 picks each) */
+static int stored_of(exr_buffer *b, int64_t sel, double *got, double *tot)
+{
+    int64_t ae[200], ap[200];
+    for (int k = 0; k < 200; k++) {
+        ae[k] = 9 + k / 20;
+        ap[k] = k % 20;
+    }
+    double mn;
+    uint64_t n;
+    exr_buffer_lock(b);
+    exr_status s = exr_buffer_stored_priority_locked(b, sel, 200, ae, ap, got);
+    exr_status s2 = exr_buffer_priority_stats_locked(b, sel, tot, &mn, &n);
+    exr_buffer_unlock(b);
+    return s == EXR_OK && s2 == EXR_OK;
+}
+
+static void detached_update(void)
+{
+    /* An update that lets go of the storage lock applies exactly the notes
+     * of the holds before it: holds that come after (evict_nine, from
+     * another thread while the update holds mu) move the picks it resolved,
+     * so applying their notes first would put its priorities on other
+     * leaves. Compared with a twin changed in place in the same order:
+     * the update, then the holds. */
+    exr_buffer *b = make_buffer(1, false, 200, EXR_EVICT_FIFO);
+    exr_buffer *twin = make_buffer(1, false, 200, EXR_EVICT_FIFO);
+    CHECK_RET(b && twin);
+    int64_t sel, tsel;
+    double params[2] = {1.0, 1.0};
+    exr_buffer_lock(b);
+    CHECK_RET(exr_buffer_add_selector_locked(b, 1, params, &sel) == EXR_OK);
+    exr_buffer_unlock(b);
+    exr_buffer_lock(twin);
+    CHECK_RET(exr_buffer_add_selector_locked(twin, 1, params, &tsel) == EXR_OK);
+    exr_buffer_unlock(twin);
+    pthread_t th;
+    void *failed = b;
+    CHECK_RET(pthread_create(&th, NULL, record_ten, b) == 0);
+    CHECK_RET(pthread_join(th, &failed) == 0 && failed == NULL);
+    CHECK_RET(record_ten(twin) == NULL);
+    enum { B = 64 };
+    int64_t epi[B], pos[B], len[B], lnx[B], acs[B], idx[B];
+    float sts[B][2], nx[B][2], rws[B], w[B];
+    exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, idx, NULL, 0};
+    CHECK_RET(exr_buffer_get_batch(b, sel, B, &o) == EXR_OK); /* marks it detached */
+    double p[B];
+    for (int i = 0; i < B; i++)
+        p[i] = 2.0 + i;
+    size_t applied = 0;
+    g_detached_phase = 2;
+    exr_debug_detached = holds_meanwhile;
+    CHECK_RET(exr_buffer_set_priority(b, sel, B, epi, pos, idx, p, 1, &applied) == EXR_OK);
+    CHECK_RET(exr_debug_detached == NULL && applied == B);
+    CHECK_RET(exr_buffer_set_priority(twin, tsel, B, epi, pos, NULL, p, 1, &applied) == EXR_OK);
+    CHECK_RET(evict_nine(twin) == NULL);
+    double got[200], want[200], tot[2];
+    CHECK_RET(stored_of(b, sel, got, &tot[0]) && stored_of(twin, tsel, want, &tot[1]));
+    CHECK_RET(memcmp(got, want, sizeof got) == 0 && tot[0] == tot[1]);
+    CHECK_RET(check_ok(b));
+    exr_buffer_free(b);
+    exr_buffer_free(twin);
+}
+
 static void test_detached_draw(void)
 {
     detached_draw_at(0);
     detached_draw_at(1);
+    detached_update();
 }
 
 int main(void)
