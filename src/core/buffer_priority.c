@@ -160,10 +160,11 @@ static double pow_guess(const exr_buffer *b, int64_t h)
 
 /* Selector e's picks s->idx[0..done) get priorities s->kept, with the
  * stored forms s->stored when they were computed with its power (a).
- * When let_go and the selector can be changed without the storage lock
- * (selector.h, settle), the lock (held shared) is let go as soon as mu is
- * held and the notes of the holds before it are marked: the tree work
- * runs without it. Returns whether it let go. */
+ * When let_go (the lock held shared) and the selector can be updated
+ * without the lock while another thread records (selector.h,
+ * exr_sel_detach), the lock is let go as soon as mu is held and the notes
+ * of the holds before are marked: the tree work runs without it, on
+ * exactly those notes. Returns whether it let go. */
 static bool update_locked(exr_buffer *b, sel_entry *e, size_t done, double a, prio_scratch *s,
                           bool let_go)
 {

@@ -411,8 +411,8 @@ static void settle_all(const prio_sel *cs)
     sync(s);
 }
 
-/* The hold's changes go straight to the tree from now on: mu taken (and
- * kept until flush) and every note so far applied. */
+/* The hold's changes go straight to the tree from now on: mu has been
+ * taken (and is kept until flush), and every note so far is applied. */
 static void go_direct(prio_sel *s)
 {
     s->base.held = true;
@@ -420,12 +420,13 @@ static void go_direct(prio_sel *s)
     settle_all(s);
 }
 
-/* Whether the exclusive holder applies its changes to the tree as they
- * come: its first change takes mu if it is free and keeps it until flush
- * (nobody else takes mu while the storage lock is held exclusively: a
- * shared holder takes it only under the lock), applying the log first.
- * If a draw or an update without the storage lock holds mu, the hold
- * notes its changes instead. */
+/* Whether the exclusive holder changes the tree in place: while nobody has
+ * drawn the selector without the storage lock (then that lock is all it
+ * needs, as for any selector), or once its hold's notes have filled up
+ * (held: it waited for mu, which it keeps until flush). Otherwise it notes
+ * its changes: the hold applies them itself once it has let go of the
+ * storage lock, if mu is free then (exr_buffer_unlock), else whoever takes
+ * mu next does. */
 static bool direct(prio_sel *s)
 {
     if (s->base.held || s->noting)
@@ -554,9 +555,10 @@ static exr_status p_set_idents(exr_selector *b, size_t n, const exr_pick *table)
     return EXR_OK;
 }
 
-/* The end of a hold. Direct: the tree completed and mu let go. Noting: the
- * list goes to the log (or, when the log cannot take it, is applied at
- * once under mu), and the log is applied here if mu has become free. */
+/* The end of a hold. In place: the tree completed (and mu let go if held).
+ * Noting: the list goes to the log (or, when the log cannot take it, is
+ * applied at once under mu); exr_buffer_unlock applies the log once the
+ * storage lock is let go, if mu is free. */
 static void p_flush(exr_selector *b)
 {
     prio_sel *s = (prio_sel *)b;

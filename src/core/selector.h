@@ -123,13 +123,14 @@ typedef struct {
 
     /* Optional, all or none (NULL: the selector is drawn only under the
      * storage lock): a selector that can be drawn without it
-     * (docs/design.md, "A draw without the storage lock"). Its add,
-     * add_stored, remove, remove_many, idents and flush only note what
-     * they would change; the notes are applied, in order, by whoever next
-     * holds mu (settle, sample_detached, or any other entry point, which
-     * settle first; update and update_many do not: settle before them). So
-     * every entry point but those six needs mu, under the exclusive lock
-     * too. */
+     * (docs/design.md, "A draw without the storage lock"). Once it has
+     * been (detached), its add, add_stored, remove, remove_many, idents and
+     * flush note what they would change (or, when a hold's notes fill up,
+     * apply them holding mu: held); the notes are applied, in order, by
+     * whoever next holds mu (settle, sample_detached, or any other entry
+     * point, which settle first; update and update_many do not: settle
+     * before them). So every entry point but those six needs mu, under the
+     * exclusive lock too (exr_sel_lock). */
     /* The picks at i0, i0 + 1, ..., i0 + count - 1 are {first.slot,
      * first.pos + k}: one episode's, in position order (after add). */
     void (*idents)(exr_selector *s, size_t i0, size_t count, exr_pick first);
@@ -163,9 +164,9 @@ struct exr_selector {
      * exclusively). exr_sel_lock takes mu unless so. */
     bool held;
     /* A draw or an update has run on it without the storage lock (set once,
-     * under the shared lock: exr_sel_detach): from then on the exclusive
-     * holder takes mu, or notes its changes, instead of changing the
-     * selector in place with the storage lock alone. */
+     * under the shared lock and mu: exr_sel_start_detached): from then on
+     * an exclusive holder notes its changes (or takes mu), instead of
+     * changing the selector in place with the storage lock alone. */
     atomic_bool detached;
     /* The buffer's pick table, set (mu held) before each draw of get_batch;
      * NULL: none. sample() prefetches the 8-byte entry of each pick as it
@@ -183,8 +184,8 @@ static inline __attribute__((always_inline)) void exr_sel_prefetch(const exr_sel
         __builtin_prefetch((const char *)s->entries + 8 * i, 0, 2);
 }
 
-/* mu for a caller that holds the storage lock (exclusively or shared), unless the
- * exclusive hold under way has it already (held). */
+/* mu for a caller that holds the storage lock (exclusively or shared),
+ * unless the exclusive hold under way has it already (held). */
 static inline void exr_sel_lock(exr_selector *s)
 {
     if (!s->held)
