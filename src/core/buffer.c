@@ -155,16 +155,26 @@ static uint64_t spin_now_ns(void)
     return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
-/* Retries lk->rw (shared or exclusive) for up to SPIN_SHARED_NS or
- * SPIN_EXCL_NS, yielding the CPU now and then past SPIN_YIELD_NS (an
- * exclusive taker only while rw is not held exclusively); true if it got
- * it. */
-static bool spin_rw(struct exr_locks *lk, bool shared)
+/* What spin_for retries: rw shared, rw exclusive, or a mutex. */
+typedef enum { TRY_RD, TRY_WR, TRY_MUTEX } spin_try;
+
+static inline bool try_once(spin_try kind, void *lock)
 {
-    pthread_rwlock_t *rw = &lk->rw;
+    if (kind == TRY_RD)
+        return pthread_rwlock_tryrdlock(lock) == 0;
+    if (kind == TRY_WR)
+        return pthread_rwlock_trywrlock(lock) == 0;
+    return pthread_mutex_trylock(lock) == 0;
+}
+
+/* Retries lock for up to limit ns, yielding the CPU now and then past
+ * SPIN_YIELD_NS, but not while *no_yield is set (NULL: always may); true
+ * if it got it. */
+static bool spin_for(spin_try kind, void *lock, uint64_t limit, const _Atomic bool *no_yield)
+{
     uint64_t start = 0;
     for (unsigned i = 1;; i++) {
-        if ((shared ? pthread_rwlock_tryrdlock(rw) : pthread_rwlock_trywrlock(rw)) == 0)
+        if (try_once(kind, lock))
             return true;
         cpu_relax();
         if (i % SPIN_CLOCK_EVERY)
@@ -172,12 +182,22 @@ static bool spin_rw(struct exr_locks *lk, bool shared)
         uint64_t t = spin_now_ns();
         if (!start)
             start = t;
-        else if (t - start >= (shared ? SPIN_SHARED_NS : SPIN_EXCL_NS))
+        else if (t - start >= limit)
             return false;
         else if (t - start >= SPIN_YIELD_NS && i % (SPIN_CLOCK_EVERY * SPIN_YIELD_EVERY) == 0 &&
-                 (shared || !atomic_load_explicit(&lk->excl, memory_order_relaxed)))
+                 !(no_yield && atomic_load_explicit(no_yield, memory_order_relaxed)))
             sched_yield();
     }
+}
+
+/* Retries lk->rw (shared or exclusive) for up to SPIN_SHARED_NS or
+ * SPIN_EXCL_NS, yielding the CPU now and then past SPIN_YIELD_NS (an
+ * exclusive taker only while rw is not held exclusively); true if it got
+ * it. */
+static bool spin_rw(struct exr_locks *lk, bool shared)
+{
+    return shared ? spin_for(TRY_RD, &lk->rw, SPIN_SHARED_NS, NULL)
+                  : spin_for(TRY_WR, &lk->rw, SPIN_EXCL_NS, &lk->excl);
 }
 
 /* Debug builds (EXR_DEBUG_LOCKS) note who holds the storage lock, so that
@@ -345,21 +365,8 @@ void exr_buffer_unlock(exr_buffer *b)
 
 void exr_sel_take(exr_selector *s)
 {
-    uint64_t start = 0;
-    for (unsigned i = 1; pthread_mutex_trylock(&s->mu) != 0; i++) {
-        cpu_relax();
-        if (i % SPIN_CLOCK_EVERY)
-            continue;
-        uint64_t t = spin_now_ns();
-        if (!start) {
-            start = t;
-        } else if (t - start >= SPIN_SHARED_NS) {
-            pthread_mutex_lock(&s->mu);
-            return;
-        } else if (t - start >= SPIN_YIELD_NS && i % (SPIN_CLOCK_EVERY * SPIN_YIELD_EVERY) == 0) {
-            sched_yield();
-        }
-    }
+    if (!spin_for(TRY_MUTEX, &s->mu, SPIN_SHARED_NS, NULL))
+        pthread_mutex_lock(&s->mu);
 }
 
 uint64_t publish_seq(const exr_buffer *b)

@@ -242,17 +242,32 @@ static inline exr_status sample_locked(exr_buffer *b, exr_selector *s, size_t co
     return s->vt->sample(s, b->picks.n, count, idx, w, scratch);
 }
 
-/* Draws again, one at a time, every pick of idx that is not published yet
- * (a draw conditioned on the published picks). 0 if some pick still is not
- * after 64 draws, or the selector cannot draw. */
+/* Draws pick *idx again, one draw at a time, until it is published (a
+ * draw conditioned on the published picks); SIZE_MAX (gone) is never.
+ * s->mu held. 1: done; 0: still not after 64 draws; -1: the selector
+ * cannot draw (*st says why). */
+static int redraw_pick_locked(exr_buffer *b, exr_selector *s, size_t *idx, float *w,
+                              double *scratch, exr_wpost *post, exr_status *st)
+{
+    EXR_ASSERT_LOCKED(b);
+    for (int tries = 0; *idx == SIZE_MAX || !pick_visible_locked(b, *idx); tries++) {
+        if (tries == 64)
+            return 0;
+        if ((*st = sample_locked(b, s, 1, idx, w, scratch, post)) != EXR_OK)
+            return -1;
+    }
+    return 1;
+}
+
+/* Draws again every pick of idx that is not published yet. 0 if some pick
+ * still is not after 64 draws, or the selector cannot draw. */
 static int redraw_unpublished_locked(exr_buffer *b, exr_selector *s, size_t count, size_t *idx,
                                      float *w, double *scratch, exr_wpost *post)
 {
-    EXR_ASSERT_LOCKED(b);
+    exr_status st;
     for (size_t i = 0; i < count; i++)
-        for (int tries = 0; !pick_visible_locked(b, idx[i]); tries++)
-            if (tries == 64 || sample_locked(b, s, 1, &idx[i], &w[i], scratch, post) != EXR_OK)
-                return 0;
+        if (redraw_pick_locked(b, s, &idx[i], &w[i], scratch, post, &st) != 1)
+            return 0;
     return 1;
 }
 
@@ -448,21 +463,15 @@ static int redraw_gone_locked(exr_buffer *b, exr_selector *s, size_t count, batc
     exr_wpost first = sc->post;
     int r = 1;
     exr_sel_take(s);
-    for (size_t i = 0; r == 1 && *st == EXR_OK && i < count; i++) {
+    for (size_t i = 0; i < count; i++) {
         if (sc->idx[i] != SIZE_MAX)
             continue; /* there, and published */
-        for (int tries = 0; sc->idx[i] == SIZE_MAX || !pick_visible_locked(b, sc->idx[i]);
-             tries++) {
-            if (tries == 64) {
-                r = 0;
-                break;
-            }
-            *st = sample_locked(b, s, 1, &sc->idx[i], &w[i], sc->scratch, &sc->post);
-            if (*st != EXR_OK)
-                break;
+        int got = redraw_pick_locked(b, s, &sc->idx[i], &w[i], sc->scratch, &sc->post, st);
+        if (got != 1) {
+            r = got == 0 ? 0 : 1; /* -1: *st says why nothing can be drawn */
+            break;
         }
-        if (r == 1 && *st == EXR_OK)
-            sc->ents[i] = b->picks.v[sc->idx[i]];
+        sc->ents[i] = b->picks.v[sc->idx[i]];
     }
     pthread_mutex_unlock(&s->mu);
     if (first.fn && sc->post.fn && first.lo < sc->post.lo)
