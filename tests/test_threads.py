@@ -319,6 +319,18 @@ def test_stress_record_sample_update_churn(eviction):
     buf._check()
 
 
+def prefilled_prioritized(L, capacity, seed, **params):
+    """A float64 buffer and a prioritized selector with params, holding ten
+    ended 30-step rollouts of writer 9, rollout i with priority 1 + i."""
+    buf = ExperienceReplay((W,), state_dtype="float64", action_dtype="int64",
+                           reward_dtype="float64", capacity=capacity, pick_len=L, seed=seed)
+    pr = buf.new_pick_selector(P, **params)
+    for i in range(10):
+        buf.record_many(None, states_for(9, i, 0, 30), np.arange(30), np.arange(30) * 0.5,
+                        final_state=states_for(9, i, 30, 1)[0], priorities=np.full(30, 1.0 + i))
+    return buf, pr
+
+
 def test_prioritized_draws_race_eviction_and_selector_churn():
     """Prioritized draws racing with eviction and with selector churn: a small
     capacity (every rollout evicts), writers recording rollouts with
@@ -328,12 +340,7 @@ def test_prioritized_draws_race_eviction_and_selector_churn():
     pick's rows are consecutive steps of one rollout), every weight is in
     (0, 1], and the invariants hold afterwards."""
     L = 2
-    buf = ExperienceReplay((W,), state_dtype="float64", action_dtype="int64",
-                           reward_dtype="float64", capacity=400, pick_len=L, seed=3)
-    pr = buf.new_pick_selector(P, alpha=0.7, beta=0.5)
-    for i in range(10):
-        buf.record_many(None, states_for(9, i, 0, 30), np.arange(30), np.arange(30) * 0.5,
-                        final_state=states_for(9, i, 30, 1)[0], priorities=np.full(30, 1.0 + i))
+    buf, pr = prefilled_prioritized(L, 400, 3, alpha=0.7, beta=0.5)
     live = []  # the churn thread's selectors (some already removed when drawn)
     run = Runner()
 
@@ -383,12 +390,7 @@ def test_learner_updates_land_while_writers_record():
     add and evict picks), every batch's rows are whole, every weight is in
     (0, 1], and the invariants hold afterwards."""
     L = 2
-    buf = ExperienceReplay((W,), state_dtype="float64", action_dtype="int64",
-                           reward_dtype="float64", capacity=600, pick_len=L, seed=5)
-    pr = buf.new_pick_selector(P, alpha=1.0, beta=0.4)
-    for i in range(10):
-        buf.record_many(None, states_for(9, i, 0, 30), np.arange(30), np.arange(30) * 0.5,
-                        final_state=states_for(9, i, 30, 1)[0], priorities=np.full(30, 1.0 + i))
+    buf, pr = prefilled_prioritized(L, 600, 5, alpha=1.0, beta=0.4)
     run = Runner()
 
     def learner():

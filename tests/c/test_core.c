@@ -999,25 +999,72 @@ static void holds_meanwhile(exr_buffer *b, int phase)
         g_failed_checks++;
 }
 
+/* A buffer of capacity 200 (FIFO, pick_len 1) with a prioritized selector
+ * of alpha 1 and beta 1 (*sel), or NULL. */
+static exr_buffer *prio_buffer(int64_t *sel)
+{
+    exr_buffer *b = make_buffer(1, false, 200, EXR_EVICT_FIFO);
+    double params[2] = {1.0, 1.0};
+    if (!b)
+        return NULL;
+    exr_buffer_lock(b);
+    exr_status st = exr_buffer_add_selector_locked(b, 1, params, sel);
+    exr_buffer_unlock(b);
+    if (st != EXR_OK) {
+        exr_buffer_free(b);
+        return NULL;
+    }
+    return b;
+}
+
+/* record_ten from another thread, so that this one's draws and updates
+ * let go of the storage lock (exr_sel_detach). 1 if it went well. */
+static int record_ten_elsewhere(exr_buffer *b)
+{
+    pthread_t th;
+    void *failed = b;
+    return pthread_create(&th, NULL, record_ten, b) == 0 && pthread_join(th, &failed) == 0 &&
+           failed == NULL;
+}
+
+/* Whether b's selector sel and twin's tsel hold the same stored
+ * priorities for every pick of episodes 9 .. 18 (20 picks each), and the
+ * same total, smallest leaf and number of picks. */
+static int same_as_twin(exr_buffer *b, int64_t sel, exr_buffer *twin, int64_t tsel)
+{
+    int64_t ae[200], ap[200];
+    for (int k = 0; k < 200; k++) {
+        ae[k] = 9 + k / 20;
+        ap[k] = k % 20;
+    }
+    double got[2][200], tot[2], mn[2];
+    uint64_t n[2];
+    exr_buffer *bs[2] = {b, twin};
+    int64_t ss[2] = {sel, tsel};
+    for (int k = 0; k < 2; k++) {
+        exr_buffer_lock(bs[k]);
+        exr_status s1 = exr_buffer_stored_priority_locked(bs[k], ss[k], 200, ae, ap, got[k]);
+        exr_status s2 = exr_buffer_priority_stats_locked(bs[k], ss[k], &tot[k], &mn[k], &n[k]);
+        exr_buffer_unlock(bs[k]);
+        if (s1 != EXR_OK || s2 != EXR_OK)
+            return 0;
+    }
+    return memcmp(got[0], got[1], sizeof got[0]) == 0 && tot[0] == tot[1] && mn[0] == mn[1] &&
+           n[0] == n[1];
+}
+
 static void detached_draw_at(int phase)
 {
     /* Another thread records (so that this one's draw lets go of the
-     * storage lock: exr_sel_detach), then the holds of evict_nine come
-     * while or after the selector draws. Every pick drawn from an evicted
-     * episode must be drawn again, and the slots' new episodes, whose
-     * positions are the old ones', hold only priority-0 picks: a batch
-     * that has one took a gone pick for its slot's new tenant. */
-    exr_buffer *b = make_buffer(1, false, 200, EXR_EVICT_FIFO);
-    CHECK_RET(b);
+     * storage lock), then the holds of evict_nine come while or after the
+     * selector draws. Every pick drawn from an evicted episode must be
+     * drawn again, and the slots' new episodes, whose positions are the
+     * old ones', hold only priority-0 picks: a batch that has one took a
+     * gone pick for its slot's new tenant. */
     int64_t sel;
-    double params[2] = {1.0, 1.0};
-    exr_buffer_lock(b);
-    CHECK_RET(exr_buffer_add_selector_locked(b, 1, params, &sel) == EXR_OK);
-    exr_buffer_unlock(b);
-    pthread_t th;
-    void *failed = b;
-    CHECK_RET(pthread_create(&th, NULL, record_ten, b) == 0);
-    CHECK_RET(pthread_join(th, &failed) == 0 && failed == NULL);
+    exr_buffer *b = prio_buffer(&sel);
+    CHECK_RET(b);
+    CHECK_RET(record_ten_elsewhere(b));
     enum { B = 64 };
     int64_t epi[B], pos[B], len[B], lnx[B], acs[B], idx[B];
     float sts[B][2], nx[B][2], rws[B], w[B];
@@ -1036,36 +1083,16 @@ static void detached_draw_at(int phase)
     CHECK_RET(exr_buffer_set_priority(b, sel, B, epi, pos, idx, &np, 0, &applied) == EXR_OK);
     CHECK_RET(applied == B);
     CHECK_RET(check_ok(b)); /* the selector's picks are the table's */
-    /* the notes, applied later, left every leaf as changes in place do: a
-     * twin buffer, the same calls from one thread, no draw */
-    exr_buffer *twin = make_buffer(1, false, 200, EXR_EVICT_FIFO);
-    CHECK_RET(twin);
+    /* the notes, applied later, left every leaf and the sums as changes in
+     * place do: a twin buffer, the same calls from one thread, no draw */
     int64_t tsel;
-    exr_buffer_lock(twin);
-    CHECK_RET(exr_buffer_add_selector_locked(twin, 1, params, &tsel) == EXR_OK);
-    exr_buffer_unlock(twin);
+    exr_buffer *twin = prio_buffer(&tsel);
+    CHECK_RET(twin);
     CHECK_RET(record_ten(twin) == NULL && evict_nine(twin) == NULL);
     CHECK_RET(exr_buffer_set_priority(twin, tsel, B, epi, pos, NULL, &np, 0, &applied) == EXR_OK);
-    int64_t ae[200], ap[200];
-    double got[200], want[200];
-    for (int k = 0; k < 200; k++) {
-        ae[k] = 9 + k / 20;
-        ap[k] = k % 20;
-    }
-    exr_buffer_lock(b);
-    exr_buffer_lock(twin);
-    exr_status s1 = exr_buffer_stored_priority_locked(b, sel, 200, ae, ap, got);
-    exr_status s2 = exr_buffer_stored_priority_locked(twin, tsel, 200, ae, ap, want);
-    double tot[2], mn[2];
-    uint64_t np2[2];
-    exr_buffer_priority_stats_locked(b, sel, &tot[0], &mn[0], &np2[0]);
-    exr_buffer_priority_stats_locked(twin, tsel, &tot[1], &mn[1], &np2[1]);
-    exr_buffer_unlock(twin);
-    exr_buffer_unlock(b);
+    int same = same_as_twin(b, sel, twin, tsel);
     exr_buffer_free(twin);
-    CHECK_RET(s1 == EXR_OK && s2 == EXR_OK);
-    CHECK_RET(memcmp(got, want, sizeof got) == 0);
-    CHECK_RET(tot[0] == tot[1] && mn[0] == mn[1] && np2[0] == np2[1]); /* the sums too */
+    CHECK_RET(same);
     /* nothing left to draw but priority 0: the redraw says so */
     double zero = 0;
     int64_t e9[20], p9[20];
@@ -1080,23 +1107,6 @@ static void detached_draw_at(int phase)
     exr_buffer_free(b);
 }
 
-/* stored priorities and totals of episodes 9 .. 18 (20 picks each) */
-static int stored_of(exr_buffer *b, int64_t sel, double *got, double *tot)
-{
-    int64_t ae[200], ap[200];
-    for (int k = 0; k < 200; k++) {
-        ae[k] = 9 + k / 20;
-        ap[k] = k % 20;
-    }
-    double mn;
-    uint64_t n;
-    exr_buffer_lock(b);
-    exr_status s = exr_buffer_stored_priority_locked(b, sel, 200, ae, ap, got);
-    exr_status s2 = exr_buffer_priority_stats_locked(b, sel, tot, &mn, &n);
-    exr_buffer_unlock(b);
-    return s == EXR_OK && s2 == EXR_OK;
-}
-
 static void detached_update(void)
 {
     /* An update that lets go of the storage lock applies exactly the notes
@@ -1105,21 +1115,10 @@ static void detached_update(void)
      * so applying their notes first would put its priorities on other
      * leaves. Compared with a twin changed in place in the same order:
      * the update, then the holds. */
-    exr_buffer *b = make_buffer(1, false, 200, EXR_EVICT_FIFO);
-    exr_buffer *twin = make_buffer(1, false, 200, EXR_EVICT_FIFO);
-    CHECK_RET(b && twin);
     int64_t sel, tsel;
-    double params[2] = {1.0, 1.0};
-    exr_buffer_lock(b);
-    CHECK_RET(exr_buffer_add_selector_locked(b, 1, params, &sel) == EXR_OK);
-    exr_buffer_unlock(b);
-    exr_buffer_lock(twin);
-    CHECK_RET(exr_buffer_add_selector_locked(twin, 1, params, &tsel) == EXR_OK);
-    exr_buffer_unlock(twin);
-    pthread_t th;
-    void *failed = b;
-    CHECK_RET(pthread_create(&th, NULL, record_ten, b) == 0);
-    CHECK_RET(pthread_join(th, &failed) == 0 && failed == NULL);
+    exr_buffer *b = prio_buffer(&sel), *twin = prio_buffer(&tsel);
+    CHECK_RET(b && twin);
+    CHECK_RET(record_ten_elsewhere(b));
     CHECK_RET(record_ten(twin) == NULL);
     enum { B = 64 };
     int64_t epi[B], pos[B], len[B], lnx[B], acs[B], idx[B];
@@ -1136,9 +1135,7 @@ static void detached_update(void)
     CHECK_RET(exr_debug_detached == NULL && applied == B);
     CHECK_RET(exr_buffer_set_priority(twin, tsel, B, epi, pos, NULL, p, 1, &applied) == EXR_OK);
     CHECK_RET(evict_nine(twin) == NULL);
-    double got[200], want[200], tot[2];
-    CHECK_RET(stored_of(b, sel, got, &tot[0]) && stored_of(twin, tsel, want, &tot[1]));
-    CHECK_RET(memcmp(got, want, sizeof got) == 0 && tot[0] == tot[1]);
+    CHECK_RET(same_as_twin(b, sel, twin, tsel));
     CHECK_RET(check_ok(b));
     exr_buffer_free(b);
     exr_buffer_free(twin);
