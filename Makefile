@@ -16,6 +16,7 @@
 #   make bench-quick  every benchmark at a few small sizes: a smoke run of seconds (part of `make test`)
 #   make bench-phases get_batch's phases (draw, plan, copy) per pick next to the floor, in C (benchmarks/c/)
 #   make bench-draw   the prioritized sum-tree draw alone, ns per draw (benchmarks/c/draw.c)
+#   make bench-pair   the Ape-X thread pair in C (no interpreter): one buffer shared, and two (benchmarks/c/pair.c)
 #   make build/ab-core build/ab-NAME.so  get_batch of two trees' cores in one process, paired (benchmarks/c/ab_core.c)
 #   make demo     Ape-X DQN on CartPole on a local Ray cluster (python -m exreplay.examples.apex_cartpole),
 #                 logging every experience (--log build/demo-log), then the merged log's info and tail
@@ -64,7 +65,7 @@ CTEST_OBJ := $(patsubst src/core/%.c,build/ctest-obj/%.o,$(CORE_SRC))
 export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
 
 .PHONY: test venv build warnings ctest ctest-tsan pytest asan demo demo-paper bench bench-quick bench-deps clean distclean zlib fuzz-log
-.PHONY: bench-rllib pymatrix numpy-oldest dist-check bench-phases bench-draw
+.PHONY: bench-rllib pymatrix numpy-oldest dist-check bench-phases bench-draw bench-pair
 .PHONY: fuzz fuzz-smoke allocfail soak
 
 # --- environment ------------------------------------------------------------
@@ -270,6 +271,17 @@ build/bench-draw: benchmarks/c/draw.c $(CORE_SRC) $(CORE_HDR) | zlib
 bench-draw: build/bench-draw
 	./build/bench-draw 1000000 2000 15
 	./build/bench-draw 10000 2000 15
+
+# The suite's Ape-X writer and learner as pthreads calling the core
+# (benchmarks/c/pair.c): each alone, on one buffer, and on two buffers.
+PAIR_ROUNDS ?= 7
+PAIR_SECONDS ?= 1.0
+build/bench-pair: benchmarks/c/pair.c benchmarks/c/batch_out.h $(CORE_SRC) $(CORE_HDR) | zlib
+	@mkdir -p build
+	$(CTEST_CC) -std=c11 -O3 -flto=auto -Wall -Wextra -Werror -pthread -Isrc/core -o $@ $< $(CORE_SRC) -lz -lm
+
+bench-pair: build/bench-pair
+	./build/bench-pair $(PAIR_ROUNDS) $(PAIR_SECONDS)
 
 # get_batch of two trees' cores in one process (benchmarks/c/ab_core.c):
 #   make build/ab-base.so AB_TREE=/path/to/base/tree; make build/ab-after.so build/ab-core

@@ -1,0 +1,254 @@
+/*
+ * pair.c - the suite's Ape-X thread pair in C: no interpreter, no GIL.
+ * A C program linked against src/core: `make bench-pair`.
+ *
+ * The workloads of benchmarks/test_bench_threads.py's Ape-X pair, as the
+ * binding calls the core:
+ *
+ *   writer   a new episode, then one exr_buffer_record of 100 (4,) float32
+ *            steps with priorities (their stored forms prepared before the
+ *            call, as the binding does); the buffer is full, so each call
+ *            evicts an episode
+ *   learner  a prioritized get_batch of 256 (with pick_index), then
+ *            exr_buffer_set_priority of the 256 drawn picks with the
+ *            batch's indices as hints
+ *
+ * on buffers of 200,000 records, each filled first. Each round measures,
+ * for SECONDS each, with threads left to the scheduler:
+ *
+ *   alone     the writer alone (on each buffer); then the learner alone
+ *   shared    the writer and the learner on one buffer (the suite's pair)
+ *   separate  the writer on a second buffer of the same shape and fill:
+ *             the two threads share nothing of exreplay (no lock, no line
+ *             either writes), only the machine
+ *
+ * and prints calls per second and each side's share of its rate alone;
+ * "sum" is the two shares added (2.0: both at full speed). The medians over
+ * the rounds come last. Usage: pair [ROUNDS [SECONDS [ONLY]]] (default 5,
+ * 1.0); ONLY (writer, learner, shared or separate) runs just that phase,
+ * ROUNDS times, for a profiler.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "buffer.h"
+#include "batch_out.h"
+
+enum { CAP = 200000, EP = 100, B = 256, SB = 16 };
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void *xalloc(size_t bytes)
+{
+    void *p = calloc(1, bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    return p;
+}
+
+static void check(exr_status st, const char *what)
+{
+    if (st != EXR_OK) {
+        fprintf(stderr, "%s failed: %d\n", what, (int)st);
+        exit(1);
+    }
+}
+
+typedef struct {
+    exr_buffer *b;
+    int64_t sel;
+} side_buf;
+
+/* One episode's arrays, shared read-only by every writer. */
+static unsigned char st[EP * SB], fin[SB];
+static int64_t ac[EP];
+static float rw[EP];
+static double pri[EP];
+
+static void record_episode(exr_buffer *b)
+{
+    exr_steps in = {.states = st, .actions = ac, .rewards = rw, .T = EP,
+                    .priorities = pri, .final_state = fin, .end = true};
+    int64_t h;
+    bool done;
+    check(exr_buffer_new_episode(b, &h, &done), "new_episode");
+    if (!done) {
+        exr_buffer_lock(b);
+        check(exr_buffer_new_episode_locked(b, &h), "new_episode_locked");
+        exr_buffer_unlock(b);
+    }
+    exr_leaves lv;
+    exr_leaves_prepare(b, &in, &lv);
+    check(exr_buffer_record(b, h, &in, &lv, &h), "record");
+    exr_leaves_release(&lv);
+}
+
+static void fill(side_buf *s)
+{
+    exr_config cfg = {.state_bytes = SB, .action_bytes = 8, .reward_bytes = 4,
+                      .capacity = CAP, .pick_len = 1, .seed = 1};
+    check(exr_buffer_new(&cfg, &s->b), "buffer_new");
+    exr_buffer_lock(s->b);
+    const double params[2] = {0.6, 0.4};
+    check(exr_buffer_add_selector_locked(s->b, 1, params, &s->sel), "add_selector");
+    exr_buffer_unlock(s->b);
+    for (size_t done = 0; done < CAP; done += EP)
+        record_episode(s->b);
+}
+
+typedef struct {
+    side_buf *s;
+    exr_batch_out o;
+    double prio[B];
+} learner_state;
+
+static void learner_step(learner_state *l)
+{
+    check(exr_buffer_get_batch(l->s->b, l->s->sel, B, &l->o), "get_batch");
+    size_t applied;
+    check(exr_buffer_set_priority(l->s->b, l->s->sel, B, l->o.pick_epi, l->o.pick_pos,
+                                  l->o.pick_index, l->prio, 1, &applied),
+          "set_priority");
+}
+
+typedef struct {
+    int is_learner;
+    side_buf *s;
+    learner_state *l;
+    atomic_bool *stop;
+    uint64_t calls;
+    double secs;
+} thread_arg;
+
+static void *run(void *p)
+{
+    thread_arg *a = p;
+    double t0 = now_s();
+    uint64_t n = 0;
+    while (!atomic_load_explicit(a->stop, memory_order_relaxed)) {
+        if (a->is_learner)
+            learner_step(a->l);
+        else
+            record_episode(a->s->b);
+        n++;
+    }
+    a->calls = n;
+    a->secs = now_s() - t0;
+    return NULL;
+}
+
+/* Calls per second of the writer (on w; NULL: none) and of the learner
+ * (l; NULL: none), run together for secs. */
+static void measure(side_buf *w, learner_state *l, double secs, double *wr, double *lr)
+{
+    atomic_bool stop = false;
+    thread_arg ta[2] = {{0, w, NULL, &stop, 0, 0}, {1, l ? l->s : NULL, l, &stop, 0, 0}};
+    pthread_t t[2];
+    int on[2] = {w != NULL, l != NULL};
+    for (int i = 0; i < 2; i++)
+        if (on[i] && pthread_create(&t[i], NULL, run, &ta[i]) != 0)
+            exit(1);
+    struct timespec d = {(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
+    nanosleep(&d, NULL);
+    atomic_store(&stop, true);
+    for (int i = 0; i < 2; i++)
+        if (on[i])
+            pthread_join(t[i], NULL);
+    *wr = on[0] ? (double)ta[0].calls / ta[0].secs : 0;
+    *lr = on[1] ? (double)ta[1].calls / ta[1].secs : 0;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, size_t n)
+{
+    qsort(v, n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int main(int argc, char **argv)
+{
+    size_t rounds = argc > 1 ? (size_t)atol(argv[1]) : 5;
+    double secs = argc > 2 ? atof(argv[2]) : 1.0;
+    if (rounds < 1 || rounds > 1000 || !(secs > 0 && secs < 3600)) {
+        fprintf(stderr, "usage: pair [ROUNDS (1-1000) [SECONDS]]\n");
+        return 2;
+    }
+    for (size_t i = 0; i < EP * SB; i++)
+        st[i] = (unsigned char)i;
+    for (size_t i = 0; i < EP; i++) {
+        ac[i] = (int64_t)i;
+        rw[i] = 0.5f;
+        pri[i] = 0.05 + (double)((i * 7919) % 1000) / 1000.0;
+    }
+    side_buf one, two;
+    fill(&one);
+    fill(&two);
+    learner_state l = {.s = &one};
+    batch_out_alloc(&l.o, B, 1, SB, xalloc);
+    for (size_t i = 0; i < B; i++)
+        l.prio[i] = 0.05 + (double)((i * 104729) % 1000) / 1000.0;
+    /* column: 0 writer alone, 1 learner alone, 2-3 shared (w, l), 4-5 separate (w, l),
+     * 6 the writer alone on the second buffer */
+    double *v[7];
+    for (int c = 0; c < 7; c++)
+        v[c] = xalloc(rounds * sizeof(double));
+    double *sh = xalloc(rounds * sizeof(double)), *se = xalloc(rounds * sizeof(double));
+    double dummy;
+    /* warm-up: the learner's selector drawn while a writer records (the
+     * state a learner's selector is in once writers run beside it), and the
+     * second buffer's the same */
+    measure(&one, &l, 0.3, &dummy, &dummy);
+    l.s = &two;
+    measure(&two, &l, 0.3, &dummy, &dummy);
+    l.s = &one;
+    const char *only = argc > 3 ? argv[3] : NULL;
+    for (size_t r = 0; only && r < rounds; r++) {
+        double wr, lr;
+        bool w = !strcmp(only, "writer") || !strcmp(only, "shared") || !strcmp(only, "separate");
+        bool ln = !strcmp(only, "learner") || !strcmp(only, "shared") || !strcmp(only, "separate");
+        measure(!w ? NULL : !strcmp(only, "separate") ? &two : &one, ln ? &l : NULL, secs, &wr, &lr);
+        printf("%s: writer %.0f/s learner %.0f/s\n", only, wr, lr);
+    }
+    for (size_t r = 0; !only && r < rounds; r++) {
+        measure(&one, NULL, secs, &v[0][r], &dummy);
+        measure(&two, NULL, secs, &v[6][r], &dummy);
+        measure(NULL, &l, secs, &dummy, &v[1][r]);
+        measure(&one, &l, secs, &v[2][r], &v[3][r]);
+        measure(&two, &l, secs, &v[4][r], &v[5][r]);
+        sh[r] = v[2][r] / v[0][r] + v[3][r] / v[1][r];
+        se[r] = v[4][r] / v[6][r] + v[5][r] / v[1][r];
+        printf("round %zu: alone writer %.0f/s learner %.0f/s | shared %.2f + %.2f = %.2f | "
+               "separate %.2f + %.2f = %.2f\n",
+               r, v[0][r], v[1][r], v[2][r] / v[0][r], v[3][r] / v[1][r], sh[r],
+               v[4][r] / v[6][r], v[5][r] / v[1][r], se[r]);
+        fflush(stdout);
+    }
+    if (only)
+        return 0;
+    double m[7];
+    for (int c = 0; c < 7; c++)
+        m[c] = median(v[c], rounds);
+    printf("medians: alone writer %.0f/s learner %.0f/s | shared writer %.0f/s learner %.0f/s, "
+           "sum of shares %.2f | separate writer %.0f/s learner %.0f/s, sum of shares %.2f\n",
+           m[0], m[1], m[2], m[3], median(sh, rounds), m[4], m[5], median(se, rounds));
+    exr_buffer_free(one.b);
+    exr_buffer_free(two.b);
+    return 0;
+}
