@@ -12,13 +12,14 @@
 
 #include "buffer_impl.h"
 #include "buffer_locks.h"
+#include "mem.h"
 
 /* ---- lifecycle --------------------------------------------------------- */
 
 /* The buffer's locks, initialized; NULL if memory or a pthread call failed. */
 static struct exr_locks *locks_new(void)
 {
-    struct exr_locks *lk = malloc(sizeof *lk);
+    struct exr_locks *lk = exr_line_calloc(sizeof *lk);
     if (!lk)
         return NULL;
 #ifdef EXR_DEBUG_LOCKS
@@ -64,7 +65,7 @@ exr_status exr_buffer_new(const exr_config *cfg, exr_buffer **out)
         cfg->pick_len > EXR_MAX_PICK_LEN ||
         (cfg->eviction != EXR_EVICT_FIFO && cfg->eviction != EXR_EVICT_SECOND_CHANCE))
         return EXR_EINVAL;
-    exr_buffer *b = calloc(1, sizeof *b);
+    exr_buffer *b = exr_line_calloc(sizeof *b);
     if (!b)
         return EXR_ENOMEM;
     b->cfg = *cfg;
@@ -244,7 +245,10 @@ static void took_exclusive(exr_buffer *b, bool with_wmu)
     atomic_store_explicit(&b->lk->excl, true, memory_order_relaxed);
     b->lk->excl_wmu = with_wmu;
     b->eps.seq++;
-    b->excl_owner = pthread_self();
+    /* written only when it changes: samplers read its line at every call */
+    pthread_t self = pthread_self();
+    if (!pthread_equal(b->excl_owner, self))
+        b->excl_owner = self;
     reserve_close_locked(b);
 }
 

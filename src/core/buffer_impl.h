@@ -58,53 +58,20 @@ typedef struct exr_reader {
  */
 struct exr_locks; /* rw, pin_mu, wait_mu, published: buffer_locks.h */
 
+/* The fields are grouped by who writes them, each group on cache lines of
+ * its own (EXR_LINE): a sampler on one core reads the first group at every
+ * call, and a record call on another core writes the counters below it at
+ * every call; packed together, each record call took the sampler's lines
+ * away from it (docs/design.md, "Cache lines"). The buffer is allocated
+ * line-aligned (exr_buffer_new). */
 struct exr_buffer {
+    /* set when the buffer is made, or rarely (selectors added or removed,
+     * the log's hook set, the powers' guesses changed): read by every call */
     struct exr_locks *lk;
-    /* The thread of the last exclusive hold (written under it): a draw or
-     * an update lets go of the storage lock for its selector work only when
-     * another thread has been changing the buffer (buffer_batch.c,
-     * buffer_priority.c: selector.h, sample_detached). */
-    pthread_t excl_owner;
-    /* record calls copying without the lock: changed with atomics, since
-     * one that publishes under the shared lock (buffer_record.c) takes
-     * itself off while samplers read it */
-    uint64_t writers;
     exr_config cfg;
     exr_store_layout lay;
-    exr_episodes eps;
-    exr_pick_table picks;
     sel_entry *sels;
     size_t nsels, sels_cap;
-    /* a record call or an eviction added or removed picks since the
-     * exclusive lock was taken: the selectors' flush is due before it is let
-     * go (exr_buffer_unlock). Read and written only under the lock. */
-    bool sel_dirty;
-    int64_t next_handle, next_sel_handle;
-    /* new_episode's reservations (buffer_reserve.c): the bodies of episodes
-     * next_handle - res_pending .. next_handle - 1, oldest first (linked by
-     * next_dead), made live by the next exclusive holder of rw. res_budget:
-     * how many more may be reserved; the episode table always has room for
-     * res_pending + res_budget more. res_closed: rw is held exclusively
-     * (reservations wait for it). Under res_mu; the two atomics are also
-     * read without it (the take of rw exclusive and new_episode check each
-     * other through them). */
-    exr_body *res_head, *res_tail;
-    _Atomic uint64_t res_pending;
-    _Atomic int res_closed;
-    uint64_t res_budget;
-    uint64_t n_records;
-    uint32_t hand;
-    /* copies running without the lock, and what they may still read */
-    exr_reader *readers;
-    uint64_t epoch;
-    exr_body *grave_head, *grave_tail;
-    exr_dead *dead_head, *dead_tail;
-    /* segments of evicted episodes kept for reuse (buffer_graveyard.c) */
-    struct {
-        unsigned char *seg;
-        size_t rows;
-    } spare[EXR_SPARE_SEGS];
-    size_t nspare, spare_bytes;
     /* the experience log's hook (buffer.h) */
     exr_step_hook hook;
     void *hook_ctx;
@@ -117,8 +84,56 @@ struct exr_buffer {
     /* the stored power of the first prioritized selector a record call
      * found under the lock (the bits of a double; NaN: none): the guess
      * exr_leaves_prepare computes a record call's leaves with, before the
-     * lock is taken (buffer_record.c); written under the exclusive lock */
+     * lock is taken (buffer_record.c); written under the exclusive lock,
+     * only when it changes */
     _Atomic uint64_t rec_pow_a;
+    /* The thread of the last exclusive hold (written under it, only when
+     * another thread than the last one takes it): a draw or an update lets
+     * go of the storage lock for its selector work only when another thread
+     * has been changing the buffer (buffer_batch.c, buffer_priority.c:
+     * selector.h, sample_detached). */
+    EXR_LINE pthread_t excl_owner;
+    /* record calls copying without the lock: changed with atomics, since
+     * one that publishes under the shared lock (buffer_record.c) takes
+     * itself off while samplers read it */
+    uint64_t writers;
+    /* the episode table and the pick table: their arrays' pointers and
+     * sizes on the first line, which only growth writes; the counters that
+     * every record call changes on lines of their own (episode.h) */
+    exr_episodes eps;
+    EXR_LINE exr_pick_table picks;
+    /* the rest: record calls' bookkeeping, under the exclusive lock.
+     * sel_dirty: a record call or an eviction added or removed picks since
+     * the exclusive lock was taken: the selectors' flush is due before it
+     * is let go (exr_buffer_unlock). Read and written only under the lock. */
+    EXR_LINE bool sel_dirty;
+    int64_t next_handle, next_sel_handle;
+    uint64_t n_records;
+    uint32_t hand;
+    exr_body *grave_head, *grave_tail;
+    exr_dead *dead_head, *dead_tail;
+    /* segments of evicted episodes kept for reuse (buffer_graveyard.c) */
+    struct {
+        unsigned char *seg;
+        size_t rows;
+    } spare[EXR_SPARE_SEGS];
+    size_t nspare, spare_bytes;
+    /* copies running without the lock, and what they may still read
+     * (pinned and unpinned by samplers too) */
+    EXR_LINE exr_reader *readers;
+    uint64_t epoch;
+    /* new_episode's reservations (buffer_reserve.c): the bodies of episodes
+     * next_handle - res_pending .. next_handle - 1, oldest first (linked by
+     * next_dead), made live by the next exclusive holder of rw. res_budget:
+     * how many more may be reserved; the episode table always has room for
+     * res_pending + res_budget more. res_closed: rw is held exclusively
+     * (reservations wait for it). Under res_mu; the two atomics are also
+     * read without it (the take of rw exclusive and new_episode check each
+     * other through them). */
+    EXR_LINE exr_body *res_head, *res_tail;
+    _Atomic uint64_t res_pending;
+    _Atomic int res_closed;
+    uint64_t res_budget;
 };
 
 /* *_locked functions assert that the storage lock is held (exclusively:

@@ -62,13 +62,18 @@ static inline void exr_episode_sync_seg0(exr_episode *e)
 }
 
 typedef struct {
+    /* written only when the table grows (a sampler reads these at every
+     * call: a line of their own, away from the counters below) */
     exr_episode *slab;
-    uint32_t cap, hwm, free_head;
-    uint32_t head, tail;        /* oldest and newest live episode */
-    uint64_t count;
+    uint32_t cap, hwm;
     int64_t *keys;              /* map; -1 = empty */
     uint32_t *vals;
-    size_t map_cap, map_used;
+    size_t map_cap;
+    /* written by every record call that inserts or evicts */
+    EXR_LINE uint32_t free_head;
+    uint32_t head, tail;        /* oldest and newest live episode */
+    uint64_t count;
+    size_t map_used;
     uint32_t hint;              /* the slot last inserted or recorded into: tried before the map */
     /* The number of the exclusive hold under way (the buffer counts them:
      * took_exclusive), given to the episodes it inserts (exr_episode.fill):

@@ -28,6 +28,12 @@ typedef enum {
 
 #define EXR_NIL UINT32_MAX
 
+/* Starts a struct member on a cache line of its own: fields written by one
+ * thread kept off the lines another thread reads (buffer_impl.h). A struct
+ * with such a member is allocated with exr_line_alloc. */
+#define EXR_LINE_BYTES 64
+#define EXR_LINE _Alignas(EXR_LINE_BYTES)
+
 /* a * b into *out; returns 0 on overflow, 1 otherwise. */
 static inline int exr_mul_size(size_t a, size_t b, size_t *out)
 {

@@ -13,7 +13,10 @@
 #define _DEFAULT_SOURCE /* madvise */
 #include "mem.h"
 
+#include "exr.h"
+
 #include <stdlib.h>
+#include <string.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/mman.h>
@@ -33,6 +36,15 @@ void *exr_big_alloc(size_t bytes)
 #ifdef MADV_HUGEPAGE
     (void)madvise(p, bytes, MADV_HUGEPAGE); /* advice only: failure leaves small pages */
 #endif
+    return p;
+}
+
+void *exr_line_calloc(size_t bytes)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, EXR_LINE_BYTES, bytes ? bytes : 1) != 0)
+        return NULL;
+    memset(p, 0, bytes);
     return p;
 }
 

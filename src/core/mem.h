@@ -18,6 +18,10 @@
  * free(). */
 void *exr_big_alloc(size_t bytes);
 
+/* bytes of zeroed memory aligned to a cache line (EXR_LINE_BYTES), for a
+ * struct with EXR_LINE members (exr.h), or NULL. Release with free(). */
+void *exr_line_calloc(size_t bytes);
+
 /* A batch whose arrays take at least this many bytes is written with
  * non-temporal stores (batch_copy.c): 16 MiB unless a test sets it. */
 size_t exr_stream_min(void);

@@ -25,6 +25,7 @@
 #include "pick_table.h"
 #include "powa.h"
 #include "selector.h"
+#include "mem.h"
 #include "sumtree.h"
 
 enum { P_ALPHA = 0, P_BETA = 1 };
@@ -70,12 +71,12 @@ typedef struct {
      * notes them (noting; base.held: it applies them to the tree as they
      * come, holding mu): only its holder touches them (HOLD entries before
      * it applies them itself). */
-    bool noting;
+    EXR_LINE bool noting;
     size_t hold_n;
     lent hold[HOLD];
     /* The changes of ended holds not yet applied, in order (log_mu; LOG
      * entries, allocated at the first hold that needs it). */
-    pthread_mutex_t log_mu;
+    EXR_LINE pthread_mutex_t log_mu;
     lent *log;
     size_t log_n;
 } prio_sel;
@@ -136,7 +137,7 @@ static exr_status p_create(exr_selector **out, const double *params, size_t n)
 {
     if (!p_param_ok(P_ALPHA, params[P_ALPHA]) || !p_param_ok(P_BETA, params[P_BETA]))
         return EXR_EINVAL;
-    prio_sel *s = calloc(1, sizeof *s);
+    prio_sel *s = exr_line_calloc(sizeof *s);
     if (!s)
         return EXR_ENOMEM;
     s->base.vt = &exr_sel_prioritized;

@@ -32,6 +32,7 @@
 
 #include "codec.h"
 #include "selector.h"
+#include "mem.h"
 
 enum { R_ALPHA = 0, R_BETA = 1 };
 #define RANKS_PER_CUM 8
@@ -133,7 +134,7 @@ static exr_status r_create(exr_selector **out, const double *params, size_t n)
 {
     if (!r_param_ok(R_ALPHA, params[R_ALPHA]) || !r_param_ok(R_BETA, params[R_BETA]))
         return EXR_EINVAL;
-    rank_sel *s = calloc(1, sizeof *s);
+    rank_sel *s = exr_line_calloc(sizeof *s);
     if (!s)
         return EXR_ENOMEM;
     s->base.vt = &exr_sel_rank;

@@ -5,12 +5,13 @@
 #include <stdlib.h>
 
 #include "selector.h"
+#include "mem.h"
 
 static exr_status u_create(exr_selector **out, const double *params, size_t n)
 {
     (void)params;
     (void)n;
-    exr_selector *s = calloc(1, sizeof *s);
+    exr_selector *s = exr_line_calloc(sizeof *s);
     if (!s)
         return EXR_ENOMEM;
     s->vt = &exr_sel_uniform;

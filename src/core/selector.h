@@ -157,7 +157,10 @@ typedef struct {
 struct exr_selector {
     const exr_selector_vtable *vt;
     exr_rng rng;
-    pthread_mutex_t mu; /* a draw or an update (buffer_batch.c); see sample_detached */
+    /* a draw or an update (buffer_batch.c); see sample_detached. On a line
+     * of its own: record calls take it after their holds (exr.h, EXR_LINE);
+     * the selector's kind allocates it with exr_line_calloc (mem.h) */
+    EXR_LINE pthread_mutex_t mu;
     /* mu is held by the exclusive hold under way, which changes the
      * selector in place (sel_prioritized.c): written and read only by
      * the exclusive holder (false whenever the storage lock is not held
