@@ -216,15 +216,20 @@ static void plan_batch_locked(exr_buffer *b, size_t count, const size_t *idx, ex
             out->pick_index[i] = (int64_t)idx[i];
 }
 
-/* Whether the pick at table index i is published: not entered by a record
- * call still copying its rows. */
-static inline bool pick_visible_locked(const exr_buffer *b, size_t i)
+/* Whether pick pk (a live table entry) is published: not entered by a
+ * record call still copying its rows. */
+static inline bool ent_visible_locked(const exr_buffer *b, exr_pick pk)
 {
     EXR_ASSERT_LOCKED(b);
-    const exr_pick *pk = &b->picks.v[i];
-    const exr_episode *e = &b->eps.slab[pk->slot];
+    const exr_episode *e = &b->eps.slab[pk.slot];
     /* atomic: a record call publishes (clears busy) under the shared lock */
-    return !__atomic_load_n(&e->busy, __ATOMIC_ACQUIRE) || pk->pos < e->body->m_pub;
+    return !__atomic_load_n(&e->busy, __ATOMIC_ACQUIRE) || pk.pos < e->body->m_pub;
+}
+
+/* The same for the pick at table index i. */
+static inline bool pick_visible_locked(const exr_buffer *b, size_t i)
+{
+    return ent_visible_locked(b, b->picks.v[i]);
 }
 
 /* count draws of selector s: the weights, or what post->fn turns into them
@@ -523,13 +528,25 @@ static int draw_detached(exr_buffer *b, int64_t h, sel_entry *e, size_t count,
     sc->have_ents = true;
     bool same = b->eps.seq == r0;
     bool look = !same || __atomic_load_n(&b->writers, __ATOMIC_ACQUIRE);
+    /* each pick's slot is read at random (and was likely written by a
+     * record call on another core since): prefetched PF picks ahead, so
+     * that the misses overlap rather than come one after another */
+    enum { PF = 16 };
+    const exr_episode *slab = b->eps.slab;
     size_t gone = 0;
-    for (size_t i = 0; look && i < count; i++)
-        if (same ? !pick_visible_locked(b, sc->idx[i])
-                 : !still_there_locked(b, sc->ents[i], r0)) {
+    for (size_t i = 0; look && i < PF && i < count; i++)
+        if (sc->ents[i].slot < b->eps.hwm)
+            __builtin_prefetch(&slab[sc->ents[i].slot]);
+    for (size_t i = 0; look && i < count; i++) {
+        if (i + PF < count && sc->ents[i + PF].slot < b->eps.hwm)
+            __builtin_prefetch(&slab[sc->ents[i + PF].slot]);
+        /* same: no hold since the draw, so each drawn pick is the table's
+         * entry at its index (its slot already in ents) */
+        if (same ? !ent_visible_locked(b, sc->ents[i]) : !still_there_locked(b, sc->ents[i], r0)) {
             sc->idx[i] = SIZE_MAX;
             gone++;
         }
+    }
     return gone ? redraw_gone_locked(b, s, count, sc, out->weight, st) : 1;
 }
 
