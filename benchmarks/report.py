@@ -819,7 +819,8 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
             verdict(all(r <= GOAL_FIELDS_FLOOR for _, r in fr)),
         ])
     # threads
-    ex_threads = [t for t in threads if t["workload"] != "control"]
+    ex_threads = [t for t in threads if t["workload"] not in ("control", "apex_two_buffers")]
+    two_buf = [t for t in threads if t["workload"] == "apex_two_buffers"]
     ctl = [t for t in threads if t["workload"] == "control"]
     if ex_threads and ctl:
         c = ctl[0]["speedup"]
@@ -834,7 +835,10 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
                       for t, ct in zip(ex_threads, cs))
             + (" (control: NumPy ufuncs on both threads, a round of it before each of the workload's rounds: "
                "the machine's ceiling at the time)" if paired else
-               f" (control, NumPy ufuncs on both threads: {fmt_ratio(c)}, the machine's ceiling at the time)"),
+               f" (control, NumPy ufuncs on both threads: {fmt_ratio(c)}, the machine's ceiling at the time)")
+            + "".join(f"; for reference, apex with the writer on a second buffer (nothing shared): "
+                      f"{fmt_ratio(t['speedup'])} = {t['speedup'] / t.get('control_speedup', c):.2f}× the control"
+                      for t in two_buf),
             verdict(all(t["speedup"] >= GOAL_THREADS * ct for t, ct in zip(ex_threads, cs)))
             if min(cs) >= CONTROL_MIN else
             f"**not judged** (a control reached only {fmt_ratio(min(cs))}: the second core was busy)",
@@ -1046,7 +1050,10 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
             "NumPy `np.sin` loops (GIL released, no exreplay) on both threads: it shows what two threads could get from "
             "this shared machine during the run; a control well under 2× means the other core was busy. Each other "
             "workload runs a round of the control right before each of its own rounds; the last column is that "
-            "control's median speedup and the workload's speedup divided by it."
+            "control's median speedup and the workload's speedup divided by it. The *apex_two_buffers* row is "
+            "a reference, not a goal: apex's two sides with the writer on a second buffer of the same shape and "
+            "fill, so that the threads share nothing of exreplay; it is what the interpreter and the machine "
+            "leave the apex row."
         )
         L.append("")
         trs = []
@@ -1127,7 +1134,9 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
         "`make test`) runs every benchmark at a few small sizes as a smoke run and writes its report under "
         "`build/bench-quick/`. `make bench-phases` times `get_batch`'s phases (draw, plan, copy) per pick next to "
         "the floor, in C (`benchmarks/c/phases.c`); `make bench-draw` times the prioritized sum-tree draw alone "
-        "(`benchmarks/c/draw.c`). The A/B scripts `benchmarks/ab_builds.py`, `ab_get_batch.py`, `ab_small.py` "
+        "(`benchmarks/c/draw.c`); `make bench-pair` runs the threads section's Ape-X writer and learner as pthreads "
+        "calling the core, each alone, on one buffer and on two (`benchmarks/c/pair.c`: the pair without the "
+        "interpreter). The A/B scripts `benchmarks/ab_builds.py`, `ab_get_batch.py`, `ab_small.py` "
         "and `ab_set_priority.py` (sharing `ab_common.py`) load two builds of the extension into one process and "
         "alternate them, printing the median of the paired after/base ratios: the addenda's comparisons of two "
         "builds come from them (`ab_threads.py` does the same for the thread workloads, and `ab_record.py` for the "
