@@ -240,8 +240,11 @@ int main(int argc, char **argv)
                v[4][r] / v[6][r], v[5][r] / v[1][r], se[r]);
         fflush(stdout);
     }
-    if (only)
+    if (only) {
+        exr_buffer_free(one.b);
+        exr_buffer_free(two.b);
         return 0;
+    }
     double m[7];
     for (int c = 0; c < 7; c++)
         m[c] = median(v[c], rounds);
