@@ -45,15 +45,6 @@ static exr_batch_out g_out;
 static size_t g_B;
 enum { EP = 100, SB = 16 };
 
-static void *zalloc(size_t bytes)
-{
-    void *p = calloc(1, bytes ? bytes : 1);
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(1);
-    }
-    return p;
-}
 
 static void fill(size_t n, int kind)
 {
@@ -90,7 +81,7 @@ void ab_setup(size_t n, size_t B, int kind)
     exr_buffer_unlock(g_buf);
     fill(n, kind);
     g_B = B;
-    batch_out_alloc(&g_out, B, 1, SB, zalloc);
+    batch_out_alloc(&g_out, B, 1, SB, bench_zalloc);
 }
 
 /* ns a call, over `calls` calls */

@@ -8,6 +8,19 @@
 #define EXR_BENCH_BATCH_OUT_H
 
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* Zeroed memory, or the program exits: the harnesses' allocator. */
+static inline void *bench_zalloc(size_t bytes)
+{
+    void *p = calloc(1, bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    return p;
+}
 
 static inline void batch_out_alloc(exr_batch_out *o, size_t B, size_t L, size_t sb,
                                    void *(*alloc)(size_t))

@@ -48,16 +48,6 @@ static double now_s(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static void *xalloc(size_t bytes)
-{
-    void *p = calloc(1, bytes ? bytes : 1);
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(1);
-    }
-    return p;
-}
-
 static void check(exr_status st, const char *what)
 {
     if (st != EXR_OK) {
@@ -201,15 +191,15 @@ int main(int argc, char **argv)
     fill(&one);
     fill(&two);
     learner_state l = {.s = &one};
-    batch_out_alloc(&l.o, B, 1, SB, xalloc);
+    batch_out_alloc(&l.o, B, 1, SB, bench_zalloc);
     for (size_t i = 0; i < B; i++)
         l.prio[i] = 0.05 + (double)((i * 104729) % 1000) / 1000.0;
     /* column: 0 writer alone, 1 learner alone, 2-3 shared (w, l), 4-5 separate (w, l),
      * 6 the writer alone on the second buffer */
     double *v[7];
     for (int c = 0; c < 7; c++)
-        v[c] = xalloc(rounds * sizeof(double));
-    double *sh = xalloc(rounds * sizeof(double)), *se = xalloc(rounds * sizeof(double));
+        v[c] = bench_zalloc(rounds * sizeof(double));
+    double *sh = bench_zalloc(rounds * sizeof(double)), *se = bench_zalloc(rounds * sizeof(double));
     double dummy;
     /* warm-up: the learner's selector drawn while a writer records (the
      * state a learner's selector is in once writers run beside it), and the
