@@ -123,8 +123,6 @@ def _loop(fn, n):
 
 WORKLOADS = {"apex": _apex, "apex_two_buffers": _apex_two_buffers, "atari": _atari,
              "atari_samplers": _atari_samplers, "atari_writers": _atari_writers, "control": _control}
-# Rows that show a ceiling rather than a goal (docs/benchmarks.md, section 4).
-REFERENCE_WORKLOADS = ("control", "apex_two_buffers")
 
 
 def _per_call(fn, T):

@@ -30,7 +30,7 @@ typedef enum {
 
 /* Starts a struct member on a cache line of its own: fields written by one
  * thread kept off the lines another thread reads (buffer_impl.h). A struct
- * with such a member is allocated with exr_line_alloc. */
+ * with such a member is allocated with exr_line_calloc (mem.h). */
 #define EXR_LINE_BYTES 64
 #define EXR_LINE _Alignas(EXR_LINE_BYTES)
 
