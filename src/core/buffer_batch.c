@@ -4,6 +4,7 @@
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime for the phase timings */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -542,6 +543,13 @@ static int draw_detached(exr_buffer *b, int64_t h, sel_entry *e, size_t count,
             __builtin_prefetch(&slab[sc->ents[i + PF].slot]);
         /* same: no hold since the draw, so each drawn pick is the table's
          * entry at its index (its slot already in ents) */
+#ifdef EXR_DEBUG_LOCKS
+        if (same && (sc->idx[i] >= b->picks.n || b->picks.v[sc->idx[i]].slot != sc->ents[i].slot ||
+                     b->picks.v[sc->idx[i]].pos != sc->ents[i].pos)) {
+            fprintf(stderr, "draw_detached: pick %zu is not the table's entry\n", sc->idx[i]);
+            abort();
+        }
+#endif
         if (same ? !ent_visible_locked(b, sc->ents[i]) : !still_there_locked(b, sc->ents[i], r0)) {
             sc->idx[i] = SIZE_MAX;
             gone++;
