@@ -176,8 +176,13 @@ int main(int argc, char **argv)
 {
     size_t rounds = argc > 1 ? (size_t)atol(argv[1]) : 5;
     double secs = argc > 2 ? atof(argv[2]) : 1.0;
-    if (rounds < 1 || rounds > 1000 || !(secs > 0 && secs < 3600)) {
-        fprintf(stderr, "usage: pair [ROUNDS (1-1000) [SECONDS]]\n");
+    const char *only = argc > 3 ? argv[3] : NULL;
+    /* ONLY: which sides run, and the writer on the second buffer */
+    bool w_on = only && strcmp(only, "learner"), l_on = only && strcmp(only, "writer");
+    bool known = !only || !strcmp(only, "writer") || !strcmp(only, "learner") ||
+                 !strcmp(only, "shared") || !strcmp(only, "separate");
+    if (rounds < 1 || rounds > 1000 || !(secs > 0 && secs < 3600) || !known || argc > 4) {
+        fprintf(stderr, "usage: pair [ROUNDS (1-1000) [SECONDS [writer|learner|shared|separate]]]\n");
         return 2;
     }
     for (size_t i = 0; i < EP * SB; i++)
@@ -208,12 +213,10 @@ int main(int argc, char **argv)
     l.s = &two;
     measure(&two, &l, 0.3, &dummy, &dummy);
     l.s = &one;
-    const char *only = argc > 3 ? argv[3] : NULL;
+    side_buf *w_buf = only && !strcmp(only, "separate") ? &two : &one;
     for (size_t r = 0; only && r < rounds; r++) {
         double wr, lr;
-        bool w = !strcmp(only, "writer") || !strcmp(only, "shared") || !strcmp(only, "separate");
-        bool ln = !strcmp(only, "learner") || !strcmp(only, "shared") || !strcmp(only, "separate");
-        measure(!w ? NULL : !strcmp(only, "separate") ? &two : &one, ln ? &l : NULL, secs, &wr, &lr);
+        measure(w_on ? w_buf : NULL, l_on ? &l : NULL, secs, &wr, &lr);
         printf("%s: writer %.0f/s learner %.0f/s\n", only, wr, lr);
     }
     for (size_t r = 0; !only && r < rounds; r++) {
@@ -230,17 +233,14 @@ int main(int argc, char **argv)
                v[4][r] / v[6][r], v[5][r] / v[1][r], se[r]);
         fflush(stdout);
     }
-    if (only) {
-        exr_buffer_free(one.b);
-        exr_buffer_free(two.b);
-        return 0;
+    if (!only) {
+        double m[7];
+        for (int c = 0; c < 7; c++)
+            m[c] = median(v[c], rounds);
+        printf("medians: alone writer %.0f/s learner %.0f/s | shared writer %.0f/s learner %.0f/s, "
+               "sum of shares %.2f | separate writer %.0f/s learner %.0f/s, sum of shares %.2f\n",
+               m[0], m[1], m[2], m[3], median(sh, rounds), m[4], m[5], median(se, rounds));
     }
-    double m[7];
-    for (int c = 0; c < 7; c++)
-        m[c] = median(v[c], rounds);
-    printf("medians: alone writer %.0f/s learner %.0f/s | shared writer %.0f/s learner %.0f/s, "
-           "sum of shares %.2f | separate writer %.0f/s learner %.0f/s, sum of shares %.2f\n",
-           m[0], m[1], m[2], m[3], median(sh, rounds), m[4], m[5], median(se, rounds));
     exr_buffer_free(one.b);
     exr_buffer_free(two.b);
     return 0;
