@@ -1053,7 +1053,10 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
             "control's median speedup and the workload's speedup divided by it. The *apex_two_buffers* row is "
             "a reference, not a goal: apex's two sides with the writer on a second buffer of the same shape and "
             "fill, so that the threads share nothing of exreplay; it is what the interpreter and the machine "
-            "leave the apex row."
+            "leave the apex row. The *apex_writer_numpy* and *dqn_sampler_numpy* rows pair a loop of small exreplay "
+            "calls (apex's writer; `get_batch(32)` from apex's buffer) with a thread doing the control's NumPy work, "
+            "which releases the GIL outside exreplay: a small call may keep the GIL only when its thread is alone "
+            "(design.md, \"The binding's one idiom\"), so the NumPy thread must not wait for it."
         )
         L.append("")
         trs = []

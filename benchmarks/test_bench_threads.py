@@ -13,6 +13,13 @@ Two workloads, each on a buffer filled to capacity first (so recording evicts):
   interpreter and the machine leave the "apex" row (a reference, not a goal).
 - "atari": 84x84 uint8 states, capacity 20k, pick_len 1, uniform; the actor
   `record_many`s 100-step rollouts, the learner draws `get_batch(64)`.
+- "apex_writer_numpy": apex's writer beside a thread doing NumPy work that
+  releases the GIL (the control's np.sin, below), as a learner thread
+  training with NumPy or PyTorch does: the writer's rollouts are small
+  calls, which may do their work with the GIL held (docs/design.md, "The
+  binding's one idiom"), and must not keep the other thread waiting for it.
+- "dqn_sampler_numpy": a thread drawing small batches (`get_batch(32)`,
+  uniform, from apex's buffer) beside the same NumPy thread.
 
 The counts of each side are calibrated so that each side alone takes about
 the same time T (0.3 s full), so the best possible speedup on 2 cores is 2.
@@ -65,6 +72,27 @@ def _apex_two_buffers():
     buf, _, samp, desc = _apex()
     _, rec, _, _ = _apex()
     return buf, rec, samp, dict(desc, record=desc["record"] + " on a second buffer")
+
+
+def _apex_writer_numpy():
+    """Apex's writer and a NumPy thread (the control's work, GIL released
+    inside each ufunc call)."""
+    buf, rec, _, desc = _apex()
+    _, numpy_work, _, _ = _control()
+    return buf, rec, numpy_work, dict(desc, sample="np.sin(64k float64, out=)")
+
+
+def _dqn_sampler_numpy():
+    """Small uniform batches from apex's buffer, and a NumPy thread."""
+    buf, _, _, desc = _apex()
+    ps = harness.uniform(buf)
+    _, numpy_work, _, _ = _control()
+
+    def samp():
+        buf.get_batch(32, ps)
+
+    return buf, samp, numpy_work, dict(desc, record="get_batch(32, uniform)",
+                                       sample="np.sin(64k float64, out=)")
 
 
 def _atari():
@@ -122,7 +150,8 @@ def _loop(fn, n):
 
 
 WORKLOADS = {"apex": _apex, "apex_two_buffers": _apex_two_buffers, "atari": _atari,
-             "atari_samplers": _atari_samplers, "atari_writers": _atari_writers, "control": _control}
+             "atari_samplers": _atari_samplers, "atari_writers": _atari_writers, "control": _control,
+             "apex_writer_numpy": _apex_writer_numpy, "dqn_sampler_numpy": _dqn_sampler_numpy}
 
 
 def _per_call(fn, T):
@@ -172,7 +201,7 @@ def _round(rec, n_rec, samp, n_samp):
 
 
 @pytest.mark.parametrize("workload", ["control", "apex", "apex_two_buffers", "atari", "atari_samplers",
-                                      "atari_writers"])
+                                      "atari_writers", "apex_writer_numpy", "dqn_sampler_numpy"])
 def test_threads(workload):
     """A workload's speedup, and the control's speedup measured in the same
     rounds (a control round right before each of the workload's), so that
