@@ -819,8 +819,12 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
             verdict(all(r <= GOAL_FIELDS_FLOOR for _, r in fr)),
         ])
     # threads
-    ex_threads = [t for t in threads if t["workload"] not in ("control", "apex_two_buffers")]
+    # references, not goals: what the interpreter and the machine leave the
+    # apex row, and what small calls keeping the GIL cost a NumPy thread
+    refs = ("apex_two_buffers", "apex_writer_numpy", "dqn_sampler_numpy")
+    ex_threads = [t for t in threads if t["workload"] != "control" and t["workload"] not in refs]
     two_buf = [t for t in threads if t["workload"] == "apex_two_buffers"]
+    beside_numpy = [t for t in threads if t["workload"] in refs[1:]]
     ctl = [t for t in threads if t["workload"] == "control"]
     if ex_threads and ctl:
         c = ctl[0]["speedup"]
@@ -838,7 +842,10 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
                f" (control, NumPy ufuncs on both threads: {fmt_ratio(c)}, the machine's ceiling at the time)")
             + "".join(f"; for reference, apex with the writer on a second buffer (nothing shared): "
                       f"{fmt_ratio(t['speedup'])} = {t['speedup'] / t.get('control_speedup', c):.2f}× the control"
-                      for t in two_buf),
+                      for t in two_buf)
+            + "".join(f"; for reference, {t['workload']} (small calls beside a NumPy thread): "
+                      f"{fmt_ratio(t['speedup'])} = {t['speedup'] / t.get('control_speedup', c):.2f}× the control"
+                      for t in beside_numpy),
             verdict(all(t["speedup"] >= GOAL_THREADS * ct for t, ct in zip(ex_threads, cs)))
             if min(cs) >= CONTROL_MIN else
             f"**not judged** (a control reached only {fmt_ratio(min(cs))}: the second core was busy)",
@@ -1053,10 +1060,11 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
             "control's median speedup and the workload's speedup divided by it. The *apex_two_buffers* row is "
             "a reference, not a goal: apex's two sides with the writer on a second buffer of the same shape and "
             "fill, so that the threads share nothing of exreplay; it is what the interpreter and the machine "
-            "leave the apex row. The *apex_writer_numpy* and *dqn_sampler_numpy* rows pair a loop of small exreplay "
-            "calls (apex's writer; `get_batch(32)` from apex's buffer) with a thread doing the control's NumPy work, "
-            "which releases the GIL outside exreplay: a small call may keep the GIL only when its thread is alone "
-            "(design.md, \"The binding's one idiom\"), so the NumPy thread must not wait for it."
+            "leave the apex row. The *apex_writer_numpy* and *dqn_sampler_numpy* rows are references too: a loop of "
+            "small exreplay calls (apex's writer; `get_batch(32)` from apex's buffer) beside a thread doing the "
+            "control's NumPy work, which releases the GIL outside exreplay. Small calls keep the GIL while no "
+            "exreplay call is out (design.md, \"The binding's one idiom\", which says why), so the NumPy thread "
+            "can wait for it until the switch interval: these rows show what that costs."
         )
         L.append("")
         trs = []

@@ -15,11 +15,14 @@ Two workloads, each on a buffer filled to capacity first (so recording evicts):
   `record_many`s 100-step rollouts, the learner draws `get_batch(64)`.
 - "apex_writer_numpy": apex's writer beside a thread doing NumPy work that
   releases the GIL (the control's np.sin, below), as a learner thread
-  training with NumPy or PyTorch does: the writer's rollouts are small
-  calls, which may do their work with the GIL held (docs/design.md, "The
-  binding's one idiom"), and must not keep the other thread waiting for it.
+  training with NumPy or PyTorch does. A reference, not a goal: the writer's
+  rollouts are small calls, which keep the GIL while no exreplay call is
+  out (docs/design.md, "The binding's one idiom"), so the NumPy thread can
+  wait for it until the interpreter's switch interval; this row shows
+  what that costs.
 - "dqn_sampler_numpy": a thread drawing small batches (`get_batch(32)`,
-  uniform, from apex's buffer) beside the same NumPy thread.
+  uniform, from apex's buffer) beside the same NumPy thread: the same
+  reference for small batches.
 
 The counts of each side are calibrated so that each side alone takes about
 the same time T (0.3 s full), so the best possible speedup on 2 cores is 2.

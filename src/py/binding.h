@@ -76,12 +76,6 @@ typedef struct {
  * does not while this is not 0 (docs/design.md, "The binding's one idiom").
  * Changed and read only with the GIL held, so a plain int. */
 extern int exr_nogil_calls;
-/* Whether a small call may do its work with the GIL held: no exreplay call
- * is out without the GIL (exr_nogil_calls) and the calling thread is the
- * only Python thread in the process, so that nobody else can be waiting
- * for the GIL or come back for it (docs/design.md, "The binding's one
- * idiom"). GIL held. */
-int exr_gil_mine_alone(void);
 /* small calls that did all their work with the GIL held (the test hook
  * _core._gil_kept reads it); changed only with the GIL held */
 extern unsigned long long exr_gil_kept;

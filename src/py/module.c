@@ -16,22 +16,6 @@ int exr_nogil_calls;
 unsigned long long exr_gil_kept;
 unsigned long long exr_block_hints;
 
-/* Thread states are added and removed with the GIL held, so with it held
- * the lists stay as they are while they are walked: a few pointer loads
- * for a program with one thread. Every interpreter is looked at (in 3.11
- * they share the GIL; where they do not, this is only cautious). */
-int exr_gil_mine_alone(void)
-{
-    if (exr_nogil_calls)
-        return 0;
-    PyThreadState *me = PyThreadState_Get();
-    for (PyInterpreterState *in = PyInterpreterState_Head(); in; in = PyInterpreterState_Next(in))
-        for (PyThreadState *t = PyInterpreterState_ThreadHead(in); t; t = PyThreadState_Next(t))
-            if (t != me)
-                return 0;
-    return 1;
-}
-
 void exr_lock_with_gil(exr_buffer *b)
 {
     if (exr_buffer_trylock(b))

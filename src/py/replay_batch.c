@@ -40,7 +40,7 @@ static exr_status draw_and_copy(ReplayObject *self, int64_t h, size_t B, exr_bat
 {
     bool done = false;
     exr_status st = EXR_OK;
-    if (exr_gil_mine_alone())
+    if (!exr_nogil_calls)
         st = exr_buffer_get_batch_nowait(self->buf, h, B, o, &done);
     if (done) {
         exr_gil_kept++;

@@ -166,7 +166,7 @@ static PyObject *record_steps(ReplayObject *self, int64_t h, const exr_steps *in
     struct exr_log *lg = exr_replay_log(self);
     exr_leaves lv; /* the priorities' p ** alpha, before the lock */
     const exr_leaves *lvp = in->priorities ? &lv : NULL;
-    bool nowait = !lg && exr_gil_mine_alone();
+    bool nowait = !lg && !exr_nogil_calls;
     if (nowait) { /* with the GIL, which the call keeps anyway if it goes */
         if (lvp)
             exr_leaves_prepare(self->buf, in, &lv);
