@@ -2,7 +2,7 @@
 sequentially in one thread (docs/design.md: the GIL is released inside record_many,
 get_batch and set_priority, and the buffer guards itself).
 
-Two workloads, each on a buffer filled to capacity first (so recording evicts):
+The workloads, each on a buffer filled to capacity first (so recording evicts):
 
 - "apex": CartPole-like states (4,) float32, capacity 200k, one prioritized
   selector; the actor thread `record_many`s 100-step rollouts with initial
