@@ -9,6 +9,7 @@ step t + 1, and nothing past seq_len is non-zero. No timing is asserted.
 """
 
 import collections
+import contextlib
 import os
 import random
 import threading
@@ -34,6 +35,9 @@ class Runner:
         self.errors = []
         self.threads = []
         self.counts = collections.Counter()
+        # entered by `writer` around each record call: a test that must look
+        # at the buffer between two of them makes it a lock
+        self.gate = contextlib.nullcontext()
 
     def spawn(self, name, fn, *args):
         def run():
@@ -146,13 +150,15 @@ def writer(run, buf, wid, seed):
             steps = np.arange(t, t + n)
             if n == 1 and rng.random() < 0.5:
                 pri = rng.uniform(0.05, 5.0) if rng.random() < 0.7 else None
-                h2 = buf.record(h, S[0], int(steps[0]), float(steps[0]) * 0.5, final_state=fin,
-                                terminated=term, priority=pri)
+                with run.gate:
+                    h2 = buf.record(h, S[0], int(steps[0]), float(steps[0]) * 0.5, final_state=fin,
+                                    terminated=term, priority=pri)
             else:
                 pri = np.array([rng.uniform(0.05, 5.0) for _ in range(n)]) \
                     if rng.random() < 0.7 else None
-                h2 = buf.record_many(h, S, steps, steps * 0.5, final_state=fin, terminated=term,
-                                     priorities=pri)
+                with run.gate:
+                    h2 = buf.record_many(h, S, steps, steps * 0.5, final_state=fin, terminated=term,
+                                         priorities=pri)
             assert isinstance(h2, int) and h2 >= 0
             if h is not None and h2 != h:
                 # the episode was evicted (or h was unknown): a new one began
@@ -388,10 +394,15 @@ def test_learner_updates_land_while_writers_record():
     Right after each update, every pick of the batch still there holds the
     priority given to it last (the learner is the only updater; writers only
     add and evict picks), every batch's rows are whole, every weight is in
-    (0, 1], and the invariants hold afterwards."""
+    (0, 1], and the invariants hold afterwards. The check of each batch runs
+    with the writers held at the gate (its draw and its update still race
+    with them): without it a slow learner (ASan, a loaded machine) found
+    every pick evicted before it looked, batch after batch, and checked
+    nothing."""
     L = 2
     buf, pr = prefilled_prioritized(L, 600, 5, alpha=1.0, beta=0.4)
     run = Runner()
+    run.gate = threading.Lock()
 
     def learner():
         rng = np.random.default_rng(9)
@@ -402,18 +413,22 @@ def test_learner_updates_land_while_writers_record():
             p = rng.uniform(0.1, 10.0, 64)
             buf.set_priority(pr, b, p)
             last = {(int(e), int(q)): v for e, q, v in zip(b.pick_epi, b.pick_pos, p)}
-            for (e, q), v in last.items():
-                try:
-                    got = buf.stored_priorities(pr, np.array([e]), np.array([q]))[0]
-                except ValueError:  # evicted meanwhile
-                    run.counts["gone"] += 1
-                    continue
-                assert got == np.float32(v), (e, q, got, v)
-                run.counts["checked"] += 1
+            with run.gate:
+                for (e, q), v in last.items():
+                    try:
+                        got = buf.stored_priorities(pr, np.array([e]), np.array([q]))[0]
+                    except ValueError:  # evicted meanwhile
+                        run.counts["gone"] += 1
+                        continue
+                    assert got == np.float32(v), (e, q, got, v)
+                    run.counts["checked"] += 1
 
+    # the learner first: a thread started while two writers pass the GIL
+    # back and forth in small calls can wait seconds for its first turn
+    # (docs/design.md, "The binding's one idiom")
+    run.spawn("learner", learner)
     for w in range(2):
         run.spawn(f"writer{w}", writer, run, buf, w, 60 + w)
-    run.spawn("learner", learner)
     run.run(DURATION)
     buf._check()
     c = run.counts
