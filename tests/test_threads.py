@@ -50,9 +50,16 @@ class Runner:
         t = threading.Thread(target=run, name=name, daemon=True)
         self.threads.append(t)
 
-    def run(self, duration):
-        for t in self.threads:
+    def start(self):
+        """Starts the threads, the last spawned first: tests spawn their
+        writers first, and a thread started while two writers pass the GIL
+        back and forth in small calls can wait seconds for its first turn
+        (docs/design.md, "The binding's one idiom")."""
+        for t in reversed(self.threads):
             t.start()
+
+    def run(self, duration):
+        self.start()
         self.stop.wait(duration)
         self.stop.set()
         for t in self.threads:
@@ -61,8 +68,7 @@ class Runner:
         assert not self.errors, "\n".join(self.errors)
 
     def run_to_completion(self, timeout=60):
-        for t in self.threads:
-            t.start()
+        self.start()
         for t in self.threads:
             t.join(timeout)
             assert not t.is_alive(), f"thread {t.name} hangs"
@@ -423,12 +429,9 @@ def test_learner_updates_land_while_writers_record():
                     assert got == np.float32(v), (e, q, got, v)
                     run.counts["checked"] += 1
 
-    # the learner first: a thread started while two writers pass the GIL
-    # back and forth in small calls can wait seconds for its first turn
-    # (docs/design.md, "The binding's one idiom")
-    run.spawn("learner", learner)
     for w in range(2):
         run.spawn(f"writer{w}", writer, run, buf, w, 60 + w)
+    run.spawn("learner", learner)
     run.run(DURATION)
     buf._check()
     c = run.counts
