@@ -27,6 +27,40 @@ ASAN = os.environ.get("EXREPLAY_ASAN") == "1"
 DURATION = 1.0 if ASAN else 3.0
 
 
+class Gate:
+    """Writers pass it together (`with gate:` around a record call); a
+    checker holds it alone (`with gate.alone():`), once the calls in flight
+    have ended, and no writer passes meanwhile."""
+
+    def __init__(self):
+        self.cv = threading.Condition()
+        self.inside = 0
+        self.closed = False
+
+    def __enter__(self):
+        with self.cv:
+            self.cv.wait_for(lambda: not self.closed)
+            self.inside += 1
+
+    def __exit__(self, *exc):
+        with self.cv:
+            self.inside -= 1
+            self.cv.notify_all()
+
+    @contextlib.contextmanager
+    def alone(self):
+        with self.cv:
+            self.cv.wait_for(lambda: not self.closed)
+            self.closed = True
+            self.cv.wait_for(lambda: self.inside == 0)
+        try:
+            yield
+        finally:
+            with self.cv:
+                self.closed = False
+                self.cv.notify_all()
+
+
 class Runner:
     """Starts functions in threads, stops them together, collects errors."""
 
@@ -36,7 +70,7 @@ class Runner:
         self.threads = []
         self.counts = collections.Counter()
         # entered by `writer` around each record call: a test that must look
-        # at the buffer between two of them makes it a lock
+        # at the buffer between two of them makes it a Gate
         self.gate = contextlib.nullcontext()
 
     def spawn(self, name, fn, *args):
@@ -408,7 +442,7 @@ def test_learner_updates_land_while_writers_record():
     L = 2
     buf, pr = prefilled_prioritized(L, 600, 5, alpha=1.0, beta=0.4)
     run = Runner()
-    run.gate = threading.Lock()
+    run.gate = Gate()
 
     def learner():
         rng = np.random.default_rng(9)
@@ -419,7 +453,7 @@ def test_learner_updates_land_while_writers_record():
             p = rng.uniform(0.1, 10.0, 64)
             buf.set_priority(pr, b, p)
             last = {(int(e), int(q)): v for e, q, v in zip(b.pick_epi, b.pick_pos, p)}
-            with run.gate:
+            with run.gate.alone():
                 for (e, q), v in last.items():
                     try:
                         got = buf.stored_priorities(pr, np.array([e]), np.array([q]))[0]
