@@ -45,7 +45,6 @@ static exr_batch_out g_out;
 static size_t g_B;
 enum { EP = 100, SB = 16 };
 
-
 static void fill(size_t n, int kind)
 {
     unsigned char st[EP * SB], fin[SB] = {0};

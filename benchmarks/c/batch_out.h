@@ -2,7 +2,8 @@
  * batch_out.h - the output arrays of a get_batch of B picks of L steps
  * (state and next state sb bytes a step, int64 actions, float32 rewards),
  * for the C harnesses of benchmarks/c/, each from `alloc` (which exits
- * when out of memory). Include after buffer.h.
+ * when out of memory); and what those harnesses share besides: their
+ * allocator and their comparison for medians. Include after buffer.h.
  */
 #ifndef EXR_BENCH_BATCH_OUT_H
 #define EXR_BENCH_BATCH_OUT_H
@@ -10,6 +11,14 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+/* qsort's comparison of doubles, ascending: the harnesses' medians (not
+ * ab_core.c's driver, which loads the cores without this header). */
+static inline int bench_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
 
 /* Zeroed memory, or the program exits: the harnesses' allocator. */
 static inline void *bench_zalloc(size_t bytes)

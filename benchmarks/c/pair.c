@@ -160,15 +160,9 @@ static void measure(side_buf *w, learner_state *l, double secs, double *wr, doub
     *lr = on[1] ? (double)ta[1].calls / ta[1].secs : 0;
 }
 
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static double median(double *v, size_t n)
 {
-    qsort(v, n, sizeof *v, cmp_d);
+    qsort(v, n, sizeof *v, bench_cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 

@@ -489,6 +489,15 @@ static int redraw_gone_locked(exr_buffer *b, exr_selector *s, size_t count, batc
 void (*exr_debug_detached)(exr_buffer *b, int phase);
 #endif
 
+/* Prefetches the episode slot of drawn pick ents[i], if i < count and the
+ * slot is within the slab (draw_detached). */
+static inline void prefetch_slot(const exr_buffer *b, const exr_pick *ents, size_t i,
+                                 size_t count)
+{
+    if (i < count && ents[i].slot < b->eps.hwm)
+        __builtin_prefetch(&b->eps.slab[ents[i].slot]);
+}
+
 /* Selector e's draws, as draw_locked, but with the storage lock let go
  * while the selector draws (selector.h, sample_detached): mu is taken
  * under the lock, which is let go, and taken again (shared) after the
@@ -533,14 +542,11 @@ static int draw_detached(exr_buffer *b, int64_t h, sel_entry *e, size_t count,
      * record call on another core since): prefetched PF picks ahead, so
      * that the misses overlap rather than come one after another */
     enum { PF = 16 };
-    const exr_episode *slab = b->eps.slab;
     size_t gone = 0;
-    for (size_t i = 0; look && i < PF && i < count; i++)
-        if (sc->ents[i].slot < b->eps.hwm)
-            __builtin_prefetch(&slab[sc->ents[i].slot]);
+    for (size_t i = 0; look && i < PF; i++)
+        prefetch_slot(b, sc->ents, i, count);
     for (size_t i = 0; look && i < count; i++) {
-        if (i + PF < count && sc->ents[i + PF].slot < b->eps.hwm)
-            __builtin_prefetch(&slab[sc->ents[i + PF].slot]);
+        prefetch_slot(b, sc->ents, i + PF, count);
         /* same: no hold since the draw, so each drawn pick is the table's
          * entry at its index (its slot already in ents) */
 #ifdef EXR_DEBUG_LOCKS
