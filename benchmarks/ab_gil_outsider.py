@@ -8,8 +8,8 @@ exreplay").
     OPENBLAS_NUM_THREADS=1 python benchmarks/ab_gil_outsider.py BASE_TREE OTHER_TREE [rounds]
 
 Each tree holds a built exreplay/_core*.so. Buffer: (4,) float32, capacity
-200,000 (100,000 for the several-threads part), filled with 100-step
-episodes. Loops: `record_many` of 100 steps, `get_batch(32)` (uniform) and
+200,000 (100,000 for the several-threads part; 10,000 beside the idle
+thread), filled with 100-step episodes (ab_common.filled). Loops: `record_many` of 100 steps, `get_batch(32)` (uniform) and
 `record` of one step.
 
 1. Beside NumPy (one process per build): each loop, a thread running
@@ -28,7 +28,7 @@ import threading
 
 import numpy as np
 
-from ab_common import load_build, load_pair, rates, timed
+from ab_common import filled, load_build, load_pair, rates, timed
 
 T = 100
 ST = np.ones((T, 4), np.float32)
@@ -40,10 +40,7 @@ S4 = np.zeros(4, np.float32)
 
 def loops(m, cap):
     """The three loops on a filled buffer of build m."""
-    b = m.ExperienceReplay((4,), capacity=cap, pick_len=1, seed=1)
-    ps = b.new_pick_selector(0)
-    for _ in range(cap // T):
-        b.record_many(None, ST, AC, RW, final_state=FIN)
+    b, ps = filled(m, (4,), np.float32, cap, T, 1)
     return {"record_many(100)": lambda: b.record_many(None, ST, AC, RW, final_state=FIN),
             "get_batch(32)": lambda: b.get_batch(32, ps),
             "record(1 step)": lambda: b.record(None, S4, 0, 0.0)}
