@@ -7,6 +7,11 @@
  *
  * Prints the best, the median and the worst of REPS timings of CALLS calls:
  * on a shared machine the best is the least disturbed by other processes.
+ * Then the same draws with each narrower descent the machine has
+ * (exr_sumtree_sample_lanes: 1 the AVX2 quads, 0 the SSE2 pairs), timed
+ * in turn with the default one repetition by repetition, and the median of
+ * the paired ratios (default / that one). Every width must draw the same
+ * leaves: checked first.
  * For instruction counts that no load disturbs, a build without LTO (which
  * would inline the draw into main) and without -g (which would credit the
  * inlined intrinsics and rng.h to other files):
@@ -68,6 +73,35 @@ int main(int argc, char **argv)
     qsort(ns, reps, sizeof *ns, cmp);
     printf("sum-tree draw N=%zu B=%d | ns/draw: best %.2f median %.2f worst %.2f (check %zu)\n", n, B,
            ns[0], ns[reps / 2], ns[reps - 1], acc % 7);
+    static size_t ref[B];
+    for (int lanes = 1; lanes >= 0; lanes--) {
+        exr_rng r1 = r, r2 = r;
+        exr_sumtree_sample(&t, &r1, B, ref, scratch);
+        exr_sumtree_sample_lanes(&t, &r2, B, out, scratch, lanes);
+        for (size_t b = 0; b < B; b++)
+            if (out[b] != ref[b]) {
+                fprintf(stderr, "lanes %d drew leaf %zu where the default drew %zu\n", lanes,
+                        out[b], ref[b]);
+                return 1;
+            }
+        double mine[1000], ratio[1000];
+        for (size_t rep = 0; rep < reps; rep++) {
+            double t0 = now();
+            for (size_t c = 0; c < calls; c++)
+                exr_sumtree_sample(&t, &r, B, out, scratch);
+            double t1 = now();
+            for (size_t c = 0; c < calls; c++)
+                exr_sumtree_sample_lanes(&t, &r, B, out, scratch, lanes);
+            double t2 = now();
+            mine[rep] = (t2 - t1) / (double)calls / B * 1e9;
+            ratio[rep] = (t1 - t0) / (t2 - t1);
+            acc += out[rep % B];
+        }
+        qsort(mine, reps, sizeof *mine, cmp);
+        qsort(ratio, reps, sizeof *ratio, cmp);
+        printf("  lanes=%d (%s): median %.2f ns/draw; default / this, paired: median %.3f\n", lanes,
+               lanes ? "AVX2 quads" : "SSE2 pairs", mine[reps / 2], ratio[reps / 2]);
+    }
     exr_sumtree_free(&t);
     return 0;
 }

@@ -649,9 +649,147 @@ AVX2_FN static size_t quads_leaves(const float *leaf, size_t count, size_t *out,
     }
     return b;
 }
+
+/* Eight draws at a time (x86-64 with AVX-512F, chosen at run time): the
+ * quads' descent on eight lanes of a 512-bit vector, its comparisons into
+ * mask registers, so that each conditional subtraction is one masked
+ * subtraction and each select one masked blend (AVX2's blendv is three
+ * micro-ops on recent cores, and the quads' descent spent most of its time
+ * in them and in the transposes). The eight nodes' children are transposed
+ * as an 8x8 block (each node's eight double children are one 64-byte line,
+ * one load). The same additions on the same operands as DESCEND, so the same
+ * bits and the same children. */
+#define AVX512_FN __attribute__((target("avx512f")))
+
+/* the CPU's AVX-512F, asked once */
+static int have_avx512f(void)
+{
+    static int have = -1; /* a benign race: every thread computes the same */
+    int h = __atomic_load_n(&have, __ATOMIC_RELAXED);
+    if (h < 0) {
+        __builtin_cpu_init();
+        h = __builtin_cpu_supports("avx512f") ? 1 : 0;
+        __atomic_store_n(&have, h, __ATOMIC_RELAXED);
+    }
+    return h;
+}
+
+/* c[i] = child i of the eight nodes whose children are rows r[0..8) */
+AVX512_FN static inline void transpose8(const __m512d *r, __m512d *c)
+{
+    static const int64_t lo_i[8] = {0, 1, 8, 9, 4, 5, 12, 13}, hi_i[8] = {2, 3, 10, 11, 6, 7, 14, 15};
+    const __m512i lo = _mm512_loadu_si512(lo_i), hi = _mm512_loadu_si512(hi_i);
+    __m512d t[8], u[8];
+    for (int q = 0; q < 8; q += 2) { /* t[q]: even children of rows q, q+1; t[q+1]: odd */
+        t[q] = _mm512_unpacklo_pd(r[q], r[q + 1]);
+        t[q + 1] = _mm512_unpackhi_pd(r[q], r[q + 1]);
+    }
+    /* u[4g + 2e + h]: rows 4g..4g+3, children (2h + e) and (2h + e) + 4 */
+    for (int g = 0; g < 2; g++)
+        for (int e = 0; e < 2; e++) {
+            __m512d a = t[4 * g + e], b = t[4 * g + 2 + e];
+            u[4 * g + 2 * e] = _mm512_permutex2var_pd(a, lo, b);
+            u[4 * g + 2 * e + 1] = _mm512_permutex2var_pd(a, hi, b);
+        }
+    for (int e = 0; e < 2; e++)
+        for (int h = 0; h < 2; h++) {
+            int i = 2 * h + e;
+            c[i] = _mm512_shuffle_f64x2(u[2 * e + h], u[4 + 2 * e + h], 0x44);
+            c[i + 4] = _mm512_shuffle_f64x2(u[2 * e + h], u[4 + 2 * e + h], 0xEE);
+        }
+}
+
+/* y -= h in the lanes where h <= y; those lanes */
+AVX512_FN static inline __mmask8 step8(__m512d *y, __m512d h)
+{
+    __mmask8 m = _mm512_cmp_pd_mask(h, *y, _CMP_LE_OQ);
+    *y = _mm512_mask_sub_pd(*y, m, *y, h);
+    return m;
+}
+
+/* descend4's steps on eight lanes: the chosen children in *s, the lanes
+ * whose offset is below their child's sum returned */
+AVX512_FN static inline __mmask8 descend8(const __m512d *c, __m512d *y, __m512i *s)
+{
+    __m512d p01 = _mm512_add_pd(c[0], c[1]), p45 = _mm512_add_pd(c[4], c[5]);
+    __mmask8 m1 = step8(y, _mm512_add_pd(p01, _mm512_add_pd(c[2], c[3])));
+    __mmask8 m2 = step8(y, _mm512_mask_blend_pd(m1, p01, p45));
+    __m512d even = _mm512_mask_blend_pd(m1, _mm512_mask_blend_pd(m2, c[0], c[2]),
+                                        _mm512_mask_blend_pd(m2, c[4], c[6]));
+    __mmask8 m3 = step8(y, even);
+    __m512d odd = _mm512_mask_blend_pd(m1, _mm512_mask_blend_pd(m2, c[1], c[3]),
+                                       _mm512_mask_blend_pd(m2, c[5], c[7]));
+    __m512d chosen = _mm512_mask_blend_pd(m3, even, odd);
+    __m512i b = _mm512_maskz_mov_epi64(m1, _mm512_set1_epi64(4));
+    b = _mm512_mask_add_epi64(b, m2, b, _mm512_set1_epi64(2));
+    *s = _mm512_mask_add_epi64(b, m3, b, _mm512_set1_epi64(1));
+    return _mm512_cmp_pd_mask(*y, chosen, _CMP_LT_OQ);
+}
+
+/* quads_level for eight draws at a time: draws [0, count - count % 8) */
+AVX512_FN static size_t octs_level(const double *ch, const void *below, size_t line, size_t count,
+                                  size_t *out, double *u)
+{
+    size_t b = 0;
+    for (; b + 8 <= count; b += 8) {
+        __m512i o = _mm512_loadu_si512(out + b);
+        int64_t oi[8];
+        _mm512_storeu_si512(oi, o);
+        __m512d r[8], c[FAN], y = _mm512_loadu_pd(u + b);
+        for (int q = 0; q < 8; q++)
+            r[q] = _mm512_loadu_pd(ch + FAN * (size_t)oi[q]);
+        transpose8(r, c);
+        __m512i sv;
+        __mmask8 ok = descend8(c, &y, &sv);
+        __m512i j = _mm512_add_epi64(_mm512_slli_epi64(o, 3), sv);
+        _mm512_storeu_si512(out + b, j);
+        double x0[8];
+        memcpy(x0, u + b, sizeof x0);
+        _mm512_storeu_pd(u + b, y);
+        for (int q = 0; __builtin_expect(ok != 0xFF, 0) && q < 8; q++)
+            if (!(ok >> q & 1)) {
+                int sq;
+                CHOOSE(ch + FAN * (size_t)oi[q], x0[q], sq);
+                out[b + q] = FAN * (size_t)oi[q] + (size_t)sq;
+                u[b + q] = x0[q];
+            }
+        int64_t ji[8];
+        _mm512_storeu_si512(ji, j);
+        for (int q = 0; q < 8; q++)
+            __builtin_prefetch((const char *)below + line * (size_t)ji[q], 0, 2);
+    }
+    return b;
+}
+
+/* quads_leaves for eight draws at a time */
+AVX512_FN static size_t octs_leaves(const float *leaf, size_t count, size_t *out, double *u)
+{
+    size_t b = 0;
+    for (; b + 8 <= count; b += 8) {
+        __m512i o = _mm512_loadu_si512(out + b);
+        int64_t oi[8];
+        _mm512_storeu_si512(oi, o);
+        __m512d r[8], c[FAN], y = _mm512_loadu_pd(u + b);
+        for (int q = 0; q < 8; q++)
+            r[q] = _mm512_cvtps_pd(_mm256_loadu_ps(leaf + FAN * (size_t)oi[q]));
+        transpose8(r, c);
+        __m512i sv;
+        __mmask8 ok = descend8(c, &y, &sv);
+        _mm512_storeu_si512(out + b, _mm512_add_epi64(_mm512_slli_epi64(o, 3), sv));
+        for (int q = 0; __builtin_expect(ok != 0xFF, 0) && q < 8; q++)
+            if (!(ok >> q & 1)) {
+                double x = u[b + q];
+                int sq;
+                CHOOSE(leaf + FAN * (size_t)oi[q], x, sq);
+                out[b + q] = FAN * (size_t)oi[q] + (size_t)sq;
+            }
+    }
+    return b;
+}
 #else
 #define QUADS 0
 static int exr_sumtree_quads(void) { return 0; }
+static int have_avx512f(void) { return 0; }
 #endif
 
 /* Draws [b, count) of one internal level k: from their nodes' children in
@@ -667,8 +805,10 @@ static void sample_level(const exr_sumtree *t, int k, size_t count, size_t *out,
     size_t line = k >= 2 ? FAN * sizeof(double) : FAN * sizeof(float);
     size_t b = 0;
 #if QUADS
+    if (quads == 2)
+        b = octs_level(ch, below, line, count, out, u);
     if (quads)
-        b = quads_level(ch, below, line, count, out, u);
+        b += quads_level(ch, below, line, count - b, out + b, u + b);
 #else
     (void)quads;
 #endif
@@ -697,7 +837,7 @@ static void sample_level(const exr_sumtree *t, int k, size_t count, size_t *out,
 void exr_sumtree_sample_lanes(const exr_sumtree *t, exr_rng *r, size_t count, size_t *out,
                               double *u, int quads)
 {
-    quads = quads && exr_sumtree_quads();
+    quads = !quads || !exr_sumtree_quads() ? 0 : quads >= 2 && have_avx512f() ? 2 : 1;
     double total = exr_sumtree_total(t);
     /* the generator's state in a local: out[] (size_t) may alias its
      * uint64_t words, which would keep it in memory through the loop */
@@ -713,8 +853,10 @@ void exr_sumtree_sample_lanes(const exr_sumtree *t, exr_rng *r, size_t count, si
         sample_level(t, k, count, out, u, quads);
     size_t b = 0;
 #if QUADS
+    if (quads == 2)
+        b = octs_leaves(t->leaf, count, out, u);
     if (quads)
-        b = quads_leaves(t->leaf, count, out, u);
+        b += quads_leaves(t->leaf, count - b, out + b, u + b);
 #endif
 #if PAIRS
     for (; b + 2 <= count; b += 2) {
@@ -736,7 +878,7 @@ void exr_sumtree_sample_lanes(const exr_sumtree *t, exr_rng *r, size_t count, si
 void exr_sumtree_sample(const exr_sumtree *t, exr_rng *r, size_t count, size_t *out,
                         double *u)
 {
-    exr_sumtree_sample_lanes(t, r, count, out, u, exr_sumtree_quads());
+    exr_sumtree_sample_lanes(t, r, count, out, u, 2);
 }
 
 int exr_sumtree_check(const exr_sumtree *t, size_t n, char *msg, size_t msglen)

@@ -35,8 +35,9 @@
  *
  * Costs: set O(log8 N) additions; sample of B draws O(B log8 N), done level
  * by level over the whole batch with prefetching so that cache misses of
- * different draws overlap (four draws at a time in the lanes of an AVX2
- * vector where the machine has AVX2, else two in SSE2's); reserve O(N) when it grows (capacity doubles),
+ * different draws overlap (eight draws at a time in the lanes of an AVX-512
+ * vector where the machine has AVX-512F, else four in AVX2's, else two in
+ * SSE2's); reserve O(N) when it grows (capacity doubles),
  * amortised O(1).
  */
 #ifndef EXR_SUMTREE_H
@@ -106,9 +107,11 @@ float exr_sumtree_min(const exr_sumtree *t);
  * holds count doubles. The total must be > 0. Never returns a zero leaf. */
 void exr_sumtree_sample(const exr_sumtree *t, exr_rng *r, size_t count, size_t *out,
                         double *scratch);
-/* The same draws with the four-lane AVX2 descent on (quads != 0, where the
- * machine has AVX2) or off: exr_sumtree_sample picks by the machine; the
- * tests compare the two, which must agree bit for bit. */
+/* The same draws with the lanes chosen: quads 0 the SSE2 pairs (or one at a
+ * time), 1 the four-lane AVX2 descent where the machine has AVX2, 2 the
+ * eight-lane AVX-512 descent where it has AVX-512F (else as 1).
+ * exr_sumtree_sample takes the widest the machine has; the tests compare
+ * them, which must agree bit for bit. */
 void exr_sumtree_sample_lanes(const exr_sumtree *t, exr_rng *r, size_t count, size_t *out,
                               double *scratch, int quads);
 

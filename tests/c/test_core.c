@@ -324,22 +324,23 @@ static void test_sumtree_pairs(void)
     exr_sumtree_free(&t);
 }
 
-/* The four-lane AVX2 descent (where the machine has it) against the pairs
- * and the one-draw descent: the same rng stream drawn with the quads on and
- * off must give the same leaves bit for bit, for every batch size mod 4,
+/* The four-lane AVX2 descent and the eight-lane AVX-512 one (where the
+ * machine has them) against the pairs and the one-draw descent: the same rng
+ * stream drawn with each must give the same leaves bit for bit, for every
+ * batch size mod 4 and mod 8,
  * on trees of one to eight levels, with zero leaves, float's range, and
  * every internal node inflated in the last round (CHOOSE in some lanes of
  * a vector and not in the others). */
 static void test_sumtree_quads(void)
 {
     static const size_t sizes[] = {1, 9, 64, 1000, 70000, 2100000};
-    static size_t on[300], off[300];
+    static size_t on[300], off[300], oct[300];
     static double scratch[300];
     for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
         exr_sumtree t;
         exr_sumtree_init(&t);
         CHECK_RET(exr_sumtree_reserve(&t, sizes[z]) == EXR_OK);
-        exr_rng r, r1, r2;
+        exr_rng r, r1, r2, r3;
         exr_rng_seed(&r, 31, (uint64_t)z);
         for (size_t i = 0; i < sizes[z]; i++) {
             int kind = (int)exr_rng_below(&r, 4);
@@ -356,10 +357,13 @@ static void test_sumtree_quads(void)
             for (size_t count = 1; count <= 300; count += count < 12 ? 1 : 41) {
                 exr_rng_seed(&r1, 7 + count, (uint64_t)round);
                 exr_rng_seed(&r2, 7 + count, (uint64_t)round);
+                exr_rng_seed(&r3, 7 + count, (uint64_t)round);
                 exr_sumtree_sample_lanes(&t, &r1, count, on, scratch, 1);
                 exr_sumtree_sample_lanes(&t, &r2, count, off, scratch, 0);
+                exr_sumtree_sample_lanes(&t, &r3, count, oct, scratch, 2);
                 for (size_t b = 0; b < count; b++)
-                    CHECK_RET(on[b] == off[b] && on[b] < sizes[z] && t.leaf[on[b]] > 0);
+                    CHECK_RET(on[b] == off[b] && oct[b] == off[b] && on[b] < sizes[z] &&
+                              t.leaf[on[b]] > 0);
             }
         }
         exr_sumtree_free(&t);
