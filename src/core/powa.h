@@ -17,7 +17,8 @@
  * float32 of p ** alpha except when p ** alpha lies within ~1e-14 of a
  * float32 rounding boundary (then the neighbour). It exists because libm's
  * pow took about 10 ns a call, a quarter of set_priority's time; the loop
- * below has no calls and no branches, so the compiler vectorizes it.
+ * below has no calls and no branches, so the compiler vectorizes it, and
+ * the lanes below (SSE2, AVX2, AVX-512F) repeat it lane by lane.
  */
 #ifndef EXR_POWA_H
 #define EXR_POWA_H
@@ -240,6 +241,71 @@ __attribute__((target("avx2"))) static int exr_pow_general16(const double *p, do
     return 1;
 }
 
+/* The same with 8 lanes (AVX-512F): the operations of exr_pow_general4v on
+ * the same operands lane by lane, the comparison into a mask register and
+ * the two adjustments it selects as masked operations (which leave a lane
+ * as it is where the AVX2 code adds or subtracts 0: the same bits). Called
+ * only where the CPU has AVX-512F. */
+__attribute__((target("avx512f"))) static inline __m512d exr_pow_general8v(__m512d pv, __m512d av)
+{
+    __m512i u = _mm512_castpd_si512(pv);
+    __m512d e = _mm512_sub_pd(_mm512_castsi512_pd(_mm512_or_si512(
+                                  _mm512_srli_epi64(u, 52), _mm512_set1_epi64(0x4330000000000000LL))),
+                              _mm512_set1_pd(4503599627371518.0));
+    __m512d m = _mm512_castsi512_pd(
+        _mm512_or_si512(_mm512_and_si512(u, _mm512_set1_epi64(0x000fffffffffffffLL)),
+                        _mm512_set1_epi64(0x3fe0000000000000LL)));
+    __mmask8 lo = _mm512_cmp_pd_mask(m, _mm512_set1_pd(0.7071067811865476), _CMP_LT_OQ);
+    m = _mm512_mask_add_pd(m, lo, m, m);
+    const __m512d one = _mm512_set1_pd(1.0);
+    e = _mm512_mask_sub_pd(e, lo, e, one);
+    __m512d s = _mm512_div_pd(_mm512_sub_pd(m, one), _mm512_add_pd(m, one));
+    __m512d z = _mm512_mul_pd(s, s), pz, r;
+    EXR_POW_P(_mm512_add_pd, _mm512_mul_pd, _mm512_set1_pd, z, pz);
+    __m512d y = _mm512_mul_pd(av, _mm512_add_pd(e, _mm512_mul_pd(s, pz)));
+    y = _mm512_max_pd(_mm512_min_pd(y, _mm512_set1_pd(130.0)), _mm512_set1_pd(-160.0));
+    __m512d t = _mm512_add_pd(y, _mm512_set1_pd(EXR_POW_ROUND));
+    __m512d f = _mm512_sub_pd(y, _mm512_sub_pd(t, _mm512_set1_pd(EXR_POW_ROUND)));
+    EXR_POW_Q(_mm512_add_pd, _mm512_mul_pd, _mm512_set1_pd, f, r);
+    __m512d scale = _mm512_castsi512_pd(
+        _mm512_slli_epi64(_mm512_add_epi64(_mm512_castpd_si512(t), _mm512_set1_epi64(1023)), 52));
+    return _mm512_min_pd(_mm512_mul_pd(r, scale), _mm512_set1_pd(FLT_MAX));
+}
+
+/* Thirty-two at a time, four chains of 8; 0 if one is not a normal
+ * positive number. */
+__attribute__((target("avx512f"))) static int exr_pow_general32(const double *p, double alpha,
+                                                               float *out)
+{
+    __m512d v[4];
+    const __m512d tiny = _mm512_set1_pd(DBL_MIN);
+    __mmask8 ok = 0xFF;
+    for (int i = 0; i < 4; i++) {
+        v[i] = _mm512_loadu_pd(p + 8 * i);
+        ok &= _mm512_cmp_pd_mask(v[i], tiny, _CMP_GE_OQ);
+    }
+    if (ok != 0xFF)
+        return 0;
+    __m512d av = _mm512_set1_pd(alpha);
+    for (int i = 0; i < 4; i++)
+        v[i] = exr_pow_general8v(v[i], av);
+    for (int i = 0; i < 4; i++)
+        _mm256_storeu_ps(out + 8 * i, _mm512_cvtpd_ps(v[i]));
+    return 1;
+}
+
+static inline int exr_have_avx512f(void)
+{
+    static int have = -1; /* a benign race: every thread computes the same */
+    int h = __atomic_load_n(&have, __ATOMIC_RELAXED);
+    if (h < 0) {
+        __builtin_cpu_init();
+        h = __builtin_cpu_supports("avx512f") ? 1 : 0;
+        __atomic_store_n(&have, h, __ATOMIC_RELAXED);
+    }
+    return h;
+}
+
 static inline int exr_have_avx2(void)
 {
     static int have = -1; /* a benign race: every thread computes the same */
@@ -266,9 +332,12 @@ static inline float exr_pow_one(double q, double alpha)
 }
 
 /* out[k] = the stored form of p[k * stride] ** alpha, for k < count
- * (p finite and >= 0, alpha finite and >= 0). */
-static inline void exr_pow_leaves(const double *p, size_t stride, size_t count, double alpha,
-                                  float *out)
+ * (p finite and >= 0, alpha finite and >= 0), the general case with at
+ * most the lanes given: 2 AVX-512's 8 (32 at a time), 1 AVX2's 4 (16 at a
+ * time), 0 SSE2's 2 (8 at a time), each only where the CPU has it; every
+ * width gives the same bits (tests/c/test_core.c compares them). */
+static inline void exr_pow_leaves_lanes(const double *p, size_t stride, size_t count,
+                                        double alpha, float *out, int lanes)
 {
     if (alpha == 0.0) {
         for (size_t k = 0; k < count; k++)
@@ -281,8 +350,14 @@ static inline void exr_pow_leaves(const double *p, size_t stride, size_t count, 
             out[k] = exr_leaf_clamp(sqrt(p[k * stride]));
     } else {
         size_t k = 0;
+        (void)lanes;
 #if defined(EXR_POW_AVX2)
-        if (stride == 1 && count >= 16 && exr_have_avx2())
+        if (lanes >= 2 && stride == 1 && count >= 32 && exr_have_avx512f())
+            for (; k + 32 <= count; k += 32)
+                if (!exr_pow_general32(p + k, alpha, out + k))
+                    for (size_t j = k; j < k + 32; j++)
+                        out[j] = exr_pow_one(p[j], alpha);
+        if (lanes >= 1 && stride == 1 && count - k >= 16 && exr_have_avx2())
             for (; k + 16 <= count; k += 16)
                 if (!exr_pow_general16(p + k, alpha, out + k))
                     for (size_t j = k; j < k + 16; j++)
@@ -298,6 +373,13 @@ static inline void exr_pow_leaves(const double *p, size_t stride, size_t count, 
         for (; k < count; k++)
             out[k] = exr_pow_one(p[k * stride], alpha);
     }
+}
+
+/* The same with the widest lanes the CPU has. */
+static inline void exr_pow_leaves(const double *p, size_t stride, size_t count, double alpha,
+                                  float *out)
+{
+    exr_pow_leaves_lanes(p, stride, count, alpha, out, 2);
 }
 
 static inline float exr_pow_leaf(double p, double alpha)

@@ -14,6 +14,7 @@
 #include "buffer.h"
 #include "buffer_impl.h"
 #include "episode.h"
+#include "powa.h"
 #include "rng.h"
 #include "store.h"
 #include "sumtree.h"
@@ -368,6 +369,42 @@ static void test_sumtree_quads(void)
         }
         exr_sumtree_free(&t);
     }
+}
+
+/* The stored form of priorities (powa.h) with each width of lanes: AVX-512's
+ * 8, AVX2's 4 and SSE2's 2 (where the machine has them) and one at a time
+ * (exr_pow_one) must give the same bits, for priorities across double's
+ * range (subnormal, zero, around 1, large) in every position of a batch of
+ * every length mod 32, and for several alphas. A batch holding a zero or a
+ * subnormal priority goes one at a time in the lanes' chunk that holds it;
+ * the others stay in the lanes. */
+static void test_pow_lanes(void)
+{
+    static const double alphas[] = {0.6, 0.7, 0.4, 1.3, 3.9, 1e-3};
+    enum { MAX = 300 };
+    static double p[MAX];
+    static float w[3][MAX];
+    exr_rng r;
+    exr_rng_seed(&r, 41, 0);
+    for (size_t a = 0; a < sizeof alphas / sizeof alphas[0]; a++)
+        for (size_t count = 1; count <= MAX; count += count < 40 ? 1 : 37) {
+            for (size_t k = 0; k < count; k++) {
+                int kind = (int)exr_rng_below(&r, 16);
+                double e = exr_rng_double(&r);
+                p[k] = kind == 0   ? 0.0
+                       : kind == 1 ? 1e-310 * (0.5 + e) /* subnormal */
+                       : kind == 2 ? pow(10.0, -300.0 + 600.0 * e)
+                                   : 0.01 + 10.0 * e;
+            }
+            for (int lanes = 0; lanes <= 2; lanes++)
+                exr_pow_leaves_lanes(p, 1, count, alphas[a], w[lanes], lanes);
+            for (size_t k = 0; k < count; k++) {
+                float one = exr_pow_one(p[k], alphas[a]);
+                CHECK_RET(memcmp(&w[0][k], &one, sizeof one) == 0);
+                CHECK_RET(memcmp(&w[1][k], &one, sizeof one) == 0);
+                CHECK_RET(memcmp(&w[2][k], &one, sizeof one) == 0);
+            }
+        }
 }
 
 /* A draw whose offset lands at or past the sum of a node's children (the
@@ -1163,6 +1200,7 @@ int main(void)
         {"sumtree_unchanged", test_sumtree_unchanged},
         {"sumtree_pairs", test_sumtree_pairs},
         {"sumtree_quads", test_sumtree_quads},
+        {"pow_lanes", test_pow_lanes},
         {"episodes", test_episodes},
         {"episodes_hint", test_episodes_hint},
         {"picks_and_batch", test_picks_and_batch},
