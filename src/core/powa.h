@@ -294,29 +294,22 @@ __attribute__((target("avx512f"))) static int exr_pow_general32(const double *p,
     return 1;
 }
 
-static inline int exr_have_avx512f(void)
-{
-    static int have = -1; /* a benign race: every thread computes the same */
-    int h = __atomic_load_n(&have, __ATOMIC_RELAXED);
-    if (h < 0) {
-        __builtin_cpu_init();
-        h = __builtin_cpu_supports("avx512f") ? 1 : 0;
-        __atomic_store_n(&have, h, __ATOMIC_RELAXED);
+/* name(): whether the CPU has feature (a string for
+ * __builtin_cpu_supports), asked once per translation unit */
+#define EXR_CPU_HAS(name, feature)                                                                 \
+    static inline int name(void)                                                                   \
+    {                                                                                              \
+        static int have = -1; /* a benign race: every thread computes the same */                 \
+        int h = __atomic_load_n(&have, __ATOMIC_RELAXED);                                          \
+        if (h < 0) {                                                                               \
+            __builtin_cpu_init();                                                                  \
+            h = __builtin_cpu_supports(feature) ? 1 : 0;                                           \
+            __atomic_store_n(&have, h, __ATOMIC_RELAXED);                                          \
+        }                                                                                          \
+        return h;                                                                                  \
     }
-    return h;
-}
-
-static inline int exr_have_avx2(void)
-{
-    static int have = -1; /* a benign race: every thread computes the same */
-    int h = __atomic_load_n(&have, __ATOMIC_RELAXED);
-    if (h < 0) {
-        __builtin_cpu_init();
-        h = __builtin_cpu_supports("avx2") ? 1 : 0;
-        __atomic_store_n(&have, h, __ATOMIC_RELAXED);
-    }
-    return h;
-}
+EXR_CPU_HAS(exr_have_avx2, "avx2")
+EXR_CPU_HAS(exr_have_avx512f, "avx512f")
 #endif
 
 static inline float exr_leaf_clamp(double v) { return v > FLT_MAX ? FLT_MAX : (float)v; }

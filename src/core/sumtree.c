@@ -661,18 +661,8 @@ AVX2_FN static size_t quads_leaves(const float *leaf, size_t count, size_t *out,
  * bits and the same children. */
 #define AVX512_FN __attribute__((target("avx512f")))
 
-/* the CPU's AVX-512F, asked once */
-static int have_avx512f(void)
-{
-    static int have = -1; /* a benign race: every thread computes the same */
-    int h = __atomic_load_n(&have, __ATOMIC_RELAXED);
-    if (h < 0) {
-        __builtin_cpu_init();
-        h = __builtin_cpu_supports("avx512f") ? 1 : 0;
-        __atomic_store_n(&have, h, __ATOMIC_RELAXED);
-    }
-    return h;
-}
+/* the CPU's AVX-512F, asked once (powa.h) */
+static int have_avx512f(void) { return exr_have_avx512f(); }
 
 /* c[i] = child i of the eight nodes whose children are rows r[0..8) */
 AVX512_FN static inline void transpose8(const __m512d *r, __m512d *c)
