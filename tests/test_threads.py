@@ -13,6 +13,7 @@ import contextlib
 import os
 import random
 import threading
+import time
 import traceback
 
 import numpy as np
@@ -92,9 +93,17 @@ class Runner:
         for t in reversed(self.threads):
             t.start()
 
-    def run(self, duration):
+    def run(self, duration, until=None, limit=60.0):
+        """Runs the threads for `duration` seconds, then on until `until()`
+        holds (the counts the test asserts on), for at most `limit` seconds
+        in all: a slow build (ASan) or a loaded machine gets more time to
+        reach them instead of a failure, and a fast one stops on time."""
         self.start()
         self.stop.wait(duration)
+        if until is not None:
+            deadline = time.monotonic() + limit - duration
+            while not self.stop.is_set() and not until() and time.monotonic() < deadline:
+                self.stop.wait(0.05)
         self.stop.set()
         for t in self.threads:
             t.join(60)
@@ -349,7 +358,9 @@ def test_stress_record_sample_update_churn(eviction):
     run.spawn("churner", churner, run, buf, L, 4)
     run.spawn("inspector", inspector, run, buf, 5)
     run.spawn("remover", remover, run, buf, 6, 0.5, 0.005)
-    run.run(DURATION)
+    c = run.counts
+    run.run(DURATION, until=lambda: c["records"] > buf.capacity and c["batches"] and c["asked"]
+            and c["churn"] and c["removed"])
     buf._check()
     c = run.counts
     print(dict(c))
@@ -417,7 +428,8 @@ def test_prioritized_draws_race_eviction_and_selector_churn():
     run.spawn("churn", churn)
     for k in range(2):
         run.spawn(f"draw{k}", draw, 50 + k)
-    run.run(DURATION)
+    c = run.counts
+    run.run(DURATION, until=lambda: c["records"] > 3 * buf.capacity and c["batches"] and c["churn"])
     buf._check()
     c = run.counts
     assert c["records"] > 3 * buf.capacity and c["batches"] > 0 and c["churn"] > 0, c
@@ -451,8 +463,8 @@ def test_learner_updates_land_while_writers_record():
             check_small_batch(b, L)
             assert ((b.weight > 0) & (b.weight <= 1)).all()
             p = rng.uniform(0.1, 10.0, 64)
-            buf.set_priority(pr, b, p)
             last = {(int(e), int(q)): v for e, q, v in zip(b.pick_epi, b.pick_pos, p)}
+            buf.set_priority(pr, b, p)
             with run.gate.alone():
                 for (e, q), v in last.items():
                     try:
@@ -466,7 +478,8 @@ def test_learner_updates_land_while_writers_record():
     for w in range(2):
         run.spawn(f"writer{w}", writer, run, buf, w, 60 + w)
     run.spawn("learner", learner)
-    run.run(DURATION)
+    c = run.counts
+    run.run(DURATION, until=lambda: c["records"] > 2 * buf.capacity and c["checked"])
     buf._check()
     c = run.counts
     assert c["records"] > 2 * buf.capacity and c["checked"] > 0, c
@@ -554,7 +567,8 @@ def test_writers_queue_and_learner_runs():
     for wid in range(4):
         run.spawn(f"w{wid}", writer, wid)
     run.spawn("learner", learner)
-    run.run(DURATION)
+    run.run(DURATION, until=lambda: all(run.counts[f"w{wid}"] for wid in range(4))
+            and run.counts["learner"])
     assert all(run.counts[f"w{wid}"] > 0 for wid in range(4)), run.counts
     assert run.counts["learner"] > 0, run.counts
     buf._check()
@@ -663,7 +677,8 @@ def test_get_batch_with_big_frames_concurrent_with_record():
     run.spawn("s1", s, 11, pr)
     # removes the newest episode most of the time: one a writer copies into
     run.spawn("r", remover, run, buf, 12, 0.9, 0.002)
-    run.run(DURATION)
+    c = run.counts
+    run.run(DURATION, until=lambda: c["records"] > buf.capacity and c["batches"] and c["removed"])
     print(dict(run.counts))
     assert run.counts["records"] > buf.capacity and run.counts["batches"] > 0, run.counts
     assert run.counts["removed"] > 0, run.counts
