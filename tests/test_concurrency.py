@@ -9,15 +9,14 @@ API is shared), then the same paths from many threads, each test ending in
 the buffer's invariant check.
 """
 
-import collections
 import random
 import threading
-import traceback
 
 import numpy as np
 import pytest
 
 from exreplay import ExperienceReplay, PickSelectorClass
+from threadrun import Runner
 
 U = PickSelectorClass.Uniform
 P = PickSelectorClass.Prioritized
@@ -274,34 +273,6 @@ def test_large_record_many_round_trips_and_evicts_itself():
 # ---- many threads ------------------------------------------------------------
 
 
-class Runner:
-    def __init__(self):
-        self.stop = threading.Event()
-        self.errors = []
-        self.threads = []
-        self.counts = collections.Counter()
-
-    def spawn(self, name, fn, *args):
-        def run():
-            try:
-                fn(*args)
-            except BaseException:  # noqa: BLE001 - any exception fails the test
-                self.errors.append(f"{name}:\n{traceback.format_exc()}")
-                self.stop.set()
-
-        self.threads.append(threading.Thread(target=run, name=name, daemon=True))
-
-    def run(self, duration):
-        for t in self.threads:
-            t.start()
-        self.stop.wait(duration)
-        self.stop.set()
-        for t in self.threads:
-            t.join(60)
-            assert not t.is_alive(), f"thread {t.name} hangs"
-        assert not self.errors, "\n".join(self.errors)
-
-
 @pytest.mark.parametrize("eviction", ["fifo", "second_chance"])
 def test_reserve_copy_publish_from_many_threads(eviction):
     """Writers record large rollouts (copied without the lock) into their own
@@ -417,9 +388,10 @@ def test_reserve_copy_publish_from_many_threads(eviction):
     run.spawn("updater", updater, 3)
     run.spawn("churner", churner, 4)
     run.spawn("inspector", inspector, 5)
-    run.run(2.0)
-    buf._check()
     c = run.counts
+    run.run(2.0, until=lambda: c["records"] > buf.capacity and c["batches"] and c["applied"]
+            and c["churn"] and c["read back"])
+    buf._check()
     assert c["records"] > buf.capacity and c["batches"] > 0 and c["applied"] > 0, c
     assert c["churn"] > 0 and c["read back"] > 0, c
     # every episode: rollouts contiguous and in order
