@@ -269,7 +269,6 @@ def test_stress_record_sample_update_churn(eviction):
     run.run(DURATION, until=lambda: c["records"] > buf.capacity and c["batches"] and c["asked"]
             and c["churn"] and c["removed"])
     buf._check()
-    c = run.counts
     print(dict(c))
     assert c["records"] > buf.capacity, c  # eviction really ran
     assert c["batches"] > 0 and c["asked"] > 0 and c["churn"] > 0 and c["removed"] > 0, c
@@ -338,7 +337,6 @@ def test_prioritized_draws_race_eviction_and_selector_churn():
     c = run.counts
     run.run(DURATION, until=lambda: c["records"] > 3 * buf.capacity and c["batches"] and c["churn"])
     buf._check()
-    c = run.counts
     assert c["records"] > 3 * buf.capacity and c["batches"] > 0 and c["churn"] > 0, c
     for ps in [pr] + live:
         check_small_batch(buf.get_batch(256, ps), L)
@@ -388,7 +386,6 @@ def test_learner_updates_land_while_writers_record():
     c = run.counts
     run.run(DURATION, until=lambda: c["records"] > 2 * buf.capacity and c["checked"])
     buf._check()
-    c = run.counts
     assert c["records"] > 2 * buf.capacity and c["checked"] > 0, c
 
 
