@@ -18,12 +18,12 @@ neighbour's calls per second."""
 import hashlib
 import statistics
 import sys
-import threading
 import time
 
 sys.path.insert(0, sys.argv[1] if len(sys.argv) > 1 else ".")
 import numpy as np  # noqa: E402
 
+from ab_common import rates  # noqa: E402
 from exreplay import ExperienceReplay  # noqa: E402
 
 CAP, EP = 200_000, 100
@@ -60,31 +60,16 @@ NEIGHBOURS = {
 }
 
 
+def learner_step():
+    b = buf.get_batch(256, pr)
+    buf.set_priority(pr, b.pick_epi, b.pick_pos, NEW_P)
+
+
 def one(neighbour, seconds=1.5):
     """(learner µs a step, neighbour calls a second) over `seconds`."""
-    stop, res = threading.Event(), {"other": 0}
-
-    def learner():
-        n, t0 = 0, time.perf_counter()
-        while not stop.is_set():
-            b = buf.get_batch(256, pr)
-            buf.set_priority(pr, b.pick_epi, b.pick_pos, NEW_P)
-            n += 1
-        res["step"] = (time.perf_counter() - t0) / n * 1e6
-
-    def other():
-        while not stop.is_set():
-            neighbour()
-            res["other"] += 1
-
-    ths = [threading.Thread(target=learner)] + ([threading.Thread(target=other)] if neighbour else [])
-    for t in ths:
-        t.start()
-    time.sleep(seconds)
-    stop.set()
-    for t in ths:
-        t.join()
-    return res["step"], res["other"] / seconds
+    fns = [("learner", learner_step, 0)] + ([("other", neighbour, 0)] if neighbour else [])
+    got = rates(fns, seconds)
+    return 1e6 / got["learner"], got.get("other", 0.0)
 
 
 def main():
