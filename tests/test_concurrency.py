@@ -389,11 +389,13 @@ def test_reserve_copy_publish_from_many_threads(eviction):
     run.spawn("churner", churner, 4)
     run.spawn("inspector", inspector, 5)
     c = run.counts
-    run.run(2.0, until=lambda: c["records"] > buf.capacity and c["batches"] and c["applied"]
-            and c["churn"] and c["read back"])
+    def reached():
+        return c["records"] > buf.capacity and all(
+            c[k] > 0 for k in ("batches", "applied", "churn", "read back"))
+
+    run.run(2.0, until=reached)
     buf._check()
-    assert c["records"] > buf.capacity and c["batches"] > 0 and c["applied"] > 0, c
-    assert c["churn"] > 0 and c["read back"] > 0, c
+    assert reached(), c
     # every episode: rollouts contiguous and in order
     for h in buf._handles():
         ok, t, tag = _frame_ok(buf.episode(h).state)

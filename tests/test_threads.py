@@ -266,12 +266,15 @@ def test_stress_record_sample_update_churn(eviction):
     run.spawn("inspector", inspector, run, buf, 5)
     run.spawn("remover", remover, run, buf, 6, 0.5, 0.005)
     c = run.counts
-    run.run(DURATION, until=lambda: c["records"] > buf.capacity and c["batches"] and c["asked"]
-            and c["churn"] and c["removed"])
+
+    def reached():  # eviction really ran, and every other thread did its part
+        return c["records"] > buf.capacity and all(
+            c[k] > 0 for k in ("batches", "asked", "churn", "removed"))
+
+    run.run(DURATION, until=reached)
     buf._check()
     print(dict(c))
-    assert c["records"] > buf.capacity, c  # eviction really ran
-    assert c["batches"] > 0 and c["asked"] > 0 and c["churn"] > 0 and c["removed"] > 0, c
+    assert reached(), c
     assert len(buf) <= buf.capacity
     # still fully usable afterwards
     for ps in (u, pr, pr2):
@@ -335,9 +338,12 @@ def test_prioritized_draws_race_eviction_and_selector_churn():
     for k in range(2):
         run.spawn(f"draw{k}", draw, 50 + k)
     c = run.counts
-    run.run(DURATION, until=lambda: c["records"] > 3 * buf.capacity and c["batches"] and c["churn"])
+    def reached():
+        return c["records"] > 3 * buf.capacity and c["batches"] > 0 and c["churn"] > 0
+
+    run.run(DURATION, until=reached)
     buf._check()
-    assert c["records"] > 3 * buf.capacity and c["batches"] > 0 and c["churn"] > 0, c
+    assert reached(), c
     for ps in [pr] + live:
         check_small_batch(buf.get_batch(256, ps), L)
     buf._check()
@@ -384,9 +390,12 @@ def test_learner_updates_land_while_writers_record():
         run.spawn(f"writer{w}", writer, run, buf, w, 60 + w)
     run.spawn("learner", learner)
     c = run.counts
-    run.run(DURATION, until=lambda: c["records"] > 2 * buf.capacity and c["checked"])
+    def reached():
+        return c["records"] > 2 * buf.capacity and c["checked"] > 0
+
+    run.run(DURATION, until=reached)
     buf._check()
-    assert c["records"] > 2 * buf.capacity and c["checked"] > 0, c
+    assert reached(), c
 
 
 def test_record_many_same_episode_from_many_threads():
@@ -471,10 +480,11 @@ def test_writers_queue_and_learner_runs():
     for wid in range(4):
         run.spawn(f"w{wid}", writer, wid)
     run.spawn("learner", learner)
-    run.run(DURATION, until=lambda: all(run.counts[f"w{wid}"] for wid in range(4))
-            and run.counts["learner"])
-    assert all(run.counts[f"w{wid}"] > 0 for wid in range(4)), run.counts
-    assert run.counts["learner"] > 0, run.counts
+    def reached():
+        return all(run.counts[k] > 0 for k in ("w0", "w1", "w2", "w3", "learner"))
+
+    run.run(DURATION, until=reached)
+    assert reached(), run.counts
     buf._check()
     s = sh.episode(shared).state
     assert len(s) == BIG * sum(run.counts[f"w{wid}"] for wid in range(4)) == len(sh)
@@ -582,10 +592,12 @@ def test_get_batch_with_big_frames_concurrent_with_record():
     # removes the newest episode most of the time: one a writer copies into
     run.spawn("r", remover, run, buf, 12, 0.9, 0.002)
     c = run.counts
-    run.run(DURATION, until=lambda: c["records"] > buf.capacity and c["batches"] and c["removed"])
-    print(dict(run.counts))
-    assert run.counts["records"] > buf.capacity and run.counts["batches"] > 0, run.counts
-    assert run.counts["removed"] > 0, run.counts
+    def reached():
+        return c["records"] > buf.capacity and c["batches"] > 0 and c["removed"] > 0
+
+    run.run(DURATION, until=reached)
+    print(dict(c))
+    assert reached(), c
     buf._check()
     check_frames(buf.get_batch(64, u), L)
 
