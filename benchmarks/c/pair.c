@@ -27,9 +27,20 @@
  * the rounds come last. Usage: pair [ROUNDS [SECONDS [ONLY]]] (default 5,
  * 1.0); ONLY (writer, learner, shared or separate) runs just that phase,
  * ROUNDS times, for a profiler.
+ *
+ * ONLY = writers4 runs instead the suite's 4 writers + 1 learner
+ * (test_bench_threads.py's test_writers_and_learner, Ape-X shape): each
+ * round, the learner alone, then beside 4 writer threads on its buffer,
+ * each recording and then sleeping 7 times the writer's call alone (busy
+ * 1/8 of the time when alone), and the learner's rate with them over its
+ * rate alone (the suite's goal: >= 0.8). The writers sleep in nanosleep
+ * with the thread's default timer slack, as Python's timed waits (the
+ * suite's Event.wait) do; writers4-exact sets their slack to 1 ns, so
+ * that they wake when asked rather than in the batches the slack makes.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <sys/prctl.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,10 +171,89 @@ static void measure(side_buf *w, learner_state *l, double secs, double *wr, doub
     *lr = on[1] ? (double)ta[1].calls / ta[1].secs : 0;
 }
 
+typedef struct {
+    side_buf *s;
+    atomic_bool *stop;
+    double pause; /* seconds asleep after each record call */
+    bool exact;   /* timer slack 1 ns */
+    uint64_t calls;
+} duty_arg;
+
+static void *run_duty(void *p)
+{
+    duty_arg *a = p;
+    if (a->exact)
+        prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+    struct timespec d = {(time_t)a->pause, (long)((a->pause - (double)(time_t)a->pause) * 1e9)};
+    uint64_t n = 0;
+    while (!atomic_load_explicit(a->stop, memory_order_relaxed)) {
+        record_episode(a->s->b);
+        n++;
+        nanosleep(&d, NULL);
+    }
+    a->calls = n;
+    return NULL;
+}
+
+enum { NW = 4 };
+
+/* The learner's steps per second beside NW writers on its buffer, each
+ * asleep `pause` seconds after each call, run together for secs; *recs:
+ * the writers' records per second. */
+static double with_writers(learner_state *l, double secs, double pause, bool exact, double *recs)
+{
+    atomic_bool stop = false;
+    thread_arg ta = {1, l->s, l, &stop, 0, 0};
+    duty_arg da[NW];
+    pthread_t t[NW + 1];
+    if (pthread_create(&t[NW], NULL, run, &ta) != 0)
+        exit(1);
+    for (int i = 0; i < NW; i++) {
+        da[i] = (duty_arg){l->s, &stop, pause, exact, 0};
+        if (pthread_create(&t[i], NULL, run_duty, &da[i]) != 0)
+            exit(1);
+    }
+    struct timespec d = {(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
+    nanosleep(&d, NULL);
+    atomic_store(&stop, true);
+    uint64_t calls = 0;
+    for (int i = 0; i <= NW; i++)
+        pthread_join(t[i], NULL);
+    for (int i = 0; i < NW; i++)
+        calls += da[i].calls;
+    *recs = (double)calls * EP / ta.secs;
+    return (double)ta.calls / ta.secs;
+}
+
 static double median(double *v, size_t n)
 {
     qsort(v, n, sizeof *v, bench_cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ONLY = writers4 or writers4-exact: ROUNDS rounds of the learner alone
+ * and beside NW writers, then the medians. */
+static void writers_rounds(side_buf *one, learner_state *l, size_t rounds, double secs, bool exact)
+{
+    double wr, dummy;
+    measure(one, NULL, 0.5, &wr, &dummy);
+    double pause = 7.0 / wr; /* 7 calls' time: busy 1/8 of the time alone */
+    printf("writer alone %.2f us a call; each of %d writers sleeps %.1f us after a call%s\n",
+           1e6 / wr, NW, pause * 1e6, exact ? " (timer slack 1 ns)" : "");
+    double *ratio = bench_zalloc(rounds * sizeof(double)), *recs = bench_zalloc(rounds * sizeof(double));
+    for (size_t r = 0; r < rounds; r++) {
+        double alone, tog;
+        measure(NULL, l, secs, &dummy, &alone);
+        tog = with_writers(l, secs, pause, exact, &recs[r]);
+        ratio[r] = tog / alone;
+        printf("round %zu: learner alone %.0f/s, beside the writers %.0f/s (%.2fx); writers %.0f "
+               "records/s\n", r, alone, tog, ratio[r], recs[r]);
+        fflush(stdout);
+    }
+    printf("medians: learner beside the writers %.2fx its rate alone; writers %.0f records/s\n",
+           median(ratio, rounds), median(recs, rounds));
+    free(ratio);
+    free(recs);
 }
 
 int main(int argc, char **argv)
@@ -173,10 +263,12 @@ int main(int argc, char **argv)
     const char *only = argc > 3 ? argv[3] : NULL;
     /* ONLY: which sides run, and the writer on the second buffer */
     bool w_on = only && strcmp(only, "learner"), l_on = only && strcmp(only, "writer");
-    bool known = !only || !strcmp(only, "writer") || !strcmp(only, "learner") ||
+    bool writers4 = only && (!strcmp(only, "writers4") || !strcmp(only, "writers4-exact"));
+    bool known = !only || writers4 || !strcmp(only, "writer") || !strcmp(only, "learner") ||
                  !strcmp(only, "shared") || !strcmp(only, "separate");
     if (rounds < 1 || rounds > 1000 || !(secs > 0 && secs < 3600) || !known || argc > 4) {
-        fprintf(stderr, "usage: pair [ROUNDS (1-1000) [SECONDS [writer|learner|shared|separate]]]\n");
+        fprintf(stderr, "usage: pair [ROUNDS (1-1000) [SECONDS "
+                        "[writer|learner|shared|separate|writers4|writers4-exact]]]\n");
         return 2;
     }
     for (size_t i = 0; i < EP * SB; i++)
@@ -208,7 +300,9 @@ int main(int argc, char **argv)
     measure(&two, &l, 0.3, &dummy, &dummy);
     l.s = &one;
     side_buf *w_buf = only && !strcmp(only, "separate") ? &two : &one;
-    for (size_t r = 0; only && r < rounds; r++) {
+    if (writers4)
+        writers_rounds(&one, &l, rounds, secs, !strcmp(only, "writers4-exact"));
+    for (size_t r = 0; only && !writers4 && r < rounds; r++) {
         double wr, lr;
         measure(w_on ? w_buf : NULL, l_on ? &l : NULL, secs, &wr, &lr);
         printf("%s: writer %.0f/s learner %.0f/s\n", only, wr, lr);
