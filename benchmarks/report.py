@@ -969,7 +969,10 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
             "*add 1*: one transition per call (exreplay `record`, cpprb `add`), timed as 100 calls and divided; "
             "*add 100*: one call with 100 steps (`record_many` of an episode; `add` of 100-row arrays); "
             "*sample*: uniform `get_batch(B)` (also with `out=`) / `sample(B)`; the floor gathers B state rows and "
-            "their next rows. *PER*: prioritized sample of 256 and the priority update of those 256."
+            "their next rows. *PER*: prioritized sample of 256 and the priority update of those 256. Every call is "
+            "timed as a training loop makes it, written out in a loop of its own (`get(32, ps, out=out)`, "
+            "`sample(32)`) whose time is divided by its calls, not through pytest-benchmark's "
+            "`fn(*args, **kwargs)`, whose spread alone costs 50–300 ns a call."
         )
         L.append("")
         trs = []
