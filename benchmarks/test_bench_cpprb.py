@@ -32,7 +32,7 @@ calls: `benchmark.pedantic(fn, args=..., kwargs=...)` would call
 `fn(*args, **kwargs)`, and that spread alone costs 50-300 ns a call here
 (most with a keyword argument: 180-300 ns for `out=`), a fifth of a small
 get_batch, which the benchmark would then report as get_batch's own time
-(docs/benchmarks.md, "Timed calls written out").
+(docs/benchmarks.md, addendum "timed calls written out").
 """
 
 import numpy as np
