@@ -168,6 +168,34 @@ def test_add_100(benchmark, impl, n):
 # --- uniform sample ----------------------------------------------------------------
 
 
+def _get_loop(get, batch, ps, k, out=None):
+    """k calls of exreplay's get(batch, ps), or get(batch, ps, out=out),
+    each written out (module docstring)."""
+    if out is None:
+        def run():
+            for _ in range(k):
+                get(batch, ps)
+    else:
+        def run():
+            for _ in range(k):
+                get(batch, ps, out=out)
+    return run
+
+
+def _sample_loop(sample, batch, k, beta=None):
+    """k calls of cpprb's sample(batch), or sample(batch, beta=beta), each
+    written out."""
+    if beta is None:
+        def run():
+            for _ in range(k):
+                sample(batch)
+    else:
+        def run():
+            for _ in range(k):
+                sample(batch, beta=beta)
+    return run
+
+
 def _sample_cases():
     out = []
     for n in harness.cpprb_sizes():
@@ -182,27 +210,12 @@ def test_sample_uniform(benchmark, case):
     n, batch, impl = case
     k = 200 if batch <= 32 else (50 if batch <= 256 else 10)
     r = harness.rounds(40, 3)
-    if impl == "exreplay":
+    if impl in ("exreplay", "exreplay_out"):
         buf, ps = _exreplay(n)
-        get = buf.get_batch
-
-        def run():
-            for _ in range(k):
-                get(batch, ps)
-    elif impl == "exreplay_out":
-        buf, ps = _exreplay(n)
-        get = buf.get_batch
-        out = get(batch, ps)
-
-        def run():
-            for _ in range(k):
-                get(batch, ps, out=out)
+        out = buf.get_batch(batch, ps) if impl == "exreplay_out" else None
+        run = _get_loop(buf.get_batch, batch, ps, k, out)
     elif impl == "cpprb":
-        sample = _cpprb(n).sample
-
-        def run():
-            for _ in range(k):
-                sample(batch)
+        run = _sample_loop(_cpprb(n).sample, batch, k)
     else:
         key = ("floor", n)
         if key not in _CACHE:
@@ -233,12 +246,9 @@ def test_prioritized(benchmark, impl, op):
     new_p = (np.random.default_rng(3).random(batch) + 0.05).astype(np.float64)
     if impl == "cpprb":
         rb = _cpprb(n, "prioritized")
-        sample, update = rb.sample, rb.update_priorities
-        idx = sample(batch, beta=0.4)["indexes"]
-
-        def run_sample():
-            for _ in range(k):
-                sample(batch, beta=0.4)
+        update = rb.update_priorities
+        idx = rb.sample(batch, beta=0.4)["indexes"]
+        run_sample = _sample_loop(rb.sample, batch, k, beta=0.4)
 
         def run_update():
             for _ in range(k):
@@ -252,11 +262,7 @@ def test_prioritized(benchmark, impl, op):
         # every pick found through the episode map
         epi, pos = (b.pick_epi.copy(), b.pick_pos.copy()) if impl == "exreplay_lookup" else (b.pick_epi, b.pick_pos)
         index = b.pick_index
-
-        def run_sample():
-            for _ in range(k):
-                get(batch, pr)
-
+        run_sample = _get_loop(get, batch, pr, k)
         if impl == "exreplay_batch":
             def run_update():
                 for _ in range(k):
@@ -349,25 +355,9 @@ def test_sample_paired(benchmark, what):
         n, batch, iters = harness.cpprb_sizes()[-1], 32, 1000
         buf, ps = _exreplay(n)
         rb = _cpprb(n)
-    get = buf.get_batch
-    out = get(batch, ps)
-    sample = rb.sample
-    if what == "get_batch32_out":
-        def ex_call():
-            for _ in range(iters):
-                get(batch, ps, out=out)
-    else:
-        def ex_call():
-            for _ in range(iters):
-                get(batch, ps)
-    if what == "psample256":
-        def cp_call():
-            for _ in range(iters):
-                sample(batch, beta=0.4)
-    else:
-        def cp_call():
-            for _ in range(iters):
-                sample(batch)
+    out = buf.get_batch(batch, ps) if what == "get_batch32_out" else None
+    ex_call = _get_loop(buf.get_batch, batch, ps, iters, out)
+    cp_call = _sample_loop(rb.sample, batch, iters, beta=0.4 if what == "psample256" else None)
 
     def block(fn):
         fn()  # the other library's block evicted this one's metadata
