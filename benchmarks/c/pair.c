@@ -59,6 +59,12 @@ static double now_s(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* secs as a timespec, for nanosleep. */
+static struct timespec ts_of(double secs)
+{
+    return (struct timespec){(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
+}
+
 static void check(exr_status st, const char *what)
 {
     if (st != EXR_OK) {
@@ -161,7 +167,7 @@ static void measure(side_buf *w, learner_state *l, double secs, double *wr, doub
     for (int i = 0; i < 2; i++)
         if (on[i] && pthread_create(&t[i], NULL, run, &ta[i]) != 0)
             exit(1);
-    struct timespec d = {(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
+    struct timespec d = ts_of(secs);
     nanosleep(&d, NULL);
     atomic_store(&stop, true);
     for (int i = 0; i < 2; i++)
@@ -184,7 +190,7 @@ static void *run_duty(void *p)
     duty_arg *a = p;
     if (a->exact)
         prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
-    struct timespec d = {(time_t)a->pause, (long)((a->pause - (double)(time_t)a->pause) * 1e9)};
+    struct timespec d = ts_of(a->pause);
     uint64_t n = 0;
     while (!atomic_load_explicit(a->stop, memory_order_relaxed)) {
         record_episode(a->s->b);
@@ -213,7 +219,7 @@ static double with_writers(learner_state *l, double secs, double pause, bool exa
         if (pthread_create(&t[i], NULL, run_duty, &da[i]) != 0)
             exit(1);
     }
-    struct timespec d = {(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
+    struct timespec d = ts_of(secs);
     nanosleep(&d, NULL);
     atomic_store(&stop, true);
     uint64_t calls = 0;
