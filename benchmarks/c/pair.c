@@ -33,7 +33,9 @@
  * round, the learner alone, then beside 4 writer threads on its buffer,
  * each recording and then sleeping 7 times the writer's call alone (busy
  * 1/8 of the time when alone), and the learner's rate with them over its
- * rate alone (the suite's goal: >= 0.8). The writers sleep in nanosleep
+ * rate alone (the suite's goal: >= 0.8); then beside the same 4 writers
+ * on the second buffer (nothing of exreplay shared: what the machine's
+ * cores and scheduler leave the learner). The writers sleep in nanosleep
  * with the thread's default timer slack, as Python's timed waits (the
  * suite's Event.wait) do; writers4-exact sets their slack to 1 ns, so
  * that they wake when asked rather than in the batches the slack makes.
@@ -203,10 +205,11 @@ static void *run_duty(void *p)
 
 enum { NW = 4 };
 
-/* The learner's steps per second beside NW writers on its buffer, each
- * asleep `pause` seconds after each call, run together for secs; *recs:
- * the writers' records per second. */
-static double with_writers(learner_state *l, double secs, double pause, bool exact, double *recs)
+/* The learner's steps per second beside NW writers on buffer w (the
+ * learner's own, or the second), each asleep `pause` seconds after each
+ * call, run together for secs; *recs: the writers' records per second. */
+static double with_writers(learner_state *l, side_buf *w, double secs, double pause, bool exact,
+                           double *recs)
 {
     atomic_bool stop = false;
     thread_arg ta = {1, l->s, l, &stop, 0, 0};
@@ -215,7 +218,7 @@ static double with_writers(learner_state *l, double secs, double pause, bool exa
     if (pthread_create(&t[NW], NULL, run, &ta) != 0)
         exit(1);
     for (int i = 0; i < NW; i++) {
-        da[i] = (duty_arg){l->s, &stop, pause, exact, 0};
+        da[i] = (duty_arg){w, &stop, pause, exact, 0};
         if (pthread_create(&t[i], NULL, run_duty, &da[i]) != 0)
             exit(1);
     }
@@ -237,29 +240,39 @@ static double median(double *v, size_t n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* ONLY = writers4 or writers4-exact: ROUNDS rounds of the learner alone
- * and beside NW writers, then the medians. */
-static void writers_rounds(side_buf *one, learner_state *l, size_t rounds, double secs, bool exact)
+/* ONLY = writers4 or writers4-exact: ROUNDS rounds of the learner alone,
+ * beside NW writers on its buffer (one) and beside them on the second
+ * (two), then the medians. */
+static void writers_rounds(side_buf *one, side_buf *two, learner_state *l, size_t rounds, double secs,
+                           bool exact)
 {
     double wr, dummy;
     measure(one, NULL, 0.5, &wr, &dummy);
     double pause = 7.0 / wr; /* 7 calls' time: busy 1/8 of the time alone */
     printf("writer alone %.2f us a call; each of %d writers sleeps %.1f us after a call%s\n",
            1e6 / wr, NW, pause * 1e6, exact ? " (timer slack 1 ns)" : "");
-    double *ratio = bench_zalloc(rounds * sizeof(double)), *recs = bench_zalloc(rounds * sizeof(double));
+    /* per round: the learner beside the writers on one and on two, over
+     * its rate alone, and the writers' records per second on one and two */
+    double *v[4];
+    for (int c = 0; c < 4; c++)
+        v[c] = bench_zalloc(rounds * sizeof(double));
     for (size_t r = 0; r < rounds; r++) {
-        double alone, tog;
+        double alone, tog, sep;
         measure(NULL, l, secs, &dummy, &alone);
-        tog = with_writers(l, secs, pause, exact, &recs[r]);
-        ratio[r] = tog / alone;
-        printf("round %zu: learner alone %.0f/s, beside the writers %.0f/s (%.2fx); writers %.0f "
-               "records/s\n", r, alone, tog, ratio[r], recs[r]);
+        tog = with_writers(l, one, secs, pause, exact, &v[2][r]);
+        sep = with_writers(l, two, secs, pause, exact, &v[3][r]);
+        v[0][r] = tog / alone;
+        v[1][r] = sep / alone;
+        printf("round %zu: learner alone %.0f/s, beside the writers %.0f/s (%.2fx), beside them on "
+               "a second buffer %.0f/s (%.2fx); writers %.0f and %.0f records/s\n",
+               r, alone, tog, v[0][r], sep, v[1][r], v[2][r], v[3][r]);
         fflush(stdout);
     }
-    printf("medians: learner beside the writers %.2fx its rate alone; writers %.0f records/s\n",
-           median(ratio, rounds), median(recs, rounds));
-    free(ratio);
-    free(recs);
+    printf("medians: learner beside the writers %.2fx its rate alone (writers %.0f records/s); "
+           "beside them on a second buffer %.2fx (writers %.0f records/s)\n",
+           median(v[0], rounds), median(v[2], rounds), median(v[1], rounds), median(v[3], rounds));
+    for (int c = 0; c < 4; c++)
+        free(v[c]);
 }
 
 int main(int argc, char **argv)
@@ -307,7 +320,7 @@ int main(int argc, char **argv)
     l.s = &one;
     side_buf *w_buf = only && !strcmp(only, "separate") ? &two : &one;
     if (writers4)
-        writers_rounds(&one, &l, rounds, secs, !strcmp(only, "writers4-exact"));
+        writers_rounds(&one, &two, &l, rounds, secs, !strcmp(only, "writers4-exact"));
     for (size_t r = 0; only && !writers4 && r < rounds; r++) {
         double wr, lr;
         measure(w_on ? w_buf : NULL, l_on ? &l : NULL, secs, &wr, &lr);
