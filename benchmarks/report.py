@@ -855,8 +855,9 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
             "4 writers + 1 learner", f"learner ≥ {GOAL_WRITERS_LEARNER}× its rate alone",
             "; ".join(f"{w['workload']}: {fmt_ratio(w['ratio'])} ({w['learner_with_writers_per_s']:,.0f} vs "
                       f"{w['learner_alone_per_s']:,.0f} batches/s"
-                      + (f"; writers apart, the reference: {fmt_ratio(w['ratio_apart'])}" if "ratio_apart" in w
-                         else "") + ")" for w in writers_learner),
+                      + (f"; references: writers apart {fmt_ratio(w['ratio_apart'])}, idle wakers "
+                         f"{fmt_ratio(w['ratio_wakers'])}" if "ratio_wakers" in w else "") + ")"
+                      for w in writers_learner),
             verdict(all(w["ratio"] >= GOAL_WRITERS_LEARNER for w in writers_learner)),
         ])
     goals += persistence_goals(persist)
@@ -1094,21 +1095,23 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
             "core together and the learner's core is its own unless the buffer takes it. Medians over "
             f"{writers_learner[0]['rounds']} alternating rounds of {writers_learner[0]['phase_s']} s phases."
         )
-        apart = all("ratio_apart" in w for w in writers_learner)
-        if apart:
-            L[-1] += (" Each round also runs the learner beside the same writers recording into a second buffer "
-                      "of the same shape and fill (*writers apart*): a reference, not a goal. The threads then "
+        refs = all("ratio_wakers" in w for w in writers_learner)
+        if refs:
+            L[-1] += (" Each round also runs two references, not goals: the learner beside the same writers "
+                      "recording into a second buffer of the same shape and fill (*writers apart*: the threads "
                       "share nothing of exreplay, so it is what the interpreter, the two cores and the scheduler "
-                      "leave the learner.")
+                      "leave the learner), and beside 4 threads that wake as often as the writers and make no "
+                      "call (*idle wakers*: what taking the GIL at each wake-up alone leaves it).")
         L.append("")
         head = ["workload", "learner alone", "learner with writers", "ratio", "writers' records/s"]
-        if apart:
-            head += ["learner, writers apart", "ratio", "writers' records/s"]
+        if refs:
+            head += ["writers apart: ratio (records/s)", "idle wakers: ratio (wakes/s; writers' calls/s)"]
         L.append(table(head, [
             [w["workload"], f"{w['learner_alone_per_s']:,.0f}/s", f"{w['learner_with_writers_per_s']:,.0f}/s",
              fmt_ratio(w["ratio"]), f"{w['records_per_s']:,.0f}"]
-            + ([f"{w['learner_writers_apart_per_s']:,.0f}/s", fmt_ratio(w["ratio_apart"]),
-                f"{w['records_per_s_apart']:,.0f}"] if apart else [])
+            + ([f"{fmt_ratio(w['ratio_apart'])} ({w['records_per_s_apart']:,.0f})",
+                f"{fmt_ratio(w['ratio_wakers'])} ({w['wakes_per_s']:,.0f}; {w['calls_per_s']:,.0f})"]
+               if refs else [])
             for w in writers_learner]))
         L.append("")
     if ray_cpprb:
@@ -1164,7 +1167,7 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
         "the floor, in C (`benchmarks/c/phases.c`); `make bench-draw` times the prioritized sum-tree draw alone "
         "(`benchmarks/c/draw.c`); `make bench-pair` runs the threads section's Ape-X writer and learner as pthreads "
         "calling the core, each alone, on one buffer and on two (`benchmarks/c/pair.c`: the pair without the "
-        "interpreter; `build/bench-pair ROUNDS SECONDS writers4` runs the 4 writers + 1 learner test the same way, with its writers-apart reference). "
+        "interpreter; `build/bench-pair ROUNDS SECONDS writers4` runs the 4 writers + 1 learner test the same way, with the writers-apart reference). "
         "The A/B scripts `benchmarks/ab_builds.py`, `ab_get_batch.py`, `ab_small.py` "
         "and `ab_set_priority.py` (sharing `ab_common.py`) load two builds of the extension into one process and "
         "alternate them, printing the median of the paired after/base ratios: the addenda's comparisons of two "

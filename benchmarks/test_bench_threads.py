@@ -258,10 +258,12 @@ WRITER_DUTY = 0.125
 def test_writers_and_learner(shape):
     """The learner's batches/s alone, and with 4 writer threads recording at
     the same time (goal: >= 0.8x). Both from the same run, interleaved. Each
-    round also runs the learner beside the same 4 writers recording into a
-    second buffer of the same shape and fill (a reference, not a goal: the
-    threads then share nothing of exreplay, so this is what the interpreter,
-    the cores and the scheduler leave the learner)."""
+    round also runs two references, not goals: the learner beside the same 4
+    writers recording into a second buffer of the same shape and fill (the
+    threads then share nothing of exreplay: what the interpreter, the cores
+    and the scheduler leave the learner), and beside 4 threads that wake as
+    often as the writers do and make no call at all (what the interpreter's
+    GIL hand-overs at that rate alone leave it)."""
     make = {"apex": _apex, "atari": _atari}[shape]
     buf, rec, samp, desc = make()
     _, rec_apart, _, _ = make()
@@ -278,17 +280,20 @@ def test_writers_and_learner(shape):
         out.append(n / (time.perf_counter() - t0))
 
     def writer(stop, out, fn):
+        # fn None: an idle waker, whose wait is as long as a writer's cycle
+        wait = pause if fn is not None else pause + t_rec
         n = 0
         while not stop.is_set():
-            fn()
+            if fn is not None:
+                fn()
             n += 1
-            stop.wait(pause)
+            stop.wait(wait)
         out.append(n)
 
-    def phase(writers_fn):
+    def phase(writers_fn, threads=True):
         stop, lrate, wcounts = threading.Event(), [], []
         ths = [threading.Thread(target=learner, args=(stop, lrate))]
-        if writers_fn is not None:
+        if threads:
             ths += [threading.Thread(target=writer, args=(stop, wcounts, writers_fn)) for _ in range(WRITERS)]
         for th in ths:
             th.start()
@@ -298,24 +303,32 @@ def test_writers_and_learner(shape):
             th.join()
         return lrate[0], sum(wcounts) * EP / D
 
-    alone, together, records, apart, records_apart = [], [], [], [], []
+    alone, together, records, apart, records_apart, wakers, wakes = [], [], [], [], [], [], []
     for _ in range(harness.rounds(5, 1)):
-        alone.append(phase(None)[0])
+        alone.append(phase(None, threads=False)[0])
         r, rec_s = phase(rec)
         together.append(r)
         records.append(rec_s)
         r, rec_s = phase(rec_apart)
         apart.append(r)
         records_apart.append(rec_s)
-    m_alone, m_tog, m_apart = float(np.median(alone)), float(np.median(together)), float(np.median(apart))
+        r, wake_s = phase(None)
+        wakers.append(r)
+        wakes.append(wake_s / EP)
+    m_alone, m_tog = float(np.median(alone)), float(np.median(together))
+    m_apart, m_wakers = float(np.median(apart)), float(np.median(wakers))
     harness.add_custom(
         "writers_learner", workload=shape, writers=WRITERS, writer_duty=WRITER_DUTY,
         learner_alone_per_s=m_alone, learner_with_writers_per_s=m_tog, ratio=m_tog / m_alone,
-        records_per_s=float(np.median(records)), learner_writers_apart_per_s=m_apart,
-        ratio_apart=m_apart / m_alone, records_per_s_apart=float(np.median(records_apart)),
+        records_per_s=float(np.median(records)), calls_per_s=float(np.median(records)) / EP,
+        learner_writers_apart_per_s=m_apart, ratio_apart=m_apart / m_alone,
+        records_per_s_apart=float(np.median(records_apart)), learner_wakers_per_s=m_wakers,
+        ratio_wakers=m_wakers / m_alone, wakes_per_s=float(np.median(wakes)),
         phase_s=D, rounds=len(alone), **desc,
     )
     print(f"\n4 writers + 1 learner {shape}: learner alone {m_alone:.0f}/s, with writers {m_tog:.0f}/s "
           f"({m_tog / m_alone:.2f}x), writers {np.median(records):.0f} records/s; writers on a second buffer: "
-          f"learner {m_apart:.0f}/s ({m_apart / m_alone:.2f}x), writers {np.median(records_apart):.0f} records/s")
+          f"learner {m_apart:.0f}/s ({m_apart / m_alone:.2f}x), writers {np.median(records_apart):.0f} records/s; "
+          f"4 idle wakers: learner {m_wakers:.0f}/s ({m_wakers / m_alone:.2f}x), {np.median(wakes):.0f} wakes/s "
+          f"(writers' calls/s {np.median(records) / EP:.0f})")
     assert len(buf) > 0
