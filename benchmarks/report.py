@@ -1100,8 +1100,9 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
             L[-1] += (" Each round also runs two references, not goals: the learner beside the same writers "
                       "recording into a second buffer of the same shape and fill (*writers apart*: the threads "
                       "share nothing of exreplay, so it is what the interpreter, the two cores and the scheduler "
-                      "leave the learner), and beside 4 threads that wake as often as the writers and make no "
-                      "call (*idle wakers*: what taking the GIL at each wake-up alone leaves it).")
+                      "leave the learner), and beside 4 threads that wake, on a fixed schedule, as often as that "
+                      "round's writers on the learner's buffer called, and make no call (*idle wakers*: what "
+                      "taking the GIL back at each wake-up, at that rate, alone leaves it).")
         L.append("")
         head = ["workload", "learner alone", "learner with writers", "ratio", "writers' records/s"]
         if refs:

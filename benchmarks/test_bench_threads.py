@@ -262,8 +262,9 @@ def test_writers_and_learner(shape):
     writers recording into a second buffer of the same shape and fill (the
     threads then share nothing of exreplay: what the interpreter, the cores
     and the scheduler leave the learner), and beside 4 threads that wake as
-    often as the writers do and make no call at all (what the interpreter's
-    GIL hand-overs at that rate alone leave it)."""
+    often as the round's writers on its buffer called and make no call at
+    all (what taking the GIL back at each wake-up, at that rate, alone
+    leaves it)."""
     make = {"apex": _apex, "atari": _atari}[shape]
     buf, rec, samp, desc = make()
     _, rec_apart, _, _ = make()
@@ -280,21 +281,32 @@ def test_writers_and_learner(shape):
         out.append(n / (time.perf_counter() - t0))
 
     def writer(stop, out, fn):
-        # fn None: an idle waker, whose wait is as long as a writer's cycle
-        wait = pause if fn is not None else pause + t_rec
         n = 0
         while not stop.is_set():
-            if fn is not None:
-                fn()
+            fn()
             n += 1
-            stop.wait(wait)
+            stop.wait(pause)
         out.append(n)
 
-    def phase(writers_fn, threads=True):
+    def waker(stop, out, cycle):
+        # wakes once every `cycle` seconds on average, whatever a wake-up
+        # costs: each wait runs to the next point of a fixed schedule
+        n, due = 0, time.perf_counter()
+        while not stop.is_set():
+            n += 1
+            due += cycle
+            left = due - time.perf_counter()
+            if left > 0:
+                stop.wait(left)
+        out.append(n)
+
+    def phase(writers_fn, cycle=None):
         stop, lrate, wcounts = threading.Event(), [], []
         ths = [threading.Thread(target=learner, args=(stop, lrate))]
-        if threads:
+        if writers_fn is not None:
             ths += [threading.Thread(target=writer, args=(stop, wcounts, writers_fn)) for _ in range(WRITERS)]
+        if cycle is not None:
+            ths += [threading.Thread(target=waker, args=(stop, wcounts, cycle)) for _ in range(WRITERS)]
         for th in ths:
             th.start()
         time.sleep(D)
@@ -305,14 +317,16 @@ def test_writers_and_learner(shape):
 
     alone, together, records, apart, records_apart, wakers, wakes = [], [], [], [], [], [], []
     for _ in range(harness.rounds(5, 1)):
-        alone.append(phase(None, threads=False)[0])
+        alone.append(phase(None)[0])
         r, rec_s = phase(rec)
         together.append(r)
         records.append(rec_s)
         r, rec_s = phase(rec_apart)
         apart.append(r)
         records_apart.append(rec_s)
-        r, wake_s = phase(None)
+        # the idle wakers wake as often as this round's writers on the
+        # learner's buffer called (each: once every WRITERS * EP / records s)
+        r, wake_s = phase(None, cycle=WRITERS * EP / records[-1] if records[-1] else pause + t_rec)
         wakers.append(r)
         wakes.append(wake_s / EP)
     m_alone, m_tog = float(np.median(alone)), float(np.median(together))
