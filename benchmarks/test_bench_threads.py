@@ -317,22 +317,22 @@ def test_writers_and_learner(shape):
         stop.set()
         for th in ths:
             th.join()
-        return lrate[0], sum(wcounts) * EP / D
+        return lrate[0], sum(wcounts) / D  # the learner's rate; the others' calls (or wakes) a second
 
     alone, together, records, apart, records_apart, wakers, wakes = [], [], [], [], [], [], []
     for _ in range(harness.rounds(5, 1)):
         alone.append(phase(None)[0])
-        r, rec_s = phase(rec)
+        r, calls_s = phase(rec)
         together.append(r)
-        records.append(rec_s)
-        r, rec_s = phase(rec_apart)
+        records.append(calls_s * EP)
+        r, calls_apart_s = phase(rec_apart)
         apart.append(r)
-        records_apart.append(rec_s)
+        records_apart.append(calls_apart_s * EP)
         # the idle wakers wake as often as this round's writers on the
-        # learner's buffer called (each: once every WRITERS * EP / records s)
-        r, wake_s = phase(None, cycle=WRITERS * EP / records[-1] if records[-1] else pause + t_rec)
+        # learner's buffer called (each: once every WRITERS / calls_s s)
+        r, wake_s = phase(None, cycle=WRITERS / calls_s if calls_s else pause + t_rec)
         wakers.append(r)
-        wakes.append(wake_s / EP)
+        wakes.append(wake_s)
     m_alone, m_tog = float(np.median(alone)), float(np.median(together))
     m_apart, m_wakers = float(np.median(apart)), float(np.median(wakers))
     harness.add_custom(
