@@ -416,6 +416,32 @@ def test_set_priority_errors(env):
     expect_error(env, TypeError, "bogus", buf.set_priority, pr, e, p, ok, bogus=1)
 
 
+@pytest.mark.parametrize("bad", [math.nan, -math.nan, math.inf, -math.inf, -1.0, -5e-324])
+def test_bad_priority_named_by_index_in_long_arrays(env, bad):
+    """The priorities are checked several at a time: a bad one anywhere in a
+    long array (the first of two, wherever it falls among the checks) is the
+    one the message names, and nothing changes; -0.0, subnormals and the
+    largest double are priorities like any other."""
+    buf, pr = env["buf"], env["pr"]
+    e, p = buf._picks()
+    n = len(e)
+    assert n >= 20
+    ok = np.tile([0.0, -0.0, 5e-324, 1.7976931348623157e308, 0.5], n)[:n]
+    for at in sorted({0, 1, 7, 8, 9, 15, 16, 17, n - 2, n - 1}):
+        pri = ok.copy()
+        pri[at] = bad
+        pri[-1] = bad if at < n - 1 else pri[-1]
+        err = expect_error(env, ValueError, "priorities", buf.set_priority, pr, e, p, pri)
+        assert f"at index {at}" in str(err), str(err)
+        T = 20 if at < 20 else 0
+        if T:
+            pri = ok[:T].copy()
+            pri[at] = bad
+            err = expect_error(env, ValueError, "priorities", buf.record_many, None,
+                               np.ones((T, 4)), np.zeros(T, np.int64), np.zeros(T), priorities=pri)
+            assert f"at index {at}" in str(err), str(err)
+
+
 def test_set_priority_negative_scalar_with_no_picks(env):
     empty = np.zeros(0, np.int64)
     expect_error(env, ValueError, "priorities", env["buf"].set_priority, env["pr"], empty, empty,

@@ -185,6 +185,12 @@ exr_status exr_buffer_get_batch_nowait(exr_buffer *b, int64_t h, size_t count,
 exr_status exr_buffer_gather(exr_buffer *b, int64_t h, size_t count, const int64_t *epi,
                              const int64_t *pos, exr_batch_out *out);
 
+/* The index of the first of p[0..n) that is not a valid priority (finite
+ * and >= 0; -0.0 is valid), or n if all are. Needs no buffer: the binding
+ * checks its arguments with it too. Two at a time with SSE2, eight to a
+ * branch, so that checking a batch's priorities costs a few cycles each. */
+size_t exr_first_bad_priority(const double *p, size_t n);
+
 /* New priorities (finite, >= 0; else EXR_EINVAL before any change) for the
  * picks named; prio_stride 0 broadcasts prio[0]. Missing picks are skipped;
  * *applied counts the rest. O(count log N). */

@@ -8,6 +8,9 @@
 
 #include "buffer_impl.h"
 #include "powa.h"
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 /* Table index of pick (epi, pos) when hint still holds it: a batch's index
  * is only a hint, since picks move by swap-removal after it was drawn. The
@@ -135,16 +138,34 @@ static size_t resolve_picks_locked(const exr_buffer *b, size_t count, const int6
     return done;
 }
 
-/* 1 if some priority is not finite and >= 0. No early exit, so that the
- * compiler can check several at a time. */
+size_t exr_first_bad_priority(const double *p, size_t n)
+{
+    size_t i = 0;
+#if defined(__SSE2__)
+    /* bad: p < 0, or not p <= DBL_MAX (infinite or NaN: unordered) */
+    const __m128d zero = _mm_setzero_pd(), top = _mm_set1_pd(DBL_MAX);
+    for (; i + 8 <= n; i += 8) {
+        __m128d bad = zero;
+        for (size_t k = 0; k < 8; k += 2) {
+            __m128d v = _mm_loadu_pd(p + i + k);
+            bad = _mm_or_pd(bad, _mm_or_pd(_mm_cmplt_pd(v, zero), _mm_cmpnle_pd(v, top)));
+        }
+        if (_mm_movemask_pd(bad))
+            break; /* the scalar loop finds which */
+    }
+#endif
+    for (; i < n; i++)
+        if (!(p[i] >= 0 && p[i] <= DBL_MAX))
+            return i;
+    return n;
+}
+
+/* 1 if some priority is not finite and >= 0 (stride 0: prio[0] for all). */
 static int priorities_bad(size_t count, const double *prio, size_t prio_stride)
 {
-    int bad = 0;
-    for (size_t i = 0; i < (prio_stride ? count : count > 0); i++) {
-        double p = prio[i * prio_stride];
-        bad |= !(p >= 0 && p <= DBL_MAX);
-    }
-    return bad;
+    if (!prio_stride)
+        return count && exr_first_bad_priority(prio, 1) == 0;
+    return exr_first_bad_priority(prio, count) != count;
 }
 
 /* The exponent selector h last had (pow_h, pow_a), or NaN. */

@@ -453,23 +453,13 @@ int truth_arg(PyObject *o, const char *name, bool *out)
 
 int exr_check_priorities(const double *p, npy_intp n)
 {
-    /* one pass without an early exit (the compiler checks several at a
-     * time), then the first bad one for the message */
-    int bad = 0;
-    for (npy_intp i = 0; i < n; i++)
-        bad |= !(p[i] >= 0 && p[i] <= DBL_MAX);
-    if (!bad)
+    size_t i = exr_first_bad_priority(p, (size_t)n); /* several at a time */
+    if (i == (size_t)n)
         return 0;
-    for (npy_intp i = 0; i < n; i++) {
-        if (!priority_ok(p[i])) {
-            PyObject *bad = PyFloat_FromDouble(p[i]);
-            if (bad)
-                PyErr_Format(PyExc_ValueError,
-                             "priorities: expected finite numbers >= 0, got %R at index %zd", bad,
-                             (Py_ssize_t)i);
-            Py_XDECREF(bad);
-            return -1;
-        }
-    }
-    return 0;
+    PyObject *bad = PyFloat_FromDouble(p[i]);
+    if (bad)
+        PyErr_Format(PyExc_ValueError, "priorities: expected finite numbers >= 0, got %R at index %zd",
+                     bad, (Py_ssize_t)i);
+    Py_XDECREF(bad);
+    return -1;
 }

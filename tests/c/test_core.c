@@ -3,6 +3,7 @@
  * under ASan+UBSan by `make ctest`. Prints "N passed, M failed".
  */
 #define _DEFAULT_SOURCE
+#include <float.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -739,6 +740,36 @@ static void test_eviction(void)
     exr_buffer_free(b);
 }
 
+/* exr_first_bad_priority against the rule one value at a time (finite and
+ * >= 0, -0.0 included), for every length up to 40 and a bad value at every
+ * place, so that the two-at-a-time checks, the branch every eight and the
+ * scalar tail each see one. */
+static void test_first_bad_priority(void)
+{
+    const double good[] = {0.0, -0.0, 1.0, DBL_MAX, DBL_MIN, 4.9e-324, 1e-300, 3.5};
+    const double bad[] = {NAN, -NAN, INFINITY, -INFINITY, -1.0, -DBL_MIN, -4.9e-324, -DBL_MAX};
+    enum { N = 40 };
+    double p[N];
+    for (size_t n = 0; n <= N; n++) {
+        for (size_t i = 0; i < n; i++)
+            p[i] = good[i % (sizeof good / sizeof good[0])];
+        CHECK_RET(exr_first_bad_priority(p, n) == n);
+        for (size_t at = 0; at < n; at++)
+            for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+                double keep = p[at];
+                p[at] = bad[k];
+                CHECK_RET(exr_first_bad_priority(p, n) == at);
+                if (at + 1 < n) { /* a second bad value later: still the first */
+                    double keep2 = p[n - 1];
+                    p[n - 1] = bad[(k + 1) % (sizeof bad / sizeof bad[0])];
+                    CHECK_RET(exr_first_bad_priority(p, n) == at);
+                    p[n - 1] = keep2;
+                }
+                p[at] = keep;
+            }
+    }
+}
+
 static void test_priorities(void)
 {
     exr_buffer *b = make_buffer(1, false, 0, EXR_EVICT_FIFO);
@@ -1206,6 +1237,7 @@ int main(void)
         {"picks_and_batch", test_picks_and_batch},
         {"long_episode_segments", test_long_episode_segments},
         {"eviction", test_eviction},
+        {"first_bad_priority", test_first_bad_priority},
         {"priorities", test_priorities},
         {"random_ops", test_random_ops},
         {"segments_grow_and_shrink", test_segments_grow_and_shrink},
