@@ -72,13 +72,13 @@ def test_set_priority_batch_form_same_as_handles(make_buffer):
     a._check()
 
 
-def _twins_drawn_then_evicted(make_buffer):
-    """Two equal buffers of capacity 60, a batch of 64 drawn from each, then
-    three more episodes recorded into both, which evicts the oldest: some
-    of the batches' picks leave the table and others move in it."""
+def _twins_drawn_then_evicted(make_buffer, size=64):
+    """Two equal buffers of capacity 60, a batch of `size` drawn from each,
+    then three more episodes recorded into both, which evicts the oldest:
+    some of the batches' picks leave the table and others move in it."""
     a, pa = _filled(make_buffer, capacity=60)
     b, pb = _filled(make_buffer, capacity=60)
-    ba, bb = a.get_batch(64, pa), b.get_batch(64, pb)
+    ba, bb = a.get_batch(size, pa), b.get_batch(size, pb)
     for buf in (a, b):
         for i in range(3):
             s = np.stack([np.full(10, 10 + i), np.arange(10)], axis=1).astype(np.float32)
@@ -104,30 +104,119 @@ def test_set_priority_handle_form_takes_its_batchs_indices():
     the batch's pick_index as hints (_core._block_hints counts the calls),
     with the result of the call without them: after evictions moved and
     removed picks, and with indices tampered with. Copies, slices and
-    another batch's arrays are not taken for it."""
+    another batch's arrays are not taken for it. Batches of more than
+    1,024 picks: a smaller one's own arrays go by its draw's notes first
+    (test_set_priority_by_the_draws_notes)."""
     from exreplay import _core
 
-    a, pa, ba, b, pb, _ = _twins_drawn_then_evicted(ExperienceReplay)
+    B = 1100
+    a, pa, ba, b, pb, _ = _twins_drawn_then_evicted(ExperienceReplay, B)
     ba.pick_index[:4] = [-5, 10**9, 0, ba.pick_index[5]]
-    p = np.random.default_rng(1).uniform(0.1, 5.0, 64)
-    h0 = _core._block_hints()
+    p = np.random.default_rng(1).uniform(0.1, 5.0, B)
+    h0, g0 = _core._block_hints(), _core._drawn_given()
     n = a.set_priority(pa, ba.pick_epi, ba.pick_pos, p)
-    assert _core._block_hints() == h0 + 1
+    assert _core._block_hints() == h0 + 1 and _core._drawn_given() == g0
     assert n == b.set_priority(pb, ba.pick_epi.copy(), ba.pick_pos.copy(), p)
-    assert 0 < n < 64
+    assert 0 < n < B
     e, q = a._picks()
     assert np.array_equal(a._priority(pa, e, q), b._priority(pb, e, q))
-    other = a.get_batch(64, pa)
+    other = a.get_batch(B, pa)
     for epi, pos in ((ba.pick_epi[:8], ba.pick_pos[:8]), (ba.pick_epi, other.pick_pos),
                      (ba.pick_epi.copy(), ba.pick_pos)):
         a.set_priority(pa, epi, pos, 1.0)
     assert _core._block_hints() == h0 + 1
     # a batch refilled through out=: its arrays carry the new draw's indices
-    a.get_batch(64, pa, out=other)
-    assert a.set_priority(pa, other.pick_epi, other.pick_pos, 3.0) == 64
+    a.get_batch(B, pa, out=other)
+    assert a.set_priority(pa, other.pick_epi, other.pick_pos, 3.0) == B
     assert _core._block_hints() == h0 + 2
     assert np.allclose(a._priority(pa, other.pick_epi, other.pick_pos), 3.0)
     a._check()
+
+
+def _same_priorities(a, pa, b, pb):
+    e, q = a._picks()
+    eb, qb = b._picks()
+    assert sorted(zip(e.tolist(), q.tolist())) == sorted(zip(eb.tolist(), qb.tolist()))
+    assert np.array_equal(a._priority(pa, e, q), b._priority(pb, e, q))
+
+
+def _record_episode(buf, tag):
+    s = np.stack([np.full(10, tag), np.arange(10)], axis=1).astype(np.float32)
+    buf.record_many(None, s, np.arange(10), np.ones(10, np.float32))
+
+
+def test_set_priority_by_the_draws_notes():
+    """A batch's draw notes its picks and their table indices where the
+    arrays cannot reach them; set_priority given exactly those picks (the
+    batch form, or its own or equal pick_epi and pick_pos arrays of its
+    block) hands them to the core (_core._drawn_given counts it), which
+    takes the indices as they are while nothing has moved in the table
+    since, and checks them once something has. Every result equals a
+    twin's update by handle: with the batch's pick_index overwritten, after
+    recording that evicts nothing, after an eviction, with a pick_epi
+    changed (its notes then not given), after out= and a recycled batch
+    refilled, and for a batch too large to keep notes."""
+    from exreplay import _core
+
+    a, pa = _filled(ExperienceReplay, capacity=60)
+    b, pb = _filled(ExperienceReplay, capacity=60)
+    rng = np.random.default_rng(5)
+
+    def both(update, ba, expect_given):
+        g0 = _core._drawn_given()
+        p = rng.uniform(0.1, 5.0, len(ba.pick_epi))
+        n = update(a, pa, ba, p)
+        assert _core._drawn_given() == g0 + expect_given
+        assert n == b.set_priority(pb, ba.pick_epi.copy(), ba.pick_pos.copy(), p)
+        _same_priorities(a, pa, b, pb)
+        a._check()
+        return n
+
+    batch_form = lambda buf, ps, bt, p: buf.set_priority(ps, bt, p)
+    own_arrays = lambda buf, ps, bt, p: buf.set_priority(ps, bt.pick_epi, bt.pick_pos, p)
+    ba = a.get_batch(64, pa)
+    assert both(batch_form, ba, 1) == 64
+    assert both(own_arrays, ba, 1) == 64
+    ba.pick_index[:] = 0  # the public indices are not what the notes go by
+    assert both(batch_form, ba, 1) == 64
+    # equal arrays in another block of the same draw's picks: no notes found
+    assert both(lambda buf, ps, bt, p: buf.set_priority(ps, bt.pick_epi.copy(), bt.pick_pos, p),
+                ba, 0) == 64
+    # a pick changed in the batch: not the draw's picks any more
+    saved = ba.pick_epi[3]
+    ba.pick_epi[3] = ba.pick_epi[0] if ba.pick_epi[0] != saved else -1
+    both(batch_form, ba, 0)
+    ba.pick_epi[3] = saved
+    # recording that evicts nothing (capacity 60, 60 records) keeps them
+    # in place: 10 more records evict one episode, so first a bigger buffer
+    c, pc = _filled(ExperienceReplay, capacity=200)
+    d, pd = _filled(ExperienceReplay, capacity=200)
+    bc = c.get_batch(64, pc)
+    for buf in (c, d):
+        _record_episode(buf, 20)
+    p = rng.uniform(0.1, 5.0, 64)
+    g0 = _core._drawn_given()
+    assert c.set_priority(pc, bc, p) == d.set_priority(pd, bc.pick_epi.copy(), bc.pick_pos.copy(), p) == 64
+    assert _core._drawn_given() == g0 + 1
+    _same_priorities(c, pc, d, pd)
+    # an eviction moves and removes picks: the notes are given, and checked
+    for buf in (a, b):
+        _record_episode(buf, 30)
+    n = both(batch_form, ba, 1)
+    assert 0 < n < 64
+    # out= refills the notes with the new draw's
+    ba2 = a.get_batch(64, pa, out=ba)
+    assert ba2 is ba
+    assert both(own_arrays, ba, 1) == 64
+    # a dropped small batch's arrays come back refilled, with their notes
+    del ba, ba2
+    for _ in range(3):
+        bt = a.get_batch(64, pa)
+        assert both(batch_form, bt, 1) == 64
+    # past the notes' size: the batch's pick_index as hints, as before
+    big = a.get_batch(1500, pa)
+    assert both(batch_form, big, 0) == 1500
+    assert both(own_arrays, big, 0) == 1500
 
 
 def test_set_priority_batch_form_stale_indices_fall_back():
@@ -381,6 +470,24 @@ def test_reserve_copy_publish_from_many_threads(eviction):
                 run.counts["snapshots"] += 1
             run.stop.wait(0.002)
 
+    # one batch refilled (out=) and updated by two threads at once: its
+    # draw's notes are written by one get_batch at a time and read by an
+    # update only when no get_batch is writing them; the updates race with
+    # the refills, so only the invariants are checked
+    # (on a selector of their own: the updater reads pr's priorities back)
+    shared_batch = buf.get_batch(64, u)
+    pr_race = buf.new_pick_selector(P, alpha=0.5, beta=0.5)
+
+    def racer(seed):
+        rng = random.Random(seed)
+        while not run.stop.is_set():
+            if rng.random() < 0.5:
+                buf.get_batch(64, rng.choice([u, pr_race]), out=shared_batch)
+            else:
+                n = buf.set_priority(pr_race, shared_batch, rng.uniform(0.1, 3.0))
+                assert 0 <= n <= 64
+            run.counts["races"] += 1
+
     for w in range(3):
         run.spawn(f"writer{w}", writer, 10 + w)
     run.spawn("sampler_u", sampler, 1, u)
@@ -388,10 +495,12 @@ def test_reserve_copy_publish_from_many_threads(eviction):
     run.spawn("updater", updater, 3)
     run.spawn("churner", churner, 4)
     run.spawn("inspector", inspector, 5)
+    run.spawn("racer0", racer, 6)
+    run.spawn("racer1", racer, 7)
     c = run.counts
     def reached():
         return c["records"] > buf.capacity and all(
-            c[k] > 0 for k in ("batches", "applied", "churn", "read back"))
+            c[k] > 0 for k in ("batches", "applied", "churn", "read back", "races"))
 
     run.run(2.0, until=reached)
     buf._check()

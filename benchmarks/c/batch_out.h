@@ -44,6 +44,7 @@ static inline void batch_out_alloc(exr_batch_out *o, size_t B, size_t L, size_t 
     o->pick_pos = alloc(B * 8);
     o->weight = alloc(B * 4);
     o->pick_index = alloc(B * 8);
+    o->drawn = NULL;
 }
 
 #endif

@@ -128,7 +128,7 @@ static void learner_step(learner_state *l)
     check(exr_buffer_get_batch(l->s->b, l->s->sel, B, &l->o), "get_batch");
     size_t applied;
     check(exr_buffer_set_priority(l->s->b, l->s->sel, B, l->o.pick_epi, l->o.pick_pos,
-                                  l->o.pick_index, l->prio, 1, &applied),
+                                  l->o.pick_index, NULL, l->prio, 1, &applied),
           "set_priority");
 }
 

@@ -68,6 +68,8 @@ exr_status exr_buffer_new(const exr_config *cfg, exr_buffer **out)
     exr_buffer *b = exr_line_calloc(sizeof *b);
     if (!b)
         return EXR_ENOMEM;
+    static _Atomic uint64_t serials; /* 0 is no buffer's */
+    b->serial = atomic_fetch_add_explicit(&serials, 1, memory_order_relaxed) + 1;
     b->cfg = *cfg;
     exr_status st = exr_store_layout_init(&b->lay, cfg->state_bytes, cfg->action_bytes,
                                           cfg->reward_bytes, cfg->extra_bytes, cfg->pick_len);

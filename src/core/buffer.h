@@ -63,6 +63,18 @@ typedef struct {
     size_t nfields;
 } exr_steps;
 
+/* What a draw knew of its picks' places (exr_batch_out.drawn): the picks
+ * (v[count + i], v[2 * count + i]), as (episode handle, position), were at
+ * table indices v[i] when the buffer numbered serial had moved or removed
+ * table entries `moves` times. While that count stays, they are still
+ * there, so set_priority can go to them without looking (its hint_gen).
+ * serial 0: the indices were hints only (a draw made across another
+ * thread's changes, design.md). */
+typedef struct {
+    uint64_t serial, moves, count;
+    int64_t v[]; /* 3 * count: indices, handles, positions */
+} exr_drawn;
+
 /* Where get_batch writes: arrays of count * pick_len rows (state, action,
  * reward, state_next) and count entries (the rest). */
 typedef struct {
@@ -74,6 +86,10 @@ typedef struct {
      * field to these nfields places instead; state and state_next unused */
     const exr_field_dst *fields;
     size_t nfields;
+    /* NULL, or room for count picks: written under the lock, so that it
+     * holds what the draw knew (exr_drawn) whatever threads do with the
+     * arrays above */
+    exr_drawn *drawn;
 } exr_batch_out;
 
 exr_status exr_buffer_new(const exr_config *cfg, exr_buffer **out);
@@ -202,9 +218,14 @@ exr_status exr_buffer_set_priority_locked(exr_buffer *b, int64_t h, size_t count
 /* The same, taking the lock itself. hint (NULL: none) holds each pick's
  * table index as a batch gave it (exr_batch_out.pick_index): used where it
  * still names the pick, skipping the handle lookup; where it no longer
- * does (the pick moved or left since), the pick is looked up as above. */
+ * does (the pick moved or left since), the pick is looked up as above.
+ * hint_gen (NULL: none) is the exr_drawn the hints came from, with
+ * epi/pos its very picks: while this buffer is the one numbered
+ * hint_gen->serial and has moved or removed no table entry since, each
+ * hint is its pick's index, taken without being checked. */
 exr_status exr_buffer_set_priority(exr_buffer *b, int64_t h, size_t count, const int64_t *epi,
-                                   const int64_t *pos, const int64_t *hint, const double *prio,
+                                   const int64_t *pos, const int64_t *hint,
+                                   const exr_drawn *hint_gen, const double *prio,
                                    size_t prio_stride, size_t *applied);
 
 /* Selector h's draw weights over all picks: their sum, the smallest positive

@@ -217,6 +217,34 @@ static void plan_batch_locked(exr_buffer *b, size_t count, const size_t *idx, ex
             out->pick_index[i] = (int64_t)idx[i];
 }
 
+/* What the draw knew of its picks' places, into out->drawn (if wanted,
+ * and if some selector has priorities to update: else the notes, which
+ * only set_priority reads, are left as they were, still true of the draw
+ * that wrote them): exact when idx[i] is the table's index of entry ent[i]
+ * now, under this hold (a draw under the lock, or a detached one that no
+ * hold came between: draw_detached). */
+static void note_drawn_locked(const exr_buffer *b, size_t count, const size_t *idx,
+                              const exr_pick *ent, bool exact, exr_batch_out *out)
+{
+    EXR_ASSERT_LOCKED(b);
+    exr_drawn *d = out->drawn;
+    bool any = false;
+    for (size_t k = 0; d && k < b->nsels; k++)
+        any |= b->sels[k].sel->vt->prioritized;
+    if (!any)
+        return;
+    const exr_episode *slab = b->eps.slab;
+    d->serial = exact ? b->serial : 0;
+    d->moves = b->moves;
+    d->count = count;
+    int64_t *di = d->v, *de = d->v + count, *dp = d->v + 2 * count;
+    for (size_t i = 0; i < count; i++) {
+        di[i] = (int64_t)idx[i];
+        de[i] = slab[ent[i].slot].handle; /* the plan's line */
+        dp[i] = ent[i].pos;
+    }
+}
+
 /* Whether pick pk (a live table entry) is published: not entered by a
  * record call still copying its rows. */
 static inline bool ent_visible_locked(const exr_buffer *b, exr_pick pk)
@@ -286,6 +314,7 @@ typedef struct {
     double *scratch;
     exr_pick *ents; /* the drawn picks' entries (gather_entries_locked) */
     bool have_ents; /* ents filled by the draw already (draw_detached) */
+    bool exact;     /* idx are the table's indices of ents now (note_drawn_locked) */
     exr_wpost post; /* the weights' last step, after the lock (sample_locked) */
     size_t small_idx[SMALL_BATCH];
     plan_t small_plans[SMALL_BATCH];
@@ -297,6 +326,7 @@ static exr_status scratch_alloc(batch_scratch *s, size_t count)
 {
     s->post.fn = NULL;
     s->have_ents = false;
+    s->exact = true;
     if (count <= SMALL_BATCH) {
         s->idx = s->small_idx;
         s->plans = s->small_plans;
@@ -377,6 +407,7 @@ static exr_status finish_batch(exr_buffer *b, size_t count, batch_scratch *sc,
     uint64_t t0 = ph ? now_ns() : 0;
     batch_heat heat = batch_heat_locked(b);
     plan_batch_locked(b, count, sc->idx, sc->ents, sc->have_ents, sc->plans, out, heat);
+    note_drawn_locked(b, count, sc->idx, sc->ents, sc->exact, out);
     bool hold = copy_under_hold(b, count);
     if (!hold) {
         pin_locked(b, &me);
@@ -432,6 +463,7 @@ static int draw_locked(exr_buffer *b, sel_entry *e, size_t count, batch_scratch 
     else if (pthread_mutex_trylock(mu) != 0)
         return -1;
     sc->have_ents = false;
+    sc->exact = true;
     *st = sample_locked(b, e->sel, count, sc->idx, out->weight, sc->scratch, &sc->post);
     int done = *st != EXR_OK || !__atomic_load_n(&b->writers, __ATOMIC_ACQUIRE) ||
                redraw_unpublished_locked(b, e->sel, count, sc->idx, out->weight, sc->scratch,
@@ -537,6 +569,7 @@ static int draw_detached(exr_buffer *b, int64_t h, sel_entry *e, size_t count,
         return 1;
     sc->have_ents = true;
     bool same = b->eps.seq == r0;
+    sc->exact = same; /* else a pick still there keeps its old index: a hint */
     bool look = !same || __atomic_load_n(&b->writers, __ATOMIC_ACQUIRE);
     /* each pick's slot is read at random (and was likely written by a
      * record call on another core since): prefetched PF picks ahead, so

@@ -68,6 +68,7 @@ struct exr_buffer {
     /* set when the buffer is made, or rarely (selectors added or removed,
      * the log's hook set, the powers' guesses changed): read by every call */
     struct exr_locks *lk;
+    uint64_t serial; /* no other buffer of the process has it (exr_drawn) */
     exr_config cfg;
     exr_store_layout lay;
     sel_entry *sels;
@@ -107,6 +108,9 @@ struct exr_buffer {
      * the exclusive lock was taken: the selectors' flush is due before it
      * is let go (exr_buffer_unlock). Read and written only under the lock. */
     EXR_LINE bool sel_dirty;
+    /* how many times table entries have been moved or removed (exr_drawn):
+     * written under the exclusive lock, read under the shared one */
+    uint64_t moves;
     int64_t next_handle, next_sel_handle;
     uint64_t n_records;
     uint32_t hand;

@@ -108,6 +108,7 @@ bool enter_picks_stored_locked(exr_buffer *b, uint32_t slot, const exr_pick_leav
 static void remove_chunk(exr_buffer *b, const exr_episode *e, uint64_t p0, size_t n)
 {
     size_t gone[REMOVE_CHUNK], last0 = b->picks.n - 1;
+    b->moves++;
     for (size_t k = 0; k < n; k++) {
         size_t i = *exr_aux_at(e, p0 + k), last = b->picks.n - 1;
         if (i != last) {

@@ -78,54 +78,88 @@ static void prio_scratch_free(prio_scratch *s)
     free(s->stored);
 }
 
+/* Pick i's table index j (SIZE_MAX: no such pick) into s->idx[done], with
+ * its priority into s->kept[done] and, when pre, its precomputed stored
+ * form; returns the new count. */
+static inline size_t keep_pick(prio_scratch *s, size_t done, size_t i, size_t j,
+                               const double *prio, size_t prio_stride, bool pre)
+{
+    if (j == SIZE_MAX)
+        return done;
+    s->idx[done] = j;
+    s->kept[done] = prio[i * prio_stride];
+    if (pre)
+        s->stored[done] = s->stored[i];
+    return done + 1;
+}
+
+/* Notes of a draw that nothing has moved since (hint_gen): hint[i] is pick
+ * i's index, taken as it is. The bound only guards the table against a
+ * caller's slip, and is checked for all first so that the copies are plain;
+ * SIZE_MAX if one is out of it (the hints are then checked). */
+static size_t resolve_trusted(const exr_buffer *b, size_t count, const int64_t *hint,
+                              const double *prio, size_t prio_stride, prio_scratch *s)
+{
+    uint64_t inside = 1, n = b->picks.n;
+    for (size_t i = 0; i < count; i++)
+        inside &= (uint64_t)hint[i] < n;
+    if (!inside)
+        return SIZE_MAX;
+    for (size_t i = 0; i < count; i++) {
+        s->idx[i] = (size_t)hint[i];
+        s->kept[i] = prio[i * prio_stride];
+    }
+    return count; /* s->stored[i] stays where it is */
+}
+
+/* Hints (the batch form), checked in one software-pipelined pass: pick i
+ * is checked while the table entry of pick i + 2 PF and, through the
+ * entry of pick i + PF (by then in cache), its episode's slab entry are
+ * prefetched, so the check's two dependent loads of different picks
+ * overlap. A hint that does not hold falls back to the map. */
+static size_t resolve_hinted(const exr_buffer *b, size_t count, const int64_t *epi,
+                             const int64_t *pos, const int64_t *hint, const double *prio,
+                             size_t prio_stride, bool pre, prio_scratch *s)
+{
+    enum { PF = 8 };
+    size_t done = 0, n = b->picks.n;
+    for (size_t i = 0; i < count; i++) {
+        if (i + 2 * PF < count && (uint64_t)hint[i + 2 * PF] < n)
+            __builtin_prefetch(&b->picks.v[hint[i + 2 * PF]]);
+        if (i + PF < count && (uint64_t)hint[i + PF] < n)
+            __builtin_prefetch(&b->eps.slab[b->picks.v[hint[i + PF]].slot]);
+        size_t j = hint_holds(b, hint[i], epi[i], pos[i]) ? (size_t)hint[i]
+                                                         : pick_index_locked(b, epi[i], pos[i]);
+        done = keep_pick(s, done, i, j, prio, prio_stride, pre);
+    }
+    return done;
+}
+
 /* The table indices of the picks (epi[i], pos[i]) that exist, into
  * s->idx, with their priorities into s->kept (and, when pre, their
  * precomputed s->stored[i] moved to s->stored[done]); returns how many.
- *
- * With hints (the batch form): one pass, software-pipelined. Pick i is
- * checked while the table entry of pick i + 2 PF and, through the entry of
- * pick i + PF (by then in cache), its episode's slab entry are prefetched,
- * so the check's two dependent loads of different picks overlap. A hint
- * that does not hold falls back to the map.
- *
- * Without: pass 1 finds each pick's aux entry through the map and
- * prefetches it (kept in aux[i]; NULL: no such pick); pass 2 reads them. */
+ * With hints: taken as they are when trusted (resolve_trusted), else
+ * checked (resolve_hinted). Without: pass 1 finds each pick's aux entry
+ * through the map and prefetches it (kept in aux[i]; NULL: no such pick);
+ * pass 2 reads them. */
 static size_t resolve_picks_locked(const exr_buffer *b, size_t count, const int64_t *epi,
-                                   const int64_t *pos, const int64_t *hint, const double *prio,
-                                   size_t prio_stride, bool pre, prio_scratch *s)
+                                   const int64_t *pos, const int64_t *hint, bool trusted,
+                                   const double *prio, size_t prio_stride, bool pre,
+                                   prio_scratch *s)
 {
     EXR_ASSERT_LOCKED(b);
-    enum { PF = 8 };
-    size_t done = 0, n = b->picks.n;
-    if (hint) {
-        for (size_t i = 0; i < count; i++) {
-            if (i + 2 * PF < count && (uint64_t)hint[i + 2 * PF] < n)
-                __builtin_prefetch(&b->picks.v[hint[i + 2 * PF]]);
-            if (i + PF < count && (uint64_t)hint[i + PF] < n)
-                __builtin_prefetch(&b->eps.slab[b->picks.v[hint[i + PF]].slot]);
-            size_t j;
-            if (hint_holds(b, hint[i], epi[i], pos[i])) {
-                j = (size_t)hint[i];
-            } else {
-                const uint32_t *a = pick_aux_locked(b, epi[i], pos[i]);
-                if (!a)
-                    continue;
-                j = *a;
-            }
-            s->idx[done] = j;
-            s->kept[done] = prio[i * prio_stride];
-            if (pre)
-                s->stored[done] = s->stored[i];
-            done++;
-        }
+    size_t done = 0;
+    if (hint && trusted && (done = resolve_trusted(b, count, hint, prio, prio_stride, s)) != SIZE_MAX)
         return done;
-    }
+    if (hint)
+        return resolve_hinted(b, count, epi, pos, hint, prio, prio_stride, pre, s);
     uint32_t **aux = s->aux;
     for (size_t i = 0; i < count; i++) {
         aux[i] = pick_aux_locked(b, epi[i], pos[i]);
         if (aux[i])
             __builtin_prefetch(aux[i]);
     }
+    done = 0;
     for (size_t i = 0; i < count; i++) {
         if (!aux[i])
             continue;
@@ -229,7 +263,8 @@ static bool update_locked(exr_buffer *b, sel_entry *e, size_t done, double a, pr
 /* a: the power s->stored was computed with (NaN: not computed); bad: what
  * priorities_bad said. */
 static exr_status set_priority_impl(exr_buffer *b, int64_t h, size_t count, const int64_t *epi,
-                                    const int64_t *pos, const int64_t *hint, const double *prio,
+                                    const int64_t *pos, const int64_t *hint,
+                                    const exr_drawn *hint_gen, const double *prio,
                                     size_t prio_stride, int bad, double a, prio_scratch *s,
                                     size_t *applied, bool *let_go)
 {
@@ -242,7 +277,9 @@ static exr_status set_priority_impl(exr_buffer *b, int64_t h, size_t count, cons
         return EXR_EINVAL;
     size_t done = 0;
     if (e->sel->vt->prioritized && count) {
-        done = resolve_picks_locked(b, count, epi, pos, hint, prio, prio_stride, !isnan(a), s);
+        bool trusted = hint_gen && hint_gen->serial == b->serial && hint_gen->moves == b->moves;
+        done = resolve_picks_locked(b, count, epi, pos, hint, trusted, prio, prio_stride,
+                                    !isnan(a), s);
         *let_go = update_locked(b, e, done, a, s, want);
     }
     *applied = done;
@@ -260,7 +297,7 @@ exr_status exr_buffer_set_priority_locked(exr_buffer *b, int64_t h, size_t count
     if (st != EXR_OK)
         return st;
     bool let_go = false;
-    st = set_priority_impl(b, h, count, epi, pos, NULL, prio, prio_stride,
+    st = set_priority_impl(b, h, count, epi, pos, NULL, NULL, prio, prio_stride,
                            priorities_bad(count, prio, prio_stride), NAN, &s, applied, &let_go);
     prio_scratch_free(&s);
     return st;
@@ -283,7 +320,8 @@ static void stored_forms(const double *prio, size_t stride, size_t count, double
  * the scratch allocated and, when selector h's power is known (pow_guess),
  * each priority's stored form p ** a, the same bits as under the lock. */
 exr_status exr_buffer_set_priority(exr_buffer *b, int64_t h, size_t count, const int64_t *epi,
-                                   const int64_t *pos, const int64_t *hint, const double *prio,
+                                   const int64_t *pos, const int64_t *hint,
+                                   const exr_drawn *hint_gen, const double *prio,
                                    size_t prio_stride, size_t *applied)
 {
     prio_scratch s;
@@ -296,8 +334,8 @@ exr_status exr_buffer_set_priority(exr_buffer *b, int64_t h, size_t count, const
         stored_forms(prio, prio_stride, count, a, s.stored);
     lock_shared(b);
     bool let_go = true;
-    st = set_priority_impl(b, h, count, epi, pos, hint, prio, prio_stride, bad, a, &s, applied,
-                           &let_go);
+    st = set_priority_impl(b, h, count, epi, pos, hint, hint_gen, prio, prio_stride, bad, a, &s,
+                           applied, &let_go);
     if (!let_go)
         exr_buffer_unlock(b);
     prio_scratch_free(&s);

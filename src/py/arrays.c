@@ -111,6 +111,8 @@ static int new_batch_arrays(ReplayObject *self, npy_intp B, PyObject **arrays)
     PyObject *block = NULL;
     if (batch_layout(self, B, nds, dims, descrs, offs, &total) < 0)
         return -1;
+    size_t drawn_at = total, drawn_bytes = exr_block_drawn_bytes(B);
+    total += drawn_bytes; /* no overflow: batch_layout kept total <= PY_SSIZE_T_MAX */
     block = exr_block_new(mstate(self), total);
     if (!block)
         goto fail;
@@ -124,6 +126,8 @@ static int new_batch_arrays(ReplayObject *self, npy_intp B, PyObject **arrays)
     }
     char *mem = exr_block_data(block);
     exr_block_mark_picks(block, mem + offs[F_EPI], mem + offs[F_POS], mem + offs[F_INDEX], B);
+    if (drawn_bytes)
+        exr_block_set_drawn(block, drawn_at, B);
     Py_DECREF(block);
     if (new_dict_fields(self, B, arrays) < 0) {
         for (int f = 0; f < NFIELDS; f++)
@@ -402,6 +406,7 @@ void batch_out_of(ReplayObject *self, PyObject **arrays, exr_batch_out *o, exr_f
     o->pick_pos = DATA(F_POS);
     o->weight = DATA(F_WEIGHT);
     o->pick_index = DATA(F_INDEX);
+    o->drawn = NULL; /* exr_block_claim_drawn */
 #undef DATA
 }
 

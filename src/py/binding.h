@@ -83,6 +83,11 @@ extern unsigned long long exr_gil_kept;
  * pick_index through its arrays (exr_block_pick_hints; the test hook
  * _core._block_hints reads it); changed only with the GIL held */
 extern unsigned long long exr_block_hints;
+/* set_priority calls that gave the core the table indices their batch's
+ * draw noted (exr_block_drawn_hints; the core takes them as they are if
+ * nothing has moved since; the test hook _core._drawn_given reads it);
+ * changed only with the GIL held */
+extern unsigned long long exr_drawn_given;
 
 /* Py_BEGIN/END_ALLOW_THREADS counted in exr_nogil_calls: every place where
  * the binding lets go of the GIL uses these. */
@@ -199,6 +204,31 @@ void exr_block_mark_picks(PyObject *block, const void *epi, const void *pos, con
  * (docs/design.md, "Priority updates"). Counted in exr_block_hints. */
 const int64_t *exr_block_pick_hints(exr_modstate *st, PyArrayObject *epi, PyArrayObject *pos,
                                     npy_intp n);
+/* What a draw notes of its picks (exr_drawn) is kept in the block of a
+ * batch of at most EXR_DRAWN_MAX picks: set_priority given that batch's
+ * picks then goes to their table indices while nothing has moved in the
+ * table since (docs/design.md, "Priority updates"). Larger batches are
+ * updated through their hints, checked pick by pick. */
+#define EXR_DRAWN_MAX 1024
+/* Bytes of the notes of n picks, a multiple of 64; 0 past EXR_DRAWN_MAX. */
+size_t exr_block_drawn_bytes(npy_intp n);
+/* The notes of block start `at` bytes into it, with room for cap picks,
+ * none noted yet. */
+void exr_block_set_drawn(PyObject *block, size_t at, npy_intp cap);
+/* The notes of the block of epi (a batch's pick_epi array about to be
+ * filled with n picks) into *d, for the core to write while the GIL is let
+ * go: the block (borrowed), marked as being filled until
+ * exr_block_release_drawn. NULL (and *d NULL) when epi has no block, its
+ * block no room for n, or another get_batch is filling it. */
+PyObject *exr_block_claim_drawn(exr_modstate *st, PyObject *epi, npy_intp n, exr_drawn **d);
+void exr_block_release_drawn(PyObject *block);
+/* 1 when epi and pos (n each) hold exactly the picks that the last draw
+ * into epi's block noted, and that draw knew their places: their table
+ * indices into idx (n) and the notes' generation into gen. 0 otherwise
+ * (no block, no notes, a get_batch filling it, other picks). Counted in
+ * exr_drawn_given. */
+int exr_block_drawn_hints(exr_modstate *st, PyArrayObject *epi, PyArrayObject *pos, npy_intp n,
+                          int64_t *idx, exr_drawn *gen);
 /* A C-contiguous array `at` bytes into block, of descr d (borrowed) and
  * shape dims, with the block as its base (its reference taken). */
 PyObject *exr_block_array(PyObject *block, size_t at, PyArray_Descr *d, int nd, const npy_intp *dims);

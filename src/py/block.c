@@ -18,6 +18,7 @@
 #include "mem.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct {
     PyObject_HEAD
@@ -27,6 +28,12 @@ typedef struct {
      * their length (exr_block_mark_picks); NULL otherwise */
     const int64_t *epi, *pos, *index;
     npy_intp picks;
+    /* in mem: what the last draw into this block noted of its picks
+     * (exr_drawn, room for drawn_cap), NULL if none; filling: a get_batch
+     * is writing it (exr_block_claim_drawn), with the GIL let go */
+    exr_drawn *drawn;
+    npy_intp drawn_cap;
+    int filling;
 } BlockObject;
 
 static size_t round_line(size_t n) { return (n + 63) & ~(size_t)63; }
@@ -60,6 +67,11 @@ PyObject *exr_block_new(exr_modstate *st, size_t size)
 {
     size = round_line(size ? size : 64);
     BlockObject *b = PyObject_New(BlockObject, st->block_type);
+    if (b) {
+        b->drawn = NULL;
+        b->drawn_cap = 0;
+        b->filling = 0;
+    }
     if (!b)
         return NULL;
     b->epi = b->pos = b->index = NULL;
@@ -100,6 +112,68 @@ void exr_block_mark_picks(PyObject *block, const void *epi, const void *pos, con
     b->pos = pos;
     b->index = index;
     b->picks = n;
+}
+
+size_t exr_block_drawn_bytes(npy_intp n)
+{
+    if (n > EXR_DRAWN_MAX)
+        return 0;
+    return round_line(sizeof(exr_drawn) + 3 * (size_t)n * sizeof(int64_t));
+}
+
+void exr_block_set_drawn(PyObject *block, size_t at, npy_intp cap)
+{
+    BlockObject *b = (BlockObject *)block;
+    b->drawn = (exr_drawn *)((char *)b->mem + at);
+    b->drawn->serial = 0; /* nothing noted yet (the memory may be recycled) */
+    b->drawn->count = 0;
+    b->drawn_cap = cap;
+}
+
+/* The block of a (its base), if a is an array of one. */
+static BlockObject *block_of(exr_modstate *st, PyObject *a)
+{
+    if (!a || !PyArray_Check(a))
+        return NULL;
+    PyObject *base = PyArray_BASE((PyArrayObject *)a);
+    return base && Py_IS_TYPE(base, st->block_type) ? (BlockObject *)base : NULL;
+}
+
+PyObject *exr_block_claim_drawn(exr_modstate *st, PyObject *epi, npy_intp n, exr_drawn **d)
+{
+    BlockObject *b = block_of(st, epi);
+    *d = NULL;
+    if (!b || !b->drawn || b->drawn_cap < n || b->filling)
+        return NULL;
+    b->filling = 1;
+    *d = b->drawn;
+    return (PyObject *)b;
+}
+
+void exr_block_release_drawn(PyObject *block)
+{
+    if (block)
+        ((BlockObject *)block)->filling = 0;
+}
+
+int exr_block_drawn_hints(exr_modstate *st, PyArrayObject *epi, PyArrayObject *pos, npy_intp n,
+                          int64_t *idx, exr_drawn *gen)
+{
+    const BlockObject *b = block_of(st, (PyObject *)epi);
+    if (!b || !b->drawn || b->filling)
+        return 0;
+    const exr_drawn *d = b->drawn;
+    size_t bytes = (size_t)n * sizeof(int64_t);
+    if (!d->serial || d->count != (uint64_t)n ||
+        memcmp(PyArray_DATA(epi), d->v + n, bytes) != 0 ||
+        memcmp(PyArray_DATA(pos), d->v + 2 * n, bytes) != 0)
+        return 0;
+    memcpy(idx, d->v, bytes);
+    gen->serial = d->serial;
+    gen->moves = d->moves;
+    gen->count = d->count;
+    exr_drawn_given++;
+    return 1;
 }
 
 const int64_t *exr_block_pick_hints(exr_modstate *st, PyArrayObject *epi, PyArrayObject *pos,

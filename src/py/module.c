@@ -15,6 +15,7 @@
 int exr_nogil_calls;
 unsigned long long exr_gil_kept;
 unsigned long long exr_block_hints;
+unsigned long long exr_drawn_given;
 
 void exr_lock_with_gil(exr_buffer *b)
 {
@@ -393,7 +394,20 @@ static PyObject *block_hints_py(PyObject *module, PyObject *unused)
     return PyLong_FromUnsignedLongLong(exr_block_hints);
 }
 
+/* _core._drawn_given(): the test hook reading exr_drawn_given. */
+static PyObject *drawn_given_py(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyLong_FromUnsignedLongLong(exr_drawn_given);
+}
+
 static PyMethodDef module_methods[] = {
+    {"_drawn_given", drawn_given_py, METH_NOARGS,
+     "_drawn_given()\n--\n\n"
+     "Test hook: how many set_priority calls so far gave the core the table\n"
+     "indices their batch's draw noted (taken as they are if nothing has moved\n"
+     "in the table since, checked otherwise)."},
     {"_block_hints", block_hints_py, METH_NOARGS,
      "_block_hints()\n--\n\n"
      "Test hook: how many set_priority calls of the handle form so far were given a\n"

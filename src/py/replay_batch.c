@@ -80,7 +80,9 @@ PyObject *replay_get_batch(ReplayObject *self, PyObject *const *args, Py_ssize_t
     exr_batch_out o;
     exr_field_dst plan[2 * EXR_MAX_FIELDS];
     batch_out_of(self, arrays, &o, plan);
+    PyObject *block = exr_block_claim_drawn(mstate(self), arrays[F_EPI], B, &o.drawn);
     exr_status st = draw_and_copy(self, h, (size_t)B, &o);
+    exr_block_release_drawn(block);
     if (st != EXR_OK)
         return batch_error(self, st, h, arrays);
     return batch_result(self, arrays, out);
@@ -237,12 +239,21 @@ PyObject *replay_set_priority(ReplayObject *self, PyObject *const *args, Py_ssiz
     size_t stride, applied = 0;
     exr_status st = EXR_OK;
     if ((pr = priorities_values(a[3], n, &stride))) {
-        /* without pick_index=, the batch's own when given its own arrays */
-        const int64_t *hint = x ? PyArray_DATA(x) : exr_block_pick_hints(mstate(self), e, p, n);
+        /* the batch form, or the handle form without pick_index=: the
+         * indices the batch's draw noted, when given its picks; else the
+         * batch's pick_index, or the handle form's batch's own when given
+         * its own arrays */
+        int64_t noted[EXR_DRAWN_MAX];
+        exr_drawn gen;
+        bool exact = (!x || from_batch) && n <= EXR_DRAWN_MAX &&
+                     exr_block_drawn_hints(mstate(self), e, p, n, noted, &gen);
+        const int64_t *hint = exact ? noted
+                              : x   ? PyArray_DATA(x)
+                                    : exr_block_pick_hints(mstate(self), e, p, n);
         const double *pv = PyArray_DATA(pr);
         EXR_NOGIL_BEGIN
         st = exr_buffer_set_priority(self->buf, h, (size_t)n, PyArray_DATA(e), PyArray_DATA(p),
-                                     hint, pv, stride, &applied);
+                                     hint, exact ? &gen : NULL, pv, stride, &applied);
         EXR_NOGIL_END
     }
     Py_DECREF(e);

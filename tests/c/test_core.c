@@ -607,7 +607,7 @@ static void test_picks_and_batch(void)
         epi[i] = h;
         pos[i] = i;
     }
-    exr_batch_out o = {st, ac, rw, nx, len, lnx, epi, pos, w, NULL, NULL, 0};
+    exr_batch_out o = {st, ac, rw, nx, len, lnx, epi, pos, w, NULL, NULL, 0, NULL};
     int64_t qe[B], qp[B];
     memcpy(qe, epi, sizeof qe);
     memcpy(qp, pos, sizeof qp);
@@ -666,7 +666,7 @@ static void test_long_episode_segments(void)
         epi[i] = h;
         pos[i] = i;
     }
-    exr_batch_out o = {st, ac, rw, nx, len, lnx, epi, pos, w, NULL, NULL, 0};
+    exr_batch_out o = {st, ac, rw, nx, len, lnx, epi, pos, w, NULL, NULL, 0, NULL};
     CHECK_RET(exr_buffer_gather(b, sel, B, epi, pos, &o) == EXR_OK);
     for (int i = 0; i < B; i++) {
         CHECK_RET(len[i] == 8 && lnx[i] == 8);
@@ -724,7 +724,7 @@ static void test_eviction(void)
     /* mark episode 0 sampled */
     int64_t epi = 0, pos = 0, len, lnx, ac[1];
     float st[2], nx[2], rw[1], w[1];
-    exr_batch_out o = {st, ac, rw, nx, &len, &lnx, &epi, &pos, w, NULL, NULL, 0};
+    exr_batch_out o = {st, ac, rw, nx, &len, &lnx, &epi, &pos, w, NULL, NULL, 0, NULL};
     CHECK_RET(exr_buffer_gather(b, sel, 1, &epi, &pos, &o) == EXR_OK);
     CHECK_RET(record_steps(b, -1, 3, 0, 10, true, false, true) == 3); /* evicts 1, not 0 */
     exr_buffer_lock(b);
@@ -796,7 +796,7 @@ static void test_priorities(void)
     enum { B = 60000 };
     static int64_t epi[B], pos[B], len[B], lnx[B], acs[B];
     static float sts[B][2], nx[B][2], rws[B], w[B];
-    exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, NULL, NULL, 0};
+    exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, NULL, NULL, 0, NULL};
     CHECK_RET(exr_buffer_get_batch(b, sel, B, &o) == EXR_OK);
     long hits[5] = {0};
     for (int i = 0; i < B; i++) {
@@ -872,7 +872,7 @@ static void test_random_ops(void)
                 enum { B = 16 };
                 int64_t epi[B], pos[B], len[B], lnx[B], ac[B * 4];
                 float st[B * 4][2], nx[B * 4][2], rw[B * 4], w[B];
-                exr_batch_out o = {st, ac, rw, nx, len, lnx, epi, pos, w, NULL, NULL, 0};
+                exr_batch_out o = {st, ac, rw, nx, len, lnx, epi, pos, w, NULL, NULL, 0, NULL};
                 int64_t s = sels[exr_rng_below(&r, (uint64_t)nsel)];
                 exr_status gs = exr_buffer_get_batch(b, s, B, &o);
                 CHECK_RET(gs == EXR_OK || gs == EXR_EEMPTY);
@@ -944,7 +944,7 @@ static void test_segments_grow_and_shrink(void)
         epi[i] = h;
         pos[i] = i * 19;
     }
-    exr_batch_out o = {st, ac, rw, nx, len, lnx, epi, pos, w, NULL, NULL, 0};
+    exr_batch_out o = {st, ac, rw, nx, len, lnx, epi, pos, w, NULL, NULL, 0, NULL};
     int64_t qe[B], qp[B];
     memcpy(qe, epi, sizeof qe);
     memcpy(qp, pos, sizeof qp);
@@ -1140,11 +1140,14 @@ static void detached_draw_at(int phase)
     enum { B = 64 };
     int64_t epi[B], pos[B], len[B], lnx[B], acs[B], idx[B];
     float sts[B][2], nx[B][2], rws[B], w[B];
-    exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, idx, NULL, 0};
+    int64_t room[3 + 3 * B];
+    exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, idx, NULL, 0, (exr_drawn *)room};
     g_detached_phase = phase;
     exr_debug_detached = holds_meanwhile;
     CHECK_RET(exr_buffer_get_batch(b, sel, B, &o) == EXR_OK);
     CHECK_RET(exr_debug_detached == NULL); /* the draw let go of the lock */
+    /* holds came after the draw: its indices are hints, not known places */
+    CHECK_RET(o.drawn->serial == 0 && o.drawn->count == B);
     for (int i = 0; i < B; i++) {
         CHECK_RET(epi[i] == 9); /* the one episode left of the first ten */
         CHECK_RET(sts[i][0] == 9.0f && sts[i][1] == (float)pos[i] && w[i] == 1.0f);
@@ -1152,7 +1155,7 @@ static void detached_draw_at(int phase)
     /* the indices are hints: set_priority reaches every pick with them */
     double np = 2.0;
     size_t applied = 0;
-    CHECK_RET(exr_buffer_set_priority(b, sel, B, epi, pos, idx, &np, 0, &applied) == EXR_OK);
+    CHECK_RET(exr_buffer_set_priority(b, sel, B, epi, pos, idx, NULL, &np, 0, &applied) == EXR_OK);
     CHECK_RET(applied == B);
     CHECK_RET(check_ok(b)); /* the selector's picks are the table's */
     /* the notes, applied later, left every leaf and the sums as changes in
@@ -1161,7 +1164,7 @@ static void detached_draw_at(int phase)
     exr_buffer *twin = prio_buffer(&tsel);
     CHECK_RET(twin);
     CHECK_RET(record_ten(twin) == NULL && evict_nine(twin) == NULL);
-    CHECK_RET(exr_buffer_set_priority(twin, tsel, B, epi, pos, NULL, &np, 0, &applied) == EXR_OK);
+    CHECK_RET(exr_buffer_set_priority(twin, tsel, B, epi, pos, NULL, NULL, &np, 0, &applied) == EXR_OK);
     int same = same_as_twin(b, sel, twin, tsel);
     exr_buffer_free(twin);
     CHECK_RET(same);
@@ -1172,7 +1175,7 @@ static void detached_draw_at(int phase)
         e9[t] = 9;
         p9[t] = t;
     }
-    CHECK_RET(exr_buffer_set_priority(b, sel, 20, e9, p9, NULL, &zero, 0, &applied) == EXR_OK);
+    CHECK_RET(exr_buffer_set_priority(b, sel, 20, e9, p9, NULL, NULL, &zero, 0, &applied) == EXR_OK);
     CHECK_RET(applied == 20);
     CHECK_RET(exr_buffer_get_batch(b, sel, B, &o) == EXR_EEMPTY);
     CHECK_RET(check_ok(b));
@@ -1195,7 +1198,7 @@ static void detached_update(void)
     enum { B = 64 };
     int64_t epi[B], pos[B], len[B], lnx[B], acs[B], idx[B];
     float sts[B][2], nx[B][2], rws[B], w[B];
-    exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, idx, NULL, 0};
+    exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, idx, NULL, 0, NULL};
     CHECK_RET(exr_buffer_get_batch(b, sel, B, &o) == EXR_OK); /* marks it detached */
     double p[B];
     for (int i = 0; i < B; i++)
@@ -1203,12 +1206,80 @@ static void detached_update(void)
     size_t applied = 0;
     g_detached_phase = 2;
     exr_debug_detached = holds_meanwhile;
-    CHECK_RET(exr_buffer_set_priority(b, sel, B, epi, pos, idx, p, 1, &applied) == EXR_OK);
+    CHECK_RET(exr_buffer_set_priority(b, sel, B, epi, pos, idx, NULL, p, 1, &applied) == EXR_OK);
     CHECK_RET(exr_debug_detached == NULL && applied == B);
-    CHECK_RET(exr_buffer_set_priority(twin, tsel, B, epi, pos, NULL, p, 1, &applied) == EXR_OK);
+    CHECK_RET(exr_buffer_set_priority(twin, tsel, B, epi, pos, NULL, NULL, p, 1, &applied) == EXR_OK);
     CHECK_RET(evict_nine(twin) == NULL);
     CHECK_RET(same_as_twin(b, sel, twin, tsel));
     CHECK_RET(check_ok(b));
+    exr_buffer_free(b);
+    exr_buffer_free(twin);
+}
+
+/* Whether the draw's notes are batch o's count picks and indices. */
+static int drawn_is_batch(const exr_batch_out *o, size_t count)
+{
+    const exr_drawn *d = o->drawn;
+    if (d->count != count)
+        return 0;
+    for (size_t i = 0; i < count; i++)
+        if (d->v[i] != o->pick_index[i] || d->v[count + i] != o->pick_epi[i] ||
+            d->v[2 * count + i] != o->pick_pos[i])
+            return 0;
+    return 1;
+}
+
+/* What a draw notes of its picks (exr_drawn) and set_priority given them:
+ * exact after a draw under the lock (serial set); the noted indices taken
+ * as they are while nothing has moved, checked once something has (nine
+ * episodes evicted: drawn picks gone, and picks of the tenth moved into
+ * their places), and a note from another buffer checked too. Each step
+ * compared with a twin updated by handle. */
+static void test_drawn_notes(void)
+{
+    int64_t sel, tsel;
+    exr_buffer *b = prio_buffer(&sel), *twin = prio_buffer(&tsel);
+    CHECK_RET(b && twin);
+    CHECK_RET(record_ten(b) == NULL && record_ten(twin) == NULL);
+    enum { B = 64 };
+    int64_t epi[B], pos[B], len[B], lnx[B], acs[B], idx[B], room[3 + 3 * B], troom[3 + 3 * B];
+    float sts[B][2], nx[B][2], rws[B], w[B];
+    exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, idx, NULL, 0, (exr_drawn *)room};
+    CHECK_RET(exr_buffer_get_batch(b, sel, B, &o) == EXR_OK);
+    const exr_drawn *d = o.drawn;
+    CHECK_RET(d->serial != 0 && drawn_is_batch(&o, B));
+    double p[B];
+    size_t applied = 0, tapplied = 0;
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < B; i++)
+            p[i] = 2.0 + i + 100.0 * round;
+        CHECK_RET(exr_buffer_set_priority(b, sel, B, d->v + B, d->v + 2 * B, d->v, d, p, 1,
+                                          &applied) == EXR_OK);
+        CHECK_RET(exr_buffer_set_priority(twin, tsel, B, d->v + B, d->v + 2 * B, NULL, NULL, p, 1,
+                                          &tapplied) == EXR_OK);
+        CHECK_RET(applied == tapplied && (round == 1 || applied == B));
+        CHECK_RET(same_as_twin(b, sel, twin, tsel));
+        CHECK_RET(check_ok(b));
+        /* then the nine oldest episodes go, and the notes are stale */
+        if (round == 0)
+            CHECK_RET(evict_nine(b) == NULL && evict_nine(twin) == NULL);
+    }
+    CHECK_RET(applied < B); /* some drawn picks left with their episodes */
+    /* notes of another buffer (its serial) at b's count of moves, with
+     * indices that are wrong for b: checked, so nothing is misapplied */
+    CHECK_RET(exr_buffer_get_batch(b, sel, B, &o) == EXR_OK && d->serial != 0);
+    exr_drawn *od = (exr_drawn *)troom;
+    memcpy(od, d, sizeof troom);
+    od->serial = d->serial + 1000;
+    for (int i = 0; i < B; i++)
+        od->v[i] = d->v[(i + 1) % B] != d->v[i] ? d->v[(i + 1) % B] : d->v[i] ^ 1;
+    for (int i = 0; i < B; i++)
+        p[i] = 7.0 + i;
+    CHECK_RET(exr_buffer_set_priority(b, sel, B, od->v + B, od->v + 2 * B, od->v, od, p, 1,
+                                      &applied) == EXR_OK);
+    CHECK_RET(exr_buffer_set_priority(twin, tsel, B, od->v + B, od->v + 2 * B, NULL, NULL, p, 1,
+                                      &tapplied) == EXR_OK);
+    CHECK_RET(applied == tapplied && applied == B && same_as_twin(b, sel, twin, tsel));
     exr_buffer_free(b);
     exr_buffer_free(twin);
 }
@@ -1244,6 +1315,7 @@ int main(void)
         {"bad_config", test_bad_config},
         {"lock_assertion", test_lock_assertion},
         {"detached_draw", test_detached_draw},
+        {"drawn_notes", test_drawn_notes},
     };
     return check_run_all(tests, (int)(sizeof tests / sizeof tests[0]));
 }

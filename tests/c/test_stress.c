@@ -222,18 +222,30 @@ typedef struct {
     float rw[BIG_B * PICK_LEN];
     int64_t len[BIG_B], lnx[BIG_B], epi[BIG_B], pos[BIG_B], idx[BIG_B];
     float w[BIG_B];
+    int64_t drawn[3 + 3 * BIG_B]; /* an exr_drawn (bt is malloc'd) */
     exr_batch_out o;
 } batch_t;
 
 static void batch_init(batch_t *bt)
 {
     bt->o = (exr_batch_out){bt->st, bt->ac, bt->rw, bt->nx, bt->len, bt->lnx,
-                            bt->epi, bt->pos, bt->w, bt->idx, NULL, 0};
+                            bt->epi, bt->pos, bt->w, bt->idx, NULL, 0, (exr_drawn *)bt->drawn};
 }
 
-/* The first n picks of a batch. */
+/* The first n picks of a batch; what the draw noted of them (exr_drawn)
+ * is the batch's picks and indices. */
 static void check_batch(const batch_t *bt, int n)
 {
+    const exr_drawn *d = bt->o.drawn;
+    if (d->count != (uint64_t)n) {
+        BAD("batch: %d picks, the draw noted %llu", n, (unsigned long long)d->count);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        if (d->v[i] != bt->idx[i] || d->v[n + i] != bt->epi[i] || d->v[2 * n + i] != bt->pos[i]) {
+            BAD("batch: pick %d is not what the draw noted", i);
+            return;
+        }
     for (int i = 0; i < n; i++) {
         int64_t l = bt->len[i];
         if (l < 1 || l > PICK_LEN || bt->pos[i] < 0 || bt->epi[i] < 0) {
@@ -349,9 +361,16 @@ static void *updater(void *arg)
         if (xorshift(&rng) % 4 == 0)
             bt->idx[xorshift(&rng) % B] += 1;
         size_t applied;
-        int hinted = xorshift(&rng) % 2;
-        s = exr_buffer_set_priority(g_buf, g_sel_prio, B, bt->epi, bt->pos, hinted ? bt->idx : NULL,
-                                    p, 1, &applied);
+        /* 0: by handle; 1: the batch's (maybe stale) hints; 2: the draw's
+         * notes, taken unchecked while nothing has moved since */
+        int hinted = (int)(xorshift(&rng) % 3);
+        const exr_drawn *d = bt->o.drawn;
+        if (hinted == 2)
+            s = exr_buffer_set_priority(g_buf, g_sel_prio, B, d->v + B, d->v + 2 * B, d->v, d, p, 1,
+                                        &applied);
+        else
+            s = exr_buffer_set_priority(g_buf, g_sel_prio, B, bt->epi, bt->pos,
+                                        hinted ? bt->idx : NULL, NULL, p, 1, &applied);
         if (s != EXR_OK || applied > B) {
             BAD("set_priority: status %d, %zu applied", (int)s, applied);
             break;
@@ -371,7 +390,7 @@ static void *updater(void *arg)
                 j--;
             if (!isnan(stored[i]) && stored[i] != (double)exr_pow_leaf(p[j], 0.6)) {
                 BAD("set_priority (%s): pick (%lld, %lld) holds %g, not %g ** 0.6",
-                    hinted ? "batch form" : "handles", (long long)bt->epi[i],
+                    hinted == 2 ? "drawn" : hinted ? "batch form" : "handles", (long long)bt->epi[i],
                     (long long)bt->pos[i], stored[i], p[j]);
                 break;
             }
