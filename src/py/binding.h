@@ -207,7 +207,7 @@ const int64_t *exr_block_pick_hints(exr_modstate *st, PyArrayObject *epi, PyArra
 /* What a draw notes of its picks (exr_drawn) is kept in the block of a
  * batch of at most EXR_DRAWN_MAX picks: set_priority given that batch's
  * picks then goes to their table indices while nothing has moved in the
- * table since (docs/design.md, "Priority updates"). Larger batches are
+ * table since (docs/design.md, "A draw's notes"). Larger batches are
  * updated through their hints, checked pick by pick. */
 #define EXR_DRAWN_MAX 1024
 /* Bytes of the notes of n picks, a multiple of 64; 0 past EXR_DRAWN_MAX. */

@@ -67,14 +67,12 @@ PyObject *exr_block_new(exr_modstate *st, size_t size)
 {
     size = round_line(size ? size : 64);
     BlockObject *b = PyObject_New(BlockObject, st->block_type);
-    if (b) {
-        b->drawn = NULL;
-        b->drawn_cap = 0;
-        b->filling = 0;
-    }
     if (!b)
         return NULL;
     b->epi = b->pos = b->index = NULL;
+    b->drawn = NULL;
+    b->drawn_cap = 0;
+    b->filling = 0;
     b->picks = 0;
     /* the smallest cached block that fits without wasting more than half */
     int best = -1;
