@@ -3,8 +3,10 @@
  * kept for reuse when the batch dies.
  *
  *   get_batch --> Block (one 64-byte-aligned allocation)
- *                  |-- state | action | reward | state_next | seq_len | ... | weight
- *                  each a NumPy array viewing its part, with the Block as its base
+ *                  |-- state | action | reward | state_next | seq_len | ... | weight | notes
+ *                  each a NumPy array viewing its part, with the Block as its base;
+ *                  notes (exr_drawn, batches of at most EXR_DRAWN_MAX picks): what
+ *                  the draw knew of its picks' places, which no array views
  *   last array freed --> Block dealloc --> cache (up to 8 blocks, 256 MiB)
  *
  * A training loop draws batches of one size over and over. Fresh memory for
