@@ -18,8 +18,10 @@ in steady state (exreplay evicts whole episodes, cpprb overwrites its ring).
 - prioritized, N = 1M, B = 256: sample (exreplay `get_batch`, cpprb
            `sample(beta=0.4)`) and priority update of those 256 picks (exreplay
            `set_priority(ps, pick_epi, pick_pos, p)` with the batch's own
-           arrays, which brings its pick_index along; as impl
-           "exreplay_batch", `set_priority(ps, batch, p)`; as impl
+           arrays, which bring its draw's notes along: the picks' table
+           indices, taken unchecked while nothing has moved in the table,
+           as here (docs/design.md, "A draw's notes"); as impl
+           "exreplay_batch", `set_priority(ps, batch, p)`, the same; as impl
            "exreplay_index", `set_priority(ps, pick_epi, pick_pos, p,
            pick_index=...)`, what a learner in another process sends back;
            as impl "exreplay_lookup", the handle form given copies of the
