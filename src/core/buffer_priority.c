@@ -148,9 +148,11 @@ static size_t resolve_picks_locked(const exr_buffer *b, size_t count, const int6
                                    prio_scratch *s)
 {
     EXR_ASSERT_LOCKED(b);
-    size_t done = 0;
-    if (hint && trusted && (done = resolve_trusted(b, count, hint, prio, prio_stride, s)) != SIZE_MAX)
-        return done;
+    if (hint && trusted) {
+        size_t done = resolve_trusted(b, count, hint, prio, prio_stride, s);
+        if (done != SIZE_MAX)
+            return done;
+    }
     if (hint)
         return resolve_hinted(b, count, epi, pos, hint, prio, prio_stride, pre, s);
     uint32_t **aux = s->aux;
@@ -159,16 +161,10 @@ static size_t resolve_picks_locked(const exr_buffer *b, size_t count, const int6
         if (aux[i])
             __builtin_prefetch(aux[i]);
     }
-    done = 0;
-    for (size_t i = 0; i < count; i++) {
-        if (!aux[i])
-            continue;
-        s->idx[done] = *aux[i];
-        s->kept[done] = prio[i * prio_stride];
-        if (pre)
-            s->stored[done] = s->stored[i];
-        done++;
-    }
+    size_t done = 0;
+    for (size_t i = 0; i < count; i++)
+        if (aux[i])
+            done = keep_pick(s, done, i, *aux[i], prio, prio_stride, pre);
     return done;
 }
 

@@ -179,10 +179,9 @@ int exr_block_drawn_hints(exr_modstate *st, PyArrayObject *epi, PyArrayObject *p
 const int64_t *exr_block_pick_hints(exr_modstate *st, PyArrayObject *epi, PyArrayObject *pos,
                                     npy_intp n)
 {
-    PyObject *base = PyArray_BASE(epi);
-    if (!base || !Py_IS_TYPE(base, st->block_type) || PyArray_BASE(pos) != base)
+    const BlockObject *b = block_of(st, (PyObject *)epi);
+    if (!b || PyArray_BASE(pos) != (PyObject *)b)
         return NULL;
-    const BlockObject *b = (const BlockObject *)base;
     if (!b->index || b->picks != n || b->epi != PyArray_DATA(epi) || b->pos != PyArray_DATA(pos))
         return NULL;
     exr_block_hints++;
