@@ -182,6 +182,8 @@ void reserve_free(exr_buffer *b);
 sel_entry *find_sel(const exr_buffer *b, int64_t h);
 
 /* buffer_picks.c */
+/* The picks its table holds once the buffer is full: its capacity in records. */
+size_t full_picks(const exr_buffer *b);
 exr_status reserve_picks(exr_buffer *b, size_t extra);
 /* The stored forms a record call brought for the picks of one episode at
  * positions [first, end): v[p - first] for pick p (NaN: none), for the

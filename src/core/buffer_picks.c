@@ -16,13 +16,20 @@ uint64_t exr_picks_target(const exr_buffer *b, const exr_episode *e)
     return c >= L ? c - L + 1 : 0;
 }
 
+/* How many picks the table holds at most once the buffer is full: one per
+ * record of its capacity (exr_pick_table_reserve). */
+size_t full_picks(const exr_buffer *b)
+{
+    return b->cfg.capacity && b->cfg.capacity < SIZE_MAX ? (size_t)b->cfg.capacity : SIZE_MAX;
+}
+
 /* Room for `extra` more picks in the table and every selector. */
 exr_status reserve_picks(exr_buffer *b, size_t extra)
 {
     size_t need;
     if (!exr_add_size(b->picks.n, extra, &need))
         return EXR_EOVERFLOW;
-    exr_status st = exr_pick_table_reserve(&b->picks, need);
+    exr_status st = exr_pick_table_reserve(&b->picks, need, full_picks(b));
     for (size_t i = 0; st == EXR_OK && i < b->nsels; i++)
         st = b->sels[i].sel->vt->reserve(b->sels[i].sel, need);
     return st;

@@ -64,7 +64,7 @@ uint64_t exr_buffer_restore_picks_declared_locked(const exr_buffer *b)
 exr_status exr_buffer_restore_reserve_picks_locked(exr_buffer *b, size_t count)
 {
     EXR_ASSERT_EXCLUSIVE(b);
-    return exr_pick_table_reserve(&b->picks, count ? count : 1);
+    return exr_pick_table_reserve(&b->picks, count ? count : 1, full_picks(b));
 }
 
 bool exr_buffer_restore_over_capacity_locked(const exr_buffer *b)

@@ -39,6 +39,19 @@ void *exr_big_alloc(size_t bytes)
     return p;
 }
 
+void *exr_huge_prefix_alloc(size_t bytes, size_t huge)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, HUGE_PAGE, bytes ? bytes : 1))
+        return NULL;
+    huge = (huge < bytes ? huge : bytes) & ~(HUGE_PAGE - 1);
+#ifdef MADV_HUGEPAGE
+    if (huge)
+        (void)madvise(p, huge, MADV_HUGEPAGE); /* advice only, as in exr_big_alloc */
+#endif
+    return p;
+}
+
 void *exr_line_calloc(size_t bytes)
 {
     void *p = NULL;

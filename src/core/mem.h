@@ -18,6 +18,14 @@
  * free(). */
 void *exr_big_alloc(size_t bytes);
 
+/* bytes of memory aligned to 2 MiB, of which only the first `huge` bytes,
+ * rounded down to whole 2 MiB pages, are advised for transparent huge
+ * pages; or NULL. Release with free(). For an array that fills from its
+ * start and is read at random places (the pick table): a huge page that is
+ * only partly used is still resident whole, so the caller advises only the
+ * part it expects to fill (docs/design.md, "Memory"). */
+void *exr_huge_prefix_alloc(size_t bytes, size_t huge);
+
 /* bytes of zeroed memory aligned to a cache line (EXR_LINE_BYTES), for a
  * struct with EXR_LINE members (exr.h), or NULL. Release with free(). */
 void *exr_line_calloc(size_t bytes);

@@ -1,5 +1,7 @@
 #include "pick_table.h"
 
+#include "mem.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,7 +13,15 @@ void exr_pick_table_free(exr_pick_table *t)
     exr_pick_table_init(t);
 }
 
-exr_status exr_pick_table_reserve(exr_pick_table *t, size_t n)
+size_t exr_pick_table_huge_bytes(size_t bytes, size_t full)
+{
+    const size_t page = (size_t)2 << 20;
+    size_t used = full < bytes / sizeof(exr_pick) ? full * sizeof(exr_pick) : bytes;
+    size_t up = (used + page - 1) & ~(page - 1);
+    return up - used <= used / 8 ? up : used & ~(page - 1);
+}
+
+exr_status exr_pick_table_reserve(exr_pick_table *t, size_t n, size_t full)
 {
     if (n <= t->cap)
         return EXR_OK;
@@ -25,7 +35,16 @@ exr_status exr_pick_table_reserve(exr_pick_table *t, size_t n)
     size_t bytes;
     if (!exr_mul_size(cap, sizeof(exr_pick), &bytes))
         return EXR_EOVERFLOW;
-    exr_pick *v = realloc(t->v, bytes);
+    exr_pick *v;
+    if (bytes < EXR_PICK_TABLE_HUGE) {
+        v = realloc(t->v, bytes);
+    } else {
+        v = exr_huge_prefix_alloc(bytes, exr_pick_table_huge_bytes(bytes, full));
+        if (v && t->n)
+            memcpy(v, t->v, t->n * sizeof *v);
+        if (v)
+            free(t->v);
+    }
     if (!v)
         return EXR_ENOMEM;
     t->v = v;
