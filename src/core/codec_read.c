@@ -12,6 +12,7 @@
 
 #include "buffer_impl.h"
 #include "codec_impl.h"
+#include "seg_collapse.h"
 
 struct exr_in {
     int compressed, stream_end;
@@ -274,6 +275,7 @@ static exr_status read_rows(exr_in *in, const exr_store_layout *L, exr_episode *
             return st;
         if ((st = read_alloc(in, rows * L->row_bytes, &body->segs[k])))
             return st;
+        exr_seg_track(body->segs[k], true); /* as exr_store_seg_alloc's are */
         body->nsegs = k + 1;
         body->last_rows = (uint32_t)rows;
         exr_episode_sync_seg0(e);

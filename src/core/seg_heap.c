@@ -28,6 +28,8 @@
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS, madvise */
 #include "seg_heap.h"
 
+#include "seg_collapse.h"
+
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -192,6 +194,7 @@ void exr_seg_free(void *p)
     size_t k = region_of(p);
     if (k == nregs) {
         pthread_mutex_unlock(&heap_mu);
+        exr_seg_track(p, false);
         free(p);
         return;
     }

@@ -2,6 +2,7 @@
 
 #include <stdlib.h>
 
+#include "seg_collapse.h"
 #include "seg_heap.h"
 
 #define SEG_TARGET_BYTES ((size_t)1 << 20)
@@ -58,5 +59,7 @@ unsigned char *exr_store_seg_alloc(const exr_store_layout *L, size_t rows)
         return NULL;
     if (exr_seg_heap_takes(rows, bytes))
         return exr_seg_heap_alloc(bytes);
-    return aligned_alloc(64, bytes);
+    unsigned char *seg = aligned_alloc(64, bytes);
+    exr_seg_track(seg, true); /* onto a huge page once its chunk fills (seg_collapse.c) */
+    return seg;
 }

@@ -23,6 +23,7 @@
 #endif
 
 #include "buffer.h"
+#include "seg_collapse.h"
 
 #define EXR_BLOCK_CACHE_N 8
 #define EXR_BLOCK_CACHE_BYTES ((size_t)256 << 20)
@@ -99,6 +100,26 @@ extern unsigned long long exr_drawn_given;
         Py_END_ALLOW_THREADS                                                                       \
         exr_nogil_calls--;                                                                         \
     }
+
+/* The storage chunks that the calls before filled with segments, moved onto
+ * huge pages (seg_collapse.h): about a millisecond each, so only where the
+ * GIL is released and no buffer lock held. Record calls queue a chunk once
+ * per 1.5 MiB of new rows at most. */
+static inline void exr_collapse_queued_nogil(void)
+{
+    if (exr_seg_collapse_wanted())
+        exr_seg_collapse_pending();
+}
+
+/* As exr_collapse_queued_nogil, from code that holds the GIL. */
+static inline void exr_collapse_queued(void)
+{
+    if (exr_seg_collapse_wanted()) {
+        EXR_NOGIL_BEGIN
+        exr_seg_collapse_pending();
+        EXR_NOGIL_END
+    }
+}
 
 /* save() calls its progress callback with the buffer locked: a call back
  * into the buffer from that callback would deadlock, so it raises instead. */

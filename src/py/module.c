@@ -402,7 +402,38 @@ static PyObject *drawn_given_py(PyObject *module, PyObject *unused)
     return PyLong_FromUnsignedLongLong(exr_drawn_given);
 }
 
+/* _core._seg_collapse_stats(): the test hook of exr_seg_collapse_get_stats. */
+static PyObject *seg_collapse_stats_py(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    exr_seg_collapse_stats s;
+    exr_seg_collapse_get_stats(&s);
+    return Py_BuildValue("{s:n,s:n,s:n,s:n}", "chunks", (Py_ssize_t)s.chunks, "queued",
+                         (Py_ssize_t)s.queued, "collapsed", (Py_ssize_t)s.collapsed, "failed",
+                         (Py_ssize_t)s.failed);
+}
+
+/* _core._seg_collapse_enable(on): the test hook of exr_seg_collapse_enable. */
+static PyObject *seg_collapse_enable_py(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    int on = PyObject_IsTrue(arg);
+    if (on < 0)
+        return NULL;
+    return PyBool_FromLong(exr_seg_collapse_enable(on));
+}
+
 static PyMethodDef module_methods[] = {
+    {"_seg_collapse_stats", seg_collapse_stats_py, METH_NOARGS,
+     "_seg_collapse_stats()\n--\n\n"
+     "Test hook: the counts of the 2 MiB chunks that malloc'd storage segments\n"
+     "fill (docs/design.md, \"Huge pages for small segments\"): chunks counted now,\n"
+     "chunks ever queued for a collapse, collapses that succeeded and that failed."},
+    {"_seg_collapse_enable", seg_collapse_enable_py, METH_O,
+     "_seg_collapse_enable(on, /)\n--\n\n"
+     "Test hook: whether new segments are counted and their chunks queued for a\n"
+     "collapse onto a huge page (the default). Returns the setting before."},
     {"_drawn_given", drawn_given_py, METH_NOARGS,
      "_drawn_given()\n--\n\n"
      "Test hook: how many set_priority calls so far gave the core the table\n"

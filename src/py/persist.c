@@ -313,6 +313,7 @@ static PyObject *unserialize_as(PyTypeObject *type, PyObject *data)
             if (st == EXR_OK)
                 st = exr_codec_read(p, source_mem, &src, &b, meta, &meta_len);
         }
+        exr_collapse_queued_nogil();
         EXR_NOGIL_END
     }
     PyBuffer_Release(&view);
@@ -417,6 +418,7 @@ PyObject *exr_replay_load_cls(PyObject *cls, PyObject *pathobj)
     const char *cpath = PyBytes_AS_STRING(path);
     EXR_NOGIL_BEGIN
     st = exr_file_load(cpath, &b, meta, &meta_len, &err);
+    exr_collapse_queued_nogil();
     EXR_NOGIL_END
     Py_DECREF(path);
     PyObject *r = st == EXR_OK ? replay_from_core((PyTypeObject *)cls, b, meta, meta_len)

@@ -186,6 +186,7 @@ static PyObject *record_steps(ReplayObject *self, int64_t h, const exr_steps *in
     if (lvp)
         exr_leaves_release(&lv);
     release_arrays(self, held);
+    exr_collapse_queued();
     return record_status(st, h);
 }
 

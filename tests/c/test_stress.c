@@ -9,6 +9,8 @@
  *   writers    record_many rollouts of 1..80 steps, into episodes of their
  *              own and into one episode they share; large rollouts take the
  *              copy-without-the-lock path, small ones copy under the lock;
+ *              after a call they collapse the 2 MiB chunks that segments
+ *              filled onto huge pages, as the binding does (seg_collapse.c);
  *              half of their own episodes come from new_episode (reserved
  *              without the storage lock when it can, made live by the next
  *              exclusive holder), its handles increasing
@@ -23,6 +25,8 @@
  *              sampler also draws from (a draw may race with its removal)
  *   snapshot   serializes the buffer, reads it back, and checks every episode
  *              of the copy (rollouts contiguous and in order) and its invariants
+ *   chunks     fills 2 MiB chunks with blocks counted as segments, collapses
+ *              them and checks their bytes, beside the writers' own
  *
  * then the invariant check and the same episode check on the buffer itself.
  * Exit status 0 with "stress: ok" when every check held.
@@ -38,6 +42,7 @@
 
 #include "buffer.h"
 #include "codec.h"
+#include "seg_collapse.h"
 #include "powa.h"
 
 /* a state: W words; word 0 the rollout id, 1 the step, 2 the rollout's
@@ -52,7 +57,7 @@ static int64_t g_sel_uniform, g_sel_prio;
 /* the churn thread's selector of the moment (-1: none), which the
  * prioritized sampler also draws from while it is being removed */
 static atomic_long g_sel_churn = -1;
-static atomic_long g_batches, g_records, g_nowait, g_rec_nowait;
+static atomic_long g_batches, g_records, g_nowait, g_rec_nowait, g_collapsed;
 
 /* the shared episode's handle (recording may move it to a new episode) */
 static pthread_mutex_t g_shared_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -193,6 +198,8 @@ static void *writer(void *arg)
             BAD("record: status %d", (int)s);
             break;
         }
+        if (exr_seg_collapse_wanted()) /* as the binding, after the call */
+            atomic_fetch_add(&g_collapsed, (long)exr_seg_collapse_pending());
         atomic_fetch_add(&g_records, (long)T);
         if (shared) {
             pthread_mutex_lock(&g_shared_mu);
@@ -500,6 +507,32 @@ static exr_status source(void *ctx, void *p, size_t cap, size_t *got)
     return EXR_OK;
 }
 
+/* Fills chunks with blocks of its own, counted as segments are, so that
+ * chunks are queued and collapsed while the writers count and collapse
+ * theirs; each block keeps its bytes. */
+static void *chunks(void *arg)
+{
+    (void)arg;
+    enum { NB = 1100, SZ = 2048 };
+    static unsigned char *p[NB];
+    while (!atomic_load(&g_stop)) {
+        int n = 0;
+        for (; n < NB && (p[n] = malloc(SZ)) != NULL; n++) {
+            memset(p[n], n & 0xff, SZ);
+            exr_seg_track(p[n], true);
+        }
+        if (exr_seg_collapse_wanted())
+            atomic_fetch_add(&g_collapsed, (long)exr_seg_collapse_pending());
+        for (int i = 0; i < n; i++) {
+            if (p[i][SZ - 1] != (unsigned char)(i & 0xff))
+                BAD("a counted block changed");
+            exr_seg_track(p[i], false);
+            free(p[i]);
+        }
+    }
+    return NULL;
+}
+
 static void *snapshot(void *arg)
 {
     (void)arg;
@@ -560,7 +593,7 @@ int main(void)
         return 2;
     exr_buffer_unlock(g_buf);
 
-    enum { NT = NWRITERS + NSAMPLERS + NUPDATERS + 2 };
+    enum { NT = NWRITERS + NSAMPLERS + NUPDATERS + 3 };
     pthread_t th[NT];
     int nt = 0;
     for (int i = 0; i < NWRITERS; i++)
@@ -571,6 +604,7 @@ int main(void)
         pthread_create(&th[nt++], NULL, updater, NULL);
     pthread_create(&th[nt++], NULL, churn, NULL);
     pthread_create(&th[nt++], NULL, snapshot, NULL);
+    pthread_create(&th[nt++], NULL, chunks, NULL);
 
     double t0 = now();
     while (now() - t0 < seconds && !atomic_load(&g_bad)) {
@@ -592,9 +626,9 @@ int main(void)
     exr_buffer_unlock(g_buf);
     exr_buffer_free(g_buf);
     printf("stress: %ld records (%ld calls without waiting), %ld batches checked (%ld without "
-           "waiting) in %.1f s: %s\n",
+           "waiting), %ld chunks collapsed, in %.1f s: %s\n",
            atomic_load(&g_records), atomic_load(&g_rec_nowait), atomic_load(&g_batches),
-           atomic_load(&g_nowait), seconds,
+           atomic_load(&g_nowait), atomic_load(&g_collapsed), seconds,
            atomic_load(&g_bad) ? "FAILED" : "ok");
     return atomic_load(&g_bad) ? 1 : 0;
 }
