@@ -23,7 +23,7 @@ void *exr_big_alloc(size_t bytes);
  * pages; or NULL. Release with free(). For an array that fills from its
  * start and is read at random places (the pick table): a huge page that is
  * only partly used is still resident whole, so the caller advises only the
- * part it expects to fill (docs/design.md, "Memory"). */
+ * part it expects to fill (docs/design.md, "Large batches"). */
 void *exr_huge_prefix_alloc(size_t bytes, size_t huge);
 
 /* bytes of zeroed memory aligned to a cache line (EXR_LINE_BYTES), for a

@@ -44,8 +44,9 @@ typedef struct {
 void exr_seg_collapse_get_stats(exr_seg_collapse_stats *s);
 /* Bytes of live segments counted in the chunk holding p. */
 size_t exr_seg_chunk_bytes(const void *p);
-/* Turns tracking and queueing on or off (on at start); returns the setting
- * before. Off, exr_seg_track does nothing (counts already made stay). */
+/* Turns counting on or off (on at start); returns the setting before. Off,
+ * new segments are not counted (so nothing more is queued), and segments
+ * freed are still taken out of the counts. */
 bool exr_seg_collapse_enable(bool on);
 
 #endif
