@@ -104,7 +104,7 @@ extern unsigned long long exr_drawn_given;
 /* The storage chunks that the calls before filled with segments, moved onto
  * huge pages (seg_collapse.h): about a millisecond each, so only where the
  * GIL is released and no buffer lock held. Record calls queue a chunk once
- * per 1.5 MiB of new rows at most. */
+ * per 1 MiB or more of new segments. */
 static inline void exr_collapse_queued_nogil(void)
 {
     if (exr_seg_collapse_wanted())
