@@ -13,6 +13,7 @@
 #include "buffer_impl.h"
 #include "codec_impl.h"
 #include "seg_collapse.h"
+#include "seg_heap.h"
 
 struct exr_in {
     int compressed, stream_end;
@@ -256,6 +257,37 @@ static exr_status read_episode_head(exr_in *in, const exr_buffer *b, int64_t *pr
     return EXR_OK;
 }
 
+/* A segment of `rows` rows read from the input. Uncompressed input takes
+ * all of an array's bytes at once anyway (read_alloc), so its segments come
+ * from exr_store_seg_alloc as recorded ones do: a full segment of a nominal
+ * size from the segment heap, on huge pages, anything else from malloc,
+ * counted for a collapse (seg_collapse.c). A zlib body's come from
+ * read_alloc, which grows them as the bytes arrive, and are counted the
+ * same way. */
+static exr_status read_seg(exr_in *in, const exr_store_layout *L, size_t rows,
+                           unsigned char **out)
+{
+    size_t bytes = rows * L->row_bytes; /* rows <= n, checked against raw_left */
+    if (in->compressed) {
+        exr_status st = read_alloc(in, bytes, out);
+        if (st == EXR_OK)
+            exr_seg_track(*out, true);
+        return st;
+    }
+    if (bytes > in->raw_left)
+        return EXR_ECORRUPT;
+    unsigned char *p = exr_store_seg_alloc(L, rows);
+    if (!p)
+        return EXR_ENOMEM;
+    exr_status st = exr_in_read(in, p, bytes);
+    if (st != EXR_OK) {
+        exr_seg_free(p);
+        return st;
+    }
+    *out = p;
+    return EXR_OK;
+}
+
 /* An episode's final state and rows. Storage is allocated as the rows
  * arrive (read_alloc, aux grown with them): a declared size, which a zlib
  * body can inflate 1032-fold, never reserves more than a small multiple of
@@ -273,9 +305,8 @@ static exr_status read_rows(exr_in *in, const exr_store_layout *L, exr_episode *
         size_t cap = exr_store_seg_cap(L, k), rows = n - placed < cap ? (size_t)(n - placed) : cap;
         if ((st = aux_reserve(body, placed + rows, n)))
             return st;
-        if ((st = read_alloc(in, rows * L->row_bytes, &body->segs[k])))
+        if ((st = read_seg(in, L, rows, &body->segs[k])))
             return st;
-        exr_seg_track(body->segs[k], true); /* as exr_store_seg_alloc's are */
         body->nsegs = k + 1;
         body->last_rows = (uint32_t)rows;
         exr_episode_sync_seg0(e);

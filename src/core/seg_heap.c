@@ -207,6 +207,16 @@ void exr_seg_free(void *p)
     pthread_mutex_unlock(&heap_mu);
 }
 
+size_t exr_seg_heap_used(void)
+{
+    pthread_mutex_lock(&heap_mu);
+    size_t total = 0;
+    for (size_t k = 0; k < nregs; k++)
+        total += (size_t)regs[k].used * regs[k].slot;
+    pthread_mutex_unlock(&heap_mu);
+    return total;
+}
+
 size_t exr_seg_heap_mapped(void)
 {
     pthread_mutex_lock(&heap_mu);

@@ -24,5 +24,7 @@ void exr_seg_free(void *p);
 
 /* Bytes the segment heap has mapped (for tests). */
 size_t exr_seg_heap_mapped(void);
+/* Bytes of the slots handed out and not freed (for tests). */
+size_t exr_seg_heap_used(void);
 
 #endif

@@ -3,7 +3,8 @@
  * it takes, slots that do not overlap and sit in 2 MiB-aligned regions,
  * freeing by address (its own slots and malloc's blocks alike), regions
  * unmapped when empty but the last, and a buffer of large rows that records,
- * evicts and samples through it. Built with ASan+UBSan by `make ctest`
+ * evicts and samples through it, and restores that read full segments into
+ * slots from an uncompressed body. Built with ASan+UBSan by `make ctest`
  * (free slots are poisoned there, so a read of a freed slot is reported).
  */
 #include <stdint.h>
@@ -12,6 +13,7 @@
 
 #include "buffer.h"
 #include "check.h"
+#include "codec_mem.h"
 #include "seg_heap.h"
 #include "store.h"
 
@@ -133,10 +135,62 @@ done:
     check_report(before, "seg_heap", "buffer");
 }
 
+/* Restored from an uncompressed body, a buffer's full segments of the
+ * heap's sizes are read into heap slots, as recorded ones are; from a zlib
+ * body they are grown as the bytes arrive, from malloc. Either way the
+ * restored buffer holds the same rows. */
+static void test_restore(int level)
+{
+    int before = g_failed_checks;
+    exr_config cfg = {.state_bytes = SB, .action_bytes = 8, .reward_bytes = 4, .capacity = 3000,
+                      .pick_len = PL, .seed = 1};
+    exr_buffer *b = NULL, *c = NULL;
+    unsigned char *st = malloc((size_t)SB * EP);
+    int64_t ac[EP], h, sel;
+    float rw[EP] = {0};
+    char msg[256];
+    mem data = {0};
+    CHECK(st && exr_buffer_new(&cfg, &b) == EXR_OK);
+    exr_buffer_lock(b);
+    CHECK_OR(exr_buffer_add_selector_locked(b, 0, NULL, &sel) == EXR_OK, exr_buffer_unlock(b); goto done);
+    exr_buffer_unlock(b);
+    for (int e = 0; e < 4; e++) {
+        for (int t = 0; t < EP; t++) {
+            ac[t] = (int64_t)e * EP + t;
+            memset(st + (size_t)t * SB, (int)(ac[t] % 251), SB);
+        }
+        exr_steps in = {st, ac, rw, NULL, EP, NULL, true, true, NULL, 0};
+        CHECK(exr_buffer_record(b, -1, &in, NULL, &h) == EXR_OK);
+    }
+    CHECK(serialize(b, level, &data) == EXR_OK);
+    size_t used = exr_seg_heap_used();
+    CHECK(unserialize(data.p, data.n, &c) == EXR_OK);
+    /* each episode of EP rows: its full segments of 2^base rows and more */
+    if (level == 0)
+        CHECK(exr_seg_heap_used() > used);
+    else
+        CHECK(exr_seg_heap_used() == used);
+    exr_buffer_lock(c);
+    CHECK_OR(exr_buffer_check_locked(c, msg, sizeof msg) == 0, exr_buffer_unlock(c); goto done);
+    exr_buffer_unlock(c);
+    CHECK(batch_holds_its_rows(c, sel));
+    exr_buffer_free(c);
+    c = NULL;
+    CHECK(exr_seg_heap_used() == used); /* and handed back when it is freed */
+done:
+    exr_buffer_free(c);
+    exr_buffer_free(b);
+    free(data.p);
+    free(st);
+    check_report(before, "seg_heap", level == 0 ? "restore, uncompressed" : "restore, zlib");
+}
+
 int main(void)
 {
     test_takes();
     test_slots();
     test_buffer();
+    test_restore(0);
+    test_restore(1);
     return check_summary();
 }
