@@ -102,36 +102,63 @@ static int batch_holds_its_rows(exr_buffer *b, int64_t sel)
     return 1;
 }
 
-static void test_buffer(void)
+/* A buffer of SB-byte states (capacity 3000 records) with a uniform
+ * selector *sel, or NULL. */
+static exr_buffer *big_buffer(int64_t *sel)
 {
-    int before = g_failed_checks;
     exr_config cfg = {.state_bytes = SB, .action_bytes = 8, .reward_bytes = 4, .capacity = 3000,
                       .pick_len = PL, .seed = 1};
     exr_buffer *b = NULL;
-    unsigned char *st = malloc((size_t)SB * EP);
-    int64_t ac[EP], h, sel;
-    float rw[EP] = {0};
-    char msg[256];
-    CHECK(st && exr_buffer_new(&cfg, &b) == EXR_OK);
+    if (exr_buffer_new(&cfg, &b) != EXR_OK)
+        return NULL;
     exr_buffer_lock(b);
-    CHECK_OR(exr_buffer_add_selector_locked(b, 0, NULL, &sel) == EXR_OK, exr_buffer_unlock(b); goto done);
+    exr_status st = exr_buffer_add_selector_locked(b, 0, NULL, sel);
     exr_buffer_unlock(b);
+    if (st != EXR_OK) {
+        exr_buffer_free(b);
+        return NULL;
+    }
+    return b;
+}
+
+/* Episode e of EP steps, each state filled with its action's byte. */
+static exr_status record_episode(exr_buffer *b, int e)
+{
+    static unsigned char st[(size_t)SB * EP];
+    int64_t ac[EP], h;
+    float rw[EP] = {0};
+    for (int t = 0; t < EP; t++) {
+        ac[t] = (int64_t)e * EP + t;
+        memset(st + (size_t)t * SB, (int)(ac[t] % 251), SB);
+    }
+    exr_steps in = {st, ac, rw, NULL, EP, NULL, true, true, NULL, 0};
+    return exr_buffer_record(b, -1, &in, NULL, &h);
+}
+
+/* Whether b's invariants hold. */
+static int holds(exr_buffer *b)
+{
+    char msg[256];
+    exr_buffer_lock(b);
+    int ok = exr_buffer_check_locked(b, msg, sizeof msg) == 0;
+    exr_buffer_unlock(b);
+    return ok;
+}
+
+static void test_buffer(void)
+{
+    int before = g_failed_checks;
+    int64_t sel;
+    exr_buffer *b = big_buffer(&sel);
+    CHECK(b);
     for (int e = 0; e < 20; e++) {
-        for (int t = 0; t < EP; t++) {
-            ac[t] = (int64_t)e * EP + t;
-            memset(st + (size_t)t * SB, (int)(ac[t] % 251), SB);
-        }
-        exr_steps in = {st, ac, rw, NULL, EP, NULL, true, true, NULL, 0};
-        CHECK(exr_buffer_record(b, -1, &in, NULL, &h) == EXR_OK);
+        CHECK(record_episode(b, e) == EXR_OK);
         CHECK(exr_seg_heap_mapped() > 0);
         CHECK(batch_holds_its_rows(b, sel));
     }
-    exr_buffer_lock(b);
-    CHECK_OR(exr_buffer_check_locked(b, msg, sizeof msg) == 0, exr_buffer_unlock(b); goto done);
-    exr_buffer_unlock(b);
+    CHECK(holds(b));
 done:
     exr_buffer_free(b);
-    free(st);
     check_report(before, "seg_heap", "buffer");
 }
 
@@ -142,37 +169,21 @@ done:
 static void test_restore(int level)
 {
     int before = g_failed_checks;
-    exr_config cfg = {.state_bytes = SB, .action_bytes = 8, .reward_bytes = 4, .capacity = 3000,
-                      .pick_len = PL, .seed = 1};
-    exr_buffer *b = NULL, *c = NULL;
-    unsigned char *st = malloc((size_t)SB * EP);
-    int64_t ac[EP], h, sel;
-    float rw[EP] = {0};
-    char msg[256];
+    int64_t sel;
+    exr_buffer *b = big_buffer(&sel), *c = NULL;
     mem data = {0};
-    CHECK(st && exr_buffer_new(&cfg, &b) == EXR_OK);
-    exr_buffer_lock(b);
-    CHECK_OR(exr_buffer_add_selector_locked(b, 0, NULL, &sel) == EXR_OK, exr_buffer_unlock(b); goto done);
-    exr_buffer_unlock(b);
-    for (int e = 0; e < 4; e++) {
-        for (int t = 0; t < EP; t++) {
-            ac[t] = (int64_t)e * EP + t;
-            memset(st + (size_t)t * SB, (int)(ac[t] % 251), SB);
-        }
-        exr_steps in = {st, ac, rw, NULL, EP, NULL, true, true, NULL, 0};
-        CHECK(exr_buffer_record(b, -1, &in, NULL, &h) == EXR_OK);
-    }
+    CHECK(b);
+    for (int e = 0; e < 4; e++)
+        CHECK(record_episode(b, e) == EXR_OK);
     CHECK(serialize(b, level, &data) == EXR_OK);
     size_t used = exr_seg_heap_used();
     CHECK(unserialize(data.p, data.n, &c) == EXR_OK);
-    /* each episode of EP rows: its full segments of 2^base rows and more */
+    /* each episode of EP rows has full segments of the heap's sizes */
     if (level == 0)
         CHECK(exr_seg_heap_used() > used);
     else
         CHECK(exr_seg_heap_used() == used);
-    exr_buffer_lock(c);
-    CHECK_OR(exr_buffer_check_locked(c, msg, sizeof msg) == 0, exr_buffer_unlock(c); goto done);
-    exr_buffer_unlock(c);
+    CHECK(holds(c));
     CHECK(batch_holds_its_rows(c, sel));
     exr_buffer_free(c);
     c = NULL;
@@ -181,7 +192,6 @@ done:
     exr_buffer_free(c);
     exr_buffer_free(b);
     free(data.p);
-    free(st);
     check_report(before, "seg_heap", level == 0 ? "restore, uncompressed" : "restore, zlib");
 }
 
