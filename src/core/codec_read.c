@@ -288,10 +288,11 @@ static exr_status read_seg(exr_in *in, const exr_store_layout *L, size_t rows,
     return EXR_OK;
 }
 
-/* An episode's final state and rows. Storage is allocated as the rows
- * arrive (read_alloc, aux grown with them): a declared size, which a zlib
- * body can inflate 1032-fold, never reserves more than a small multiple of
- * what has been read. In the end every segment is full but the last, which
+/* An episode's final state and rows. From a zlib body, storage is
+ * allocated as the rows arrive (read_alloc, aux grown with them): a
+ * declared size, which a zlib body can inflate 1032-fold, never reserves
+ * more than a small multiple of what has been read; an uncompressed body's
+ * bytes are checked against what is left of it (read_seg). In the end every segment is full but the last, which
  * holds exactly the rest (it grows again if the episode is recorded into). */
 static exr_status read_rows(exr_in *in, const exr_store_layout *L, exr_episode *e, uint64_t n,
                             uint32_t nsegs, int has_final)

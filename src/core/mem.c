@@ -31,12 +31,7 @@ void *exr_big_alloc(size_t bytes)
     void *p = NULL;
     if (bytes < EXR_HUGE_MIN)
         return posix_memalign(&p, 64, bytes ? bytes : 1) ? NULL : p;
-    if (posix_memalign(&p, HUGE_PAGE, bytes))
-        return NULL;
-#ifdef MADV_HUGEPAGE
-    (void)madvise(p, bytes, MADV_HUGEPAGE); /* advice only: failure leaves small pages */
-#endif
-    return p;
+    return exr_huge_prefix_alloc(bytes, bytes);
 }
 
 void *exr_huge_prefix_alloc(size_t bytes, size_t huge)
@@ -44,10 +39,9 @@ void *exr_huge_prefix_alloc(size_t bytes, size_t huge)
     void *p = NULL;
     if (posix_memalign(&p, HUGE_PAGE, bytes ? bytes : 1))
         return NULL;
-    huge = (huge < bytes ? huge : bytes) & ~(HUGE_PAGE - 1);
 #ifdef MADV_HUGEPAGE
-    if (huge)
-        (void)madvise(p, huge, MADV_HUGEPAGE); /* advice only, as in exr_big_alloc */
+    if (huge) /* advice only: failure leaves small pages */
+        (void)madvise(p, huge < bytes ? huge : bytes, MADV_HUGEPAGE);
 #endif
     return p;
 }

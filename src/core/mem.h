@@ -18,12 +18,13 @@
  * free(). */
 void *exr_big_alloc(size_t bytes);
 
-/* bytes of memory aligned to 2 MiB, of which only the first `huge` bytes,
- * rounded down to whole 2 MiB pages, are advised for transparent huge
- * pages; or NULL. Release with free(). For an array that fills from its
- * start and is read at random places (the pick table): a huge page that is
- * only partly used is still resident whole, so the caller advises only the
- * part it expects to fill (docs/design.md, "Large batches"). */
+/* bytes of memory aligned to 2 MiB, of which only the first `huge` bytes
+ * (at most `bytes`) are advised for transparent huge pages; or NULL.
+ * Release with free(). exr_big_alloc advises all of it; an array that fills
+ * from its start and is read at random places (the pick table) is advised
+ * in whole 2 MiB pages only as far as it expects to fill: a huge page that
+ * is only partly used is still resident whole (docs/design.md, "Large
+ * batches"). */
 void *exr_huge_prefix_alloc(size_t bytes, size_t huge);
 
 /* bytes of zeroed memory aligned to a cache line (EXR_LINE_BYTES), for a

@@ -38,12 +38,10 @@ exr_status exr_pick_table_reserve(exr_pick_table *t, size_t n, size_t full)
     exr_pick *v;
     if (bytes < EXR_PICK_TABLE_HUGE) {
         v = realloc(t->v, bytes);
-    } else {
-        v = exr_huge_prefix_alloc(bytes, exr_pick_table_huge_bytes(bytes, full));
-        if (v && t->n)
+    } else if ((v = exr_huge_prefix_alloc(bytes, exr_pick_table_huge_bytes(bytes, full)))) {
+        if (t->n)
             memcpy(v, t->v, t->n * sizeof *v);
-        if (v)
-            free(t->v);
+        free(t->v);
     }
     if (!v)
         return EXR_ENOMEM;
