@@ -224,6 +224,8 @@ extern void (*exr_debug_detached)(exr_buffer *b, int phase);
 #endif
 uint32_t *pick_aux_locked(const exr_buffer *b, int64_t epi, int64_t pos);
 size_t pick_index_locked(const exr_buffer *b, int64_t epi, int64_t pos);
+void pick_aux_many_locked(const exr_buffer *b, size_t count, const int64_t *epi,
+                          const int64_t *pos, size_t *slots, uint32_t **aux);
 
 /* buffer_evict.c */
 void evict_over_capacity_locked(exr_buffer *b);

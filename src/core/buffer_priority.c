@@ -139,9 +139,9 @@ static size_t resolve_hinted(const exr_buffer *b, size_t count, const int64_t *e
  * s->idx, with their priorities into s->kept (and, when pre, their
  * precomputed s->stored[i] moved to s->stored[done]); returns how many.
  * With hints: taken as they are when trusted (resolve_trusted), else
- * checked (resolve_hinted). Without: pass 1 finds each pick's aux entry
- * through the map and prefetches it (kept in aux[i]; NULL: no such pick);
- * pass 2 reads them. */
+ * checked (resolve_hinted). Without: each pick's aux entry is found
+ * through the map in passes over the whole batch (pick_aux_many_locked;
+ * aux[i] NULL: no such pick), then read. */
 static size_t resolve_picks_locked(const exr_buffer *b, size_t count, const int64_t *epi,
                                    const int64_t *pos, const int64_t *hint, bool trusted,
                                    const double *prio, size_t prio_stride, bool pre,
@@ -156,11 +156,7 @@ static size_t resolve_picks_locked(const exr_buffer *b, size_t count, const int6
     if (hint)
         return resolve_hinted(b, count, epi, pos, hint, prio, prio_stride, pre, s);
     uint32_t **aux = s->aux;
-    for (size_t i = 0; i < count; i++) {
-        aux[i] = pick_aux_locked(b, epi[i], pos[i]);
-        if (aux[i])
-            __builtin_prefetch(aux[i]);
-    }
+    pick_aux_many_locked(b, count, epi, pos, s->scratch, aux);
     size_t done = 0;
     for (size_t i = 0; i < count; i++)
         if (aux[i])

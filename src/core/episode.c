@@ -52,7 +52,7 @@ static void hash_key_init(void)
     hash_hi0 = hash_tab[4][0] ^ hash_tab[5][0] ^ hash_tab[6][0] ^ hash_tab[7][0];
 }
 
-static size_t hash_slot(int64_t h, size_t cap)
+static inline __attribute__((always_inline)) size_t hash_slot(int64_t h, size_t cap)
 {
     uint64_t m = (uint64_t)h;
     uint64_t v = hash_tab[0][m & 0xff] ^ hash_tab[1][(m >> 8) & 0xff] ^
@@ -77,8 +77,7 @@ void exr_episodes_free(exr_episodes *t)
     for (uint32_t s = t->head; s != EXR_NIL; s = t->slab[s].next)
         exr_body_free(t->slab[s].body);
     free(t->slab);
-    free(t->keys);
-    free(t->vals);
+    free(t->map);
     exr_episodes_init(t);
 }
 
@@ -87,9 +86,9 @@ void exr_episodes_probe_stats(const exr_episodes *t, double *mean, uint64_t *max
     uint64_t sum = 0, n = 0;
     *max = 0;
     for (size_t i = 0; i < t->map_cap; i++) {
-        if (t->keys[i] < 0)
+        if (t->map[i].key < 0)
             continue;
-        uint64_t d = (i - hash_slot(t->keys[i], t->map_cap)) & (t->map_cap - 1);
+        uint64_t d = (i - hash_slot(t->map[i].key, t->map_cap)) & (t->map_cap - 1);
         sum += d;
         n++;
         if (d > *max)
@@ -106,22 +105,56 @@ uint32_t exr_episodes_find(const exr_episodes *t, int64_t handle)
         return t->hint;
     size_t i = hash_slot(handle, t->map_cap);
     for (;;) {
-        int64_t k = t->keys[i];
+        int64_t k = t->map[i].key;
         if (k == handle)
-            return t->vals[i];
+            return t->map[i].val;
         if (k < 0)
             return EXR_NIL;
         i = (i + 1) & (t->map_cap - 1);
     }
 }
 
-static void map_put(int64_t *keys, uint32_t *vals, size_t cap, int64_t handle, uint32_t slot)
+/* exr_episodes_find for many handles at once, in passes over all of them
+ * so that each pass's loads are independent and their misses overlap:
+ * the home slots are hashed (into slots[]) and their key lines prefetched,
+ * then probed, and the slab lines of the slots found are prefetched for
+ * the caller. */
+void exr_episodes_find_many(const exr_episodes *t, size_t n, const int64_t *handles,
+                            size_t *slots)
+{
+    if (!t->map_cap) {
+        for (size_t i = 0; i < n; i++)
+            slots[i] = EXR_NIL;
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        slots[i] = hash_slot(handles[i], t->map_cap);
+        __builtin_prefetch(&t->map[slots[i]]);
+    }
+    for (size_t i = 0; i < n; i++) {
+        int64_t handle = handles[i];
+        uint32_t s = EXR_NIL;
+        for (size_t j = slots[i]; handle >= 0; j = (j + 1) & (t->map_cap - 1)) {
+            int64_t k = t->map[j].key;
+            if (k == handle) {
+                s = t->map[j].val;
+                __builtin_prefetch(&t->slab[s]);
+                break;
+            }
+            if (k < 0)
+                break;
+        }
+        slots[i] = s;
+    }
+}
+
+static void map_put(exr_map_cell *map, size_t cap, int64_t handle, uint32_t slot)
 {
     size_t i = hash_slot(handle, cap);
-    while (keys[i] >= 0)
+    while (map[i].key >= 0)
         i = (i + 1) & (cap - 1);
-    keys[i] = handle;
-    vals[i] = slot;
+    map[i].key = handle;
+    map[i].val = slot;
 }
 
 uint64_t exr_episodes_room(const exr_episodes *t)
@@ -134,21 +167,15 @@ uint64_t exr_episodes_room(const exr_episodes *t)
 /* The map rebuilt with ncap entries (a power of two). */
 static exr_status map_grow(exr_episodes *t, size_t ncap)
 {
-    int64_t *keys = malloc(ncap * sizeof *keys);
-    uint32_t *vals = malloc(ncap * sizeof *vals);
-    if (!keys || !vals) {
-        free(keys);
-        free(vals);
+    exr_map_cell *map;
+    if (ncap > SIZE_MAX / sizeof *map || posix_memalign((void **)&map, 64, ncap * sizeof *map))
         return EXR_ENOMEM;
-    }
-    memset(keys, 0xff, ncap * sizeof *keys);
+    memset(map, 0xff, ncap * sizeof *map); /* every key -1 */
     for (size_t i = 0; i < t->map_cap; i++)
-        if (t->keys[i] >= 0)
-            map_put(keys, vals, ncap, t->keys[i], t->vals[i]);
-    free(t->keys);
-    free(t->vals);
-    t->keys = keys;
-    t->vals = vals;
+        if (t->map[i].key >= 0)
+            map_put(map, ncap, t->map[i].key, t->map[i].val);
+    free(t->map);
+    t->map = map;
     t->map_cap = ncap;
     return EXR_OK;
 }
@@ -219,7 +246,7 @@ uint32_t exr_episodes_insert(exr_episodes *t, int64_t handle, exr_body *body)
         t->head = s;
     t->tail = s;
     t->count++;
-    map_put(t->keys, t->vals, t->map_cap, handle, s);
+    map_put(t->map, t->map_cap, handle, s);
     t->map_used++;
     t->hint = s;
     return s;
@@ -230,23 +257,22 @@ void exr_episodes_remove(exr_episodes *t, uint32_t s)
     exr_episode *e = &t->slab[s];
     /* backward-shift deletion keeps probe chains intact without tombstones */
     size_t cap = t->map_cap, i = hash_slot(e->handle, cap);
-    while (t->keys[i] != e->handle)
+    while (t->map[i].key != e->handle)
         i = (i + 1) & (cap - 1);
     size_t j = i;
     for (;;) {
         j = (j + 1) & (cap - 1);
-        if (t->keys[j] < 0)
+        if (t->map[j].key < 0)
             break;
-        size_t home = hash_slot(t->keys[j], cap);
+        size_t home = hash_slot(t->map[j].key, cap);
         /* move j back to i unless its home lies cyclically in (i, j] */
         int stays = (i <= j) ? (i < home && home <= j) : (i < home || home <= j);
         if (!stays) {
-            t->keys[i] = t->keys[j];
-            t->vals[i] = t->vals[j];
+            t->map[i] = t->map[j];
             i = j;
         }
     }
-    t->keys[i] = -1;
+    t->map[i].key = -1;
     t->map_used--;
 
     if (e->prev != EXR_NIL)

@@ -61,13 +61,18 @@ static inline void exr_episode_sync_seg0(exr_episode *e)
     e->seg0 = e->body && e->body->nsegs ? e->body->segs[0] : NULL;
 }
 
+/* A cell of the map: a lookup reads one line for the key and its slot. */
+typedef struct {
+    int64_t key;
+    uint32_t val;
+} exr_map_cell;
+
 typedef struct {
     /* written only when the table grows (a sampler reads these at every
      * call: a line of their own, away from the counters below) */
     exr_episode *slab;
     uint32_t cap, hwm;
-    int64_t *keys;              /* map; -1 = empty */
-    uint32_t *vals;
+    exr_map_cell *map;          /* handle -> slot; key -1 = empty */
     size_t map_cap;
     /* written by every record call that inserts or evicts */
     EXR_LINE uint32_t free_head;
@@ -91,6 +96,10 @@ void exr_episodes_free(exr_episodes *t);
  * (exr_episodes_hint) to the episode it recorded into, so that an actor's
  * next step skips the map's keyed hash. */
 uint32_t exr_episodes_find(const exr_episodes *t, int64_t handle);
+/* slots[i] = exr_episodes_find(t, handles[i]) for i < n, found in passes
+ * whose misses overlap: faster for a batch of scattered handles. */
+void exr_episodes_find_many(const exr_episodes *t, size_t n, const int64_t *handles,
+                            size_t *slots);
 /* Makes slot s (live) the hint. Changes the table: exclusive lock. */
 static inline void exr_episodes_hint(exr_episodes *t, uint32_t s) { t->hint = s; }
 
