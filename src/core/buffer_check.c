@@ -31,6 +31,8 @@ static int check_episode(const exr_buffer *b, uint32_t s, char *msg, size_t msgl
              (long long)e->handle, e->body->last_rows, off, k, e->body->nsegs);
     if (e->seg0 != (e->body->nsegs ? e->body->segs[0] : NULL))
         FAIL("episode %lld: the slot's segment 0 is not the body's", (long long)e->handle);
+    if (e->aux != e->body->aux)
+        FAIL("episode %lld: the slot's aux array is not the body's", (long long)e->handle);
     if (e->body->aux_cap < e->n)
         FAIL("episode %lld: aux has room for %llu of %llu records", (long long)e->handle,
              (unsigned long long)e->body->aux_cap, (unsigned long long)e->n);

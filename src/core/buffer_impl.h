@@ -343,7 +343,7 @@ uint64_t exr_picks_target(const exr_buffer *b, const exr_episode *e);
  * with the lock held. */
 static inline uint32_t *exr_aux_at(const exr_episode *e, uint64_t p)
 {
-    return &e->body->aux[p];
+    return &e->aux[p];
 }
 
 #endif

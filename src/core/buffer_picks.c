@@ -163,24 +163,18 @@ uint32_t *pick_aux_locked(const exr_buffer *b, int64_t epi, int64_t pos)
 }
 
 /* aux[i] = pick_aux_locked(b, epi[i], pos[i]) for i < count, in passes
- * over the whole batch (map, slot, body, aux entry) so that the picks'
- * chains of dependent misses overlap, the last entries prefetched for the
+ * over the whole batch (map cell, slot, aux entry) so that the picks'
+ * chains of dependent misses overlap, the entries prefetched for the
  * caller; slots: count words of scratch. */
 void pick_aux_many_locked(const exr_buffer *b, size_t count, const int64_t *epi,
                           const int64_t *pos, size_t *slots, uint32_t **aux)
 {
     EXR_ASSERT_LOCKED(b);
     exr_episodes_find_many(&b->eps, count, epi, slots);
-    for (size_t i = 0; i < count; i++) { /* aux[i]: the body first */
-        const exr_episode *e = slots[i] == EXR_NIL ? NULL : &b->eps.slab[slots[i]];
-        const exr_body *body = e && pos[i] >= 0 && (uint64_t)pos[i] < e->m ? e->body : NULL;
-        aux[i] = (uint32_t *)(void *)body;
-        if (body)
-            __builtin_prefetch(&body->aux);
-    }
     for (size_t i = 0; i < count; i++) {
-        const exr_body *body = (const exr_body *)(void *)aux[i];
-        aux[i] = body ? &body->aux[pos[i]] : NULL;
+        const exr_episode *e = slots[i] == EXR_NIL ? NULL : &b->eps.slab[slots[i]];
+        aux[i] = e && pos[i] >= 0 && (uint64_t)pos[i] < e->m ? exr_aux_at(e, (uint64_t)pos[i])
+                                                             : NULL;
         if (aux[i])
             __builtin_prefetch(aux[i]);
     }

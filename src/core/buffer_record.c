@@ -150,6 +150,7 @@ static void shrink_ended_locked(exr_buffer *b, exr_episode *e)
         if (aux) {
             body->aux = aux;
             body->aux_cap = e->n;
+            exr_episode_sync(e);
         }
     }
     if (!body->nsegs)
@@ -170,7 +171,7 @@ static void shrink_ended_locked(exr_buffer *b, exr_episode *e)
     bury_segment(b, body->segs[k], node);
     body->segs[k] = seg;
     body->last_rows = (uint32_t)used;
-    exr_episode_sync_seg0(e);
+    exr_episode_sync(e);
 }
 
 /* ---- recording: reserve, copy, publish ---------------------------------
@@ -267,8 +268,10 @@ static exr_status grow_seg_table(exr_buffer *b, uint32_t slot, rec_prep *pr, exr
     *body = g;
     if (pr->fresh)
         pr->fresh = g;
-    else
+    else {
         b->eps.slab[slot].body = g;
+        exr_episode_sync(&b->eps.slab[slot]);
+    }
     return EXR_OK;
 }
 
@@ -336,7 +339,10 @@ static exr_status prepare_locked(exr_buffer *b, uint32_t slot, size_t T, bool en
         goto fail;
     }
     exr_store_locate(&b->lay, n + T - 1, &k_last, &off_last);
-    if ((st = grow_aux(body, n + T, ends)) || (st = grow_seg_table(b, slot, pr, &body, k_last)) ||
+    st = grow_aux(body, n + T, ends);
+    if (slot != EXR_NIL) /* the array may have moved, even if what follows fails */
+        exr_episode_sync(&b->eps.slab[slot]);
+    if (st || (st = grow_seg_table(b, slot, pr, &body, k_last)) ||
         (st = prepare_segments(b, body, k_last, off_last, ends, pr)))
         goto fail;
     if (want_fin && !(pr->fin = malloc(b->lay.state_bytes))) {
@@ -378,7 +384,7 @@ static uint32_t commit_prep_locked(exr_buffer *b, uint32_t slot, rec_prep *pr, i
         body->segs[body->nsegs++] = pr->segs[j];
     if (pr->nnew)
         body->last_rows = (uint32_t)pr->new_last_rows;
-    exr_episode_sync_seg0(e);
+    exr_episode_sync(e);
     if (pr->segs != pr->segs_small)
         free(pr->segs);
     pr->segs = NULL;
@@ -512,7 +518,7 @@ static inline __attribute__((always_inline)) void enter_picks_locked(exr_buffer 
         note_idents_locked(b, idx0, b->picks.n - idx0);
         b->sel_dirty = true;
     }
-    e->m = target;
+    e->m = (uint32_t)target;
 }
 
 /* What a record call leaves to copy and publish: steps [step, step + count)
@@ -546,7 +552,7 @@ static bool record_step_locked(exr_buffer *b, uint32_t slot, int64_t h, const ex
     }
     float rp = prio_to_float(in->priorities ? in->priorities[t] : NAN);
     memcpy(&body->aux[n], &rp, sizeof rp);
-    e->n = n + 1;
+    e->n = (uint32_t)(n + 1);
     b->n_records++;
     const unsigned char *fin = NULL;
     if (ends) {
@@ -601,7 +607,7 @@ static void record_run_locked(exr_buffer *b, uint32_t slot, const exr_steps *in,
         float rp = prio_to_float(in->priorities ? in->priorities[t + k] : NAN);
         memcpy(&aux[k], &rp, sizeof rp);
     }
-    e->n = n + r;
+    e->n = (uint32_t)(n + r);
     b->n_records += r;
     if (!pl || !enter_picks_stored_locked(b, slot, pl))
         enter_picks_locked(b, slot);

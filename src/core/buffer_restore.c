@@ -77,7 +77,7 @@ void exr_buffer_restore_episode_locked(exr_buffer *b, uint32_t slot)
 {
     EXR_ASSERT_EXCLUSIVE(b);
     exr_episode *e = &b->eps.slab[slot];
-    e->m = exr_picks_target(b, e);
+    e->m = (uint32_t)exr_picks_target(b, e);
     b->n_records += e->n;
     for (uint64_t p = 0; p < e->m; p++)
         *exr_aux_at(e, p) = UINT32_MAX; /* "no pick yet": filled by exr_buffer_restore_pick */

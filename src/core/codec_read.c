@@ -304,17 +304,21 @@ static exr_status read_rows(exr_in *in, const exr_store_layout *L, exr_episode *
     uint64_t placed = 0;
     for (uint32_t k = 0; k < nsegs; k++) {
         size_t cap = exr_store_seg_cap(L, k), rows = n - placed < cap ? (size_t)(n - placed) : cap;
-        if ((st = aux_reserve(body, placed + rows, n)))
+        st = aux_reserve(body, placed + rows, n);
+        exr_episode_sync(e);
+        if (st)
             return st;
         if ((st = read_seg(in, L, rows, &body->segs[k])))
             return st;
         body->nsegs = k + 1;
         body->last_rows = (uint32_t)rows;
-        exr_episode_sync_seg0(e);
+        exr_episode_sync(e);
         placed += rows;
-        e->n = placed; /* only what is there is counted, and freed on failure */
+        e->n = (uint32_t)placed; /* only what is there is counted, and freed on failure */
     }
-    return aux_reserve(body, n ? n : 1, n ? n : 1);
+    st = aux_reserve(body, n ? n : 1, n ? n : 1);
+    exr_episode_sync(e);
+    return st;
 }
 
 /* The recorded priorities of the steps that are no pick yet. */

@@ -78,6 +78,7 @@ void exr_episodes_free(exr_episodes *t)
         exr_body_free(t->slab[s].body);
     free(t->slab);
     free(t->map);
+    free(t->direct);
     exr_episodes_init(t);
 }
 
@@ -97,12 +98,9 @@ void exr_episodes_probe_stats(const exr_episodes *t, double *mean, uint64_t *max
     *mean = n ? (double)sum / (double)n : 0.0;
 }
 
-uint32_t exr_episodes_find(const exr_episodes *t, int64_t handle)
+/* The map's answer for a handle >= 0 (map_cap > 0). */
+static uint32_t map_find(const exr_episodes *t, int64_t handle)
 {
-    if (handle < 0 || !t->map_cap)
-        return EXR_NIL;
-    if (t->hint < t->hwm && t->slab[t->hint].handle == handle)
-        return t->hint;
     size_t i = hash_slot(handle, t->map_cap);
     for (;;) {
         int64_t k = t->map[i].key;
@@ -114,11 +112,28 @@ uint32_t exr_episodes_find(const exr_episodes *t, int64_t handle)
     }
 }
 
+/* The direct table's slot for a handle if it holds it, else EXR_NIL. */
+static inline uint32_t direct_find(const exr_episodes *t, int64_t handle)
+{
+    uint32_t s = t->direct[(uint64_t)handle & (t->map_cap - 1)];
+    return s != EXR_NIL && t->slab[s].handle == handle ? s : EXR_NIL;
+}
+
+uint32_t exr_episodes_find(const exr_episodes *t, int64_t handle)
+{
+    if (handle < 0 || !t->map_cap)
+        return EXR_NIL;
+    if (t->hint < t->hwm && t->slab[t->hint].handle == handle)
+        return t->hint;
+    uint32_t s = direct_find(t, handle);
+    return s != EXR_NIL ? s : map_find(t, handle);
+}
+
 /* exr_episodes_find for many handles at once, in passes over all of them
  * so that each pass's loads are independent and their misses overlap:
- * the home slots are hashed (into slots[]) and their key lines prefetched,
- * then probed, and the slab lines of the slots found are prefetched for
- * the caller. */
+ * the direct table's slots are read and their slab lines prefetched, then
+ * each is taken where its slab line holds the handle and the map is asked
+ * for the others (which leaves the slab lines in cache for the caller). */
 void exr_episodes_find_many(const exr_episodes *t, size_t n, const int64_t *handles,
                             size_t *slots)
 {
@@ -128,33 +143,30 @@ void exr_episodes_find_many(const exr_episodes *t, size_t n, const int64_t *hand
         return;
     }
     for (size_t i = 0; i < n; i++) {
-        slots[i] = hash_slot(handles[i], t->map_cap);
-        __builtin_prefetch(&t->map[slots[i]]);
+        slots[i] = t->direct[(uint64_t)handles[i] & (t->map_cap - 1)];
+        if (slots[i] != EXR_NIL)
+            __builtin_prefetch(&t->slab[slots[i]]);
     }
     for (size_t i = 0; i < n; i++) {
         int64_t handle = handles[i];
-        uint32_t s = EXR_NIL;
-        for (size_t j = slots[i]; handle >= 0; j = (j + 1) & (t->map_cap - 1)) {
-            int64_t k = t->map[j].key;
-            if (k == handle) {
-                s = t->map[j].val;
-                __builtin_prefetch(&t->slab[s]);
-                break;
-            }
-            if (k < 0)
-                break;
-        }
-        slots[i] = s;
+        if (handle < 0)
+            slots[i] = EXR_NIL;
+        else if (slots[i] == EXR_NIL || t->slab[slots[i]].handle != handle)
+            slots[i] = map_find(t, handle);
     }
 }
 
-static void map_put(exr_map_cell *map, size_t cap, int64_t handle, uint32_t slot)
+/* Enters a handle in the map and the direct table (where it replaces an
+ * older handle with the same low bits: handles only grow). */
+static void map_put(exr_map_cell *map, uint32_t *direct, size_t cap, int64_t handle,
+                    uint32_t slot)
 {
     size_t i = hash_slot(handle, cap);
     while (map[i].key >= 0)
         i = (i + 1) & (cap - 1);
     map[i].key = handle;
     map[i].val = slot;
+    direct[(uint64_t)handle & (cap - 1)] = slot;
 }
 
 uint64_t exr_episodes_room(const exr_episodes *t)
@@ -170,12 +182,19 @@ static exr_status map_grow(exr_episodes *t, size_t ncap)
     exr_map_cell *map;
     if (ncap > SIZE_MAX / sizeof *map || posix_memalign((void **)&map, 64, ncap * sizeof *map))
         return EXR_ENOMEM;
+    uint32_t *direct = malloc(ncap * sizeof *direct);
+    if (!direct) {
+        free(map);
+        return EXR_ENOMEM;
+    }
     memset(map, 0xff, ncap * sizeof *map); /* every key -1 */
-    for (size_t i = 0; i < t->map_cap; i++)
-        if (t->map[i].key >= 0)
-            map_put(map, ncap, t->map[i].key, t->map[i].val);
+    memset(direct, 0xff, ncap * sizeof *direct); /* every slot EXR_NIL */
+    for (uint32_t s = t->head; s != EXR_NIL; s = t->slab[s].next) /* in handle order */
+        map_put(map, direct, ncap, t->slab[s].handle, s);
     free(t->map);
+    free(t->direct);
     t->map = map;
+    t->direct = direct;
     t->map_cap = ncap;
     return EXR_OK;
 }
@@ -237,7 +256,7 @@ uint32_t exr_episodes_insert(exr_episodes *t, int64_t handle, exr_body *body)
     e->handle = handle;
     e->body = body;
     e->fill = t->seq;
-    exr_episode_sync_seg0(e);
+    exr_episode_sync(e);
     e->prev = t->tail;
     e->next = EXR_NIL;
     if (t->tail != EXR_NIL)
@@ -246,7 +265,7 @@ uint32_t exr_episodes_insert(exr_episodes *t, int64_t handle, exr_body *body)
         t->head = s;
     t->tail = s;
     t->count++;
-    map_put(t->map, t->map_cap, handle, s);
+    map_put(t->map, t->direct, t->map_cap, handle, s);
     t->map_used++;
     t->hint = s;
     return s;
@@ -274,6 +293,8 @@ void exr_episodes_remove(exr_episodes *t, uint32_t s)
     }
     t->map[i].key = -1;
     t->map_used--;
+    if (t->direct[(uint64_t)e->handle & (cap - 1)] == s)
+        t->direct[(uint64_t)e->handle & (cap - 1)] = EXR_NIL;
 
     if (e->prev != EXR_NIL)
         t->slab[e->prev].next = e->next;
@@ -286,6 +307,7 @@ void exr_episodes_remove(exr_episodes *t, uint32_t s)
     t->count--;
     e->body = NULL;
     e->seg0 = NULL;
+    e->aux = NULL;
     e->handle = -1;
     e->next = t->free_head;
     t->free_head = s;

@@ -2,10 +2,11 @@
  * episode.h - the episode table: live episodes by handle, in handle order.
  *
  *   map: handle -> slot (open addressing, linear probing, backward-shift delete)
- *   slab[slot]: exr_episode { handle, n, m, flags, seg0, prev/next, body }
- *                                                |                  |
- *        segs[0], copied into the slot <---------+                  |
- *   body: { final_state, aux[n], nsegs, segs[0..nsegs) } <----------+
+ *   slab[slot]: exr_episode { handle, n, m, aux, flags, seg0, prev/next, body }
+ *                                            |           |                |
+ *        body->aux, copied into the slot <---+           |                |
+ *        segs[0], copied into the slot <-----------------+                |
+ *   body: { final_state, aux[n], nsegs, segs[0..nsegs) } <----------------+
  *                                       (store.h segments)
  *
  *   live list (prev/next slots), oldest first:  head <-> ... <-> tail
@@ -39,15 +40,20 @@ typedef struct exr_body {
 
 typedef struct {
     _Alignas(64) int64_t handle; /* a slot is one 64-byte line (the slab is line-aligned) */
-    uint64_t n;                 /* records */
-    uint64_t m;                 /* picks: positions [0, m) */
+    uint32_t n;                 /* records: at most 2^32 - 2 (record and load refuse more) */
+    uint32_t m;                 /* picks: positions [0, m) */
+    /* body->aux, NULL while there is no body: a pick's table index is
+     * found from the slot (set_priority by handle and position) without
+     * reading the body. Kept by exr_episode_sync wherever the body or its
+     * aux array is set or moved; _check verifies it */
+    uint32_t *aux;
     uint8_t ended, terminated, sampled;
     uint8_t busy;               /* a record call is copying into it (buffer_record.c) */
     uint8_t sim;                /* marks of an eviction dry run (evict.c); 0 outside one */
     /* body->segs[0], NULL while the body holds no segment: get_batch's plan
      * reaches the rows of a pick in segment 0 (every pick of an episode
      * shorter than segment 0) from the slot, without reading the body.
-     * Kept by exr_episode_sync_seg0 wherever segment 0 is set or moved;
+     * Kept by exr_episode_sync wherever segment 0 is set or moved;
      * _check verifies it */
     unsigned char *seg0;
     uint32_t prev, next;        /* live list, EXR_NIL at the ends; free list uses next */
@@ -55,10 +61,12 @@ typedef struct {
     uint64_t fill;              /* exr_episodes.seq when it was inserted */
 } exr_episode;
 
-/* Copies the body's first segment pointer into the slot (exr_episode.seg0). */
-static inline void exr_episode_sync_seg0(exr_episode *e)
+/* Copies the body's first segment pointer and aux array into the slot
+ * (exr_episode.seg0, exr_episode.aux). */
+static inline void exr_episode_sync(exr_episode *e)
 {
     e->seg0 = e->body && e->body->nsegs ? e->body->segs[0] : NULL;
+    e->aux = e->body ? e->body->aux : NULL;
 }
 
 /* A cell of the map: a lookup reads one line for the key and its slot. */
@@ -73,6 +81,11 @@ typedef struct {
     exr_episode *slab;
     uint32_t cap, hwm;
     exr_map_cell *map;          /* handle -> slot; key -1 = empty */
+    /* direct[h & (map_cap - 1)]: the slot of the live handle h last
+     * inserted with those low bits, or EXR_NIL: handles are dense, so a
+     * batch's lookups mostly end here, in 4 bytes a handle, before the map
+     * (an answer counts only where the slot's handle is h) */
+    uint32_t *direct;
     size_t map_cap;
     /* written by every record call that inserts or evicts */
     EXR_LINE uint32_t free_head;

@@ -75,13 +75,17 @@ PLAN8_FN static inline __m512i locate8(const plan8_consts *c, __m512i p, __m512i
  * transpose of the four qwords wanted (twelve permutes). The loads leave
  * out the `sampled` byte (a byte-masked load does not read its masked-off
  * bytes): other samplers set it under the shared lock, atomically, so it is
- * read atomically (sampled_lanes), as plan_pick_locked does. */
-#define SLOT_BYTES (~((uint64_t)1 << offsetof(exr_episode, sampled)))
+ * read atomically (sampled_lanes), as plan_pick_locked does. They leave out
+ * m too, which shares n's qword, so that the qword is n. */
+#define SLOT_BYTES                                                                                 \
+    (~((uint64_t)1 << offsetof(exr_episode, sampled) |                                             \
+       (uint64_t)0xf << offsetof(exr_episode, m)))
 typedef struct {
     __m512i n, fl, seg0, body;
 } slot8;
 
 _Static_assert(sizeof(exr_episode) == 64 && offsetof(exr_episode, n) == 8 &&
+                   offsetof(exr_episode, m) == 12 && sizeof(((exr_episode *)0)->m) == 4 &&
                    offsetof(exr_episode, ended) == 24 && offsetof(exr_episode, seg0) == 32 &&
                    offsetof(exr_episode, body) == 48,
                "an episode slot: one line, its qwords 1, 3, 4 and 6 read by slot_fields");
