@@ -542,6 +542,56 @@ done:
     exr_episodes_free(&t);
 }
 
+/* Handles whose low bits collide in the direct table (gaps of 1,000 to
+ * 5,000 between them, so that many share an entry whatever the map's
+ * size), a random half removed, then more inserted: every handle, live,
+ * removed or never inserted, is found by exr_episodes_find and
+ * exr_episodes_find_many exactly where the truth says, through the direct
+ * table or the map behind it. */
+static void test_episodes_direct(void)
+{
+    enum { N = 3000 };
+    static int64_t handles[2 * N];
+    static uint32_t slot[2 * N];
+    static size_t got[2 * N];
+    exr_episodes t;
+    exr_episodes_init(&t);
+    exr_rng r;
+    exr_rng_seed(&r, 5, 6);
+    int64_t h = 7;
+    for (int k = 0; k < N; k++) {
+        h += 1000 + (int64_t)exr_rng_below(&r, 4000);
+        handles[k] = h;
+        CHECK_RET(exr_episodes_reserve(&t) == EXR_OK);
+        exr_body *b = exr_body_new(1);
+        CHECK_RET(b);
+        slot[k] = exr_episodes_insert(&t, h, b);
+    }
+    for (int k = 0; k < N; k++)
+        if (exr_rng_below(&r, 2)) {
+            exr_body_free(t.slab[slot[k]].body);
+            exr_episodes_remove(&t, slot[k]);
+            slot[k] = EXR_NIL;
+        }
+    for (int k = N; k < 2 * N; k++) { /* reuse the freed slots; half never inserted */
+        h += 1 + (int64_t)exr_rng_below(&r, 3);
+        handles[k] = h;
+        slot[k] = EXR_NIL;
+        if (k % 2)
+            continue;
+        CHECK_RET(exr_episodes_reserve(&t) == EXR_OK);
+        exr_body *b = exr_body_new(1);
+        CHECK_RET(b);
+        slot[k] = exr_episodes_insert(&t, h, b);
+    }
+    exr_episodes_find_many(&t, 2 * N, handles, got);
+    for (int k = 0; k < 2 * N; k++) {
+        CHECK_RET(exr_episodes_find(&t, handles[k]) == slot[k]);
+        CHECK_RET(got[k] == slot[k]);
+    }
+    exr_episodes_free(&t);
+}
+
 /* ---- buffer ------------------------------------------------------------- */
 
 typedef struct {
@@ -1326,6 +1376,7 @@ int main(void)
         {"pow_lanes", test_pow_lanes},
         {"episodes", test_episodes},
         {"episodes_hint", test_episodes_hint},
+        {"episodes_direct", test_episodes_direct},
         {"picks_and_batch", test_picks_and_batch},
         {"long_episode_segments", test_long_episode_segments},
         {"eviction", test_eviction},
