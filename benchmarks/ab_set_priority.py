@@ -11,7 +11,9 @@ first call no leaf changes: what test_prioritized[*-update] times), "alt"
 alternates two sets (every call changes every leaf: a learner's case; the
 suite's test_update_by_batch_paired), "lookup" writes one set through the
 handle form given copies of the batch's arrays and no pick_index (every pick
-found through the episode map: test_prioritized[exreplay_lookup-update]).
+found through the episode map: test_prioritized[exreplay_lookup-update]),
+"index" the same given the batch's pick_index too (each hint checked:
+test_prioritized[exreplay_index-update]).
 Prints the medians per call and the medians of the paired ratios."""
 import gc
 import statistics
@@ -36,16 +38,19 @@ for k, m in mods.items():
     fns[k + " alt"] = (lambda b=b, s=s, bb=bb: (b.set_priority(s, bb, p1), b.set_priority(s, bb, p2)))
     fns[k + " lookup"] = (lambda b=b, s=s, e=bb.pick_epi.copy(), q=bb.pick_pos.copy():
                           b.set_priority(s, e, q, p1))
+    fns[k + " index"] = (lambda b=b, s=s, e=bb.pick_epi.copy(), q=bb.pick_pos.copy(), i=bb.pick_index.copy():
+                         b.set_priority(s, e, q, p1, i))
 fns["cpprb same"] = lambda: rb.update_priorities(idx, p1)
 fns["cpprb alt"] = lambda: (rb.update_priorities(idx, p1), rb.update_priorities(idx, p2))
 fns["cpprb lookup"] = fns["cpprb same"]
+fns["cpprb index"] = fns["cpprb same"]
 gc.collect()
 res = {k: [] for k in fns}
 for rep in range(REPS):
     keys = list(fns) if rep % 2 == 0 else list(reversed(fns))
     for k in keys:
         res[k].append(timed(fns[k], 200) / (2 if "alt" in k else 1))
-for v in ("same", "alt", "lookup"):
+for v in ("same", "alt", "lookup", "index"):
     b = res["base " + v]; a = res["after " + v]; c = res["cpprb " + v]
     print(f"{v:5s} base {statistics.median(b)*1e6:6.2f} us after {statistics.median(a)*1e6:6.2f} us cpprb {statistics.median(c)*1e6:6.2f} us | "
           f"after/base {paired(a, b):.3f} cpprb/base {paired(c, b):.2f}x cpprb/after {paired(c, a):.2f}x")
