@@ -115,6 +115,30 @@ def test_record_and_set_priority_against_colliding_handles_keep_short_probes():
     assert mean < PROBES_MEAN and longest < PROBES_MAX, (mean, longest)
 
 
+def test_handles_sharing_low_bits_are_found_through_the_map():
+    """The direct table in front of the map (docs/design.md, "Episodes")
+    indexes a handle by its low bits: 40,000 handles that share their low
+    22 bits all land on one entry, which can answer for one of them, so
+    every other lookup goes to the keyed map. Each is still found: records
+    go to the right episode and set_priority by (epi, pos) reaches every
+    pick, with the map's runs as short as for any handles."""
+    n = 40_000
+    hs = [(k + 1) << 22 for k in range(n)]
+    b = ExperienceReplay.unserialize(with_open_episodes(hs, pick_len=1))
+    ps = b.new_pick_selector(exreplay.PickSelectorClass.Prioritized, alpha=1.0, beta=0.0)
+    s = np.zeros(1, np.uint8)
+    some = hs[::997] + [hs[-1]]
+    for h in some:
+        b.record(h, s, 0, 0.0)
+        b.record(h, s, 0, 0.0)
+    assert b.set_priority(ps, some, [0] * len(some), np.arange(1.0, len(some) + 1)) == len(some)
+    assert b._priority(ps, some, [0] * len(some)).tolist() == list(np.arange(1.0, len(some) + 1))
+    assert b.set_priority(ps, [hs[1] + 1, hs[1] - (1 << 22) + 1], [0, 0], 5.0) == 0  # no such episodes
+    b._check()
+    mean, longest = b._map_probes()
+    assert mean < PROBES_MEAN and longest < PROBES_MAX, (mean, longest)
+
+
 # --- 2. memory bounded by what was inflated --------------------------------------
 
 
