@@ -314,7 +314,7 @@ def plot_paper(pts, meta, img_dir, plt):
 def cpprb_rows(rows):
     d = {}
     for r in rows:
-        if r.get("suite") != "cpprb" or r["op"] in ("update_paired", "sample_paired"):
+        if r.get("suite") != "cpprb" or r["op"] in ("update_paired", "sample_paired", "update_handle_paired"):
             continue
         # a round is calls_per_round calls written out in a loop (add_1: the
         # 100 steps of an episode; the samples and updates: k calls)
@@ -780,16 +780,26 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
             elif rb is not None:
                 goals.append(update_goal("priority update(256) by batch",
                                          " (`set_priority(ps, batch, p)`, docs/design.md)", rb, ru[0], n))
-            ri = cp.get(("update", n, 256, "exreplay_index"))
-            if ri is not None:
-                goals.append(update_goal(
-                    "priority update(256) with pick_index=", ", like the batch form (the handle form given "
-                    "the batch's indices, as a Ray or RLlib learner sends them)", ri, ru[0], n))
-            rl = cp.get(("update", n, 256, "exreplay_lookup"))
-            if rl is not None:
-                goals.append(update_goal(
-                    "priority update(256) by lookup", " (the handle form given copies of the batch's "
-                    "arrays and no pick_index: every pick found through the episode map)", rl, ru[0], n))
+            handle_paired = {r["impl"]: r for r in rows
+                             if r.get("suite") == "cpprb" and r["op"] == "update_handle_paired"}
+            for impl, label, how in (
+                ("exreplay_index", "priority update(256) with pick_index=", ", like the batch form (the handle "
+                 "form given the batch's indices, as a Ray or RLlib learner sends them)"),
+                ("exreplay_lookup", "priority update(256) by lookup", " (the handle form given copies of the "
+                 "batch's arrays and no pick_index: every pick found through the episode map)"),
+            ):
+                hp, single = handle_paired.get(impl), cp.get(("update", n, 256, impl))
+                if hp is not None:
+                    h_ratio = hp["paired_cpprb_ratio"]
+                    goals.append([
+                        label, f"≥ {GOAL_UPDATE_BATCH_RATIO:g}× faster than cpprb{how}",
+                        f"{fmt_ratio(h_ratio)} (median of paired blocks): "
+                        f"{fmt_us(us(hp['median_s'] / hp.get('calls_per_round', 1)))} vs cpprb "
+                        f"{fmt_us(us(hp['cpprb_median_s']))} (N = {n:,})",
+                        verdict(h_ratio >= GOAL_UPDATE_BATCH_RATIO),
+                    ])
+                elif single is not None:
+                    goals.append(update_goal(label, how, single, ru[0], n))
             each = s_ratio >= GOAL_PRIO_RATIO and u_ratio >= GOAL_PRIO_RATIO
             prio_note = (
                 f"The issue's goal is “prioritized sample and update ≥ {GOAL_PRIO_RATIO:g}× faster than cpprb”. "

@@ -333,6 +333,63 @@ def test_update_by_batch_paired(benchmark):
     benchmark.pedantic(ex_two, rounds=harness.rounds(40, 3), iterations=25, warmup_rounds=1)
 
 
+@pytest.mark.parametrize("form", ["index", "lookup"])
+def test_update_handle_paired(benchmark, form):
+    """The handle form of `set_priority` against cpprb's `update_priorities`,
+    the workload of test_prioritized's exreplay_index and exreplay_lookup
+    rows (copies of a batch's pick_epi and pick_pos, with its pick_index for
+    "index", without for "lookup"; one set of priorities written at every
+    call), timed in alternating blocks of 50 calls so that both libraries see
+    the same machine; reports the median of the paired ratios (cpprb time /
+    exreplay time; the goals in docs/benchmarks.md are >= 2). The unpaired
+    rows, taken seconds apart, moved by a third between runs on the
+    development VM. The pytest-benchmark timing is of the exreplay block."""
+    import statistics
+    import time
+
+    n = harness.prioritized_size()
+    batch = 256
+    p = (np.random.default_rng(3).random(batch) + 0.05).astype(np.float64)
+    buf, pr = _exreplay(n, "prioritized")
+    b = buf.get_batch(batch, pr)
+    epi, pos, index = b.pick_epi.copy(), b.pick_pos.copy(), b.pick_index.copy()
+    rb = _cpprb(n, "prioritized")
+    idx = rb.sample(batch, beta=0.4)["indexes"]
+    setp, update = buf.set_priority, rb.update_priorities
+
+    if form == "index":
+        def ex_block():
+            for _ in range(50):
+                setp(pr, epi, pos, p, index)
+    else:
+        def ex_block():
+            for _ in range(50):
+                setp(pr, epi, pos, p)
+
+    def cp_block():
+        for _ in range(50):
+            update(idx, p)
+
+    def timed(fn):
+        t = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t) / 50
+
+    ratios, ex, cp = [], [], []
+    for rep in range(harness.rounds(60, 5)):
+        order = (ex_block, cp_block) if rep % 2 == 0 else (cp_block, ex_block)
+        t = {fn: timed(fn) for fn in order}
+        ex.append(t[ex_block])
+        cp.append(t[cp_block])
+        ratios.append(cp[-1] / ex[-1])
+    ratio = statistics.median(ratios)
+    print(f"\nupdate with {form}, N={n}, B={batch}: exreplay {statistics.median(ex) * 1e6:.2f} us, "
+          f"cpprb {statistics.median(cp) * 1e6:.2f} us, paired cpprb/exreplay {ratio:.2f}x")
+    _tag(benchmark, "update_handle_paired", "exreplay_" + form, n, batch, paired_cpprb_ratio=ratio,
+         cpprb_median_s=statistics.median(cp), calls_per_round=50)
+    benchmark.pedantic(ex_block, rounds=harness.rounds(40, 3), warmup_rounds=1)
+
+
 @pytest.mark.parametrize("what", ["get_batch32", "get_batch32_out", "psample256"])
 def test_sample_paired(benchmark, what):
     """get_batch against cpprb's sample on the same N and B (uniform B = 32
