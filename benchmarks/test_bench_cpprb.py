@@ -282,6 +282,40 @@ def test_prioritized(benchmark, impl, op):
                        warmup_rounds=1)
 
 
+def _alternate(ex_fn, cp_fn, timed, rounds):
+    """timed(ex_fn) and timed(cp_fn) in alternation, the order swapped every
+    round: (median of the paired cpprb/exreplay time ratios, exreplay's
+    times, cpprb's times)."""
+    import statistics
+
+    ratios, ex, cp = [], [], []
+    for rep in range(rounds):
+        order = (ex_fn, cp_fn) if rep % 2 == 0 else (cp_fn, ex_fn)
+        t = {fn: timed(fn) for fn in order}
+        ex.append(t[ex_fn])
+        cp.append(t[cp_fn])
+        ratios.append(cp[-1] / ex[-1])
+    return statistics.median(ratios), ex, cp
+
+
+def _paired_updates(what, n, batch, ex_block, cp_block):
+    """ex_block and cp_block (50 updates each) timed in alternation: (the
+    median paired cpprb/exreplay ratio, cpprb's median seconds an update),
+    printed."""
+    import statistics
+    import time
+
+    def timed(fn):
+        t = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t) / 50
+
+    ratio, ex, cp = _alternate(ex_block, cp_block, timed, harness.rounds(60, 5))
+    print(f"\nupdate {what}, N={n}, B={batch}: exreplay {statistics.median(ex) * 1e6:.2f} us, "
+          f"cpprb {statistics.median(cp) * 1e6:.2f} us, paired cpprb/exreplay {ratio:.2f}x")
+    return ratio, statistics.median(cp)
+
+
 def test_update_by_batch_paired(benchmark):
     """`set_priority(ps, batch, p)` against cpprb's `update_priorities` on the
     same number of picks, N = 1M, B = 256, timed in alternating blocks of 50
@@ -291,9 +325,6 @@ def test_update_by_batch_paired(benchmark):
     changes every leaf: an update to the value a leaf already holds stops at
     its first unchanged node, in both libraries. The pytest-benchmark timing
     is of the exreplay call, alternating the same way."""
-    import statistics
-    import time
-
     n = harness.prioritized_size()
     batch = 256
     g = np.random.default_rng(3)
@@ -312,24 +343,17 @@ def test_update_by_batch_paired(benchmark):
         rb.update_priorities(idx, p1)
         rb.update_priorities(idx, p2)
 
-    def block(fn):
-        t = time.perf_counter()
+    def ex_block():
         for _ in range(25):
-            fn()
-        return (time.perf_counter() - t) / 50
+            ex_two()
 
-    ratios, ex, cp = [], [], []
-    for rep in range(harness.rounds(60, 5)):
-        order = (ex_two, cp_two) if rep % 2 == 0 else (cp_two, ex_two)
-        t = {fn: block(fn) for fn in order}
-        ex.append(t[ex_two])
-        cp.append(t[cp_two])
-        ratios.append(cp[-1] / ex[-1])
-    ratio = statistics.median(ratios)
-    print(f"\nupdate by batch, N={n}, B={batch}: exreplay {statistics.median(ex) * 1e6:.2f} us, "
-          f"cpprb {statistics.median(cp) * 1e6:.2f} us, paired cpprb/exreplay {ratio:.2f}x")
+    def cp_block():
+        for _ in range(25):
+            cp_two()
+
+    ratio, cp_s = _paired_updates("by batch", n, batch, ex_block, cp_block)
     _tag(benchmark, "update_paired", "exreplay_batch", n, batch, paired_cpprb_ratio=ratio,
-         cpprb_median_s=statistics.median(cp), calls_per_round=2)
+         cpprb_median_s=cp_s, calls_per_round=2)
     benchmark.pedantic(ex_two, rounds=harness.rounds(40, 3), iterations=25, warmup_rounds=1)
 
 
@@ -344,9 +368,6 @@ def test_update_handle_paired(benchmark, form):
     exreplay time; the goals in docs/benchmarks.md are >= 2). The unpaired
     rows, taken seconds apart, moved by a third between runs on the
     development VM. The pytest-benchmark timing is of the exreplay block."""
-    import statistics
-    import time
-
     n = harness.prioritized_size()
     batch = 256
     p = (np.random.default_rng(3).random(batch) + 0.05).astype(np.float64)
@@ -370,23 +391,9 @@ def test_update_handle_paired(benchmark, form):
         for _ in range(50):
             update(idx, p)
 
-    def timed(fn):
-        t = time.perf_counter()
-        fn()
-        return (time.perf_counter() - t) / 50
-
-    ratios, ex, cp = [], [], []
-    for rep in range(harness.rounds(60, 5)):
-        order = (ex_block, cp_block) if rep % 2 == 0 else (cp_block, ex_block)
-        t = {fn: timed(fn) for fn in order}
-        ex.append(t[ex_block])
-        cp.append(t[cp_block])
-        ratios.append(cp[-1] / ex[-1])
-    ratio = statistics.median(ratios)
-    print(f"\nupdate with {form}, N={n}, B={batch}: exreplay {statistics.median(ex) * 1e6:.2f} us, "
-          f"cpprb {statistics.median(cp) * 1e6:.2f} us, paired cpprb/exreplay {ratio:.2f}x")
+    ratio, cp_s = _paired_updates("with " + form, n, batch, ex_block, cp_block)
     _tag(benchmark, "update_handle_paired", "exreplay_" + form, n, batch, paired_cpprb_ratio=ratio,
-         cpprb_median_s=statistics.median(cp), calls_per_round=50)
+         cpprb_median_s=cp_s, calls_per_round=50)
     benchmark.pedantic(ex_block, rounds=harness.rounds(40, 3), warmup_rounds=1)
 
 
@@ -424,14 +431,7 @@ def test_sample_paired(benchmark, what):
         fn()
         return (time.perf_counter() - t) / iters
 
-    ratios, ex, cp = [], [], []
-    for rep in range(harness.rounds(30, 3)):
-        order = (ex_call, cp_call) if rep % 2 == 0 else (cp_call, ex_call)
-        t = {fn: block(fn) for fn in order}
-        ex.append(t[ex_call])
-        cp.append(t[cp_call])
-        ratios.append(cp[-1] / ex[-1])
-    ratio = statistics.median(ratios)
+    ratio, ex, cp = _alternate(ex_call, cp_call, block, harness.rounds(30, 3))
     print(f"\n{what}, N={n}: exreplay {statistics.median(ex) * 1e6:.2f} us, "
           f"cpprb {statistics.median(cp) * 1e6:.2f} us, paired cpprb/exreplay {ratio:.2f}x")
     _tag(benchmark, "sample_paired", what, n, batch, paired_cpprb_ratio=ratio,
