@@ -189,6 +189,17 @@ def update_goal(label, how, ex_s, cpprb_s, n):
             verdict(r >= GOAL_UPDATE_BATCH_RATIO)]
 
 
+def paired_update_goal(label, how, rec, n):
+    """A goals row judged from a paired test's record (an exreplay priority
+    update against cpprb's in alternating blocks)."""
+    r = rec["paired_cpprb_ratio"]
+    return [label, f"≥ {GOAL_UPDATE_BATCH_RATIO:g}× faster than cpprb{how}",
+            f"{fmt_ratio(r)} (median of paired blocks): "
+            f"{fmt_us(us(rec['median_s'] / rec.get('calls_per_round', 1)))} vs cpprb "
+            f"{fmt_us(us(rec['cpprb_median_s']))} (N = {n:,})",
+            verdict(r >= GOAL_UPDATE_BATCH_RATIO)]
+
+
 def table(header, rows):
     out = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
     for r in rows:
@@ -768,15 +779,8 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
             paired = [r for r in rows if r.get("suite") == "cpprb" and r["op"] == "update_paired"]
             rb = cp.get(("update", n, 256, "exreplay_batch"))
             if paired:
-                pr_ = paired[0]
-                b_ratio = pr_["paired_cpprb_ratio"]
-                goals.append([
-                    "priority update(256) by batch", f"≥ {GOAL_UPDATE_BATCH_RATIO:g}× faster than cpprb "
-                    "(`set_priority(ps, batch, p)`, docs/design.md)",
-                    f"{fmt_ratio(b_ratio)} (median of paired blocks): {fmt_us(us(pr_['median_s'] / pr_.get('calls_per_round', 1)))} vs cpprb "
-                    f"{fmt_us(us(pr_['cpprb_median_s']))} (N = {n:,})",
-                    verdict(b_ratio >= GOAL_UPDATE_BATCH_RATIO),
-                ])
+                goals.append(paired_update_goal("priority update(256) by batch",
+                                                " (`set_priority(ps, batch, p)`, docs/design.md)", paired[0], n))
             elif rb is not None:
                 goals.append(update_goal("priority update(256) by batch",
                                          " (`set_priority(ps, batch, p)`, docs/design.md)", rb, ru[0], n))
@@ -790,14 +794,7 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
             ):
                 hp, single = handle_paired.get(impl), cp.get(("update", n, 256, impl))
                 if hp is not None:
-                    h_ratio = hp["paired_cpprb_ratio"]
-                    goals.append([
-                        label, f"≥ {GOAL_UPDATE_BATCH_RATIO:g}× faster than cpprb{how}",
-                        f"{fmt_ratio(h_ratio)} (median of paired blocks): "
-                        f"{fmt_us(us(hp['median_s'] / hp.get('calls_per_round', 1)))} vs cpprb "
-                        f"{fmt_us(us(hp['cpprb_median_s']))} (N = {n:,})",
-                        verdict(h_ratio >= GOAL_UPDATE_BATCH_RATIO),
-                    ])
+                    goals.append(paired_update_goal(label, how, hp, n))
                 elif single is not None:
                     goals.append(update_goal(label, how, single, ru[0], n))
             each = s_ratio >= GOAL_PRIO_RATIO and u_ratio >= GOAL_PRIO_RATIO
