@@ -292,8 +292,9 @@ static exr_status read_seg(exr_in *in, const exr_store_layout *L, size_t rows,
  * allocated as the rows arrive (read_alloc, aux grown with them): a
  * declared size, which a zlib body can inflate 1032-fold, never reserves
  * more than a small multiple of what has been read; an uncompressed body's
- * bytes are checked against what is left of it (read_seg). In the end every segment is full but the last, which
- * holds exactly the rest (it grows again if the episode is recorded into). */
+ * bytes are checked against what is left of it (read_seg). In the end
+ * every segment is full but the last, which holds exactly the rest (it
+ * grows again if the episode is recorded into). */
 static exr_status read_rows(exr_in *in, const exr_store_layout *L, exr_episode *e, uint64_t n,
                             uint32_t nsegs, int has_final)
 {
