@@ -116,6 +116,11 @@ static void remove_chunk(exr_buffer *b, const exr_episode *e, uint64_t p0, size_
 {
     size_t gone[REMOVE_CHUNK], last0 = b->picks.n - 1;
     b->moves++;
+    /* the holes are at random places in the table (earlier swaps moved
+     * the episode's picks around): their lines fetched for writing all at
+     * once, so that the stores' misses overlap */
+    for (size_t k = 0; k < n; k++)
+        __builtin_prefetch(&b->picks.v[*exr_aux_at(e, p0 + k)], 1);
     for (size_t k = 0; k < n; k++) {
         size_t i = *exr_aux_at(e, p0 + k), last = b->picks.n - 1;
         if (i != last) {
