@@ -18,12 +18,22 @@
  *                     -> segment), pin, unlock
  *               copy  rows into the batch, unpin
  *
+ * and, for the cases with 16-byte states (the paper's, cpprb's), two bounds
+ * on any get_batch: what is left of it when the picks' starts are given
+ * (no draw, no plan, no lock): every output array written from records
+ *
+ *   ideal rec  packed as get_batch's storage keeps them (28-byte rows:
+ *              state, action, reward), one fixed-size move per item
+ *   ideal col  kept as three arrays (states, actions, rewards), each run of
+ *              a pick copied in one memcpy
+ *
  * and prints the medians in ns per pick (and per call), and get_batch / floor.
  * Output arrays are allocated once and reused (as the binding's recycled
  * blocks are). Usage: phases [REPS [CASE]]  (default 31 repetitions, every
  * case; CASE: run only that one, numbered from 0 as listed in main).
  */
 #define _GNU_SOURCE
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,6 +127,103 @@ static exr_buffer *filled(const bench_case *c, int64_t *sel)
     return b;
 }
 
+/* The records of a bound: n + 1 steps of 16-byte states, int64 actions and
+ * float32 rewards, packed (rec: 28-byte rows) and as columns. */
+typedef struct {
+    unsigned char *rec, *st, *ac, *rw;
+} ideal_rows;
+
+enum { REC = 28 };
+
+/* The lines of a pick's rows starting at step s0 (and its next state). */
+static inline void ideal_prefetch(const ideal_rows *r, bool cols, size_t s0, size_t L)
+{
+    if (!cols) {
+        for (size_t b = 0; b < (L + 1) * REC; b += 64)
+            __builtin_prefetch(r->rec + s0 * REC + b);
+        __builtin_prefetch(r->rec + (s0 + L + 1) * REC - 1);
+        return;
+    }
+    for (size_t b = 0; b < (L + 1) * 16; b += 64)
+        __builtin_prefetch(r->st + s0 * 16 + b);
+    __builtin_prefetch(r->st + (s0 + L + 1) * 16 - 1);
+    __builtin_prefetch(r->ac + s0 * 8);
+    __builtin_prefetch(r->ac + (s0 + L) * 8 - 1);
+    __builtin_prefetch(r->rw + s0 * 4);
+    __builtin_prefetch(r->rw + (s0 + L) * 4 - 1);
+}
+
+/* Every output of a get_batch whose picks start at starts[0..B) (runs of L
+ * steps, all whole): state, action, reward, next state, the per-pick
+ * arrays and the weights, from the rows packed (cols false) or as columns. */
+static void ideal_gather(const ideal_rows *r, bool cols, const int64_t *starts, size_t B,
+                         size_t L, size_t ep, exr_batch_out *o)
+{
+    unsigned char *st = o->state, *nx = o->state_next, *ac = o->action, *rw = o->reward;
+    enum { AHEAD = 16 }; /* picks whose rows are on their way: their misses overlap */
+    for (size_t i = 0; i < B; i++) {
+        size_t s0 = (size_t)starts[i];
+        if (i + AHEAD < B)
+            ideal_prefetch(r, cols, (size_t)starts[i + AHEAD], L);
+        if (cols) {
+            memcpy(st + i * L * 16, r->st + s0 * 16, L * 16);
+            memcpy(nx + i * L * 16, r->st + (s0 + 1) * 16, L * 16);
+            memcpy(ac + i * L * 8, r->ac + s0 * 8, L * 8);
+            memcpy(rw + i * L * 4, r->rw + s0 * 4, L * 4);
+        } else {
+            const unsigned char *row = r->rec + s0 * REC;
+            for (size_t t = 0; t < L; t++, row += REC) {
+                memcpy(st + (i * L + t) * 16, row, 16);
+                memcpy(ac + (i * L + t) * 8, row + 16, 8);
+                memcpy(rw + (i * L + t) * 4, row + 24, 4);
+                memcpy(nx + (i * L + t) * 16, row + REC, 16);
+            }
+        }
+        o->seq_len[i] = o->seq_len_next[i] = (int64_t)L;
+        o->pick_epi[i] = (int64_t)(s0 / ep);
+        o->pick_pos[i] = (int64_t)(s0 % ep);
+        o->pick_index[i] = (int64_t)s0;
+        o->weight[i] = 1.0f;
+    }
+}
+
+static ideal_rows ideal_rows_new(size_t n)
+{
+    ideal_rows r = {big_alloc((n + 1) * REC), big_alloc((n + 1) * 16), big_alloc((n + 1) * 8),
+                    big_alloc((n + 1) * 4)};
+    for (size_t i = 0; i < (n + 1) * REC; i++)
+        r.rec[i] = (unsigned char)i;
+    memset(r.st, 1, (n + 1) * 16);
+    memset(r.ac, 2, (n + 1) * 8);
+    memset(r.rw, 3, (n + 1) * 4);
+    return r;
+}
+
+/* Medians of the two bounds' times (ns per call of `calls` gathers), each
+ * timed right after a floor call, as get_batch is in run_case. */
+static void ideal_times(const bench_case *c, size_t reps, const int64_t *starts, size_t pool,
+                        const unsigned char *rows, void *fst, void *fnx, double out[2])
+{
+    ideal_rows r = ideal_rows_new(c->n);
+    exr_batch_out o = {0};
+    batch_out_alloc(&o, c->B, c->L, 16, big_alloc);
+    uint64_t *t = calloc(2 * reps, 8);
+    for (size_t k = 0; k < reps + 2; k++)
+        for (int cols = 0; cols < 2; cols++) {
+            const int64_t *sv = starts + (k % pool) * c->B;
+            exr_floor_gather(rows, 16, sv, c->B, c->L, fst, fnx);
+            uint64_t t0 = now_ns();
+            for (size_t j = 0; j < c->calls; j++)
+                ideal_gather(&r, cols, sv, c->B, c->L, c->ep, &o);
+            if (k >= 2)
+                t[cols * reps + k - 2] = now_ns() - t0;
+        }
+    out[0] = median(t, reps);
+    out[1] = median(t + reps, reps);
+    free(t);
+    /* the big_alloc'ed arrays are left to the process's end */
+}
+
 static void run_case(const bench_case *c, size_t reps)
 {
     int64_t sel;
@@ -164,6 +271,13 @@ static void run_case(const bench_case *c, size_t reps)
            "total %6.2f floor %6.2f | per call: total %8.2f us floor %8.2f us | /floor %.2fx\n",
            c->name, n, c->ep, L, B, md / per, mp / per, mc / per, mt / per, mf / per,
            mt / calls / 1000, mf / calls / 1000, mt / mf);
+    if (sb == 16 && L > 1) {
+        double id[2];
+        ideal_times(c, reps, starts, POOL, rows, fst, fnx, id);
+        printf("%-22s %*s | bounds, the starts given: ideal rec %8.2f us (/floor %.2fx), "
+               "ideal col %8.2f us (/floor %.2fx)\n", "", 37, "", id[0] / calls / 1000,
+               id[0] / mf, id[1] / calls / 1000, id[1] / mf);
+    }
     free(draw);
     free(plan);
     free(copy);
