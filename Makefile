@@ -15,6 +15,7 @@
 #   make bench    the full benchmark suite (benchmarks/), then docs/benchmarks.md + docs/img/*.png
 #   make bench-quick  every benchmark at a few small sizes: a smoke run of seconds (part of `make test`)
 #   make bench-phases get_batch's phases (draw, plan, copy) per pick next to the floor, in C (benchmarks/c/)
+#                     and two bounds: all of get_batch's output from records, the picks' starts given
 #   make bench-draw   the prioritized sum-tree draw alone, ns per draw (benchmarks/c/draw.c)
 #   make bench-pair   the Ape-X thread pair in C (no interpreter): one buffer shared, and two (benchmarks/c/pair.c;
 #                     build/bench-pair ROUNDS SECONDS writers4: 4 writers + 1 learner, and the same
