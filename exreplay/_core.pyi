@@ -293,6 +293,15 @@ def _floor_gather_cols(
     out: tuple[list[NDArray[Any]], list[NDArray[Any]]] | None = ...,
     /,
 ) -> tuple[list[NDArray[Any]], list[NDArray[Any]]]: ...
+def _floor_gather_batch(
+    records: NDArray[Any],
+    starts: ArrayLike,
+    L: SupportsIndex,
+    ep: SupportsIndex,
+    state_bytes: SupportsIndex,
+    action_bytes: SupportsIndex,
+    /,
+) -> tuple[NDArray[Any], ...]: ...
 
 
 class ExperienceLog:

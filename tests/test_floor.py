@@ -43,3 +43,54 @@ def test_floor_gather_bad_starts(starts, err):
 def test_floor_gather_refuses_object_rows():
     with pytest.raises(TypeError, match="rows"):
         _core._floor_gather(np.empty((10, 2), object), np.zeros(1, np.int64), 2)
+
+
+def _records(n, sb, ab, rb, seed=4):
+    """n records packed as get_batch's storage keeps them: (n, sb + ab + rb) bytes."""
+    return np.random.default_rng(seed).integers(0, 256, (n, sb + ab + rb), dtype=np.uint8)
+
+
+# (4,) float32 | int64 | float32: the paper's records, the bound's fixed-size
+# path; and odd widths, its general one
+@pytest.mark.parametrize("sb, ab, rb", [(16, 8, 4), (3, 2, 1), (16, 8, 8)])
+def test_floor_gather_batch_values(sb, ab, rb):
+    n, L, ep = 400, 8, 64
+    rec = _records(n, sb, ab, rb)
+    starts = np.random.default_rng(5).integers(0, n - L - 1, 40)
+    starts[:2] = [0, n - L - 1]  # the first and the last start that fit
+    out = _core._floor_gather_batch(rec, starts, L, ep, sb, ab)
+    st, ac, rw, nx, sl, sln, epi, pos, idx, w = out
+    assert [a.shape for a in out[:4]] == [(40, L, sb), (40, L, ab), (40, L, rb), (40, L, sb)]
+    for i, s in enumerate(starts):
+        np.testing.assert_array_equal(st[i], rec[s:s + L, :sb])
+        np.testing.assert_array_equal(ac[i], rec[s:s + L, sb:sb + ab])
+        np.testing.assert_array_equal(rw[i], rec[s:s + L, sb + ab:])
+        np.testing.assert_array_equal(nx[i], rec[s + 1:s + L + 1, :sb])
+    np.testing.assert_array_equal(sl, L)
+    np.testing.assert_array_equal(sln, L)
+    np.testing.assert_array_equal(epi, starts // ep)
+    np.testing.assert_array_equal(pos, starts % ep)
+    np.testing.assert_array_equal(idx, starts)
+    assert w.dtype == np.float32 and (w == 1).all()
+    # one recycled block, as get_batch's ten arrays
+    assert all(a.base is st.base for a in out) and type(st.base).__name__ == "_BatchMemory"
+    assert all(a.__array_interface__["data"][0] % 64 == 0 for a in out)
+
+
+@pytest.mark.parametrize("args, err, what", [
+    (([0, 392],), ValueError, "starts"),
+    (([-1],), ValueError, "starts"),
+    (([0], 0), ValueError, "L"),
+    (([0], 8, 0), ValueError, "ep"),
+    (([0], 8, 64, 16, 12), ValueError, "action_bytes"),  # no byte left for the reward
+])
+def test_floor_gather_batch_bad_args(args, err, what):
+    full = list(args) + [8, 64, 16, 8][len(args) - 1:]
+    full[0] = np.array(full[0], np.int64)
+    with pytest.raises(err, match=what):
+        _core._floor_gather_batch(_records(400, 16, 8, 4), *full)
+
+
+def test_floor_gather_batch_refuses_object_records():
+    with pytest.raises(TypeError, match="records"):
+        _core._floor_gather_batch(np.empty((10, 2), object), np.zeros(1, np.int64), 2, 5, 1, 1)

@@ -241,3 +241,139 @@ PyObject *exr_floor_gather_cols_py(PyObject *module, PyObject *const *args, Py_s
     Py_DECREF(starts);
     return res;
 }
+
+/* _core._floor_gather_batch(records, starts, L, ep, state_bytes,
+ * action_bytes): the bound exr_floor_gather_batch, everything a get_batch
+ * writes with the picks' starts given. records: (N, row) plain data, each
+ * row a state, an action and a reward of state_bytes, action_bytes and the
+ * rest. Returns the batch's ten arrays, all from one recycled block as
+ * get_batch's: state, action, reward, state_next (count, L, their bytes:
+ * uint8), seq_len, seq_len_next, pick_epi, pick_pos, pick_index (int64)
+ * and weight (float32). */
+enum { NB = 10 };
+
+/* The ten arrays' sizes (bytes), and their offsets in one block (64-byte
+ * aligned); the block's size, or 0 if it overflows. */
+static size_t batch_layout(size_t n, size_t L, size_t sb, size_t ab, size_t rb, size_t *at)
+{
+    size_t rows, sz[NB], total = 0;
+    if (!exr_mul_size(n, L, &rows))
+        return 0;
+    size_t widths[4] = {sb, ab, rb, sb};
+    for (int i = 0; i < 4; i++)
+        if (!exr_mul_size(rows, widths[i], &sz[i]))
+            return 0;
+    for (int i = 4; i < NB; i++)
+        sz[i] = n * (i == NB - 1 ? sizeof(float) : sizeof(int64_t)); /* n < 2^60: fits */
+    for (int i = 0; i < NB; i++) {
+        at[i] = total;
+        if (!exr_add_size(total, sz[i] + 63, &total))
+            return 0;
+        total &= ~(size_t)63;
+    }
+    return total;
+}
+
+/* The ten arrays into outs (new references) and their data into o. -1
+ * with an exception. */
+static int batch_arrays(PyObject *module, npy_intp n, npy_intp L, const size_t *w,
+                        PyObject **outs, exr_batch_out *o)
+{
+    size_t at[NB];
+    size_t total = batch_layout((size_t)n, (size_t)L, w[0], w[1], w[2], at);
+    if (!total) {
+        PyErr_SetString(PyExc_MemoryError, "_floor_gather_batch: output too large");
+        return -1;
+    }
+    PyObject *block = exr_block_new(PyModule_GetState(module), total);
+    if (!block)
+        return -1;
+    int r = 0;
+    for (int i = 0; i < NB; i++) {
+        int big = i < 4, type = big ? NPY_UINT8 : i == NB - 1 ? NPY_FLOAT32 : NPY_INT64;
+        npy_intp dims[3] = {n, L, (npy_intp)w[i == 3 ? 0 : i]};
+        outs[i] = NULL;
+        if (r < 0)
+            continue;
+        PyArray_Descr *d = PyArray_DescrFromType(type);
+        outs[i] = exr_block_array(block, at[i], d, big ? 3 : 1, dims);
+        Py_DECREF(d);
+        if (!outs[i])
+            r = -1;
+    }
+    Py_DECREF(block);
+    if (r < 0) {
+        for (int i = 0; i < NB; i++)
+            Py_CLEAR(outs[i]);
+        return -1;
+    }
+    void *d[NB];
+    for (int i = 0; i < NB; i++)
+        d[i] = PyArray_DATA((PyArrayObject *)outs[i]);
+    *o = (exr_batch_out){.state = d[0], .action = d[1], .reward = d[2], .state_next = d[3],
+                         .seq_len = d[4], .seq_len_next = d[5], .pick_epi = d[6],
+                         .pick_pos = d[7], .pick_index = d[8], .weight = d[9]};
+    return 0;
+}
+
+PyObject *exr_floor_gather_batch_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6)
+        return PyErr_Format(PyExc_TypeError,
+                            "_floor_gather_batch(records, starts, L, ep, state_bytes, action_bytes)");
+    PyArrayObject *rec = (PyArrayObject *)args[0];
+    if (!PyArray_Check(args[0]) || PyArray_NDIM(rec) < 1 || !PyArray_IS_C_CONTIGUOUS(rec) ||
+        PyDataType_REFCHK(PyArray_DESCR(rec)) || PyArray_DIM(rec, 0) < 2)
+        return PyErr_Format(PyExc_TypeError,
+                            "records: expected a C-contiguous ndarray of plain data, 2 rows or more");
+    Py_ssize_t v[4];
+    for (int i = 0; i < 4; i++) {
+        v[i] = PyNumber_AsSsize_t(args[2 + i], PyExc_OverflowError);
+        if (v[i] == -1 && PyErr_Occurred())
+            return NULL;
+    }
+    npy_intp nrows = PyArray_DIM(rec, 0);
+    size_t row = (size_t)PyArray_NBYTES(rec) / (size_t)nrows;
+    if (v[0] < 1 || v[0] >= nrows)
+        return PyErr_Format(PyExc_ValueError, "L: expected 1 <= L < %zd, got %zd", (Py_ssize_t)nrows,
+                            v[0]);
+    if (v[1] < 1 || v[2] < 1 || v[3] < 1 || (size_t)v[2] + (size_t)v[3] >= row)
+        return PyErr_Format(PyExc_ValueError,
+                            "ep, state_bytes, action_bytes: expected >= 1 each, the two byte "
+                            "counts below the row's %zu bytes, got %zd, %zd, %zd",
+                            row, v[1], v[2], v[3]);
+    npy_intp n = -1;
+    PyArray_Descr *i64 = PyArray_DescrFromType(NPY_INT64);
+    PyArrayObject *starts = exr_as_array(args[1], i64, 1, &n, 0, NULL, "starts");
+    Py_DECREF(i64);
+    if (!starts)
+        return NULL;
+    const int64_t *sv = PyArray_DATA(starts);
+    for (npy_intp i = 0; i < n; i++) {
+        if (sv[i] < 0 || sv[i] + v[0] >= nrows) {
+            Py_DECREF(starts);
+            return PyErr_Format(PyExc_ValueError, "starts: index %zd out of range", (Py_ssize_t)i);
+        }
+    }
+    size_t w[3] = {(size_t)v[2], (size_t)v[3], row - (size_t)v[2] - (size_t)v[3]};
+    PyObject *outs[NB];
+    exr_batch_out o;
+    if (batch_arrays(module, n, v[0], w, outs, &o) < 0) {
+        Py_DECREF(starts);
+        return NULL;
+    }
+    EXR_NOGIL_BEGIN
+    exr_floor_gather_batch(PyArray_DATA(rec), w[0], w[1], w[2], sv, (size_t)n, (size_t)v[0],
+                           (size_t)v[1], &o);
+    EXR_NOGIL_END
+    Py_DECREF(starts);
+    PyObject *t = PyTuple_New(NB);
+    if (!t) {
+        for (int i = 0; i < NB; i++)
+            Py_DECREF(outs[i]);
+        return NULL;
+    }
+    for (int i = 0; i < NB; i++)
+        PyTuple_SET_ITEM(t, i, outs[i]);
+    return t;
+}

@@ -468,6 +468,13 @@ static PyMethodDef module_methods[] = {
      "Benchmark floor for named fields: each column (its own contiguous array)\n"
      "gathered as col[s:s+L] for each s in starts, and col[s+1:s+L+1] for the first\n"
      "nnext columns, by a plain C loop. Returns (outs, nexts)."},
+    {"_floor_gather_batch", (PyCFunction)(void (*)(void))exr_floor_gather_batch_py, METH_FASTCALL,
+     "_floor_gather_batch(records, starts, L, ep, state_bytes, action_bytes, /)\n--\n\n"
+     "Benchmark bound: everything get_batch writes for picks starting at each s in\n"
+     "starts (state, action, reward, state_next as uint8 rows, then seq_len,\n"
+     "seq_len_next, pick_epi = s // ep, pick_pos = s % ep, pick_index = s, weight = 1),\n"
+     "from records packed as get_batch's storage keeps them, by a plain C loop\n"
+     "that prefetches the rows 16 picks ahead. Returns the ten arrays."},
     {"unserialize", (PyCFunction)exr_unserialize, METH_O,
      "unserialize(data, /)\n--\n\nExperienceReplay.unserialize(data) (also what unpickling calls)."},
     {NULL, NULL, 0, NULL},
