@@ -15,6 +15,12 @@ State (4,) float32, action int64, reward float32; pick_len = 8; capacity = N.
   "floor": rows are the N states (16 bytes; the floor copies
   states and next states).  "floor_rec": rows are the N whole records packed
   (state|action|reward, 28 bytes; it copies records and next records).
+- bound get_5000 ("floor_batch"): `_core._floor_gather_batch`, everything
+  get_batch(5000) writes (states, actions, rewards, next states, the
+  per-pick arrays and the weights) from the packed records, the picks'
+  starts given: a get_batch with nothing to draw, look up or lock, and its
+  rows prefetched 16 picks ahead. Not a floor to reach but a bound: no
+  get_batch of these records can be faster than about this.
 
 exreplay runs the whole grid (k = 5..11, s = 6..12 in steps of 0.5); the
 pure-Python reference runs a subsample (see harness.paper_reference_points).
@@ -42,6 +48,7 @@ def _cases():
         out.append((k, s, "exreplay", "get_5000"))
         out.append((k, s, "floor", "get_5000"))
         out.append((k, s, "floor_rec", "get_5000"))
+        out.append((k, s, "floor_batch", "get_5000"))
         if (k, s) in ref:
             out.append((k, s, "reference", "record_100"))
             out.append((k, s, "reference", "get_5000"))
@@ -119,7 +126,7 @@ def test_paper(benchmark, case):
         assert b.state.shape == (BATCH, PICK_LEN, 4)
         _CACHE.clear()
         return
-    rows = _floor_rows(n, packed=impl == "floor_rec")
+    rows = _floor_rows(n, packed=impl in ("floor_rec", "floor_batch"))
     pool = harness.StartPool(n, PICK_LEN, BATCH)
     if impl == "exreplay":
         b = benchmark.pedantic(
@@ -127,6 +134,13 @@ def test_paper(benchmark, case):
             rounds=r, warmup_rounds=2,
         )
         assert b.state.shape == (BATCH, PICK_LEN, 4)
+    elif impl == "floor_batch":
+        def setup():
+            buf.get_batch(BATCH, ps)
+            return (rows, pool.next(), PICK_LEN, ep_len, 16, 8), {}
+
+        out = benchmark.pedantic(_core._floor_gather_batch, setup=setup, rounds=r, warmup_rounds=2)
+        assert len(out) == 10 and out[0].shape == (BATCH, PICK_LEN, 16)
     else:
         def setup():
             buf.get_batch(BATCH, ps)
