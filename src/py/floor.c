@@ -316,32 +316,49 @@ static int batch_arrays(PyObject *module, npy_intp n, npy_intp L, const size_t *
     return 0;
 }
 
+/* records and the four numbers after starts (L, ep, state_bytes,
+ * action_bytes) into v: the records' row bytes, or 0 with an exception. */
+static size_t batch_args(PyObject *const *args, Py_ssize_t *v)
+{
+    PyArrayObject *rec = (PyArrayObject *)args[0];
+    if (!PyArray_Check(args[0]) || PyArray_NDIM(rec) < 1 || !PyArray_IS_C_CONTIGUOUS(rec) ||
+        PyDataType_REFCHK(PyArray_DESCR(rec)) || PyArray_DIM(rec, 0) < 2) {
+        PyErr_SetString(PyExc_TypeError,
+                        "records: expected a C-contiguous ndarray of plain data, 2 rows or more");
+        return 0;
+    }
+    for (int i = 0; i < 4; i++) {
+        v[i] = PyNumber_AsSsize_t(args[2 + i], PyExc_OverflowError);
+        if (v[i] == -1 && PyErr_Occurred())
+            return 0;
+    }
+    npy_intp nrows = PyArray_DIM(rec, 0);
+    size_t row = (size_t)PyArray_NBYTES(rec) / (size_t)nrows;
+    if (v[0] < 1 || v[0] >= nrows) {
+        PyErr_Format(PyExc_ValueError, "L: expected 1 <= L < %zd, got %zd", (Py_ssize_t)nrows, v[0]);
+        return 0;
+    }
+    if (v[1] < 1 || v[2] < 1 || v[3] < 1 || (size_t)v[2] + (size_t)v[3] >= row) {
+        PyErr_Format(PyExc_ValueError,
+                     "ep, state_bytes, action_bytes: expected >= 1 each, the two byte counts "
+                     "below the row's %zu bytes, got %zd, %zd, %zd",
+                     row, v[1], v[2], v[3]);
+        return 0;
+    }
+    return row;
+}
+
 PyObject *exr_floor_gather_batch_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 6)
         return PyErr_Format(PyExc_TypeError,
                             "_floor_gather_batch(records, starts, L, ep, state_bytes, action_bytes)");
-    PyArrayObject *rec = (PyArrayObject *)args[0];
-    if (!PyArray_Check(args[0]) || PyArray_NDIM(rec) < 1 || !PyArray_IS_C_CONTIGUOUS(rec) ||
-        PyDataType_REFCHK(PyArray_DESCR(rec)) || PyArray_DIM(rec, 0) < 2)
-        return PyErr_Format(PyExc_TypeError,
-                            "records: expected a C-contiguous ndarray of plain data, 2 rows or more");
     Py_ssize_t v[4];
-    for (int i = 0; i < 4; i++) {
-        v[i] = PyNumber_AsSsize_t(args[2 + i], PyExc_OverflowError);
-        if (v[i] == -1 && PyErr_Occurred())
-            return NULL;
-    }
+    size_t row = batch_args(args, v);
+    if (!row)
+        return NULL;
+    PyArrayObject *rec = (PyArrayObject *)args[0];
     npy_intp nrows = PyArray_DIM(rec, 0);
-    size_t row = (size_t)PyArray_NBYTES(rec) / (size_t)nrows;
-    if (v[0] < 1 || v[0] >= nrows)
-        return PyErr_Format(PyExc_ValueError, "L: expected 1 <= L < %zd, got %zd", (Py_ssize_t)nrows,
-                            v[0]);
-    if (v[1] < 1 || v[2] < 1 || v[3] < 1 || (size_t)v[2] + (size_t)v[3] >= row)
-        return PyErr_Format(PyExc_ValueError,
-                            "ep, state_bytes, action_bytes: expected >= 1 each, the two byte "
-                            "counts below the row's %zu bytes, got %zd, %zd, %zd",
-                            row, v[1], v[2], v[3]);
     npy_intp n = -1;
     PyArray_Descr *i64 = PyArray_DescrFromType(NPY_INT64);
     PyArrayObject *starts = exr_as_array(args[1], i64, 1, &n, 0, NULL, "starts");
