@@ -24,6 +24,25 @@ static int pick_dims(PyArrayObject *a, npy_intp n, npy_intp L, const char *arg, 
     return nd;
 }
 
+/* starts: an int64 array of *n row indices s, each with s + L < nrows (the
+ * runs read rows s .. s + L), or NULL with the ValueError naming it. */
+static PyArrayObject *starts_within(PyObject *o, npy_intp L, npy_intp nrows, npy_intp *n)
+{
+    *n = -1;
+    PyArray_Descr *i64 = PyArray_DescrFromType(NPY_INT64);
+    PyArrayObject *starts = exr_as_array(o, i64, 1, n, 0, NULL, "starts");
+    Py_DECREF(i64);
+    const int64_t *sv = starts ? PyArray_DATA(starts) : NULL;
+    for (npy_intp i = 0; starts && i < *n; i++) {
+        if (sv[i] < 0 || sv[i] + L >= nrows) {
+            Py_DECREF(starts);
+            PyErr_Format(PyExc_ValueError, "starts: index %zd out of range", (Py_ssize_t)i);
+            return NULL;
+        }
+    }
+    return starts;
+}
+
 /* The floor's two outputs, (n, L, *row shape) each, carved from one block
  * of the cache get_batch's batches come from (block.c): the floor gets its
  * memory as get_batch does, recycled and already mapped, not fresh from
@@ -71,19 +90,11 @@ PyObject *exr_floor_gather_py(PyObject *module, PyObject *const *args, Py_ssize_
     npy_intp nrows = PyArray_DIM(rows, 0);
     if (L < 1 || L >= nrows)
         return PyErr_Format(PyExc_ValueError, "L: expected 1 <= L < %zd, got %zd", (Py_ssize_t)nrows, L);
-    npy_intp n = -1;
-    PyArray_Descr *i64 = PyArray_DescrFromType(NPY_INT64);
-    PyArrayObject *starts = exr_as_array(args[1], i64, 1, &n, 0, NULL, "starts");
-    Py_DECREF(i64);
+    npy_intp n;
+    PyArrayObject *starts = starts_within(args[1], L, nrows, &n);
     if (!starts)
         return NULL;
     const int64_t *sv = PyArray_DATA(starts);
-    for (npy_intp i = 0; i < n; i++) {
-        if (sv[i] < 0 || sv[i] + L >= nrows) {
-            Py_DECREF(starts);
-            return PyErr_Format(PyExc_ValueError, "starts: index %zd out of range", (Py_ssize_t)i);
-        }
-    }
     PyObject *st, *nx;
     if (floor_outs(module, rows, n, L, &st, &nx) < 0) {
         Py_DECREF(starts);
@@ -136,24 +147,6 @@ static int cols_arg(PyObject *list, cols_t *c)
         return -1;
     }
     return 0;
-}
-
-/* starts: n int64 row indices s with s + L inside the columns. */
-static PyArrayObject *starts_arg(PyObject *o, const cols_t *c, npy_intp *n)
-{
-    *n = -1;
-    PyArray_Descr *i64 = PyArray_DescrFromType(NPY_INT64);
-    PyArrayObject *starts = exr_as_array(o, i64, 1, n, 0, NULL, "starts");
-    Py_DECREF(i64);
-    const int64_t *sv = starts ? PyArray_DATA(starts) : NULL;
-    for (npy_intp i = 0; starts && i < *n; i++) {
-        if (sv[i] < 0 || sv[i] + c->L >= c->nrows) {
-            Py_DECREF(starts);
-            PyErr_Format(PyExc_ValueError, "starts: index %zd out of range", (Py_ssize_t)i);
-            return NULL;
-        }
-    }
-    return starts;
 }
 
 /* out=(outs, nexts) of an earlier call: their data pointers into c. */
@@ -218,7 +211,7 @@ PyObject *exr_floor_gather_cols_py(PyObject *module, PyObject *const *args, Py_s
         return PyErr_Format(PyExc_ValueError, "cols: expected 1 to %d columns and nnext <= that",
                             MAXC);
     npy_intp n;
-    PyArrayObject *starts = cols_arg(args[0], &c) < 0 ? NULL : starts_arg(args[1], &c, &n);
+    PyArrayObject *starts = cols_arg(args[0], &c) < 0 ? NULL : starts_within(args[1], c.L, c.nrows, &n);
     if (!starts)
         return NULL;
     PyObject *res = NULL, *lo = NULL, *ln = NULL;
@@ -359,19 +352,11 @@ PyObject *exr_floor_gather_batch_py(PyObject *module, PyObject *const *args, Py_
         return NULL;
     PyArrayObject *rec = (PyArrayObject *)args[0];
     npy_intp nrows = PyArray_DIM(rec, 0);
-    npy_intp n = -1;
-    PyArray_Descr *i64 = PyArray_DescrFromType(NPY_INT64);
-    PyArrayObject *starts = exr_as_array(args[1], i64, 1, &n, 0, NULL, "starts");
-    Py_DECREF(i64);
+    npy_intp n;
+    PyArrayObject *starts = starts_within(args[1], v[0], nrows, &n);
     if (!starts)
         return NULL;
     const int64_t *sv = PyArray_DATA(starts);
-    for (npy_intp i = 0; i < n; i++) {
-        if (sv[i] < 0 || sv[i] + v[0] >= nrows) {
-            Py_DECREF(starts);
-            return PyErr_Format(PyExc_ValueError, "starts: index %zd out of range", (Py_ssize_t)i);
-        }
-    }
     size_t w[3] = {(size_t)v[2], (size_t)v[3], row - (size_t)v[2] - (size_t)v[3]};
     PyObject *outs[NB];
     exr_batch_out o;
