@@ -28,11 +28,11 @@ void exr_floor_gather_cols(size_t ncols, const void *const *cols, const size_t *
  * picks starting at starts[i] (whole runs of L steps) writes, with nothing
  * drawn, looked up or locked: from rows packed as get_batch's storage keeps
  * records (sb bytes of state, ab of action, rb of reward), the state,
- * action, reward and next state of each step and each pick's seq_len,
+ * action, reward and next state of each step, and each pick's seq_len and
  * seq_len_next (both L), pick_epi (s / ep), pick_pos (s % ep), pick_index
- * (s) and weight (1) into out (its fields, drawn and pick_index unused but
- * pick_index written), the rows of the picks AHEAD ahead prefetched.
- * starts[i] + L < nrows must hold (the caller checks). O(count * L). */
+ * (s, which must not be NULL) and weight (1), into out (its fields and
+ * drawn unused); the rows of the picks 16 ahead prefetched. starts[i] + L
+ * < nrows must hold (the caller checks). O(count * L). */
 void exr_floor_gather_batch(const void *rows, size_t sb, size_t ab, size_t rb,
                             const int64_t *starts, size_t count, size_t L, size_t ep,
                             const exr_batch_out *out);

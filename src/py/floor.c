@@ -211,7 +211,8 @@ PyObject *exr_floor_gather_cols_py(PyObject *module, PyObject *const *args, Py_s
         return PyErr_Format(PyExc_ValueError, "cols: expected 1 to %d columns and nnext <= that",
                             MAXC);
     npy_intp n;
-    PyArrayObject *starts = cols_arg(args[0], &c) < 0 ? NULL : starts_within(args[1], c.L, c.nrows, &n);
+    PyArrayObject *starts =
+        cols_arg(args[0], &c) < 0 ? NULL : starts_within(args[1], c.L, c.nrows, &n);
     if (!starts)
         return NULL;
     PyObject *res = NULL, *lo = NULL, *ln = NULL;
@@ -260,7 +261,7 @@ static size_t batch_layout(size_t n, size_t L, size_t sb, size_t ab, size_t rb, 
         sz[i] = n * (i == NB - 1 ? sizeof(float) : sizeof(int64_t)); /* n < 2^60: fits */
     for (int i = 0; i < NB; i++) {
         at[i] = total;
-        if (!exr_add_size(total, sz[i] + 63, &total))
+        if (!exr_add_size(sz[i], 63, &sz[i]) || !exr_add_size(total, sz[i], &total))
             return 0;
         total &= ~(size_t)63;
     }
@@ -284,7 +285,7 @@ static int batch_arrays(PyObject *module, npy_intp n, npy_intp L, const size_t *
     int r = 0;
     for (int i = 0; i < NB; i++) {
         int big = i < 4, type = big ? NPY_UINT8 : i == NB - 1 ? NPY_FLOAT32 : NPY_INT64;
-        npy_intp dims[3] = {n, L, (npy_intp)w[i == 3 ? 0 : i]};
+        npy_intp dims[3] = {n, L, big ? (npy_intp)w[i == 3 ? 0 : i] : 0};
         outs[i] = NULL;
         if (r < 0)
             continue;
