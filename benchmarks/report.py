@@ -914,7 +914,8 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
         "(`_core._floor_gather_batch`) is not a floor: it writes everything `get_batch(5000)` writes (states, "
         "actions, rewards, next states, the per-pick arrays and the weights) from the packed records, the picks' "
         "starts given, so with nothing to draw, look up or lock, its rows prefetched 16 picks ahead; where it "
-        "takes more than 1.5× the states floor, no `get_batch` of these records can reach the goal there."
+        "takes more than 1.5× the states floor, a `get_batch` could reach the goal there only by writing its arrays "
+        "faster than this loop does, with its draw and plan on top."
     )
     L.append("")
     ks = sorted({p[0] for p in pts})

@@ -19,8 +19,8 @@ State (4,) float32, action int64, reward float32; pick_len = 8; capacity = N.
   get_batch(5000) writes (states, actions, rewards, next states, the
   per-pick arrays and the weights) from the packed records, the picks'
   starts given: a get_batch with nothing to draw, look up or lock, and its
-  rows prefetched 16 picks ahead. Not a floor to reach but a bound: no
-  get_batch of these records can be faster than about this.
+  rows prefetched 16 picks ahead. Not a floor to reach but a bound: a plain
+  loop doing only what any get_batch of these records must do.
 
 exreplay runs the whole grid (k = 5..11, s = 6..12 in steps of 0.5); the
 pure-Python reference runs a subsample (see harness.paper_reference_points).
