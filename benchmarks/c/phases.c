@@ -18,12 +18,13 @@
  *                     -> segment), pin, unlock
  *               copy  rows into the batch, unpin
  *
- * and, for the cases with 16-byte states (the paper's, cpprb's), two bounds
+ * and, for the paper's cases (16-byte states, runs of 8 steps), two bounds
  * on any get_batch: what is left of it when the picks' starts are given
  * (no draw, no plan, no lock): every output array written from records
  *
  *   ideal rec  packed as get_batch's storage keeps them (28-byte rows:
- *              state, action, reward), one fixed-size move per item
+ *              state, action, reward), one fixed-size move per item: the
+ *              paper suite's bound, exr_floor_gather_batch (floor.c)
  *   ideal col  kept as three arrays (states, actions, rewards), each run of
  *              a pick copied in one memcpy
  *
@@ -135,15 +136,9 @@ typedef struct {
 
 enum { REC = 28 };
 
-/* The lines of a pick's rows starting at step s0 (and its next state). */
-static inline void ideal_prefetch(const ideal_rows *r, bool cols, size_t s0, size_t L)
+/* The lines of a pick's columns starting at step s0 (and its next state). */
+static inline void ideal_prefetch(const ideal_rows *r, size_t s0, size_t L)
 {
-    if (!cols) {
-        for (size_t b = 0; b < (L + 1) * REC; b += 64)
-            __builtin_prefetch(r->rec + s0 * REC + b);
-        __builtin_prefetch(r->rec + (s0 + L + 1) * REC - 1);
-        return;
-    }
     for (size_t b = 0; b < (L + 1) * 16; b += 64)
         __builtin_prefetch(r->st + s0 * 16 + b);
     __builtin_prefetch(r->st + (s0 + L + 1) * 16 - 1);
@@ -155,30 +150,25 @@ static inline void ideal_prefetch(const ideal_rows *r, bool cols, size_t s0, siz
 
 /* Every output of a get_batch whose picks start at starts[0..B) (runs of L
  * steps, all whole): state, action, reward, next state, the per-pick
- * arrays and the weights, from the rows packed (cols false) or as columns. */
+ * arrays and the weights, from the rows packed (cols false: the suite's
+ * bound, exr_floor_gather_batch) or as columns. */
 static void ideal_gather(const ideal_rows *r, bool cols, const int64_t *starts, size_t B,
                          size_t L, size_t ep, exr_batch_out *o)
 {
+    if (!cols) {
+        exr_floor_gather_batch(r->rec, 16, 8, 4, starts, B, L, ep, o);
+        return;
+    }
     unsigned char *st = o->state, *nx = o->state_next, *ac = o->action, *rw = o->reward;
     enum { AHEAD = 16 }; /* picks whose rows are on their way: their misses overlap */
     for (size_t i = 0; i < B; i++) {
         size_t s0 = (size_t)starts[i];
         if (i + AHEAD < B)
-            ideal_prefetch(r, cols, (size_t)starts[i + AHEAD], L);
-        if (cols) {
-            memcpy(st + i * L * 16, r->st + s0 * 16, L * 16);
-            memcpy(nx + i * L * 16, r->st + (s0 + 1) * 16, L * 16);
-            memcpy(ac + i * L * 8, r->ac + s0 * 8, L * 8);
-            memcpy(rw + i * L * 4, r->rw + s0 * 4, L * 4);
-        } else {
-            const unsigned char *row = r->rec + s0 * REC;
-            for (size_t t = 0; t < L; t++, row += REC) {
-                memcpy(st + (i * L + t) * 16, row, 16);
-                memcpy(ac + (i * L + t) * 8, row + 16, 8);
-                memcpy(rw + (i * L + t) * 4, row + 24, 4);
-                memcpy(nx + (i * L + t) * 16, row + REC, 16);
-            }
-        }
+            ideal_prefetch(r, (size_t)starts[i + AHEAD], L);
+        memcpy(st + i * L * 16, r->st + s0 * 16, L * 16);
+        memcpy(nx + i * L * 16, r->st + (s0 + 1) * 16, L * 16);
+        memcpy(ac + i * L * 8, r->ac + s0 * 8, L * 8);
+        memcpy(rw + i * L * 4, r->rw + s0 * 4, L * 4);
         o->seq_len[i] = o->seq_len_next[i] = (int64_t)L;
         o->pick_epi[i] = (int64_t)(s0 / ep);
         o->pick_pos[i] = (int64_t)(s0 % ep);
@@ -207,7 +197,7 @@ static void ideal_times(const bench_case *c, size_t reps, const int64_t *starts,
     ideal_rows r = ideal_rows_new(c->n);
     exr_batch_out o = {0};
     batch_out_alloc(&o, c->B, c->L, 16, big_alloc);
-    uint64_t *t = calloc(2 * reps, 8);
+    uint64_t *t = bench_zalloc(2 * reps * sizeof *t);
     for (size_t k = 0; k < reps + 2; k++)
         for (int cols = 0; cols < 2; cols++) {
             const int64_t *sv = starts + (k % pool) * c->B;
