@@ -60,12 +60,6 @@ batch_picks(const unsigned char *src, size_t sb, size_t ab, size_t rb, const int
 {
     enum { AHEAD = 16 };
     size_t row = sb + ab + rb;
-    /* the arrays' pointers in locals: the stores through them could alias
-     * *o, which the compiler would then reload after every one */
-    unsigned char *st = o->state, *ac = o->action, *rw = o->reward, *nx = o->state_next;
-    int64_t *len = o->seq_len, *len_next = o->seq_len_next, *epi = o->pick_epi,
-            *pos = o->pick_pos, *index = o->pick_index;
-    float *w = o->weight;
     for (size_t i = 0; i < count && i < AHEAD; i++)
         prefetch_rows(src, row, (size_t)starts[i], L);
     for (size_t i = 0; i < count; i++) {
@@ -74,12 +68,12 @@ batch_picks(const unsigned char *src, size_t sb, size_t ab, size_t rb, const int
         size_t s = (size_t)starts[i];
         const unsigned char *r = src + s * row;
         for (size_t t = 0; t < L; t++, r += row)
-            batch_step(r, sb, ab, rb, i * L + t, st, ac, rw, nx);
-        len[i] = len_next[i] = (int64_t)L;
-        epi[i] = (int64_t)(s / ep);
-        pos[i] = (int64_t)(s % ep);
-        index[i] = (int64_t)s;
-        w[i] = 1.0f;
+            batch_step(r, sb, ab, rb, i * L + t, o->state, o->action, o->reward, o->state_next);
+        o->seq_len[i] = o->seq_len_next[i] = (int64_t)L;
+        o->pick_epi[i] = (int64_t)(s / ep);
+        o->pick_pos[i] = (int64_t)(s % ep);
+        o->pick_index[i] = (int64_t)s;
+        o->weight[i] = 1.0f;
     }
 }
 
