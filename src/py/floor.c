@@ -24,6 +24,8 @@ static int pick_dims(PyArrayObject *a, npy_intp n, npy_intp L, const char *arg, 
     return nd;
 }
 
+enum { NB_MAX = 10 }; /* the most arrays a floor returns (_floor_gather_batch) */
+
 /* starts: an int64 array of *n row indices s, each with s + L < nrows (the
  * runs read rows s .. s + L), or NULL with the ValueError naming it. */
 static PyArrayObject *starts_within(PyObject *o, npy_intp L, npy_intp nrows, npy_intp *n)
@@ -43,36 +45,62 @@ static PyArrayObject *starts_within(PyObject *o, npy_intp L, npy_intp nrows, npy
     return starts;
 }
 
-/* The floor's two outputs, (n, L, *row shape) each, carved from one block
- * of the cache get_batch's batches come from (block.c): the floor gets its
- * memory as get_batch does, recycled and already mapped, not fresh from
- * malloc (which may hand back pages the kernel must fault in again at every
- * call). -1 with an exception. */
-static int floor_outs(PyObject *module, PyArrayObject *rows, npy_intp n, Py_ssize_t L,
-                      PyObject **st, PyObject **nx)
+/* k arrays (descr d[i], nd[i] dims dims[i]) carved one after another,
+ * each 64-byte aligned, from one block of the cache get_batch's batches come
+ * from (block.c): the floors get their memory as get_batch does, recycled
+ * and already mapped, not fresh from malloc (which may hand back pages the
+ * kernel must fault in again at every call). k <= NB_MAX. New references
+ * in outs; -1 with an exception (a MemoryError naming `what` when the sizes
+ * overflow). */
+static int carve_arrays(PyObject *module, const char *what, int k, PyArray_Descr *const *d,
+                        const int *nd, npy_intp (*dims)[NPY_MAXDIMS], PyObject **outs)
 {
-    npy_intp dims[NPY_MAXDIMS];
-    int nd = pick_dims(rows, n, L, "rows", dims);
-    if (nd < 0)
-        return -1;
-    size_t row_bytes = (size_t)PyArray_NBYTES(rows) / (size_t)PyArray_DIM(rows, 0);
-    size_t bytes, half, total;
-    if (!exr_mul_size((size_t)n, (size_t)L, &bytes) || !exr_mul_size(bytes, row_bytes, &bytes) ||
-        !exr_add_size(bytes, 63, &half) || !exr_add_size(half & ~(size_t)63, bytes, &total)) {
-        PyErr_SetString(PyExc_MemoryError, "_floor_gather: output too large");
+    size_t at[NB_MAX], total = 0;
+    bool fits = k <= NB_MAX;
+    for (int i = 0; fits && i < k; i++) {
+        size_t bytes = (size_t)PyDataType_ELSIZE(d[i]);
+        at[i] = total;
+        for (int j = 0; fits && j < nd[i]; j++)
+            fits = exr_mul_size(bytes, (size_t)dims[i][j], &bytes);
+        fits = fits && exr_add_size(bytes, 63, &bytes) && exr_add_size(total, bytes, &total);
+        total &= ~(size_t)63;
+    }
+    if (!fits) {
+        PyErr_Format(PyExc_MemoryError, "%s: output too large", what);
         return -1;
     }
     PyObject *block = exr_block_new(PyModule_GetState(module), total);
     if (!block)
         return -1;
-    PyArray_Descr *d = PyArray_DESCR(rows);
-    *st = exr_block_array(block, 0, d, nd, dims);
-    *nx = *st ? exr_block_array(block, half & ~(size_t)63, d, nd, dims) : NULL;
-    Py_DECREF(block);
-    if (!*nx) {
-        Py_CLEAR(*st);
-        return -1;
+    int r = 0;
+    for (int i = 0; i < k; i++) {
+        outs[i] = r < 0 ? NULL : exr_block_array(block, at[i], d[i], nd[i], dims[i]);
+        if (!outs[i])
+            r = -1;
     }
+    Py_DECREF(block);
+    for (int i = 0; r < 0 && i < k; i++)
+        Py_CLEAR(outs[i]);
+    return r;
+}
+
+/* The floor's two outputs, (n, L, *row shape) each (carve_arrays). -1
+ * with an exception. */
+static int floor_outs(PyObject *module, PyArrayObject *rows, npy_intp n, Py_ssize_t L,
+                      PyObject **st, PyObject **nx)
+{
+    npy_intp dims[2][NPY_MAXDIMS];
+    int nd = pick_dims(rows, n, L, "rows", dims[0]);
+    if (nd < 0)
+        return -1;
+    memcpy(dims[1], dims[0], sizeof dims[0]);
+    PyArray_Descr *d[2] = {PyArray_DESCR(rows), PyArray_DESCR(rows)};
+    int nds[2] = {nd, nd};
+    PyObject *outs[2];
+    if (carve_arrays(module, "_floor_gather", 2, d, nds, dims, outs) < 0)
+        return -1;
+    *st = outs[0];
+    *nx = outs[1];
     return 0;
 }
 
@@ -244,69 +272,35 @@ PyObject *exr_floor_gather_cols_py(PyObject *module, PyObject *const *args, Py_s
  * get_batch's: state, action, reward, state_next (count, L, their bytes:
  * uint8), seq_len, seq_len_next, pick_epi, pick_pos, pick_index (int64)
  * and weight (float32). */
-enum { NB = 10 };
-
-/* The ten arrays' sizes (bytes), and their offsets in one block (64-byte
- * aligned); the block's size, or 0 if it overflows. */
-static size_t batch_layout(size_t n, size_t L, size_t sb, size_t ab, size_t rb, size_t *at)
-{
-    size_t rows, sz[NB], total = 0;
-    if (!exr_mul_size(n, L, &rows))
-        return 0;
-    size_t widths[4] = {sb, ab, rb, sb};
-    for (int i = 0; i < 4; i++)
-        if (!exr_mul_size(rows, widths[i], &sz[i]))
-            return 0;
-    for (int i = 4; i < NB; i++)
-        sz[i] = n * (i == NB - 1 ? sizeof(float) : sizeof(int64_t)); /* n < 2^60: fits */
-    for (int i = 0; i < NB; i++) {
-        at[i] = total;
-        if (!exr_add_size(sz[i], 63, &sz[i]) || !exr_add_size(total, sz[i], &total))
-            return 0;
-        total &= ~(size_t)63;
-    }
-    return total;
-}
+enum { NB = NB_MAX };
 
 /* The ten arrays into outs (new references) and their data into o. -1
  * with an exception. */
 static int batch_arrays(PyObject *module, npy_intp n, npy_intp L, const size_t *w,
                         PyObject **outs, exr_batch_out *o)
 {
-    size_t at[NB];
-    size_t total = batch_layout((size_t)n, (size_t)L, w[0], w[1], w[2], at);
-    if (!total) {
-        PyErr_SetString(PyExc_MemoryError, "_floor_gather_batch: output too large");
-        return -1;
-    }
-    PyObject *block = exr_block_new(PyModule_GetState(module), total);
-    if (!block)
-        return -1;
-    int r = 0;
+    PyArray_Descr *d[NB];
+    int nds[NB];
+    npy_intp dims[NB][NPY_MAXDIMS];
     for (int i = 0; i < NB; i++) {
-        int big = i < 4, type = big ? NPY_UINT8 : i == NB - 1 ? NPY_FLOAT32 : NPY_INT64;
-        npy_intp dims[3] = {n, L, big ? (npy_intp)w[i == 3 ? 0 : i] : 0};
-        outs[i] = NULL;
-        if (r < 0)
-            continue;
-        PyArray_Descr *d = PyArray_DescrFromType(type);
-        outs[i] = exr_block_array(block, at[i], d, big ? 3 : 1, dims);
-        Py_DECREF(d);
-        if (!outs[i])
-            r = -1;
+        int big = i < 4;
+        d[i] = PyArray_DescrFromType(big ? NPY_UINT8 : i == NB - 1 ? NPY_FLOAT32 : NPY_INT64);
+        nds[i] = big ? 3 : 1;
+        dims[i][0] = n;
+        dims[i][1] = L;
+        dims[i][2] = big ? (npy_intp)w[i == 3 ? 0 : i] : 0;
     }
-    Py_DECREF(block);
-    if (r < 0) {
-        for (int i = 0; i < NB; i++)
-            Py_CLEAR(outs[i]);
-        return -1;
-    }
-    void *d[NB];
+    int r = carve_arrays(module, "_floor_gather_batch", NB, d, nds, dims, outs);
     for (int i = 0; i < NB; i++)
-        d[i] = PyArray_DATA((PyArrayObject *)outs[i]);
-    *o = (exr_batch_out){.state = d[0], .action = d[1], .reward = d[2], .state_next = d[3],
-                         .seq_len = d[4], .seq_len_next = d[5], .pick_epi = d[6],
-                         .pick_pos = d[7], .pick_index = d[8], .weight = d[9]};
+        Py_DECREF(d[i]);
+    if (r < 0)
+        return -1;
+    void *p[NB];
+    for (int i = 0; i < NB; i++)
+        p[i] = PyArray_DATA((PyArrayObject *)outs[i]);
+    *o = (exr_batch_out){.state = p[0], .action = p[1], .reward = p[2], .state_next = p[3],
+                         .seq_len = p[4], .seq_len_next = p[5], .pick_epi = p[6],
+                         .pick_pos = p[7], .pick_index = p[8], .weight = p[9]};
     return 0;
 }
 
