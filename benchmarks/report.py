@@ -200,6 +200,13 @@ def paired_update_goal(label, how, rec, n):
             verdict(r >= GOAL_UPDATE_BATCH_RATIO)]
 
 
+def point_ratios(pts, num, den, metric="get_5000"):
+    """{grid point: num's median / den's median for metric}, at the points
+    where both were measured."""
+    return {p: pts[p][(num, metric)] / pts[p][(den, metric)]
+            for p in pts if (num, metric) in pts[p] and (den, metric) in pts[p]}
+
+
 def table(header, rows):
     out = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
     for r in rows:
@@ -297,19 +304,15 @@ def plot_paper(pts, meta, img_dir, plt):
 
     # ratio get_batch / floor against N
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
-    for impl, label, style in (("floor", "get_batch / floor (states)", "v"), ("floor_rec", "get_batch / floor (whole records)", "^")):
-        got = sorted(
-            (meta[p][0], pts[p][("exreplay", "get_5000")] / pts[p][(impl, "get_5000")])
-            for p in pts if (impl, "get_5000") in pts[p] and ("exreplay", "get_5000") in pts[p]
-        )
+    for num, den, label, style, size in (
+        ("exreplay", "floor", "get_batch / floor (states)", "v", 22),
+        ("exreplay", "floor_rec", "get_batch / floor (whole records)", "^", 22),
+        ("floor_batch", "floor", "bound (get_batch's output, the starts given) / floor (states)", "D", 18),
+    ):
+        got = sorted((meta[p][0], r) for p, r in point_ratios(pts, num, den).items())
         if got:
-            ax.scatter([g[0] for g in got], [g[1] for g in got], marker=style, s=22, label=label, alpha=0.8,
-                       color=COLORS[impl])
-    got = sorted((meta[p][0], pts[p][("floor_batch", "get_5000")] / pts[p][("floor", "get_5000")])
-                 for p in pts if ("floor_batch", "get_5000") in pts[p] and ("floor", "get_5000") in pts[p])
-    if got:
-        ax.scatter([g[0] for g in got], [g[1] for g in got], marker="D", s=18, alpha=0.8,
-                   color=COLORS["floor_batch"], label="bound (get_batch's output, the starts given) / floor (states)")
+            ax.scatter([g[0] for g in got], [g[1] for g in got], marker=style, s=size, label=label, alpha=0.8,
+                       color=COLORS[den if num == "exreplay" else num])
     ax.axhline(GOAL_GET5000_FLOOR, color="tab:red", ls=":", lw=1)
     ax.text(1.0, GOAL_GET5000_FLOOR, f" goal ≤ {GOAL_GET5000_FLOOR}× ", color="tab:red", fontsize=8,
             va="bottom", ha="right", transform=ax.get_yaxis_transform())
@@ -702,12 +705,9 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
             verdict(ok_ratio == len(rec_ratio) and ok_calls == len(rec_calls)),
         ])
     # get_5000
-    g_ratio = [pts[p][("reference", "get_5000")] / pts[p][("exreplay", "get_5000")]
-               for p in pts if ("reference", "get_5000") in pts[p] and ("exreplay", "get_5000") in pts[p]]
-    g_floor = {p: pts[p][("exreplay", "get_5000")] / pts[p][("floor", "get_5000")]
-               for p in pts if ("floor", "get_5000") in pts[p] and ("exreplay", "get_5000") in pts[p]}
-    g_floor_rec = {p: pts[p][("exreplay", "get_5000")] / pts[p][("floor_rec", "get_5000")]
-                   for p in pts if ("floor_rec", "get_5000") in pts[p] and ("exreplay", "get_5000") in pts[p]}
+    g_ratio = list(point_ratios(pts, "reference", "exreplay").values())
+    g_floor = point_ratios(pts, "exreplay", "floor")
+    g_floor_rec = point_ratios(pts, "exreplay", "floor_rec")
     if g_ratio and g_floor:
         ok_r = sum(r >= GOAL_GET5000_RATIO for r in g_ratio)
         ok_f = sum(r <= GOAL_GET5000_FLOOR for r in g_floor.values())
@@ -719,8 +719,7 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
         if g_floor_rec:
             frr = list(g_floor_rec.values())
             txt += f"; against the whole-record floor {fmt_ratio(min(frr))} … {fmt_ratio(max(frr))}"
-        bnd = [pts[p][("floor_batch", "get_5000")] / pts[p][("floor", "get_5000")]
-               for p in pts if ("floor_batch", "get_5000") in pts[p] and ("floor", "get_5000") in pts[p]]
+        bnd = list(point_ratios(pts, "floor_batch", "floor").values())
         if bnd:
             txt += (f"; the bound (all of get_batch's output written, the picks' starts given) "
                     f"{fmt_ratio(min(bnd))} … {fmt_ratio(max(bnd))} the floor "
