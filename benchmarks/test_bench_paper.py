@@ -135,9 +135,11 @@ def test_paper(benchmark, case):
         )
         assert b.state.shape == (BATCH, PICK_LEN, 4)
     elif impl == "floor_batch":
+        widths = [rows.dtype[f].itemsize for f in ("state", "action")]
+
         def setup():
             buf.get_batch(BATCH, ps)
-            return (rows, pool.next(), PICK_LEN, ep_len, 16, 8), {}
+            return (rows, pool.next(), PICK_LEN, ep_len, widths[0], widths[1]), {}
 
         out = benchmark.pedantic(_core._floor_gather_batch, setup=setup, rounds=r, warmup_rounds=2)
         assert len(out) == 10 and out[0].shape == (BATCH, PICK_LEN, 16)
