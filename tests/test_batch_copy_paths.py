@@ -146,15 +146,15 @@ PLAN_LANES = [
 ]
 
 
-# batch sizes: small ones (eight-pick groups and a tail, or only a tail), large ones
+# batch sizes: small ones (eight- or four-pick groups and a tail, or only a tail), large ones
 SIZES = (1, 7, 32, 45, 64, 65, 72, 1003)
 
 
 @pytest.mark.parametrize("shape,dtype,pick_len,lengths", PLAN_LANES, ids=lambda x: str(x))
 def test_plan_lanes(shape, dtype, pick_len, lengths):
     """A batch from a buffer that stays in cache is planned eight picks at a time
-    with AVX-512 where the machine has it (plan_simd.c; the picks past the last
-    eight pick by pick), else pick by pick: both give the same batches (and the
+    with AVX-512, or four with AVX2, where the machine has it (plan_simd.c; the
+    picks past the last group pick by pick), else pick by pick: both give the same batches (and the
     recorded steps), small ones (at most 64 picks, copied under the shared hold)
     and large ones, for
     picks in fixed-size segments, across segment boundaries, and at the end of

@@ -178,10 +178,10 @@ exr_selector *exr_buffer_selector_locked(exr_buffer *b, int64_t h);
 /* Sets a settable parameter (EXR_EINVAL if not settable or out of range). */
 exr_status exr_buffer_set_param_locked(exr_buffer *b, int64_t h, int k, double v);
 
-/* Test hook: whether get_batch may copy the commonest small row, and plan
- * a batch of more than 64 picks eight at a time, with AVX-512 (batch_copy.c,
- * plan_simd.c; on by default, used only where the machine has it). Returns
- * the setting before. */
+/* Test hook: whether get_batch may copy the commonest small row with
+ * AVX-512, and plan its picks eight at a time with AVX-512 or four with
+ * AVX2 (batch_copy.c, plan_simd.c; on by default, used only where the
+ * machine has it). Returns the setting before. */
 int exr_set_copy_simd(int on);
 
 /* count picks drawn by selector h into out. Takes the lock itself.

@@ -151,8 +151,8 @@ static bool rows_now(const exr_buffer *b, size_t count, batch_heat heat)
     return small_rows(b, count) || (heat == FAR && pick_bytes <= 46 * 64);
 }
 
-/* The plan's walk over chunks of C picks, eight picks at a time (lanes:
- * plan_simd.c) or one at a time. Always inlined, so that each caller gets
+/* The plan's walk over chunks of C picks, eight or four picks at a time
+ * (lanes: plan_simd.c) or one at a time. Always inlined, so that each caller gets
  * a loop of its own. */
 static inline __attribute__((always_inline)) void
 plan_walk_locked(exr_buffer *b, size_t count, const exr_pick *ent, bool lanes, plan_t *plans,
@@ -173,7 +173,7 @@ plan_walk_locked(exr_buffer *b, size_t count, const exr_pick *ent, bool lanes, p
             __builtin_prefetch(next_link(L, slab, pick_len, &ent[i], false));
         for (size_t i = c0; now && i < c1; i++) /* into L2, as the rows */
             __builtin_prefetch(next_link(L, slab, pick_len, &ent[i], true), 0, 2);
-        size_t i = lanes ? plan8_locked(b, c0, c1, ent, plans, out, now) : c0;
+        size_t i = lanes ? plan_lanes_locked(b, c0, c1, ent, plans, out, now) : c0;
         for (; i < c1; i++) {
             plan_pick_locked(L, slab, pick_len, &ent[i], &plans[i], &epi[i], &pos[i], &len[i],
                              &len_next[i]);
@@ -198,17 +198,18 @@ static void gather_entries_locked(const exr_buffer *b, size_t count, const size_
 }
 
 /* ent: room for count entries (gather_entries_locked). Eight picks at a
- * time (plan_simd.c) where the machine can, a small batch's too: a
- * get_batch(32) from 1,000 records (in cache) took 0.79-0.88x the time
- * planned from the table pick by pick, and at N = 1M, both with the
- * draw's prefetches, 0.94-0.98x (benchmarks/c/, paired). */
+ * time (AVX-512) or four (AVX2) where the machine can (plan_simd.c), a
+ * small batch's too: with eight, a get_batch(32) from 1,000 records (in
+ * cache) took 0.79-0.88x the time planned from the table pick by pick,
+ * and at N = 1M, both with the draw's prefetches, 0.94-0.98x
+ * (benchmarks/c/, paired). */
 static void plan_batch_locked(exr_buffer *b, size_t count, const size_t *idx, exr_pick *ent,
                               bool have_ents, plan_t *plans, exr_batch_out *out, batch_heat heat)
 {
     EXR_ASSERT_LOCKED(b);
     if (!have_ents)
         gather_entries_locked(b, count, idx, ent);
-    if (plan8_usable())
+    if (plan_lanes_usable())
         plan_walk_locked(b, count, ent, true, plans, out, heat);
     else
         plan_walk_locked(b, count, ent, false, plans, out, heat);

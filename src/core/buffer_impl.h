@@ -282,16 +282,18 @@ void copy_batch(const exr_buffer *b, size_t count, const plan_t *plans, exr_batc
  * (exr_set_copy_simd; each also needs the machine to have AVX-512). */
 bool batch_simd_on(void);
 
-/* plan_simd.c: whether get_batch's plan may run eight picks at a time
- * (the machine has AVX-512 F, CD, DQ and BW, and the switch above is on). */
-bool plan8_usable(void);
+/* plan_simd.c: whether get_batch's plan may run several picks at a time:
+ * the switch above is on and the machine has AVX-512 F, CD, DQ and BW
+ * (eight picks) or AVX2 (four). */
+bool plan_lanes_usable(void);
 /* The plan of ent[from..to) (the drawn picks' table entries, in draw
- * order) eight picks at a time with AVX-512, into plans and out's metadata
- * at the same indices, prefetching each pick's rows if `rows`; returns
- * where it stopped (from plus a multiple of 8; the rest is for
- * plan_pick_locked, buffer_batch.c). Only where plan8_usable(). Lock held. */
-size_t plan8_locked(exr_buffer *b, size_t from, size_t to, const exr_pick *ent, plan_t *plans,
-                    exr_batch_out *out, bool rows);
+ * order) eight picks at a time with AVX-512, or four with AVX2 where the
+ * layout allows it, into plans and out's metadata at the same indices,
+ * prefetching each pick's rows if `rows`; returns where it stopped (from
+ * plus a multiple of the lanes; the rest is for plan_pick_locked,
+ * buffer_batch.c). Only where plan_lanes_usable(). Lock held. */
+size_t plan_lanes_locked(exr_buffer *b, size_t from, size_t to, const exr_pick *ent,
+                         plan_t *plans, exr_batch_out *out, bool rows);
 
 static inline uint64_t complete_steps(const exr_episode *e)
 {

@@ -1,9 +1,9 @@
 /*
- * plan_simd.c - get_batch's plan for eight picks at a time (AVX-512):
- * what plan_pick_locked (buffer_batch.c) does for one pick, in the lanes
- * of 512-bit vectors, for a batch of more than 64 picks (buffer_batch.c's
- * walk calls it for each chunk, after the chunk's prefetch passes when the
- * buffer is not in cache).
+ * plan_simd.c - get_batch's plan for eight picks at a time (AVX-512), or
+ * four (AVX2, below, for machines without AVX-512): what plan_pick_locked
+ * (buffer_batch.c) does for one pick, in the lanes of 512-bit (256-bit)
+ * vectors (buffer_batch.c's walk calls it for each chunk, after the
+ * chunk's prefetch passes when the buffer is not in cache).
  *
  * In a buffer that stays in cache the one-pick plan is bound by its
  * instructions (about 95 a pick, at more than three a cycle), not by
@@ -20,6 +20,7 @@
  * time, atomically.
  */
 #include <stddef.h>
+#include <string.h>
 
 #include "buffer_impl.h"
 
@@ -226,24 +227,224 @@ PLAN8_FN static size_t plan8_run(exr_buffer *b, size_t from, size_t to, const ex
     return end;
 }
 
-bool plan8_usable(void)
+/* ---- four picks at a time (AVX2) ----
+ *
+ * The same steps in the four 64-bit lanes of 256-bit vectors, for machines
+ * with AVX2 and not AVX-512. What AVX2 lacks is done another way:
+ * - the slots: each slot's first 16 bytes (handle, n | m) and its bytes
+ *   32..63 (seg0, prev | next, body, fill) by plain loads, which leave out
+ *   the `sampled` and `busy` bytes that other threads write under the
+ *   shared lock, then transposed; `ended` and `terminated` by a 16-bit load
+ *   of each slot;
+ * - the segment number, 63 - lzcnt(q), from the exponent of q as a float:
+ *   exact, as q <= 2^G < 2^24 where it is used (plan4_fits);
+ * - unsigned compares and minima by signed ones (every value is below
+ *   2^63), the row offset's product by a 32 x 32-bit multiply (plan4_fits:
+ *   offsets below 2^24, rows below 2^32 bytes). */
+#define PLAN4_FN __attribute__((target("avx2")))
+
+typedef struct {
+    __m256i one, P, B, G, max, grow_end, max_mask, row_bytes, lo8, hi8, i127;
+    __m128i Bx, maxx;
+} plan4_consts;
+
+PLAN4_FN static plan4_consts plan4_init(const exr_store_layout *L, uint64_t pick_len)
 {
-    return batch_simd_on() && __builtin_cpu_supports("avx512f") &&
-           __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
-           __builtin_cpu_supports("avx512bw");
+    plan4_consts k;
+    unsigned B = L->base_shift, G = L->max_shift - L->base_shift;
+    k.one = _mm256_set1_epi64x(1);
+    k.P = _mm256_set1_epi64x((long long)pick_len);
+    k.B = _mm256_set1_epi64x(B);
+    k.G = _mm256_set1_epi64x(G);
+    k.max = _mm256_set1_epi64x(L->max_shift);
+    k.grow_end = _mm256_set1_epi64x((long long)((((uint64_t)1 << G) - 1) << B));
+    k.max_mask = _mm256_set1_epi64x((long long)(((uint64_t)1 << L->max_shift) - 1));
+    k.row_bytes = _mm256_set1_epi64x((long long)L->row_bytes);
+    k.lo8 = _mm256_set1_epi64x(0xff);
+    k.hi8 = _mm256_set1_epi64x(0xff00);
+    k.i127 = _mm256_set1_epi64x(127);
+    k.Bx = _mm_cvtsi32_si128((int)B);
+    k.maxx = _mm_cvtsi32_si128((int)L->max_shift);
+    return k;
 }
 
-size_t plan8_locked(exr_buffer *b, size_t from, size_t to, const exr_pick *ent, plan_t *plans,
-                    exr_batch_out *out, bool rows)
+/* Whether the four-pick plan can plan this layout: segment numbers by the
+ * float exponent and offsets by a 32-bit multiply (plan4_consts). */
+static bool plan4_fits(const exr_store_layout *L)
+{
+    return L->max_shift < 24 && L->row_bytes < ((size_t)1 << 32);
+}
+
+PLAN4_FN static inline __m256i min4(__m256i x, __m256i y)
+{
+    return _mm256_blendv_epi8(x, y, _mm256_cmpgt_epi64(x, y));
+}
+
+/* exr_store_locate for four positions p: segment *k, offset returned. */
+PLAN4_FN static inline __m256i locate4(const plan4_consts *c, __m256i p, __m256i *k)
+{
+    __m256i grow = _mm256_cmpgt_epi64(c->grow_end, p);
+    __m256i q = _mm256_add_epi64(_mm256_srl_epi64(p, c->Bx), c->one);
+    /* q's low dword as a float (the high dwords, 0 or ignored, give 0.0
+     * or garbage in the lanes' upper halves, cut off by the shift) */
+    __m256i f = _mm256_castps_si256(_mm256_cvtepi32_ps(q));
+    __m256i kg = _mm256_sub_epi64(_mm256_and_si256(_mm256_srli_epi64(f, 23), c->lo8), c->i127);
+    __m256i start = _mm256_sll_epi64(_mm256_sub_epi64(_mm256_sllv_epi64(c->one, kg), c->one), c->Bx);
+    __m256i r = _mm256_sub_epi64(p, c->grow_end);
+    __m256i kf = _mm256_add_epi64(c->G, _mm256_srl_epi64(r, c->maxx));
+    *k = _mm256_blendv_epi8(kf, kg, grow);
+    return _mm256_blendv_epi8(_mm256_and_si256(r, c->max_mask), _mm256_sub_epi64(p, start), grow);
+}
+
+/* The slots' fields of ent[0..4), one vector each (lane j: pick j). */
+typedef struct {
+    __m256i handle, n, fl, seg0, body;
+} slot4;
+
+_Static_assert(offsetof(exr_episode, handle) == 0 && offsetof(exr_episode, prev) == 40 &&
+                   offsetof(exr_episode, fill) == 56 && offsetof(exr_episode, sampled) == 26 &&
+                   offsetof(exr_episode, busy) == 27,
+               "an episode slot: bytes 0..15 and 32..63 hold no byte that samplers write");
+
+PLAN4_FN static inline slot4 slot_fields4(const exr_episode *slab, const exr_pick *ent)
+{
+    const unsigned char *s[4];
+    uint64_t fl = 0;
+    for (int j = 0; j < 4; j++) {
+        s[j] = (const unsigned char *)&slab[ent[j].slot];
+        uint16_t f;
+        memcpy(&f, s[j] + offsetof(exr_episode, ended), sizeof f);
+        fl |= (uint64_t)f << (16 * j);
+    }
+#define HEAD(j) _mm_loadu_si128((const __m128i *)s[j])
+#define TAIL(j) _mm256_loadu_si256((const __m256i *)(s[j] + offsetof(exr_episode, seg0)))
+    __m256i h01 = _mm256_inserti128_si256(_mm256_castsi128_si256(HEAD(0)), HEAD(1), 1);
+    __m256i h23 = _mm256_inserti128_si256(_mm256_castsi128_si256(HEAD(2)), HEAD(3), 1);
+    __m256i t0 = TAIL(0), t1 = TAIL(1), t2 = TAIL(2), t3 = TAIL(3);
+#undef HEAD
+#undef TAIL
+    slot4 f;
+    /* [x0 x2 | x1 x3] -> [x0 x1 x2 x3] */
+    f.handle = _mm256_permute4x64_epi64(_mm256_unpacklo_epi64(h01, h23), 0xd8);
+    f.n = _mm256_and_si256(_mm256_permute4x64_epi64(_mm256_unpackhi_epi64(h01, h23), 0xd8),
+                           _mm256_set1_epi64x(0xffffffff));
+    __m256i s01 = _mm256_unpacklo_epi64(t0, t1), s23 = _mm256_unpacklo_epi64(t2, t3);
+    f.seg0 = _mm256_permute2x128_si256(s01, s23, 0x20);
+    f.body = _mm256_permute2x128_si256(s01, s23, 0x31);
+    f.fl = _mm256_cvtepu16_epi64(_mm_cvtsi64_si128((long long)fl));
+    return f;
+}
+
+/* The four plans (a, b, final, na | len << 32, next_stored): a 4 x 4
+ * transpose of the first four qwords, one 32-byte store and one qword each. */
+PLAN4_FN static inline void store_plans4(plan_t *plans, __m256i a, __m256i b, __m256i fin,
+                                         __m256i nalen, __m256i next)
+{
+    __m256i ab0 = _mm256_unpacklo_epi64(a, b), ab1 = _mm256_unpackhi_epi64(a, b);
+    __m256i fn0 = _mm256_unpacklo_epi64(fin, nalen), fn1 = _mm256_unpackhi_epi64(fin, nalen);
+    __m256i v[4] = {_mm256_permute2x128_si256(ab0, fn0, 0x20), _mm256_permute2x128_si256(ab1, fn1, 0x20),
+                    _mm256_permute2x128_si256(ab0, fn0, 0x31), _mm256_permute2x128_si256(ab1, fn1, 0x31)};
+    uint64_t nx[4];
+    _mm256_storeu_si256((__m256i *)nx, next);
+    for (int j = 0; j < 4; j++) {
+        _mm256_storeu_si256((__m256i *)(void *)&plans[j], v[j]);
+        memcpy(&plans[j].next_stored, &nx[j], sizeof(uint64_t)); /* its padding too */
+    }
+}
+_Static_assert(offsetof(plan_t, next_stored) + sizeof(uint64_t) == sizeof(plan_t),
+               "next_stored and its padding: the last qword of a plan");
+
+/* Picks ent[0..4) into plans[0..4) and the metadata arrays' first four
+ * entries: plan8_group's steps in four lanes. */
+PLAN4_FN static inline void plan4_group(const plan4_consts *c, exr_episode *slab,
+                                        const exr_pick *ent, plan_t *plans, int64_t *epi,
+                                        int64_t *pos, int64_t *len, int64_t *len_next)
+{
+    const __m256i zero = _mm256_setzero_si256(), one = c->one;
+    __m256i p = _mm256_srli_epi64(_mm256_loadu_si256((const __m256i *)(const void *)ent), 32);
+    slot4 sf = slot_fields4(slab, ent);
+    for (unsigned j = 0; j < 4; j++)
+        if (!__atomic_load_n(&slab[ent[j].slot].sampled, __ATOMIC_RELAXED))
+            __atomic_store_n(&slab[ent[j].slot].sampled, 1, __ATOMIC_RELAXED);
+    __m256i n = sf.n;
+    __m256i not_ended = _mm256_cmpeq_epi64(_mm256_and_si256(sf.fl, c->lo8), zero);
+    __m256i term = _mm256_andnot_si256(_mm256_cmpeq_epi64(_mm256_and_si256(sf.fl, c->hi8), zero),
+                                       _mm256_set1_epi64x(-1));
+    /* complete steps: n if ended, else n - 1 (0 when n is 0) */
+    __m256i dec = _mm256_andnot_si256(_mm256_cmpeq_epi64(n, zero), not_ended);
+    __m256i cst = _mm256_add_epi64(n, dec); /* dec is -1 or 0 */
+    __m256i l = min4(_mm256_sub_epi64(cst, p), c->P);
+    __m256i pe = _mm256_add_epi64(p, l);
+    __m256i next = _mm256_cmpgt_epi64(n, pe); /* -1 where row l is stored */
+    __m256i k, off = locate4(c, p, &k);
+    __m256i sh = min4(_mm256_add_epi64(k, c->B), c->max);
+    __m256i room = _mm256_sub_epi64(_mm256_sllv_epi64(one, sh), off);
+    __m256i more = _mm256_cmpgt_epi64(_mm256_sub_epi64(l, next), room);
+    __m256i past = _mm256_andnot_si256(_mm256_cmpeq_epi64(k, zero), _mm256_set1_epi64x(-1));
+    __m256i sa = sf.seg0, sb = zero, fin = zero;
+    __m256i need = _mm256_or_si256(_mm256_or_si256(past, more), _mm256_xor_si256(next, _mm256_set1_epi64x(-1)));
+    if (!_mm256_testz_si256(need, need)) {
+        __m256i sp = _mm256_add_epi64(sf.body, _mm256_slli_epi64(k, 3));
+        const long long *segs = (const long long *)(uintptr_t)offsetof(exr_body, segs);
+        sa = _mm256_mask_i64gather_epi64(sa, segs, sp, past, 1);
+        sb = _mm256_mask_i64gather_epi64(zero, segs + 1, sp, more, 1);
+        fin = _mm256_mask_i64gather_epi64(
+            zero, (const long long *)(uintptr_t)offsetof(exr_body, final_state), sf.body,
+            _mm256_xor_si256(next, _mm256_set1_epi64x(-1)), 1);
+    }
+    __m256i a = _mm256_add_epi64(sa, _mm256_mul_epu32(off, c->row_bytes));
+    __m256i na = min4(room, _mm256_add_epi64(l, one));
+    __m256i last = _mm256_and_si256(term, _mm256_cmpeq_epi64(pe, n));
+    _mm256_storeu_si256((__m256i *)(void *)epi, sf.handle);
+    _mm256_storeu_si256((__m256i *)(void *)pos, p);
+    _mm256_storeu_si256((__m256i *)(void *)len, l);
+    _mm256_storeu_si256((__m256i *)(void *)len_next, _mm256_add_epi64(l, last));
+    store_plans4(plans, a, sb, fin, _mm256_or_si256(na, _mm256_slli_epi64(l, 32)),
+                 _mm256_and_si256(next, one));
+}
+
+PLAN4_FN static size_t plan4_run(exr_buffer *b, size_t from, size_t to, const exr_pick *ent,
+                                 plan_t *plans, exr_batch_out *out, bool rows)
+{
+    const exr_store_layout *L = &b->lay;
+    const plan4_consts c = plan4_init(L, b->cfg.pick_len);
+    exr_episode *slab = b->eps.slab;
+    size_t end = from + ((to - from) & ~(size_t)3);
+    for (size_t i = from; i < end; i += 4) {
+        plan4_group(&c, slab, ent + i, plans + i, out->pick_epi + i, out->pick_pos + i,
+                    out->seq_len + i, out->seq_len_next + i);
+        for (size_t j = i; rows && j < i + 4; j++)
+            prefetch_plan(L, &plans[j]);
+    }
+    return end;
+}
+
+static bool has_avx512(void)
+{
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw");
+}
+
+bool plan_lanes_usable(void)
+{
+    return batch_simd_on() && (has_avx512() || __builtin_cpu_supports("avx2"));
+}
+
+size_t plan_lanes_locked(exr_buffer *b, size_t from, size_t to, const exr_pick *ent,
+                         plan_t *plans, exr_batch_out *out, bool rows)
 {
     EXR_ASSERT_LOCKED(b);
-    return plan8_run(b, from, to, ent, plans, out, rows);
+    if (has_avx512())
+        return plan8_run(b, from, to, ent, plans, out, rows);
+    if (plan4_fits(&b->lay))
+        return plan4_run(b, from, to, ent, plans, out, rows);
+    return from;
 }
 #else
-bool plan8_usable(void) { return false; }
+bool plan_lanes_usable(void) { return false; }
 
-size_t plan8_locked(exr_buffer *b, size_t from, size_t to, const exr_pick *ent, plan_t *plans,
-                    exr_batch_out *out, bool rows)
+size_t plan_lanes_locked(exr_buffer *b, size_t from, size_t to, const exr_pick *ent,
+                         plan_t *plans, exr_batch_out *out, bool rows)
 {
     (void)b, (void)to, (void)ent, (void)plans, (void)out, (void)rows;
     return from;

@@ -453,9 +453,9 @@ static PyMethodDef module_methods[] = {
      "(0: the default, 16 MiB). Returns the value before."},
     {"_set_copy_simd", set_copy_simd_py, METH_O,
      "_set_copy_simd(on, /)\n--\n\n"
-     "Test hook: whether get_batch may copy (4,) float32 | int64 | float32 rows, and\n"
-     "plan a batch of more than 64 picks eight at a time, with AVX-512 where the\n"
-     "machine has it (the default). Returns the setting before."},
+     "Test hook: whether get_batch may copy (4,) float32 | int64 | float32 rows with\n"
+     "AVX-512, and plan its picks eight at a time with AVX-512 or four with AVX2,\n"
+     "where the machine has it (the default). Returns the setting before."},
     {"_floor_gather", (PyCFunction)(void (*)(void))exr_floor_gather_py, METH_FASTCALL,
      "_floor_gather(rows, starts, L, /)\n--\n\n"
      "Benchmark floor: (rows[s:s+L], rows[s+1:s+L+1]) for each s in starts, gathered\n"

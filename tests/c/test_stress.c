@@ -218,8 +218,8 @@ static void *writer(void *arg)
 /* ---- samplers ------------------------------------------------------------ */
 
 /* BIG_B: a batch of more than 64 picks, its entries gathered first and
- * planned eight at a time where the machine has AVX-512 (plan_simd.c),
- * the last three one at a time; 75 picks of 5 rows of 268 bytes, more
+ * planned eight at a time where the machine has AVX-512, four where it
+ * has AVX2 (plan_simd.c), the last three one at a time; 75 picks of 5 rows of 268 bytes, more
  * than the 64 KiB whose rows the plan prefetches itself. */
 enum { B = 32, BIG_B = 75 };
 
