@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "buffer_impl.h"
+#include "mem.h"
 #include "select.h"
 
 /* Now in ns, for exr_batch_phases (a benchmark hook: benchmarks/c/). */
@@ -110,12 +111,18 @@ static inline const void *next_link(const exr_store_layout *L, const exr_episode
  *
  * The rows of a pick are prefetched as soon as they are known when the
  * buffer is not in cache and the batch is small (its copy follows at once
- * and finds them in cache), or the buffer is FAR (larger than a share of L3): then the row misses overlap
- * with the rest of the walk, and the copy (which prefetches a few picks
- * ahead too, batch_copy.c) finds the rows of a large batch in L2 or L3
- * instead of memory (get_5000 at N = 1M: about 0.92x the time). For a buffer
- * that fits in L3 the copy's own prefetches suffice, and these would only
- * add instructions (~5 ns a pick at N = 65,536).
+ * and finds them in cache), or the buffer is FAR (larger than a share of
+ * L3) and the batch's rows fit in three quarters of a core's L2: then the
+ * row misses overlap with the rest of the walk, and the copy (which
+ * prefetches a few picks ahead too, batch_copy.c) finds the rows in L2
+ * instead of memory (get_5000 at N = 1M, 1.26 MB of rows, on a machine
+ * with 2 MiB of L2: about 0.92x the time). Rows that do not fit are
+ * pushed out of L2 before the copy reads them, and the walk has only
+ * stalled on its prefetches: the copy's own prefetches, which overlap the
+ * misses with its writes, do better (the same get_5000 with 512 KiB of
+ * L2: 0.80-0.82x the time without the plan's). For a buffer that fits in
+ * L3 the copy's own prefetches suffice, and these would only add
+ * instructions (~5 ns a pick at N = 65,536).
  *
  * The entries and the rows, the two links that mostly come from memory,
  * are prefetched into L2 (locality 2), the slots and segment pointers into
@@ -142,13 +149,15 @@ static bool small_rows(const exr_buffer *b, size_t count)
  * (see above), the buffer not being in cache (the walk asks that first: a
  * WARM buffer's rows are cache hits, and the prefetches only cost
  * instructions, 1/0.83-1/0.88 the time of get_batch(32) from 1,000
- * records): a small batch, or a buffer far from the core. (A pick of more
- * than 48 lines is a stream the hardware follows: the copy's rule,
- * batch_copy.c.) */
+ * records): a small batch, or a buffer far from the core and a batch
+ * whose rows fit in L2 (exr_l2_bytes). (A pick of more than 48 lines is a
+ * stream the hardware follows: the copy's rule, batch_copy.c.) */
 static bool rows_now(const exr_buffer *b, size_t count, batch_heat heat)
 {
-    size_t pick_bytes = (b->cfg.pick_len + 1) * b->lay.row_bytes;
-    return small_rows(b, count) || (heat == FAR && pick_bytes <= 46 * 64);
+    size_t pick_bytes = (b->cfg.pick_len + 1) * b->lay.row_bytes, rows;
+    return small_rows(b, count) ||
+           (heat == FAR && pick_bytes <= 46 * 64 && exr_mul_size(count, pick_bytes, &rows) &&
+            rows <= exr_l2_bytes() / 4 * 3);
 }
 
 /* The plan's walk over chunks of C picks, eight or four picks at a time

@@ -37,6 +37,12 @@ size_t exr_stream_min(void);
 /* For tests: set it (0: back to the default); returns the value before. */
 size_t exr_set_stream_min(size_t bytes);
 
+/* The bytes of one core's L2 cache (sysconf, read once; 1 MiB where the
+ * system does not say, or says something below 64 KiB or above 64 MiB).
+ * get_batch's plan prefetches a large batch's rows only when they fit in
+ * a share of it (buffer_batch.c, rows_now). */
+size_t exr_l2_bytes(void);
+
 /* memcpy with non-temporal stores: the destination's lines go to memory
  * without being read first (no read-for-ownership) and without evicting
  * the cache, for bytes nobody reads soon (a batch larger than the cache,
