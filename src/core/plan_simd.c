@@ -33,9 +33,21 @@ _Static_assert(sizeof(exr_pick) == 8, "a pick entry is one qword: slot | pos << 
 _Static_assert(offsetof(exr_episode, terminated) == offsetof(exr_episode, ended) + 1,
                "ended, terminated: adjacent bytes of one qword");
 
-/* The layout's constants, one per lane. */
+/* The layout's constants, one per lane (both plans): field, value. B and
+ * G are the segments' base shift and the number of growing segments. */
+#define PLAN_CONSTS(X)                                                                             \
+    X(one, 1)                                                                                      \
+    X(P, pick_len)                                                                                 \
+    X(B, B)                                                                                        \
+    X(G, G)                                                                                        \
+    X(max, L->max_shift)                                                                           \
+    X(grow_end, (((uint64_t)1 << G) - 1) << B)                                                     \
+    X(max_mask, ((uint64_t)1 << L->max_shift) - 1)                                                 \
+    X(row_bytes, L->row_bytes)
+
+#define PLAN8_FIELD(f, v) __m512i f;
 typedef struct {
-    __m512i one, P, B, G, max, grow_end, max_mask, row_bytes;
+    PLAN_CONSTS(PLAN8_FIELD)
     __m128i Bx, maxx;
 } plan8_consts;
 
@@ -43,14 +55,8 @@ PLAN8_FN static plan8_consts plan8_init(const exr_store_layout *L, uint64_t pick
 {
     plan8_consts k;
     unsigned B = L->base_shift, G = L->max_shift - L->base_shift;
-    k.one = _mm512_set1_epi64(1);
-    k.P = _mm512_set1_epi64((long long)pick_len);
-    k.B = _mm512_set1_epi64(B);
-    k.G = _mm512_set1_epi64(G);
-    k.max = _mm512_set1_epi64(L->max_shift);
-    k.grow_end = _mm512_set1_epi64((long long)((((uint64_t)1 << G) - 1) << B));
-    k.max_mask = _mm512_set1_epi64((long long)(((uint64_t)1 << L->max_shift) - 1));
-    k.row_bytes = _mm512_set1_epi64((long long)L->row_bytes);
+#define PLAN8_SET(f, v) k.f = _mm512_set1_epi64((long long)(v));
+    PLAN_CONSTS(PLAN8_SET)
     k.Bx = _mm_cvtsi32_si128((int)B);
     k.maxx = _mm_cvtsi32_si128((int)L->max_shift);
     return k;
@@ -211,21 +217,26 @@ PLAN8_FN static inline void plan8_group(const plan8_consts *c, exr_episode *slab
                 _mm512_maskz_mov_epi64(next, c->one));
 }
 
-PLAN8_FN static size_t plan8_run(exr_buffer *b, size_t from, size_t to, const exr_pick *ent,
-                                 plan_t *plans, exr_batch_out *out, bool rows)
-{
-    const exr_store_layout *L = &b->lay;
-    const plan8_consts c = plan8_init(L, b->cfg.pick_len);
-    exr_episode *slab = b->eps.slab;
-    size_t end = from + ((to - from) & ~(size_t)7);
-    for (size_t i = from; i < end; i += 8) {
-        plan8_group(&c, slab, ent + i, plans + i, out->pick_epi + i, out->pick_pos + i,
-                    out->seq_len + i, out->seq_len_next + i);
-        for (size_t j = i; rows && j < i + 8; j++)
-            prefetch_plan(L, &plans[j]);
+/* The plan of ent[from..) in groups of W picks (both plans): where it
+ * stopped, the rest being fewer than W. */
+#define PLAN_RUN(FN, name, consts, init, group, W)                                                 \
+    FN static size_t name(exr_buffer *b, size_t from, size_t to, const exr_pick *ent,               \
+                          plan_t *plans, exr_batch_out *out, bool rows)                            \
+    {                                                                                              \
+        const exr_store_layout *L = &b->lay;                                                       \
+        const consts c = init(L, b->cfg.pick_len);                                                 \
+        exr_episode *slab = b->eps.slab;                                                           \
+        size_t end = from + ((to - from) / (W) * (W));                                             \
+        for (size_t i = from; i < end; i += (W)) {                                                 \
+            group(&c, slab, ent + i, plans + i, out->pick_epi + i, out->pick_pos + i,              \
+                  out->seq_len + i, out->seq_len_next + i);                                        \
+            for (size_t j = i; rows && j < i + (W); j++)                                           \
+                prefetch_plan(L, &plans[j]);                                                       \
+        }                                                                                          \
+        return end;                                                                                \
     }
-    return end;
-}
+
+PLAN_RUN(PLAN8_FN, plan8_run, plan8_consts, plan8_init, plan8_group, 8)
 
 /* ---- four picks at a time (AVX2) ----
  *
@@ -243,8 +254,10 @@ PLAN8_FN static size_t plan8_run(exr_buffer *b, size_t from, size_t to, const ex
  *   offsets below 2^24, rows below 2^32 bytes). */
 #define PLAN4_FN __attribute__((target("avx2")))
 
+#define PLAN4_FIELD(f, v) __m256i f;
 typedef struct {
-    __m256i one, P, B, G, max, grow_end, max_mask, row_bytes, lo8, hi8, i127;
+    PLAN_CONSTS(PLAN4_FIELD)
+    __m256i lo8, hi8, i127;
     __m128i Bx, maxx;
 } plan4_consts;
 
@@ -252,14 +265,8 @@ PLAN4_FN static plan4_consts plan4_init(const exr_store_layout *L, uint64_t pick
 {
     plan4_consts k;
     unsigned B = L->base_shift, G = L->max_shift - L->base_shift;
-    k.one = _mm256_set1_epi64x(1);
-    k.P = _mm256_set1_epi64x((long long)pick_len);
-    k.B = _mm256_set1_epi64x(B);
-    k.G = _mm256_set1_epi64x(G);
-    k.max = _mm256_set1_epi64x(L->max_shift);
-    k.grow_end = _mm256_set1_epi64x((long long)((((uint64_t)1 << G) - 1) << B));
-    k.max_mask = _mm256_set1_epi64x((long long)(((uint64_t)1 << L->max_shift) - 1));
-    k.row_bytes = _mm256_set1_epi64x((long long)L->row_bytes);
+#define PLAN4_SET(f, v) k.f = _mm256_set1_epi64x((long long)(v));
+    PLAN_CONSTS(PLAN4_SET)
     k.lo8 = _mm256_set1_epi64x(0xff);
     k.hi8 = _mm256_set1_epi64x(0xff00);
     k.i127 = _mm256_set1_epi64x(127);
@@ -403,21 +410,7 @@ PLAN4_FN static inline void plan4_group(const plan4_consts *c, exr_episode *slab
                  _mm256_and_si256(next, one));
 }
 
-PLAN4_FN static size_t plan4_run(exr_buffer *b, size_t from, size_t to, const exr_pick *ent,
-                                 plan_t *plans, exr_batch_out *out, bool rows)
-{
-    const exr_store_layout *L = &b->lay;
-    const plan4_consts c = plan4_init(L, b->cfg.pick_len);
-    exr_episode *slab = b->eps.slab;
-    size_t end = from + ((to - from) & ~(size_t)3);
-    for (size_t i = from; i < end; i += 4) {
-        plan4_group(&c, slab, ent + i, plans + i, out->pick_epi + i, out->pick_pos + i,
-                    out->seq_len + i, out->seq_len_next + i);
-        for (size_t j = i; rows && j < i + 4; j++)
-            prefetch_plan(L, &plans[j]);
-    }
-    return end;
-}
+PLAN_RUN(PLAN4_FN, plan4_run, plan4_consts, plan4_init, plan4_group, 4)
 
 static bool has_avx512(void)
 {
