@@ -292,8 +292,10 @@ PLAN4_FN static inline __m256i locate4(const plan4_consts *c, __m256i p, __m256i
 {
     __m256i grow = _mm256_cmpgt_epi64(c->grow_end, p);
     __m256i q = _mm256_add_epi64(_mm256_srl_epi64(p, c->Bx), c->one);
-    /* q's low dword as a float (the high dwords, 0 or ignored, give 0.0
-     * or garbage in the lanes' upper halves, cut off by the shift) */
+    /* q's low dword as a float: its exponent is bits 23..30 of the lane
+     * (what the high dword converts to is masked off); in a lane past the
+     * growing segments q may not fit a dword, and kg is garbage there,
+     * which the blends below leave out */
     __m256i f = _mm256_castps_si256(_mm256_cvtepi32_ps(q));
     __m256i kg = _mm256_sub_epi64(_mm256_and_si256(_mm256_srli_epi64(f, 23), c->lo8), c->i127);
     __m256i start = _mm256_sll_epi64(_mm256_sub_epi64(_mm256_sllv_epi64(c->one, kg), c->one), c->Bx);
