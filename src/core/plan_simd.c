@@ -82,10 +82,12 @@ PLAN8_FN static inline __m512i locate8(const plan8_consts *c, __m512i p, __m512i
  * transpose of the four qwords wanted (twelve permutes). The loads leave
  * out the `sampled` byte (a byte-masked load does not read its masked-off
  * bytes): other samplers set it under the shared lock, atomically, so it is
- * read atomically (sampled_lanes), as plan_pick_locked does. They leave out
- * m too, which shares n's qword, so that the qword is n. */
+ * read atomically (mark_sampled), as plan_pick_locked does. They leave out
+ * `busy` too, which a publishing record call clears under the shared lock
+ * (the plan does not use it), and m, which shares n's qword, so that the
+ * qword is n. */
 #define SLOT_BYTES                                                                                 \
-    (~((uint64_t)1 << offsetof(exr_episode, sampled) |                                             \
+    (~((uint64_t)1 << offsetof(exr_episode, sampled) | (uint64_t)1 << offsetof(exr_episode, busy) | \
        (uint64_t)0xf << offsetof(exr_episode, m)))
 typedef struct {
     __m512i n, fl, seg0, body;
