@@ -169,11 +169,7 @@ static void ideal_gather(const ideal_rows *r, bool cols, const int64_t *starts, 
         memcpy(nx + i * L * 16, r->st + (s0 + 1) * 16, L * 16);
         memcpy(ac + i * L * 8, r->ac + s0 * 8, L * 8);
         memcpy(rw + i * L * 4, r->rw + s0 * 4, L * 4);
-        o->seq_len[i] = o->seq_len_next[i] = (int64_t)L;
-        o->pick_epi[i] = (int64_t)(s0 / ep);
-        o->pick_pos[i] = (int64_t)(s0 % ep);
-        o->pick_index[i] = (int64_t)s0;
-        o->weight[i] = 1.0f;
+        exr_floor_pick_meta(o, i, s0, L, ep);
     }
 }
 

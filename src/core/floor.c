@@ -69,11 +69,7 @@ batch_picks(const unsigned char *src, size_t sb, size_t ab, size_t rb, const int
         const unsigned char *r = src + s * row;
         for (size_t t = 0; t < L; t++, r += row)
             batch_step(r, sb, ab, rb, i * L + t, o->state, o->action, o->reward, o->state_next);
-        o->seq_len[i] = o->seq_len_next[i] = (int64_t)L;
-        o->pick_epi[i] = (int64_t)(s / ep);
-        o->pick_pos[i] = (int64_t)(s % ep);
-        o->pick_index[i] = (int64_t)s;
-        o->weight[i] = 1.0f;
+        exr_floor_pick_meta(o, i, s, L, ep);
     }
 }
 

@@ -37,4 +37,16 @@ void exr_floor_gather_batch(const void *rows, size_t sb, size_t ab, size_t rb,
                             const int64_t *starts, size_t count, size_t L, size_t ep,
                             const exr_batch_out *out);
 
+/* Pick i's per-pick entries in a bound's batch, its run starting at row s
+ * (episodes of ep rows): what exr_floor_gather_batch writes beside the rows. */
+static inline void exr_floor_pick_meta(const exr_batch_out *o, size_t i, size_t s, size_t L,
+                                       size_t ep)
+{
+    o->seq_len[i] = o->seq_len_next[i] = (int64_t)L;
+    o->pick_epi[i] = (int64_t)(s / ep);
+    o->pick_pos[i] = (int64_t)(s % ep);
+    o->pick_index[i] = (int64_t)s;
+    o->weight[i] = 1.0f;
+}
+
 #endif
