@@ -19,6 +19,8 @@
  * masked gather), and the `sampled` marks are read and set one lane at a
  * time, atomically.
  */
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -416,24 +418,32 @@ PLAN4_FN static inline void plan4_group(const plan4_consts *c, exr_episode *slab
 
 PLAN_RUN(PLAN4_FN, plan4_run, plan4_consts, plan4_init, plan4_group, 4)
 
-static bool has_avx512(void)
+/* The picks a plan step takes on this machine: 8 (AVX-512 F, CD, DQ and
+ * BW), 4 (AVX2) or 0. Asked of the CPU once: the walk plans a batch in
+ * chunks, and each chunk asks. */
+static int lanes(void)
 {
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
-           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw");
+    static _Atomic int known = -1;
+    int w = atomic_load_explicit(&known, memory_order_relaxed);
+    if (w < 0) {
+        bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
+                      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw");
+        w = avx512 ? 8 : __builtin_cpu_supports("avx2") ? 4 : 0;
+        atomic_store_explicit(&known, w, memory_order_relaxed);
+    }
+    return w;
 }
 
-bool plan_lanes_usable(void)
-{
-    return batch_simd_on() && (has_avx512() || __builtin_cpu_supports("avx2"));
-}
+bool plan_lanes_usable(void) { return batch_simd_on() && lanes() != 0; }
 
 size_t plan_lanes_locked(exr_buffer *b, size_t from, size_t to, const exr_pick *ent,
                          plan_t *plans, exr_batch_out *out, bool rows)
 {
     EXR_ASSERT_LOCKED(b);
-    if (has_avx512())
+    int w = lanes();
+    if (w == 8)
         return plan8_run(b, from, to, ent, plans, out, rows);
-    if (plan4_fits(&b->lay))
+    if (w == 4 && plan4_fits(&b->lay))
         return plan4_run(b, from, to, ent, plans, out, rows);
     return from;
 }
