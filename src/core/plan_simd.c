@@ -36,7 +36,9 @@ _Static_assert(offsetof(exr_episode, terminated) == offsetof(exr_episode, ended)
                "ended, terminated: adjacent bytes of one qword");
 
 /* The layout's constants, one per lane (both plans): field, value. B and
- * G are the segments' base shift and the number of growing segments. */
+ * G are the segments' base shift and the number of growing segments; lo8
+ * and hi8 pick ended and terminated out of the flags' qword, and i127 is a
+ * float exponent's bias (the last three only used by the four-pick plan). */
 #define PLAN_CONSTS(X)                                                                             \
     X(one, 1)                                                                                      \
     X(P, pick_len)                                                                                 \
@@ -45,24 +47,36 @@ _Static_assert(offsetof(exr_episode, terminated) == offsetof(exr_episode, ended)
     X(max, L->max_shift)                                                                           \
     X(grow_end, (((uint64_t)1 << G) - 1) << B)                                                     \
     X(max_mask, ((uint64_t)1 << L->max_shift) - 1)                                                 \
-    X(row_bytes, L->row_bytes)
+    X(row_bytes, L->row_bytes)                                                                     \
+    X(lo8, 0xff)                                                                                   \
+    X(hi8, 0xff00)                                                                                 \
+    X(i127, 127)
 
-#define PLAN8_FIELD(f, v) __m512i f;
-typedef struct {
-    PLAN_CONSTS(PLAN8_FIELD)
-    __m128i Bx, maxx;
-} plan8_consts;
+/* The constants' struct (each a vector of PLAN_VEC) and the function
+ * that fills it (each by PLAN_SET1), for both plans: PLAN_VEC and
+ * PLAN_SET1 are defined around each use. */
+#define PLAN_FIELD(f, v) PLAN_VEC f;
+#define PLAN_SET(f, v) k.f = PLAN_SET1((long long)(v));
+#define PLAN_CONSTS_FN(FN, consts, init)                                                           \
+    typedef struct {                                                                               \
+        PLAN_CONSTS(PLAN_FIELD)                                                                    \
+        __m128i Bx, maxx;                                                                          \
+    } consts;                                                                                      \
+    FN static consts init(const exr_store_layout *L, uint64_t pick_len)                           \
+    {                                                                                              \
+        consts k;                                                                                  \
+        unsigned B = L->base_shift, G = L->max_shift - L->base_shift;                              \
+        PLAN_CONSTS(PLAN_SET)                                                                      \
+        k.Bx = _mm_cvtsi32_si128((int)B);                                                          \
+        k.maxx = _mm_cvtsi32_si128((int)L->max_shift);                                             \
+        return k;                                                                                  \
+    }
 
-PLAN8_FN static plan8_consts plan8_init(const exr_store_layout *L, uint64_t pick_len)
-{
-    plan8_consts k;
-    unsigned B = L->base_shift, G = L->max_shift - L->base_shift;
-#define PLAN8_SET(f, v) k.f = _mm512_set1_epi64((long long)(v));
-    PLAN_CONSTS(PLAN8_SET)
-    k.Bx = _mm_cvtsi32_si128((int)B);
-    k.maxx = _mm_cvtsi32_si128((int)L->max_shift);
-    return k;
-}
+#define PLAN_VEC __m512i
+#define PLAN_SET1 _mm512_set1_epi64
+PLAN_CONSTS_FN(PLAN8_FN, plan8_consts, plan8_init)
+#undef PLAN_VEC
+#undef PLAN_SET1
 
 /* exr_store_locate for eight positions p: segment *k, offset returned. */
 PLAN8_FN static inline __m512i locate8(const plan8_consts *c, __m512i p, __m512i *k)
@@ -258,26 +272,11 @@ PLAN_RUN(PLAN8_FN, plan8_run, plan8_consts, plan8_init, plan8_group, 8)
  *   offsets below 2^24, rows below 2^32 bytes). */
 #define PLAN4_FN __attribute__((target("avx2")))
 
-#define PLAN4_FIELD(f, v) __m256i f;
-typedef struct {
-    PLAN_CONSTS(PLAN4_FIELD)
-    __m256i lo8, hi8, i127;
-    __m128i Bx, maxx;
-} plan4_consts;
-
-PLAN4_FN static plan4_consts plan4_init(const exr_store_layout *L, uint64_t pick_len)
-{
-    plan4_consts k;
-    unsigned B = L->base_shift, G = L->max_shift - L->base_shift;
-#define PLAN4_SET(f, v) k.f = _mm256_set1_epi64x((long long)(v));
-    PLAN_CONSTS(PLAN4_SET)
-    k.lo8 = _mm256_set1_epi64x(0xff);
-    k.hi8 = _mm256_set1_epi64x(0xff00);
-    k.i127 = _mm256_set1_epi64x(127);
-    k.Bx = _mm_cvtsi32_si128((int)B);
-    k.maxx = _mm_cvtsi32_si128((int)L->max_shift);
-    return k;
-}
+#define PLAN_VEC __m256i
+#define PLAN_SET1 _mm256_set1_epi64x
+PLAN_CONSTS_FN(PLAN4_FN, plan4_consts, plan4_init)
+#undef PLAN_VEC
+#undef PLAN_SET1
 
 /* Whether the four-pick plan can plan this layout: segment numbers by the
  * float exponent and offsets by a 32-bit multiply (plan4_consts). */
