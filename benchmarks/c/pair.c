@@ -144,6 +144,8 @@ typedef struct {
 static void *run(void *p)
 {
     thread_arg *a = p;
+    /* named, so that a profile splits by thread (perf report --comm learner) */
+    prctl(PR_SET_NAME, a->is_learner ? "learner" : "writer", 0UL, 0UL, 0UL);
     double t0 = now_s();
     uint64_t n = 0;
     while (!atomic_load_explicit(a->stop, memory_order_relaxed)) {
