@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gc
 import os
+import threading
 import time
 
 import numpy as np
@@ -195,6 +196,27 @@ def prioritized(buf):
 
 def collect():
     gc.collect()
+
+
+def together(jobs) -> float:
+    """Wall seconds for threads, one per (fn, n) of jobs, each calling fn()
+    n times, started at once: from the moment a barrier lets them all go to
+    the last one's end."""
+    barrier = threading.Barrier(len(jobs) + 1)
+
+    def worker(fn, n):
+        barrier.wait()
+        for _ in range(n):
+            fn()
+
+    threads = [threading.Thread(target=worker, args=job) for job in jobs]
+    for th in threads:
+        th.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for th in threads:
+        th.join()
+    return time.perf_counter() - t0
 
 
 def median_time(fn, reps):

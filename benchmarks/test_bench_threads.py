@@ -187,20 +187,7 @@ def _round(rec, n_rec, samp, n_samp):
     t1 = time.perf_counter()
     _loop(samp, n_samp)
     t2 = time.perf_counter()
-    barrier = threading.Barrier(3)
-
-    def worker(fn, n):
-        barrier.wait()
-        _loop(fn, n)
-
-    threads = [threading.Thread(target=worker, args=(rec, n_rec)), threading.Thread(target=worker, args=(samp, n_samp))]
-    for th in threads:
-        th.start()
-    barrier.wait()
-    t3 = time.perf_counter()
-    for th in threads:
-        th.join()
-    return t2 - t0, t1 - t0, t2 - t1, time.perf_counter() - t3
+    return t2 - t0, t1 - t0, t2 - t1, harness.together([(rec, n_rec), (samp, n_samp)])
 
 
 @pytest.mark.parametrize("workload", ["control", "apex", "apex_two_buffers", "atari", "atari_samplers",

@@ -24,15 +24,15 @@ row divides that speedup by its np.sin control's, which computes in cache:
 where one writer alone already moves most of what the memory takes, two
 cannot be near twice as fast, whatever they share.
 """
+import itertools
 import statistics
 import sys
-import threading
-import time
 
 import numpy as np
 
 import exreplay
 from ab_common import load_pair
+from harness import together
 
 CAP, EP, SHAPE = 20_000, 100, (84, 84)
 FRAME = SHAPE[0] * SHAPE[1]
@@ -55,7 +55,7 @@ def recorder(buf, seed):
     while len(buf) < CAP:
         buf.record_many(buf.new_episode(), st, ac, rw, final_state=fin)
 
-    def call(_i):
+    def call():
         buf.record_many(buf.new_episode(), st, ac, rw, final_state=fin)
     return call
 
@@ -63,29 +63,17 @@ def recorder(buf, seed):
 def copier(seed):
     src = arrays(seed)[0]
     dst = np.ones((CAP,) + SHAPE, np.uint8)
+    calls = itertools.count()
 
-    def call(i):
-        p = (i * EP) % (CAP - EP)
+    def call():
+        p = (next(calls) * EP) % (CAP - EP)
         np.copyto(dst[p:p + EP], src)
     return call
 
 
 def wall(calls, n):
     """Seconds for each of calls (one per thread) to run n times, together."""
-    go = threading.Barrier(len(calls) + 1)
-
-    def run(fn):
-        go.wait()
-        for i in range(n):
-            fn(i)
-    threads = [threading.Thread(target=run, args=(fn,)) for fn in calls]
-    for t in threads:
-        t.start()
-    go.wait()
-    t0 = time.perf_counter()
-    for t in threads:
-        t.join()
-    return time.perf_counter() - t0
+    return together([(fn, n) for fn in calls])
 
 
 def main_ab(base, after, rounds):
