@@ -94,3 +94,21 @@ def test_floor_gather_batch_bad_args(args, err, what):
 def test_floor_gather_batch_refuses_object_records():
     with pytest.raises(TypeError, match="records"):
         _core._floor_gather_batch(np.empty((10, 2), object), np.zeros(1, np.int64), 2, 5, 1, 1)
+
+
+def test_crosscore_probe():
+    """The machine probe beside the floors (src/core/crosscore.c): a round
+    trip of one cache line between two threads, in nanoseconds. Bounds only:
+    its value is the machine's (tens of ns between cores of one L3, hundreds
+    across, milliseconds when the two threads share a core)."""
+    ns = _core._crosscore_ns(0.05)
+    assert isinstance(ns, float) and 1 < ns < 1e9
+
+
+@pytest.mark.parametrize("secs, err, match", [(0, ValueError, r"seconds: expected a number in \(0, 10\], got 0"),
+                                              (11.0, ValueError, "got 11.0"),
+                                              (float("nan"), ValueError, "got nan"),
+                                              ("1", TypeError, "seconds: expected a number, got str")])
+def test_crosscore_probe_bad_seconds(secs, err, match):
+    with pytest.raises(err, match=match):
+        _core._crosscore_ns(secs)

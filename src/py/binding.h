@@ -262,6 +262,7 @@ PyObject *exr_selector_new(ReplayObject *owner, int64_t h, int kind);
 PyObject *exr_floor_gather_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *exr_floor_gather_cols_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *exr_floor_gather_batch_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *exr_crosscore_py(PyObject *module, PyObject *arg);
 
 /* Accepts a PickSelector of this buffer or an integer handle. -1 with an
  * exception on error. */

@@ -6,6 +6,7 @@
  */
 #include "binding.h"
 
+#include "crosscore.h"
 #include "floor.h"
 
 /* The shape (n, L, *a's row shape) into dims: its length, or -1 with the
@@ -373,4 +374,27 @@ PyObject *exr_floor_gather_batch_py(PyObject *module, PyObject *const *args, Py_
     for (int i = 0; i < NB; i++)
         PyTuple_SET_ITEM(t, i, outs[i]);
     return t;
+}
+
+/* _core._crosscore_ns(seconds): the machine's cross-core round trip of one
+ * cache line (src/core/crosscore.h), measured for about `seconds` with the
+ * GIL let go. */
+PyObject *exr_crosscore_py(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    if (!PyFloat_Check(arg) && !PyLong_Check(arg))
+        return PyErr_Format(PyExc_TypeError, "seconds: expected a number, got %s",
+                            Py_TYPE(arg)->tp_name);
+    double secs = PyFloat_AsDouble(arg);
+    if (secs == -1.0 && PyErr_Occurred())
+        return NULL;
+    if (!(secs > 0 && secs <= 10))
+        return PyErr_Format(PyExc_ValueError, "seconds: expected a number in (0, 10], got %R", arg);
+    double ns;
+    EXR_NOGIL_BEGIN
+    ns = exr_crosscore_ns(secs);
+    EXR_NOGIL_END
+    if (ns < 0)
+        return PyErr_NoMemory(); /* no second thread, or no memory for the probe */
+    return PyFloat_FromDouble(ns);
 }

@@ -460,6 +460,11 @@ static PyMethodDef module_methods[] = {
      "_floor_gather(rows, starts, L, /)\n--\n\n"
      "Benchmark floor: (rows[s:s+L], rows[s+1:s+L+1]) for each s in starts, gathered\n"
      "from one contiguous array by a plain C loop."},
+    {"_crosscore_ns", (PyCFunction)exr_crosscore_py, METH_O,
+     "_crosscore_ns(seconds, /)\n--\n\n"
+     "Benchmark probe of the machine: the median nanoseconds one cache line takes\n"
+     "to go from this thread's core to a second thread's and back, measured for\n"
+     "about `seconds` (0 < seconds <= 10) with the GIL released."},
     {"_raise_status", (PyCFunction)exr_raise_status_py, METH_VARARGS,
      "_raise_status(status, op, arg=None, /)\n--\n\n"
      "Test hook: raises the exception the binding raises for core status `status`."},
