@@ -9,7 +9,9 @@ pair share: each side's calls/s together over its calls/s alone (measured
 in the same round), summed: 2.0 is both at full speed (each side's part is
 printed too: the suite's fixed-work speedup follows the slower side). 4w+1l: the learner's
 calls/s with 4 writers (each busy 1/8 of the time) over its calls/s alone.
-Prints each round and the medians, then each side's calls per second alone,
+Prints each round (with the machine's cross-core round trip measured before
+it, when either build has the probe: docs/benchmarks.md, "Two machines in
+one") and the medians, then each side's calls per second alone,
 in the pair and (the learner) with 4 writers, with the median of the paired
 after/base ratios: a build that makes a side faster alone lowers its share
 unless the side gains as much together."""
@@ -52,12 +54,14 @@ def main():
         t[k] = timed(rec, 200)
     pause = {k: v * 7 for k, v in t.items()}  # busy 1/8 of the time
     got = {k: tuple([] for _ in range(9)) for k in mods}
+    probe = next((m._crosscore_ns for m in mods.values() if hasattr(m, "_crosscore_ns")), None)
     for i in range(rounds):
+        xc = f"; cross-core {probe(0.1):.0f} ns" if probe else ""
         for k in (("base", "after") if i % 2 == 0 else ("after", "base")):
             for j, v in enumerate(one_round(*work[k], pause[k])):
                 got[k][j].append(v)
         print(f"round {i}: pair share base {got['base'][0][-1]:.2f} after {got['after'][0][-1]:.2f}; "
-              f"4w+1l base {got['base'][1][-1]:.2f}x after {got['after'][1][-1]:.2f}x", flush=True)
+              f"4w+1l base {got['base'][1][-1]:.2f}x after {got['after'][1][-1]:.2f}x{xc}", flush=True)
     for k in mods:
         print(f"{k}: pair share median {statistics.median(got[k][0]):.2f} (writer "
               f"{statistics.median(got[k][2]):.2f} + learner {statistics.median(got[k][3]):.2f}), "

@@ -219,6 +219,16 @@ def together(jobs) -> float:
     return time.perf_counter() - t0
 
 
+def crosscore_ns(seconds: float = 0.1) -> float:
+    """The machine's cross-core round trip of one cache line, in ns
+    (`exreplay._core._crosscore_ns`, src/core/crosscore.h): what every line
+    two threads sharing a buffer pass between them costs at that moment.
+    The thread benchmarks record it beside each round (docs/benchmarks.md,
+    "Two machines in one")."""
+    from exreplay import _core
+    return _core._crosscore_ns(seconds)
+
+
 def median_time(fn, reps):
     ts = []
     for _ in range(reps):

@@ -167,6 +167,12 @@ def fmt_us(x):
     return f"{x:.2f} µs"
 
 
+def fmt_crosscore(r):
+    """A row's cross-core round trip: the median ns over its rounds, and their range."""
+    lo, hi = r.get("crosscore_ns_range", [r["crosscore_ns"]] * 2)
+    return f"{r['crosscore_ns']:.0f} ns ({lo:.0f}–{hi:.0f})"
+
+
 def fmt_ratio(x):
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "–"
@@ -1098,6 +1104,12 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
             "can wait for it until the switch interval: these rows show what that costs."
         )
         L.append("")
+        xc = all("crosscore_ns" in t for t in threads)
+        if xc:
+            L[-1] += (" The last column is the machine's cross-core round trip of one cache line "
+                      "(`_core._crosscore_ns`, 0.1 s before each round: median, and the rounds' range): "
+                      "the price of every line the two threads pass between them; on this virtual machine it "
+                      "changes several times over from one minute to the next (\"Two machines in one\", below).")
         trs = []
         for t in threads:
             ct = t.get("control_speedup")
@@ -1106,9 +1118,10 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
                 f"{t['n_sample_calls']:,} × {t['sample']}", f"{t['seq_s'] * 1e3:.0f} ms",
                 f"{t['par_s'] * 1e3:.0f} ms", fmt_ratio(t["speedup"]),
                 "–" if ct is None else f"{fmt_ratio(ct)} ({t['speedup'] / ct:.2f}×)",
-            ])
+            ] + ([fmt_crosscore(t)] if xc else []))
         L.append(table(["workload", "state", "capacity", "recording thread", "sampling thread", "sequential",
-                        "two threads", "speedup", "control in the same rounds (÷)"], trs))
+                        "two threads", "speedup", "control in the same rounds (÷)"]
+                       + (["cross-core round trip"] if xc else []), trs))
         L.append("")
 
     if writers_learner:
@@ -1128,16 +1141,22 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
                       "leave the learner), and beside 4 threads that wake, on a fixed schedule, as often as that "
                       "round's writers on the learner's buffer called, and make no call (*idle wakers*: what "
                       "taking the GIL back at each wake-up, at that rate, alone leaves it).")
+        if all("crosscore_ns" in w for w in writers_learner):
+            L[-1] += " The last column is the machine's cross-core round trip, as in the table above."
         L.append("")
         head = ["workload", "learner alone", "learner with writers", "ratio", "writers' records/s"]
         if refs:
             head += ["writers apart: ratio (records/s)", "idle wakers: ratio (wakes/s; writers' calls/s)"]
+        wxc = all("crosscore_ns" in w for w in writers_learner)
+        if wxc:
+            head += ["cross-core round trip"]
         L.append(table(head, [
             [w["workload"], f"{w['learner_alone_per_s']:,.0f}/s", f"{w['learner_with_writers_per_s']:,.0f}/s",
              fmt_ratio(w["ratio"]), f"{w['records_per_s']:,.0f}"]
             + ([f"{fmt_ratio(w['ratio_apart'])} ({w['records_per_s_apart']:,.0f})",
                 f"{fmt_ratio(w['ratio_wakers'])} ({w['wakes_per_s']:,.0f}; {w['calls_per_s']:,.0f})"]
                if refs else [])
+            + ([fmt_crosscore(w)] if wxc else [])
             for w in writers_learner]))
         L.append("")
     if ray_cpprb:

@@ -204,8 +204,9 @@ def test_threads(workload):
         _, c_one, c_two, _ = _control()
         c_n1, c_n2 = _counts(c_one, c_two, T)
 
-    seq, par, seq_rec, seq_samp, ctl = [], [], [], [], []
+    seq, par, seq_rec, seq_samp, ctl, xc = [], [], [], [], [], []
     for _ in range(harness.rounds(7, 2)):
+        xc.append(harness.crosscore_ns())
         if paired:
             c_seq, _, _, c_par = _round(c_one, c_n1, c_two, c_n2)
             ctl.append(c_seq / c_par)
@@ -216,6 +217,7 @@ def test_threads(workload):
         par.append(p)
 
     m_seq, m_par = float(np.median(seq)), float(np.median(par))
+    desc = dict(desc, crosscore_ns=float(np.median(xc)), crosscore_ns_range=[float(min(xc)), float(max(xc))])
     if paired:
         desc = dict(desc, control_speedup=float(np.median(ctl)))
     ops = n_rec + n_samp
@@ -228,7 +230,8 @@ def test_threads(workload):
     ctl_txt = f", control in the same rounds {desc['control_speedup']:.2f}x" if paired else ""
     print(f"\nthreads {workload}: sequential {m_seq * 1e3:.1f} ms (record part {np.median(seq_rec) * 1e3:.0f}, "
           f"sample part {np.median(seq_samp) * 1e3:.0f}), concurrent {m_par * 1e3:.1f} ms, "
-          f"speedup {m_seq / m_par:.2f}x ({n_rec} record calls + {n_samp} sample calls){ctl_txt}")
+          f"speedup {m_seq / m_par:.2f}x ({n_rec} record calls + {n_samp} sample calls){ctl_txt}; "
+          f"cross-core round trip {desc['crosscore_ns']:.0f} ns ({min(xc):.0f}-{max(xc):.0f})")
     assert buf is None or len(buf) > 0
 
 
@@ -306,8 +309,9 @@ def test_writers_and_learner(shape):
             th.join()
         return lrate[0], sum(wcounts) / D  # the learner's rate; the others' calls (or wakes) a second
 
-    alone, together, records, apart, records_apart, wakers, wakes = [], [], [], [], [], [], []
+    alone, together, records, apart, records_apart, wakers, wakes, xc = [], [], [], [], [], [], [], []
     for _ in range(harness.rounds(5, 1)):
+        xc.append(harness.crosscore_ns())
         alone.append(phase(None)[0])
         r, calls_s = phase(rec)
         together.append(r)
@@ -329,11 +333,13 @@ def test_writers_and_learner(shape):
         learner_writers_apart_per_s=m_apart, ratio_apart=m_apart / m_alone,
         records_per_s_apart=float(np.median(records_apart)), learner_wakers_per_s=m_wakers,
         ratio_wakers=m_wakers / m_alone, wakes_per_s=float(np.median(wakes)),
-        phase_s=D, rounds=len(alone), **desc,
+        phase_s=D, rounds=len(alone), crosscore_ns=float(np.median(xc)),
+        crosscore_ns_range=[float(min(xc)), float(max(xc))], **desc,
     )
     print(f"\n4 writers + 1 learner {shape}: learner alone {m_alone:.0f}/s, with writers {m_tog:.0f}/s "
           f"({m_tog / m_alone:.2f}x), writers {np.median(records):.0f} records/s; writers on a second buffer: "
           f"learner {m_apart:.0f}/s ({m_apart / m_alone:.2f}x), writers {np.median(records_apart):.0f} records/s; "
           f"4 idle wakers: learner {m_wakers:.0f}/s ({m_wakers / m_alone:.2f}x), {np.median(wakes):.0f} wakes/s "
-          f"(writers' calls/s {np.median(records) / EP:.0f})")
+          f"(writers' calls/s {np.median(records) / EP:.0f}); cross-core round trip {np.median(xc):.0f} ns "
+          f"({min(xc):.0f}-{max(xc):.0f})")
     assert len(buf) > 0

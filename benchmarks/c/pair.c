@@ -39,6 +39,10 @@
  * with the thread's default timer slack, as Python's timed waits (the
  * suite's Event.wait) do; writers4-exact sets their slack to 1 ns, so
  * that they wake when asked rather than in the batches the slack makes.
+ *
+ * Each round first measures the machine's cross-core round trip of one
+ * cache line (src/core/crosscore.h, 0.1 s) and prints it: the shared
+ * pair's rates follow it (docs/benchmarks.md, "Two machines in one").
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -51,6 +55,13 @@
 
 #include "buffer.h"
 #include "batch_out.h"
+/* an A/B base tree from before the probe has none: the rounds then print 0 */
+#if __has_include("crosscore.h")
+#include "crosscore.h"
+#define CROSSCORE_NS() exr_crosscore_ns(0.1)
+#else
+#define CROSSCORE_NS() 0.0
+#endif
 
 enum { CAP = 200000, EP = 100, B = 256, SB = 16 };
 
@@ -259,15 +270,15 @@ static void writers_rounds(side_buf *one, side_buf *two, learner_state *l, size_
     for (int c = 0; c < 4; c++)
         v[c] = bench_zalloc(rounds * sizeof(double));
     for (size_t r = 0; r < rounds; r++) {
-        double alone, tog, sep;
+        double alone, tog, sep, xc = CROSSCORE_NS();
         measure(NULL, l, secs, &dummy, &alone);
         tog = with_writers(l, one, secs, pause, exact, &v[2][r]);
         sep = with_writers(l, two, secs, pause, exact, &v[3][r]);
         v[0][r] = tog / alone;
         v[1][r] = sep / alone;
         printf("round %zu: learner alone %.0f/s, beside the writers %.0f/s (%.2fx), beside them on "
-               "a second buffer %.0f/s (%.2fx); writers %.0f and %.0f records/s\n",
-               r, alone, tog, v[0][r], sep, v[1][r], v[2][r], v[3][r]);
+               "a second buffer %.0f/s (%.2fx); writers %.0f and %.0f records/s; cross-core %.0f ns\n",
+               r, alone, tog, v[0][r], sep, v[1][r], v[2][r], v[3][r], xc);
         fflush(stdout);
     }
     printf("medians: learner beside the writers %.2fx its rate alone (writers %.0f records/s); "
@@ -324,11 +335,12 @@ int main(int argc, char **argv)
     if (writers4)
         writers_rounds(&one, &two, &l, rounds, secs, !strcmp(only, "writers4-exact"));
     for (size_t r = 0; only && !writers4 && r < rounds; r++) {
-        double wr, lr;
+        double wr, lr, xc = CROSSCORE_NS();
         measure(w_on ? w_buf : NULL, l_on ? &l : NULL, secs, &wr, &lr);
-        printf("%s: writer %.0f/s learner %.0f/s\n", only, wr, lr);
+        printf("%s: writer %.0f/s learner %.0f/s | cross-core %.0f ns\n", only, wr, lr, xc);
     }
     for (size_t r = 0; !only && r < rounds; r++) {
+        double xc = CROSSCORE_NS();
         measure(&one, NULL, secs, &v[0][r], &dummy);
         measure(&two, NULL, secs, &v[6][r], &dummy);
         measure(NULL, &l, secs, &dummy, &v[1][r]);
@@ -337,9 +349,9 @@ int main(int argc, char **argv)
         sh[r] = v[2][r] / v[0][r] + v[3][r] / v[1][r];
         se[r] = v[4][r] / v[6][r] + v[5][r] / v[1][r];
         printf("round %zu: alone writer %.0f/s learner %.0f/s | shared %.2f + %.2f = %.2f | "
-               "separate %.2f + %.2f = %.2f\n",
+               "separate %.2f + %.2f = %.2f | cross-core %.0f ns\n",
                r, v[0][r], v[1][r], v[2][r] / v[0][r], v[3][r] / v[1][r], sh[r],
-               v[4][r] / v[6][r], v[5][r] / v[1][r], se[r]);
+               v[4][r] / v[6][r], v[5][r] / v[1][r], se[r], xc);
         fflush(stdout);
     }
     if (!only) {
