@@ -43,6 +43,9 @@
  * Each round first measures the machine's cross-core round trip of one
  * cache line (src/core/crosscore.h, 0.1 s) and prints it: the shared
  * pair's rates follow it (docs/benchmarks.md, "Two machines in one").
+ * The learner's steps are timed by phase (get_batch's draw, plan and copy:
+ * exr_buffer_get_batch_phases; then set_priority), and each round prints
+ * their means alone and beside the writer: where the learner's step grows.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -54,6 +57,7 @@
 #include <time.h>
 
 #include "buffer.h"
+#include "buffer_impl.h"
 #include "batch_out.h"
 /* an A/B base tree from before the probe has none: the rounds then print 0 */
 #if __has_include("crosscore.h")
@@ -128,19 +132,47 @@ static void fill(side_buf *s)
         record_episode(s->b);
 }
 
+/* The learner's time by phase, summed over its steps (ns): get_batch's
+ * draw, plan and copy (exr_batch_phases), then set_priority. */
+enum { PH_DRAW, PH_PLAN, PH_COPY, PH_SETP, NPH };
+typedef struct {
+    double ns[NPH];
+    uint64_t steps;
+} learner_phases;
+
 typedef struct {
     side_buf *s;
     exr_batch_out o;
     double prio[B];
+    learner_phases ph;
 } learner_state;
 
 static void learner_step(learner_state *l)
 {
-    check(exr_buffer_get_batch(l->s->b, l->s->sel, B, &l->o), "get_batch");
+    exr_batch_phases ph;
+    check(exr_buffer_get_batch_phases(l->s->b, l->s->sel, B, &l->o, &ph), "get_batch");
+    double t0 = now_s();
     size_t applied;
     check(exr_buffer_set_priority(l->s->b, l->s->sel, B, l->o.pick_epi, l->o.pick_pos,
                                   l->o.pick_index, NULL, l->prio, 1, &applied),
           "set_priority");
+    l->ph.ns[PH_SETP] += (now_s() - t0) * 1e9;
+    l->ph.ns[PH_DRAW] += (double)ph.draw_ns;
+    l->ph.ns[PH_PLAN] += (double)ph.plan_ns;
+    l->ph.ns[PH_COPY] += (double)ph.copy_ns;
+    l->ph.steps++;
+}
+
+/* The phases' means since the last call, in us a step, into text; reset. */
+static const char *phases_text(learner_state *l, char *buf, size_t len)
+{
+    double n = l->ph.steps ? (double)l->ph.steps : 1;
+    const double *v = l->ph.ns;
+    snprintf(buf, len, "draw %.1f + plan %.1f + copy %.1f + set_priority %.1f = %.1f us",
+             v[PH_DRAW] / n * 1e-3, v[PH_PLAN] / n * 1e-3, v[PH_COPY] / n * 1e-3,
+             v[PH_SETP] / n * 1e-3, (v[PH_DRAW] + v[PH_PLAN] + v[PH_COPY] + v[PH_SETP]) / n * 1e-3);
+    l->ph = (learner_phases){0};
+    return buf;
 }
 
 typedef struct {
@@ -339,12 +371,16 @@ int main(int argc, char **argv)
         measure(w_on ? w_buf : NULL, l_on ? &l : NULL, secs, &wr, &lr);
         printf("%s: writer %.0f/s learner %.0f/s | cross-core %.0f ns\n", only, wr, lr, xc);
     }
+    char ph_alone[128], ph_shared[128];
     for (size_t r = 0; !only && r < rounds; r++) {
         double xc = CROSSCORE_NS();
         measure(&one, NULL, secs, &v[0][r], &dummy);
         measure(&two, NULL, secs, &v[6][r], &dummy);
+        l.ph = (learner_phases){0};
         measure(NULL, &l, secs, &dummy, &v[1][r]);
+        phases_text(&l, ph_alone, sizeof ph_alone);
         measure(&one, &l, secs, &v[2][r], &v[3][r]);
+        phases_text(&l, ph_shared, sizeof ph_shared);
         measure(&two, &l, secs, &v[4][r], &v[5][r]);
         sh[r] = v[2][r] / v[0][r] + v[3][r] / v[1][r];
         se[r] = v[4][r] / v[6][r] + v[5][r] / v[1][r];
@@ -352,6 +388,7 @@ int main(int argc, char **argv)
                "separate %.2f + %.2f = %.2f | cross-core %.0f ns\n",
                r, v[0][r], v[1][r], v[2][r] / v[0][r], v[3][r] / v[1][r], sh[r],
                v[4][r] / v[6][r], v[5][r] / v[1][r], se[r], xc);
+        printf("  learner a step alone: %s\n  beside the writer:    %s\n", ph_alone, ph_shared);
         fflush(stdout);
     }
     if (!only) {
