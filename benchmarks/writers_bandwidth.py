@@ -16,7 +16,9 @@ Each round times, for a fixed number of calls a thread:
 - numpy: one thread, then two threads.
 
 and prints GB/s of states written (calls x 706 KB / wall time) and each
-pair's speedup over one thread doing both threads' calls. With --ab, two
+pair's speedup over one thread doing both threads' calls, with the
+machine's cross-core round trip measured before the round
+(docs/benchmarks.md, "Two machines in one"). With --ab, two
 builds of exreplay._core (each tree holding a built exreplay/_core*.so, as
 for benchmarks/ab_builds.py) in one process instead, each round timing one
 writer and two on one buffer in each build in turn. The suite's goal
@@ -32,7 +34,7 @@ import numpy as np
 
 import exreplay
 from ab_common import load_pair
-from harness import together
+from harness import crosscore_ns, together
 
 CAP, EP, SHAPE = 20_000, 100, (84, 84)
 FRAME = SHAPE[0] * SHAPE[1]
@@ -103,6 +105,7 @@ def main():
     gb = EP * FRAME / 1e9
     rows = {k: [] for k in ("x1", "x_one", "x_two", "np1", "np2")}
     for r in range(rounds):
+        xc = crosscore_ns()
         one = wall([ra], n)
         shared = wall([ra, ra2], n)
         apart = wall([ra, rb], n)
@@ -115,7 +118,7 @@ def main():
         rows["np2"].append(2 * n * gb / np_two)
         print(f"round {r}: exreplay {rows['x1'][-1]:.1f} GB/s alone, two on one buffer "
               f"{rows['x_one'][-1]:.1f}, on two {rows['x_two'][-1]:.1f}; numpy "
-              f"{rows['np1'][-1]:.1f} alone, two {rows['np2'][-1]:.1f}", flush=True)
+              f"{rows['np1'][-1]:.1f} alone, two {rows['np2'][-1]:.1f}; cross-core {xc:.0f} ns", flush=True)
     m = {k: statistics.median(v) for k, v in rows.items()}
     print(f"medians over {rounds} rounds, GB/s of states written (speedup of the pair):")
     print(f"  exreplay record_many: one writer {m['x1']:.1f}; two on one buffer {m['x_one']:.1f} "
