@@ -19,7 +19,8 @@
 #   make bench-draw   the prioritized sum-tree draw alone, ns per draw (benchmarks/c/draw.c)
 #   make bench-pair   the Ape-X thread pair in C (no interpreter): one buffer shared, and two (benchmarks/c/pair.c;
 #                     build/bench-pair ROUNDS SECONDS writers4: 4 writers + 1 learner, and the same
-#                     writers on a second buffer)
+#                     writers on a second buffer); each round prints the machine's cross-core round
+#                     trip and the learner's step by phase
 #   make build/ab-core build/ab-NAME.so  get_batch of two trees' cores in one process, paired (benchmarks/c/ab_core.c)
 #   make demo     Ape-X DQN on CartPole on a local Ray cluster (python -m exreplay.examples.apex_cartpole),
 #                 logging every experience (--log build/demo-log), then the merged log's info and tail
