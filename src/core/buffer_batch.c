@@ -315,22 +315,47 @@ static int redraw_unpublished_locked(exr_buffer *b, exr_selector *s, size_t coun
     return 1;
 }
 
+/* A draw without the storage lock (draw_detached) makes this many draws
+ * beyond the batch's, from the same tree, when exclusive holds came since
+ * the selector's last such draw: a drawn pick found gone at the check is
+ * replaced by the next extra one still there, instead of being drawn
+ * again under the lock and mu. */
+#define EXTRA_MAX 16
+static size_t extra_draws(size_t count)
+{
+    size_t k = 1 + count / 64;
+    return k < EXTRA_MAX ? k : EXTRA_MAX;
+}
+
 /* Per-call scratch: on the stack for small batches (most calls), on the
- * heap beyond. */
+ * heap beyond. idx, scratch, ents and w have room for EXTRA_MAX more. */
 #define SMALL_BATCH 64
 typedef struct {
     size_t *idx;
     plan_t *plans;
     double *scratch;
     exr_pick *ents; /* the drawn picks' entries (gather_entries_locked) */
+    float *w;       /* a detached draw's weights (or leaves), extras included */
     bool have_ents; /* ents filled by the draw already (draw_detached) */
     bool exact;     /* idx are the table's indices of ents now (note_drawn_locked) */
     exr_wpost post; /* the weights' last step, after the lock (sample_locked) */
-    size_t small_idx[SMALL_BATCH];
+    size_t small_idx[SMALL_BATCH + EXTRA_MAX];
     plan_t small_plans[SMALL_BATCH];
-    double small_scratch[SMALL_BATCH];
-    exr_pick small_ents[SMALL_BATCH];
+    double small_scratch[SMALL_BATCH + EXTRA_MAX];
+    exr_pick small_ents[SMALL_BATCH + EXTRA_MAX];
+    float small_w[SMALL_BATCH + EXTRA_MAX];
 } batch_scratch;
+
+static void scratch_free(batch_scratch *s)
+{
+    if (s->idx == s->small_idx)
+        return;
+    free(s->idx);
+    free(s->plans);
+    free(s->scratch);
+    free(s->ents);
+    free(s->w);
+}
 
 static exr_status scratch_alloc(batch_scratch *s, size_t count)
 {
@@ -342,33 +367,23 @@ static exr_status scratch_alloc(batch_scratch *s, size_t count)
         s->plans = s->small_plans;
         s->scratch = s->small_scratch;
         s->ents = s->small_ents;
+        s->w = s->small_w;
         return EXR_OK;
     }
-    size_t a, p;
-    if (!exr_mul_size(count, sizeof(size_t), &a) || !exr_mul_size(count, sizeof(plan_t), &p))
+    size_t n = count + EXTRA_MAX, a, p;
+    if (n < count || !exr_mul_size(n, sizeof(size_t), &a) ||
+        !exr_mul_size(count, sizeof(plan_t), &p))
         return EXR_EOVERFLOW;
     s->idx = malloc(a);
     s->plans = malloc(p);
-    s->scratch = malloc(count * sizeof(double));
-    s->ents = malloc(count * sizeof(exr_pick));
-    if (!s->idx || !s->plans || !s->scratch || !s->ents) {
-        free(s->idx);
-        free(s->plans);
-        free(s->scratch);
-        free(s->ents);
+    s->scratch = malloc(n * sizeof(double));
+    s->ents = malloc(n * sizeof(exr_pick));
+    s->w = malloc(n * sizeof(float));
+    if (!s->idx || !s->plans || !s->scratch || !s->ents || !s->w) {
+        scratch_free(s); /* s->idx is not the stack's: each is freed */
         return EXR_ENOMEM;
     }
     return EXR_OK;
-}
-
-static void scratch_free(batch_scratch *s)
-{
-    if (s->idx == s->small_idx)
-        return;
-    free(s->idx);
-    free(s->plans);
-    free(s->scratch);
-    free(s->ents);
 }
 
 /* Whether a batch's rows must come from beyond L2: COLD when the rows and
@@ -529,6 +544,7 @@ static int redraw_gone_locked(exr_buffer *b, exr_selector *s, size_t count, batc
 
 #ifdef EXR_DEBUG_LOCKS
 void (*exr_debug_detached)(exr_buffer *b, int phase);
+_Atomic uint64_t exr_debug_extras_used;
 #endif
 
 /* Prefetches the episode slot of drawn pick ents[i], if i < count and the
@@ -540,14 +556,67 @@ static inline void prefetch_slot(const exr_buffer *b, const exr_pick *ents, size
         __builtin_prefetch(&b->eps.slab[ents[i].slot]);
 }
 
+/* Whether drawn pick id is in the table and published now: same, no hold
+ * since the draw (it is the table's entry at its index); else drawn from
+ * a selector with every hold up to number r0 applied (still_there_locked). */
+static inline bool drawn_ok_locked(const exr_buffer *b, exr_pick id, bool same, uint64_t r0)
+{
+    return same ? ent_visible_locked(b, id) : still_there_locked(b, id, r0);
+}
+
+/* The check of a detached draw's count picks, made with `extra` more:
+ * each pick gone is replaced by the next extra one still there (a draw
+ * of the same tree, conditioned as the batch's are on being there), or,
+ * the extras used up, marked SIZE_MAX; their weights (or leaves) w. Each
+ * pick's slot is read at random (and was likely written by a record call
+ * on another core since): prefetched PF picks ahead, so that the misses
+ * overlap rather than come one after another. Returns how many are
+ * marked. Lock held. */
+static size_t check_drawn_locked(const exr_buffer *b, batch_scratch *sc, size_t count,
+                                 size_t extra, bool same, uint64_t r0)
+{
+    enum { PF = 16 };
+    size_t gone = 0, next = count, n = count + extra;
+    for (size_t i = 0; i < PF; i++)
+        prefetch_slot(b, sc->ents, i, count);
+    for (size_t i = 0; i < count; i++) {
+        prefetch_slot(b, sc->ents, i + PF, count);
+#ifdef EXR_DEBUG_LOCKS
+        /* same: no hold since the draw, so each drawn pick is the table's
+         * entry at its index (its slot already in ents) */
+        if (same && (sc->idx[i] >= b->picks.n || b->picks.v[sc->idx[i]].slot != sc->ents[i].slot ||
+                     b->picks.v[sc->idx[i]].pos != sc->ents[i].pos)) {
+            fprintf(stderr, "draw_detached: pick %zu is not the table's entry\n", sc->idx[i]);
+            abort();
+        }
+#endif
+        if (drawn_ok_locked(b, sc->ents[i], same, r0))
+            continue;
+        while (next < n && !drawn_ok_locked(b, sc->ents[next], same, r0))
+            next++;
+        if (next == n) {
+            sc->idx[i] = SIZE_MAX;
+            gone++;
+            continue;
+        }
+        sc->idx[i] = sc->idx[next];
+        sc->ents[i] = sc->ents[next];
+        sc->w[i] = sc->w[next++];
+#ifdef EXR_DEBUG_LOCKS
+        exr_debug_extras_used++;
+#endif
+    }
+    return gone;
+}
+
 /* Selector e's draws, as draw_locked, but with the storage lock let go
  * while the selector draws (selector.h, sample_detached): mu is taken
  * under the lock, which is let go, and taken again (shared) after the
  * draw. If no exclusive hold came in between, the draws are the table's
- * picks; else each is checked (still_there_locked) and drawn again if it
- * has gone. A pick still there keeps the index it had in the selector
- * (pick_index: a hint, which set_priority checks). Lock held shared on
- * entry and on return. */
+ * picks; else each is checked (check_drawn_locked), replaced by an extra
+ * draw if it has gone, or drawn again if those run out. A pick still there
+ * keeps the index it had in the selector (pick_index: a hint, which
+ * set_priority checks). Lock held shared on entry and on return. */
 static int draw_detached(exr_buffer *b, int64_t h, sel_entry *e, size_t count,
                          batch_scratch *sc, exr_batch_out *out, exr_status *st)
 {
@@ -559,8 +628,11 @@ static int draw_detached(exr_buffer *b, int64_t h, sel_entry *e, size_t count,
     }
     uint64_t r0 = b->eps.seq;
     bool any = b->picks.n != 0;
+    /* extras only while holds come between draws: a learner alone pays none */
+    size_t extra = s->seen_seq != r0 ? extra_draws(count) : 0;
+    s->seen_seq = r0;
     exr_buffer_unlock(b);
-    *st = any ? s->vt->sample_detached(s, count, sc->idx, sc->ents, out->weight, sc->scratch,
+    *st = any ? s->vt->sample_detached(s, count + extra, sc->idx, sc->ents, sc->w, sc->scratch,
                                        &sc->post)
               : EXR_EEMPTY;
 #ifdef EXR_DEBUG_LOCKS
@@ -581,29 +653,8 @@ static int draw_detached(exr_buffer *b, int64_t h, sel_entry *e, size_t count,
     bool same = b->eps.seq == r0;
     sc->exact = same; /* else a pick still there keeps its old index: a hint */
     bool look = !same || __atomic_load_n(&b->writers, __ATOMIC_ACQUIRE);
-    /* each pick's slot is read at random (and was likely written by a
-     * record call on another core since): prefetched PF picks ahead, so
-     * that the misses overlap rather than come one after another */
-    enum { PF = 16 };
-    size_t gone = 0;
-    for (size_t i = 0; look && i < PF; i++)
-        prefetch_slot(b, sc->ents, i, count);
-    for (size_t i = 0; look && i < count; i++) {
-        prefetch_slot(b, sc->ents, i + PF, count);
-        /* same: no hold since the draw, so each drawn pick is the table's
-         * entry at its index (its slot already in ents) */
-#ifdef EXR_DEBUG_LOCKS
-        if (same && (sc->idx[i] >= b->picks.n || b->picks.v[sc->idx[i]].slot != sc->ents[i].slot ||
-                     b->picks.v[sc->idx[i]].pos != sc->ents[i].pos)) {
-            fprintf(stderr, "draw_detached: pick %zu is not the table's entry\n", sc->idx[i]);
-            abort();
-        }
-#endif
-        if (same ? !ent_visible_locked(b, sc->ents[i]) : !still_there_locked(b, sc->ents[i], r0)) {
-            sc->idx[i] = SIZE_MAX;
-            gone++;
-        }
-    }
+    size_t gone = look ? check_drawn_locked(b, sc, count, extra, same, r0) : 0;
+    memcpy(out->weight, sc->w, count * sizeof *out->weight);
     return gone ? redraw_gone_locked(b, s, count, sc, out->weight, st) : 1;
 }
 

@@ -221,6 +221,9 @@ void exr_sel_take(exr_selector *s);
  * (buffer_priority.c) once it has let go of it, mu held, before it applies
  * the notes (phase 2): to make holds come in between. */
 extern void (*exr_debug_detached)(exr_buffer *b, int phase);
+/* Tests only: drawn picks found gone and replaced by an extra draw
+ * (buffer_batch.c, check_drawn_locked). */
+extern _Atomic uint64_t exr_debug_extras_used;
 #endif
 uint32_t *pick_aux_locked(const exr_buffer *b, int64_t epi, int64_t pos);
 size_t pick_index_locked(const exr_buffer *b, int64_t epi, int64_t pos);

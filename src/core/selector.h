@@ -176,6 +176,11 @@ struct exr_selector {
      * draws it (exr_sel_prefetch): the batch reads those entries next, and
      * their misses then overlap the rest of the draw. */
     const void *entries;
+    /* The buffer's count of exclusive holds at this selector's last draw
+     * without the storage lock (buffer_batch.c, draw_detached; under mu):
+     * a draw that finds it unchanged has no writer beside it to expect,
+     * and makes no extra draws. */
+    uint64_t seen_seq;
 };
 
 /* Prefetches (into L2) the pick-table entry of pick i, when s->entries is

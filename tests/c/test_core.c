@@ -1355,6 +1355,80 @@ static void test_drawn_notes(void)
     exr_buffer_free(twin);
 }
 
+/* For test_extra_draws: a hundred episodes of priority 1 (handles 0-99). */
+static void *record_hundred(void *arg)
+{
+    for (int k = 0; k < 100; k++)
+        if (record_prio_episode(arg, k, 1.0) != k)
+            return arg;
+    return NULL;
+}
+
+/* The next five episodes, of priority 2, from another thread (so that
+ * draws stay detached): they evict the five oldest. */
+static void *record_five(void *arg)
+{
+    for (int k = 0; k < 5; k++)
+        if (record_prio_episode(arg, 7, 2.0) < 0)
+            return arg;
+    return NULL;
+}
+
+static void evict_one_meanwhile(exr_buffer *b, int phase)
+{
+    if (phase != g_detached_phase)
+        return;
+    exr_debug_detached = NULL;
+    pthread_t th;
+    void *failed = b;
+    if (pthread_create(&th, NULL, record_five, b) == 0)
+        pthread_join(th, &failed);
+    if (failed)
+        g_failed_checks++;
+}
+
+/* Extra draws (buffer_batch.c, check_drawn_locked): between a detached
+ * draw of 256 picks and its check, the five oldest of 100 episodes are
+ * evicted (priority 1) by five new ones (priority 2); the drawn picks they
+ * held are replaced by extra draws of the same tree that are still there,
+ * or, those used up, drawn again from the tree as it is then. Over 18
+ * rounds extras are used, no batch holds a pick of an evicted episode, and
+ * each pick's weight is its own: 1 for the old episodes, 0.5 for the new
+ * ones (an extra taken unchecked, 5% of them an evicted pick, would bring
+ * a new tenant's rows with the evicted pick's weight). */
+static void test_extra_draws(void)
+{
+    exr_buffer *b = make_buffer(1, false, 2000, EXR_EVICT_FIFO);
+    CHECK_RET(b);
+    double params[2] = {1.0, 1.0};
+    int64_t sel;
+    exr_buffer_lock(b);
+    CHECK_RET(exr_buffer_add_selector_locked(b, 1, params, &sel) == EXR_OK);
+    exr_buffer_unlock(b);
+    pthread_t th;
+    void *failed = b;
+    CHECK_RET(pthread_create(&th, NULL, record_hundred, b) == 0 && pthread_join(th, &failed) == 0 &&
+              failed == NULL);
+    enum { B = 256 };
+    int64_t epi[B], pos[B], len[B], lnx[B], acs[B], idx[B];
+    float sts[B][2], nx[B][2], rws[B], w[B];
+    exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, idx, NULL, 0, NULL};
+    uint64_t used = exr_debug_extras_used;
+    for (int64_t round = 0; round < 18; round++) {
+        g_detached_phase = 1;
+        exr_debug_detached = evict_one_meanwhile;
+        CHECK_RET(exr_buffer_get_batch(b, sel, B, &o) == EXR_OK);
+        CHECK_RET(exr_debug_detached == NULL); /* the draw let go of the lock */
+        /* episodes up to 5 round + 4 went before the check */
+        for (int i = 0; i < B; i++)
+            CHECK_RET(epi[i] > 5 * round + 4 && sts[i][1] == (float)pos[i] &&
+                      w[i] == (epi[i] >= 100 ? 0.5f : 1.0f));
+    }
+    CHECK_RET(exr_debug_extras_used > used);
+    CHECK_RET(check_ok(b));
+    exr_buffer_free(b);
+}
+
 static void test_detached_draw(void)
 {
     detached_draw_at(0);
@@ -1388,6 +1462,7 @@ int main(void)
         {"lock_assertion", test_lock_assertion},
         {"detached_draw", test_detached_draw},
         {"drawn_notes", test_drawn_notes},
+        {"extra_draws", test_extra_draws},
     };
     return check_run_all(tests, (int)(sizeof tests / sizeof tests[0]));
 }
