@@ -14,7 +14,7 @@
 #include "exr.h"
 #include "mem.h"
 
-enum { TRIPS = 256, MAXBATCH = 4096 };
+enum { TRIPS = 256, MAXBATCH = 1 << 16 };
 
 /* The ball alone on its line; the stop flag on another. */
 typedef struct {
