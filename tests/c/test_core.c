@@ -1102,22 +1102,32 @@ static int64_t record_prio_episode(exr_buffer *b, int tag, double prio)
     return s == EXR_OK ? h : -100;
 }
 
-static void *record_ten(void *arg)
+/* n episodes of priority prio, tagged tag0, tag0 + 1, ...; with check,
+ * their handles must be their tags. NULL if all went well, else b. */
+static void *record_episodes(exr_buffer *b, int n, int tag0, double prio, bool check)
 {
-    for (int k = 0; k < 10; k++)
-        if (record_prio_episode(arg, k, 1.0) != k)
-            return arg;
+    for (int k = 0; k < n; k++) {
+        int64_t h = record_prio_episode(b, tag0 + k, prio);
+        if (h < 0 || (check && h != tag0 + k))
+            return b;
+    }
     return NULL;
 }
 
+static void *record_ten(void *arg) { return record_episodes(arg, 10, 0, 1.0, true); }
+
 /* Nine episodes of priority 0, which evict the nine oldest (FIFO, capacity
  * 200) and take their slots again. */
-static void *evict_nine(void *arg)
+static void *evict_nine(void *arg) { return record_episodes(arg, 9, 100, 0.0, false); }
+
+/* fn(b) on a thread of its own, joined: 1 if it went well (fn returned
+ * NULL). Holds made so are another thread's (exr_sel_detach). */
+static int on_another_thread(void *(*fn)(void *), exr_buffer *b)
 {
-    for (int k = 0; k < 9; k++)
-        if (record_prio_episode(arg, 100 + k, 0.0) < 0)
-            return arg;
-    return NULL;
+    pthread_t th;
+    void *failed = b;
+    return pthread_create(&th, NULL, fn, b) == 0 && pthread_join(th, &failed) == 0 &&
+           failed == NULL;
 }
 
 /* When the test's holds come: while the selector draws (mu held: they
@@ -1134,11 +1144,7 @@ static void holds_meanwhile(exr_buffer *b, int phase)
         evict_nine(b);
         return;
     }
-    pthread_t th;
-    void *failed = b;
-    if (pthread_create(&th, NULL, evict_nine, b) == 0)
-        pthread_join(th, &failed);
-    if (failed)
+    if (!on_another_thread(evict_nine, b))
         g_failed_checks++;
 }
 
@@ -1162,13 +1168,7 @@ static exr_buffer *prio_buffer(int64_t *sel)
 
 /* record_ten from another thread, so that this one's draws and updates
  * let go of the storage lock (exr_sel_detach). 1 if it went well. */
-static int record_ten_elsewhere(exr_buffer *b)
-{
-    pthread_t th;
-    void *failed = b;
-    return pthread_create(&th, NULL, record_ten, b) == 0 && pthread_join(th, &failed) == 0 &&
-           failed == NULL;
-}
+static int record_ten_elsewhere(exr_buffer *b) { return on_another_thread(record_ten, b); }
 
 /* Whether b's selector sel and twin's tsel hold the same stored
  * priorities for every pick of episodes 9 .. 18 (20 picks each), and the
@@ -1356,34 +1356,18 @@ static void test_drawn_notes(void)
 }
 
 /* For test_extra_draws: a hundred episodes of priority 1 (handles 0-99). */
-static void *record_hundred(void *arg)
-{
-    for (int k = 0; k < 100; k++)
-        if (record_prio_episode(arg, k, 1.0) != k)
-            return arg;
-    return NULL;
-}
+static void *record_hundred(void *arg) { return record_episodes(arg, 100, 0, 1.0, true); }
 
 /* The next five episodes, of priority 2, from another thread (so that
  * draws stay detached): they evict the five oldest. */
-static void *record_five(void *arg)
-{
-    for (int k = 0; k < 5; k++)
-        if (record_prio_episode(arg, 7, 2.0) < 0)
-            return arg;
-    return NULL;
-}
+static void *record_five(void *arg) { return record_episodes(arg, 5, 200, 2.0, false); }
 
-static void evict_one_meanwhile(exr_buffer *b, int phase)
+static void evict_five_meanwhile(exr_buffer *b, int phase)
 {
     if (phase != g_detached_phase)
         return;
     exr_debug_detached = NULL;
-    pthread_t th;
-    void *failed = b;
-    if (pthread_create(&th, NULL, record_five, b) == 0)
-        pthread_join(th, &failed);
-    if (failed)
+    if (!on_another_thread(record_five, b))
         g_failed_checks++;
 }
 
@@ -1405,10 +1389,7 @@ static void test_extra_draws(void)
     exr_buffer_lock(b);
     CHECK_RET(exr_buffer_add_selector_locked(b, 1, params, &sel) == EXR_OK);
     exr_buffer_unlock(b);
-    pthread_t th;
-    void *failed = b;
-    CHECK_RET(pthread_create(&th, NULL, record_hundred, b) == 0 && pthread_join(th, &failed) == 0 &&
-              failed == NULL);
+    CHECK_RET(on_another_thread(record_hundred, b));
     enum { B = 256 };
     int64_t epi[B], pos[B], len[B], lnx[B], acs[B], idx[B];
     float sts[B][2], nx[B][2], rws[B], w[B];
@@ -1416,7 +1397,7 @@ static void test_extra_draws(void)
     uint64_t used = exr_debug_extras_used;
     for (int64_t round = 0; round < 18; round++) {
         g_detached_phase = 1;
-        exr_debug_detached = evict_one_meanwhile;
+        exr_debug_detached = evict_five_meanwhile;
         CHECK_RET(exr_buffer_get_batch(b, sel, B, &o) == EXR_OK);
         CHECK_RET(exr_debug_detached == NULL); /* the draw let go of the lock */
         /* episodes up to 5 round + 4 went before the check */
