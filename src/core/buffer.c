@@ -203,6 +203,16 @@ static bool spin_rw(struct exr_locks *lk, bool shared)
                   : spin_for(TRY_WR, &lk->rw, SPIN_EXCL_NS, &lk->excl);
 }
 
+static _Atomic uint64_t thread_ids;
+static _Thread_local uint64_t thread_id;
+
+uint64_t exr_thread_id(void)
+{
+    if (!thread_id)
+        thread_id = atomic_fetch_add_explicit(&thread_ids, 1, memory_order_relaxed) + 1;
+    return thread_id;
+}
+
 /* Debug builds (EXR_DEBUG_LOCKS) note who holds the storage lock, so that
  * *_locked functions can assert it (EXR_ASSERT_LOCKED); release builds
  * compile all of this out. */
@@ -248,8 +258,8 @@ static void took_exclusive(exr_buffer *b, bool with_wmu)
     b->lk->excl_wmu = with_wmu;
     b->eps.seq++;
     /* written only when it changes: samplers read its line at every call */
-    pthread_t self = pthread_self();
-    if (!pthread_equal(b->excl_owner, self))
+    uint64_t self = exr_thread_id();
+    if (b->excl_owner != self)
         b->excl_owner = self;
     reserve_close_locked(b);
 }

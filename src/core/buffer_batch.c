@@ -315,11 +315,11 @@ static int redraw_unpublished_locked(exr_buffer *b, exr_selector *s, size_t coun
     return 1;
 }
 
-/* A draw without the storage lock (draw_detached) makes this many draws
- * beyond the batch's, from the same tree, when exclusive holds came since
- * the selector's last such draw: a drawn pick found gone at the check is
- * replaced by the next extra one still there, instead of being drawn
- * again under the lock and mu. */
+/* A draw without the storage lock (draw_detached, made only when
+ * exclusive holds came since the selector's last draw: exr_sel_detach)
+ * makes this many draws beyond the batch's, from the same tree: a drawn
+ * pick found gone at the check is replaced by the next extra one still
+ * there, instead of being drawn again under the lock and mu. */
 #define EXTRA_MAX 16
 static size_t extra_draws(size_t count)
 {
@@ -489,6 +489,7 @@ static int draw_locked(exr_buffer *b, sel_entry *e, size_t count, batch_scratch 
         return -1;
     sc->have_ents = false;
     sc->exact = true;
+    exr_sel_seen(e->sel, b->eps.seq);
     *st = sample_locked(b, e->sel, count, sc->idx, out->weight, sc->scratch, &sc->post);
     int done = *st != EXR_OK || !__atomic_load_n(&b->writers, __ATOMIC_ACQUIRE) ||
                redraw_unpublished_locked(b, e->sel, count, sc->idx, out->weight, sc->scratch,
@@ -628,9 +629,9 @@ static int draw_detached(exr_buffer *b, int64_t h, sel_entry *e, size_t count,
     }
     uint64_t r0 = b->eps.seq;
     bool any = b->picks.n != 0;
-    /* extras only while holds come between draws: a learner alone pays none */
-    size_t extra = s->seen_seq != r0 ? extra_draws(count) : 0;
-    s->seen_seq = r0;
+    /* a hold came since the last draw (exr_sel_detach): a writer is at work */
+    size_t extra = extra_draws(count);
+    exr_sel_seen(s, r0);
     exr_buffer_unlock(b);
     *st = any ? s->vt->sample_detached(s, count + extra, sc->idx, sc->ents, sc->w, sc->scratch,
                                        &sc->post)
@@ -676,7 +677,7 @@ exr_status exr_buffer_get_batch_phases(exr_buffer *b, int64_t h, size_t count,
             st = EXR_ENOTFOUND;
             break;
         }
-        int r = exr_sel_detach(e->sel, b->excl_owner)
+        int r = exr_sel_detach(e->sel, b->excl_owner, b->eps.seq)
                     ? draw_detached(b, h, e, count, &sc, out, &st)
                     : draw_locked(b, e, count, &sc, out, false, &st);
         if (r == 1)

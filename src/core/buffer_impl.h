@@ -88,12 +88,14 @@ struct exr_buffer {
      * lock is taken (buffer_record.c); written under the exclusive lock,
      * only when it changes */
     _Atomic uint64_t rec_pow_a;
-    /* The thread of the last exclusive hold (written under it, only when
-     * another thread than the last one takes it): a draw or an update lets
-     * go of the storage lock for its selector work only when another thread
-     * has been changing the buffer (buffer_batch.c, buffer_priority.c:
-     * selector.h, sample_detached). */
-    EXR_LINE pthread_t excl_owner;
+    /* The thread of the last exclusive hold, as its exr_thread_id (exr.h;
+     * 0: none yet), written under it, only when another thread than the
+     * last one takes it: a draw or an update lets go of the storage lock
+     * for its selector work only when another thread has been changing the
+     * buffer (buffer_batch.c, buffer_priority.c: selector.h,
+     * sample_detached). A thread started after the writer exited is
+     * another thread, even where it gets the writer's pthread_t. */
+    EXR_LINE uint64_t excl_owner;
     /* record calls copying without the lock: changed with atomics, since
      * one that publishes under the shared lock (buffer_record.c) takes
      * itself off while samplers read it */

@@ -225,7 +225,7 @@ static bool update_locked(exr_buffer *b, sel_entry *e, size_t done, double a, pr
         atomic_store_explicit(&b->pow_a, u, memory_order_relaxed);
         atomic_store_explicit(&b->pow_h, e->handle, memory_order_relaxed);
     }
-    let_go = let_go && exr_sel_detach(sel, b->excl_owner);
+    let_go = let_go && exr_sel_detach(sel, b->excl_owner, b->eps.seq);
     if (let_go)
         exr_sel_take(sel);
     else

@@ -45,4 +45,10 @@ static inline int exr_add_size(size_t a, size_t b, size_t *out)
     return !__builtin_add_overflow(a, b, out);
 }
 
+/* This thread's number (buffer.c): given at its first call, from 1 up, and
+ * never to another thread, whereas a pthread_t (and a thread-local
+ * variable's address) can come back in a thread started after this one
+ * has exited. */
+uint64_t exr_thread_id(void);
+
 #endif

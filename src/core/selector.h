@@ -177,10 +177,10 @@ struct exr_selector {
      * their misses then overlap the rest of the draw. */
     const void *entries;
     /* The buffer's count of exclusive holds at this selector's last draw
-     * without the storage lock (buffer_batch.c, draw_detached; under mu):
-     * a draw that finds it unchanged has no writer beside it to expect,
-     * and makes no extra draws. */
-    uint64_t seen_seq;
+     * (buffer_batch.c; written under mu, read as a hint without it): a
+     * draw or update that finds it unchanged has no writer beside it to
+     * overlap, and keeps the storage lock (exr_sel_detach). */
+    _Atomic uint64_t seen_seq;
 };
 
 /* Prefetches (into L2) the pick-table entry of pick i, when s->entries is
@@ -208,12 +208,23 @@ static inline void exr_sel_unlock(exr_selector *s)
 
 /* Whether a draw or an update on s, by a caller holding the storage lock
  * shared, would let go of it for the selector's work: when s can
- * (sample_detached) and another thread than this one did the last
- * exclusive hold (the caller's excl_owner: its own last writes need no
- * overlap). */
-static inline bool exr_sel_detach(const exr_selector *s, pthread_t excl_owner)
+ * (sample_detached), another thread than this one did the last exclusive
+ * hold (the caller's excl_owner: its own last writes need no overlap), and
+ * an exclusive hold came since s was last drawn (seq, the buffer's count
+ * of them, moved past seen_seq: a writer is at work beside it). A learner
+ * alone keeps the lock, whose path is the cheaper one without a writer. */
+static inline bool exr_sel_detach(const exr_selector *s, uint64_t excl_owner, uint64_t seq)
 {
-    return s->vt->sample_detached && !pthread_equal(excl_owner, pthread_self());
+    return s->vt->sample_detached && excl_owner != exr_thread_id() &&
+           atomic_load_explicit(&s->seen_seq, memory_order_relaxed) != seq;
+}
+
+/* Notes that s is drawn at the buffer's count of exclusive holds seq
+ * (mu held); written only when it changes. */
+static inline void exr_sel_seen(exr_selector *s, uint64_t seq)
+{
+    if (atomic_load_explicit(&s->seen_seq, memory_order_relaxed) != seq)
+        atomic_store_explicit(&s->seen_seq, seq, memory_order_relaxed);
 }
 
 /* Before the first such draw or update (mu and the storage lock held): s

@@ -1130,6 +1130,15 @@ static int on_another_thread(void *(*fn)(void *), exr_buffer *b)
            failed == NULL;
 }
 
+/* An exclusive hold that changes nothing: from another thread, it makes
+ * the next draw or update let go of the storage lock (exr_sel_detach). */
+static void *empty_hold(void *arg)
+{
+    exr_buffer_lock(arg);
+    exr_buffer_unlock(arg);
+    return NULL;
+}
+
 /* When the test's holds come: while the selector draws (mu held: they
  * note their changes, from another thread) or after it (mu free: they
  * change it in place). */
@@ -1275,6 +1284,7 @@ static void detached_update(void)
     for (int i = 0; i < B; i++)
         p[i] = 2.0 + i;
     size_t applied = 0;
+    CHECK_RET(on_another_thread(empty_hold, b)); /* a writer at work since the draw */
     g_detached_phase = 2;
     exr_debug_detached = holds_meanwhile;
     CHECK_RET(exr_buffer_set_priority(b, sel, B, epi, pos, idx, NULL, p, 1, &applied) == EXR_OK);
@@ -1410,6 +1420,54 @@ static void test_extra_draws(void)
     exr_buffer_free(b);
 }
 
+/* For test_thread_after_writer: draws a batch of 8 from the buffer's
+ * selector g_draw_sel on the calling thread, recording one episode first
+ * when g_record_first. */
+static int g_saw_detached, g_record_first;
+static int64_t g_draw_sel;
+
+static void saw_detached(exr_buffer *b, int phase)
+{
+    (void)b;
+    if (phase == 0)
+        g_saw_detached = 1;
+}
+
+static void *draw_eight(void *arg)
+{
+    exr_buffer *b = arg;
+    if (g_record_first && record_prio_episode(b, 50, 1.0) < 0)
+        return b;
+    enum { B = 8 };
+    int64_t epi[B], pos[B], len[B], lnx[B], acs[B], idx[B];
+    float sts[B][2], nx[B][2], rws[B], w[B];
+    exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, idx, NULL, 0, NULL};
+    return exr_buffer_get_batch(b, g_draw_sel, B, &o) == EXR_OK ? NULL : b;
+}
+
+/* A thread started after the writer has exited is another thread, even
+ * where the C library hands it the writer's pthread_t again: its draw lets
+ * go of the storage lock (excl_owner is an exr_thread_id, which no two
+ * threads get). A thread that draws after its own record call does not. */
+static void test_thread_after_writer(void)
+{
+    exr_buffer *b = prio_buffer(&g_draw_sel);
+    CHECK_RET(b);
+    exr_debug_detached = saw_detached;
+    for (int k = 0; k < 3; k++) {
+        g_saw_detached = 0;
+        g_record_first = 0;
+        CHECK_RET(on_another_thread(record_five, b)); /* records, then exits */
+        CHECK_RET(on_another_thread(draw_eight, b) && g_saw_detached);
+        g_saw_detached = 0;
+        g_record_first = 1;
+        CHECK_RET(on_another_thread(draw_eight, b) && !g_saw_detached);
+    }
+    exr_debug_detached = NULL;
+    CHECK_RET(check_ok(b));
+    exr_buffer_free(b);
+}
+
 static void test_detached_draw(void)
 {
     detached_draw_at(0);
@@ -1444,6 +1502,7 @@ int main(void)
         {"detached_draw", test_detached_draw},
         {"drawn_notes", test_drawn_notes},
         {"extra_draws", test_extra_draws},
+        {"thread_after_writer", test_thread_after_writer},
     };
     return check_run_all(tests, (int)(sizeof tests / sizeof tests[0]));
 }
