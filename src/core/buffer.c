@@ -151,7 +151,7 @@ static inline void cpu_relax(void)
 #endif
 }
 
-static uint64_t spin_now_ns(void)
+uint64_t exr_now_ns(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -182,7 +182,7 @@ static bool spin_for(spin_try kind, void *lock, uint64_t limit, const _Atomic bo
         cpu_relax();
         if (i % SPIN_CLOCK_EVERY)
             continue;
-        uint64_t t = spin_now_ns();
+        uint64_t t = exr_now_ns();
         if (!start)
             start = t;
         else if (t - start >= limit)

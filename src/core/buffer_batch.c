@@ -2,24 +2,14 @@
  * buffer_batch.c - get_batch and gather: picks drawn by a selector (or named), their
  * rows located under the lock, then copied (batch_copy.c) without it.
  */
-#define _POSIX_C_SOURCE 200809L /* clock_gettime for the phase timings */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "buffer_impl.h"
 #include "mem.h"
 #include "select.h"
-
-/* Now in ns, for exr_batch_phases (a benchmark hook: benchmarks/c/). */
-static uint64_t now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
 
 /* One pick resolved into its plan and metadata. L, slab and pick_len are the
  * batch's own copies (plan_batch_locked): the int64 metadata stores may alias
@@ -328,14 +318,15 @@ static size_t extra_draws(size_t count)
 }
 
 /* Per-call scratch: on the stack for small batches (most calls), on the
- * heap beyond. idx, scratch, ents and w have room for EXTRA_MAX more. */
+ * heap beyond. idx, scratch, ents and w have room for EXTRA_MAX more; a
+ * heap w is allocated by the detached draw, the only one that uses it. */
 #define SMALL_BATCH 64
 typedef struct {
     size_t *idx;
     plan_t *plans;
     double *scratch;
     exr_pick *ents; /* the drawn picks' entries (gather_entries_locked) */
-    float *w;       /* a detached draw's weights (or leaves), extras included */
+    float *w;       /* a detached draw's weights (or leaves), extras included; NULL: not yet */
     bool have_ents; /* ents filled by the draw already (draw_detached) */
     bool exact;     /* idx are the table's indices of ents now (note_drawn_locked) */
     exr_wpost post; /* the weights' last step, after the lock (sample_locked) */
@@ -378,8 +369,8 @@ static exr_status scratch_alloc(batch_scratch *s, size_t count)
     s->plans = malloc(p);
     s->scratch = malloc(n * sizeof(double));
     s->ents = malloc(n * sizeof(exr_pick));
-    s->w = malloc(n * sizeof(float));
-    if (!s->idx || !s->plans || !s->scratch || !s->ents || !s->w) {
+    s->w = NULL;
+    if (!s->idx || !s->plans || !s->scratch || !s->ents) {
         scratch_free(s); /* s->idx is not the stack's: each is freed */
         return EXR_ENOMEM;
     }
@@ -429,7 +420,7 @@ static exr_status finish_batch(exr_buffer *b, size_t count, batch_scratch *sc,
                                exr_batch_out *out, exr_batch_phases *ph)
 {
     exr_reader me;
-    uint64_t t0 = ph ? now_ns() : 0;
+    uint64_t t0 = ph ? exr_now_ns() : 0;
     batch_heat heat = batch_heat_locked(b);
     plan_batch_locked(b, count, sc->idx, sc->ents, sc->have_ents, sc->plans, out, heat);
     note_drawn_locked(b, count, sc->idx, sc->ents, sc->exact, out);
@@ -439,7 +430,7 @@ static exr_status finish_batch(exr_buffer *b, size_t count, batch_scratch *sc,
         exr_buffer_unlock(b);
         weights_after_lock(sc, count, out);
     }
-    uint64_t t1 = ph ? now_ns() : 0;
+    uint64_t t1 = ph ? exr_now_ns() : 0;
     copy_batch(b, count, sc->plans, out, heat != WARM && !small_rows(b, count));
     if (hold) {
         exr_buffer_unlock(b);
@@ -449,7 +440,7 @@ static exr_status finish_batch(exr_buffer *b, size_t count, batch_scratch *sc,
     }
     scratch_free(sc);
     if (ph) {
-        uint64_t t2 = now_ns();
+        uint64_t t2 = exr_now_ns();
         ph->plan_ns = t1 - t0;
         ph->copy_ns = t2 - t1;
     }
@@ -622,6 +613,11 @@ static int draw_detached(exr_buffer *b, int64_t h, sel_entry *e, size_t count,
                          batch_scratch *sc, exr_batch_out *out, exr_status *st)
 {
     exr_selector *s = e->sel;
+    /* count + EXTRA_MAX fits: scratch_alloc checked it */
+    if (!sc->w && !(sc->w = malloc((count + EXTRA_MAX) * sizeof *sc->w))) {
+        *st = EXR_ENOMEM;
+        return 1;
+    }
     exr_sel_take(s);
     if (!exr_sel_start_detached(s, b->picks.n, b->picks.v)) {
         pthread_mutex_unlock(&s->mu); /* no memory to keep its picks: under the lock */
@@ -664,7 +660,7 @@ exr_status exr_buffer_get_batch_phases(exr_buffer *b, int64_t h, size_t count,
 {
     if (!out_ok(b, out))
         return EXR_EINVAL;
-    uint64_t t0 = ph ? now_ns() : 0;
+    uint64_t t0 = ph ? exr_now_ns() : 0;
     batch_scratch sc;
     exr_status st = scratch_alloc(&sc, count);
     if (st != EXR_OK)
@@ -690,7 +686,7 @@ exr_status exr_buffer_get_batch_phases(exr_buffer *b, int64_t h, size_t count,
         return st;
     }
     if (ph)
-        ph->draw_ns = now_ns() - t0;
+        ph->draw_ns = exr_now_ns() - t0;
     return finish_batch(b, count, &sc, out, ph);
 }
 

@@ -51,4 +51,8 @@ static inline int exr_add_size(size_t a, size_t b, size_t *out)
  * has exited. */
 uint64_t exr_thread_id(void);
 
+/* CLOCK_MONOTONIC in nanoseconds (buffer.c): the spins' deadlines, the
+ * batch phases' timings, the cross-core probe. */
+uint64_t exr_now_ns(void);
+
 #endif
