@@ -1141,13 +1141,13 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
                       "leave the learner), and beside 4 threads that wake, on a fixed schedule, as often as that "
                       "round's writers on the learner's buffer called, and make no call (*idle wakers*: what "
                       "taking the GIL back at each wake-up, at that rate, alone leaves it).")
-        if all("crosscore_ns" in w for w in writers_learner):
+        wxc = all("crosscore_ns" in w for w in writers_learner)
+        if wxc:
             L[-1] += " The last column is the machine's cross-core round trip, as in the table above."
         L.append("")
         head = ["workload", "learner alone", "learner with writers", "ratio", "writers' records/s"]
         if refs:
             head += ["writers apart: ratio (records/s)", "idle wakers: ratio (wakes/s; writers' calls/s)"]
-        wxc = all("crosscore_ns" in w for w in writers_learner)
         if wxc:
             head += ["cross-core round trip"]
         L.append(table(head, [

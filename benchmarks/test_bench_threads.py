@@ -178,6 +178,13 @@ def _counts(rec, samp, T):
     return max(1, int(T / _per_call(rec, T))), max(1, int(T / _per_call(samp, T)))
 
 
+def _crosscore(xc):
+    """The rounds' cross-core round trips (harness.crosscore_ns) as the
+    results record them, and as the printed line says them."""
+    fields = dict(crosscore_ns=float(np.median(xc)), crosscore_ns_range=[float(min(xc)), float(max(xc))])
+    return fields, f"cross-core round trip {fields['crosscore_ns']:.0f} ns ({min(xc):.0f}-{max(xc):.0f})"
+
+
 def _round(rec, n_rec, samp, n_samp):
     """One sequential run (all records, then all samples) and one concurrent
     run (both threads started together): (sequential, its record part, its
@@ -217,7 +224,8 @@ def test_threads(workload):
         par.append(p)
 
     m_seq, m_par = float(np.median(seq)), float(np.median(par))
-    desc = dict(desc, crosscore_ns=float(np.median(xc)), crosscore_ns_range=[float(min(xc)), float(max(xc))])
+    xc_fields, xc_txt = _crosscore(xc)
+    desc = dict(desc, **xc_fields)
     if paired:
         desc = dict(desc, control_speedup=float(np.median(ctl)))
     ops = n_rec + n_samp
@@ -230,8 +238,7 @@ def test_threads(workload):
     ctl_txt = f", control in the same rounds {desc['control_speedup']:.2f}x" if paired else ""
     print(f"\nthreads {workload}: sequential {m_seq * 1e3:.1f} ms (record part {np.median(seq_rec) * 1e3:.0f}, "
           f"sample part {np.median(seq_samp) * 1e3:.0f}), concurrent {m_par * 1e3:.1f} ms, "
-          f"speedup {m_seq / m_par:.2f}x ({n_rec} record calls + {n_samp} sample calls){ctl_txt}; "
-          f"cross-core round trip {desc['crosscore_ns']:.0f} ns ({min(xc):.0f}-{max(xc):.0f})")
+          f"speedup {m_seq / m_par:.2f}x ({n_rec} record calls + {n_samp} sample calls){ctl_txt}; {xc_txt}")
     assert buf is None or len(buf) > 0
 
 
@@ -325,6 +332,7 @@ def test_writers_and_learner(shape):
         wakers.append(r)
         wakes.append(wake_s)
     m_alone, m_tog = float(np.median(alone)), float(np.median(together))
+    xc_fields, xc_txt = _crosscore(xc)
     m_apart, m_wakers = float(np.median(apart)), float(np.median(wakers))
     harness.add_custom(
         "writers_learner", workload=shape, writers=WRITERS, writer_duty=WRITER_DUTY,
@@ -333,13 +341,11 @@ def test_writers_and_learner(shape):
         learner_writers_apart_per_s=m_apart, ratio_apart=m_apart / m_alone,
         records_per_s_apart=float(np.median(records_apart)), learner_wakers_per_s=m_wakers,
         ratio_wakers=m_wakers / m_alone, wakes_per_s=float(np.median(wakes)),
-        phase_s=D, rounds=len(alone), crosscore_ns=float(np.median(xc)),
-        crosscore_ns_range=[float(min(xc)), float(max(xc))], **desc,
+        phase_s=D, rounds=len(alone), **xc_fields, **desc,
     )
     print(f"\n4 writers + 1 learner {shape}: learner alone {m_alone:.0f}/s, with writers {m_tog:.0f}/s "
           f"({m_tog / m_alone:.2f}x), writers {np.median(records):.0f} records/s; writers on a second buffer: "
           f"learner {m_apart:.0f}/s ({m_apart / m_alone:.2f}x), writers {np.median(records_apart):.0f} records/s; "
           f"4 idle wakers: learner {m_wakers:.0f}/s ({m_wakers / m_alone:.2f}x), {np.median(wakes):.0f} wakes/s "
-          f"(writers' calls/s {np.median(records) / EP:.0f}); cross-core round trip {np.median(xc):.0f} ns "
-          f"({min(xc):.0f}-{max(xc):.0f})")
+          f"(writers' calls/s {np.median(records) / EP:.0f}); {xc_txt}")
     assert len(buf) > 0
