@@ -64,15 +64,19 @@ typedef struct {
 } exr_steps;
 
 /* What a draw knew of its picks' places (exr_batch_out.drawn): the picks
- * (v[count + i], v[2 * count + i]), as (episode handle, position), were at
- * table indices v[i] when the buffer numbered serial had moved or removed
- * table entries `moves` times. While that count stays, they are still
- * there, so set_priority can go to them without looking (its hint_gen).
- * serial 0: the indices were hints only (a draw made across another
- * thread's changes, design.md). */
+ * (v[2 * count + i], v[3 * count + i]), as (episode handle, position),
+ * were at table indices v[i], their episodes in slots v[count + i], at a
+ * moment when the buffer numbered serial had moved or removed table
+ * entries `moves` times or more (a draw made across another thread's
+ * changes knows its indices from a moment after the count it noted). While
+ * the count stays, they are still there, so set_priority can go to them
+ * without looking (its hint_gen); after a few more moves, to each one
+ * whose episode is still in its slot and whose index is below every size
+ * the table had after them (design.md, "A draw's notes"). serial 0:
+ * nothing noted. */
 typedef struct {
     uint64_t serial, moves, count;
-    int64_t v[]; /* 3 * count: indices, handles, positions */
+    int64_t v[]; /* 4 * count: indices, slots, handles, positions */
 } exr_drawn;
 
 /* Where get_batch writes: arrays of count * pick_len rows (state, action,
@@ -219,10 +223,13 @@ exr_status exr_buffer_set_priority_locked(exr_buffer *b, int64_t h, size_t count
  * table index as a batch gave it (exr_batch_out.pick_index): used where it
  * still names the pick, skipping the handle lookup; where it no longer
  * does (the pick moved or left since), the pick is looked up as above.
- * hint_gen (NULL: none) is the exr_drawn the hints came from, with
- * epi/pos its very picks: while this buffer is the one numbered
- * hint_gen->serial and has moved or removed no table entry since, each
- * hint is its pick's index, taken without being checked. */
+ * hint_gen (NULL: none) is the exr_drawn the hints came from (hint its
+ * indices, count of them), with epi/pos its very picks: while this buffer
+ * is the one numbered hint_gen->serial and has moved or removed no table
+ * entry since, each hint is its pick's index, taken without being checked;
+ * after at most EXR_LOWS moves, a hint is taken without reading the table
+ * where its pick's episode still holds the noted slot and the hint is
+ * below the table's sizes after those moves. */
 exr_status exr_buffer_set_priority(exr_buffer *b, int64_t h, size_t count, const int64_t *epi,
                                    const int64_t *pos, const int64_t *hint,
                                    const exr_drawn *hint_gen, const double *prio,

@@ -220,11 +220,15 @@ static void plan_batch_locked(exr_buffer *b, size_t count, const size_t *idx, ex
 /* What the draw knew of its picks' places, into out->drawn (if wanted,
  * and if some selector has priorities to update: else the notes, which
  * only set_priority reads, are left as they were, still true of the draw
- * that wrote them): exact when idx[i] is the table's index of entry ent[i]
+ * that wrote them). exact when idx[i] is the table's index of entry ent[i]
  * now, under this hold (a draw under the lock, or a detached one that no
- * hold came between: draw_detached). */
+ * hold came between: draw_detached); else it was at a moment after the
+ * buffer's count of moves was moves0 (a detached draw's picks still there
+ * keep the indices the selector had then, with the holds up to its draw
+ * applied), which is noted instead. */
 static void note_drawn_locked(const exr_buffer *b, size_t count, const size_t *idx,
-                              const exr_pick *ent, bool exact, exr_batch_out *out)
+                              const exr_pick *ent, bool exact, uint64_t moves0,
+                              exr_batch_out *out)
 {
     EXR_ASSERT_LOCKED(b);
     exr_drawn *d = out->drawn;
@@ -234,12 +238,13 @@ static void note_drawn_locked(const exr_buffer *b, size_t count, const size_t *i
     if (!any)
         return;
     const exr_episode *slab = b->eps.slab;
-    d->serial = exact ? b->serial : 0;
-    d->moves = b->moves;
+    d->serial = b->serial;
+    d->moves = exact ? b->moves : moves0;
     d->count = count;
-    int64_t *di = d->v, *de = d->v + count, *dp = d->v + 2 * count;
+    int64_t *di = d->v, *ds = d->v + count, *de = d->v + 2 * count, *dp = d->v + 3 * count;
     for (size_t i = 0; i < count; i++) {
         di[i] = (int64_t)idx[i];
+        ds[i] = ent[i].slot;
         de[i] = slab[ent[i].slot].handle; /* the plan's line */
         dp[i] = ent[i].pos;
     }
@@ -329,6 +334,7 @@ typedef struct {
     float *w;       /* a detached draw's weights (or leaves), extras included; NULL: not yet */
     bool have_ents; /* ents filled by the draw already (draw_detached) */
     bool exact;     /* idx are the table's indices of ents now (note_drawn_locked) */
+    uint64_t moves0; /* else they were after this count of moves */
     exr_wpost post; /* the weights' last step, after the lock (sample_locked) */
     size_t small_idx[SMALL_BATCH + EXTRA_MAX];
     plan_t small_plans[SMALL_BATCH];
@@ -353,6 +359,7 @@ static exr_status scratch_alloc(batch_scratch *s, size_t count)
     s->post.fn = NULL;
     s->have_ents = false;
     s->exact = true;
+    s->moves0 = 0;
     if (count <= SMALL_BATCH) {
         s->idx = s->small_idx;
         s->plans = s->small_plans;
@@ -423,7 +430,7 @@ static exr_status finish_batch(exr_buffer *b, size_t count, batch_scratch *sc,
     uint64_t t0 = ph ? exr_now_ns() : 0;
     batch_heat heat = batch_heat_locked(b);
     plan_batch_locked(b, count, sc->idx, sc->ents, sc->have_ents, sc->plans, out, heat);
-    note_drawn_locked(b, count, sc->idx, sc->ents, sc->exact, out);
+    note_drawn_locked(b, count, sc->idx, sc->ents, sc->exact, sc->moves0, out);
     bool hold = copy_under_hold(b, count);
     if (!hold) {
         pin_locked(b, &me);
@@ -624,6 +631,7 @@ static int draw_detached(exr_buffer *b, int64_t h, sel_entry *e, size_t count,
         return draw_locked(b, e, count, sc, out, false, st);
     }
     uint64_t r0 = b->eps.seq;
+    sc->moves0 = b->moves; /* the selector, drawn below, is at or past it */
     bool any = b->picks.n != 0;
     /* a hold came since the last draw (exr_sel_detach): a writer is at work */
     size_t extra = extra_draws(count);

@@ -28,6 +28,11 @@ typedef struct {
 #define EXR_SPARE_SEGS 32
 #define EXR_SPARE_BYTES ((size_t)16 << 20)
 
+/* The table sizes kept after the last moves (exr_buffer.low): 128 moves
+ * cover, for example, 64 record calls that each evict an episode of 100
+ * picks (two moves: a move removes at most 64). */
+#define EXR_LOWS 128
+
 /* A segment replaced while a copy may still read it (buffer_graveyard.c). */
 typedef struct exr_dead {
     struct exr_dead *next;
@@ -113,6 +118,11 @@ struct exr_buffer {
     /* how many times table entries have been moved or removed (exr_drawn):
      * written under the exclusive lock, read under the shared one */
     uint64_t moves;
+    /* the table's size after each of the last EXR_LOWS of them, at
+     * low[moves % EXR_LOWS] (remove_chunk): an index below the smallest
+     * since a draw has not been moved since, only emptied when its pick
+     * left with its episode (buffer_priority.c, resolve_since). Same lock */
+    uint64_t low[EXR_LOWS];
     int64_t next_handle, next_sel_handle;
     uint64_t n_records;
     uint32_t hand;
@@ -226,6 +236,9 @@ extern void (*exr_debug_detached)(exr_buffer *b, int phase);
 /* Tests only: drawn picks found gone and replaced by an extra draw
  * (buffer_batch.c, check_drawn_locked). */
 extern _Atomic uint64_t exr_debug_extras_used;
+/* Tests only: picks that set_priority took at a draw's noted index after
+ * moves, without reading the table (buffer_priority.c, resolve_since). */
+extern _Atomic uint64_t exr_debug_since_kept;
 #endif
 uint32_t *pick_aux_locked(const exr_buffer *b, int64_t epi, int64_t pos);
 size_t pick_index_locked(const exr_buffer *b, int64_t epi, int64_t pos);

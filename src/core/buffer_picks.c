@@ -131,6 +131,7 @@ static void remove_chunk(exr_buffer *b, const exr_episode *e, uint64_t p0, size_
         b->picks.n--;
         gone[k] = i;
     }
+    b->low[b->moves % EXR_LOWS] = b->picks.n; /* every last moved was at or past it */
     for (size_t s = 0; s < b->nsels; s++) {
         exr_selector *sel = b->sels[s].sel;
         if (sel->vt->remove_many)

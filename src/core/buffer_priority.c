@@ -135,24 +135,81 @@ static size_t resolve_hinted(const exr_buffer *b, size_t count, const int64_t *e
     return done;
 }
 
+/* The smallest size the table had after the moves since the count
+ * `moves` (exr_buffer.low), and has now: no entry below it was moved
+ * since, only overwritten when its pick was removed. 0 when those moves
+ * are more than the ring keeps (or the count is not one this buffer has
+ * reached). */
+static size_t low_since_locked(const exr_buffer *b, uint64_t moves)
+{
+    if (moves > b->moves || b->moves - moves > EXR_LOWS)
+        return 0;
+    uint64_t low = b->picks.n;
+    for (uint64_t m = moves + 1; m <= b->moves; m++)
+        low = b->low[m % EXR_LOWS] < low ? b->low[m % EXR_LOWS] : low;
+    return (size_t)low;
+}
+
+#ifdef EXR_DEBUG_LOCKS
+_Atomic uint64_t exr_debug_since_kept;
+#define SINCE_KEPT() exr_debug_since_kept++
+#else
+#define SINCE_KEPT() ((void)0)
+#endif
+
+/* Notes of a draw with moves since (the buffer's count past d->moves):
+ * pick i is still at hint[i] when that is below `low` (no swap moved it)
+ * and its episode, whose picks leave only with it, still holds the slot
+ * it was drawn from (handles are never reused), which the draw's plan
+ * read: the table is not read. Any other pick is checked as a hint. */
+static size_t resolve_since(const exr_buffer *b, const exr_drawn *d, size_t low, size_t count,
+                            const int64_t *epi, const int64_t *pos, const int64_t *hint,
+                            const double *prio, size_t prio_stride, bool pre, prio_scratch *s)
+{
+    enum { PF = 8 };
+    size_t done = 0, hwm = b->eps.hwm;
+    const int64_t *slot = d->v + count;
+    const exr_episode *slab = b->eps.slab;
+    for (size_t i = 0; i < count; i++) {
+        if (i + PF < count && (uint64_t)slot[i + PF] < hwm)
+            __builtin_prefetch(&slab[slot[i + PF]]);
+        size_t j;
+        if ((uint64_t)hint[i] < low && (uint64_t)slot[i] < hwm && slab[slot[i]].handle == epi[i]) {
+            j = (size_t)hint[i];
+            SINCE_KEPT();
+        } else {
+            j = hint_holds(b, hint[i], epi[i], pos[i]) ? (size_t)hint[i]
+                                                       : pick_index_locked(b, epi[i], pos[i]);
+        }
+        done = keep_pick(s, done, i, j, prio, prio_stride, pre);
+    }
+    return done;
+}
+
 /* The table indices of the picks (epi[i], pos[i]) that exist, into
  * s->idx, with their priorities into s->kept (and, when pre, their
  * precomputed s->stored[i] moved to s->stored[done]); returns how many.
- * With hints: taken as they are when trusted (resolve_trusted), else
- * checked (resolve_hinted). Without: each pick's aux entry is found
- * through the map in passes over the whole batch (pick_aux_many_locked;
- * aux[i] NULL: no such pick), then read. */
+ * With hints from a draw's notes (gen) of this buffer: taken as they are
+ * when no entry has moved since (resolve_trusted), else after at most
+ * EXR_LOWS moves by what the notes and the table's sizes say
+ * (resolve_since). Other hints are checked (resolve_hinted). Without:
+ * each pick's aux entry is found through the map in passes over the whole
+ * batch (pick_aux_many_locked; aux[i] NULL: no such pick), then read. */
 static size_t resolve_picks_locked(const exr_buffer *b, size_t count, const int64_t *epi,
-                                   const int64_t *pos, const int64_t *hint, bool trusted,
+                                   const int64_t *pos, const int64_t *hint, const exr_drawn *gen,
                                    const double *prio, size_t prio_stride, bool pre,
                                    prio_scratch *s)
 {
     EXR_ASSERT_LOCKED(b);
-    if (hint && trusted) {
+    bool noted = hint && gen && gen->serial == b->serial && gen->count == count;
+    if (noted && gen->moves == b->moves) {
         size_t done = resolve_trusted(b, count, hint, prio, prio_stride, s);
         if (done != SIZE_MAX)
             return done;
     }
+    size_t low = noted ? low_since_locked(b, gen->moves) : 0;
+    if (low)
+        return resolve_since(b, gen, low, count, epi, pos, hint, prio, prio_stride, pre, s);
     if (hint)
         return resolve_hinted(b, count, epi, pos, hint, prio, prio_stride, pre, s);
     uint32_t **aux = s->aux;
@@ -269,8 +326,7 @@ static exr_status set_priority_impl(exr_buffer *b, int64_t h, size_t count, cons
         return EXR_EINVAL;
     size_t done = 0;
     if (e->sel->vt->prioritized && count) {
-        bool trusted = hint_gen && hint_gen->serial == b->serial && hint_gen->moves == b->moves;
-        done = resolve_picks_locked(b, count, epi, pos, hint, trusted, prio, prio_stride,
+        done = resolve_picks_locked(b, count, epi, pos, hint, hint_gen, prio, prio_stride,
                                     !isnan(a), s);
         *let_go = update_locked(b, e, done, a, s, want);
     }

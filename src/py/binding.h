@@ -244,12 +244,18 @@ void exr_block_set_drawn(PyObject *block, size_t at, npy_intp cap);
 PyObject *exr_block_claim_drawn(exr_modstate *st, PyObject *epi, npy_intp n, exr_drawn **d);
 void exr_block_release_drawn(PyObject *block);
 /* 1 when epi and pos (n each) hold exactly the picks that the last draw
- * into epi's block noted, and that draw knew their places: their table
- * indices into idx (n) and the notes' generation into gen. 0 otherwise
- * (no block, no notes, a get_batch filling it, other picks). Counted in
- * exr_drawn_given. */
+ * into epi's block noted: the notes' header, the picks' table indices and
+ * their slots (gen->v[0, 2n)) copied into gen, which has room for them
+ * (exr_drawn_hints). 0 otherwise (no block, no notes, a get_batch filling
+ * it, other picks). Counted in exr_drawn_given. */
 int exr_block_drawn_hints(exr_modstate *st, PyArrayObject *epi, PyArrayObject *pos, npy_intp n,
-                          int64_t *idx, exr_drawn *gen);
+                          exr_drawn *gen);
+/* Room for what exr_block_drawn_hints copies of a batch of at most
+ * EXR_DRAWN_MAX picks (a union: an exr_drawn has a flexible array). */
+typedef union {
+    exr_drawn d;
+    int64_t room[3 + 2 * EXR_DRAWN_MAX];
+} exr_drawn_hints;
 /* A C-contiguous array `at` bytes into block, of descr d (borrowed) and
  * shape dims, with the block as its base (its reference taken). */
 PyObject *exr_block_array(PyObject *block, size_t at, PyArray_Descr *d, int nd, const npy_intp *dims);

@@ -118,7 +118,7 @@ size_t exr_block_drawn_bytes(npy_intp n)
 {
     if (n > EXR_DRAWN_MAX)
         return 0;
-    return round_line(sizeof(exr_drawn) + 3 * (size_t)n * sizeof(int64_t));
+    return round_line(sizeof(exr_drawn) + 4 * (size_t)n * sizeof(int64_t));
 }
 
 void exr_block_set_drawn(PyObject *block, size_t at, npy_intp cap)
@@ -157,21 +157,18 @@ void exr_block_release_drawn(PyObject *block)
 }
 
 int exr_block_drawn_hints(exr_modstate *st, PyArrayObject *epi, PyArrayObject *pos, npy_intp n,
-                          int64_t *idx, exr_drawn *gen)
+                          exr_drawn *gen)
 {
     const BlockObject *b = block_of(st, (PyObject *)epi);
-    if (!b || !b->drawn || b->filling)
+    if (!b || !b->drawn || b->filling || n > EXR_DRAWN_MAX)
         return 0;
     const exr_drawn *d = b->drawn;
     size_t bytes = (size_t)n * sizeof(int64_t);
     if (!d->serial || d->count != (uint64_t)n ||
-        memcmp(PyArray_DATA(epi), d->v + n, bytes) != 0 ||
-        memcmp(PyArray_DATA(pos), d->v + 2 * n, bytes) != 0)
+        memcmp(PyArray_DATA(epi), d->v + 2 * n, bytes) != 0 ||
+        memcmp(PyArray_DATA(pos), d->v + 3 * n, bytes) != 0)
         return 0;
-    memcpy(idx, d->v, bytes);
-    gen->serial = d->serial;
-    gen->moves = d->moves;
-    gen->count = d->count;
+    memcpy(gen, d, sizeof *d + 2 * bytes); /* the header, the indices, the slots */
     exr_drawn_given++;
     return 1;
 }

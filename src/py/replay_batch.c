@@ -243,17 +243,16 @@ PyObject *replay_set_priority(ReplayObject *self, PyObject *const *args, Py_ssiz
          * indices the batch's draw noted, when given its picks; else the
          * batch's pick_index, or the handle form's batch's own when given
          * its own arrays */
-        int64_t noted[EXR_DRAWN_MAX];
-        exr_drawn gen;
+        exr_drawn_hints noted;
         bool exact = (!x || from_batch) && n <= EXR_DRAWN_MAX &&
-                     exr_block_drawn_hints(mstate(self), e, p, n, noted, &gen);
-        const int64_t *hint = exact ? noted
+                     exr_block_drawn_hints(mstate(self), e, p, n, &noted.d);
+        const int64_t *hint = exact ? noted.d.v
                               : x   ? PyArray_DATA(x)
                                     : exr_block_pick_hints(mstate(self), e, p, n);
         const double *pv = PyArray_DATA(pr);
         EXR_NOGIL_BEGIN
         st = exr_buffer_set_priority(self->buf, h, (size_t)n, PyArray_DATA(e), PyArray_DATA(p),
-                                     hint, exact ? &gen : NULL, pv, stride, &applied);
+                                     hint, exact ? &noted.d : NULL, pv, stride, &applied);
         EXR_NOGIL_END
     }
     Py_DECREF(e);

@@ -1082,24 +1082,31 @@ static void test_lock_assertion(void)
 
 /* Records 20 ended steps of tag into a new episode, every step with
  * priority prio. */
-static int64_t record_prio_episode(exr_buffer *b, int tag, double prio)
+static int64_t record_prio_steps(exr_buffer *b, int tag, double prio, size_t T)
 {
-    float st[20][2];
-    int64_t ac[20];
-    float rw[20] = {0};
-    double pr[20];
-    for (int t = 0; t < 20; t++) {
+    float st[40][2];
+    int64_t ac[40];
+    float rw[40] = {0};
+    double pr[40];
+    if (T > 40)
+        return -100;
+    for (int t = 0; t < (int)T; t++) {
         st[t][0] = (float)tag;
         st[t][1] = (float)t;
         ac[t] = tag * 1000 + t;
         pr[t] = prio;
     }
-    exr_steps in = {st, ac, rw, pr, 20, NULL, true, true, NULL, 0};
+    exr_steps in = {st, ac, rw, pr, T, NULL, true, true, NULL, 0};
     int64_t h = -1;
     exr_buffer_lock(b);
     exr_status s = exr_buffer_record_locked(b, -1, &in, &h);
     exr_buffer_unlock(b);
     return s == EXR_OK ? h : -100;
+}
+
+static int64_t record_prio_episode(exr_buffer *b, int tag, double prio)
+{
+    return record_prio_steps(b, tag, prio, 20);
 }
 
 /* n episodes of priority prio, tagged tag0, tag0 + 1, ...; with check,
@@ -1205,6 +1212,19 @@ static int same_as_twin(exr_buffer *b, int64_t sel, exr_buffer *twin, int64_t ts
            n[0] == n[1];
 }
 
+/* Whether the draw's notes are batch o's count picks and indices. */
+static int drawn_is_batch(const exr_batch_out *o, size_t count)
+{
+    const exr_drawn *d = o->drawn;
+    if (d->count != count)
+        return 0;
+    for (size_t i = 0; i < count; i++)
+        if (d->v[i] != o->pick_index[i] || d->v[2 * count + i] != o->pick_epi[i] ||
+            d->v[3 * count + i] != o->pick_pos[i])
+            return 0;
+    return 1;
+}
+
 static void detached_draw_at(int phase)
 {
     /* Another thread records (so that this one's draw lets go of the
@@ -1220,22 +1240,26 @@ static void detached_draw_at(int phase)
     enum { B = 64 };
     int64_t epi[B], pos[B], len[B], lnx[B], acs[B], idx[B];
     float sts[B][2], nx[B][2], rws[B], w[B];
-    int64_t room[3 + 3 * B];
+    int64_t room[3 + 4 * B];
     exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, idx, NULL, 0, (exr_drawn *)room};
     g_detached_phase = phase;
     exr_debug_detached = holds_meanwhile;
     CHECK_RET(exr_buffer_get_batch(b, sel, B, &o) == EXR_OK);
     CHECK_RET(exr_debug_detached == NULL); /* the draw let go of the lock */
-    /* holds came after the draw: its indices are hints, not known places */
-    CHECK_RET(o.drawn->serial == 0 && o.drawn->count == B);
+    /* holds came after the draw: its notes keep the count of moves before
+     * them (the selector's indices are from a moment after it) */
+    CHECK_RET(o.drawn->serial != 0 && drawn_is_batch(&o, B));
     for (int i = 0; i < B; i++) {
         CHECK_RET(epi[i] == 9); /* the one episode left of the first ten */
         CHECK_RET(sts[i][0] == 9.0f && sts[i][1] == (float)pos[i] && w[i] == 1.0f);
     }
-    /* the indices are hints: set_priority reaches every pick with them */
+    /* set_priority reaches every pick, as hints and by the notes */
     double np = 2.0;
     size_t applied = 0;
     CHECK_RET(exr_buffer_set_priority(b, sel, B, epi, pos, idx, NULL, &np, 0, &applied) == EXR_OK);
+    CHECK_RET(applied == B);
+    CHECK_RET(exr_buffer_set_priority(b, sel, B, epi, pos, o.drawn->v, o.drawn, &np, 0,
+                                      &applied) == EXR_OK);
     CHECK_RET(applied == B);
     CHECK_RET(check_ok(b)); /* the selector's picks are the table's */
     /* the notes, applied later, left every leaf and the sums as changes in
@@ -1297,19 +1321,6 @@ static void detached_update(void)
     exr_buffer_free(twin);
 }
 
-/* Whether the draw's notes are batch o's count picks and indices. */
-static int drawn_is_batch(const exr_batch_out *o, size_t count)
-{
-    const exr_drawn *d = o->drawn;
-    if (d->count != count)
-        return 0;
-    for (size_t i = 0; i < count; i++)
-        if (d->v[i] != o->pick_index[i] || d->v[count + i] != o->pick_epi[i] ||
-            d->v[2 * count + i] != o->pick_pos[i])
-            return 0;
-    return 1;
-}
-
 /* What a draw notes of its picks (exr_drawn) and set_priority given them:
  * exact after a draw under the lock (serial set); the noted indices taken
  * as they are while nothing has moved, checked once something has (nine
@@ -1323,7 +1334,7 @@ static void test_drawn_notes(void)
     CHECK_RET(b && twin);
     CHECK_RET(record_ten(b) == NULL && record_ten(twin) == NULL);
     enum { B = 64 };
-    int64_t epi[B], pos[B], len[B], lnx[B], acs[B], idx[B], room[3 + 3 * B], troom[3 + 3 * B];
+    int64_t epi[B], pos[B], len[B], lnx[B], acs[B], idx[B], room[3 + 4 * B], troom[3 + 4 * B];
     float sts[B][2], nx[B][2], rws[B], w[B];
     exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, idx, NULL, 0, (exr_drawn *)room};
     CHECK_RET(exr_buffer_get_batch(b, sel, B, &o) == EXR_OK);
@@ -1334,9 +1345,9 @@ static void test_drawn_notes(void)
     for (int round = 0; round < 2; round++) {
         for (int i = 0; i < B; i++)
             p[i] = 2.0 + i + 100.0 * round;
-        CHECK_RET(exr_buffer_set_priority(b, sel, B, d->v + B, d->v + 2 * B, d->v, d, p, 1,
+        CHECK_RET(exr_buffer_set_priority(b, sel, B, d->v + 2 * B, d->v + 3 * B, d->v, d, p, 1,
                                           &applied) == EXR_OK);
-        CHECK_RET(exr_buffer_set_priority(twin, tsel, B, d->v + B, d->v + 2 * B, NULL, NULL, p, 1,
+        CHECK_RET(exr_buffer_set_priority(twin, tsel, B, d->v + 2 * B, d->v + 3 * B, NULL, NULL, p, 1,
                                           &tapplied) == EXR_OK);
         CHECK_RET(applied == tapplied && (round == 1 || applied == B));
         CHECK_RET(same_as_twin(b, sel, twin, tsel));
@@ -1356,13 +1367,133 @@ static void test_drawn_notes(void)
         od->v[i] = d->v[(i + 1) % B] != d->v[i] ? d->v[(i + 1) % B] : d->v[i] ^ 1;
     for (int i = 0; i < B; i++)
         p[i] = 7.0 + i;
-    CHECK_RET(exr_buffer_set_priority(b, sel, B, od->v + B, od->v + 2 * B, od->v, od, p, 1,
+    CHECK_RET(exr_buffer_set_priority(b, sel, B, od->v + 2 * B, od->v + 3 * B, od->v, od, p, 1,
                                       &applied) == EXR_OK);
-    CHECK_RET(exr_buffer_set_priority(twin, tsel, B, od->v + B, od->v + 2 * B, NULL, NULL, p, 1,
+    CHECK_RET(exr_buffer_set_priority(twin, tsel, B, od->v + 2 * B, od->v + 3 * B, NULL, NULL, p, 1,
                                       &tapplied) == EXR_OK);
     CHECK_RET(applied == tapplied && applied == B && same_as_twin(b, sel, twin, tsel));
     exr_buffer_free(b);
     exr_buffer_free(twin);
+}
+
+/* Whether b's selector sel and twin's tsel hold the same stored priority
+ * (NaN for none) for each of positions 0..39 of episodes 0..ne-1, and the
+ * same total, smallest leaf and number of picks. */
+static int same_picks_as_twin(exr_buffer *b, int64_t sel, exr_buffer *twin, int64_t tsel, int ne)
+{
+    enum { P = 40, MAXE = 200 };
+    static int64_t ae[MAXE * P], ap[MAXE * P];
+    static double got[2][MAXE * P];
+    if (ne > MAXE)
+        return 0;
+    for (int k = 0; k < ne * P; k++) {
+        ae[k] = k / P;
+        ap[k] = k % P;
+    }
+    double tot[2], mn[2];
+    uint64_t n[2];
+    exr_buffer *bs[2] = {b, twin};
+    int64_t ss[2] = {sel, tsel};
+    for (int k = 0; k < 2; k++) {
+        exr_buffer_lock(bs[k]);
+        exr_status s1 =
+            exr_buffer_stored_priority_locked(bs[k], ss[k], (size_t)(ne * P), ae, ap, got[k]);
+        exr_status s2 = exr_buffer_priority_stats_locked(bs[k], ss[k], &tot[k], &mn[k], &n[k]);
+        exr_buffer_unlock(bs[k]);
+        if (s1 != EXR_OK || s2 != EXR_OK)
+            return 0;
+    }
+    return memcmp(got[0], got[1], (size_t)(ne * P) * sizeof(double)) == 0 && tot[0] == tot[1] &&
+           mn[0] == mn[1] && n[0] == n[1];
+}
+
+/* For test_drawn_notes_since, on b and its twin alike: episode 0 removed
+ * (its 20 picks' holes take the table's last 20: episode 9's), a 30-step
+ * episode recorded, then `churn` one-step episodes each recorded and
+ * removed (a move apiece, after which the table is back at its size). */
+static int moves_after_draw(exr_buffer *b, int churn)
+{
+    exr_buffer_lock(b);
+    exr_status st = exr_buffer_remove_episode_locked(b, 0);
+    exr_buffer_unlock(b);
+    if (st != EXR_OK || record_prio_steps(b, 10, 3.0, 30) != 10)
+        return 0;
+    for (int k = 0; k < churn; k++) {
+        int64_t h = record_prio_steps(b, 11 + k, 5.0, 1);
+        exr_buffer_lock(b);
+        st = h < 0 ? EXR_EINVAL : exr_buffer_remove_episode_locked(b, h);
+        exr_buffer_unlock(b);
+        if (st != EXR_OK)
+            return 0;
+    }
+    return 1;
+}
+
+/* A draw's notes after moves (buffer_priority.c, resolve_since). A batch
+ * drawn under the lock from episodes 0, 5 and 9 (the rest at priority 0)
+ * is updated through its notes after moves_after_draw: episode 0's picks
+ * are gone; episode 5's are where they were, below every size the table
+ * had since, and are taken at their noted indices without reading the
+ * table; episode 9's moved into episode 0's place and their old indices
+ * now hold the 30-step episode's picks, so they must be looked up. With 10
+ * one-step churns the moves are within what the buffer keeps of its
+ * sizes; with 150 they are not (only the newest 128 sizes are kept, all of
+ * them past the old indices), and every pick is checked as a hint. Each
+ * compared with a twin updated by handle. */
+static void drawn_notes_since(int churn)
+{
+    int64_t sel, tsel;
+    exr_buffer *bs[2] = {make_buffer(1, false, 400, EXR_EVICT_FIFO),
+                         make_buffer(1, false, 400, EXR_EVICT_FIFO)};
+    int64_t *ss[2] = {&sel, &tsel};
+    double params[2] = {1.0, 1.0}, zero = 0.0;
+    int64_t ze[140], zp[140];
+    for (int k = 0; k < 140; k++) {
+        ze[k] = k < 80 ? 1 + k / 20 : 6 + (k - 80) / 20; /* episodes 1-4, 6-8 */
+        zp[k] = k % 20;
+    }
+    size_t applied = 0, tapplied = 0;
+    for (int k = 0; k < 2; k++) {
+        CHECK_RET(bs[k]);
+        exr_buffer_lock(bs[k]);
+        CHECK_RET(exr_buffer_add_selector_locked(bs[k], 1, params, ss[k]) == EXR_OK);
+        exr_buffer_unlock(bs[k]);
+        CHECK_RET(record_ten(bs[k]) == NULL);
+        CHECK_RET(exr_buffer_set_priority(bs[k], *ss[k], 140, ze, zp, NULL, NULL, &zero, 0,
+                                          &applied) == EXR_OK && applied == 140);
+    }
+    exr_buffer *b = bs[0], *twin = bs[1];
+    enum { B = 64 };
+    int64_t epi[B], pos[B], len[B], lnx[B], acs[B], idx[B], room[3 + 4 * B];
+    float sts[B][2], nx[B][2], rws[B], w[B];
+    exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, idx, NULL, 0, (exr_drawn *)room};
+    CHECK_RET(exr_buffer_get_batch(b, sel, B, &o) == EXR_OK && drawn_is_batch(&o, B));
+    int seen[10] = {0};
+    for (int i = 0; i < B; i++)
+        seen[epi[i]]++;
+    CHECK_RET(seen[0] && seen[5] && seen[9] && seen[0] + seen[5] + seen[9] == B);
+    CHECK_RET(moves_after_draw(b, churn) && moves_after_draw(twin, churn));
+    double p[B];
+    for (int i = 0; i < B; i++)
+        p[i] = 2.0 + i;
+    uint64_t kept = exr_debug_since_kept;
+    CHECK_RET(exr_buffer_set_priority(b, sel, B, epi, pos, o.drawn->v, o.drawn, p, 1, &applied) ==
+              EXR_OK);
+    CHECK_RET(exr_buffer_set_priority(twin, tsel, B, epi, pos, NULL, NULL, p, 1, &tapplied) ==
+              EXR_OK);
+    CHECK_RET(applied == tapplied && applied == (size_t)(seen[5] + seen[9]));
+    /* within the ring, episode 5's picks went by the notes alone */
+    CHECK_RET(exr_debug_since_kept - kept == (churn <= 100 ? (uint64_t)seen[5] : 0));
+    CHECK_RET(same_picks_as_twin(b, sel, twin, tsel, 11));
+    CHECK_RET(check_ok(b) && check_ok(twin));
+    exr_buffer_free(b);
+    exr_buffer_free(twin);
+}
+
+static void test_drawn_notes_since(void)
+{
+    drawn_notes_since(10);
+    drawn_notes_since(150);
 }
 
 /* For test_extra_draws: a hundred episodes of priority 1 (handles 0-99). */
@@ -1501,6 +1632,7 @@ int main(void)
         {"lock_assertion", test_lock_assertion},
         {"detached_draw", test_detached_draw},
         {"drawn_notes", test_drawn_notes},
+        {"drawn_notes_since", test_drawn_notes_since},
         {"extra_draws", test_extra_draws},
         {"thread_after_writer", test_thread_after_writer},
     };

@@ -229,7 +229,7 @@ typedef struct {
     float rw[BIG_B * PICK_LEN];
     int64_t len[BIG_B], lnx[BIG_B], epi[BIG_B], pos[BIG_B], idx[BIG_B];
     float w[BIG_B];
-    int64_t drawn[3 + 3 * BIG_B]; /* an exr_drawn (bt is malloc'd) */
+    int64_t drawn[3 + 4 * BIG_B]; /* an exr_drawn (bt is malloc'd) */
     exr_batch_out o;
 } batch_t;
 
@@ -249,7 +249,7 @@ static void check_batch(const batch_t *bt, int n)
         return;
     }
     for (int i = 0; i < n; i++)
-        if (d->v[i] != bt->idx[i] || d->v[n + i] != bt->epi[i] || d->v[2 * n + i] != bt->pos[i]) {
+        if (d->v[i] != bt->idx[i] || d->v[2 * n + i] != bt->epi[i] || d->v[3 * n + i] != bt->pos[i]) {
             BAD("batch: pick %d is not what the draw noted", i);
             return;
         }
@@ -373,7 +373,7 @@ static void *updater(void *arg)
         int hinted = (int)(xorshift(&rng) % 3);
         const exr_drawn *d = bt->o.drawn;
         if (hinted == 2)
-            s = exr_buffer_set_priority(g_buf, g_sel_prio, B, d->v + B, d->v + 2 * B, d->v, d, p, 1,
+            s = exr_buffer_set_priority(g_buf, g_sel_prio, B, d->v + 2 * B, d->v + 3 * B, d->v, d, p, 1,
                                         &applied);
         else
             s = exr_buffer_set_priority(g_buf, g_sel_prio, B, bt->epi, bt->pos,
