@@ -9,9 +9,10 @@
  *            steps with priorities (their stored forms prepared before the
  *            call, as the binding does); the buffer is full, so each call
  *            evicts an episode
- *   learner  a prioritized get_batch of 256 (with pick_index), then
- *            exr_buffer_set_priority of the 256 drawn picks with the
- *            batch's indices as hints
+ *   learner  a prioritized get_batch of 256 (with pick_index and the
+ *            draw's notes), then exr_buffer_set_priority of the 256 drawn
+ *            picks with the notes, as the binding's set_priority given
+ *            the batch's own arrays
  *
  * on buffers of 200,000 records, each filled first. Each round measures,
  * for SECONDS each, with threads left to the scheduler:
@@ -143,6 +144,7 @@ typedef struct {
 typedef struct {
     side_buf *s;
     exr_batch_out o;
+    int64_t drawn[3 + 4 * B]; /* an exr_drawn: what the draw noted */
     double prio[B];
     learner_phases ph;
 } learner_state;
@@ -153,8 +155,11 @@ static void learner_step(learner_state *l)
     check(exr_buffer_get_batch_phases(l->s->b, l->s->sel, B, &l->o, &ph), "get_batch");
     double t0 = now_s();
     size_t applied;
-    check(exr_buffer_set_priority(l->s->b, l->s->sel, B, l->o.pick_epi, l->o.pick_pos,
-                                  l->o.pick_index, NULL, l->prio, 1, &applied),
+    /* as the binding's set_priority(ps, b.pick_epi, b.pick_pos, p): the
+     * batch's picks with the indices and slots its draw noted */
+    const exr_drawn *d = l->o.drawn;
+    check(exr_buffer_set_priority(l->s->b, l->s->sel, B, l->o.pick_epi, l->o.pick_pos, d->v, d,
+                                  l->prio, 1, &applied),
           "set_priority");
     l->ph.ns[PH_SETP] += (now_s() - t0) * 1e9;
     l->ph.ns[PH_DRAW] += (double)ph.draw_ns;
@@ -347,6 +352,7 @@ int main(int argc, char **argv)
     fill(&two);
     learner_state l = {.s = &one};
     batch_out_alloc(&l.o, B, 1, SB, bench_zalloc);
+    l.o.drawn = (exr_drawn *)l.drawn;
     for (size_t i = 0; i < B; i++)
         l.prio[i] = 0.05 + (double)((i * 104729) % 1000) / 1000.0;
     /* column: 0 writer alone, 1 learner alone, 2-3 shared (w, l), 4-5 separate (w, l),
