@@ -147,15 +147,16 @@ def _record_episode(buf, tag):
 
 def test_set_priority_by_the_draws_notes():
     """A batch's draw notes its picks and their table indices where the
-    arrays cannot reach them; set_priority given exactly those picks (the
-    batch form, or its own or equal pick_epi and pick_pos arrays of its
-    block) hands them to the core (_core._drawn_given counts it), which
-    takes the indices as they are while nothing has moved in the table
-    since, and checks them once something has. Every result equals a
-    twin's update by handle: with the batch's pick_index overwritten, after
-    recording that evicts nothing, after an eviction, with a pick_epi
-    changed (its notes then not given), after out= and a recycled batch
-    refilled, and for a batch too large to keep notes."""
+    arrays cannot reach them; set_priority given a pick_epi array of its
+    block (the batch form, or the handle form with the batch's own
+    pick_epi) hands them to the core (_core._drawn_given counts it), which
+    compares each pick given with them and takes a noted pick's index as
+    it is while nothing has moved in the table since, and checks it once
+    something has. Every result equals a twin's update by handle: with the
+    batch's pick_index overwritten, after recording that evicts nothing,
+    after an eviction, with a pick_epi changed or another batch's pick_pos
+    (the notes given, those picks looked up), after out= and a recycled
+    batch refilled, and for a batch too large to keep notes."""
     from exreplay import _core
 
     a, pa = _filled(ExperienceReplay, capacity=60)
@@ -182,11 +183,23 @@ def test_set_priority_by_the_draws_notes():
     # equal arrays in another block of the same draw's picks: no notes found
     assert both(lambda buf, ps, bt, p: buf.set_priority(ps, bt.pick_epi.copy(), bt.pick_pos, p),
                 ba, 0) == 64
-    # a pick changed in the batch: not the draw's picks any more
+    # a pick changed in the batch: the notes are given, that pick is
+    # found by its handle
     saved = ba.pick_epi[3]
     ba.pick_epi[3] = ba.pick_epi[0] if ba.pick_epi[0] != saved else -1
-    both(batch_form, ba, 0)
+    both(batch_form, ba, 1)
     ba.pick_epi[3] = saved
+    # the batch's pick_epi with another draw's pick_pos: notes given, each
+    # pick compared
+    other = a.get_batch(64, pa)
+    p = rng.uniform(0.1, 5.0, 64)
+    g0 = _core._drawn_given()
+    n = a.set_priority(pa, ba.pick_epi, other.pick_pos, p)
+    assert _core._drawn_given() == g0 + 1
+    assert n == b.set_priority(pb, ba.pick_epi.copy(), other.pick_pos.copy(), p)
+    _same_priorities(a, pa, b, pb)
+    a._check()
+    del other
     # recording that evicts nothing (capacity 60, 60 records) keeps them
     # in place: 10 more records evict one episode, so first a bigger buffer
     c, pc = _filled(ExperienceReplay, capacity=200)
@@ -471,9 +484,10 @@ def test_reserve_copy_publish_from_many_threads(eviction):
             run.stop.wait(0.002)
 
     # one batch refilled (out=) and updated by two threads at once: its
-    # draw's notes are written by one get_batch at a time and read by an
-    # update only when no get_batch is writing them; the updates race with
-    # the refills, so only the invariants are checked
+    # draw's notes are written by one get_batch at a time and only when no
+    # update is reading them, and read by an update only when no get_batch
+    # is writing them (the core compares each pick with them); the updates
+    # race with the refills, so only the invariants are checked
     # (on a selector of their own: the updater reads pr's priorities back)
     shared_batch = buf.get_batch(64, u)
     pr_race = buf.new_pick_selector(P, alpha=0.5, beta=0.5)

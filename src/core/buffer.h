@@ -224,12 +224,13 @@ exr_status exr_buffer_set_priority_locked(exr_buffer *b, int64_t h, size_t count
  * still names the pick, skipping the handle lookup; where it no longer
  * does (the pick moved or left since), the pick is looked up as above.
  * hint_gen (NULL: none) is the exr_drawn the hints came from (hint its
- * indices, count of them), with epi/pos its very picks: while this buffer
- * is the one numbered hint_gen->serial and has moved or removed no table
- * entry since, each hint is its pick's index, taken without being checked;
- * after at most EXR_LOWS moves, a hint is taken without reading the table
- * where its pick's episode still holds the noted slot and the hint is
- * below the table's sizes after those moves. */
+ * indices, count of them): a pick given that is the one it noted at its
+ * place (the same handle and position) goes to its noted index without
+ * the table being read, while this buffer is the one numbered
+ * hint_gen->serial and has moved or removed no table entry since; and
+ * after at most EXR_LOWS (buffer_impl.h) moves since, where its episode
+ * still holds the noted slot and the index is below the table's sizes
+ * after those moves. Any other pick is checked as a hint. */
 exr_status exr_buffer_set_priority(exr_buffer *b, int64_t h, size_t count, const int64_t *epi,
                                    const int64_t *pos, const int64_t *hint,
                                    const exr_drawn *hint_gen, const double *prio,

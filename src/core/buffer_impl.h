@@ -121,7 +121,7 @@ struct exr_buffer {
     /* the table's size after each of the last EXR_LOWS of them, at
      * low[moves % EXR_LOWS] (remove_chunk): an index below the smallest
      * since a draw has not been moved since, only emptied when its pick
-     * left with its episode (buffer_priority.c, resolve_since). Same lock */
+     * left with its episode (buffer_priority.c, resolve_noted). Same lock */
     uint64_t low[EXR_LOWS];
     int64_t next_handle, next_sel_handle;
     uint64_t n_records;
@@ -237,7 +237,7 @@ extern void (*exr_debug_detached)(exr_buffer *b, int phase);
  * (buffer_batch.c, check_drawn_locked). */
 extern _Atomic uint64_t exr_debug_extras_used;
 /* Tests only: picks that set_priority took at a draw's noted index after
- * moves, without reading the table (buffer_priority.c, resolve_since). */
+ * moves, without reading the table (buffer_priority.c, resolve_noted). */
 extern _Atomic uint64_t exr_debug_since_kept;
 #endif
 uint32_t *pick_aux_locked(const exr_buffer *b, int64_t epi, int64_t pos);

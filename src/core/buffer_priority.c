@@ -93,25 +93,6 @@ static inline size_t keep_pick(prio_scratch *s, size_t done, size_t i, size_t j,
     return done + 1;
 }
 
-/* Notes of a draw that nothing has moved since (hint_gen): hint[i] is pick
- * i's index, taken as it is. The bound only guards the table against a
- * caller's slip, and is checked for all first so that the copies are plain;
- * SIZE_MAX if one is out of it (the hints are then checked). */
-static size_t resolve_trusted(const exr_buffer *b, size_t count, const int64_t *hint,
-                              const double *prio, size_t prio_stride, prio_scratch *s)
-{
-    uint64_t inside = 1, n = b->picks.n;
-    for (size_t i = 0; i < count; i++)
-        inside &= (uint64_t)hint[i] < n;
-    if (!inside)
-        return SIZE_MAX;
-    for (size_t i = 0; i < count; i++) {
-        s->idx[i] = (size_t)hint[i];
-        s->kept[i] = prio[i * prio_stride];
-    }
-    return count; /* s->stored[i] stays where it is */
-}
-
 /* Hints (the batch form), checked in one software-pipelined pass: pick i
  * is checked while the table entry of pick i + 2 PF and, through the
  * entry of pick i + PF (by then in cache), its episode's slab entry are
@@ -152,31 +133,58 @@ static size_t low_since_locked(const exr_buffer *b, uint64_t moves)
 
 #ifdef EXR_DEBUG_LOCKS
 _Atomic uint64_t exr_debug_since_kept;
-#define SINCE_KEPT() exr_debug_since_kept++
+#define NOTED_KEPT(moved) ((void)((moved) && exr_debug_since_kept++))
 #else
-#define SINCE_KEPT() ((void)0)
+#define NOTED_KEPT(moved) ((void)0)
 #endif
 
-/* Notes of a draw with moves since (the buffer's count past d->moves):
- * pick i is still at hint[i] when that is below `low` (no swap moved it)
- * and its episode, whose picks leave only with it, still holds the slot
- * it was drawn from (handles are never reused), which the draw's plan
- * read: the table is not read. Any other pick is checked as a hint. */
-static size_t resolve_since(const exr_buffer *b, const exr_drawn *d, size_t low, size_t count,
-                            const int64_t *epi, const int64_t *pos, const int64_t *hint,
-                            const double *prio, size_t prio_stride, bool pre, prio_scratch *s)
+/* A draw's notes d, count picks (hint: its indices), given pick by pick
+ * with the picks (epi[i], pos[i]): pick i is the noted one when it is
+ * noted's handle and position. It is then still at hint[i] when that is
+ * below `low`: the table's size when nothing has moved since the notes
+ * (moved false), else the smallest size after every move since
+ * (low_since_locked: no swap moved it) with the pick's episode still in
+ * the slot it was drawn from (its picks leave only with it, and handles
+ * are never reused), which the draw's plan read. The table is not read.
+ * Any other pick is checked as a hint (hint_holds), else looked up. */
+/* Whether every pick i < count is the noted one, its index below low:
+ * one pass without branches, which the compiler vectorizes. */
+static bool all_noted(size_t count, const int64_t *epi, const int64_t *pos, const int64_t *hint,
+                      const int64_t *he, const int64_t *hp, size_t low)
+{
+    uint64_t bad = 0;
+    for (size_t i = 0; i < count; i++)
+        bad |= (uint64_t)(epi[i] ^ he[i]) | (uint64_t)(pos[i] ^ hp[i]) |
+               (uint64_t)((uint64_t)hint[i] >= low);
+    return bad == 0;
+}
+
+static size_t resolve_noted(const exr_buffer *b, const exr_drawn *d, size_t low, bool moved,
+                            size_t count, const int64_t *epi, const int64_t *pos,
+                            const int64_t *hint, const double *prio, size_t prio_stride, bool pre,
+                            prio_scratch *s)
 {
     enum { PF = 8 };
     size_t done = 0, hwm = b->eps.hwm;
-    const int64_t *slot = d->v + count;
+    const int64_t *slot = d->v + count, *he = d->v + 2 * count, *hp = d->v + 3 * count;
     const exr_episode *slab = b->eps.slab;
+    if (!moved && all_noted(count, epi, pos, hint, he, hp, low)) {
+        for (size_t i = 0; i < count; i++) { /* the common case: plain copies */
+            s->idx[i] = (size_t)hint[i];
+            s->kept[i] = prio[i * prio_stride];
+        }
+        return count; /* s->stored[i] stays where it is */
+    }
     for (size_t i = 0; i < count; i++) {
-        if (i + PF < count && (uint64_t)slot[i + PF] < hwm)
+        if (moved && i + PF < count && (uint64_t)slot[i + PF] < hwm)
             __builtin_prefetch(&slab[slot[i + PF]]);
+        bool ok = epi[i] == he[i] && pos[i] == hp[i] && (uint64_t)hint[i] < low;
+        if (ok && moved)
+            ok = (uint64_t)slot[i] < hwm && slab[slot[i]].handle == epi[i];
         size_t j;
-        if ((uint64_t)hint[i] < low && (uint64_t)slot[i] < hwm && slab[slot[i]].handle == epi[i]) {
+        if (ok) {
             j = (size_t)hint[i];
-            SINCE_KEPT();
+            NOTED_KEPT(moved);
         } else {
             j = hint_holds(b, hint[i], epi[i], pos[i]) ? (size_t)hint[i]
                                                        : pick_index_locked(b, epi[i], pos[i]);
@@ -189,10 +197,9 @@ static size_t resolve_since(const exr_buffer *b, const exr_drawn *d, size_t low,
 /* The table indices of the picks (epi[i], pos[i]) that exist, into
  * s->idx, with their priorities into s->kept (and, when pre, their
  * precomputed s->stored[i] moved to s->stored[done]); returns how many.
- * With hints from a draw's notes (gen) of this buffer: taken as they are
- * when no entry has moved since (resolve_trusted), else after at most
- * EXR_LOWS moves by what the notes and the table's sizes say
- * (resolve_since). Other hints are checked (resolve_hinted). Without:
+ * With a draw's notes (gen) of this buffer, at most EXR_LOWS moves old:
+ * the noted picks by what the notes and the table's sizes say
+ * (resolve_noted). Other hints are checked (resolve_hinted). Without:
  * each pick's aux entry is found through the map in passes over the whole
  * batch (pick_aux_many_locked; aux[i] NULL: no such pick), then read. */
 static size_t resolve_picks_locked(const exr_buffer *b, size_t count, const int64_t *epi,
@@ -202,14 +209,10 @@ static size_t resolve_picks_locked(const exr_buffer *b, size_t count, const int6
 {
     EXR_ASSERT_LOCKED(b);
     bool noted = hint && gen && gen->serial == b->serial && gen->count == count;
-    if (noted && gen->moves == b->moves) {
-        size_t done = resolve_trusted(b, count, hint, prio, prio_stride, s);
-        if (done != SIZE_MAX)
-            return done;
-    }
     size_t low = noted ? low_since_locked(b, gen->moves) : 0;
     if (low)
-        return resolve_since(b, gen, low, count, epi, pos, hint, prio, prio_stride, pre, s);
+        return resolve_noted(b, gen, low, gen->moves != b->moves, count, epi, pos, hint, prio,
+                             prio_stride, pre, s);
     if (hint)
         return resolve_hinted(b, count, epi, pos, hint, prio, prio_stride, pre, s);
     uint32_t **aux = s->aux;

@@ -84,10 +84,9 @@ extern unsigned long long exr_gil_kept;
  * pick_index through its arrays (exr_block_pick_hints; the test hook
  * _core._block_hints reads it); changed only with the GIL held */
 extern unsigned long long exr_block_hints;
-/* set_priority calls that gave the core the table indices their batch's
- * draw noted (exr_block_drawn_hints; the core takes them as they are if
- * nothing has moved since; the test hook _core._drawn_given reads it);
- * changed only with the GIL held */
+/* set_priority calls that gave the core what their batch's draw noted
+ * (exr_block_drawn_take; the core compares each pick with it; the test
+ * hook _core._drawn_given reads it); changed only with the GIL held */
 extern unsigned long long exr_drawn_given;
 
 /* Py_BEGIN/END_ALLOW_THREADS counted in exr_nogil_calls: every place where
@@ -243,19 +242,17 @@ void exr_block_set_drawn(PyObject *block, size_t at, npy_intp cap);
  * block no room for n, or another get_batch is filling it. */
 PyObject *exr_block_claim_drawn(exr_modstate *st, PyObject *epi, npy_intp n, exr_drawn **d);
 void exr_block_release_drawn(PyObject *block);
-/* 1 when epi and pos (n each) hold exactly the picks that the last draw
- * into epi's block noted: the notes' header, the picks' table indices and
- * their slots (gen->v[0, 2n)) copied into gen, which has room for them
- * (exr_drawn_hints). 0 otherwise (no block, no notes, a get_batch filling
- * it, other picks). Counted in exr_drawn_given. */
-int exr_block_drawn_hints(exr_modstate *st, PyArrayObject *epi, PyArrayObject *pos, npy_intp n,
-                          exr_drawn *gen);
-/* Room for what exr_block_drawn_hints copies of a batch of at most
- * EXR_DRAWN_MAX picks (a union: an exr_drawn has a flexible array). */
-typedef union {
-    exr_drawn d;
-    int64_t room[3 + 2 * EXR_DRAWN_MAX];
-} exr_drawn_hints;
+/* The notes of the last draw into epi's block (a batch's pick_epi array
+ * of n picks; a set_priority about to be given them), for the core to
+ * read with the GIL let go: marked as being read (a get_batch into the
+ * block meanwhile leaves them alone) until exr_block_drawn_release (with
+ * *block, borrowed). NULL (and *block NULL) when epi has no block, no
+ * notes of n picks, or a get_batch is filling them. The core compares
+ * each pick given with the notes (docs/design.md, "A draw's notes").
+ * Counted in exr_drawn_given. */
+const exr_drawn *exr_block_drawn_take(exr_modstate *st, PyArrayObject *epi, npy_intp n,
+                                     PyObject **block);
+void exr_block_drawn_release(PyObject *block);
 /* A C-contiguous array `at` bytes into block, of descr d (borrowed) and
  * shape dims, with the block as its base (its reference taken). */
 PyObject *exr_block_array(PyObject *block, size_t at, PyArray_Descr *d, int nd, const npy_intp *dims);

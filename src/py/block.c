@@ -32,10 +32,14 @@ typedef struct {
     npy_intp picks;
     /* in mem: what the last draw into this block noted of its picks
      * (exr_drawn, room for drawn_cap), NULL if none; filling: a get_batch
-     * is writing it (exr_block_claim_drawn), with the GIL let go */
+     * is writing it (exr_block_claim_drawn), with the GIL let go; reading:
+     * how many set_priority calls are reading it so (exr_block_drawn_take).
+     * Either keeps the other off: a get_batch that finds it being read
+     * leaves the notes as they were, still true of the draw that wrote
+     * them (the core compares each pick with them) */
     exr_drawn *drawn;
     npy_intp drawn_cap;
-    int filling;
+    int filling, reading;
 } BlockObject;
 
 static size_t round_line(size_t n) { return (n + 63) & ~(size_t)63; }
@@ -143,7 +147,7 @@ PyObject *exr_block_claim_drawn(exr_modstate *st, PyObject *epi, npy_intp n, exr
 {
     BlockObject *b = block_of(st, epi);
     *d = NULL;
-    if (!b || !b->drawn || b->drawn_cap < n || b->filling)
+    if (!b || !b->drawn || b->drawn_cap < n || b->filling || b->reading)
         return NULL;
     b->filling = 1;
     *d = b->drawn;
@@ -156,21 +160,23 @@ void exr_block_release_drawn(PyObject *block)
         ((BlockObject *)block)->filling = 0;
 }
 
-int exr_block_drawn_hints(exr_modstate *st, PyArrayObject *epi, PyArrayObject *pos, npy_intp n,
-                          exr_drawn *gen)
+const exr_drawn *exr_block_drawn_take(exr_modstate *st, PyArrayObject *epi, npy_intp n,
+                                     PyObject **block)
 {
-    const BlockObject *b = block_of(st, (PyObject *)epi);
-    if (!b || !b->drawn || b->filling || n > EXR_DRAWN_MAX)
-        return 0;
-    const exr_drawn *d = b->drawn;
-    size_t bytes = (size_t)n * sizeof(int64_t);
-    if (!d->serial || d->count != (uint64_t)n ||
-        memcmp(PyArray_DATA(epi), d->v + 2 * n, bytes) != 0 ||
-        memcmp(PyArray_DATA(pos), d->v + 3 * n, bytes) != 0)
-        return 0;
-    memcpy(gen, d, sizeof *d + 2 * bytes); /* the header, the indices, the slots */
+    BlockObject *b = block_of(st, (PyObject *)epi);
+    *block = NULL;
+    if (!b || !b->drawn || b->filling || !b->drawn->serial || b->drawn->count != (uint64_t)n)
+        return NULL;
+    b->reading++;
+    *block = (PyObject *)b;
     exr_drawn_given++;
-    return 1;
+    return b->drawn;
+}
+
+void exr_block_drawn_release(PyObject *block)
+{
+    if (block)
+        ((BlockObject *)block)->reading--;
 }
 
 const int64_t *exr_block_pick_hints(exr_modstate *st, PyArrayObject *epi, PyArrayObject *pos,

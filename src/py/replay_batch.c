@@ -240,20 +240,23 @@ PyObject *replay_set_priority(ReplayObject *self, PyObject *const *args, Py_ssiz
     exr_status st = EXR_OK;
     if ((pr = priorities_values(a[3], n, &stride))) {
         /* the batch form, or the handle form without pick_index=: the
-         * indices the batch's draw noted, when given its picks; else the
-         * batch's pick_index, or the handle form's batch's own when given
-         * its own arrays */
-        exr_drawn_hints noted;
-        bool exact = (!x || from_batch) && n <= EXR_DRAWN_MAX &&
-                     exr_block_drawn_hints(mstate(self), e, p, n, &noted.d);
-        const int64_t *hint = exact ? noted.d.v
+         * notes of the last draw into the block of the pick_epi given,
+         * which the core compares pick by pick with the picks given; else
+         * the batch's pick_index, or the handle form's batch's own when
+         * given its own arrays */
+        PyObject *block = NULL;
+        const exr_drawn *noted = (!x || from_batch) && n <= EXR_DRAWN_MAX
+                                     ? exr_block_drawn_take(mstate(self), e, n, &block)
+                                     : NULL;
+        const int64_t *hint = noted ? noted->v
                               : x   ? PyArray_DATA(x)
                                     : exr_block_pick_hints(mstate(self), e, p, n);
         const double *pv = PyArray_DATA(pr);
         EXR_NOGIL_BEGIN
         st = exr_buffer_set_priority(self->buf, h, (size_t)n, PyArray_DATA(e), PyArray_DATA(p),
-                                     hint, exact ? &noted.d : NULL, pv, stride, &applied);
+                                     hint, noted, pv, stride, &applied);
         EXR_NOGIL_END
+        exr_block_drawn_release(block);
     }
     Py_DECREF(e);
     Py_DECREF(p);

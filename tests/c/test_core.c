@@ -1429,7 +1429,7 @@ static int moves_after_draw(exr_buffer *b, int churn)
     return 1;
 }
 
-/* A draw's notes after moves (buffer_priority.c, resolve_since). A batch
+/* A draw's notes after moves (buffer_priority.c, resolve_noted). A batch
  * drawn under the lock from episodes 0, 5 and 9 (the rest at priority 0)
  * is updated through its notes after moves_after_draw: episode 0's picks
  * are gone; episode 5's are where they were, below every size the table
@@ -1494,6 +1494,49 @@ static void test_drawn_notes_since(void)
 {
     drawn_notes_since(10);
     drawn_notes_since(150);
+}
+
+/* A draw's notes given with picks that are partly others (the first
+ * eight of the batch replaced by picks of episode 9, the next eight by
+ * picks of episodes that are not there): each pick is compared with the
+ * notes, so those go by lookup and the rest by the notes, before and after
+ * evictions. Compared with a twin updated by handle. */
+static void test_drawn_notes_mixed(void)
+{
+    int64_t sel, tsel;
+    exr_buffer *b = prio_buffer(&sel), *twin = prio_buffer(&tsel);
+    CHECK_RET(b && twin);
+    CHECK_RET(record_ten(b) == NULL && record_ten(twin) == NULL);
+    enum { B = 64 };
+    int64_t epi[B], pos[B], len[B], lnx[B], acs[B], idx[B], room[3 + 4 * B];
+    float sts[B][2], nx[B][2], rws[B], w[B];
+    exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, idx, NULL, 0, (exr_drawn *)room};
+    CHECK_RET(exr_buffer_get_batch(b, sel, B, &o) == EXR_OK && drawn_is_batch(&o, B));
+    int64_t e2[B], p2[B];
+    memcpy(e2, epi, sizeof e2);
+    memcpy(p2, pos, sizeof p2);
+    for (int i = 0; i < 8; i++) {
+        e2[i] = 9;
+        p2[i] = pos[i] == 19 - i ? 0 : 19 - i;
+        e2[8 + i] = 500 + i;
+    }
+    double p[B];
+    size_t applied = 0, tapplied = 0;
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < B; i++)
+            p[i] = 3.0 + i + 100.0 * round;
+        CHECK_RET(exr_buffer_set_priority(b, sel, B, e2, p2, o.drawn->v, o.drawn, p, 1, &applied) ==
+                  EXR_OK);
+        CHECK_RET(exr_buffer_set_priority(twin, tsel, B, e2, p2, NULL, NULL, p, 1, &tapplied) ==
+                  EXR_OK);
+        CHECK_RET(applied == tapplied && (round == 1 || applied == B - 8));
+        CHECK_RET(same_picks_as_twin(b, sel, twin, tsel, 19));
+        CHECK_RET(check_ok(b));
+        if (round == 0) /* then the notes are past evictions */
+            CHECK_RET(evict_nine(b) == NULL && evict_nine(twin) == NULL);
+    }
+    exr_buffer_free(b);
+    exr_buffer_free(twin);
 }
 
 /* For test_extra_draws: a hundred episodes of priority 1 (handles 0-99). */
@@ -1633,6 +1676,7 @@ int main(void)
         {"detached_draw", test_detached_draw},
         {"drawn_notes", test_drawn_notes},
         {"drawn_notes_since", test_drawn_notes_since},
+        {"drawn_notes_mixed", test_drawn_notes_mixed},
         {"extra_draws", test_extra_draws},
         {"thread_after_writer", test_thread_after_writer},
     };
