@@ -138,15 +138,6 @@ _Atomic uint64_t exr_debug_since_kept;
 #define NOTED_KEPT(moved) ((void)0)
 #endif
 
-/* A draw's notes d, count picks (hint: its indices), given pick by pick
- * with the picks (epi[i], pos[i]): pick i is the noted one when it is
- * noted's handle and position. It is then still at hint[i] when that is
- * below `low`: the table's size when nothing has moved since the notes
- * (moved false), else the smallest size after every move since
- * (low_since_locked: no swap moved it) with the pick's episode still in
- * the slot it was drawn from (its picks leave only with it, and handles
- * are never reused), which the draw's plan read. The table is not read.
- * Any other pick is checked as a hint (hint_holds), else looked up. */
 /* Whether every pick i < count is the noted one, its index below low:
  * one pass without branches, which the compiler vectorizes. */
 static bool all_noted(size_t count, const int64_t *epi, const int64_t *pos, const int64_t *hint,
@@ -159,6 +150,15 @@ static bool all_noted(size_t count, const int64_t *epi, const int64_t *pos, cons
     return bad == 0;
 }
 
+/* A draw's notes d, count picks (hint: its indices), given pick by pick
+ * with the picks (epi[i], pos[i]): pick i is the noted one when it is
+ * noted's handle and position. It is then still at hint[i] when that is
+ * below `low`: the table's size when nothing has moved since the notes
+ * (moved false), else the smallest size after every move since
+ * (low_since_locked: no swap moved it) with the pick's episode still in
+ * the slot it was drawn from (its picks leave only with it, and handles
+ * are never reused), which the draw's plan read. The table is not read.
+ * Any other pick is checked as a hint (hint_holds), else looked up. */
 static size_t resolve_noted(const exr_buffer *b, const exr_drawn *d, size_t low, bool moved,
                             size_t count, const int64_t *epi, const int64_t *pos,
                             const int64_t *hint, const double *prio, size_t prio_stride, bool pre,
