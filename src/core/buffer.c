@@ -326,6 +326,13 @@ int exr_buffer_trylock(exr_buffer *b)
     return 1;
 }
 
+#ifdef EXR_DEBUG_LOCKS
+_Atomic uint64_t exr_debug_notes_left;
+#define NOTES_LEFT() exr_debug_notes_left++
+#else
+#define NOTES_LEFT() ((void)0)
+#endif
+
 /* What add() and remove() left pending in the selectors is done before
  * the exclusive lock goes: a shared holder always finds every selector
  * complete, or, a selector drawn without the storage lock (selector.h,
@@ -333,19 +340,26 @@ int exr_buffer_trylock(exr_buffer *b)
  * applied, which whoever takes its mu does first. took (NULL: not wanted)
  * gets up to TOOK such selectors whose mu was free, taken here:
  * exr_buffer_unlock applies their notes once rw is let go (docs/design.md,
- * "A draw without the storage lock"). Returns how many. */
+ * "A draw without the storage lock"). Not while a shared taker waits for
+ * rw: it would take mu next and wait for those notes anyway, so it applies
+ * them itself, and this caller goes back to recording ("Notes left to a
+ * waiting reader"). Returns how many. */
 #define TOOK 4
 static size_t flush_selectors(exr_buffer *b, exr_selector **took)
 {
     size_t n = 0;
     if (!b->sel_dirty)
         return 0;
+    bool waited = atomic_load_explicit(&b->lk->rd_waiting, memory_order_relaxed) != 0;
     for (size_t i = 0; i < b->nsels; i++) {
         exr_selector *s = b->sels[i].sel;
         if (s->vt->flush)
             s->vt->flush(s);
-        if (took && n < TOOK && atomic_load_explicit(&s->detached, memory_order_relaxed) &&
-            pthread_mutex_trylock(&s->mu) == 0)
+        if (!took || n == TOOK || !atomic_load_explicit(&s->detached, memory_order_relaxed))
+            continue;
+        if (waited)
+            NOTES_LEFT();
+        else if (pthread_mutex_trylock(&s->mu) == 0)
             took[n++] = s;
     }
     b->sel_dirty = false;

@@ -239,6 +239,9 @@ extern _Atomic uint64_t exr_debug_extras_used;
 /* Tests only: picks that set_priority took at a draw's noted index after
  * moves, without reading the table (buffer_priority.c, resolve_noted). */
 extern _Atomic uint64_t exr_debug_since_kept;
+/* Tests only: selectors whose notes an ending hold left to a shared taker
+ * waiting for the storage lock (buffer.c, flush_selectors). */
+extern _Atomic uint64_t exr_debug_notes_left;
 #endif
 uint32_t *pick_aux_locked(const exr_buffer *b, int64_t epi, int64_t pos);
 size_t pick_index_locked(const exr_buffer *b, int64_t epi, int64_t pos);

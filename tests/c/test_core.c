@@ -5,6 +5,7 @@
 #define _DEFAULT_SOURCE
 #include <float.h>
 #include <math.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 
 #include "buffer.h"
 #include "buffer_impl.h"
+#include "buffer_locks.h"
 #include "episode.h"
 #include "powa.h"
 #include "rng.h"
@@ -1082,7 +1084,19 @@ static void test_lock_assertion(void)
 
 /* Records 20 ended steps of tag into a new episode, every step with
  * priority prio. */
+static int64_t record_prio_steps_locked(exr_buffer *b, int tag, double prio, size_t T);
+
 static int64_t record_prio_steps(exr_buffer *b, int tag, double prio, size_t T)
+{
+    exr_buffer_lock(b);
+    int64_t h = record_prio_steps_locked(b, tag, prio, T);
+    exr_buffer_unlock(b);
+    return h;
+}
+
+/* T steps (tag, t) of priority prio as a new episode; the lock held. Its
+ * handle, or -100. */
+static int64_t record_prio_steps_locked(exr_buffer *b, int tag, double prio, size_t T)
 {
     float st[40][2];
     int64_t ac[40];
@@ -1098,9 +1112,7 @@ static int64_t record_prio_steps(exr_buffer *b, int tag, double prio, size_t T)
     }
     exr_steps in = {st, ac, rw, pr, T, NULL, true, true, NULL, 0};
     int64_t h = -1;
-    exr_buffer_lock(b);
     exr_status s = exr_buffer_record_locked(b, -1, &in, &h);
-    exr_buffer_unlock(b);
     return s == EXR_OK ? h : -100;
 }
 
@@ -1539,6 +1551,58 @@ static void test_drawn_notes_mixed(void)
     exr_buffer_free(twin);
 }
 
+/* For test_notes_left: a draw of 16 picks made on a thread of its own. */
+typedef struct {
+    exr_buffer *b;
+    int64_t sel, epi[16], pos[16];
+    exr_status st;
+} draw_arg;
+
+static void *draw_elsewhere(void *p)
+{
+    draw_arg *a = p;
+    int64_t len[16], lnx[16], acs[16], idx[16];
+    float sts[16][2], nx[16][2], rws[16], w[16];
+    exr_batch_out o = {sts, acs, rws, nx, len, lnx, a->epi, a->pos, w, idx, NULL, 0, NULL};
+    a->st = exr_buffer_get_batch(a->b, a->sel, 16, &o);
+    return NULL;
+}
+
+/* A hold that ends while a draw waits for the storage lock leaves its
+ * notes to that draw (buffer.c, flush_selectors), which applies them
+ * before it draws: the hold (nine episodes of priority 0 evicting the
+ * nine oldest) leaves only episode 9 to draw, and the selector ends as a
+ * twin's that recorded the same from one thread. */
+static void test_notes_left(void)
+{
+    int64_t sel, tsel;
+    exr_buffer *b = prio_buffer(&sel), *twin = prio_buffer(&tsel);
+    CHECK_RET(b && twin);
+    CHECK_RET(record_ten_elsewhere(b) && record_ten(twin) == NULL);
+    draw_arg a = {.b = b, .sel = sel, .st = EXR_EINVAL};
+    draw_elsewhere(&a); /* detached: another thread made the holds */
+    CHECK_RET(a.st == EXR_OK);
+    uint64_t left = exr_debug_notes_left;
+    exr_buffer_lock(b);
+    pthread_t th;
+    CHECK_RET(pthread_create(&th, NULL, draw_elsewhere, &a) == 0);
+    while (!atomic_load_explicit(&b->lk->rd_waiting, memory_order_relaxed))
+        sched_yield();
+    int64_t h = 0;
+    for (int k = 0; k < 9 && h >= 0; k++)
+        h = record_prio_steps_locked(b, 100 + k, 0.0, 20);
+    exr_buffer_unlock(b);
+    CHECK_RET(pthread_join(th, NULL) == 0 && h >= 0);
+    CHECK_RET(a.st == EXR_OK && exr_debug_notes_left > left);
+    for (int i = 0; i < 16; i++)
+        CHECK_RET(a.epi[i] == 9);
+    CHECK_RET(evict_nine(twin) == NULL);
+    CHECK_RET(same_as_twin(b, sel, twin, tsel));
+    CHECK_RET(check_ok(b));
+    exr_buffer_free(b);
+    exr_buffer_free(twin);
+}
+
 /* For test_extra_draws: a hundred episodes of priority 1 (handles 0-99). */
 static void *record_hundred(void *arg) { return record_episodes(arg, 100, 0, 1.0, true); }
 
@@ -1677,6 +1741,7 @@ int main(void)
         {"drawn_notes", test_drawn_notes},
         {"drawn_notes_since", test_drawn_notes_since},
         {"drawn_notes_mixed", test_drawn_notes_mixed},
+        {"notes_left", test_notes_left},
         {"extra_draws", test_extra_draws},
         {"thread_after_writer", test_thread_after_writer},
     };
