@@ -78,7 +78,7 @@ PyObject *exr_block_new(exr_modstate *st, size_t size)
     b->epi = b->pos = b->index = NULL;
     b->drawn = NULL;
     b->drawn_cap = 0;
-    b->filling = 0;
+    b->filling = b->reading = 0;
     b->picks = 0;
     /* the smallest cached block that fits without wasting more than half */
     int best = -1;
