@@ -11,6 +11,7 @@
 #   make fuzz     libFuzzer harnesses fuzz/fuzz_*.c under ASan+UBSan, FUZZ_TIME s each (docs/fuzzing.md)
 #   make fuzz-smoke  the same for FUZZ_SMOKE_TIME s each (part of `make test`)
 #   make allocfail   every public operation with its Nth allocation failing, for every N
+#   make memcheck    a workload of the extension under valgrind's memcheck (needs valgrind)
 #   make soak     the thread stress test's soak mode for SOAK_SECONDS (default an hour)
 #   make bench    the full benchmark suite (benchmarks/), then docs/benchmarks.md + docs/img/*.png
 #   make bench-quick  every benchmark at a few small sizes: a smoke run of seconds (part of `make test`)
@@ -70,7 +71,7 @@ export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
 
 .PHONY: test venv build warnings ctest ctest-tsan pytest asan demo demo-paper bench bench-quick bench-deps clean distclean zlib fuzz-log
 .PHONY: bench-rllib pymatrix numpy-oldest dist-check bench-phases bench-draw bench-pair
-.PHONY: fuzz fuzz-smoke allocfail soak
+.PHONY: fuzz fuzz-smoke allocfail soak memcheck
 
 # --- environment ------------------------------------------------------------
 
@@ -190,6 +191,14 @@ fuzz-smoke: | zlib
 allocfail: venv | zlib
 	so=$$($(VPY) tests/allocfail/build.py | tail -1) && \
 	  EXREPLAY_ALLOCFAIL_SO="$$so" $(VPY) -m pytest -q -p no:cacheprovider tests/test_allocfail.py
+
+# Valgrind's memcheck over a workload of the extension (tests/memcheck.py):
+# fails on an error with a frame in exreplay's _core (reads of memory never
+# written, which ASan does not see). Needs valgrind (Debian: apt-get install
+# valgrind); about 15 s.
+memcheck: build
+	@command -v valgrind >/dev/null || { echo "memcheck: valgrind not found (Debian: apt-get install valgrind)"; exit 2; }
+	$(VPY) tests/memcheck.py
 
 # The thread stress test's soak mode (tests/test_threads.py::test_soak).
 SOAK_SECONDS ?= 3600
