@@ -46,7 +46,16 @@
  * pair's rates follow it (docs/benchmarks.md, "Two machines in one").
  * The learner's steps are timed by phase (get_batch's draw, plan and copy:
  * exr_buffer_get_batch_phases; then set_priority), and each round prints
- * their means alone and beside the writer: where the learner's step grows.
+ * their means alone and beside the writer (writers4: alone, beside the
+ * writers and beside them on the second buffer): where the learner's step
+ * grows.
+ *
+ * Built with -DEXR_TIMING (build/bench-pair-timed), the core counts each
+ * thread's time around the storage lock and in the parts of a draw made
+ * without it (src/core/timing.h), and each round prints them for the
+ * shared phase (writers4: the learner beside the writers, the 4 writers'
+ * counts summed): the share of each side's time spent taking rw and
+ * holding it, and the learner's draws without the lock, part by part.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -60,6 +69,7 @@
 #include "buffer.h"
 #include "buffer_impl.h"
 #include "batch_out.h"
+#include "timing.h"
 /* an A/B base tree from before the probe has none: the rounds then print 0 */
 #if __has_include("crosscore.h")
 #include "crosscore.h"
@@ -187,6 +197,7 @@ typedef struct {
     atomic_bool *stop;
     uint64_t calls;
     double secs;
+    exr_timing tm; /* the thread's timing.h counts (a -DEXR_TIMING build) */
 } thread_arg;
 
 static void *run(void *p)
@@ -205,7 +216,53 @@ static void *run(void *p)
     }
     a->calls = n;
     a->secs = now_s() - t0;
+    exr_timing_take(&a->tm);
     return NULL;
+}
+
+/* A side's timing.h counts in the last measure, over its seconds and
+ * calls: printed by a -DEXR_TIMING build (timing_text). */
+typedef struct {
+    exr_timing tm;
+    double secs;
+    uint64_t calls;
+} timed_side;
+static timed_side timed[2]; /* the writer, the learner */
+
+/* Where each side's time went in the last measure (a -DEXR_TIMING build,
+ * build/bench-pair-timed): its share of the time taking rw and holding it,
+ * and the learner's draws without the storage lock by part, in us a step
+ * (over the steps that made one). Empty in other builds. */
+static const char *timing_text(char *buf, size_t len)
+{
+    buf[0] = 0;
+#ifdef EXR_TIMING
+    size_t used = 0;
+    for (int i = 0; i < 2 && used < len; i++) {
+        const timed_side *t = &timed[i];
+        double pct = t->secs > 0 ? 1e-7 / t->secs : 0;
+        used += (size_t)snprintf(buf + used, len - used,
+                                 "  %s: taking rw %.1f%% of its time (%.2f takes a call), holding it "
+                                 "shared %.1f%%, exclusively %.1f%%\n",
+                                 i ? "learner" : "writer", (double)t->tm.ns[EXR_TM_RW_TAKING] * pct,
+                                 t->calls ? (double)t->tm.count[EXR_TM_RW_TAKING] / (double)t->calls : 0,
+                                 (double)t->tm.ns[EXR_TM_RW_SHARED] * pct,
+                                 (double)t->tm.ns[EXR_TM_RW_EXCL] * pct);
+    }
+    const exr_timing *m = &timed[1].tm;
+    double n = (double)m->count[EXR_TM_DRAW_SAMPLE], us = n > 0 ? 1e-3 / n : 0;
+    if (n > 0 && used < len)
+        snprintf(buf + used, len - used,
+                 "  learner's draws without the lock (%.0f of %llu steps), us each: mu %.2f + notes "
+                 "%.2f + draws %.2f + rw again %.2f + check %.2f\n",
+                 n, (unsigned long long)timed[1].calls, (double)m->ns[EXR_TM_DRAW_MU] * us,
+                 (double)m->ns[EXR_TM_DRAW_NOTES] * us,
+                 (double)(m->ns[EXR_TM_DRAW_SAMPLE] - m->ns[EXR_TM_DRAW_NOTES]) * us,
+                 (double)m->ns[EXR_TM_DRAW_RELOCK] * us, (double)m->ns[EXR_TM_DRAW_CHECK] * us);
+#else
+    (void)len;
+#endif
+    return buf;
 }
 
 /* Calls per second of the writer (on w; NULL: none) and of the learner
@@ -213,7 +270,8 @@ static void *run(void *p)
 static void measure(side_buf *w, learner_state *l, double secs, double *wr, double *lr)
 {
     atomic_bool stop = false;
-    thread_arg ta[2] = {{0, w, NULL, &stop, 0, 0}, {1, l ? l->s : NULL, l, &stop, 0, 0}};
+    thread_arg ta[2] = {{.is_learner = 0, .s = w, .stop = &stop},
+                        {.is_learner = 1, .s = l ? l->s : NULL, .l = l, .stop = &stop}};
     pthread_t t[2];
     int on[2] = {w != NULL, l != NULL};
     for (int i = 0; i < 2; i++)
@@ -227,6 +285,8 @@ static void measure(side_buf *w, learner_state *l, double secs, double *wr, doub
             pthread_join(t[i], NULL);
     *wr = on[0] ? (double)ta[0].calls / ta[0].secs : 0;
     *lr = on[1] ? (double)ta[1].calls / ta[1].secs : 0;
+    timed[0] = (timed_side){ta[0].tm, ta[0].secs, ta[0].calls};
+    timed[1] = (timed_side){ta[1].tm, ta[1].secs, ta[1].calls};
 }
 
 typedef struct {
@@ -235,6 +295,7 @@ typedef struct {
     double pause; /* seconds asleep after each record call */
     bool exact;   /* timer slack 1 ns */
     uint64_t calls;
+    exr_timing tm;
 } duty_arg;
 
 static void *run_duty(void *p)
@@ -250,6 +311,7 @@ static void *run_duty(void *p)
         nanosleep(&d, NULL);
     }
     a->calls = n;
+    exr_timing_take(&a->tm);
     return NULL;
 }
 
@@ -262,13 +324,13 @@ static double with_writers(learner_state *l, side_buf *w, double secs, double pa
                            double *recs)
 {
     atomic_bool stop = false;
-    thread_arg ta = {1, l->s, l, &stop, 0, 0};
+    thread_arg ta = {.is_learner = 1, .s = l->s, .l = l, .stop = &stop};
     duty_arg da[NW];
     pthread_t t[NW + 1];
     if (pthread_create(&t[NW], NULL, run, &ta) != 0)
         exit(1);
     for (int i = 0; i < NW; i++) {
-        da[i] = (duty_arg){w, &stop, pause, exact, 0};
+        da[i] = (duty_arg){.s = w, .stop = &stop, .pause = pause, .exact = exact};
         if (pthread_create(&t[i], NULL, run_duty, &da[i]) != 0)
             exit(1);
     }
@@ -278,8 +340,16 @@ static double with_writers(learner_state *l, side_buf *w, double secs, double pa
     uint64_t calls = 0;
     for (int i = 0; i <= NW; i++)
         pthread_join(t[i], NULL);
-    for (int i = 0; i < NW; i++)
+    timed[0] = (timed_side){.secs = ta.secs}; /* the writers' counts summed */
+    for (int i = 0; i < NW; i++) {
         calls += da[i].calls;
+        for (int p = 0; p < EXR_TM_N; p++) {
+            timed[0].tm.ns[p] += da[i].tm.ns[p];
+            timed[0].tm.count[p] += da[i].tm.count[p];
+        }
+    }
+    timed[0].calls = calls;
+    timed[1] = (timed_side){ta.tm, ta.secs, ta.calls};
     *recs = (double)calls * EP / ta.secs;
     return (double)ta.calls / ta.secs;
 }
@@ -308,14 +378,23 @@ static void writers_rounds(side_buf *one, side_buf *two, learner_state *l, size_
         v[c] = bench_zalloc(rounds * sizeof(double));
     for (size_t r = 0; r < rounds; r++) {
         double alone, tog, sep, xc = CROSSCORE_NS();
+        char ph[3][160];
+        l->ph = (learner_phases){0};
         measure(NULL, l, secs, &dummy, &alone);
+        phases_text(l, ph[0], sizeof ph[0]);
         tog = with_writers(l, one, secs, pause, exact, &v[2][r]);
+        phases_text(l, ph[1], sizeof ph[1]);
+        char tm[512];
+        timing_text(tm, sizeof tm);
         sep = with_writers(l, two, secs, pause, exact, &v[3][r]);
+        phases_text(l, ph[2], sizeof ph[2]);
         v[0][r] = tog / alone;
         v[1][r] = sep / alone;
         printf("round %zu: learner alone %.0f/s, beside the writers %.0f/s (%.2fx), beside them on "
                "a second buffer %.0f/s (%.2fx); writers %.0f and %.0f records/s; cross-core %.0f ns\n",
                r, alone, tog, v[0][r], sep, v[1][r], v[2][r], v[3][r], xc);
+        printf("  learner's step alone: %s\n  beside the writers: %s\n%s  beside them on a second "
+               "buffer: %s\n", ph[0], ph[1], tm, ph[2]);
         fflush(stdout);
     }
     printf("medians: learner beside the writers %.2fx its rate alone (writers %.0f records/s); "
@@ -377,7 +456,7 @@ int main(int argc, char **argv)
         measure(w_on ? w_buf : NULL, l_on ? &l : NULL, secs, &wr, &lr);
         printf("%s: writer %.0f/s learner %.0f/s | cross-core %.0f ns\n", only, wr, lr, xc);
     }
-    char ph_alone[128], ph_shared[128];
+    char ph_alone[128], ph_shared[128], tm_shared[512];
     for (size_t r = 0; !only && r < rounds; r++) {
         double xc = CROSSCORE_NS();
         measure(&one, NULL, secs, &v[0][r], &dummy);
@@ -387,6 +466,7 @@ int main(int argc, char **argv)
         phases_text(&l, ph_alone, sizeof ph_alone);
         measure(&one, &l, secs, &v[2][r], &v[3][r]);
         phases_text(&l, ph_shared, sizeof ph_shared);
+        timing_text(tm_shared, sizeof tm_shared);
         measure(&two, &l, secs, &v[4][r], &v[5][r]);
         sh[r] = v[2][r] / v[0][r] + v[3][r] / v[1][r];
         se[r] = v[4][r] / v[6][r] + v[5][r] / v[1][r];
@@ -394,7 +474,8 @@ int main(int argc, char **argv)
                "separate %.2f + %.2f = %.2f | cross-core %.0f ns\n",
                r, v[0][r], v[1][r], v[2][r] / v[0][r], v[3][r] / v[1][r], sh[r],
                v[4][r] / v[6][r], v[5][r] / v[1][r], se[r], xc);
-        printf("  learner a step alone: %s\n  beside the writer:    %s\n", ph_alone, ph_shared);
+        printf("  learner a step alone: %s\n  beside the writer:    %s\n%s", ph_alone, ph_shared,
+               tm_shared);
         fflush(stdout);
     }
     if (!only) {

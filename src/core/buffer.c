@@ -13,6 +13,7 @@
 #include "buffer_impl.h"
 #include "buffer_locks.h"
 #include "mem.h"
+#include "timing.h"
 
 /* ---- lifecycle --------------------------------------------------------- */
 
@@ -290,9 +291,12 @@ static __attribute__((noinline)) void take_rw_slow(exr_buffer *b, bool shared)
 static bool take_rw(exr_buffer *b, bool shared)
 {
     pthread_rwlock_t *rw = &b->lk->rw;
+    EXR_TM_NOW(t0);
     bool waited = (shared ? pthread_rwlock_tryrdlock(rw) : pthread_rwlock_trywrlock(rw)) != 0;
     if (waited)
         take_rw_slow(b, shared);
+    EXR_TM_SINCE(EXR_TM_RW_TAKING, t0);
+    EXR_TM_HELD();
     if (shared)
         note_locked(b, true);
     else
@@ -314,6 +318,7 @@ int try_lock_shared(exr_buffer *b)
 {
     if (pthread_rwlock_tryrdlock(&b->lk->rw) != 0)
         return 0;
+    EXR_TM_HELD();
     note_locked(b, true);
     return 1;
 }
@@ -322,6 +327,7 @@ int exr_buffer_trylock(exr_buffer *b)
 {
     if (pthread_rwlock_trywrlock(&b->lk->rw) != 0)
         return 0;
+    EXR_TM_HELD();
     took_exclusive(b, false);
     return 1;
 }
@@ -377,6 +383,7 @@ static void release_rw(exr_buffer *b)
         b->lk->excl_wmu = false;
     }
     note_unlocking(b);
+    EXR_TM_RELEASED(excl);
     pthread_rwlock_unlock(&b->lk->rw);
     if (wmu)
         pthread_mutex_unlock(&b->lk->wmu);

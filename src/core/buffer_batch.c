@@ -10,6 +10,7 @@
 #include "buffer_impl.h"
 #include "mem.h"
 #include "select.h"
+#include "timing.h"
 
 /* One pick resolved into its plan and metadata. L, slab and pick_len are the
  * batch's own copies (plan_batch_locked): the int64 metadata stores may alias
@@ -625,7 +626,9 @@ static int draw_detached(exr_buffer *b, int64_t h, sel_entry *e, size_t count,
         *st = EXR_ENOMEM;
         return 1;
     }
+    EXR_TM_NOW(t0);
     exr_sel_take(s);
+    EXR_TM_SINCE(EXR_TM_DRAW_MU, t0);
     if (!exr_sel_start_detached(s, b->picks.n, b->picks.v)) {
         pthread_mutex_unlock(&s->mu); /* no memory to keep its picks: under the lock */
         return draw_locked(b, e, count, sc, out, false, st);
@@ -637,9 +640,11 @@ static int draw_detached(exr_buffer *b, int64_t h, sel_entry *e, size_t count,
     size_t extra = extra_draws(count);
     exr_sel_seen(s, r0);
     exr_buffer_unlock(b);
+    EXR_TM_NOW(t1);
     *st = any ? s->vt->sample_detached(s, count + extra, sc->idx, sc->ents, sc->w, sc->scratch,
                                        &sc->post)
               : EXR_EEMPTY;
+    EXR_TM_SINCE(EXR_TM_DRAW_SAMPLE, t1);
 #ifdef EXR_DEBUG_LOCKS
     if (exr_debug_detached) /* a test's holds, while the selector is drawn */
         exr_debug_detached(b, 0);
@@ -649,7 +654,9 @@ static int draw_detached(exr_buffer *b, int64_t h, sel_entry *e, size_t count,
     if (exr_debug_detached) /* and between the draw and its check */
         exr_debug_detached(b, 1);
 #endif
+    EXR_TM_NOW(t2);
     lock_shared(b);
+    EXR_TM_SINCE(EXR_TM_DRAW_RELOCK, t2);
     if (*st == EXR_OK && !find_sel(b, h))
         *st = EXR_ENOTFOUND; /* removed meanwhile: s is gone */
     if (*st != EXR_OK)
@@ -657,10 +664,13 @@ static int draw_detached(exr_buffer *b, int64_t h, sel_entry *e, size_t count,
     sc->have_ents = true;
     bool same = b->eps.seq == r0;
     sc->exact = same; /* else a pick still there keeps its old index: a hint */
+    EXR_TM_NOW(t3);
     bool look = !same || __atomic_load_n(&b->writers, __ATOMIC_ACQUIRE);
     size_t gone = look ? check_drawn_locked(b, sc, count, extra, same, r0) : 0;
     memcpy(out->weight, sc->w, count * sizeof *out->weight);
-    return gone ? redraw_gone_locked(b, s, count, sc, out->weight, st) : 1;
+    int r = gone ? redraw_gone_locked(b, s, count, sc, out->weight, st) : 1;
+    EXR_TM_SINCE(EXR_TM_DRAW_CHECK, t3);
+    return r;
 }
 
 exr_status exr_buffer_get_batch_phases(exr_buffer *b, int64_t h, size_t count,

@@ -27,6 +27,7 @@
 #include "selector.h"
 #include "mem.h"
 #include "sumtree.h"
+#include "timing.h"
 
 enum { P_ALPHA = 0, P_BETA = 1 };
 
@@ -750,8 +751,10 @@ static exr_status p_sample_detached(exr_selector *b, size_t count, size_t *idx, 
                                     float *w, double *scratch, exr_wpost *post)
 {
     prio_sel *s = (prio_sel *)b;
+    EXR_TM_NOW(t0);
     apply_log(s, SIZE_MAX);
     sync(s);
+    EXR_TM_SINCE(EXR_TM_DRAW_NOTES, t0);
     return draw(s, count, idx, ids, w, scratch, post);
 }
 
