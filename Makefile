@@ -11,7 +11,8 @@
 #   make fuzz     libFuzzer harnesses fuzz/fuzz_*.c under ASan+UBSan, FUZZ_TIME s each (docs/fuzzing.md)
 #   make fuzz-smoke  the same for FUZZ_SMOKE_TIME s each (part of `make test`)
 #   make allocfail   every public operation with its Nth allocation failing, for every N
-#   make memcheck    a workload of the extension under valgrind's memcheck (needs valgrind)
+#   make memcheck    a workload of the extension under valgrind's memcheck (needs valgrind;
+#                    MEMCHECK_RUNS=N repeats it until a run fails)
 #   make soak     the thread stress test's soak mode for SOAK_SECONDS (default an hour)
 #   make bench    the full benchmark suite (benchmarks/), then docs/benchmarks.md + docs/img/*.png
 #   make bench-quick  every benchmark at a few small sizes: a smoke run of seconds (part of `make test`)
@@ -44,6 +45,7 @@ PY   ?= python3
 VENV ?= .venv
 # make predefines CC=cc; the C tests and the libasan lookup want gcc.
 CTEST_CC ?= gcc
+MEMCHECK_RUNS ?= 1
 CTEST_CFLAGS ?= -std=c11 -O1 -g -Wall -Wextra -Werror -pthread -DEXR_DEBUG_LOCKS \
                 -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer \
                 -fno-sanitize-recover=undefined,float-cast-overflow
@@ -200,7 +202,7 @@ allocfail: venv | zlib
 # valgrind); about 15 s.
 memcheck: build
 	@command -v valgrind >/dev/null || { echo "memcheck: valgrind not found (Debian: apt-get install valgrind)"; exit 2; }
-	$(VPY) tests/memcheck.py
+	$(VPY) tests/memcheck.py $(MEMCHECK_RUNS)
 
 # The thread stress test's soak mode (tests/test_threads.py::test_soak).
 SOAK_SECONDS ?= 3600
