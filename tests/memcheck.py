@@ -9,13 +9,13 @@ that each Python object is a heap block of its own), doing the calls
 below, and fails if valgrind reports an error with a frame in exreplay's
 _core extension: a read of memory never written (memcheck's "uninitialised
 value", which AddressSanitizer does not see), or a read or write out of
-a block (leak records are not judged: judged() says why). Errors wholly inside CPython, NumPy or
-libc are CPython's own (it does not run clean under memcheck without its
-suppressions) and are counted but not judged. RUNS (default 1) repeats the
-whole run until one fails: the workload's threads meet differently from run
-to run, so an error on a path that only some interleavings take can need
-several. A failing run's report is kept as build/memcheck-failed.xml, with
-stacks 40 frames deep.
+a block (leak records are not judged: judged() says why). Errors wholly
+inside CPython, NumPy or libc are CPython's own (it does not run clean
+under memcheck without its suppressions) and are counted but not judged.
+RUNS (default 1) repeats the whole run until one fails: the workload's
+threads meet differently from run to run, so an error on a path that only
+some interleavings take can need several. A failing run's report is kept
+as build/memcheck-failed.xml, with stacks 40 frames deep.
 
 The calls cover the binding's paths that keep state between calls: a
 batch's block and its draw's notes (get_batch, out=, every set_priority
