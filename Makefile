@@ -45,7 +45,6 @@ PY   ?= python3
 VENV ?= .venv
 # make predefines CC=cc; the C tests and the libasan lookup want gcc.
 CTEST_CC ?= gcc
-MEMCHECK_RUNS ?= 1
 CTEST_CFLAGS ?= -std=c11 -O1 -g -Wall -Wextra -Werror -pthread -DEXR_DEBUG_LOCKS \
                 -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer \
                 -fno-sanitize-recover=undefined,float-cast-overflow
@@ -200,6 +199,7 @@ allocfail: venv | zlib
 # fails on an error with a frame in exreplay's _core (reads of memory never
 # written, which ASan does not see). Needs valgrind (Debian: apt-get install
 # valgrind); about 15 s.
+MEMCHECK_RUNS ?= 1
 memcheck: build
 	@command -v valgrind >/dev/null || { echo "memcheck: valgrind not found (Debian: apt-get install valgrind)"; exit 2; }
 	$(VPY) tests/memcheck.py $(MEMCHECK_RUNS)

@@ -221,7 +221,7 @@ uint64_t exr_thread_id(void)
 static _Thread_local char this_thread; /* its address marks the thread */
 #define ME ((uintptr_t)&this_thread)
 
-static void note_locked(exr_buffer *b, bool shared)
+static void debug_locked(exr_buffer *b, bool shared)
 {
     if (shared)
         atomic_fetch_add_explicit(&b->lk->shared, 1, memory_order_relaxed);
@@ -229,7 +229,7 @@ static void note_locked(exr_buffer *b, bool shared)
         atomic_store_explicit(&b->lk->owner, ME, memory_order_relaxed);
 }
 
-static void note_unlocking(exr_buffer *b)
+static void debug_unlocking(exr_buffer *b)
 {
     if (atomic_load_explicit(&b->lk->owner, memory_order_relaxed) == ME)
         atomic_store_explicit(&b->lk->owner, 0, memory_order_relaxed);
@@ -246,9 +246,15 @@ void exr_assert_locked(const exr_buffer *b, bool exclusive, const char *fn)
     abort();
 }
 #else
-#define note_locked(b, shared) ((void)0)
-#define note_unlocking(b) ((void)0)
+#define debug_locked(b, shared) ((void)0)
+#define debug_unlocking(b) ((void)0)
 #endif
+
+/* Every take of rw passes here once it holds rw, and every release just
+ * before it lets go: the debug build's note of the holder (above) and the
+ * timing build's hold times (timing.h). */
+#define note_locked(b, shared) (EXR_TM_HELD(), debug_locked(b, shared))
+#define note_unlocking(b, excl) (EXR_TM_RELEASED(excl), debug_unlocking(b))
 
 /* The exclusive holder's bookkeeping once it has rw: whether it holds wmu
  * too, and the reservations made live. */
@@ -296,7 +302,6 @@ static bool take_rw(exr_buffer *b, bool shared)
     if (waited)
         take_rw_slow(b, shared);
     EXR_TM_SINCE(EXR_TM_RW_TAKING, t0);
-    EXR_TM_HELD();
     if (shared)
         note_locked(b, true);
     else
@@ -318,7 +323,6 @@ int try_lock_shared(exr_buffer *b)
 {
     if (pthread_rwlock_tryrdlock(&b->lk->rw) != 0)
         return 0;
-    EXR_TM_HELD();
     note_locked(b, true);
     return 1;
 }
@@ -327,7 +331,6 @@ int exr_buffer_trylock(exr_buffer *b)
 {
     if (pthread_rwlock_trywrlock(&b->lk->rw) != 0)
         return 0;
-    EXR_TM_HELD();
     took_exclusive(b, false);
     return 1;
 }
@@ -382,8 +385,7 @@ static void release_rw(exr_buffer *b)
         atomic_store_explicit(&b->lk->excl, false, memory_order_relaxed);
         b->lk->excl_wmu = false;
     }
-    note_unlocking(b);
-    EXR_TM_RELEASED(excl);
+    note_unlocking(b, excl);
     pthread_rwlock_unlock(&b->lk->rw);
     if (wmu)
         pthread_mutex_unlock(&b->lk->wmu);
