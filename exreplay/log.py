@@ -46,7 +46,7 @@ CODEC_STORED, CODEC_ZLIB = 0, 1
 FLAG_END, FLAG_TERMINATED, FLAG_FINAL = 1, 2, 4
 MIXED_SOURCE = 0xFFFFFFFF
 MAX_SCHEMA = 4096
-MAX_RAW = 1 << 31  # raw bytes of one chunk (the writer stays under 2**30 + one step)
+MAX_RAW = 1 << 31  # raw bytes of one chunk (ExperienceLog stays within 2**30; merge adds final states to its chunk_bytes)
 META = 29  # timestamp, handle, position (8 bytes each), source (4), flags (1)
 # deflate expands at most about 1032:1; a longer claim is corrupt
 ZLIB_RATIO = 1032

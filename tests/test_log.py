@@ -701,3 +701,47 @@ def test_failed_constructor_leaves_no_file(tmp_path):
     assert not path.exists()
     exreplay.ExperienceLog(path, state_shape=(3,)).close()
     assert path.exists()
+
+
+def test_record_layout_must_fit_a_chunk(tmp_path):
+    """One step with its final state and 29 bytes of metadata must fit the
+    2**30-byte chunk; a larger layout is refused when the log takes it, and
+    the log stays without one."""
+    limit = 2**30 - 29  # 2 * state + action (int64) + reward (float32)
+    ok = (limit - 12) // 2
+    with ExperienceLog(tmp_path / "ok.log", state_shape=(ok,), state_dtype="uint8") as lg:
+        assert lg.stats["records"] == 0
+    p = tmp_path / "big.log"
+    with pytest.raises(ValueError, match=r"state_shape: expected a record .* got a state of "
+                                         r"%d bytes" % (ok + 1)):
+        ExperienceLog(p, state_shape=(ok + 1,), state_dtype="uint8")
+    assert not p.exists()
+    lg = ExperienceLog(p)
+    buf = ExperienceReplay((ok + 1,), state_dtype="uint8", capacity=4)
+    with pytest.raises(ValueError, match="state_shape: expected a record"):
+        buf.attach_log(lg)
+    with pytest.raises(ValueError, match="no record layout"):
+        lg.append(0, 0, np.zeros(ok + 1, np.uint8), 0, 0.0)
+    lg.close()
+
+
+@pytest.mark.slow
+def test_step_past_the_chunk_limit_starts_a_chunk(tmp_path):
+    """Two steps of 256 MiB leave room for a third without a final state,
+    not for one with: that step goes to a chunk of its own (no throttle,
+    which would seal the chunk at each step). (It used to
+    join the chunk, which passed 2**30 raw bytes and was dropped unwritten,
+    with no error.)"""
+    n = 2**28
+    s = np.zeros(n, np.uint8)
+    p = tmp_path / "big.log"
+    with ExperienceLog(p, chunk_bytes=2**30, flush_interval=None, max_backlog=2**32,
+                       state_shape=(n,), state_dtype="uint8") as lg:
+        lg.append(1, 0, s, 0, 0.0)
+        lg.append(1, 1, s, 0, 0.0)
+        lg.append(1, 2, s, 0, 0.0, final_state=s)
+        lg.flush()
+        st = lg.stats
+        assert st["errno"] == 0 and st["records"] == 3 and st["chunks"] == 2
+    i = xlog.info(p)
+    assert (i["records"], i["chunks"], i["ended"], i["torn"]) == (3, 2, True, 0)

@@ -28,7 +28,7 @@
 #define KIND_END 2u
 #define CODEC_STORED 0u
 #define CODEC_ZLIB 1u
-#define META_BYTES 29 /* ts, handle, pos (8 each), source (4), flags (1) */
+#define META_BYTES EXR_LOG_META_BYTES
 #define ARENA_BLOCK ((size_t)1 << 20)
 
 typedef struct arena_blk {
@@ -455,7 +455,9 @@ static void *writer_main(void *arg)
             uint64_t t0 = mono_ns();
             if (!failed) {
                 s = write_chunk(lg, c);
-                err = s == EXR_EIO ? errno : s == EXR_ENOMEM ? ENOMEM : 0;
+                /* any failure loses the chunk, and so fails the log: a
+                 * status other than these two is a bug, still reported */
+                err = s == EXR_OK ? 0 : s == EXR_EIO ? (errno ? errno : EIO) : s == EXR_ENOMEM ? ENOMEM : EFBIG;
             } else {
                 unpin_chunk(c);
             }
@@ -565,13 +567,27 @@ static size_t file_header(const void *schema, size_t len, size_t sb, size_t ab, 
     return hl;
 }
 
+/* The row of a layout (*row), when one step of it with its final state
+ * fits a chunk. */
+static bool row_of(size_t sb, size_t ab, size_t rb, size_t xb, size_t *row)
+{
+    size_t step;
+    return sb != 0 && exr_add_size(sb, ab, row) && exr_add_size(*row, rb, row) &&
+           exr_add_size(*row, xb, row) && exr_add_size(*row, sb, &step) &&
+           step <= EXR_LOG_MAX_CHUNK - META_BYTES;
+}
+
+bool exr_log_row_fits(size_t sb, size_t ab, size_t rb, size_t xb)
+{
+    size_t row;
+    return row_of(sb, ab, rb, xb, &row);
+}
+
 exr_status exr_log_set_schema(exr_log *lg, const void *schema, size_t len, size_t sb, size_t ab,
                               size_t rb, size_t xb)
 {
     size_t row;
-    if (len > EXR_LOG_MAX_SCHEMA || sb == 0 || !exr_add_size(sb, ab, &row) ||
-        !exr_add_size(row, rb, &row) || !exr_add_size(row, xb, &row) ||
-        row > EXR_LOG_MAX_CHUNK / 2)
+    if (len > EXR_LOG_MAX_SCHEMA || !row_of(sb, ab, rb, xb, &row))
         return EXR_EINVAL;
     pthread_mutex_lock(&lg->mu);
     exr_status s = EXR_OK;
@@ -611,6 +627,12 @@ static exr_status add_locked(exr_log *lg, int64_t h, uint64_t pos, const unsigne
                              const unsigned char *fin, unsigned flags, unsigned char **copy_row,
                              unsigned char **copy_fin, int64_t now)
 {
+    bool has_fin = (flags & EXR_LOG_FINAL) != 0;
+    size_t add = META_BYTES + lg->row + (has_fin ? lg->sb : 0);
+    /* never past EXR_LOG_MAX_CHUNK, which write_chunk refuses: a step that
+     * does not fit goes to a chunk of its own (exr_log_row_fits: it fits one) */
+    if (lg->open && lg->open->raw + add > EXR_LOG_MAX_CHUNK)
+        seal_locked(lg);
     chunk *c = lg->open;
     if (!c) {
         c = calloc(1, sizeof *c);
@@ -620,7 +642,6 @@ static exr_status add_locked(exr_log *lg, int64_t h, uint64_t pos, const unsigne
         lg->open = c;
         pthread_cond_signal(&lg->wake); /* the writer's flush timer starts */
     }
-    bool has_fin = (flags & EXR_LOG_FINAL) != 0;
     exr_status s = chunk_reserve(c, has_fin);
     if (s != EXR_OK)
         return s;
@@ -647,10 +668,9 @@ static exr_status add_locked(exr_log *lg, int64_t h, uint64_t pos, const unsigne
     c->rows[i] = row;
     if (has_fin)
         c->fins[c->nfin++] = fin;
-    size_t add = META_BYTES + lg->row + (has_fin ? lg->sb : 0);
     c->raw += add;
     lg->st.backlog += add;
-    if (c->raw >= lg->o.chunk_bytes || c->raw + add > EXR_LOG_MAX_CHUNK)
+    if (c->raw >= lg->o.chunk_bytes)
         seal_locked(lg);
     return EXR_OK;
 }

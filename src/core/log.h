@@ -39,6 +39,14 @@ typedef struct exr_log exr_log;
 
 #define EXR_LOG_MAX_SCHEMA 4096
 #define EXR_LOG_MAX_CHUNK ((size_t)1 << 30) /* raw bytes of one chunk */
+#define EXR_LOG_META_BYTES 29 /* a record's metadata: ts, handle, pos (8 each), source 4, flags 1 */
+
+/* Whether a record layout of state, action, reward and extra bytes fits a
+ * log: one step with its final state and its metadata within
+ * EXR_LOG_MAX_CHUNK, so that no chunk's raw body ever passes it (a step
+ * that would take the open chunk past it goes to a new chunk). */
+bool exr_log_row_fits(size_t state_bytes, size_t action_bytes, size_t reward_bytes,
+                      size_t extra_bytes);
 
 typedef struct {
     uint32_t source;       /* the writer's source id (an actor's index) */
@@ -67,7 +75,7 @@ exr_status exr_log_open(const char *path, const exr_log_opts *o, bool overwrite,
  * EXR_LOG_MAX_SCHEMA bytes. A record's row is state|action|reward|extras,
  * extra_bytes being 0 without per-step extras (then the header is version
  * 1, else 2). A second call with the same layout and schema is a no-op; a
- * different one is EXR_EINVAL. */
+ * different one, or one that !exr_log_row_fits, is EXR_EINVAL. */
 exr_status exr_log_set_schema(exr_log *lg, const void *schema, size_t len, size_t state_bytes,
                               size_t action_bytes, size_t reward_bytes, size_t extra_bytes);
 bool exr_log_has_schema(const exr_log *lg);

@@ -192,6 +192,15 @@ static int set_schema(LogObject *self, PyArray_Descr *sd, int snd, const npy_int
         PyErr_SetString(PyExc_ValueError, "state_shape: one item would take more than 1 TiB");
         return -1;
     }
+    size_t xb = xf ? xf->bytes : 0;
+    if (!exr_log_row_fits(sb, ab, rb, xb)) {
+        PyErr_Format(PyExc_ValueError,
+                     "state_shape: expected a record that a log chunk holds with its final "
+                     "state (2 * state + action + reward + extras <= %zu bytes), got a state "
+                     "of %zu bytes, an action of %zu, a reward of %zu and extras of %zu",
+                     (size_t)(EXR_LOG_MAX_CHUNK - EXR_LOG_META_BYTES), sb, ab, rb, xb);
+        return -1;
+    }
     char js[EXR_LOG_MAX_SCHEMA];
     size_t len = 0;
     js[len++] = '{';
@@ -204,7 +213,6 @@ static int set_schema(LogObject *self, PyArray_Descr *sd, int snd, const npy_int
         if (fields_json(sf, xf, js, sizeof js, &len) < 0)
             return -1;
     }
-    size_t xb = xf ? xf->bytes : 0;
     exr_status st;
     EXR_NOGIL_BEGIN
     st = exr_log_set_schema(self->lg, js, len, sb, ab, rb, xb);
