@@ -100,6 +100,7 @@ __all__ = [
 
 # Limits the C buffer shares (docs/semantics.md).
 MAX_PICK_LEN = 1 << 20
+MAX_SELECTORS = 1024  # selectors a buffer holds at once (docs/design.md, Limits)
 MAX_ITEM_BYTES = 1 << 40
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -1114,6 +1115,11 @@ class ReferenceReplay:
                 # (the C buffer spends no memory on it).
                 for _ in self._table:
                     sel.enter(1.0)
+            if len(self._selectors) >= MAX_SELECTORS:
+                raise ValueError(
+                    f"new_pick_selector: expected a buffer holding fewer than {MAX_SELECTORS} "
+                    f"selectors (remove_pick_selector makes room), got one holding that many"
+                )
             self._selectors[handle] = sel
             self._next_selector += 1
             return public

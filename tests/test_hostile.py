@@ -304,3 +304,40 @@ def test_counter_at_its_limit_round_trips(which):
     past = _patched_config(b, lambda cfg: struct.pack_into("<q", cfg, off, MAX_HANDLE + 1))
     with pytest.raises(ValueError):
         ExperienceReplay.unserialize(past)
+
+
+# --- 5. selectors: at most 1,024 a buffer ----------------------------------------------
+
+
+def test_selector_count_is_capped_and_a_file_with_more_is_refused():
+    """A selector costs a fixed ~24 KiB (prioritized) for ~88 bytes of a
+    serialized buffer: a file of many selectors would otherwise allocate
+    hundreds of times its length. A buffer holds at most 1,024; the reader
+    refuses a file with more."""
+    b = empty_buffer()
+    kinds = list(exreplay.PickSelectorClass)
+    sels = [b.new_pick_selector(kinds[i % 3]) for i in range(1024)]
+    before = b.serialize(level=0)
+    with pytest.raises(ValueError, match="new_pick_selector: expected a buffer holding fewer "
+                                         "than 1024 selectors"):
+        b.new_pick_selector(exreplay.PickSelectorClass.Prioritized)
+    assert b.serialize(level=0) == before  # the handle counter did not move either
+    b._check()
+    r = ExperienceReplay.unserialize(before)  # what the writer writes, the reader takes
+    r._check()
+    b.remove_pick_selector(sels[7])
+    assert int(b.new_pick_selector(exreplay.PickSelectorClass.Prioritized)) == 1024
+
+    # a 1,025th selector record appended to the file: refused
+    secs = sections(fw.unpack(before)[1])
+    sel = secs[4][1]
+    (count,) = struct.unpack_from("<Q", sel, 0)
+    assert count == 1024
+    last = bytes(sel[-(56 + 8):])  # a Uniform record: 56 bytes of head, state_len 0
+    assert struct.unpack_from("<q", last, 0)[0] == 1023 and struct.unpack_from("<I", last, 8)[0] == 0
+    extra = struct.pack("<q", 1024) + last[8:]
+    struct.pack_into("<Q", sel, 0, 1025)
+    secs[4][1] = sel + extra
+    struct.pack_into("<q", secs[0][1], 56, 1025)  # next_sel_handle
+    with pytest.raises(ValueError, match="invalid serialized buffer"):
+        ExperienceReplay.unserialize(fw.pack(join(secs), 0))

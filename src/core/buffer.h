@@ -174,7 +174,12 @@ exr_status exr_buffer_remove_episode_locked(exr_buffer *b, int64_t h);
 void exr_buffer_quiesce_locked(exr_buffer *b);
 
 /* Selectors: kind indexes exr_selector_kinds; params has the kind's nparams
- * values (validated: EXR_EINVAL). Handles grow from 0, never reused. */
+ * values (validated: EXR_EINVAL). Handles grow from 0, never reused. A
+ * buffer holds at most EXR_MAX_SELECTORS at once (one more: EXR_EINVAL; a
+ * serialized buffer with more is refused): each costs a fixed ~24 KiB and
+ * every record call's work, so that no input of a few bytes a selector can
+ * make a reader allocate far beyond its length. */
+#define EXR_MAX_SELECTORS 1024
 exr_status exr_buffer_add_selector_locked(exr_buffer *b, int kind, const double *params,
                                           int64_t *h);
 exr_status exr_buffer_remove_selector_locked(exr_buffer *b, int64_t h);

@@ -40,6 +40,8 @@ exr_status exr_buffer_add_selector_locked(exr_buffer *b, int kind, const double 
     for (int k = 0; k < vt->nparams; k++)
         if (!vt->param_ok(k, params[k]))
             return EXR_EINVAL;
+    if (b->nsels >= EXR_MAX_SELECTORS)
+        return EXR_EINVAL;
     if (b->next_sel_handle >= EXR_MAX_HANDLE)
         return EXR_EOVERFLOW;
     exr_status st = exr_buffer_reserve_selector_locked(b);

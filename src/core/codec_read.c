@@ -510,7 +510,7 @@ static exr_status read_selectors(exr_in *in, exr_buffer *b)
     if ((st = in_section(in, SEC_SELECTORS, &len)) || (st = in_u64(in, &count)))
         return st;
     uint64_t start = in->raw_left + 8;
-    if (count > in->raw_left / SELECTOR_HEAD)
+    if (count > EXR_MAX_SELECTORS || count > in->raw_left / SELECTOR_HEAD)
         return EXR_ECORRUPT;
     int64_t prev_sel = -1;
     for (uint64_t i = 0; i < count; i++)

@@ -269,8 +269,9 @@ static PyStructSequence_Desc batch_desc = {
     "seq_len, seq_len_next, pick_epi, pick_pos (B,) int64; weight (B,) float32\n"
     "importance-sampling weights (ones for uniform); pick_index (B,) int64, which\n"
     "lets set_priority(ps, batch, p) skip the handle lookup. Steps past seq_len are\n"
-    "zero. The arrays own their memory (one block, no copy after the fill); pass\n"
-    "the batch back as get_batch(..., out=batch) to refill them in place.",
+    "zero. The arrays are views of one memory block that they keep alive (filled\n"
+    "once, never copied after); pass the batch back as get_batch(..., out=batch)\n"
+    "to refill them in place.",
     batch_fields,
     8,
 };
@@ -322,6 +323,8 @@ static int module_exec(PyObject *m)
         if (PyModule_AddIntConstant(m, exr_selector_kinds[k]->name, k) < 0)
             return -1;
     if (PyModule_AddIntConstant(m, "MAX_PICK_LEN", EXR_MAX_PICK_LEN) < 0)
+        return -1;
+    if (PyModule_AddIntConstant(m, "MAX_SELECTORS", EXR_MAX_SELECTORS) < 0)
         return -1;
     return 0;
 }

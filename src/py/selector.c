@@ -280,6 +280,13 @@ PyObject *replay_new_pick_selector(ReplayObject *self, PyObject *args, PyObject 
     exr_lock_with_gil(self->buf);
     exr_status st = exr_buffer_add_selector_locked(self->buf, (int)kind, params, &h);
     exr_buffer_unlock(self->buf);
+    if (st == EXR_EINVAL) { /* kind and parameters were checked above: the count */
+        char exp[96];
+        snprintf(exp, sizeof exp, "a buffer holding fewer than %d selectors (remove_pick_selector "
+                 "makes room)", EXR_MAX_SELECTORS);
+        return exr_raise_status(st, &(exr_errctx){.op = "new_pick_selector", .expected = exp,
+                                                  .got = "one holding that many", .handle = -1});
+    }
     if (st != EXR_OK)
         return exr_raise(st, "new_pick_selector");
     return exr_selector_new(self, h, (int)kind);
