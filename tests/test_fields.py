@@ -496,8 +496,11 @@ def test_a_log_takes_only_the_field_layout_it_was_made_with(tmp_path):
     with pytest.raises(ValueError, match="differs from this buffer's"):
         other.attach_log(log)
     assert other.log is None
-    with pytest.raises(ValueError):  # its steps come from the buffer: the extras have no argument
+    # its steps come from the buffer: the extras have no argument
+    with pytest.raises(ValueError, match="append: expected a log without per-step extras"):
         log.append(0, 0, np.zeros(SPEC_BYTES, np.uint8), 0, 0.0)
+    with pytest.raises(ValueError, match="append_many: expected a log without per-step extras"):
+        log.append_many(0, 0, np.zeros((2, SPEC_BYTES), np.uint8), [0, 0], [0.0, 0.0])
     log.close()
     plain = exreplay.ExperienceLog(tmp_path / "b.xlog", state_shape=(SPEC_BYTES,), state_dtype="uint8")
     with pytest.raises(ValueError, match="differs from this buffer's"):

@@ -745,3 +745,33 @@ def test_step_past_the_chunk_limit_starts_a_chunk(tmp_path):
         assert st["errno"] == 0 and st["records"] == 3 and st["chunks"] == 2
     i = xlog.info(p)
     assert (i["records"], i["chunks"], i["ended"], i["torn"]) == (3, 2, True, 0)
+
+
+def test_merge_engine_checks_chunk_lengths_itself(tmp_path):
+    """The C merge engine repeats the chunk length rules of the Python reader:
+    a chunk pushed with lengths that do not fit its count and codec is a
+    ValueError before anything is read (a stored chunk's body shorter than
+    its raw length used to be read past its end)."""
+    from exreplay import _core
+    row, sb = 4 + 8 + 4, 4  # state (1,) float32, int64 action, float32 reward
+    with open(tmp_path / "out.log", "wb") as out, open(tmp_path / "in.log", "wb") as inp:
+        inp.write(b"\0" * 4096)
+        inp.flush()
+        eng = _core._LogMerge(1, row, sb, 1 << 20, 1, out.fileno(), 0)
+        try:
+            good = 3 * (29 + row)
+            bad = [(0, 3, good, good - 1),          # stored: body != raw
+                   (0, 3, good - 1, good - 1),      # raw below the records' fixed part
+                   (0, 3, good + 3, good + 3),      # not a whole final state
+                   (0, 3, good + 4 * sb, good + 4 * sb),  # more final states than records
+                   (0, 0, 0, 0),                    # no records
+                   (1, 3, good, 5),                 # zlib body too short for a header
+                   (1, 3, 2**31, 100),              # 1032:1 exceeded
+                   (1, 3, 2**31 + good, 2**31),     # past 2**31 raw bytes
+                   (2, 3, good, good)]              # unknown codec
+            for codec, count, raw, blen in bad:
+                with pytest.raises(ValueError, match="push: expected .* raw and body lengths"):
+                    eng.push(0, inp.fileno(), 0, 0, codec, count, 0, 0, 0, 0, raw, blen)
+            eng.push(0, inp.fileno(), 0, 0, 0, 3, 0, 0, 0, 0, good, good)  # accepted
+        finally:
+            eng.close()

@@ -309,7 +309,7 @@ exr_status exr_file_load(const char *path, exr_buffer **out, unsigned char *meta
     } else {
         size_t have = 0;
         while (st == EXR_OK && have < sizeof header) {
-            size_t got;
+            size_t got = 0; /* source_file leaves it alone on an error */
             st = source_file(&s, header + have, sizeof header - have, &got);
             if (st == EXR_OK && !got)
                 st = EXR_ECORRUPT;

@@ -621,6 +621,8 @@ exr_status exr_log_set_schema(exr_log *lg, const void *schema, size_t len, size_
 
 bool exr_log_has_schema(const exr_log *lg) { return lg->has_schema; }
 
+bool exr_log_has_extras(const exr_log *lg) { return lg->has_schema && lg->xb; }
+
 /* With lg->mu: a step into the open chunk. row/fin are already where they
  * will stay until the writer copies them. */
 static exr_status add_locked(exr_log *lg, int64_t h, uint64_t pos, const unsigned char *row,

@@ -79,6 +79,9 @@ exr_status exr_log_open(const char *path, const exr_log_opts *o, bool overwrite,
 exr_status exr_log_set_schema(exr_log *lg, const void *schema, size_t len, size_t state_bytes,
                               size_t action_bytes, size_t reward_bytes, size_t extra_bytes);
 bool exr_log_has_schema(const exr_log *lg);
+/* Whether its rows carry per-step extras (then only its buffer's hook logs
+ * steps: exr_log_append and exr_log_append_many are EXR_EINVAL). */
+bool exr_log_has_extras(const exr_log *lg);
 
 /* One step, copied. fin is the final state (with EXR_LOG_FINAL) or NULL. */
 exr_status exr_log_append(exr_log *lg, int64_t h, uint64_t pos, const void *state,

@@ -16,6 +16,7 @@
 
 #include "le.h"
 #include "log.h"
+#include "zheap.h"
 
 #define META 29 /* ts, handle, pos (8 each), source (4), flags (1) */
 #define KIND_RECORDS 1u
@@ -301,7 +302,7 @@ static bool inflate_begin(inslot *s)
         return false;
     }
     if (!s->zinit) {
-        memset(&s->z, 0, sizeof s->z);
+        exr_zstream_init(&s->z); /* the allocation-failure build's allocator too */
         if (inflateInit2(&s->z, -15) != Z_OK) {
             job_fail(&s->j, EXR_ENOMEM, 0, "");
             return false;
@@ -380,7 +381,7 @@ static bool deflate_begin(outslot *o, int level)
         return false;
     }
     if (!o->zinit) {
-        memset(&o->z, 0, sizeof o->z);
+        exr_zstream_init(&o->z);
         if (deflateInit2(&o->z, level, Z_DEFLATED, -15, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
             job_fail(&o->j, EXR_ENOMEM, 0, "");
             return false;
@@ -535,6 +536,20 @@ static void wait_job(exr_merge *m, mjob *j)
 
 /* ---- setup ------------------------------------------------------------------ */
 
+/* m's mutex and condition variables; false (none left made) if one fails. */
+static bool sync_init(exr_merge *m)
+{
+    if (pthread_mutex_init(&m->mu, NULL) != 0)
+        return false;
+    if (pthread_cond_init(&m->work, NULL) == 0) {
+        if (pthread_cond_init(&m->done, NULL) == 0)
+            return true;
+        pthread_cond_destroy(&m->work);
+    }
+    pthread_mutex_destroy(&m->mu);
+    return false;
+}
+
 exr_status exr_merge_new(size_t nin, size_t row, size_t state_bytes, size_t chunk_bytes,
                          int level, int out_fd, int threads, exr_merge **out)
 {
@@ -570,9 +585,8 @@ exr_status exr_merge_new(size_t nin, size_t row, size_t state_bytes, size_t chun
     }
     for (int k = 0; k < m->nout; k++)
         m->out[k].j.kind = K_COMPRESS;
-    pthread_mutex_init(&m->mu, NULL);
-    pthread_cond_init(&m->work, NULL);
-    pthread_cond_init(&m->done, NULL);
+    if (!sync_init(m))
+        goto nomem;
     for (int t = 0; t < threads; t++) {
         if (pthread_create(&m->th[t], NULL, worker, m) != 0)
             break; /* fewer workers: the caller's thread runs what they leave */
@@ -627,10 +641,27 @@ void exr_merge_free(exr_merge *m)
     free(m);
 }
 
+/* The length rules of docs/log.md, which the caller has checked already
+ * (exreplay/log.py): checked again here, since the decode and the copy
+ * index the body by them. */
+static bool chunk_lengths_ok(const exr_merge *m, const exr_merge_chunk *c)
+{
+    if (m->row > EXR_MERGE_MAX_RAW)
+        return false;
+    uint64_t n = c->count, fixed = n * (uint64_t)(META + m->row); /* < 2^32 * 2^32 */
+    if (!n || c->raw_len > EXR_MERGE_MAX_RAW || fixed > c->raw_len ||
+        (c->raw_len - fixed) % m->sb || (c->raw_len - fixed) / m->sb > n)
+        return false;
+    if (c->codec == CODEC_STORED)
+        return c->body_len == c->raw_len;
+    return c->codec == CODEC_ZLIB && c->body_len >= 6 &&
+           (c->body_len >= ((uint64_t)1 << 40) || c->raw_len <= c->body_len * 1032 + 64);
+}
+
 exr_status exr_merge_push(exr_merge *m, size_t i, const exr_merge_chunk *c)
 {
-    if (i >= m->nin || m->in[i].ended || m->in[i].queued >= EXR_MERGE_LOOK || !c->count ||
-        m->finished || m->err.st != EXR_OK)
+    if (i >= m->nin || m->in[i].ended || m->in[i].queued >= EXR_MERGE_LOOK ||
+        !chunk_lengths_ok(m, c) || m->finished || m->err.st != EXR_OK)
         return EXR_EINVAL;
     input *in = &m->in[i];
     inslot *s = &in->slot[(in->head + in->queued) % EXR_MERGE_LOOK];

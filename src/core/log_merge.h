@@ -33,11 +33,13 @@
 
 #define EXR_MERGE_LOOK 2 /* chunks queued per input: the current one, one ahead */
 #define EXR_MERGE_MAX_THREADS 64
+#define EXR_MERGE_MAX_RAW ((uint64_t)1 << 31) /* a chunk's raw body at most (docs/log.md) */
 
 typedef struct exr_merge exr_merge;
 
 /* A records chunk of an input, its header already checked by the caller
- * (magic, CRC, kind, codec, the length rules of docs/log.md): the body is
+ * (magic, CRC, kind, codec, the length rules of docs/log.md, which
+ * exr_merge_push checks again: EXR_EINVAL if broken): the body is
  * body_len bytes at offset body_off of fd. tag is reported with an error
  * in this chunk (the caller's offset of it). */
 typedef struct {

@@ -515,6 +515,18 @@ static exr_status append_steps(LogObject *self, int64_t h, size_t pos, npy_intp 
     return st;
 }
 
+/* append on a log whose rows carry extras: there is no argument for them */
+static int no_extras(LogObject *self, const char *what)
+{
+    if (!exr_log_has_extras(self->lg))
+        return 0;
+    PyErr_Format(PyExc_ValueError,
+                 "%s: expected a log without per-step extras (a log with extras takes its "
+                 "steps from its buffer only), got one whose rows carry extras",
+                 what);
+    return -1;
+}
+
 static PyObject *log_append_impl(LogObject *self, PyObject *const *args, Py_ssize_t nargs,
                                  PyObject *kwnames, int many)
 {
@@ -529,7 +541,8 @@ static PyObject *log_append_impl(LogObject *self, PyObject *const *args, Py_ssiz
     size_t pos;
     int terminated;
     if (exr_parse_args(args, nargs, kwnames, fname, names, 5, 7, a) < 0 ||
-        need_open(self, fname) < 0 || exr_handle_arg(a[0], "h", "an int", &h) < 0 ||
+        need_open(self, fname) < 0 || no_extras(self, fname) < 0 ||
+        exr_handle_arg(a[0], "h", "an int", &h) < 0 ||
         bounded_size(a[1], "pos", 0, (size_t)INT64_MAX / 2, &pos) < 0 ||
         flag_arg(a[6], "terminated", &terminated) < 0)
         return NULL;

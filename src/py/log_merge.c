@@ -112,7 +112,9 @@ static PyObject *merge_push(MergeObject *self, PyObject *args)
     c.body_len = blen;
     if (i < 0 || exr_merge_push(self->m, (size_t)i, &c) != EXR_OK) {
         PyErr_SetString(PyExc_ValueError,
-                        "push: expected an input with room for a chunk of >= 1 records");
+                        "push: expected an input with room for a chunk, and a chunk of >= 1 "
+                        "records whose raw and body lengths fit its count and codec "
+                        "(docs/log.md), got another");
         return NULL;
     }
     Py_RETURN_NONE;
