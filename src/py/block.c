@@ -1,5 +1,5 @@
 /*
- * block.c - the memory behind a batch's arrays: one allocation for all nine,
+ * block.c - the memory behind a batch's arrays: one allocation for all ten,
  * kept for reuse when the batch dies.
  *
  *   get_batch --> Block (one 64-byte-aligned allocation)
