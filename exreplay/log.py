@@ -408,6 +408,8 @@ class LogReader:
         f, path, schema = self._f, self.path, self.schema
         off = schema.header_len
         f.seek(off)
+        self.torn = 0  # each pass starts from the first chunk
+        self.ended = False
         last_ts = None
         while True:
             remaining = self.size - off
@@ -1011,11 +1013,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                       progress=False if a.no_progress else None)
             out.write("%s: %d records in %d chunks, %d bytes, sources %s\n" % (
                 a.output, d["records"], d["chunks"], d["bytes"], d["sources"]))
+        out.flush()  # a closed pipe shows here, not at the interpreter's exit
+    except BrokenPipeError:  # before OSError, of which it is one: `... | head` is no error
+        # The reader has gone: what is left of stdout goes to devnull, so that
+        # Python's flush at exit does not fail again (as Python's docs advise).
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, out.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):  # stdout without a file descriptor (replaced in-process)
+            pass
+        return 0
     except (ValueError, OSError) as e:
         sys.stderr.write("error: %s\n" % e)
         return 1
-    except BrokenPipeError:
-        return 0
     return 0
 
 

@@ -608,6 +608,40 @@ def test_command_line(tmp_path, capsys):
     assert r.returncode == 0 and '"records": 20' in r.stdout
 
 
+def test_cat_into_a_pipe_closed_early(tmp_path):
+    """`python -m exreplay.log cat FILE | head`: the reader goes away after a
+    line; the command ends quietly, with status 0 and nothing on stderr."""
+    p = tmp_path / "big.log"
+    with ExperienceLog(p, source=0, state_shape=(2,)) as lg:
+        for i in range(20_000):  # ~1 MB of text: far more than a pipe holds
+            lg.append(0, i, [i, 0], i, 1.0)
+    proc = subprocess.Popen([sys.executable, "-m", "exreplay.log", "cat", str(p)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read()
+    proc.stderr.close()
+    assert proc.wait(timeout=60) == 0 and err == b""
+
+
+def test_reader_iterates_again(tmp_path):
+    p = tmp_path / "again.log"
+    with ExperienceLog(p, source=0, state_shape=(2,), chunk_bytes=256) as lg:
+        for i in range(50):
+            lg.append(0, i, [i, 0], i, 1.0)
+    with xlog.open(p) as r:
+        first = [c.actions.tolist() for c in r]
+        assert r.ended and r.torn == 0 and len(first) > 1
+        second = [c.actions.tolist() for c in r]  # the end marker is not "data after" it
+        assert second == first and r.ended and r.torn == 0
+    data = p.read_bytes()
+    q = tmp_path / "torn.log"
+    q.write_bytes(data[:len(data) // 2 + 7])  # no end marker, some chunks cut off
+    with xlog.open(q) as r:
+        passes = [(sum(len(c.actions) for c in r), r.torn, r.ended) for _ in range(2)]
+    assert passes[0] == passes[1] and 0 < passes[0][0] < 50 and not passes[0][2]
+
+
 # ---- bad input ----------------------------------------------------------------------
 
 

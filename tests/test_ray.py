@@ -193,6 +193,73 @@ def test_rollouts_out_of_order_are_held_not_waited_for():
     assert srv.stats()["records"] == 12
 
 
+def test_failed_rollout_records_nothing_and_resets_its_stream():
+    # A rollout refused for its inputs records none of its pieces, and the
+    # stream's next rollout starts a new episode instead of joining the open
+    # one across the rows that did not go in.
+    srv = ReplayServer(state_shape=(4,), capacity=None, pick_len=1, seed=0)
+    s, a, r = _episode(20, 1)
+    srv.record_rollout("A", Rollout(s[:4], a[:4], r[:4]), seq=0)  # an open episode of 4 steps
+    bad_p = np.ones(6)
+    bad_p[4] = np.nan  # in the second piece
+    with pytest.raises(ValueError, match="priorities: expected finite numbers >= 0, got nan at index 4"):
+        srv.record_rollout("A", Rollout(s[4:10], a[4:10], r[4:10], bad_p, ends=[3]), seq=1)
+    fin = np.zeros((1, 3), np.float32)  # a final state of the wrong shape, in the second piece
+    with pytest.raises(ValueError, match=r"final_states: expected shape \(1, 4\), got \(1, 3\)"):
+        srv.record_rollout("A", Rollout(s[4:10], a[4:10], r[4:10], ends=[5], final_states=fin,
+                                        terminated=[False]), seq=2)
+    with pytest.raises(TypeError, match="final_states: expected a dtype that casts to float32"):
+        srv.record_rollout("A", Rollout(s[4:10], a[4:10], r[4:10], ends=[5], terminated=[False],
+                                        final_states=np.zeros((1, 4), np.complex64)), seq=3)
+    assert len(srv.buf) == 4 and srv.stats()["records"] == 4  # nothing of the three went in
+    srv.record_rollout("A", Rollout(s[10:13], a[10:13], r[10:13]), seq=4)
+    eps = sorted((srv.buf.episode(h) for h in srv.buf._handles()), key=lambda e: e.state[0, 1])
+    assert [e.state[:, 1].tolist() for e in eps] == [[0, 1, 2, 3], [10, 11, 12]]
+    assert not any(e.ended for e in eps)
+    # the same without seq, failing in its first (open) piece: a new episode after it
+    bad_p = np.ones(2)
+    bad_p[1] = -1.0
+    with pytest.raises(ValueError, match="priorities: expected finite numbers >= 0, got -1.0 at index 1"):
+        srv.record_rollout("A", Rollout(s[13:15], a[13:15], r[13:15], bad_p))
+    srv.record_rollout("A", Rollout(s[15:17], a[15:17], r[15:17]))
+    assert sorted(srv.buf.episode(h).state[:, 1].tolist() for h in srv.buf._handles()) == [
+        [0, 1, 2, 3], [10, 11, 12], [15, 16]]
+    # named fields: a final state without one of them
+    fsrv = ReplayServer(state_spec=FSPEC, extras_spec=XSPEC, capacity=None, pick_len=2, seed=0,
+                        selectors=[("uniform", {})])
+    ro = _field_rollout(5, 0, ends=[2, 5])
+    del ro.final_states["k"]
+    with pytest.raises(ValueError, match=r"final_states: expected the fields \['k', 'obs'\], got the fields"):
+        fsrv.record_rollout("A", ro)
+    assert len(fsrv.buf) == 0
+    st = srv.stats()
+    assert st["records"] == 9 and st["rollouts"] == 3
+    srv.buf._check()
+
+
+def test_failed_calls_raise_the_buffers_error_and_count_nothing():
+    srv = ReplayServer(state_shape=(4,), capacity=None, pick_len=1, seed=0)
+    s, a, r = _episode(5)
+    with pytest.raises(TypeError, match="actions: expected an array-like of int64, got None"):
+        srv.record_many(None, s, None, r)
+    with pytest.raises(ValueError, match="priorities: expected finite numbers >= 0"):
+        srv.record_many(None, s, a, r, priorities=[1, 1, np.nan, 1, 1])
+    with pytest.raises(ValueError, match="get_batch: no pick can be drawn"):
+        srv.get_batch(8, 0)
+    with pytest.raises(ValueError, match=r"pick_epi: expected shape \(T,\), got \(\)"):
+        srv.set_priority(0, 5, 5, 1.0)
+    counters = ("records", "rollouts", "picks_sampled", "batches", "priority_updates")
+    st = srv.stats()
+    assert [st[k] for k in counters] == [0] * 5
+    assert st["write_busy_s"] > 0 and st["sample_busy_s"] > 0  # the time still counts
+    assert len(srv.buf) == 0
+    srv.record_many(None, s, a, r, terminated=True)
+    b = srv.get_batch(4, 0)
+    srv.set_priority(0, b.pick_epi, b.pick_pos, 2.0)
+    st = srv.stats()
+    assert [st[k] for k in counters] == [5, 1, 4, 1, 4]
+
+
 def test_concurrent_writers_and_learner(cluster):
     """3 Ray actors record_rollout into one ReplayActor while a learner samples and
     updates priorities; the buffer stays consistent, every episode whole, and
@@ -349,6 +416,35 @@ def test_learner_inside_the_replay_actor(cluster):
     assert st["records"] == seq * T
     assert ray.get(actor.stats.remote())["priority_updates"] == n * 8
     ray.kill(actor)
+
+
+def test_actor_class_leaves_static_and_class_methods_alone(cluster):
+    """replay_actor_class forwards the subclass's plain methods only: its
+    staticmethods, classmethods and nested classes work as in the class."""
+    from exreplay.ray import replay_actor_class
+
+    class Tools(ReplayServer):
+        class Note:
+            def __init__(self, text):
+                self.text = text
+
+        @staticmethod
+        def twice(x):
+            return 2 * x
+
+        @classmethod
+        def name(cls):
+            return cls.__name__
+
+        def use(self, x):
+            return self.twice(x), Tools.twice(x), self.name(), self.Note("hi").text
+
+    actor = replay_actor_class(Tools, name="Tools").options(num_cpus=0).remote(
+        state_shape=(4,), capacity=100, pick_len=1, seed=0)
+    try:
+        assert ray.get(actor.use.remote(3)) == (6, 6, "Tools", "hi")
+    finally:
+        ray.kill(actor)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
@@ -511,6 +607,54 @@ def test_sharded_set_priority_routes_updates(cluster):
     sh.shutdown()
 
 
+def test_sharded_record_episode_from_two_copies(cluster):
+    """Copies of one ShardedReplay (as Ray tasks and actors hold them) record
+    whole episodes at once: none is refused or lost."""
+    import pickle
+
+    sh = ShardedReplay(2, state_shape=(4,), capacity=None, pick_len=1, seed=0,
+                       selectors=["uniform"], actor_options={"num_cpus": 0})
+    try:
+        copies = [pickle.loads(pickle.dumps(sh)) for _ in range(2)]
+        for k in range(3):
+            for c, cp in enumerate(copies):
+                s, a, r = _episode(5, 10 * c + k)
+                assert cp.record_episode(s, a, r, wait=True) == 5
+        refs = []
+        for c, cp in enumerate(copies):  # and without waiting: every one goes in
+            s, a, r = _episode(4, 100 + c)
+            refs += cp.record_episode(s, a, r)
+        assert sum(ray.get(refs)) == 8
+        bufs = sh.buffers()
+        keys = sorted(int(b.episode(h).state[0, 0]) for b in bufs for h in b._handles())
+        assert keys == [0, 1, 2, 10, 11, 12, 100, 101]
+        assert all(b.episode(h).ended for b in bufs for h in b._handles())
+    finally:
+        sh.shutdown()
+
+
+def test_sharded_get_batch_after_a_failed_draw(cluster):
+    """get_batch(fresh_stats=False) splits by the previous call's stats; a
+    draw that fails on them (a shard left with nothing to draw) drops them,
+    so the next call reads fresh stats instead of failing the same way."""
+    sh = ShardedReplay(2, state_shape=(4,), capacity=None, pick_len=1, seed=0,
+                       selectors=[("prioritized", {"alpha": 0.6, "beta": 0.4})], actor_options={"num_cpus": 0})
+    try:
+        for k in range(2):  # one episode on each shard
+            s, a, r = _episode(10, k)
+            sh.record_episode(s, a, r, wait=True)
+        sh.get_batch(32, 0, fresh_stats=False)
+        e, q = ray.get(sh.shards[0].call.remote("_picks"))
+        assert ray.get(sh.shards[0].set_priority.remote(0, e, q, 0.0)) == 10  # shard 0: nothing to draw
+        with pytest.raises(ValueError, match="get_batch"):
+            sh.get_batch(32, 0, fresh_stats=False)  # split by the stale stats: shard 0 refuses
+        for _ in range(2):
+            b = sh.get_batch(32, 0, fresh_stats=False)
+            assert set(sh.decode(b.pick_epi)[0].tolist()) == {1}
+    finally:
+        sh.shutdown()
+
+
 def test_sharded_rollouts_spread_and_stay_whole(cluster):
     sh = ShardedReplay(2, state_shape=(4,), capacity=None, pick_len=3, allow_short=True, seed=0,
                        selectors=["uniform"], actor_options={"num_cpus": 0})
@@ -532,6 +676,27 @@ def test_sharded_rollouts_spread_and_stay_whole(cluster):
             e = b.episode(h)
             np.testing.assert_array_equal(np.diff(e.state[:, 1]), 1)
     sh.shutdown()
+
+
+def test_gather_logs_checks_every_replay_before_closing_any(cluster, tmp_path):
+    """gather_logs over replays one of which has no log: a ValueError, and the
+    logs of the others stay open (their replays go on logging)."""
+    from exreplay.ray import ReplayActor, gather_logs
+
+    kw = dict(state_shape=(4,), capacity=100, pick_len=1, seed=0, selectors=["uniform"])
+    logged = ReplayActor.options(num_cpus=0).remote(log={"dir": str(tmp_path / "logs"), "source": 0}, **kw)
+    plain = ReplayActor.options(num_cpus=0).remote(**kw)
+    try:
+        s, a, r = _episode(5)
+        ray.get(logged.record_many.remote(None, s, a, r, terminated=True))
+        with pytest.raises(ValueError, match=r"replays: expected ReplayActors with a log .*positions \[1\]"):
+            gather_logs([logged, plain], str(tmp_path / "out"))
+        assert not ray.get(logged.log_info.remote())["closed"]
+        ray.get(logged.record_many.remote(None, s, a, r, terminated=True))  # still logged
+        assert gather_logs([logged], str(tmp_path / "out"))["records"] == 10
+    finally:
+        ray.kill(logged)
+        ray.kill(plain)
 
 
 def _apex_args(**kw):

@@ -574,6 +574,34 @@ def test_checkpoint_holds_the_buffer(tmp_path):
         ray.shutdown()
 
 
+def test_checkpoint_state_refused_before_anything_is_restored():
+    """ReplayBufferCheckpoints.set_state with a buffer's state but no local
+    replay buffer: a ValueError, and the algorithm's own state is untouched."""
+    from exreplay.rllib.checkpoint import BUFFER_STATE_KEY, ReplayBufferCheckpoints
+
+    class Algo:
+        restored = None
+        config = None
+        local_replay_buffer = None
+
+        def set_state(self, state):
+            self.restored = state
+
+    class WithBuffer(ReplayBufferCheckpoints, Algo):
+        pass
+
+    algo = WithBuffer()
+    with pytest.raises(ValueError, match="state: expected no 'local_replay_buffer'"):
+        algo.set_state({"learner_group": 1, BUFFER_STATE_KEY: {}})
+    assert algo.restored is None
+    algo.set_state({"learner_group": 1})
+    assert algo.restored == {"learner_group": 1}
+    restored = []
+    algo.local_replay_buffer = type("Buf", (), {"set_state": lambda self, s: restored.append(s)})()
+    algo.set_state({"learner_group": 2, BUFFER_STATE_KEY: {"x": 1}})
+    assert algo.restored["learner_group"] == 2 and restored == [{"x": 1}]
+
+
 def test_sample_metrics_are_rllib_s():
     """sample feeds RLlib's metrics through a fast path after its first call:
     get_metrics gives what RLlib's own _update_sample_metrics would (compared

@@ -416,11 +416,13 @@ class ReplayServer:
                     extras=None):
         """``ExperienceReplay.record_many``: returns the handle recorded into last."""
         t = self._meter.enter("w")
+        counts = {}  # counted only once the call has succeeded
         try:
             h = self.buf.record_many(h, states, actions, rewards, final_state=final_state,
                                      terminated=terminated, priorities=priorities, extras=extras)
+            counts = dict(records=np.shape(actions)[0], rollouts=1)
         finally:
-            self._meter.leave("w", t, records=len(actions), rollouts=1)
+            self._meter.leave("w", t, **counts)
         return h
 
     def record_rollout(self, stream: Hashable, rollout: Rollout, seq: int | None = None) -> int:
@@ -474,10 +476,41 @@ class ReplayServer:
             raise err
         return len(rollout)
 
+    def _check_rollout(self, r: Rollout) -> None:
+        """What record_many would check only at a later piece of r, checked
+        before anything is recorded: every priority and every final state.
+        (The other columns are one array each, which the first piece checks.)"""
+        p = r.priorities
+        if p is not None:
+            bad = np.flatnonzero(~(np.isfinite(p) & (p >= 0)))
+            if len(bad):
+                raise ValueError(f"priorities: expected finite numbers >= 0, got {p[bad[0]]} at index {bad[0]}")
+        fs = r.final_states
+        if fs is None:
+            return
+        spec = self.buf.state_spec
+        if spec is None:
+            if isinstance(fs, dict):
+                raise ValueError(f"final_states: expected an array, got the fields {sorted(fs)}")
+            fields = [("final_states", fs, self.buf.state_shape, self.buf.state_dtype)]
+        else:
+            if not isinstance(fs, dict) or set(fs) != set(spec):
+                got = f"the fields {sorted(fs)}" if isinstance(fs, dict) else "an array"
+                raise ValueError(f"final_states: expected the fields {sorted(spec)}, got {got}")
+            fields = [(f"final_states[{k!r}]", fs[k], *spec[k]) for k in spec]
+        for name, x, shape, dtype in fields:
+            if x.shape[1:] != tuple(shape):
+                raise ValueError(f"{name}: expected shape {(len(x), *shape)}, got {x.shape}")
+            if not np.can_cast(x.dtype, dtype, "same_kind"):
+                raise TypeError(f"{name}: expected a dtype that casts to {np.dtype(dtype)} under same_kind, "
+                                f"got {x.dtype}")
+
     def _record_rollout(self, stream: Hashable, r: Rollout) -> None:
         h = self._streams.get(stream)
         t = self._meter.enter("w")
+        counts = {"records": 0}
         try:
+            self._check_rollout(r)
             for a, b, j in r.pieces():
                 pr = None if r.priorities is None else r.priorities[a:b]
                 st, ex, fs = r.piece(a, b, j)
@@ -487,9 +520,16 @@ class ReplayServer:
                     self.buf.record_many(h, st, r.actions[a:b], r.rewards[a:b], final_state=fs,
                                          terminated=bool(r.terminated[j]), priorities=pr, extras=ex)
                     h = None
+                counts["records"] += b - a
+            counts["rollouts"] = 1
             self._streams[stream] = h
+        except BaseException:
+            # The rollout is not (wholly) in: the stream's next piece starts a
+            # new episode rather than joining the open one across the gap.
+            self._streams.pop(stream, None)
+            raise
         finally:
-            self._meter.leave("w", t, records=len(r), rollouts=1)
+            self._meter.leave("w", t, **counts)
 
     def end_stream(self, stream: Hashable) -> None:
         """Forget a stream (its open episode stays, unended, until evicted)."""
@@ -510,11 +550,13 @@ class ReplayServer:
         """
         n = 1 if n_batches is None else int(n_batches)
         t = self._meter.enter("s")
+        counts = {}  # counted only once the call has succeeded
         try:
             b = self.buf.get_batch(batch_size * n, ps)
             st = self.priority_stats(ps) if with_stats else None
+            counts = dict(picks_sampled=batch_size * n, batches=n)
         finally:
-            self._meter.leave("s", t, picks_sampled=batch_size * n, batches=n)
+            self._meter.leave("s", t, **counts)
         out = b if n_batches is None else _Batches(b, n)
         return (out, st) if with_stats else out
 
@@ -523,10 +565,12 @@ class ReplayServer:
         pick_index too (it crosses Ray with the batch) for the shortcut that
         skips the lookup by handle while the indices still hold."""
         t = self._meter.enter("s")
+        counts = {}  # counted only once the call has succeeded
         try:
             n = self.buf.set_priority(ps, pick_epi, pick_pos, priorities, pick_index=pick_index)
+            counts = dict(priority_updates=int(np.size(pick_epi)))
         finally:
-            self._meter.leave("s", t, priority_updates=len(pick_epi))
+            self._meter.leave("s", t, **counts)
         return n
 
     def priority_stats(self, ps: int = 0):
@@ -754,10 +798,16 @@ class ShardedReplay:
     def record_rollout(self, stream: Hashable, rollout: Rollout, wait: bool = False):
         """Send a Rollout of sender `stream`; returns the ObjectRefs (or, with
         wait=True, the number of records added)."""
+        return self._send(stream, rollout, wait, numbered=True)
+
+    def _send(self, stream: Hashable, rollout: Rollout, wait: bool, numbered: bool):
+        """record_rollout; numbered=False sends no seq (whole episodes, which
+        need no order and may come from every copy of this object at once)."""
         ray = _ray()
         st = self._streams.get(stream)
         if st is None:
-            st = self._streams[stream] = {"open": None, "seq": [0] * self.n, "rr": _stable_hash(stream) % self.n}
+            st = self._streams[stream] = {"open": None, "seq": [0] * self.n if numbered else None,
+                                          "rr": _stable_hash(stream) % self.n}
         groups: dict[int, list] = {}
         for a, b, j in rollout.pieces():
             if a == 0 and st["open"] is not None:
@@ -770,17 +820,21 @@ class ShardedReplay:
         refs = []
         for shard, pieces in groups.items():
             sub = rollout if len(groups) == 1 else rollout.take(pieces)
-            refs.append(self.shards[shard].record_rollout.remote(stream, sub, st["seq"][shard]))
-            st["seq"][shard] += 1
+            if st["seq"] is None:
+                refs.append(self.shards[shard].record_rollout.remote(stream, sub, None))
+            else:
+                refs.append(self.shards[shard].record_rollout.remote(stream, sub, st["seq"][shard]))
+                st["seq"][shard] += 1
         return sum(ray.get(refs)) if wait else refs
 
     def record_episode(self, states, actions, rewards, final_state=None, terminated=True,
                        priorities=None, wait: bool = False, extras=None):
-        """One whole episode (ended), to the next shard in turn."""
+        """One whole episode (ended), to the next shard in turn. It is sent
+        without a seq: every copy of this object may record episodes at once."""
         fs = None if final_state is None else _map(lambda x: np.asarray(x)[None], final_state)
         r = Rollout(states, actions, rewards, priorities, ends=[len(actions)], final_states=fs,
                     terminated=[terminated], extras=extras)
-        return self.record_rollout("__episodes__", r, wait=wait)
+        return self._send("__episodes__", r, wait, numbered=False)
 
     # -- learner ---------------------------------------------------------------------
 
@@ -809,10 +863,15 @@ class ShardedReplay:
             stats = ray.get([s.priority_stats.remote(ps) for s in self.shards])
         totals = np.array([s[0] for s in stats], dtype=np.float64)
         if not totals.sum() > 0:
+            self._last_stats.pop(int(ps), None)
             raise ValueError("get_batch: expected at least one pick with a positive priority in some shard, got none")
         counts = self._rng.multinomial(total_n, totals / totals.sum())
         drawn = [i for i in range(self.n) if counts[i] > 0]
-        res = ray.get([self.shards[i].get_batch.remote(int(counts[i]), ps, None, True) for i in drawn])
+        try:
+            res = ray.get([self.shards[i].get_batch.remote(int(counts[i]), ps, None, True) for i in drawn])
+        except Exception:
+            self._last_stats.pop(int(ps), None)  # stale: the next call reads fresh stats
+            raise
         stats = list(stats)
         for i, (_b, st) in zip(drawn, res):
             stats[i] = st
@@ -901,7 +960,8 @@ def gather_logs(replays, dest_dir: str, output: str | None = None, *, force_ship
     (or every one, with ``force_ship``) is copied into ``dest_dir`` through
     Ray in pieces of ``piece_bytes``, one at a time, so neither side holds
     more than a piece. Logs are merged in source order, so records with
-    equal timestamps keep it.
+    equal timestamps keep it. If one of the replays has no log, it is a
+    ValueError and no log is closed.
     """
     import os
 
@@ -909,9 +969,12 @@ def gather_logs(replays, dest_dir: str, output: str | None = None, *, force_ship
 
     ray = _ray()
     replays = list(replays)
+    # Every one must have a log before any is closed.
+    missing = [k for k, i in enumerate(ray.get([r.log_info.remote() for r in replays])) if i is None]
+    if missing:
+        raise ValueError(f"replays: expected ReplayActors with a log (built with log=), "
+                         f"got replays without one at positions {missing}")
     infos = ray.get([r.log_close.remote() for r in replays])
-    if any(i is None for i in infos):
-        raise ValueError("replays: a ReplayActor without a log (build it with log=)")
     here = ray.get_runtime_context().get_node_id()
     os.makedirs(dest_dir, exist_ok=True)
     local = []

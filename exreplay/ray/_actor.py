@@ -1,5 +1,6 @@
 """The Ray actor classes (imported only when Ray is used; see exreplay.ray)."""
 
+import inspect
 import os
 import threading
 
@@ -67,7 +68,9 @@ def replay_actor_class(cls=ReplayServer, default_group: str = "learner", concurr
         if klass is ReplayServer or not issubclass(klass, ReplayServer):
             continue
         for m, v in vars(klass).items():
-            if callable(v) and not m.startswith("_") and m not in names:
+            # Plain functions only: a staticmethod, classmethod or nested class
+            # stays as it is (a forwarder would pass it self).
+            if inspect.isfunction(v) and not m.startswith("_") and m not in names:
                 names[m] = default_group
     body = {"__doc__": cls.__doc__, "__module__": cls.__module__}
     for m, group in names.items():

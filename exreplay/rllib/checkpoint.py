@@ -58,6 +58,12 @@ class ReplayBufferCheckpoints:
         return state
 
     def set_state(self, state) -> None:
+        # Checked before anything is restored: a refused state changes nothing.
+        if BUFFER_STATE_KEY in state and getattr(self, "local_replay_buffer", None) is None:
+            raise ValueError(
+                f"state: expected no {BUFFER_STATE_KEY!r} (this algorithm has no replay buffer "
+                "to restore it into), got one"
+            )
         super().set_state(state)
         if BUFFER_STATE_KEY not in state:
             if self._stores_buffer():
@@ -66,10 +72,6 @@ class ReplayBufferCheckpoints:
                     "replay buffer: the buffer keeps what it holds"
                 )
             return
-        if getattr(self, "local_replay_buffer", None) is None:
-            raise ValueError(
-                "state: holds a replay buffer, but this algorithm has none to restore it into"
-            )
         self.local_replay_buffer.set_state(state[BUFFER_STATE_KEY])
 
 
