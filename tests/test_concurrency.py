@@ -525,3 +525,42 @@ def test_reserve_copy_publish_from_many_threads(eviction):
         assert ok.all()
         same = tag[1:] == tag[:-1]
         assert np.where(same, t[1:] == t[:-1] + 1, t[1:] == 0).all()
+
+
+def test_priorities_written_by_another_thread_during_set_priority():
+    """set_priority reads the caller's priorities once, into its own copy, and
+    checks and applies only that: another thread writing NaNs into the array
+    during the call gets a ValueError or the values it checked, never a NaN
+    leaf in the tree (where a NaN is a pending add's tag)."""
+    buf = ExperienceReplay((2,), capacity=4000, pick_len=1, seed=3)
+    ps = buf.new_pick_selector(P)
+    for e in range(40):
+        buf.record_many(None, np.zeros((100, 2), np.float32), np.zeros(100, np.int64),
+                        np.zeros(100, np.float32))
+    b = buf.get_batch(256, ps)
+    epi, pos = b.pick_epi.copy(), b.pick_pos.copy()
+    pr = np.ones(256)
+    stop = threading.Event()
+
+    def flipper():
+        k = 0
+        while not stop.is_set():
+            pr[k % 256] = np.nan if k % 2 else 1.0 + (k % 7)
+            k += 1
+
+    t = threading.Thread(target=flipper)
+    t.start()
+    try:
+        bad = 0
+        for _ in range(3000):
+            try:
+                buf.set_priority(ps, epi, pos, pr)
+            except ValueError:
+                bad += 1
+            buf.get_batch(64, ps)
+    finally:
+        stop.set()
+        t.join()
+    buf._check()
+    stored = buf._priority(ps, epi, pos)
+    assert np.isfinite(stored).all()

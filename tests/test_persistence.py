@@ -620,6 +620,8 @@ f = np.zeros((1000, 84, 84), np.uint8)
 for i in range(10):
     h = buf.record_many(None, f, np.zeros(1000, np.int64), np.zeros(1000, np.float32),
                         final_state=f[0])
+log = exreplay.ExperienceLog(sys.argv[1] + ".xlog")
+buf.attach_log(log)
 results = {}
 calls = [0]
 def attempt(name, fn):
@@ -658,12 +660,19 @@ def progress(done, total):
     attempt("_gather", lambda: buf._gather(ps, [h], [0]))
     attempt("_check", lambda: buf._check())
     attempt("state_shape", lambda: buf.state_shape)
+    attempt("repr", lambda: results.__setitem__("repr_text", repr(buf)))
+    attempt("log_flush", lambda: log.flush())
+    attempt("log_append", lambda: log.append(1, 0, f[0], 0, 0.0))
+    attempt("log_close", lambda: log.close())
+    attempt("detach_log", lambda: buf.detach_log())
     # another buffer is fine
     other = ExperienceReplay((2,))
     attempt("other_buffer", lambda: other.record(None, [0, 0], 0, 0.0))
 buf.save(sys.argv[1], level=0, progress=progress)
 # after the save, the buffer works again
 assert len(buf) == 10000 and buf.get_batch(2, ps) is not None
+assert buf.log is log and not log.closed
+log.close()
 print(json.dumps({"calls": calls[0], "results": results}))
 """
 
@@ -688,10 +697,14 @@ def test_progress_callback_reentry_raises_not_deadlocks(tmp_path):
     must_raise = ["len", "num_episodes", "num_picks", "record", "record_many", "new_episode",
                   "get_batch", "set_priority", "episode", "serialize", "save", "pickle",
                   "new_pick_selector", "remove_pick_selector", "beta_get", "beta_set",
-                  "_handles", "_picks", "_priority", "_gather", "_check"]
+                  "_handles", "_picks", "_priority", "_gather", "_check", "log_flush",
+                  "log_append", "log_close", "detach_log"]
     bad = {k: res[k] for k in must_raise if res[k] != "RuntimeError"}
     assert not bad, bad
     assert res["state_shape"] == "ok"  # fixed attributes need no lock
+    # repr reads the counts under the save's own hold (it used to take the
+    # lock again: a hang, or a release of the save's hold)
+    assert res["repr"] == "ok" and res["repr_text"].startswith("ExperienceReplay("), res
     assert res["other_buffer"] == "ok"
     assert res["alpha"] in ("ok", "RuntimeError")
     assert not os.path.exists(tmp_path / "re.exr.other")

@@ -271,6 +271,18 @@ static void took_exclusive(exr_buffer *b, bool with_wmu)
     reserve_close_locked(b);
 }
 
+/* A blocking take of rw that failed: this thread holds rw already
+ * (EDEADLK) or the readers' count is full. Going on unlocked would let the
+ * next unlock release a hold of someone else: stop instead. The binding's
+ * guards keep every call that would take rw out of a thread that holds it
+ * (save()'s progress callback, docs/api.md). */
+static __attribute__((noinline, cold)) void rw_take_failed(int err)
+{
+    fprintf(stderr, "exreplay: taking the storage lock failed (error %d): a call into the "
+                    "buffer from the thread that holds it; aborting\n", err);
+    abort();
+}
+
 /* rw, shared or exclusive, once a first try failed: an exclusive taker
  * first queues for wmu, asleep; then rw is retried for a while (spin_rw)
  * before the taker sleeps. A shared taker counts itself in rd_waiting meanwhile. */
@@ -282,10 +294,9 @@ static __attribute__((noinline)) void take_rw_slow(exr_buffer *b, bool shared)
     else
         pthread_mutex_lock(&b->lk->wmu);
     bool got = spin_rw(b->lk, shared);
-    if (!got && shared)
-        pthread_rwlock_rdlock(rw);
-    else if (!got)
-        pthread_rwlock_wrlock(rw);
+    int err = got ? 0 : shared ? pthread_rwlock_rdlock(rw) : pthread_rwlock_wrlock(rw);
+    if (err)
+        rw_take_failed(err);
     if (shared)
         atomic_fetch_sub_explicit(&b->lk->rd_waiting, 1, memory_order_relaxed);
 }

@@ -379,6 +379,20 @@ exr_status exr_buffer_set_priority(exr_buffer *b, int64_t h, size_t count, const
     exr_status st = prio_scratch_alloc(&s, count);
     if (st != EXR_OK)
         return st;
+    /* The caller's priorities read once, into the scratch, and only that
+     * copy checked and applied: another thread writing into the caller's
+     * array meanwhile cannot slip a NaN past the check into the tree, where
+     * a NaN leaf is a pending add's tag. kept[] is then compacted in place
+     * (keep_pick: done <= i). */
+    double one = count ? prio[0] : 0.0;
+    if (prio_stride && count) {
+        for (size_t i = 0; i < count; i++)
+            s.kept[i] = prio[i * prio_stride];
+        prio = s.kept;
+        prio_stride = 1;
+    } else {
+        prio = &one;
+    }
     int bad = priorities_bad(count, prio, prio_stride);
     double a = bad ? NAN : pow_guess(b, h);
     if (!isnan(a))

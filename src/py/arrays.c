@@ -336,7 +336,12 @@ int batch_arrays(ReplayObject *self, npy_intp B, PyObject *out, PyObject **array
                                                : f == F_NEXT ? "out.state_next"
                                                              : "out.extras") < 0)
                 goto error;
-            arrays[f] = Py_NewRef(d ? d : Py_None);
+            /* a copy of the dict: it holds the field arrays for the call,
+             * whose copy writes into them without the GIL, whatever
+             * another thread puts into out's own dict meanwhile */
+            arrays[f] = d && PyDict_Check(d) ? PyDict_Copy(d) : Py_NewRef(d ? d : Py_None);
+            if (!arrays[f])
+                goto error;
             continue;
         }
         int nd;

@@ -151,13 +151,15 @@ PyObject *exr_block_claim_drawn(exr_modstate *st, PyObject *epi, npy_intp n, exr
         return NULL;
     b->filling = 1;
     *d = b->drawn;
-    return (PyObject *)b;
+    return Py_NewRef((PyObject *)b); /* held while the core writes it, without the GIL */
 }
 
 void exr_block_release_drawn(PyObject *block)
 {
-    if (block)
+    if (block) {
         ((BlockObject *)block)->filling = 0;
+        Py_DECREF(block);
+    }
 }
 
 const exr_drawn *exr_block_drawn_take(exr_modstate *st, PyArrayObject *epi, npy_intp n,
@@ -168,15 +170,17 @@ const exr_drawn *exr_block_drawn_take(exr_modstate *st, PyArrayObject *epi, npy_
     if (!b || !b->drawn || b->filling || !b->drawn->serial || b->drawn->count != (uint64_t)n)
         return NULL;
     b->reading++;
-    *block = (PyObject *)b;
+    *block = Py_NewRef((PyObject *)b); /* held while the core reads it, without the GIL */
     exr_drawn_given++;
     return b->drawn;
 }
 
 void exr_block_drawn_release(PyObject *block)
 {
-    if (block)
+    if (block) {
         ((BlockObject *)block)->reading--;
+        Py_DECREF(block);
+    }
 }
 
 const int64_t *exr_block_pick_hints(exr_modstate *st, PyArrayObject *epi, PyArrayObject *pos,

@@ -10,6 +10,22 @@
 #include <string.h>
 #include <structmember.h>
 
+/* Records, episodes and picks, read at one moment. From save()'s progress
+ * callback this thread holds rw already (the counts cannot change under
+ * it): taking it again would deadlock. */
+static void repr_counts(ReplayObject *r, unsigned long long *n, unsigned long long *e,
+                        unsigned long long *p)
+{
+    bool mine = r->busy_thread && r->busy_thread == PyThread_get_thread_ident();
+    if (!mine)
+        exr_lock_with_gil(r->buf);
+    *n = exr_buffer_len_locked(r->buf);
+    *e = exr_buffer_num_episodes_locked(r->buf);
+    *p = exr_buffer_num_picks_locked(r->buf);
+    if (!mine)
+        exr_buffer_unlock(r->buf);
+}
+
 /* repr(ExperienceReplay): the constructor's arguments, then the counts. */
 PyObject *exr_replay_repr(PyObject *self)
 {
@@ -35,11 +51,8 @@ PyObject *exr_replay_repr(PyObject *self)
         }
     }
     ReplayObject *r = (ReplayObject *)self;
-    exr_lock_with_gil(r->buf);
-    unsigned long long n = exr_buffer_len_locked(r->buf);
-    unsigned long long e = exr_buffer_num_episodes_locked(r->buf);
-    unsigned long long p = exr_buffer_num_picks_locked(r->buf);
-    exr_buffer_unlock(r->buf);
+    unsigned long long n, e, p;
+    repr_counts(r, &n, &e, &p);
     if (r->sfields || r->xfields) {
         /* named fields (named.c): the specs in place of the state's shape and dtype */
         PyObject *ss = PyObject_GetAttrString(self, "state_spec");

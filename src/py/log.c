@@ -225,12 +225,11 @@ static int set_schema(LogObject *self, PyArray_Descr *sd, int snd, const npy_int
             log_error(st, "log", self->path);
         return -1;
     }
-    Py_INCREF(sd);
-    Py_INCREF(ad);
-    Py_INCREF(rd);
-    self->state_descr = sd;
-    self->action_descr = ad;
-    self->reward_descr = rd;
+    /* XSETREF: two attaches of one log in two threads may both get here
+     * (the GIL is let go above), with the same layout */
+    Py_XSETREF(self->state_descr, (PyArray_Descr *)Py_NewRef(sd));
+    Py_XSETREF(self->action_descr, (PyArray_Descr *)Py_NewRef(ad));
+    Py_XSETREF(self->reward_descr, (PyArray_Descr *)Py_NewRef(rd));
     self->state_nd = snd;
     self->action_nd = and_;
     memcpy(self->state_shape, ss, (size_t)snd * sizeof *ss);
@@ -515,6 +514,22 @@ static exr_status append_steps(LogObject *self, int64_t h, size_t pos, npy_intp 
     return st;
 }
 
+/* From save()'s progress callback of the buffer the log is attached to:
+ * that thread holds the buffer's lock, which the log's writer needs to let
+ * go of the rows it copied, so waiting for the writer there (flush, close,
+ * an append past max_backlog) would never end. */
+static int owner_saving_here(LogObject *self, const char *what)
+{
+    ReplayObject *rb = (ReplayObject *)self->owner;
+    if (!rb || !rb->busy_thread || rb->busy_thread != PyThread_get_thread_ident())
+        return 0;
+    PyErr_Format(PyExc_RuntimeError,
+                 "%s: the buffer this log is attached to is locked by save() in this thread: "
+                 "its progress callback must not use the log",
+                 what);
+    return -1;
+}
+
 /* append on a log whose rows carry extras: there is no argument for them */
 static int no_extras(LogObject *self, const char *what)
 {
@@ -542,6 +557,7 @@ static PyObject *log_append_impl(LogObject *self, PyObject *const *args, Py_ssiz
     int terminated;
     if (exr_parse_args(args, nargs, kwnames, fname, names, 5, 7, a) < 0 ||
         need_open(self, fname) < 0 || no_extras(self, fname) < 0 ||
+        owner_saving_here(self, fname) < 0 ||
         exr_handle_arg(a[0], "h", "an int", &h) < 0 ||
         bounded_size(a[1], "pos", 0, (size_t)INT64_MAX / 2, &pos) < 0 ||
         flag_arg(a[6], "terminated", &terminated) < 0)
@@ -583,7 +599,7 @@ static PyObject *log_flush(LogObject *self, PyObject *const *args, Py_ssize_t na
     if (exr_parse_args(args, nargs, kwnames, "flush", names, 0, 1, a) < 0)
         return NULL;
     int sync;
-    if (flag_arg(a[0], "sync", &sync) < 0)
+    if (flag_arg(a[0], "sync", &sync) < 0 || owner_saving_here(self, "flush") < 0)
         return NULL;
     exr_status st;
     EXR_NOGIL_BEGIN
@@ -597,10 +613,14 @@ static PyObject *log_flush(LogObject *self, PyObject *const *args, Py_ssize_t na
 static PyObject *log_close(LogObject *self, PyObject *unused)
 {
     (void)unused;
+    if (owner_saving_here(self, "close") < 0)
+        return NULL;
     if (self->owner) {
-        /* the buffer lets go of the log first */
-        ReplayObject *rb = (ReplayObject *)self->owner;
-        exr_replay_detach_log(rb);
+        /* the buffer lets go of the log first; held meanwhile, as another
+         * thread may drop it */
+        PyObject *rb = Py_NewRef(self->owner);
+        exr_replay_detach_log((ReplayObject *)rb);
+        Py_DECREF(rb);
     }
     exr_status st;
     EXR_NOGIL_BEGIN
@@ -820,7 +840,9 @@ int exr_replay_attach_log(ReplayObject *self, PyObject *o)
     }
     Py_XSETREF(lo->fields, fields);
     exr_lock_with_gil(self->buf);
-    exr_status st = exr_log_attach_locked(lo->lg, self->buf);
+    /* the GIL may have been let go since the checks above (the schema, the
+     * lock): another attach may have come first */
+    exr_status st = self->log || lo->owner ? EXR_EINVAL : exr_log_attach_locked(lo->lg, self->buf);
     exr_buffer_unlock(self->buf);
     if (st != EXR_OK) {
         log_state_error(st, "attach_log", "an open log not attached to another buffer",
@@ -832,18 +854,24 @@ int exr_replay_attach_log(ReplayObject *self, PyObject *o)
     return 0;
 }
 
+/* The pair is taken apart with the GIL held, before it is let go, so that a
+ * detach racing this one (log.close() and the buffer's dealloc or
+ * detach_log() in two threads) finds nothing to do. The caller holds self
+ * (log_close takes a reference), so the buffer outlives the flush that
+ * lets the log's writer go of its rows. */
 void exr_replay_detach_log(ReplayObject *self)
 {
     if (!self->log)
         return;
     LogObject *lo = (LogObject *)self->log;
+    self->log = NULL;
+    lo->owner = NULL;
     exr_log *lg = lo->lg;
     exr_buffer *b = self->buf;
     EXR_NOGIL_BEGIN
     exr_log_detach(lg, b);
     EXR_NOGIL_END
-    lo->owner = NULL;
-    Py_CLEAR(self->log);
+    Py_DECREF(lo);
 }
 
 exr_log *exr_replay_log(ReplayObject *self)

@@ -163,6 +163,9 @@ static PyObject *record_steps(ReplayObject *self, int64_t h, const exr_steps *in
 {
     exr_status st = EXR_OK;
     bool done = false;
+    /* the log object held across the GIL's release: another thread may
+     * detach the log and drop it meanwhile */
+    PyObject *logobj = Py_XNewRef(self->log);
     struct exr_log *lg = exr_replay_log(self);
     exr_leaves lv; /* the priorities' p ** alpha, before the lock */
     const exr_leaves *lvp = in->priorities ? &lv : NULL;
@@ -185,6 +188,7 @@ static PyObject *record_steps(ReplayObject *self, int64_t h, const exr_steps *in
     }
     if (lvp)
         exr_leaves_release(&lv);
+    Py_XDECREF(logobj);
     release_arrays(self, held);
     exr_collapse_queued();
     return record_status(st, h);

@@ -1,0 +1,96 @@
+"""A log and its buffer taken apart from two threads at once, and the
+objects' lifetimes across the calls that let the GIL go (docs/log.md,
+"Attached to a buffer").
+
+Each race below used freed memory before the binding held what it uses
+across the GIL's release: the buffer freed while the log's writer still
+pinned its rows, a log freed under a record call's back-pressure wait, or
+two attaches of one buffer both succeeding."""
+
+import threading
+
+import numpy as np
+
+from exreplay import ExperienceLog, ExperienceReplay
+
+
+def _logged_buffer(path, steps=20_000, **log_kw):
+    log = ExperienceLog(path, overwrite=True, **log_kw)
+    rb = ExperienceReplay((64,), state_dtype="uint8", capacity=steps, log=log)
+    s = np.zeros((steps, 64), np.uint8)
+    rb.record_many(None, s, np.zeros(steps, np.int64), np.zeros(steps, np.float32))
+    return log, rb
+
+
+def test_close_in_one_thread_while_the_buffer_is_dropped_in_another(tmp_path):
+    for i in range(20):
+        log, rb = _logged_buffer(tmp_path / "a.xlog")
+        t = threading.Thread(target=log.close)
+        t.start()
+        del rb  # its last reference, while close() may be flushing without the GIL
+        t.join()
+        assert log.closed
+        info = __import__("exreplay.log", fromlist=["info"]).info(tmp_path / "a.xlog")
+        assert info["records"] == 20_000 and info["ended"]
+
+
+def test_detach_and_close_race(tmp_path):
+    for i in range(20):
+        log, rb = _logged_buffer(tmp_path / "b.xlog")
+        t = threading.Thread(target=log.close)
+        t.start()
+        rb.detach_log()
+        del rb
+        t.join()
+        assert log.closed
+
+
+def test_a_log_dropped_while_a_record_call_waits_for_its_writer(tmp_path):
+    # max_backlog small: the record calls wait for the writer (without the GIL)
+    log = ExperienceLog(tmp_path / "c.xlog", max_backlog=4096, level=9)
+    rb = ExperienceReplay((256,), state_dtype="uint8", capacity=10_000, log=log)
+    del log
+    s = np.random.default_rng(0).integers(0, 255, (200, 256), dtype=np.uint8)
+    stop = threading.Event()
+
+    def actor():
+        while not stop.is_set():
+            rb.record_many(None, s, np.zeros(200, np.int64), np.zeros(200, np.float32))
+
+    t = threading.Thread(target=actor)
+    t.start()
+    for _ in range(50):
+        old = rb.detach_log()  # its last reference dropped at once
+        del old
+        rb.attach_log(ExperienceLog(tmp_path / "c.xlog", max_backlog=4096, level=9,
+                                    overwrite=True))
+    stop.set()
+    t.join()
+    rb.detach_log().close()
+    rb._check()
+
+
+def test_two_attaches_of_one_buffer_in_two_threads(tmp_path):
+    for i in range(30):
+        rb = ExperienceReplay((4,))
+        logs = [ExperienceLog(tmp_path / ("d%d.xlog" % k), overwrite=True) for k in range(2)]
+        errs = []
+
+        def attach(lg):
+            try:
+                rb.attach_log(lg)
+            except ValueError as e:
+                errs.append(str(e))
+
+        ts = [threading.Thread(target=attach, args=(lg,)) for lg in logs]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        assert len(errs) == 1, errs
+        attached = [lg for lg in logs if lg.attached]
+        assert len(attached) == 1 and rb.log is attached[0]
+        rb.record(None, np.zeros(4, np.float32), 0, 0.0)
+        assert rb.detach_log() is attached[0]
+        for lg in logs:
+            lg.close()
