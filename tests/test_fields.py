@@ -599,3 +599,26 @@ def test_streamed_batches_of_one_state_array_agree_with_the_reference(streamed, 
         for name in ("state", "state_next", "action", "reward", "seq_len", "seq_len_next"):
             np.testing.assert_array_equal(getattr(b, name), getattr(rb, name), err_msg=name)
     c._check()
+
+
+def test_a_mapping_whose_items_are_not_pairs():
+    """A Mapping's own items() may give anything: each must be a (name,
+    value) tuple (a list there was read as a tuple, out of its bounds)."""
+    import collections.abc
+
+    class ListItems(collections.abc.Mapping):
+        def __getitem__(self, k):
+            return ((2,), "f4")
+
+        def __iter__(self):
+            return iter(["a"])
+
+        def __len__(self):
+            return 1
+
+        def items(self):
+            return [["a", ((2,), "f4")]]
+
+    with pytest.raises(TypeError, match=r"state_spec: expected items\(\) to give \(name, value\) "
+                                        r"pairs, got \['a'"):
+        exreplay.ExperienceReplay(state_spec=ListItems())

@@ -138,6 +138,20 @@ static int fieldset_finish(exr_fieldset *fs, const char *arg)
     return fs->names ? 0 : -1;
 }
 
+/* A Mapping's items() entry as (name, value): its own items() may give
+ * anything, a dict's gives tuples. */
+static int item_pair(PyObject *kv, const char *arg, PyObject **name, PyObject **val)
+{
+    if (!PyTuple_Check(kv) || PyTuple_GET_SIZE(kv) != 2) {
+        PyErr_Format(PyExc_TypeError, "%s: expected items() to give (name, value) pairs, got %R",
+                     arg, kv);
+        return -1;
+    }
+    *name = PyTuple_GET_ITEM(kv, 0);
+    *val = PyTuple_GET_ITEM(kv, 1);
+    return 0;
+}
+
 exr_fieldset *exr_fieldset_from_spec(PyObject *spec, const char *arg)
 {
     if (!PyDict_Check(spec)) {
@@ -163,9 +177,8 @@ exr_fieldset *exr_fieldset_from_spec(PyObject *spec, const char *arg)
     if (!(fs = fieldset_alloc()))
         goto error;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *kv = PyList_GET_ITEM(items, i);
-        PyObject *name = PyTuple_GET_ITEM(kv, 0), *val = PyTuple_GET_ITEM(kv, 1);
-        if (name_ok(name, arg) < 0)
+        PyObject *name, *val;
+        if (item_pair(PyList_GET_ITEM(items, i), arg, &name, &val) < 0 || name_ok(name, arg) < 0)
             goto error;
         exr_named *f = &fs->f[fs->n];
         f->name = Py_NewRef(name);

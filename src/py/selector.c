@@ -276,10 +276,16 @@ PyObject *replay_new_pick_selector(ReplayObject *self, PyObject *args, PyObject 
                                     pname, value);
         }
     }
+    /* the object first: once the core has the selector, nothing fails */
+    PyObject *obj = exr_selector_new(self, -1, (int)kind);
+    if (!obj)
+        return NULL;
     int64_t h;
     exr_lock_with_gil(self->buf);
     exr_status st = exr_buffer_add_selector_locked(self->buf, (int)kind, params, &h);
     exr_buffer_unlock(self->buf);
+    if (st != EXR_OK)
+        Py_DECREF(obj);
     if (st == EXR_EINVAL) { /* kind and parameters were checked above: the count */
         char exp[96];
         snprintf(exp, sizeof exp, "a buffer holding fewer than %d selectors (remove_pick_selector "
@@ -289,7 +295,8 @@ PyObject *replay_new_pick_selector(ReplayObject *self, PyObject *args, PyObject 
     }
     if (st != EXR_OK)
         return exr_raise(st, "new_pick_selector");
-    return exr_selector_new(self, h, (int)kind);
+    ((SelectorObject *)obj)->handle = h;
+    return obj;
 }
 
 PyObject *replay_remove_pick_selector(ReplayObject *self, PyObject *ps)
