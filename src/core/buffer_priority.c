@@ -385,7 +385,10 @@ exr_status exr_buffer_set_priority(exr_buffer *b, int64_t h, size_t count, const
      * a NaN leaf is a pending add's tag. kept[] is then compacted in place
      * (keep_pick: done <= i). */
     double one = count ? prio[0] : 0.0;
-    if (prio_stride && count) {
+    if (prio_stride == 1 && count) {
+        memcpy(s.kept, prio, count * sizeof *prio);
+        prio = s.kept;
+    } else if (prio_stride && count) {
         for (size_t i = 0; i < count; i++)
             s.kept[i] = prio[i * prio_stride];
         prio = s.kept;
