@@ -94,3 +94,23 @@ def test_two_attaches_of_one_buffer_in_two_threads(tmp_path):
         assert rb.detach_log() is attached[0]
         for lg in logs:
             lg.close()
+
+
+def test_two_closes_at_once_write_one_end(tmp_path):
+    """A second close (here from another thread at the same moment) waits for
+    the first: one end marker, one join of the writer, the file whole."""
+    import exreplay.log as xlog
+
+    for i in range(20):
+        p = tmp_path / "e.xlog"
+        lg = ExperienceLog(p, overwrite=True, state_shape=(256,), state_dtype="uint8")
+        s = np.zeros((2000, 256), np.uint8)
+        lg.append_many(1, 0, s, np.zeros(2000, np.int64), np.zeros(2000, np.float32))
+        ts = [threading.Thread(target=lg.close) for _ in range(3)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        info = xlog.info(p)  # raises on data after the end marker
+        assert info["records"] == 2000 and info["ended"] and info["torn"] == 0
+        assert sum(1 for _ in xlog.open(p)) >= 1

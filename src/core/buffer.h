@@ -267,6 +267,8 @@ typedef void (*exr_step_hook)(void *ctx, exr_buffer *b, int64_t h, uint64_t pos,
                               const unsigned char *row, const unsigned char *final_state,
                               bool end, bool terminated, bool first_of_call);
 void exr_buffer_set_hook_locked(exr_buffer *b, exr_step_hook fn, void *ctx);
+/* Removes the hook if its context is ctx (another one, set since, stays). */
+void exr_buffer_unset_hook_locked(exr_buffer *b, void *ctx);
 /* Pins the storage of every row now in the buffer, as get_batch does:
  * nothing it holds is freed (evicted or regrown) until the unpin. */
 typedef struct exr_reader exr_reader;

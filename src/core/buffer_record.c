@@ -852,6 +852,9 @@ exr_status exr_buffer_record(exr_buffer *b, int64_t h, const exr_steps *in, cons
     bool big = rollout_big(b, in, &bytes);
     bool defer = defer_copy(b, big, exr_buffer_lock_contended(b), bytes);
     wait_not_busy_locked(b, h);
+    /* the wait lets go of rw: a log may have been attached meanwhile, whose
+     * hook reads each row as it is committed, so the copy is not deferred */
+    defer = defer && !b->hook;
     rec_plan plan;
     exr_status st = record_steps_locked(b, h, in, lv, defer, &plan, out_h);
     if (st == EXR_OK && defer && plan.h >= 0) {
@@ -882,6 +885,13 @@ exr_status exr_buffer_record_nowait(exr_buffer *b, int64_t h, const exr_steps *i
     exr_status st = record_steps_locked(b, h, in, lv, false, &plan, out_h);
     exr_buffer_unlock(b); /* copied under the hold: published when it goes */
     return st;
+}
+
+void exr_buffer_unset_hook_locked(exr_buffer *b, void *ctx)
+{
+    EXR_ASSERT_EXCLUSIVE(b);
+    if (b->hook_ctx == ctx)
+        exr_buffer_set_hook_locked(b, NULL, NULL);
 }
 
 void exr_buffer_set_hook_locked(exr_buffer *b, exr_step_hook fn, void *ctx)

@@ -59,6 +59,8 @@ struct exr_log {
     pthread_cond_t done;  /* from the writer: a chunk written, backlog shrank */
     pthread_t thread;
     bool thread_started, stop, closed, has_schema;
+    bool closing, close_done; /* a close under way / finished (later closes wait for it) */
+    unsigned detaching;       /* detaches announced (exr_log_detach_begin) and not done */
     int fd;
     exr_log_opts o;
     size_t sb, ab, rb, xb, row; /* row = sb + ab + rb + xb (xb: extras) */
@@ -786,6 +788,10 @@ static void on_step(void *ctx, exr_buffer *b, int64_t h, uint64_t pos, const uns
                      (end && fin ? EXR_LOG_FINAL : 0);
     pthread_mutex_lock(&lg->mu);
     exr_status s = EXR_EINVAL;
+    /* a chunk pinned to the buffer this log was detached from takes no row
+     * of another (rows are safe only in the buffer a chunk pins) */
+    if (lg->open && lg->open->pinned && lg->open->pinned != b)
+        seal_locked(lg);
     if (!lg->closed) {
         if (first || !lg->call_ts)
             lg->call_ts = real_ns(); /* one clock read per record call */
@@ -821,6 +827,18 @@ void exr_log_throttle(exr_log *lg)
     pthread_mutex_unlock(&lg->mu);
 }
 
+/* With lg->mu: the writer's first error as a status (EXR_OK if none). */
+static exr_status writer_error_locked(const exr_log *lg)
+{
+    int err = lg->st.error;
+    if (!err)
+        return EXR_OK;
+    if (err == ENOMEM)
+        return EXR_ENOMEM; /* the writer could not allocate: a chunk is lost */
+    errno = err;
+    return EXR_EIO;
+}
+
 exr_status exr_log_flush(exr_log *lg, bool sync)
 {
     pthread_mutex_lock(&lg->mu);
@@ -828,31 +846,56 @@ exr_status exr_log_flush(exr_log *lg, bool sync)
     uint64_t target = lg->sealed_seq;
     while (lg->written_seq < target)
         pthread_cond_wait(&lg->done, &lg->mu);
-    int err = lg->st.error;
+    exr_status s = writer_error_locked(lg);
     int fd = lg->fd;
     bool do_sync = sync || lg->o.fsync;
     pthread_mutex_unlock(&lg->mu);
-    if (err) {
-        if (err == ENOMEM)
-            return EXR_ENOMEM; /* the writer could not allocate: a chunk is lost */
-        errno = err;
-        return EXR_EIO;
-    }
+    if (s != EXR_OK)
+        return s;
     if (do_sync && fd >= 0 && fsync(fd) != 0)
         return EXR_EIO;
     return EXR_OK;
 }
 
-exr_status exr_log_close(exr_log *lg)
+static exr_status close_body(exr_log *lg, exr_buffer *b);
+static void detach(exr_log *lg, exr_buffer *b, bool announced);
+
+/* Closes once: a second close, here or in another thread, waits for the
+ * first to end and returns EXR_OK. A detach announced by the binding
+ * (exr_log_detach_begin) ends first, so that close never touches a buffer
+ * that another thread is taking the log from (and may free right after). */
+static bool close_begin(exr_log *lg, exr_buffer **b)
 {
     pthread_mutex_lock(&lg->mu);
-    bool was = lg->closed;
-    exr_buffer *b = lg->buf;
+    while (lg->detaching)
+        pthread_cond_wait(&lg->done, &lg->mu);
+    bool first = !lg->closing;
+    lg->closing = true;
+    while (!first && !lg->close_done)
+        pthread_cond_wait(&lg->done, &lg->mu);
+    *b = lg->buf;
     pthread_mutex_unlock(&lg->mu);
-    if (was)
+    return first;
+}
+
+exr_status exr_log_close(exr_log *lg)
+{
+    exr_buffer *b;
+    if (!close_begin(lg, &b))
         return EXR_OK;
+    exr_status s = close_body(lg, b);
+    pthread_mutex_lock(&lg->mu);
+    lg->close_done = true;
+    pthread_cond_broadcast(&lg->done);
+    pthread_mutex_unlock(&lg->mu);
+    return s;
+}
+
+/* exr_log_close's work, once; b: the buffer still attached (NULL: none). */
+static exr_status close_body(exr_log *lg, exr_buffer *b)
+{
     if (b)
-        exr_log_detach(lg, b);
+        detach(lg, b, false);
     exr_status s = lg->has_schema ? exr_log_flush(lg, false) : EXR_OK;
     pthread_mutex_lock(&lg->mu);
     lg->closed = true;
@@ -864,7 +907,14 @@ exr_status exr_log_close(exr_log *lg)
         pthread_join(lg->thread, NULL);
         lg->thread_started = false;
     }
-    /* the queue is empty: flush waited for it and nothing is added once closed */
+    /* the chunks sealed after the flush (steps that came meanwhile) are
+     * written too: an error there keeps the end marker out, so that the
+     * file ends in a torn tail, not a hole before an end */
+    pthread_mutex_lock(&lg->mu);
+    if (s == EXR_OK)
+        s = writer_error_locked(lg);
+    pthread_mutex_unlock(&lg->mu);
+    /* the queue is empty: the writer drained it and nothing is added once closed */
     if (s == EXR_OK && lg->has_schema) {
         s = write_block(lg, KIND_END, CODEC_STORED, 0, lg->last_ts, lg->last_ts,
                         (const unsigned char *)"", 0, 0);
@@ -927,18 +977,37 @@ exr_status exr_log_attach_locked(exr_log *lg, exr_buffer *b)
     return s;
 }
 
-void exr_log_detach(exr_log *lg, exr_buffer *b)
+void exr_log_detach_begin(exr_log *lg)
+{
+    pthread_mutex_lock(&lg->mu);
+    lg->detaching++;
+    pthread_mutex_unlock(&lg->mu);
+}
+
+void exr_log_detach(exr_log *lg, exr_buffer *b) { detach(lg, b, true); }
+
+/* announced: by exr_log_detach_begin (the binding's detach), whose count
+ * this one ends; close_body's own detach is not counted. */
+static void detach(exr_log *lg, exr_buffer *b, bool announced)
 {
     exr_buffer_lock(b);
-    exr_buffer_set_hook_locked(b, NULL, NULL);
+    exr_buffer_unset_hook_locked(b, lg); /* only this log's hook */
     exr_buffer_unlock(b);
     pthread_mutex_lock(&lg->mu);
-    bool mine = lg->buf == b;
-    if (mine)
+    if (lg->buf == b)
         lg->buf = NULL;
+    /* Sealed under the hold that let go of b (no row of a buffer attached
+     * next joins a chunk pinned to b), then waited for whoever detached:
+     * when this returns the writer holds no pointer into b. */
+    seal_locked(lg);
+    uint64_t target = lg->sealed_seq;
+    while (lg->written_seq < target)
+        pthread_cond_wait(&lg->done, &lg->mu);
+    if (announced && lg->detaching) {
+        lg->detaching--;
+        pthread_cond_broadcast(&lg->done);
+    }
     pthread_mutex_unlock(&lg->mu);
-    if (mine)
-        (void)exr_log_flush(lg, false); /* the writer lets go of b's rows */
 }
 
 exr_buffer *exr_log_attached(const exr_log *lg) { return lg->buf; }

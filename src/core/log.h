@@ -16,7 +16,8 @@
  * Back-pressure: the backlog is the raw bytes of every step not yet written.
  * exr_log_throttle waits while it is at least max_backlog; the binding calls
  * it before taking the buffer's lock, so memory stays bounded by
- * max_backlog plus one call's steps and no one waits with the lock held.
+ * max_backlog plus one call's steps per recording thread, and no one waits
+ * with the lock held.
  *
  * Locks: buffer mu -> log mu (the hook runs under the buffer's lock and
  * takes the log's). The writer thread takes the buffer's lock (to unpin)
@@ -103,7 +104,10 @@ void exr_log_throttle(exr_log *lg);
 exr_status exr_log_flush(exr_log *lg, bool sync);
 
 /* Flushes, writes the end marker, stops the writer and closes the file.
- * Further appends are EXR_EINVAL. Idempotent. */
+ * Further appends are EXR_EINVAL. Once: a second close (at once in another
+ * thread too) waits for the first and returns EXR_OK. A write error of the
+ * writer, even of steps that came during the close, is returned and keeps
+ * the end marker out. */
 exr_status exr_log_close(exr_log *lg);
 bool exr_log_closed(exr_log *lg);
 
@@ -113,9 +117,14 @@ void exr_log_free(exr_log *lg);
 /* With b locked: every step b records from now on is logged. At most one
  * buffer at a time (EXR_EINVAL); the schema must be set. */
 exr_status exr_log_attach_locked(exr_log *lg, exr_buffer *b);
-/* Takes b's lock itself: stops logging b's steps, then waits until the
- * writer holds no pointer into b (b may be freed afterwards). */
+/* Takes b's lock itself: stops logging b's steps (b's hook, if it is this
+ * log's), then waits until the writer holds no pointer into b (b may be
+ * freed afterwards), whether or not this call was the one that detached. */
 void exr_log_detach(exr_log *lg, exr_buffer *b);
+/* Announces a detach, before the binding lets go of the GIL for
+ * exr_log_detach (which ends it): a close meanwhile waits for it, and never
+ * detaches the buffer itself. */
+void exr_log_detach_begin(exr_log *lg);
 exr_buffer *exr_log_attached(const exr_log *lg);
 
 /* The 56-byte header and 16-byte trailer of a chunk (docs/log.md), for

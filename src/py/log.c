@@ -182,9 +182,16 @@ static int fields_json(const exr_fieldset *sf, const exr_fieldset *xf, char *buf
     return ok ? 0 : -1;
 }
 
-static int set_schema(LogObject *self, PyArray_Descr *sd, int snd, const npy_intp *ss,
-                      PyArray_Descr *ad, int and_, const npy_intp *as, PyArray_Descr *rd,
-                      const exr_fieldset *sf, const exr_fieldset *xf)
+typedef struct {
+    char js[EXR_LOG_MAX_SCHEMA];
+    size_t len, sb, ab, rb, xb;
+} schema_t;
+
+/* A record layout's sizes, checked, and its schema (docs/log.md), into *o:
+ * everything set_schema does but write. */
+static int schema_of(PyArray_Descr *sd, int snd, const npy_intp *ss, PyArray_Descr *ad, int and_,
+                     const npy_intp *as, PyArray_Descr *rd, const exr_fieldset *sf,
+                     const exr_fieldset *xf, schema_t *o)
 {
     size_t sb = nbytes_of(sd, snd, ss), ab = nbytes_of(ad, and_, as),
            rb = (size_t)PyDataType_ELSIZE(rd);
@@ -201,22 +208,42 @@ static int set_schema(LogObject *self, PyArray_Descr *sd, int snd, const npy_int
                      (size_t)(EXR_LOG_MAX_CHUNK - EXR_LOG_META_BYTES), sb, ab, rb, xb);
         return -1;
     }
-    char js[EXR_LOG_MAX_SCHEMA];
+    char *js = o->js;
     size_t len = 0;
     js[len++] = '{';
-    if (field_json(js, sizeof js, &len, "state", sd, snd, ss, 0) < 0 ||
-        field_json(js, sizeof js, &len, "action", ad, and_, as, 0) < 0 ||
-        field_json(js, sizeof js, &len, "reward", rd, 0, NULL, 1) < 0)
+    if (field_json(js, sizeof o->js, &len, "state", sd, snd, ss, 0) < 0 ||
+        field_json(js, sizeof o->js, &len, "action", ad, and_, as, 0) < 0 ||
+        field_json(js, sizeof o->js, &len, "reward", rd, 0, NULL, 1) < 0)
         return -1;
     if (sf || xf) {
         len--; /* reopen the object for the fields */
-        if (fields_json(sf, xf, js, sizeof js, &len) < 0)
+        if (fields_json(sf, xf, js, sizeof o->js, &len) < 0)
             return -1;
+    }
+    o->len = len;
+    o->sb = sb;
+    o->ab = ab;
+    o->rb = rb;
+    o->xb = xb;
+    return 0;
+}
+
+static int set_schema(LogObject *self, PyArray_Descr *sd, int snd, const npy_intp *ss,
+                      PyArray_Descr *ad, int and_, const npy_intp *as, PyArray_Descr *rd,
+                      const exr_fieldset *sf, const exr_fieldset *xf)
+{
+    schema_t *m = PyMem_Malloc(sizeof *m);
+    if (!m)
+        return PyErr_NoMemory(), -1;
+    if (schema_of(sd, snd, ss, ad, and_, as, rd, sf, xf, m) < 0) {
+        PyMem_Free(m);
+        return -1;
     }
     exr_status st;
     EXR_NOGIL_BEGIN
-    st = exr_log_set_schema(self->lg, js, len, sb, ab, rb, xb);
+    st = exr_log_set_schema(self->lg, m->js, m->len, m->sb, m->ab, m->rb, m->xb);
     EXR_NOGIL_END
+    PyMem_Free(m);
     if (st != EXR_OK) {
         if (st == EXR_EINVAL)
             log_state_error(st, "log", "an open log whose record layout is this one or unset",
@@ -265,14 +292,9 @@ static int flush_arg(PyObject *o_flush, uint64_t *flush_ns)
         *flush_ns = 0;
         return 0;
     }
-    double f = PyFloat_AsDouble(o_flush);
-    if (f == -1.0 && PyErr_Occurred()) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError,
-                     "flush_interval: expected seconds (a number > 0) or None, got %s",
-                     Py_TYPE(o_flush)->tp_name);
+    double f;
+    if (exr_real_arg(o_flush, "flush_interval", &f) < 0) /* bools refused, huge ints ValueError */
         return -1;
-    }
     if (!(f > 0) || f > 1e6) {
         PyErr_Format(PyExc_ValueError,
                      "flush_interval: expected seconds in (0, 1e6] or None, got %R", o_flush);
@@ -337,6 +359,8 @@ static int log_open_path(LogObject *self, PyObject *o_path, const exr_log_opts *
 }
 
 /* The schema given to the constructor (state_shape not None). */
+/* self NULL: only checked (before the file is opened: a refused layout
+ * must not cost an existing file given with overwrite=True). */
 static int schema_args(LogObject *self, PyObject *o_sshape, PyObject *o_sdtype,
                        PyObject *o_ashape, PyObject *o_adtype, PyObject *o_rdtype)
 {
@@ -357,12 +381,35 @@ static int schema_args(LogObject *self, PyObject *o_sshape, PyObject *o_sdtype,
         rd = !ad ? NULL
              : o_rdtype ? exr_dtype_arg(o_rdtype, "reward_dtype", 1)
                         : PyArray_DescrFromType(NPY_FLOAT32);
-        ok = rd && set_schema(self, sd, snd, ss, ad, and_, as, rd, NULL, NULL) == 0;
+        schema_t *m = rd && !self ? PyMem_Malloc(sizeof *m) : NULL;
+        if (rd && !self && !m)
+            PyErr_NoMemory();
+        ok = rd && (self ? set_schema(self, sd, snd, ss, ad, and_, as, rd, NULL, NULL)
+                         : m ? schema_of(sd, snd, ss, ad, and_, as, rd, NULL, NULL, m) : -1) == 0;
+        PyMem_Free(m);
     }
     Py_XDECREF(sd);
     Py_XDECREF(ad);
     Py_XDECREF(rd);
     return ok ? 0 : -1;
+}
+
+static int flag_arg(PyObject *o, const char *name, int *out)
+{
+    if (!o) {
+        *out = 0;
+        return 0;
+    }
+    /* the type first: the truth of an array of several values raises */
+    if (!PyBool_Check(o) && !PyLong_Check(o) && !PyArray_IsScalar(o, Bool))
+        return PyErr_Format(PyExc_TypeError, "%s: expected a bool, got %s", name,
+                            Py_TYPE(o)->tp_name),
+               -1;
+    int v = PyObject_IsTrue(o);
+    if (v < 0)
+        return -1;
+    *out = v;
+    return 0;
 }
 
 static PyObject *log_new(PyTypeObject *type, PyObject *args, PyObject *kw)
@@ -374,11 +421,21 @@ static PyObject *log_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     PyObject *o_path, *o_source = NULL, *o_level = NULL, *o_chunk = NULL, *o_flush = NULL;
     PyObject *o_max = NULL, *o_sshape = Py_None, *o_sdtype = NULL, *o_ashape = NULL;
     PyObject *o_adtype = NULL, *o_rdtype = NULL;
+    PyObject *o_fsync = NULL, *o_over = NULL;
     int do_fsync = 0, overwrite = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$OOOOpOpOOOOO:ExperienceLog", kwlist, &o_path,
-                                     &o_source, &o_level, &o_chunk, &o_flush, &do_fsync, &o_max,
-                                     &overwrite, &o_sshape, &o_sdtype, &o_ashape, &o_adtype,
-                                     &o_rdtype))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$OOOOOOOOOOOO:ExperienceLog", kwlist, &o_path,
+                                     &o_source, &o_level, &o_chunk, &o_flush, &o_fsync, &o_max,
+                                     &o_over, &o_sshape, &o_sdtype, &o_ashape, &o_adtype,
+                                     &o_rdtype) ||
+        flag_arg(o_fsync, "fsync", &do_fsync) < 0 || flag_arg(o_over, "overwrite", &overwrite) < 0)
+        return NULL;
+    /* every argument checked before the file is opened (or replaced) */
+    if (o_sshape == Py_None && (o_sdtype || o_ashape || o_adtype || o_rdtype))
+        return PyErr_Format(PyExc_ValueError,
+                            "state_shape: needed with state_dtype, action_shape, action_dtype "
+                            "or reward_dtype, got None");
+    if (o_sshape != Py_None && schema_args(NULL, o_sshape, o_sdtype, o_ashape, o_adtype,
+                                           o_rdtype) < 0)
         return NULL;
     exr_log_opts o = {.source = 0,
                       .level = 1,
@@ -394,15 +451,9 @@ static PyObject *log_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     PyObject *created = NULL; /* the file's path, once this call created it */
     if (log_open_path(self, o_path, &o, overwrite) < 0 || !PyUnicode_FSConverter(o_path, &created))
         goto error;
-    if (o_sshape != Py_None) {
-        if (schema_args(self, o_sshape, o_sdtype, o_ashape, o_adtype, o_rdtype) < 0)
-            goto error;
-    } else if (o_sdtype || o_ashape || o_adtype || o_rdtype) {
-        PyErr_Format(PyExc_ValueError,
-                     "state_shape: needed with state_dtype, action_shape, action_dtype "
-                     "or reward_dtype, got None");
+    if (o_sshape != Py_None &&
+        schema_args(self, o_sshape, o_sdtype, o_ashape, o_adtype, o_rdtype) < 0)
         goto error;
-    }
     Py_DECREF(created);
     return (PyObject *)self;
 error:
@@ -447,22 +498,6 @@ static int need_open(LogObject *self, const char *what)
     return 0;
 }
 
-static int flag_arg(PyObject *o, const char *name, int *out)
-{
-    if (!o) {
-        *out = 0;
-        return 0;
-    }
-    int v = PyObject_IsTrue(o);
-    if (v < 0)
-        return -1;
-    if (!PyBool_Check(o) && !PyLong_Check(o) && !PyArray_IsScalar(o, Bool))
-        return PyErr_Format(PyExc_TypeError, "%s: expected a bool, got %s", name,
-                            Py_TYPE(o)->tp_name),
-               -1;
-    *out = v;
-    return 0;
-}
 
 /* append_many(h, pos, states, actions, rewards, final_state=None, terminated=False) and the
  * one-step append(h, pos, state, action, reward, ...): many = 0 or 1. */
@@ -558,7 +593,7 @@ static PyObject *log_append_impl(LogObject *self, PyObject *const *args, Py_ssiz
     if (exr_parse_args(args, nargs, kwnames, fname, names, 5, 7, a) < 0 ||
         need_open(self, fname) < 0 || no_extras(self, fname) < 0 ||
         owner_saving_here(self, fname) < 0 ||
-        exr_handle_arg(a[0], "h", "an int", &h) < 0 ||
+        exr_int_arg(a[0], "h", "an int64 episode handle", INT64_MIN, INT64_MAX, &h) < 0 ||
         bounded_size(a[1], "pos", 0, (size_t)INT64_MAX / 2, &pos) < 0 ||
         flag_arg(a[6], "terminated", &terminated) < 0)
         return NULL;
@@ -868,6 +903,7 @@ void exr_replay_detach_log(ReplayObject *self)
     lo->owner = NULL;
     exr_log *lg = lo->lg;
     exr_buffer *b = self->buf;
+    exr_log_detach_begin(lg); /* a close in another thread now waits for this detach */
     EXR_NOGIL_BEGIN
     exr_log_detach(lg, b);
     EXR_NOGIL_END
