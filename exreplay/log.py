@@ -845,14 +845,20 @@ def _open_inputs(inputs, readers):
 # ---- buffers from logs ------------------------------------------------------------------
 
 
-def _ingest(buf, path: PathLike) -> int:
+def _ingest(buf, path: PathLike, check_first: bool = True) -> int:
     """Records every step of the log into buf, in log order. Episodes are keyed
     by (source, handle) in the log and get new handles in buf; a step that
-    ends its episode ends it in buf too. Returns the number of steps."""
+    ends its episode ends it in buf too. Returns the number of steps.
+    check_first: every chunk is read and checked before the first is recorded,
+    so that a damaged log leaves buf as it was (from_log, whose buffer is new
+    and dropped on an error, skips that pass)."""
     with LogReader(path) as r:
         s = r.schema
         if not _same_record_layout(buf, s):
             raise ValueError("path: %s's record layout differs from the buffer's" % r.path)
+        if check_first:
+            for _ in r:  # raises ValueError on the first damaged chunk
+                pass
         open_eps: dict = {}
         count = 0
         for c in r:
@@ -921,7 +927,7 @@ def _from_log(cls, path: PathLike, **kwargs):
         state = {"state_shape": s.state_shape, "state_dtype": s.state_dtype}
     buf = cls(action_shape=s.action_shape, action_dtype=s.action_dtype,
               reward_dtype=s.reward_dtype, extras_spec=_spec(s.extras), **state, **kwargs)
-    _ingest(buf, path)
+    _ingest(buf, path, check_first=False)
     return buf
 
 

@@ -809,3 +809,57 @@ def test_merge_engine_checks_chunk_lengths_itself(tmp_path):
             eng.push(0, inp.fileno(), 0, 0, 0, 3, 0, 0, 0, 0, good, good)  # accepted
         finally:
             eng.close()
+
+
+def test_constructor_checks_everything_before_it_replaces_a_file(tmp_path):
+    """overwrite=True replaces an existing log only once every argument is
+    checked: a refused record layout or flag leaves the old file whole."""
+    p = tmp_path / "actor0.xlog"
+    with ExperienceLog(p, state_shape=(2,)) as lg:
+        lg.append(1, 0, [1.0, 2.0], 0, 0.0)
+    before = p.read_bytes()
+    bad = [dict(state_shape=(4,), reward_dtype="int32"),         # a reward dtype refused
+           dict(state_shape=(2**29,), state_dtype="uint8"),      # a record too large for a chunk
+           dict(state_shape="x"),                                # not a shape
+           dict(state_dtype="uint8"),                            # a dtype without state_shape
+           dict(state_shape=(2,), overwrite="no"),               # a flag that is not a bool
+           dict(state_shape=(2,), fsync=[1])]
+    for kw in bad:
+        kw.setdefault("overwrite", True)
+        with pytest.raises((TypeError, ValueError)):
+            ExperienceLog(p, **kw)
+        assert p.read_bytes() == before, kw
+    assert xlog.info(p)["records"] == 1
+
+
+def test_append_arguments_out_of_range_or_of_the_wrong_kind(tmp_path):
+    with ExperienceLog(tmp_path / "h.log", state_shape=(2,)) as lg:
+        for h in (2**63, 2**64, -2**63 - 1):  # were all logged as episode -1
+            with pytest.raises(ValueError, match=r"h: expected an int64 episode handle, got"):
+                lg.append(h, 0, [0.0, 0.0], 0, 0.0)
+        with pytest.raises(TypeError, match="terminated: expected a bool, got numpy.ndarray"):
+            lg.append(1, 0, [0.0, 0.0], 0, 0.0, terminated=np.array([True, False]))
+        with pytest.raises(TypeError, match="sync: expected a bool"):
+            lg.flush(sync=np.array([1, 2]))
+        assert lg.stats["records"] == 0
+    with pytest.raises(TypeError, match="flush_interval"):
+        ExperienceLog(tmp_path / "i.log", flush_interval=True)
+    with pytest.raises(ValueError, match="flush_interval"):
+        ExperienceLog(tmp_path / "j.log", flush_interval=2**2000)
+
+
+def test_ingest_of_a_damaged_log_leaves_the_buffer_as_it_was(tmp_path):
+    p = tmp_path / "d.xlog"
+    with ExperienceLog(p, chunk_bytes=200, state_shape=(3,)) as lg:
+        for i in range(40):
+            lg.append(7, i, [float(i)] * 3, 0, 0.0)
+    assert xlog.info(p)["chunks"] > 3
+    data = bytearray(p.read_bytes())
+    data[-200] ^= 0xFF  # a byte of a late chunk's body: its CRC no longer holds
+    p.write_bytes(bytes(data))
+    buf = ExperienceReplay((3,), capacity=100)
+    buf.record(None, [9.0, 9.0, 9.0], 0, 0.0)
+    before = buf.serialize(level=0)
+    with pytest.raises(ValueError):
+        buf.ingest(p)
+    assert buf.serialize(level=0) == before
