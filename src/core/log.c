@@ -440,6 +440,18 @@ static void seal_locked(exr_log *lg)
     pthread_cond_signal(&lg->wake);
 }
 
+/* A condition variable whose timed waits run on CLOCK_MONOTONIC: a step of
+ * the wall clock neither delays nor hastens the flush timer. */
+static bool cond_init_mono(pthread_cond_t *c)
+{
+    pthread_condattr_t a;
+    if (pthread_condattr_init(&a) != 0)
+        return false;
+    bool ok = pthread_condattr_setclock(&a, CLOCK_MONOTONIC) == 0 && pthread_cond_init(c, &a) == 0;
+    pthread_condattr_destroy(&a);
+    return ok;
+}
+
 static void *writer_main(void *arg)
 {
     exr_log *lg = arg;
@@ -482,8 +494,8 @@ static void *writer_main(void *arg)
                 seal_locked(lg);
                 continue;
             }
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
+            struct timespec ts; /* on the monotonic clock, as wake is (cond_init_mono) */
+            clock_gettime(CLOCK_MONOTONIC, &ts);
             uint64_t wait = due - now;
             ts.tv_sec += (time_t)(wait / 1000000000u);
             ts.tv_nsec += (long)(wait % 1000000000u);
@@ -515,7 +527,7 @@ exr_status exr_log_open(const char *path, const exr_log_opts *o, bool overwrite,
         free(lg);
         return EXR_ENOMEM;
     }
-    if (pthread_cond_init(&lg->wake, NULL) != 0) {
+    if (!cond_init_mono(&lg->wake)) {
         pthread_mutex_destroy(&lg->mu);
         free(lg);
         return EXR_ENOMEM;
