@@ -465,6 +465,24 @@ def _spec_arg(name, spec):
     return out
 
 
+_BATCH_ORDER = ("state", "action", "reward", "state_next", "seq_len", "seq_len_next",
+                "pick_epi", "pick_pos", "weight", "extras")
+
+
+def _refuse_shared(arrays):
+    """out= arrays (name, array, ...) that share memory would have get_batch
+    write one field over another: a ValueError naming two of them (in the
+    batch's field order)."""
+    arrays = sorted(arrays, key=lambda t: _BATCH_ORDER.index(t[0].split("[")[0]))
+    for i, (x, a, *_) in enumerate(arrays):
+        for y, b, *_ in arrays[i + 1:]:
+            if np.shares_memory(a, b):
+                raise ValueError(
+                    f"out: expected arrays that share no memory, got out.{x} and out.{y} "
+                    "sharing memory"
+                )
+
+
 def _names(spec):
     return ", ".join(repr(k) for k in spec)
 
@@ -1595,6 +1613,7 @@ class ReferenceReplay:
                 raise ValueError(
                     f"out.{name}: expected a C-contiguous writeable array, got one that is not"
                 )
+        _refuse_shared(arrays)
 
     def _build_batch_locked(self, sel, indices, out):
         """Fill a Batch with the picks at these pick-table indices."""

@@ -372,6 +372,41 @@ def test_get_batch_bad_out(env):
     assert buf.get_batch(8, u, out=good) is good
 
 
+def test_get_batch_out_arrays_that_share_memory(env):
+    """Two fields of out= over the same memory would have get_batch write one
+    over the other: refused, naming both, with nothing written."""
+    buf, u = env["buf"], env["u"]
+    b = buf.get_batch(8, u)
+    names = ("state", "action", "reward", "state_next", "seq_len", "seq_len_next",
+             "pick_epi", "pick_pos", "weight", "pick_index")
+
+    def batch(**swap):
+        return exreplay.Batch(tuple(swap.get(n, getattr(b, n)) for n in names))
+
+    spare = np.zeros(16, np.int64)
+    st = b.state.copy()
+    cases = [
+        # get_batch's own arrays, one given twice
+        (batch(state_next=b.state), "out.state and out.state_next"),
+        (batch(pick_pos=b.pick_epi), "out.pick_epi and out.pick_pos"),
+        (batch(pick_index=b.seq_len), "out.seq_len and out.pick_index"),
+        # views of one array, overlapping in part only
+        (batch(pick_epi=spare[:8], pick_pos=spare[7:15]), "out.pick_epi and out.pick_pos"),
+        # arrays of the caller's own
+        (batch(state=st, state_next=st), "out.state and out.state_next"),
+    ]
+    for out, both in cases:
+        snap = [getattr(out, n).copy() for n in names]
+        err = expect_error(env, ValueError, "out", buf.get_batch, 8, u, out=out)
+        assert f"out: expected arrays that share no memory, got {both} sharing memory" == str(err)
+        for n, x in zip(names, snap):
+            assert np.array_equal(getattr(out, n), x), n
+    # adjacent views of one array are fine, and get_batch's own batch still is
+    ok = batch(pick_epi=spare[:8], pick_pos=spare[8:])
+    assert buf.get_batch(8, u, out=ok) is ok
+    assert buf.get_batch(8, u, out=b) is b
+
+
 # ---- set_priority -----------------------------------------------------------
 
 

@@ -148,6 +148,33 @@ def test_out_refills_the_same_arrays():
     np.testing.assert_array_equal(b.state["img"][:, 0, 0, 0], b.pick_pos)
 
 
+@pytest.mark.parametrize("cls", IMPLS)
+def test_out_fields_that_share_memory_are_refused(cls):
+    """A named field's array given twice (or over a plain field's memory)
+    would have get_batch write one over the other."""
+    buf = make(cls)
+    S, A, R, X = rollout(30)
+    buf.record_many(None, S, A, R, extras=X)
+    ps = buf.new_pick_selector(exreplay.PickSelectorClass.Uniform)
+    b = buf.get_batch(4, ps)
+    cases = [
+        ("state_next", "vec", b.state["vec"], "out.state['vec'] and out.state_next['vec']"),
+        ("extras", "logp", b.reward, "out.reward and out.extras['logp']"),
+        ("state", "img", b.state_next["img"], "out.state['img'] and out.state_next['img']"),
+    ]
+    for part, key, shared, both in cases:
+        d = getattr(b, part)
+        own, d[key] = d[key], shared
+        snap = {k: v.copy() for k, v in {**b.state, **b.extras}.items()}
+        with pytest.raises(ValueError) as e:
+            buf.get_batch(4, ps, out=b)
+        assert str(e.value) == f"out: expected arrays that share no memory, got {both} sharing memory"
+        for k, v in {**b.state, **b.extras}.items():
+            np.testing.assert_array_equal(v, snap[k])
+        d[key] = own
+    assert buf.get_batch(4, ps, out=b) is b
+
+
 def test_torch_takes_the_fields_without_a_copy():
     torch = pytest.importorskip("torch")
     buf = make()

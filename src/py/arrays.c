@@ -6,6 +6,8 @@
 #include "binding.h"
 
 #include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
 
 #include "args.h"
 #include "replay_impl.h"
@@ -195,20 +197,48 @@ out_field_as_made(ReplayObject *self, exr_modstate *st, PyObject *a, int f, npy_
     return 1;
 }
 
+/* Bytes of a row of plain field f (as get_batch makes it: B rows) in a
+ * buffer without named fields. */
+static inline size_t field_row_bytes(const exr_config *c, int f)
+{
+    switch (f) {
+    case F_STATE:
+    case F_NEXT:
+        return c->state_bytes * c->pick_len;
+    case F_ACTION:
+        return c->action_bytes * c->pick_len;
+    case F_REWARD:
+        return c->reward_bytes * c->pick_len;
+    case F_WEIGHT:
+        return 4;
+    default:
+        return 8;
+    }
+}
+
 /* out's arrays (new references) when every one is as get_batch makes them
- * (out_field_as_made) and the buffer has no named fields: one pass of
- * comparisons. 0 otherwise: batch_arrays then checks field by field, with
- * its errors. */
+ * (out_field_as_made), each ending before the next field's begins (as
+ * get_batch lays them out in their block: in field order, so they share no
+ * memory), and the buffer has no named fields: one pass of comparisons.
+ * 0 otherwise: batch_arrays then checks field by field, with its errors,
+ * and whether any two arrays overlap (out_disjoint). */
 static int out_as_made(ReplayObject *self, exr_modstate *st, PyObject *out, npy_intp B,
                        PyObject **arrays)
 {
     if (self->sfields || self->xfields)
         return 0;
-    npy_intp L = exr_buffer_config(self->buf)->pick_len;
-    for (int f = 0; f < NFIELDS; f++)
-        if (f != F_EXTRAS &&
-            !out_field_as_made(self, st, PyStructSequence_GET_ITEM(out, f), f, B, L))
+    const exr_config *c = exr_buffer_config(self->buf);
+    npy_intp L = c->pick_len;
+    uintptr_t end = 0;
+    for (int f = 0; f < F_EXTRAS; f++) {
+        PyObject *a = PyStructSequence_GET_ITEM(out, f);
+        if (!out_field_as_made(self, st, a, f, B, L))
             return 0;
+        uintptr_t at = (uintptr_t)PyArray_DATA((PyArrayObject *)a);
+        if (at < end)
+            return 0;
+        end = at + (size_t)B * field_row_bytes(c, f);
+    }
     for (int f = 0; f < NFIELDS; f++) {
         PyObject *a = PyStructSequence_GET_ITEM(out, f);
         arrays[f] = Py_NewRef(a ? a : Py_None);
@@ -313,6 +343,85 @@ static int fresh_arrays(ReplayObject *self, exr_modstate *st, npy_intp B, PyObje
     return 0;
 }
 
+/* ---- out= arrays that share memory ----
+ * get_batch writes every array of out= without reading any: two that
+ * overlap (one array given as two fields, views of one memory) would have
+ * one field written over another, so they are refused. Every array is
+ * C-contiguous (checked before), so its memory is [data, data + nbytes). */
+typedef struct {
+    uintptr_t lo, hi;
+    int f;         /* the field */
+    PyObject *key; /* the named field's name (borrowed), or NULL */
+} out_span;
+
+static int span_order(const void *a, const void *b)
+{
+    const out_span *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+static void add_span(out_span *s, int *n, PyObject *a, int f, PyObject *key)
+{
+    uintptr_t lo = (uintptr_t)PyArray_DATA((PyArrayObject *)a);
+    size_t bytes = (size_t)PyArray_NBYTES((PyArrayObject *)a);
+    if (bytes)
+        s[(*n)++] = (out_span){lo, lo + bytes, f, key};
+}
+
+/* The arrays of field f (a dict of named fields' arrays, or one array). */
+static void add_field_spans(ReplayObject *self, PyObject **arrays, int f, out_span *s, int *n)
+{
+    const exr_fieldset *fs = f == F_EXTRAS ? self->xfields
+                             : f == F_STATE || f == F_NEXT ? self->sfields
+                                                           : NULL;
+    if (f == F_EXTRAS && !fs)
+        return; /* no extras: nothing is written there */
+    if (!fs) {
+        add_span(s, n, arrays[f], f, NULL);
+        return;
+    }
+    for (int i = 0; i < fs->n; i++)
+        add_span(s, n, PyDict_GetItem(arrays[f], fs->f[i].name), f, fs->f[i].name);
+}
+
+static PyObject *span_name(const out_span *s)
+{
+    if (s->key)
+        return PyUnicode_FromFormat("out.%s[%R]", field_names[s->f], s->key);
+    return PyUnicode_FromFormat("out.%s", field_names[s->f]);
+}
+
+/* 0 when no two arrays of out= (checked, in arrays[]) share memory, else
+ * -1 with a ValueError naming two that do. */
+static int out_disjoint(ReplayObject *self, PyObject **arrays)
+{
+    out_span s[NFIELDS + 3 * EXR_MAX_FIELDS];
+    int n = 0;
+    for (int f = 0; f < NFIELDS; f++)
+        add_field_spans(self, arrays, f, s, &n);
+    qsort(s, (size_t)n, sizeof *s, span_order);
+    int far = 0; /* of the spans so far, the one reaching furthest */
+    for (int i = 1; i < n; i++) {
+        if (s[i].lo < s[far].hi) {
+            const out_span *x = &s[far], *y = &s[i];
+            if (y->f < x->f) /* named in field order */
+                x = &s[i], y = &s[far];
+            PyObject *a = span_name(x), *b = a ? span_name(y) : NULL;
+            if (b)
+                PyErr_Format(PyExc_ValueError,
+                             "out: expected arrays that share no memory, got %U and %U sharing "
+                             "memory",
+                             a, b);
+            Py_XDECREF(a);
+            Py_XDECREF(b);
+            return -1;
+        }
+        if (s[i].hi > s[far].hi)
+            far = i;
+    }
+    return 0;
+}
+
 /* arrays[f] borrowed from `out` after checking them, or new arrays. */
 int batch_arrays(ReplayObject *self, npy_intp B, PyObject *out, PyObject **arrays)
 {
@@ -366,6 +475,8 @@ int batch_arrays(ReplayObject *self, npy_intp B, PyObject *out, PyObject **array
         Py_DECREF(d);
         arrays[f] = Py_NewRef(a);
     }
+    if (out_disjoint(self, arrays) < 0)
+        goto error;
     return 0;
 error:
     for (int f = 0; f < NFIELDS; f++)
