@@ -1106,6 +1106,30 @@ def test_set_priority_with_batch_from_get_batch():
         assert buf._priority(pr, [e], [p]).tolist() == [v]
 
 
+def test_set_priority_batch_form_with_a_batch_of_8_arrays():
+    """A Batch built from the 8 arrays (pick_index None) is the handle form
+    without pick_index: same result, same return value, same errors."""
+    bufs = [make(pick_len=2, seed=5) for _ in range(2)]
+    prs = []
+    for buf in bufs:
+        prs.append(buf.new_pick_selector(P, alpha=1.0, beta=1.0))
+        fill(buf, 20, ended=True)
+    b = bufs[0].get_batch(8, prs[0])
+    b8 = exreplay.Batch(tuple(b))
+    assert b8.pick_index is None and b8.weight is None
+    td = np.arange(1, 9, dtype=np.float64)
+    assert bufs[0].set_priority(prs[0], b8, td) == 8
+    assert bufs[1].set_priority(prs[1], b.pick_epi, b.pick_pos, td, pick_index=None) == 8
+    e, p = bufs[0]._picks()
+    np.testing.assert_array_equal(bufs[0]._priority(prs[0], e, p), bufs[1]._priority(prs[1], e, p))
+    for bad, exc in (([-1.0] * 8, ValueError), ([1.0] * 7, ValueError), ("x", TypeError)):
+        with pytest.raises(exc) as by_batch:
+            bufs[0].set_priority(prs[0], b8, bad)
+        with pytest.raises(exc) as by_handle:
+            bufs[0].set_priority(prs[0], b.pick_epi, b.pick_pos, bad)
+        assert str(by_batch.value) == str(by_handle.value)
+
+
 def test_prioritized_draw_proportions():
     buf = make(seed=4)
     pr = buf.new_pick_selector(P, alpha=1.0)

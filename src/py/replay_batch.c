@@ -152,7 +152,9 @@ PyObject *replay_gather(ReplayObject *self, PyObject *const *args, Py_ssize_t na
  * pick_index or NULL). The batch form set_priority(ps, batch, priorities)
  * puts the batch's pick_epi, pick_pos and pick_index there (borrowed from
  * the batch), with *from_batch set: the update then goes through the table
- * indices where they still hold, as the handle form's pick_index does. */
+ * indices where they still hold, as the handle form's pick_index does. A
+ * batch without pick_index (a Batch built from 8 arrays) is the handle form
+ * without it, as pick_index=None is. */
 static int set_priority_args(ReplayObject *self, PyObject *const *args, Py_ssize_t nargs,
                              PyObject *kwnames, PyObject **a, int *from_batch)
 {
@@ -174,6 +176,8 @@ static int set_priority_args(ReplayObject *self, PyObject *const *args, Py_ssize
     a[1] = PyStructSequence_GetItem(batch, F_EPI);
     a[2] = PyStructSequence_GetItem(batch, F_POS);
     a[4] = PyStructSequence_GetItem(batch, F_INDEX);
+    if (a[4] == Py_None)
+        a[4] = NULL;
     return 0;
 }
 
