@@ -30,7 +30,8 @@ make the same ones):
   empty Python list is accepted wherever a sequence of any length is (as
   ``pick_epi``, ``pick_pos``, ``priorities`` of ``set_priority``).
 - Integer arguments (handles, sizes, capacity, pick_len, seed, kind) take
-  anything with ``__index__`` except bools (TypeError).  ``allow_short`` and
+  anything with ``__index__`` except bools (TypeError); of arrays, only a
+  0-d integer one (NumPy's ``__index__`` refuses any other).  ``allow_short`` and
   ``terminated`` take a bool, a NumPy bool or an int (a float, a string or an
   array is a TypeError).  ``state_dtype=None`` is
   a TypeError (``numpy.dtype(None)`` would silently mean float64).  A

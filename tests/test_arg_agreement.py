@@ -57,6 +57,10 @@ ODD = {
     "np.bool_(True)": np.bool_(True),
     "np.float32(1)": np.float32(1.0),
     "np.array(1)": np.array(1),
+    "np.array(1.0)": np.array(1.0),
+    "np.array(True)": np.array(True),
+    "np.array(1+1j)": np.array(1 + 1j),
+    "np.array([1])": np.array([1]),
     "np.array([1.0])": np.array([1.0]),
     "object": _Opaque(),
 }

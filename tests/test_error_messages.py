@@ -158,3 +158,59 @@ def test_unpickling_garbage_is_the_same_value_error():
     data[-1] ^= 0xFF
     with pytest.raises(ValueError, match=r"^data: invalid serialized buffer$"):
         fn(bytes(data))
+
+
+def _filled():
+    b, ps = _buffer()
+    b.record_many(None, np.zeros((3, 2)), [0, 0, 0], [0.0, 0.0, 0.0], terminated=True)
+    return b, ps
+
+
+# An array where an int is expected: every ndarray has __index__, and NumPy's
+# own error for one that cannot answer it names no argument.
+ARRAY_AS_INT = [
+    (lambda b, ps: exreplay.ExperienceReplay(state_shape=np.array([84, 84])),
+     "state_shape: expected an int or a tuple of ints, got numpy.ndarray of dtype int64 and "
+     "shape (2,)"),
+    (lambda b, ps: exreplay.ExperienceReplay(state_shape=(np.array([2]), 3)),
+     "state_shape: expected a tuple of ints, got a numpy.ndarray of dtype int64 and shape (1,) "
+     "at index 0"),
+    (lambda b, ps: exreplay.ExperienceReplay(state_spec={"a": (np.array([2]), "f4")}),
+     "state_spec['a']: expected a shape (an int or a tuple of ints), got numpy.ndarray of dtype "
+     "int64 and shape (1,)"),
+    (lambda b, ps: exreplay.ExperienceReplay(2, capacity=np.array([5])),
+     "capacity: expected an int in [1, 2**63 - 1] or None, got numpy.ndarray of dtype int64 and "
+     "shape (1,)"),
+    (lambda b, ps: exreplay.ExperienceReplay(2, seed=np.array(5.0)),
+     "seed: expected an int in [0, 2**64) or None, got numpy.ndarray of dtype float64 and "
+     "shape ()"),
+    (lambda b, ps: b.get_batch(np.array([32]), ps),
+     "batch_size: expected an int in [1, 2**63 - 1], got numpy.ndarray of dtype int64 and "
+     "shape (1,)"),
+    (lambda b, ps: b.get_batch(1, np.array([0])),
+     "ps: expected a PickSelector or an int handle, got numpy.ndarray of dtype int64 and "
+     "shape (1,)"),
+    (lambda b, ps: b.episode(np.array([0])),
+     "h: expected an int episode handle, got numpy.ndarray of dtype int64 and shape (1,)"),
+    (lambda b, ps: b.episode(np.array(True)),
+     "h: expected an int episode handle, got numpy.ndarray of dtype bool and shape ()"),
+    (lambda b, ps: b.record(np.array([0]), np.zeros(2), 0, 0.0),
+     "h: expected an int episode handle or None, got numpy.ndarray of dtype int64 and "
+     "shape (1,)"),
+]
+
+
+@pytest.mark.parametrize("call,msg", ARRAY_AS_INT)
+def test_an_array_where_an_int_is_expected_names_the_argument(call, msg):
+    b, ps = _filled()
+    with pytest.raises(TypeError) as e:
+        call(b, ps)
+    assert str(e.value) == msg
+
+
+def test_a_0d_integer_array_is_an_int():
+    b, ps = _filled()
+    assert exreplay.ExperienceReplay(state_shape=np.array(3)).state_shape == (3,)
+    assert exreplay.ExperienceReplay(2, seed=np.array(2**64 - 1, np.uint64)).seed == 2**64 - 1
+    assert b.get_batch(np.array(2, np.int32), np.array(0)).state.shape == (2, 1, 2)
+    assert b.episode(np.array(0, np.uint8)).ended

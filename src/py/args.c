@@ -5,10 +5,36 @@
 
 #include <float.h>
 #include <inttypes.h>
+#include <string.h>
 
 #include "replay_impl.h"
 
-int exr_is_int(PyObject *o) { return !PyBool_Check(o) && PyIndex_Check(o); }
+int exr_is_int(PyObject *o)
+{
+    if (PyBool_Check(o) || !PyIndex_Check(o))
+        return 0;
+    /* every ndarray has __index__, which only a 0-d integer one can answer */
+    if (PyArray_Check(o)) {
+        PyArrayObject *a = (PyArrayObject *)o;
+        char k = PyArray_DESCR(a)->kind;
+        return PyArray_NDIM(a) == 0 && (k == 'i' || k == 'u');
+    }
+    return 1;
+}
+
+const char *exr_type_str(PyObject *o, char *buf, size_t len)
+{
+    if (!PyArray_Check(o))
+        return Py_TYPE(o)->tp_name;
+    PyArrayObject *a = (PyArrayObject *)o;
+    char shape[128];
+    exr_shape_str(shape, sizeof shape, PyArray_NDIM(a), PyArray_DIMS(a));
+    const char *dt = PyArray_DESCR(a)->typeobj->tp_name;
+    if (strncmp(dt, "numpy.", 6) == 0)
+        dt += 6;
+    snprintf(buf, len, "%s of dtype %s and shape %s", Py_TYPE(o)->tp_name, dt, shape);
+    return buf;
+}
 
 /* One Python int as its sign and magnitude: 1 if it fits 64 bits, 0 if not. */
 static int int_value(PyObject *o, int *neg, uint64_t *mag)
@@ -40,8 +66,9 @@ static int int_value(PyObject *o, int *neg, uint64_t *mag)
 static PyObject *index_of(PyObject *o, const char *name, const char *want)
 {
     if (!exr_is_int(o)) {
+        char got[192];
         PyErr_Format(PyExc_TypeError, "%s: expected %s, got %s", name, want,
-                     Py_TYPE(o)->tp_name);
+                     exr_type_str(o, got, sizeof got));
         return NULL;
     }
     return PyNumber_Index(o);
@@ -75,8 +102,10 @@ int exr_int_arg(PyObject *o, const char *name, const char *expected, int64_t lo,
         }
     }
     if (!exr_is_int(o)) {
+        char got[192];
         int_want(want, sizeof want, expected, lo, (uint64_t)hi, 1);
-        PyErr_Format(PyExc_TypeError, "%s: expected %s, got %s", name, want, Py_TYPE(o)->tp_name);
+        PyErr_Format(PyExc_TypeError, "%s: expected %s, got %s", name, want,
+                     exr_type_str(o, got, sizeof got));
         return -1;
     }
     PyObject *v = PyNumber_Index(o);
@@ -103,8 +132,10 @@ int exr_uint_arg(PyObject *o, const char *name, const char *expected, uint64_t h
 {
     char want[128];
     if (!exr_is_int(o)) {
+        char got[192];
         int_want(want, sizeof want, expected, 0, hi, 0);
-        PyErr_Format(PyExc_TypeError, "%s: expected %s, got %s", name, want, Py_TYPE(o)->tp_name);
+        PyErr_Format(PyExc_TypeError, "%s: expected %s, got %s", name, want,
+                     exr_type_str(o, got, sizeof got));
         return -1;
     }
     PyObject *v = PyNumber_Index(o);

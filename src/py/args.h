@@ -12,8 +12,13 @@
 
 #include "binding.h"
 
-/* An integer argument: an object with __index__ that is not a bool. */
+/* An integer argument: an object with __index__ that is not a bool; of
+ * arrays (every ndarray has __index__), only a 0-d integer one. */
 int exr_is_int(PyObject *o);
+
+/* The type of o for a TypeError: its name, and for an ndarray its dtype and
+ * shape too ("numpy.ndarray of dtype int64 and shape (1,)", in buf). */
+const char *exr_type_str(PyObject *o, char *buf, size_t len);
 
 /* An integer argument in [lo, hi] into *out. TypeError "NAME: expected
  * EXPECTED, got TYPE" for a non-int (bools too), ValueError "NAME: expected

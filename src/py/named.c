@@ -14,13 +14,14 @@
 static int spec_shape(PyObject *o, const char *arg, PyObject *name, int *nd, npy_intp *shape)
 {
     PyObject *seq;
+    char got[192];
     if (exr_is_int(o)) {
         seq = PyTuple_Pack(1, o);
     } else if (PyTuple_Check(o) || PyList_Check(o)) {
         seq = PySequence_Tuple(o);
     } else {
         PyErr_Format(PyExc_TypeError, "%s[%R]: expected a shape (an int or a tuple of ints), got %s",
-                     arg, name, Py_TYPE(o)->tp_name);
+                     arg, name, exr_type_str(o, got, sizeof got));
         return -1;
     }
     if (!seq)
@@ -36,7 +37,7 @@ static int spec_shape(PyObject *o, const char *arg, PyObject *name, int *nd, npy
         PyObject *d = PyTuple_GET_ITEM(seq, i);
         if (!exr_is_int(d)) {
             PyErr_Format(PyExc_TypeError, "%s[%R]: expected a tuple of ints, got a %s at index %zd",
-                         arg, name, Py_TYPE(d)->tp_name, i);
+                         arg, name, exr_type_str(d, got, sizeof got), i);
             goto done;
         }
         Py_ssize_t v = PyNumber_AsSsize_t(d, NULL);

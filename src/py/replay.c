@@ -22,13 +22,14 @@
 static int shape_arg(PyObject *o, const char *name, int maxnd, int *nd, npy_intp *shape)
 {
     PyObject *seq;
+    char got[192];
     if (exr_is_int(o)) {
         seq = PyTuple_Pack(1, o);
     } else if (PyTuple_Check(o) || PyList_Check(o)) {
         seq = PySequence_Tuple(o);
     } else {
         PyErr_Format(PyExc_TypeError, "%s: expected an int or a tuple of ints, got %s", name,
-                     Py_TYPE(o)->tp_name);
+                     exr_type_str(o, got, sizeof got));
         return -1;
     }
     if (!seq)
@@ -44,7 +45,7 @@ static int shape_arg(PyObject *o, const char *name, int maxnd, int *nd, npy_intp
         PyObject *d = PyTuple_GET_ITEM(seq, i);
         if (!exr_is_int(d)) {
             PyErr_Format(PyExc_TypeError, "%s: expected a tuple of ints, got a %s at index %zd",
-                         name, Py_TYPE(d)->tp_name, i);
+                         name, exr_type_str(d, got, sizeof got), i);
             Py_DECREF(seq);
             return -1;
         }
