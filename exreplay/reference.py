@@ -21,7 +21,7 @@ make the same ones):
   TypeError.  Ragged sequences are a ValueError.
 - Real-number scalars (a recorded ``priority``, ``alpha``, ``beta``): a
   float, an int or anything with ``__float__`` (a 0-d array too), but not a
-  bool or a complex (TypeError); a sequence is a ValueError, and so is an int
+  bool or a complex, nor a 0-d array of either (TypeError); a sequence is a ValueError, and so is an int
   too large for a float.  Priorities are never bools: ``True``, a NumPy bool
   or an array or list of bools is a TypeError wherever priorities go.
 - Arguments are checked in order, and for each its type (TypeError) before
@@ -327,7 +327,9 @@ def _real_arg(name, x):
         raise ValueError(f"{name}: expected a scalar, got a {type(x).__name__}")
     t = type(x)
     numeric = any(hasattr(t, m) for m in ("__float__", "__index__", "__int__"))
-    if isinstance(x, (bool, np.bool_, complex, np.complexfloating)) or not numeric:
+    # a 0-d array of bools or complex numbers is refused as its scalar is
+    zero_d_bc = isinstance(x, np.ndarray) and x.dtype.kind in "bc"
+    if isinstance(x, (bool, np.bool_, complex, np.complexfloating)) or zero_d_bc or not numeric:
         raise TypeError(f"{name}: expected a real number, got {_show(x)}")
     try:
         return float(x)

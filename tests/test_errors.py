@@ -6,6 +6,7 @@ argument in the message, and leave the buffer exactly as it was
 """
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -141,6 +142,9 @@ RECORD_CASES = [
     ("prio_neg_int", ValueError, "priority", ("H", S4, 0, 0.0), {"priority": -3}),
     ("prio_str", TypeError, "priority", ("H", S4, 0, 0.0), {"priority": "1"}),
     ("prio_complex", TypeError, "priority", ("H", S4, 0, 0.0), {"priority": 1j}),
+    ("prio_0d_bool", TypeError, "priority", ("H", S4, 0, 0.0), {"priority": np.array(True)}),
+    ("prio_0d_complex", TypeError, "priority", ("H", S4, 0, 0.0),
+     {"priority": np.array(0.5 + 1j)}),
     ("prio_list", ValueError, "priority", ("H", S4, 0, 0.0), {"priority": [1.0, 2.0]}),
     ("missing_reward", TypeError, "reward", ("H", S4, 0), {}),
     ("unknown_kw", TypeError, "bogus", ("H", S4, 0, 0.0), {"bogus": 1}),
@@ -573,6 +577,25 @@ def test_selector_beta_bool_rejected(env):
 
 def test_new_pick_selector_bool_param_rejected(env):
     expect_error(env, TypeError, "beta", env["buf"].new_pick_selector, P, beta=True)
+
+
+@pytest.mark.parametrize("v,dtype", [(np.array(True), "bool"), (np.array(0.5 + 1j), "complex128"),
+                                     (np.array(1 + 0j, np.complex64), "complex64")])
+def test_0d_bool_and_complex_arrays_are_no_real_numbers(env, v, dtype):
+    """Refused as their scalars are (float() reads True as 1.0)."""
+    want = f"expected a real number, got numpy.ndarray of dtype {dtype} and shape ()"
+    with pytest.raises(TypeError, match=r"^beta: " + re.escape(want) + "$"):
+        env["pr"].beta = v
+    assert env["pr"].beta == pytest.approx(0.4)
+    for kw in ("alpha", "beta"):
+        err = expect_error(env, TypeError, kw, env["buf"].new_pick_selector, P, **{kw: v})
+        assert str(err) == f"{kw}: {want}"
+    err = expect_error(env, TypeError, "priority", env["buf"].record, env["h"], S4, 0, 0.0,
+                       priority=v)
+    assert str(err) == f"priority: {want}"
+    # a 0-d real array still is one
+    env["pr"].beta = np.array(0.25)
+    assert env["pr"].beta == 0.25
 
 
 # ---- episode ----------------------------------------------------------------

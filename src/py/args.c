@@ -172,11 +172,15 @@ int exr_real_arg(PyObject *o, const char *name, double *out)
                      Py_TYPE(o)->tp_name);
         return -1;
     }
+    /* a 0-d array of bools or complex numbers is refused as its scalar is
+     * (float() would read True as 1.0, and older NumPy drops the imaginary part) */
+    char k = PyArray_Check(o) ? PyArray_DESCR((PyArrayObject *)o)->kind : 0;
+    char got[192];
     if (PyBool_Check(o) || PyArray_IsScalar(o, Bool) || PyComplex_Check(o) ||
-        PyArray_IsScalar(o, ComplexFloating) ||
+        PyArray_IsScalar(o, ComplexFloating) || k == 'b' || k == 'c' ||
         !(PyFloat_Check(o) || PyLong_Check(o) || PyNumber_Check(o))) {
         PyErr_Format(PyExc_TypeError, "%s: expected a real number, got %s", name,
-                     Py_TYPE(o)->tp_name);
+                     exr_type_str(o, got, sizeof got));
         return -1;
     }
     double v = PyFloat_AsDouble(o);
@@ -192,7 +196,7 @@ int exr_real_arg(PyObject *o, const char *name, double *out)
         }
         PyErr_Clear();
         PyErr_Format(PyExc_TypeError, "%s: expected a real number, got %s", name,
-                     Py_TYPE(o)->tp_name);
+                     exr_type_str(o, got, sizeof got));
         return -1;
     }
     *out = v;
