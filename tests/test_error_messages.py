@@ -214,3 +214,37 @@ def test_a_0d_integer_array_is_an_int():
     assert exreplay.ExperienceReplay(2, seed=np.array(2**64 - 1, np.uint64)).seed == 2**64 - 1
     assert b.get_batch(np.array(2, np.int32), np.array(0)).state.shape == (2, 1, 2)
     assert b.episode(np.array(0, np.uint8)).ended
+
+
+SEL = "ps: expected a pick selector of this buffer, got unknown handle "
+EPI = "h: expected the handle of an episode held, got {} (evicted or never created)"
+# Handles beyond int64 (which no selector or episode has) and negative ones:
+# the message shows the value given.
+UNKNOWN_HANDLES = [
+    (lambda b, ps: b.get_batch(1, 2**70), SEL + str(2**70)),
+    (lambda b, ps: b.get_batch(1, -1), SEL + "-1"),
+    (lambda b, ps: b.get_batch(1, -(2**63)), SEL + str(-(2**63))),
+    (lambda b, ps: b.priority_stats(-(2**70)), SEL + str(-(2**70))),
+    (lambda b, ps: b.remove_pick_selector(np.uint64(2**64 - 1)), SEL + str(2**64 - 1)),
+    (lambda b, ps: b.set_priority(2**64, [0], [0], [1.0]), SEL + str(2**64)),
+    (lambda b, ps: b.episode(2**70), EPI.format(2**70)),
+    (lambda b, ps: b.episode(-(2**70)), EPI.format(-(2**70))),
+    (lambda b, ps: b.episode(np.uint64(2**64 - 1)), EPI.format(2**64 - 1)),
+    (lambda b, ps: b.episode(-1), EPI.format(-1)),
+    (lambda b, ps: b.remove_episode(2**63), EPI.format(2**63)),
+]
+
+
+@pytest.mark.parametrize("call,msg", UNKNOWN_HANDLES)
+def test_an_unknown_handle_is_shown_as_given(call, msg):
+    b, ps = _filled()
+    with pytest.raises(ValueError) as e:
+        call(b, ps)
+    assert str(e.value) == msg
+    assert len(b) == 3 and b.num_episodes == 1
+
+
+def test_record_into_a_handle_beyond_int64_starts_an_episode():
+    b, ps = _filled()
+    h = b.record(2**70, np.zeros(2), 0, 0.0)
+    assert h == 1 and b.num_episodes == 2

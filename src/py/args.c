@@ -370,7 +370,7 @@ int exr_handle_arg(PyObject *o, const char *name, const char *expected, int64_t 
     if (PyLong_CheckExact(o)) { /* the common case, without PyNumber_Index's new reference */
         long long x = PyLong_AsLongLongAndOverflow(o, &overflow);
         *h = overflow ? -1 : (int64_t)x;
-        return 0;
+        return overflow != 0;
     }
     PyObject *v = index_of(o, name, expected);
     if (!v)
@@ -380,7 +380,7 @@ int exr_handle_arg(PyObject *o, const char *name, const char *expected, int64_t 
     if (x == -1 && PyErr_Occurred())
         return -1;
     *h = overflow ? -1 : (int64_t)x;
-    return 0;
+    return overflow != 0;
 }
 
 /* Whether keyword name key is the ASCII string name. Keyword names are

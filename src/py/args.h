@@ -27,9 +27,10 @@ const char *exr_type_str(PyObject *o, char *buf, size_t len);
 int exr_int_arg(PyObject *o, const char *name, const char *expected, int64_t lo, int64_t hi,
                 int64_t *out);
 
-/* A handle (of an episode or a selector): an int argument, as int64; one
- * beyond int64 becomes -1, which no episode or selector has, so that it is
- * an unknown handle like any other (what that means is the caller's). */
+/* A handle (of an episode or a selector): an int argument, as int64: 0,
+ * or 1 for one beyond int64, which no episode or selector has (*h is then
+ * -1, as unknown as any other; a message about it shows o itself: what an
+ * unknown handle means is the caller's). -1 with TypeError for a non-int. */
 int exr_handle_arg(PyObject *o, const char *name, const char *expected, int64_t *h);
 
 /* The same for [0, hi] of the unsigned 64-bit range. */

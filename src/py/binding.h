@@ -149,7 +149,8 @@ typedef struct {
     const char *arg;      /* the argument the status is about, or NULL (then op) */
     const char *expected; /* what that argument should have been, or NULL */
     const char *got;      /* what came, or NULL */
-    int64_t handle;       /* the handle that came (-1: none): "unknown handle 7" */
+    bool has_handle;      /* handle came (when got is NULL): "unknown handle 7" */
+    int64_t handle;
     int err;              /* errno of an EXR_EIO (0: errno itself) */
     PyObject *path;       /* the file of an EXR_EIO, or NULL */
 } exr_errctx;
@@ -165,6 +166,13 @@ PyObject *exr_raise(exr_status st, const char *op);
 /* ENOTFOUND for selector handle h: "ps: expected a pick selector of this
  * buffer, got unknown handle h". */
 PyObject *exr_unknown_selector(int64_t h);
+/* The same for a handle given as an int beyond int64 (o, a Python int or
+ * an object with __index__), which no selector has. */
+PyObject *exr_unknown_selector_int(PyObject *o);
+/* The ValueError for an episode handle the buffer does not hold: "h:
+ * expected the handle of an episode held, got 7 (evicted or never
+ * created)", of h, or of o (not NULL) when the int given is beyond int64. */
+PyObject *exr_unknown_episode(int64_t h, PyObject *o);
 
 /* The binding's one way to hold the buffer's lock: called with the GIL,
  * takes the lock (waiting without the GIL if another thread holds it);

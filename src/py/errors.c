@@ -21,7 +21,7 @@ static const char *got_text(const exr_errctx *c, char *buf, size_t len)
 {
     if (c->got)
         return c->got;
-    if (c->handle >= 0) {
+    if (c->has_handle) {
         snprintf(buf, len, "unknown handle %lld", (long long)c->handle);
         return buf;
     }
@@ -102,8 +102,35 @@ PyObject *exr_raise(exr_status st, const char *op)
 
 PyObject *exr_unknown_selector(int64_t h)
 {
-    exr_errctx c = {.arg = "ps", .expected = "a pick selector of this buffer", .handle = h};
+    exr_errctx c = {.arg = "ps", .expected = "a pick selector of this buffer", .has_handle = true,
+                    .handle = h};
     return exr_raise_status(EXR_ENOTFOUND, &c);
+}
+
+PyObject *exr_unknown_selector_int(PyObject *o)
+{
+    PyObject *v = PyNumber_Index(o);
+    PyObject *got = v ? PyUnicode_FromFormat("unknown handle %S", v) : NULL;
+    const char *g = got ? PyUnicode_AsUTF8(got) : NULL;
+    if (g)
+        exr_raise_status(EXR_ENOTFOUND, &(exr_errctx){.arg = "ps",
+                                                      .expected = "a pick selector of this buffer",
+                                                      .got = g});
+    Py_XDECREF(got);
+    Py_XDECREF(v);
+    return NULL;
+}
+
+PyObject *exr_unknown_episode(int64_t h, PyObject *o)
+{
+    PyObject *v = o ? PyNumber_Index(o) : PyLong_FromLongLong((long long)h);
+    if (v)
+        PyErr_Format(PyExc_ValueError,
+                     "h: expected the handle of an episode held, got %S (evicted or never "
+                     "created)",
+                     v);
+    Py_XDECREF(v);
+    return NULL;
 }
 
 /* _core._raise_status(status, op, arg=None): the exception exr_raise_status

@@ -776,10 +776,7 @@ static int episode_rows(ReplayObject *self, int64_t h, size_t row, episode_copy 
                                                        &ec->has_final);
         exr_buffer_unlock(self->buf);
         if (st != EXR_OK) {
-            PyErr_Format(PyExc_ValueError,
-                         "h: expected the handle of an episode held, got %lld (evicted or never "
-                         "created)",
-                         (long long)h);
+            exr_unknown_episode(h, NULL);
             return -1;
         }
         size_t bytes;

@@ -10,16 +10,6 @@
 #include "replay_impl.h"
 #include "named.h"
 
-/* The ValueError for an episode handle the buffer does not hold. */
-static PyObject *unknown_episode(exr_status st, int64_t h)
-{
-    char got[64];
-    snprintf(got, sizeof got, "%lld (evicted or never created)", (long long)h);
-    return exr_raise_status(st, &(exr_errctx){.op = "episode", .arg = "h",
-                                              .expected = "the handle of an episode held",
-                                              .got = got, .handle = h});
-}
-
 /* The EpisodeData of arrays a[0..4) (stolen once it succeeds) and the
  * flags; no extras (an empty dict). */
 static PyObject *episode_data(ReplayObject *self, PyObject **a, bool ended, bool terminated)
@@ -42,8 +32,9 @@ PyObject *replay_episode(ReplayObject *self, PyObject *ho)
 {
     EXR_GUARD(self, NULL);
     int64_t h;
-    if (exr_handle_arg(ho, "h", "an int episode handle", &h) < 0)
-        return NULL;
+    int r = exr_handle_arg(ho, "h", "an int episode handle", &h);
+    if (r)
+        return r > 0 ? exr_unknown_episode(h, ho) : NULL;
     if (self->sfields || self->xfields)
         return exr_replay_episode_fields(self, h);
     PyObject *a[4] = {NULL, NULL, NULL, NULL}; /* state, action, reward, final state */
@@ -54,7 +45,7 @@ PyObject *replay_episode(ReplayObject *self, PyObject *ho)
         exr_status st = exr_buffer_episode_info_locked(self->buf, h, &n, &ended, &term, &has_final);
         exr_buffer_unlock(self->buf);
         if (st != EXR_OK)
-            return unknown_episode(st, h);
+            return exr_unknown_episode(h, NULL);
         a[0] = new_array(self->state_descr, (npy_intp)n, self->state_nd, self->state_shape);
         a[1] = new_array(self->action_descr, (npy_intp)n, self->action_nd, self->action_shape);
         a[2] = new_array(self->reward_descr, (npy_intp)n, 0, NULL);

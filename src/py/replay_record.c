@@ -18,7 +18,8 @@ static int handle_arg(PyObject *o, int64_t *h)
         *h = -1;
         return 0;
     }
-    return exr_handle_arg(o, "h", "an int episode handle or None", h);
+    /* one beyond int64 (-1) is unknown: a new episode, as for any other */
+    return exr_handle_arg(o, "h", "an int episode handle or None", h) < 0 ? -1 : 0;
 }
 
 /* Writes a Python int or float straight into a scalar column of dtype d, the
@@ -333,8 +334,9 @@ PyObject *replay_remove_episode(ReplayObject *self, PyObject *ho)
 {
     EXR_GUARD(self, NULL);
     int64_t h;
-    if (exr_handle_arg(ho, "h", "an int episode handle", &h) < 0)
-        return NULL;
+    int r = exr_handle_arg(ho, "h", "an int episode handle", &h);
+    if (r)
+        return r > 0 ? exr_unknown_episode(h, ho) : NULL;
     exr_status st;
     EXR_NOGIL_BEGIN
     exr_buffer_lock(self->buf);
@@ -342,10 +344,7 @@ PyObject *replay_remove_episode(ReplayObject *self, PyObject *ho)
     exr_buffer_unlock(self->buf);
     EXR_NOGIL_END
     if (st == EXR_ENOTFOUND)
-        return PyErr_Format(PyExc_ValueError,
-                            "h: expected the handle of an episode held, got %lld (evicted or "
-                            "never created)",
-                            (long long)h);
+        return exr_unknown_episode(h, NULL);
     if (st != EXR_OK)
         return exr_raise(st, "remove_episode");
     Py_RETURN_NONE;

@@ -37,7 +37,10 @@ int exr_selector_handle(ReplayObject *self, PyObject *ps, int64_t *h)
         *h = s->handle;
         return 0;
     }
-    return exr_handle_arg(ps, "ps", "a PickSelector or an int handle", h);
+    int r = exr_handle_arg(ps, "ps", "a PickSelector or an int handle", h);
+    if (r > 0) /* beyond int64: unknown, and said so with the value given */
+        exr_unknown_selector_int(ps);
+    return r ? -1 : 0;
 }
 
 static void sel_dealloc(SelectorObject *s)
