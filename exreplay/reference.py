@@ -457,6 +457,8 @@ def _spec_arg(name, spec):
             raise TypeError(f"{name}: expected str field names, got {k!r}")
         if not 1 <= len(k.encode("utf-8", "surrogatepass")) <= MAX_FIELD_NAME:
             raise ValueError(f"{name}: expected field names of 1 to {MAX_FIELD_NAME} bytes, got {k!r}")
+        if k in out:  # a Mapping of its own may give one name twice
+            raise ValueError(f"{name}: expected unique field names, got {k!r} twice")
         if not isinstance(v, (tuple, list)) or len(v) != 2:
             raise TypeError(f"{name}[{k!r}]: expected a pair (shape, dtype), got {v!r}")
         shape = _shape_arg(f"{name}[{k!r}]", v[0])

@@ -649,3 +649,31 @@ def test_a_mapping_whose_items_are_not_pairs():
     with pytest.raises(TypeError, match=r"state_spec: expected items\(\) to give \(name, value\) "
                                         r"pairs, got \['a'"):
         exreplay.ExperienceReplay(state_spec=ListItems())
+
+
+@pytest.mark.parametrize("cls", IMPLS)
+@pytest.mark.parametrize("arg", ["state_spec", "extras_spec"])
+def test_a_mapping_that_gives_a_name_twice(cls, arg):
+    """A Mapping's own items() may give one name twice: refused (the buffer
+    would otherwise hold two fields of one name, and fail to pickle)."""
+    import collections.abc
+
+    class Twice(collections.abc.Mapping):
+        def __getitem__(self, k):
+            return ((2,), "f4")
+
+        def __iter__(self):
+            return iter(["a", "b"])
+
+        def __len__(self):
+            return 3
+
+        def items(self):
+            return [("a", ((2,), "f4")), ("b", ((), "u1")), ("a", ((3,), "f8"))]
+
+    kw = {arg: Twice()}
+    if arg == "extras_spec":
+        kw["state_shape"] = 2
+    with pytest.raises(ValueError) as e:
+        cls(**kw)
+    assert str(e.value) == f"{arg}: expected unique field names, got 'a' twice"

@@ -91,7 +91,9 @@ void exr_fieldset_free(exr_fieldset *fs)
     PyMem_Free(fs);
 }
 
-static int name_ok(PyObject *name, const char *arg)
+/* name, the next field of fs: a str of 1 to EXR_FIELD_NAME_MAX bytes that
+ * no field before has (a Mapping of its own may give one name twice). */
+static int name_ok(const exr_fieldset *fs, PyObject *name, const char *arg)
 {
     if (!PyUnicode_Check(name)) {
         PyErr_Format(PyExc_TypeError, "%s: expected str field names, got %R", arg, name);
@@ -104,6 +106,13 @@ static int name_ok(PyObject *name, const char *arg)
         PyErr_Format(PyExc_ValueError, "%s: expected field names of 1 to %d bytes, got %R", arg,
                      EXR_FIELD_NAME_MAX, name);
         return -1;
+    }
+    for (int i = 0; i < fs->n; i++) {
+        if (PyUnicode_Compare(fs->f[i].name, name) == 0) {
+            PyErr_Format(PyExc_ValueError, "%s: expected unique field names, got %R twice", arg,
+                         name);
+            return -1;
+        }
     }
     return 0;
 }
@@ -179,7 +188,8 @@ exr_fieldset *exr_fieldset_from_spec(PyObject *spec, const char *arg)
         goto error;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *name, *val;
-        if (item_pair(PyList_GET_ITEM(items, i), arg, &name, &val) < 0 || name_ok(name, arg) < 0)
+        if (item_pair(PyList_GET_ITEM(items, i), arg, &name, &val) < 0 ||
+            name_ok(fs, name, arg) < 0)
             goto error;
         exr_named *f = &fs->f[fs->n];
         f->name = Py_NewRef(name);
