@@ -33,7 +33,8 @@ def test_floor_gather_outputs_are_recycled_blocks():
     np.testing.assert_array_equal(nx2[5], rows[6:14])
 
 
-@pytest.mark.parametrize("starts, err", [([0, 92], ValueError), ([-1], ValueError)])
+@pytest.mark.parametrize("starts, err", [([0, 92], ValueError), ([-1], ValueError),
+                                         ([2**63 - 4], ValueError), ([2**63 - 1], ValueError)])
 def test_floor_gather_bad_starts(starts, err):
     rows = np.zeros((100, 4), np.float32)
     with pytest.raises(err, match="starts"):

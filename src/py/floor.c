@@ -28,7 +28,9 @@ static int pick_dims(PyArrayObject *a, npy_intp n, npy_intp L, const char *arg, 
 enum { NB_MAX = 10 }; /* the most arrays a floor returns (_floor_gather_batch) */
 
 /* starts: an int64 array of *n row indices s, each with s + L < nrows (the
- * runs read rows s .. s + L), or NULL with the ValueError naming it. */
+ * runs read rows s .. s + L), or NULL with the ValueError naming it. The
+ * callers have 1 <= L < nrows, so s < nrows - L says it without the
+ * overflow of s + L for a huge s. */
 static PyArrayObject *starts_within(PyObject *o, npy_intp L, npy_intp nrows, npy_intp *n)
 {
     *n = -1;
@@ -37,7 +39,7 @@ static PyArrayObject *starts_within(PyObject *o, npy_intp L, npy_intp nrows, npy
     Py_DECREF(i64);
     const int64_t *sv = starts ? PyArray_DATA(starts) : NULL;
     for (npy_intp i = 0; starts && i < *n; i++) {
-        if (sv[i] < 0 || sv[i] + L >= nrows) {
+        if (sv[i] < 0 || sv[i] >= nrows - L) {
             Py_DECREF(starts);
             PyErr_Format(PyExc_ValueError, "starts: index %zd out of range", (Py_ssize_t)i);
             return NULL;
