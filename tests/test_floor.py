@@ -113,3 +113,9 @@ def test_crosscore_probe():
 def test_crosscore_probe_bad_seconds(secs, err, match):
     with pytest.raises(err, match=match):
         _core._crosscore_ns(secs)
+
+
+def test_floor_gather_cols_refuses_empty_columns():
+    """A column of no rows has no row width (it was a division by zero)."""
+    with pytest.raises(TypeError, match="cols"):
+        _core._floor_gather_cols([np.zeros((0, 4), np.float32)], np.zeros(1, np.int64), 1, 0)

@@ -164,8 +164,9 @@ static int cols_arg(PyObject *list, cols_t *c)
     for (Py_ssize_t i = 0; i < c->nc; i++) {
         PyArrayObject *a = (PyArrayObject *)PyList_GET_ITEM(list, i);
         if (!PyArray_Check((PyObject *)a) || PyArray_NDIM(a) < 1 || !PyArray_IS_C_CONTIGUOUS(a) ||
-            (c->nrows >= 0 && PyArray_DIM(a, 0) != c->nrows)) {
-            PyErr_SetString(PyExc_TypeError, "cols: expected C-contiguous ndarrays of one length");
+            PyArray_DIM(a, 0) < 1 || (c->nrows >= 0 && PyArray_DIM(a, 0) != c->nrows)) {
+            PyErr_SetString(PyExc_TypeError,
+                            "cols: expected C-contiguous ndarrays of one length, 1 or more");
             return -1;
         }
         c->nrows = PyArray_DIM(a, 0);
