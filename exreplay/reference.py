@@ -17,8 +17,9 @@ make the same ones):
   Plain Python numbers and sequences have no dtype of their own, so only
   their kind counts (NEP 50): Python ints go into any integer dtype, judged
   by their values (beyond int64 too), and a value that does not fit is a
-  ValueError naming the range; Python floats into an integer dtype are a
-  TypeError.  Ragged sequences are a ValueError.
+  ValueError naming the range; into a float dtype by value too (beyond
+  uint64 as well: an int too large for a float is a ValueError); Python
+  floats into an integer dtype are a TypeError.  Ragged sequences are a ValueError.
 - Real-number scalars (a recorded ``priority``, ``alpha``, ``beta``): a
   float, an int or anything with ``__float__`` (a 0-d array too), but not a
   bool or a complex, nor a 0-d array of either (TypeError); a sequence is a ValueError, and so is an int
@@ -387,6 +388,23 @@ def _python_ints(name, x, dtype):
     return np.array(flat, dtype=dtype).reshape(objs.shape)
 
 
+def _python_reals(name, objs):
+    """objs, an object array NumPy made of Python numbers, as float64 values
+    (a float column takes Python ints by value): an int too large for a
+    float is a ValueError.  None when objs holds anything but ints and
+    floats (bools included)."""
+    flat = objs.reshape(-1).tolist()
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in flat):
+        return None
+    try:
+        vals = [float(v) for v in flat]
+    except OverflowError:
+        raise ValueError(
+            f"{name}: expected real numbers within float's range, got an int too large for a float"
+        ) from None
+    return np.array(vals, dtype=np.float64).reshape(objs.shape)
+
+
 def _shape_arg(name, x):
     if isinstance(x, (bool, np.bool_)):
         raise TypeError(f"{name}: expected an int or a tuple of ints, got {_show(x)}")
@@ -570,6 +588,13 @@ def _array_arg(name, x, dtype, shape=None, what="an array"):
         ints = _python_ints(name, x, dtype)
         if ints is not None:
             a, x = ints, ints
+            typed = True
+    if not typed and dtype.kind == "f" and a.dtype.kind == "O" and a.size:
+        # Python ints beyond uint64 (NumPy holds them as objects) go into a
+        # float column by value
+        reals = _python_reals(name, a)
+        if reals is not None:
+            a, x = reals, reals
             typed = True
     # An empty Python sequence has no dtype at all, so it is let through.
     weak_ok = not typed and (a.size == 0 or (a.dtype.kind in "iu" and dtype.kind in "iu"))

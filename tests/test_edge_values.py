@@ -8,6 +8,7 @@ import pytest
 
 import exreplay
 from exreplay import ExperienceReplay, PickSelectorClass
+from exreplay.reference import ReferenceReplay
 
 S1 = np.zeros(1, np.float32)
 I64 = "[-9223372036854775808, 9223372036854775807]"
@@ -100,6 +101,47 @@ def test_huge_int_as_a_real_number_is_valueerror():
     ps = b.new_pick_selector(PickSelectorClass.Prioritized)
     with pytest.raises(ValueError, match="beta: expected a real number within float's range"):
         ps.beta = 2**2000
+
+
+def _contents(b, ps):
+    e, p = b._picks()
+    return (len(b), [b.episode(h).reward.tolist() for h in b._handles()], e.tolist(), p.tolist(),
+            b._priority(ps, e, p).tolist())
+
+
+@pytest.mark.parametrize("cls", [ExperienceReplay, ReferenceReplay])
+def test_python_ints_beyond_uint64_into_float_columns_by_value(cls):
+    """NumPy holds such ints only as objects (its dtype then "object", a
+    TypeError): a float column takes them by value, and one too large for a
+    float is a ValueError."""
+    b = cls(state_shape=(1,), reward_dtype="float64", seed=0)
+    ps = b.new_pick_selector(PickSelectorClass.Prioritized, alpha=1.0)
+    h = b.record(None, S1, 0, 2**64)
+    h = b.record_many(h, np.zeros((3, 1), np.float32), [0, 0, 0], [-(2**70), 1.5, 2**64 + 1],
+                      priorities=[2**64, 1, 0.5])
+    assert b.episode(h).reward.tolist() == [2.0**64, -(2.0**70), 1.5, 2.0**64]
+    e, p = b._picks()
+    assert b.set_priority(ps, e, p, 2**64) == len(e)
+    assert b.set_priority(ps, e[:2], p[:2], [2**65, 3]) == 2
+    assert b._priority(ps, e[:2], p[:2]).tolist() == [float(np.float32(2.0**65)), 3.0]
+    f32 = cls(state_shape=(1,), seed=0)
+    f32.record(None, S1, 0, 2**100)
+    assert f32.episode(0).reward.tolist() == [float(np.float32(2.0**100))]
+    for call, arg in [(lambda: b.record(h, S1, 0, 2**1024), "reward"),
+                      (lambda: b.record_many(h, np.zeros((2, 1)), [0, 0], [1.0, -(2**1100)]),
+                       "rewards"),
+                      (lambda: b.set_priority(ps, e[:1], p[:1], [2**1024]), "priorities"),
+                      (lambda: b.set_priority(ps, e, p, 2**1024), "priorities"),
+                      (lambda: b.record(h, S1, 0, [2**64, None]), None),
+                      (lambda: b.set_priority(ps, e[:2], p[:2], [2**64, 1j]), None)]:
+        before = _contents(b, ps)
+        # objects that are not real numbers stay a TypeError
+        with pytest.raises(ValueError if arg else TypeError) as err:
+            call()
+        if arg:
+            assert str(err.value) == (f"{arg}: expected real numbers within float's range, "
+                                      "got an int too large for a float")
+        assert _contents(b, ps) == before
 
 
 @pytest.mark.parametrize("cap", [2**63, 2**64, 2**200])

@@ -339,6 +339,57 @@ error:
     return NULL;
 }
 
+/* ---- Python numbers into a float column --------------------------------- */
+
+/* Item i of objs (Python numbers) as a double into *v: 1, 0 if it is no
+ * int or float (bools included), -1 with the ValueError for an int too
+ * large for a double. */
+static int real_at(PyObject *item, const char *arg, double *v)
+{
+    if (PyFloat_Check(item)) {
+        *v = PyFloat_AS_DOUBLE(item);
+        return 1;
+    }
+    if (!PyLong_Check(item) || PyBool_Check(item))
+        return 0;
+    *v = PyLong_AsDouble(item);
+    if (*v == -1.0 && PyErr_Occurred()) {
+        if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError,
+                         "%s: expected real numbers within float's range, got an int too large "
+                         "for a float",
+                         arg);
+        }
+        return -1;
+    }
+    return 1;
+}
+
+PyArrayObject *exr_reals_by_value(PyArrayObject *objs, const char *arg, int *not_reals)
+{
+    *not_reals = 0;
+    PyArray_Descr *od = PyArray_DescrFromType(NPY_OBJECT);
+    PyArrayObject *src = (PyArrayObject *)PyArray_FromArray(objs, od, NPY_ARRAY_C_CONTIGUOUS);
+    if (!src)
+        return NULL;
+    PyArray_Descr *f64 = PyArray_DescrFromType(NPY_FLOAT64);
+    PyArrayObject *out = (PyArrayObject *)PyArray_NewFromDescr(
+        &PyArray_Type, f64, PyArray_NDIM(src), PyArray_DIMS(src), NULL, NULL, 0, NULL);
+    npy_intp n = PyArray_SIZE(src);
+    PyObject *const *items = PyArray_DATA(src);
+    double *dst = out ? PyArray_DATA(out) : NULL;
+    for (npy_intp i = 0; out && i < n; i++) {
+        int r = real_at(items[i], arg, &dst[i]);
+        if (r <= 0) {
+            *not_reals = r == 0;
+            Py_CLEAR(out);
+        }
+    }
+    Py_DECREF(src);
+    return out;
+}
+
 int exr_refuse_bools(PyObject *o, const char *arg)
 {
     int is_bool;

@@ -53,4 +53,12 @@ int exr_refuse_bools(PyObject *o, const char *arg);
 PyArrayObject *exr_ints_by_value(PyObject *obj, PyArrayObject *arr, PyArray_Descr *descr,
                                  const char *arg, int *not_ints);
 
+/* Python numbers that NumPy could hold only as objects (objs: ints beyond
+ * uint64, alone or with floats), headed for a float column: a new
+ * C-contiguous float64 array of objs's shape, each int converted by value.
+ * NULL with *not_reals set when an element is no int or float (a bool
+ * included: the caller then reports the dtype it got); NULL with a
+ * ValueError naming arg for an int too large for a double. */
+PyArrayObject *exr_reals_by_value(PyArrayObject *objs, const char *arg, int *not_reals);
+
 #endif

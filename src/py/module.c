@@ -92,11 +92,31 @@ static PyObject *cast_error(PyArray_Descr *have, PyArray_Descr *descr, const cha
                         arg, (PyObject *)descr, (PyObject *)have);
 }
 
+/* Python ints beyond uint64 (which NumPy holds only as objects, alone or
+ * with floats) headed for a float column: *arr replaced by their float64
+ * values, judged by value (args.c; a ValueError for an int too large for a
+ * float). Anything else there keeps its dtype's TypeError. */
+static int reals_by_value(PyArrayObject **arr, PyArray_Descr *descr, const char *arg,
+                          int *equiv)
+{
+    int not_reals;
+    PyArrayObject *conv = exr_reals_by_value(*arr, arg, &not_reals);
+    if (!conv) {
+        if (not_reals)
+            cast_error(PyArray_DESCR(*arr), descr, arg);
+        return -1;
+    }
+    Py_SETREF(*arr, conv);
+    *equiv = PyArray_EquivTypes(PyArray_DESCR(conv), descr);
+    return 0;
+}
+
 /* The dtype question, decided before the shape: *arr is kept, replaced by
  * Python ints converted by value (*equiv set), or refused (-1). NumPy
  * arrays and scalars carry a dtype; Python numbers and sequences do not,
  * so for them only the kind counts (NEP 50): Python ints go into any
- * integer dtype if they fit. *weak_int: such ints, to convert by value. */
+ * integer dtype if they fit, and into a float column by value.
+ * *weak_int: such ints, to convert by value. */
 static int check_dtype(PyObject *obj, PyArrayObject **arr, PyArray_Descr *descr, const char *arg,
                        int *equiv, int *weak_int)
 {
@@ -108,6 +128,8 @@ static int check_dtype(PyObject *obj, PyArrayObject **arr, PyArray_Descr *descr,
     /* Python ints beyond int64 make NumPy promote to float64 or object;
      * whether they fit the column is decided by their values (args.c) */
     int maybe_ints = !typed && (wk == 'i' || wk == 'u') && (hk == 'f' || hk == 'O');
+    if (!typed && wk == 'f' && hk == 'O' && PyArray_SIZE(*arr) > 0)
+        return reals_by_value(arr, descr, arg, equiv);
     int weak_ok = !typed && (PyArray_SIZE(*arr) == 0 || *weak_int || maybe_ints);
     int castable = PyArray_CanCastTypeTo(have, descr, NPY_SAME_KIND_CASTING);
     if (!*equiv && !weak_ok && !castable) {
