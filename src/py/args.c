@@ -29,10 +29,14 @@ const char *exr_type_str(PyObject *o, char *buf, size_t len)
     PyArrayObject *a = (PyArrayObject *)o;
     char shape[128];
     exr_shape_str(shape, sizeof shape, PyArray_NDIM(a), PyArray_DIMS(a));
-    const char *dt = PyArray_DESCR(a)->typeobj->tp_name;
-    if (strncmp(dt, "numpy.", 6) == 0)
-        dt += 6;
-    snprintf(buf, len, "%s of dtype %s and shape %s", Py_TYPE(o)->tp_name, dt, shape);
+    /* the dtype's name (str(dtype): "bool", "int64" in NumPy 1.x and 2.x;
+     * its scalar type's name is numpy.bool_ in 1.x) */
+    PyObject *ds = PyObject_Str((PyObject *)PyArray_DESCR(a));
+    const char *dt = ds ? PyUnicode_AsUTF8(ds) : NULL;
+    if (!dt)
+        PyErr_Clear();
+    snprintf(buf, len, "%s of dtype %s and shape %s", Py_TYPE(o)->tp_name, dt ? dt : "?", shape);
+    Py_XDECREF(ds);
     return buf;
 }
 
