@@ -120,11 +120,18 @@ static inline void exr_collapse_queued(void)
     }
 }
 
+/* Whether this thread is inside r's save() progress callback (and so holds
+ * r's lock). */
+static inline bool exr_busy_here(const ReplayObject *r)
+{
+    return r->busy_thread && r->busy_thread == PyThread_get_thread_ident();
+}
+
 /* save() calls its progress callback with the buffer locked: a call back
  * into the buffer from that callback would deadlock, so it raises instead. */
 #define EXR_GUARD(self, fail)                                                                      \
     do {                                                                                           \
-        if ((self)->busy_thread && (self)->busy_thread == PyThread_get_thread_ident()) {           \
+        if (exr_busy_here(self)) {                                                                 \
             PyErr_SetString(PyExc_RuntimeError,                                                    \
                             "the buffer is locked by save() in this thread: its progress "         \
                             "callback must not use the buffer");                                   \

@@ -16,7 +16,7 @@
 static void repr_counts(ReplayObject *r, unsigned long long *n, unsigned long long *e,
                         unsigned long long *p)
 {
-    bool mine = r->busy_thread && r->busy_thread == PyThread_get_thread_ident();
+    bool mine = exr_busy_here(r);
     if (!mine)
         exr_lock_with_gil(r->buf);
     *n = exr_buffer_len_locked(r->buf);

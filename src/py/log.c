@@ -232,18 +232,13 @@ static int set_schema(LogObject *self, PyArray_Descr *sd, int snd, const npy_int
                       PyArray_Descr *ad, int and_, const npy_intp *as, PyArray_Descr *rd,
                       const exr_fieldset *sf, const exr_fieldset *xf)
 {
-    schema_t *m = PyMem_Malloc(sizeof *m);
-    if (!m)
-        return PyErr_NoMemory(), -1;
-    if (schema_of(sd, snd, ss, ad, and_, as, rd, sf, xf, m) < 0) {
-        PyMem_Free(m);
+    schema_t m;
+    if (schema_of(sd, snd, ss, ad, and_, as, rd, sf, xf, &m) < 0)
         return -1;
-    }
     exr_status st;
     EXR_NOGIL_BEGIN
-    st = exr_log_set_schema(self->lg, m->js, m->len, m->sb, m->ab, m->rb, m->xb);
+    st = exr_log_set_schema(self->lg, m.js, m.len, m.sb, m.ab, m.rb, m.xb);
     EXR_NOGIL_END
-    PyMem_Free(m);
     if (st != EXR_OK) {
         if (st == EXR_EINVAL)
             log_state_error(st, "log", "an open log whose record layout is this one or unset",
@@ -381,12 +376,9 @@ static int schema_args(LogObject *self, PyObject *o_sshape, PyObject *o_sdtype,
         rd = !ad ? NULL
              : o_rdtype ? exr_dtype_arg(o_rdtype, "reward_dtype", 1)
                         : PyArray_DescrFromType(NPY_FLOAT32);
-        schema_t *m = rd && !self ? PyMem_Malloc(sizeof *m) : NULL;
-        if (rd && !self && !m)
-            PyErr_NoMemory();
+        schema_t m;
         ok = rd && (self ? set_schema(self, sd, snd, ss, ad, and_, as, rd, NULL, NULL)
-                         : m ? schema_of(sd, snd, ss, ad, and_, as, rd, NULL, NULL, m) : -1) == 0;
-        PyMem_Free(m);
+                         : schema_of(sd, snd, ss, ad, and_, as, rd, NULL, NULL, &m)) == 0;
     }
     Py_XDECREF(sd);
     Py_XDECREF(ad);
@@ -556,7 +548,7 @@ static exr_status append_steps(LogObject *self, int64_t h, size_t pos, npy_intp 
 static int owner_saving_here(LogObject *self, const char *what)
 {
     ReplayObject *rb = (ReplayObject *)self->owner;
-    if (!rb || !rb->busy_thread || rb->busy_thread != PyThread_get_thread_ident())
+    if (!rb || !exr_busy_here(rb))
         return 0;
     PyErr_Format(PyExc_RuntimeError,
                  "%s: the buffer this log is attached to is locked by save() in this thread: "
