@@ -7,11 +7,15 @@ across the GIL's release: the buffer freed while the log's writer still
 pinned its rows, a log freed under a record call's back-pressure wait, or
 two attaches of one buffer both succeeding."""
 
+import json
+import subprocess
 import threading
 
 import numpy as np
+import pytest
 
 from exreplay import ExperienceLog, ExperienceReplay
+from test_persistence import run_script
 
 
 def _logged_buffer(path, steps=20_000, **log_kw):
@@ -114,3 +118,60 @@ def test_two_closes_at_once_write_one_end(tmp_path):
         info = xlog.info(p)  # raises on data after the end marker
         assert info["records"] == 2000 and info["ended"] and info["torn"] == 0
         assert sum(1 for _ in xlog.open(p)) >= 1
+
+
+DETACH_DURING_SAVE_SCRIPT = r"""
+import json, sys, threading, time
+import numpy as np
+import exreplay
+buf = exreplay.ExperienceReplay((84, 84), state_dtype="uint8", capacity=None)
+log = exreplay.ExperienceLog(sys.argv[1] + ".xlog")
+buf.attach_log(log)
+f = np.zeros((1000, 84, 84), np.uint8)
+for i in range(10):
+    buf.record_many(None, f, np.zeros(1000, np.int64), np.zeros(1000, np.float32), final_state=f[0])
+results, calls, detacher = {}, [0], []
+def attempt(name, fn):
+    try:
+        fn()
+        results[name] = "ok"
+    except RuntimeError:
+        results[name] = "RuntimeError"
+def progress(done, total):
+    calls[0] += 1
+    if calls[0] > 1:
+        return
+    t = threading.Thread(target=buf.detach_log)
+    t.start()
+    detacher.append(t)
+    while buf.log is not None:  # the detach has let go of the GIL, and waits for the lock
+        time.sleep(0.001)
+    time.sleep(0.05)
+    attempt("flush", lambda: log.flush())
+    attempt("flush_sync", lambda: log.flush(sync=True))
+    attempt("close", lambda: log.close())
+buf.save(sys.argv[1], level=0, progress=progress)
+detacher[0].join()
+assert buf.log is None and log.attached is False and not log.closed
+log.close()
+info = __import__("exreplay.log", fromlist=["info"]).info(sys.argv[1] + ".xlog")
+print(json.dumps({"results": results, "records": info["records"], "ended": info["ended"]}))
+"""
+
+
+def test_log_used_from_save_callback_while_another_thread_detaches_it(tmp_path):
+    """save()'s progress callback holds the buffer's lock; a detach_log() in
+    another thread waits for that lock and, until it ends, the log's writer
+    still pins the buffer's rows: a flush or close of the log from the
+    callback then raises, as it does while the log is attached, instead of
+    waiting for ever."""
+    try:
+        r = run_script(DETACH_DURING_SAVE_SCRIPT, str(tmp_path / "s.exr"), timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a flush or close of the log from save()'s callback deadlocked with a detach")
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["results"] == {"flush": "RuntimeError", "flush_sync": "RuntimeError",
+                              "close": "RuntimeError"}, out
+    assert out["records"] == 10_000 and out["ended"]
+

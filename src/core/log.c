@@ -61,6 +61,7 @@ struct exr_log {
     bool thread_started, stop, closed, has_schema;
     bool closing, close_done; /* a close under way / finished (later closes wait for it) */
     unsigned detaching;       /* detaches announced (exr_log_detach_begin) and not done */
+    unsigned syncing;         /* flushes in fsync (without mu): close keeps fd open until 0 */
     int fd;
     exr_log_opts o;
     size_t sb, ab, rb, xb, row; /* row = sb + ab + rb + xb (xb: extras) */
@@ -633,9 +634,21 @@ exr_status exr_log_set_schema(exr_log *lg, const void *schema, size_t len, size_
     return s;
 }
 
-bool exr_log_has_schema(const exr_log *lg) { return lg->has_schema; }
+bool exr_log_has_schema(exr_log *lg)
+{
+    pthread_mutex_lock(&lg->mu);
+    bool r = lg->has_schema;
+    pthread_mutex_unlock(&lg->mu);
+    return r;
+}
 
-bool exr_log_has_extras(const exr_log *lg) { return lg->has_schema && lg->xb; }
+bool exr_log_has_extras(exr_log *lg)
+{
+    pthread_mutex_lock(&lg->mu);
+    bool r = lg->has_schema && lg->xb;
+    pthread_mutex_unlock(&lg->mu);
+    return r;
+}
 
 /* With lg->mu: a step into the open chunk. row/fin are already where they
  * will stay until the writer copies them. */
@@ -860,13 +873,21 @@ exr_status exr_log_flush(exr_log *lg, bool sync)
         pthread_cond_wait(&lg->done, &lg->mu);
     exr_status s = writer_error_locked(lg);
     int fd = lg->fd;
-    bool do_sync = sync || lg->o.fsync;
+    bool do_sync = s == EXR_OK && (sync || lg->o.fsync) && fd >= 0;
+    if (do_sync)
+        lg->syncing++; /* a close meanwhile waits before it closes fd */
     pthread_mutex_unlock(&lg->mu);
-    if (s != EXR_OK)
+    if (!do_sync)
         return s;
-    if (do_sync && fd >= 0 && fsync(fd) != 0)
-        return EXR_EIO;
-    return EXR_OK;
+    if (fsync(fd) != 0)
+        s = EXR_EIO;
+    int e = errno; /* fsync's, for the caller's message */
+    pthread_mutex_lock(&lg->mu);
+    if (--lg->syncing == 0)
+        pthread_cond_broadcast(&lg->done);
+    pthread_mutex_unlock(&lg->mu);
+    errno = e;
+    return s;
 }
 
 static exr_status close_body(exr_log *lg, exr_buffer *b);
@@ -908,7 +929,7 @@ static exr_status close_body(exr_log *lg, exr_buffer *b)
 {
     if (b)
         detach(lg, b, false);
-    exr_status s = lg->has_schema ? exr_log_flush(lg, false) : EXR_OK;
+    exr_status s = exr_log_has_schema(lg) ? exr_log_flush(lg, false) : EXR_OK;
     pthread_mutex_lock(&lg->mu);
     lg->closed = true;
     seal_locked(lg); /* the writer drains its queue before it stops */
@@ -934,6 +955,8 @@ static exr_status close_body(exr_log *lg, exr_buffer *b)
             s = EXR_EIO;
     }
     pthread_mutex_lock(&lg->mu);
+    while (lg->syncing) /* a flush's fsync of fd, begun before closed was set */
+        pthread_cond_wait(&lg->done, &lg->mu);
     int fd = lg->fd;
     lg->fd = -1;
     pthread_mutex_unlock(&lg->mu);
@@ -1022,7 +1045,13 @@ static void detach(exr_log *lg, exr_buffer *b, bool announced)
     pthread_mutex_unlock(&lg->mu);
 }
 
-exr_buffer *exr_log_attached(const exr_log *lg) { return lg->buf; }
+exr_buffer *exr_log_attached(exr_log *lg)
+{
+    pthread_mutex_lock(&lg->mu);
+    exr_buffer *b = lg->buf;
+    pthread_mutex_unlock(&lg->mu);
+    return b;
+}
 
 void exr_log_get_stats(exr_log *lg, exr_log_stats *st)
 {

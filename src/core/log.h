@@ -79,10 +79,10 @@ exr_status exr_log_open(const char *path, const exr_log_opts *o, bool overwrite,
  * different one, or one that !exr_log_row_fits, is EXR_EINVAL. */
 exr_status exr_log_set_schema(exr_log *lg, const void *schema, size_t len, size_t state_bytes,
                               size_t action_bytes, size_t reward_bytes, size_t extra_bytes);
-bool exr_log_has_schema(const exr_log *lg);
+bool exr_log_has_schema(exr_log *lg);
 /* Whether its rows carry per-step extras (then only its buffer's hook logs
  * steps: exr_log_append and exr_log_append_many are EXR_EINVAL). */
-bool exr_log_has_extras(const exr_log *lg);
+bool exr_log_has_extras(exr_log *lg);
 
 /* One step, copied. fin is the final state (with EXR_LOG_FINAL) or NULL. */
 exr_status exr_log_append(exr_log *lg, int64_t h, uint64_t pos, const void *state,
@@ -125,7 +125,7 @@ void exr_log_detach(exr_log *lg, exr_buffer *b);
  * exr_log_detach (which ends it): a close meanwhile waits for it, and never
  * detaches the buffer itself. */
 void exr_log_detach_begin(exr_log *lg);
-exr_buffer *exr_log_attached(const exr_log *lg);
+exr_buffer *exr_log_attached(exr_log *lg);
 
 /* The 56-byte header and 16-byte trailer of a chunk (docs/log.md), for
  * writers of the format other than exr_log (the merge, log_merge.h). */

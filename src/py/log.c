@@ -22,6 +22,7 @@ typedef struct {
     int state_nd, action_nd;
     npy_intp state_shape[NPY_MAXDIMS], action_shape[NPY_MAXDIMS];
     PyObject *owner; /* the ExperienceReplay attached to (borrowed), or NULL */
+    PyObject *leaving; /* the one being detached without the GIL (borrowed), or NULL */
     PyObject *fields; /* (state_spec, extras_spec) of the buffer it took its schema from */
 } LogObject;
 
@@ -544,11 +545,14 @@ static exr_status append_steps(LogObject *self, int64_t h, size_t pos, npy_intp 
 /* From save()'s progress callback of the buffer the log is attached to:
  * that thread holds the buffer's lock, which the log's writer needs to let
  * go of the rows it copied, so waiting for the writer there (flush, close,
- * an append past max_backlog) would never end. */
+ * an append past max_backlog) would never end. The same holds while another
+ * thread detaches the log from that buffer: the detach waits for the lock,
+ * and the writer still pins the buffer's rows until it ends. */
 static int owner_saving_here(LogObject *self, const char *what)
 {
     ReplayObject *rb = (ReplayObject *)self->owner;
-    if (!rb || !exr_busy_here(rb))
+    ReplayObject *gone = (ReplayObject *)self->leaving;
+    if (!(rb && exr_busy_here(rb)) && !(gone && exr_busy_here(gone)))
         return 0;
     PyErr_Format(PyExc_RuntimeError,
                  "%s: the buffer this log is attached to is locked by save() in this thread: "
@@ -896,9 +900,11 @@ void exr_replay_detach_log(ReplayObject *self)
     exr_log *lg = lo->lg;
     exr_buffer *b = self->buf;
     exr_log_detach_begin(lg); /* a close in another thread now waits for this detach */
+    lo->leaving = (PyObject *)self;
     EXR_NOGIL_BEGIN
     exr_log_detach(lg, b);
     EXR_NOGIL_END
+    lo->leaving = NULL;
     Py_DECREF(lo);
 }
 
