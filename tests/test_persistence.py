@@ -1124,7 +1124,8 @@ def cases(data, lay):
     c["episode count -1"] = patched(data, [(lay.ep_count_at, u64(len(lay.episodes) - 1))])
     c["episode n huge"] = patched(data, [(e0["at"] + 8, u64(2**40))])
     c["episode n 2**64-1"] = patched(data, [(e0["at"] + 8, u64(2**64 - 1))])
-    c["episode n 2**32-2"] = patched(data, [(e0["at"] + 8, u64(2**32 - 2))])
+    c["episode n 2**32-2"] = patched(data, [(e0["at"] + 8, u64(2**32 - 2))])  # too long for the bytes
+    c["episode n 2**32-1"] = patched(data, [(e0["at"] + 8, u64(2**32 - 1))])
     c["episode n +1"] = patched(data, [(ep_m["at"] + 8, u64(ep_m["n"] + 1))])
     c["handles not increasing"] = patched(data, [(e1["at"], q(e0["handle"]))])
     c["handles decreasing"] = patched(data, [(e1["at"], q(e0["handle"] - 1))])

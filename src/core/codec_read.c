@@ -246,7 +246,7 @@ static exr_status read_episode_head(exr_in *in, const exr_buffer *b, int64_t *pr
     exr_buffer_counters_locked(b, &k);
     if (h->handle <= *prev_handle || h->handle >= k.next_handle || h->ended > 1 ||
         h->terminated > 1 || h->sampled > 1 || h->has_final > 1 || !reserved_ok ||
-        h->n >= (uint64_t)UINT32_MAX - 1 || (!h->ended && (h->terminated || h->has_final)) ||
+        h->n > (uint64_t)UINT32_MAX - 1 || (!h->ended && (h->terminated || h->has_final)) ||
         (h->ended && !h->terminated && !h->has_final))
         return EXR_ECORRUPT;
     *prev_handle = h->handle;
