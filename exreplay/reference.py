@@ -422,9 +422,9 @@ def _shape_arg(name, x):
             dims = [operator.index(x)]
         except TypeError:
             raise TypeError(f"{name}: expected an int or a tuple of ints, got {_show(x)}") from None
-    for d in dims:
-        if d < 1:
-            raise ValueError(f"{name}: expected every dimension >= 1, got {tuple(dims)}")
+    for i, d in enumerate(dims):
+        if not 1 <= d <= 2**40:  # an item takes at most 1 TiB
+            raise ValueError(f"{name}: expected dimensions from 1 to 2**40, got {d} at index {i}")
     return tuple(dims)
 
 

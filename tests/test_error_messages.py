@@ -3,6 +3,8 @@ message (src/py/errors.c): it names the argument, what was expected and
 what came; none is empty."""
 
 import errno
+import os
+
 import numpy as np
 import pytest
 
@@ -248,3 +250,41 @@ def test_record_into_a_handle_beyond_int64_starts_an_episode():
     b, ps = _filled()
     h = b.record(2**70, np.zeros(2), 0, 0.0)
     assert h == 1 and b.num_episodes == 2
+
+
+# A dimension is shown as given: one outside Py_ssize_t's range was shown
+# clipped to it. The buffer, a named field and the log read shapes alike
+# (the log took a non-int dimension as a ValueError).
+SHAPES = [
+    (lambda: exreplay.ExperienceReplay(state_shape=(-2**70,)), ValueError,
+     "state_shape: expected dimensions from 1 to 2**40, got -1180591620717411303424 at index 0"),
+    (lambda: exreplay.ExperienceReplay(state_shape=(3, 2**64)), ValueError,
+     "state_shape: expected dimensions from 1 to 2**40, got 18446744073709551616 at index 1"),
+    (lambda: exreplay.ExperienceReplay(2, action_shape=(2**40 + 1,)), ValueError,
+     "action_shape: expected dimensions from 1 to 2**40, got 1099511627777 at index 0"),
+    (lambda: exreplay.ExperienceReplay(state_spec={"a": ((0,), "f4")}), ValueError,
+     "state_spec['a']: expected dimensions from 1 to 2**40, got 0 at index 0"),
+    (lambda: exreplay.ExperienceLog(os.devnull + "/x", state_shape=(-2**70,)), ValueError,
+     "state_shape: expected dimensions from 1 to 2**40, got -1180591620717411303424 at index 0"),
+    (lambda: exreplay.ExperienceLog(os.devnull + "/x", state_shape=(2, "a")), TypeError,
+     "state_shape: expected a tuple of ints, got a str at index 1"),
+    (lambda: exreplay.ExperienceLog(os.devnull + "/x", state_shape=(2,), action_shape="a"),
+     TypeError, "action_shape: expected an int or a tuple of ints, got str"),
+]
+
+
+@pytest.mark.parametrize("call,exc,msg", SHAPES)
+def test_shape_dimensions_shown_as_given(call, exc, msg):
+    with pytest.raises(exc) as e:
+        call()
+    assert str(e.value) == msg
+
+
+@pytest.mark.parametrize("call,exc,msg", SHAPES[:4])
+def test_shape_dimensions_reference_agrees(call, exc, msg, monkeypatch):
+    import exreplay.reference as ref
+
+    monkeypatch.setattr(exreplay, "ExperienceReplay", ref.ReferenceReplay)
+    with pytest.raises(exc) as e:
+        call()
+    assert str(e.value) == msg

@@ -22,6 +22,58 @@ int exr_is_int(PyObject *o)
     return 1;
 }
 
+/* Dimension i of a shape, d, into *v; the error names it as `who`. */
+static int dim_arg(PyObject *d, PyObject *who, Py_ssize_t i, npy_intp *v)
+{
+    char got[192];
+    if (!exr_is_int(d)) {
+        PyErr_Format(PyExc_TypeError, "%U: expected a tuple of ints, got a %s at index %zd", who,
+                     exr_type_str(d, got, sizeof got), i);
+        return -1;
+    }
+    Py_ssize_t x = PyNumber_AsSsize_t(d, NULL); /* clipped: d is shown, not x */
+    if (x == -1 && PyErr_Occurred())
+        return -1;
+    if (x < 1 || x > ((Py_ssize_t)1 << 40)) {
+        PyErr_Format(PyExc_ValueError, "%U: expected dimensions from 1 to 2**40, got %R at index %zd",
+                     who, d, i);
+        return -1;
+    }
+    *v = (npy_intp)x;
+    return 0;
+}
+
+int exr_shape_arg(PyObject *o, const char *name, PyObject *key, int *nd, npy_intp *shape)
+{
+    PyObject *who = key ? PyUnicode_FromFormat("%s[%R]", name, key) : PyUnicode_FromString(name);
+    if (!who)
+        return -1;
+    PyObject *seq = NULL;
+    char got[192];
+    if (exr_is_int(o))
+        seq = PyTuple_Pack(1, o);
+    else if (PyTuple_Check(o) || PyList_Check(o))
+        seq = PySequence_Tuple(o);
+    else
+        PyErr_Format(PyExc_TypeError, "%U: expected %s, got %s", who,
+                     key ? "a shape (an int or a tuple of ints)" : "an int or a tuple of ints",
+                     exr_type_str(o, got, sizeof got));
+    Py_ssize_t n = seq ? PyTuple_GET_SIZE(seq) : 0;
+    int r = seq ? 0 : -1;
+    if (seq && n > NPY_MAXDIMS - 2) {
+        PyErr_Format(PyExc_ValueError, "%U: expected at most %d dimensions, got %zd", who,
+                     NPY_MAXDIMS - 2, n);
+        r = -1;
+    }
+    for (Py_ssize_t i = 0; r == 0 && i < n; i++)
+        r = dim_arg(PyTuple_GET_ITEM(seq, i), who, i, &shape[i]);
+    if (r == 0)
+        *nd = (int)n;
+    Py_XDECREF(seq);
+    Py_DECREF(who);
+    return r;
+}
+
 const char *exr_type_str(PyObject *o, char *buf, size_t len)
 {
     if (!PyArray_Check(o))

@@ -16,6 +16,12 @@
  * arrays (every ndarray has __index__), only a 0-d integer one. */
 int exr_is_int(PyObject *o);
 
+/* A shape argument (an int, or a tuple or list of ints) into *nd and
+ * shape (room for NPY_MAXDIMS - 2), each dimension 1 .. 2**40 (an item
+ * takes at most 1 TiB, so none is larger). Errors name it as NAME, or
+ * NAME[KEY] when key is not NULL (a field of a spec). */
+int exr_shape_arg(PyObject *o, const char *name, PyObject *key, int *nd, npy_intp *shape);
+
 /* The type of o for a TypeError: its name, and for an ndarray its dtype and
  * shape too ("numpy.ndarray of dtype int64 and shape (1,)", in buf). */
 const char *exr_type_str(PyObject *o, char *buf, size_t len);

@@ -48,47 +48,6 @@ static PyObject *log_state_error(exr_status st, const char *op, const char *expe
 
 /* ---- schema ---------------------------------------------------------------- */
 
-static int shape_of(PyObject *o, const char *name, int *nd, npy_intp *shape)
-{
-    PyObject *seq = NULL;
-    if (PyIndex_Check(o) && !PyBool_Check(o))
-        seq = PyTuple_Pack(1, o);
-    else if (PyTuple_Check(o) || PyList_Check(o))
-        seq = PySequence_Tuple(o);
-    else
-        return PyErr_Format(PyExc_TypeError, "%s: expected an int or a tuple of ints, got %s",
-                            name, Py_TYPE(o)->tp_name),
-               -1;
-    if (!seq)
-        return -1;
-    Py_ssize_t n = PyTuple_GET_SIZE(seq);
-    if (n > NPY_MAXDIMS - 2) {
-        Py_DECREF(seq);
-        return PyErr_Format(PyExc_ValueError, "%s: expected at most %d dimensions, got %zd",
-                            name, NPY_MAXDIMS - 2, n),
-               -1;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *d = PyTuple_GET_ITEM(seq, i);
-        Py_ssize_t v = PyBool_Check(d) || !PyIndex_Check(d) ? -2 : PyNumber_AsSsize_t(d, NULL);
-        if (v == -1 && PyErr_Occurred()) {
-            Py_DECREF(seq);
-            return -1;
-        }
-        if (v < 1 || v > ((Py_ssize_t)1 << 40)) {
-            Py_DECREF(seq);
-            return PyErr_Format(PyExc_ValueError,
-                                "%s: expected positive int dimensions, got %R at index %zd", name,
-                                d, i),
-                   -1;
-        }
-        shape[i] = v;
-    }
-    *nd = (int)n;
-    Py_DECREF(seq);
-    return 0;
-}
-
 static size_t nbytes_of(PyArray_Descr *d, int nd, const npy_intp *shape)
 {
     size_t v = (size_t)PyDataType_ELSIZE(d);
@@ -364,8 +323,8 @@ static int schema_args(LogObject *self, PyObject *o_sshape, PyObject *o_sdtype,
     npy_intp ss[NPY_MAXDIMS], as[NPY_MAXDIMS];
     PyArray_Descr *sd = NULL, *ad = NULL, *rd = NULL;
     PyObject *tmp = NULL;
-    int ok = shape_of(o_sshape, "state_shape", &snd, ss) == 0 &&
-             (!o_ashape || shape_of(o_ashape, "action_shape", &and_, as) == 0);
+    int ok = exr_shape_arg(o_sshape, "state_shape", NULL, &snd, ss) == 0 &&
+             (!o_ashape || exr_shape_arg(o_ashape, "action_shape", NULL, &and_, as) == 0);
     if (ok) {
         if (!o_sdtype)
             o_sdtype = tmp = PyUnicode_FromString("float32");

@@ -11,52 +11,6 @@
 
 /* ---- specs ---------------------------------------------------------------- */
 
-static int spec_shape(PyObject *o, const char *arg, PyObject *name, int *nd, npy_intp *shape)
-{
-    PyObject *seq;
-    char got[192];
-    if (exr_is_int(o)) {
-        seq = PyTuple_Pack(1, o);
-    } else if (PyTuple_Check(o) || PyList_Check(o)) {
-        seq = PySequence_Tuple(o);
-    } else {
-        PyErr_Format(PyExc_TypeError, "%s[%R]: expected a shape (an int or a tuple of ints), got %s",
-                     arg, name, exr_type_str(o, got, sizeof got));
-        return -1;
-    }
-    if (!seq)
-        return -1;
-    Py_ssize_t n = PyTuple_GET_SIZE(seq);
-    int r = -1;
-    if (n > NPY_MAXDIMS - 2) {
-        PyErr_Format(PyExc_ValueError, "%s[%R]: expected at most %d dimensions, got %zd", arg,
-                     name, NPY_MAXDIMS - 2, n);
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *d = PyTuple_GET_ITEM(seq, i);
-        if (!exr_is_int(d)) {
-            PyErr_Format(PyExc_TypeError, "%s[%R]: expected a tuple of ints, got a %s at index %zd",
-                         arg, name, exr_type_str(d, got, sizeof got), i);
-            goto done;
-        }
-        Py_ssize_t v = PyNumber_AsSsize_t(d, NULL);
-        if (v == -1 && PyErr_Occurred())
-            goto done;
-        if (v < 1) {
-            PyErr_Format(PyExc_ValueError,
-                         "%s[%R]: expected dimensions >= 1, got %zd at index %zd", arg, name, v, i);
-            goto done;
-        }
-        shape[i] = v;
-    }
-    *nd = (int)n;
-    r = 0;
-done:
-    Py_DECREF(seq);
-    return r;
-}
-
 static int field_bytes(exr_named *f, const char *arg)
 {
     size_t v = (size_t)PyDataType_ELSIZE(f->descr);
@@ -200,7 +154,7 @@ exr_fieldset *exr_fieldset_from_spec(PyObject *spec, const char *arg)
             goto error;
         }
         PyObject *shp = PySequence_GetItem(val, 0), *dt = PySequence_GetItem(val, 1);
-        int ok = shp && dt && spec_shape(shp, arg, name, &f->nd, f->shape) == 0;
+        int ok = shp && dt && exr_shape_arg(shp, arg, name, &f->nd, f->shape) == 0;
         if (ok) {
             PyObject *what = PyUnicode_FromFormat("%s[%R] dtype", arg, name);
             const char *w = what ? PyUnicode_AsUTF8(what) : NULL;

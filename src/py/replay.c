@@ -19,54 +19,6 @@
 
 /* ---- construction ------------------------------------------------------- */
 
-static int shape_arg(PyObject *o, const char *name, int maxnd, int *nd, npy_intp *shape)
-{
-    PyObject *seq;
-    char got[192];
-    if (exr_is_int(o)) {
-        seq = PyTuple_Pack(1, o);
-    } else if (PyTuple_Check(o) || PyList_Check(o)) {
-        seq = PySequence_Tuple(o);
-    } else {
-        PyErr_Format(PyExc_TypeError, "%s: expected an int or a tuple of ints, got %s", name,
-                     exr_type_str(o, got, sizeof got));
-        return -1;
-    }
-    if (!seq)
-        return -1;
-    Py_ssize_t n = PyTuple_GET_SIZE(seq);
-    if (n > maxnd) {
-        PyErr_Format(PyExc_ValueError, "%s: expected at most %d dimensions, got %zd", name, maxnd,
-                     n);
-        Py_DECREF(seq);
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *d = PyTuple_GET_ITEM(seq, i);
-        if (!exr_is_int(d)) {
-            PyErr_Format(PyExc_TypeError, "%s: expected a tuple of ints, got a %s at index %zd",
-                         name, exr_type_str(d, got, sizeof got), i);
-            Py_DECREF(seq);
-            return -1;
-        }
-        Py_ssize_t v = PyNumber_AsSsize_t(d, NULL);
-        if (v == -1 && PyErr_Occurred()) {
-            Py_DECREF(seq);
-            return -1;
-        }
-        if (v < 1) {
-            PyErr_Format(PyExc_ValueError, "%s: expected dimensions >= 1, got %zd at index %zd",
-                         name, v, i);
-            Py_DECREF(seq);
-            return -1;
-        }
-        shape[i] = v;
-    }
-    *nd = (int)n;
-    Py_DECREF(seq);
-    return 0;
-}
-
 static int bytes_of(const char *name, PyArray_Descr *d, int nd, const npy_intp *shape,
                     size_t *out)
 {
@@ -94,12 +46,12 @@ static int spaces_args(ReplayObject *self, PyObject *o_sshape, PyObject *o_sdtyp
         o_sdtype = tmp = PyUnicode_FromString("uint8");
         if (!tmp)
             return -1;
-    } else if (shape_arg(o_sshape, "state_shape", NPY_MAXDIMS - 2, &self->state_nd,
-                         self->state_shape) < 0) {
+    } else if (exr_shape_arg(o_sshape, "state_shape", NULL, &self->state_nd,
+                             self->state_shape) < 0) {
         return -1;
     }
-    if (o_ashape && shape_arg(o_ashape, "action_shape", NPY_MAXDIMS - 2, &self->action_nd,
-                              self->action_shape) < 0)
+    if (o_ashape && exr_shape_arg(o_ashape, "action_shape", NULL, &self->action_nd,
+                                  self->action_shape) < 0)
         return -1;
     if (!o_sdtype && !tmp)
         o_sdtype = tmp = PyUnicode_FromString("float32");
