@@ -456,6 +456,8 @@ class ReplayServer:
         # This call records every held rollout of the stream that is next in line.
         # Taking the next one and leaving the drain are one step under the
         # condition's lock, so a rollout that arrives meanwhile is never left behind.
+        # Its number is used up as it is taken: while it is being recorded, a
+        # second call with the same seq is refused (seq < next).
         err = None
         while True:
             with self._stream_cv:
@@ -464,14 +466,12 @@ class ReplayServer:
                 if r is None:
                     self._stream_draining.discard(stream)
                     break
+                self._stream_seq[stream] = nxt + 1
             try:
                 with lock:
                     self._record_rollout(stream, r)
             except Exception as e:  # the rest of the stream still goes in; the first error is raised
                 err = err or e
-            finally:
-                with self._stream_cv:
-                    self._stream_seq[stream] = nxt + 1
         if err is not None:
             raise err
         return len(rollout)

@@ -1,0 +1,108 @@
+"""ReplayServer's stream bookkeeping under concurrent calls, in one process
+(no Ray): a thread is held inside the recording of a rollout while another
+call lands in that window, so each race runs the same way every time."""
+
+import threading
+
+import numpy as np
+import pytest
+
+from exreplay.ray import ReplayServer, Rollout
+
+
+def _steps(start, T):
+    """Rollout columns of T steps whose states hold their step number start.. in column 1."""
+    s = np.zeros((T, 4), np.float32)
+    s[:, 1] = np.arange(start, start + T)
+    return s, np.zeros(T, np.int64), np.ones(T, np.float32)
+
+
+def _open(start, T, priorities=None):
+    """T steps of an episode left open."""
+    return Rollout(*_steps(start, T), priorities)
+
+
+class _Hold:
+    """Wraps srv._record_rollout: the first call waits, inside the recording,
+    until release(); `entered` is set once it waits."""
+
+    def __init__(self, srv):
+        self.orig = srv._record_rollout
+        self.entered = threading.Event()
+        self.go = threading.Event()
+        self.first = True
+        srv._record_rollout = self
+
+    def __call__(self, *args, **kwargs):
+        if self.first:
+            self.first = False
+            self.entered.set()
+            assert self.go.wait(30)
+        return self.orig(*args, **kwargs)
+
+    def release(self):
+        self.go.set()
+
+
+class _Call(threading.Thread):
+    """f(*args) in a thread; join() returns its result or raises its error."""
+
+    def __init__(self, f, *args):
+        super().__init__(daemon=True)
+        self.f, self.args, self.out, self.err = f, args, None, None
+        self.start()
+
+    def run(self):
+        try:
+            self.out = self.f(*self.args)
+        except BaseException as e:  # handed to join()
+            self.err = e
+
+    def join(self, timeout=30):
+        super().join(timeout)
+        assert not self.is_alive()
+        if self.err is not None:
+            raise self.err
+        return self.out
+
+
+@pytest.fixture
+def hold():
+    """_Hold(srv) as a factory; whatever a failed test left waiting is released."""
+    made = []
+
+    def make(srv):
+        made.append(_Hold(srv))
+        return made[-1]
+
+    yield make
+    for h in made:
+        h.release()
+
+
+def _server():
+    return ReplayServer(state_shape=(4,), capacity=None, pick_len=1, seed=0)
+
+
+def _episodes(srv):
+    """Every episode's step numbers, in the order of their first step."""
+    eps = sorted((srv.buf.episode(h) for h in srv.buf._handles()), key=lambda e: e.state[0, 1])
+    return [e.state[:, 1].astype(int).tolist() for e in eps]
+
+
+def test_a_seq_being_recorded_is_refused_again(hold):
+    # While seq 0 is being recorded, the same seq again is a ValueError: it is
+    # neither held (for ever: nothing would record it) nor recorded twice.
+    srv = _server()
+    hold = hold(srv)
+    first = _Call(srv.record_rollout, "A", _open(0, 3), 0)
+    assert hold.entered.wait(30)
+    with pytest.raises(ValueError, match=r"seq: expected a number not sent before on stream 'A' \(next 1\), got 0"):
+        srv.record_rollout("A", _open(100, 3), 0)
+    hold.release()
+    assert first.join() == 3
+    srv.record_rollout("A", _open(3, 2), 1)
+    assert _episodes(srv) == [[0, 1, 2, 3, 4]]
+    assert srv.stats()["records"] == 5 and srv.stats()["rollouts"] == 2
+    with pytest.raises(ValueError, match="seq: expected a number not sent before"):
+        srv.record_rollout("A", _open(100, 3), 1)
