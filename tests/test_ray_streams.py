@@ -106,3 +106,17 @@ def test_a_seq_being_recorded_is_refused_again(hold):
     assert srv.stats()["records"] == 5 and srv.stats()["rollouts"] == 2
     with pytest.raises(ValueError, match="seq: expected a number not sent before"):
         srv.record_rollout("A", _open(100, 3), 1)
+
+
+def test_a_refused_seq_changes_nothing():
+    # A seq that is not an int >= 0 is refused before the stream is looked up:
+    # no trace of a stream not seen before is left behind, and 1.5 is not taken as 1.
+    srv = _server()
+    with pytest.raises(ValueError, match=r"seq: expected an int >= 0 or None, got -1"):
+        srv.record_rollout("X", _open(0, 2), -1)
+    with pytest.raises(TypeError, match=r"seq: expected an int >= 0 or None, got 1\.5"):
+        srv.record_rollout("X", _open(0, 2), 1.5)
+    assert not [k for k, v in vars(srv).items() if isinstance(v, (dict, set)) and "X" in v]
+    assert srv.record_rollout("X", _open(0, 2), np.int64(0)) == 2
+    assert srv.record_rollout("X", _open(2, 2), 1) == 2
+    assert _episodes(srv) == [[0, 1, 2, 3]]

@@ -25,6 +25,7 @@ Ape-X example (``python -m exreplay.examples.apex_cartpole``).
 from __future__ import annotations
 
 import itertools
+import operator
 import threading
 import time
 from typing import Any, Hashable, Sequence
@@ -441,13 +442,20 @@ class ReplayServer:
             with lock:
                 self._record_rollout(stream, rollout)
             return len(rollout)
-        seq = int(seq)
+        try:
+            seq = operator.index(seq)
+        except TypeError:
+            raise TypeError(f"seq: expected an int >= 0 or None, got {seq!r}") from None
+        if seq < 0:
+            raise ValueError(f"seq: expected an int >= 0 or None, got {seq}")
         with self._stream_cv:
             nxt = self._stream_seq.get(stream, 0)
-            held = self._stream_held.setdefault(stream, {})
-            if seq < nxt or seq in held:
+            held = self._stream_held.get(stream)
+            if seq < nxt or (held is not None and seq in held):
                 raise ValueError(f"seq: expected a number not sent before on stream {stream!r} "
                                  f"(next {nxt}), got {seq}")
+            if held is None:  # a stream is kept only once a call of it is accepted
+                held = self._stream_held[stream] = {}
             held[seq] = rollout
             if seq != nxt or stream in self._stream_draining:
                 return len(rollout)  # recorded by the call that holds its predecessor
