@@ -120,3 +120,97 @@ def test_a_refused_seq_changes_nothing():
     assert srv.record_rollout("X", _open(0, 2), np.int64(0)) == 2
     assert srv.record_rollout("X", _open(2, 2), 1) == 2
     assert _episodes(srv) == [[0, 1, 2, 3]]
+
+
+def test_end_stream_during_a_drain_then_the_stream_restarts(hold):
+    # end_stream while seq 0 is being recorded, with seq 1 and 3 held: seq 0
+    # finishes into the old episode, the held ones are dropped, and the stream
+    # started afterwards under the same key begins at seq 0, in a new episode.
+    srv = _server()
+    hold = hold(srv)
+    first = _Call(srv.record_rollout, "A", _open(0, 3), 0)
+    assert hold.entered.wait(30)
+    assert srv.record_rollout("A", _open(3, 2), 1) == 2  # held: its predecessor is being recorded
+    assert srv.record_rollout("A", _open(5, 2), 3) == 2  # held: ahead of its turn
+    srv.end_stream("A")
+    hold.release()
+    assert first.join() == 3
+    assert _episodes(srv) == [[0, 1, 2]]  # seq 1 and 3 were dropped
+    assert srv.record_rollout("A", _open(100, 2), 0) == 2
+    assert srv.record_rollout("A", _open(102, 2), 1) == 2
+    assert _episodes(srv) == [[0, 1, 2], [100, 101, 102, 103]]
+    assert srv.stats()["records"] == 7
+
+
+def test_end_stream_during_a_drain_restarted_at_once(hold):
+    # The stream is started again while the old one's seq 0 is still being
+    # recorded: the new seq 0 is recorded at once (it does not wait behind the
+    # old stream's drain), and the old rollout's open episode is not continued.
+    srv = _server()
+    hold = hold(srv)
+    first = _Call(srv.record_rollout, "A", _open(0, 3), 0)
+    assert hold.entered.wait(30)
+    srv.end_stream("A")
+    assert srv.record_rollout("A", _open(100, 2), 0) == 2
+    assert _episodes(srv) == [[100, 101]]
+    hold.release()
+    assert first.join() == 3
+    assert srv.record_rollout("A", _open(102, 2), 1) == 2
+    with pytest.raises(ValueError, match=r"seq: expected a number not sent before on stream 'A' \(next 2\), got 1"):
+        srv.record_rollout("A", _open(200, 2), 1)
+    assert _episodes(srv) == [[0, 1, 2], [100, 101, 102, 103]]
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_end_stream_during_a_rollout_without_seq(hold, fails):
+    # Without seq: a rollout being recorded when end_stream comes finishes into
+    # the old episode (or fails there); either way the stream started
+    # afterwards keeps its own open episode.
+    srv = _server()
+    hold = hold(srv)
+    p = np.array([1.0, np.nan, 1.0]) if fails else None
+    first = _Call(srv.record_rollout, "A", _open(0, 3, p))
+    assert hold.entered.wait(30)
+    srv.end_stream("A")
+    assert srv.record_rollout("A", _open(100, 2)) == 2
+    hold.release()
+    if fails:
+        with pytest.raises(ValueError, match="priorities: expected finite numbers >= 0, got nan at index 1"):
+            first.join()
+    else:
+        assert first.join() == 3
+    assert srv.record_rollout("A", _open(102, 2)) == 2
+    assert _episodes(srv) == ([] if fails else [[0, 1, 2]]) + [[100, 101, 102, 103]]
+
+
+def test_end_stream_while_a_call_without_seq_waits_for_the_stream(hold):
+    # A call without seq that already waits for the stream's previous call when
+    # end_stream comes belongs to the old stream: it goes into the old episode
+    # once that call is done, not into a stream started afterwards.
+    srv = _server()
+    hold = hold(srv)
+    first = _Call(srv.record_rollout, "A", _open(0, 3))
+    assert hold.entered.wait(30)
+    st = srv._streams["A"]
+    waiting = threading.Event()
+
+    class Lock:  # the stream's lock, telling when the second call waits on it
+        def __init__(self, lock):
+            self.lock = lock
+
+        def __enter__(self):
+            waiting.set()
+            return self.lock.__enter__()
+
+        def __exit__(self, *exc):
+            return self.lock.__exit__(*exc)
+
+    st.lock = Lock(st.lock)
+    second = _Call(srv.record_rollout, "A", _open(3, 2))
+    assert waiting.wait(30)
+    srv.end_stream("A")
+    assert srv.record_rollout("A", _open(100, 2)) == 2
+    hold.release()
+    assert first.join() == 3 and second.join() == 2
+    assert srv.record_rollout("A", _open(102, 2)) == 2
+    assert _episodes(srv) == [[0, 1, 2, 3, 4], [100, 101, 102, 103]]

@@ -314,6 +314,23 @@ class _Meter:
             return out
 
 
+class _Stream:
+    """One stream's bookkeeping in a ReplayServer, read and changed under the
+    server's _stream_cv (h under lock). end_stream takes it out of the server
+    and marks it ended; a call works on the object it found when it came, so
+    nothing it does afterwards reaches a stream started under the same key."""
+
+    __slots__ = ("seq", "held", "draining", "lock", "h", "ended")
+
+    def __init__(self):
+        self.seq = 0  # the next number to record
+        self.held: dict[int, Rollout] = {}  # rollouts ahead of their turn, by number
+        self.draining = False  # a call is recording the held rollouts in order now
+        self.lock = threading.Lock()  # held while one of its rollouts is being recorded
+        self.h = None  # the open episode's handle, or None
+        self.ended = False  # end_stream has forgotten it
+
+
 class ReplayServer:
     """One replay buffer behind a thread-safe, Ray-friendly interface.
 
@@ -362,12 +379,8 @@ class ReplayServer:
         if log is not None:
             self._open_log(**log)
         self._meter = _Meter()
-        self._streams: dict[Hashable, int | None] = {}
-        self._stream_seq: dict[Hashable, int] = {}
+        self._streams: dict[Hashable, _Stream] = {}
         self._stream_cv = threading.Condition()
-        self._stream_locks: dict[Hashable, threading.Lock] = {}
-        self._stream_held: dict[Hashable, dict[int, Rollout]] = {}  # rollouts ahead of their turn
-        self._stream_draining: set = set()  # streams a call is recording in order now
 
     # -- configuration -------------------------------------------------------------
 
@@ -438,9 +451,11 @@ class ReplayServer:
         """
         if seq is None:
             with self._stream_cv:
-                lock = self._stream_locks.setdefault(stream, threading.Lock())
-            with lock:
-                self._record_rollout(stream, rollout)
+                st = self._streams.get(stream)
+                if st is None:
+                    st = self._streams[stream] = _Stream()
+            with st.lock:
+                self._record_rollout(st, rollout)
             return len(rollout)
         try:
             seq = operator.index(seq)
@@ -449,35 +464,34 @@ class ReplayServer:
         if seq < 0:
             raise ValueError(f"seq: expected an int >= 0 or None, got {seq}")
         with self._stream_cv:
-            nxt = self._stream_seq.get(stream, 0)
-            held = self._stream_held.get(stream)
-            if seq < nxt or (held is not None and seq in held):
+            st = self._streams.get(stream)
+            nxt = 0 if st is None else st.seq
+            if seq < nxt or (st is not None and seq in st.held):
                 raise ValueError(f"seq: expected a number not sent before on stream {stream!r} "
                                  f"(next {nxt}), got {seq}")
-            if held is None:  # a stream is kept only once a call of it is accepted
-                held = self._stream_held[stream] = {}
-            held[seq] = rollout
-            if seq != nxt or stream in self._stream_draining:
+            if st is None:  # a stream is kept only once a call of it is accepted
+                st = self._streams[stream] = _Stream()
+            st.held[seq] = rollout
+            if seq != nxt or st.draining:
                 return len(rollout)  # recorded by the call that holds its predecessor
-            self._stream_draining.add(stream)
-            lock = self._stream_locks.setdefault(stream, threading.Lock())
+            st.draining = True
         # This call records every held rollout of the stream that is next in line.
         # Taking the next one and leaving the drain are one step under the
         # condition's lock, so a rollout that arrives meanwhile is never left behind.
         # Its number is used up as it is taken: while it is being recorded, a
-        # second call with the same seq is refused (seq < next).
+        # second call with the same seq is refused (seq < next). The drain works
+        # on st only, and stops once end_stream has ended it.
         err = None
         while True:
             with self._stream_cv:
-                nxt = self._stream_seq.get(stream, 0)
-                r = self._stream_held.get(stream, {}).pop(nxt, None)
+                r = None if st.ended else st.held.pop(st.seq, None)
                 if r is None:
-                    self._stream_draining.discard(stream)
+                    st.draining = False
                     break
-                self._stream_seq[stream] = nxt + 1
+                st.seq += 1
             try:
-                with lock:
-                    self._record_rollout(stream, r)
+                with st.lock:
+                    self._record_rollout(st, r)
             except Exception as e:  # the rest of the stream still goes in; the first error is raised
                 err = err or e
         if err is not None:
@@ -513,8 +527,9 @@ class ReplayServer:
                 raise TypeError(f"{name}: expected a dtype that casts to {np.dtype(dtype)} under same_kind, "
                                 f"got {x.dtype}")
 
-    def _record_rollout(self, stream: Hashable, r: Rollout) -> None:
-        h = self._streams.get(stream)
+    def _record_rollout(self, stream: _Stream, r: Rollout) -> None:
+        """r into the stream's open episode; the caller holds stream.lock."""
+        h = stream.h
         t = self._meter.enter("w")
         counts = {"records": 0}
         try:
@@ -530,22 +545,25 @@ class ReplayServer:
                     h = None
                 counts["records"] += b - a
             counts["rollouts"] = 1
-            self._streams[stream] = h
+            stream.h = h
         except BaseException:
             # The rollout is not (wholly) in: the stream's next piece starts a
             # new episode rather than joining the open one across the gap.
-            self._streams.pop(stream, None)
+            stream.h = None
             raise
         finally:
             self._meter.leave("w", t, **counts)
 
     def end_stream(self, stream: Hashable) -> None:
-        """Forget a stream (its open episode stays, unended, until evicted)."""
+        """Forget a stream at once. Its open episode stays, unended, until
+        evicted; a rollout of it being recorded now finishes into that episode;
+        its held rollouts are dropped. A stream started afterwards under the
+        same key begins anew: seq 0, and a new episode."""
         with self._stream_cv:
-            self._streams.pop(stream, None)
-            self._stream_seq.pop(stream, None)
-            self._stream_locks.pop(stream, None)
-            self._stream_held.pop(stream, None)
+            st = self._streams.pop(stream, None)
+            if st is not None:
+                st.ended = True
+                st.held.clear()
 
     # -- learner ---------------------------------------------------------------------
 
