@@ -348,6 +348,9 @@ class ReplayServer:
     log (docs/log.md) written on this actor's node to ``DIR/replay-<k>.xlog``:
     every step recorded here is logged by the buffer's own writer thread, and
     nothing extra crosses Ray per append. ``gather_logs`` merges the logs.
+    If the buffer refuses the log (it logs already, or the log's layout
+    differs), attach_log's error is raised, with the new log closed and the
+    file it created removed.
     The other keyword arguments go to the buffer's constructor.
     """
 
@@ -658,8 +661,25 @@ class ReplayServer:
         os.makedirs(dir, exist_ok=True)
         path = os.path.join(dir, f"replay-{source}.xlog")
         log_kwargs.setdefault("overwrite", True)
-        self._log = exreplay.ExperienceLog(path, source=source, **log_kwargs)
-        self.buf.attach_log(self._log)
+        existed = os.path.lexists(path)
+        log = exreplay.ExperienceLog(path, source=source, **log_kwargs)
+        try:
+            self.buf.attach_log(log)
+        except BaseException:
+            # Refused (a buffer that logs already, a layout of its own): the new
+            # log is closed, the file it created goes, and the server keeps the
+            # log it had. The error raised is attach_log's.
+            try:
+                log.close()
+            except Exception:
+                pass
+            if not existed:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+            raise
+        self._log = log
 
     def log_info(self) -> dict | None:
         """Where this actor's log is (path, node id, host) and its writer's stats."""
