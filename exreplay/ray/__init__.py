@@ -348,9 +348,9 @@ class ReplayServer:
     log (docs/log.md) written on this actor's node to ``DIR/replay-<k>.xlog``:
     every step recorded here is logged by the buffer's own writer thread, and
     nothing extra crosses Ray per append. ``gather_logs`` merges the logs.
-    If the buffer refuses the log (it logs already, or the log's layout
-    differs), attach_log's error is raised, with the new log closed and the
-    file it created removed.
+    A buffer that logs already is a ValueError before the file is opened. If
+    attach_log refuses the new log (a layout of its own that differs), its
+    error is raised, with the new log closed and the file it created removed.
     The other keyword arguments go to the buffer's constructor.
     """
 
@@ -658,6 +658,12 @@ class ReplayServer:
 
         if self.impl != "c":
             raise ValueError("log: the experience log needs impl='c'")
+        attached = self.buf.log
+        if attached is not None:
+            # Refused before the file is opened: with overwrite, opening it would
+            # empty the file that this log may be writing now.
+            raise ValueError(f"log: expected a buffer that logs nothing, got one that logs into "
+                             f"{attached.path!r} (detach_log() first)")
         os.makedirs(dir, exist_ok=True)
         path = os.path.join(dir, f"replay-{source}.xlog")
         log_kwargs.setdefault("overwrite", True)
@@ -666,9 +672,9 @@ class ReplayServer:
         try:
             self.buf.attach_log(log)
         except BaseException:
-            # Refused (a buffer that logs already, a layout of its own): the new
-            # log is closed, the file it created goes, and the server keeps the
-            # log it had. The error raised is attach_log's.
+            # Refused (a layout of its own that differs; another thread attached
+            # a log meanwhile): the new log is closed, the file it created goes,
+            # and the server keeps the log it had. The error raised is attach_log's.
             try:
                 log.close()
             except Exception:
