@@ -214,3 +214,28 @@ def test_end_stream_while_a_call_without_seq_waits_for_the_stream(hold):
     assert first.join() == 3 and second.join() == 2
     assert srv.record_rollout("A", _open(102, 2)) == 2
     assert _episodes(srv) == [[0, 1, 2, 3, 4], [100, 101, 102, 103]]
+
+
+def test_a_drain_left_by_a_base_exception_is_taken_up_by_the_next_call(monkeypatch):
+    # An error that the drain does not catch (KeyboardInterrupt in a server
+    # used in one process) leaves it at once; the rollouts held behind it are
+    # recorded by the stream's next call, not held for ever.
+    srv = _server()
+    orig = srv._record_rollout
+    calls = []
+
+    def interrupted(*args):
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return orig(*args)
+
+    monkeypatch.setattr(srv, "_record_rollout", interrupted)
+    assert srv.record_rollout("A", _open(3, 2), 1) == 2  # held
+    with pytest.raises(KeyboardInterrupt):
+        srv.record_rollout("A", _open(0, 3), 0)
+    assert _episodes(srv) == []
+    assert srv.record_rollout("A", _open(5, 2), 2) == 2  # records 1 and 2
+    assert _episodes(srv) == [[3, 4, 5, 6]]
+    with pytest.raises(ValueError, match=r"seq: expected a number not sent before on stream 'A' \(next 3\), got 0"):
+        srv.record_rollout("A", _open(0, 3), 0)

@@ -475,7 +475,7 @@ class ReplayServer:
             if st is None:  # a stream is kept only once a call of it is accepted
                 st = self._streams[stream] = _Stream()
             st.held[seq] = rollout
-            if seq != nxt or st.draining:
+            if st.draining or st.seq not in st.held:
                 return len(rollout)  # recorded by the call that holds its predecessor
             st.draining = True
         # This call records every held rollout of the stream that is next in line.
@@ -483,20 +483,27 @@ class ReplayServer:
         # condition's lock, so a rollout that arrives meanwhile is never left behind.
         # Its number is used up as it is taken: while it is being recorded, a
         # second call with the same seq is refused (seq < next). The drain works
-        # on st only, and stops once end_stream has ended it.
+        # on st only, and stops once end_stream has ended it. An error it does
+        # not catch (KeyboardInterrupt) leaves it at once; the stream's next
+        # call then finds the next rollout held and no drain, and takes over.
         err = None
-        while True:
+        try:
+            while True:
+                with self._stream_cv:
+                    r = None if st.ended else st.held.pop(st.seq, None)
+                    if r is None:
+                        st.draining = False
+                        break
+                    st.seq += 1
+                try:
+                    with st.lock:
+                        self._record_rollout(st, r)
+                except Exception as e:  # the rest of the stream still goes in; the first error is raised
+                    err = err or e
+        except BaseException:
             with self._stream_cv:
-                r = None if st.ended else st.held.pop(st.seq, None)
-                if r is None:
-                    st.draining = False
-                    break
-                st.seq += 1
-            try:
-                with st.lock:
-                    self._record_rollout(st, r)
-            except Exception as e:  # the rest of the stream still goes in; the first error is raised
-                err = err or e
+                st.draining = False
+            raise
         if err is not None:
             raise err
         return len(rollout)
