@@ -239,3 +239,15 @@ def test_a_drain_left_by_a_base_exception_is_taken_up_by_the_next_call(monkeypat
     assert _episodes(srv) == [[3, 4, 5, 6]]
     with pytest.raises(ValueError, match=r"seq: expected a number not sent before on stream 'A' \(next 3\), got 0"):
         srv.record_rollout("A", _open(0, 3), 0)
+
+
+@pytest.mark.parametrize("seq", [None, 1])
+def test_a_rollout_that_is_not_one_changes_nothing(seq):
+    # Refused before the stream is touched: it does not use up its seq, nor
+    # close the stream's open episode, and the error names the argument.
+    srv = _server()
+    srv.record_rollout("A", _open(0, 2), None if seq is None else 0)
+    with pytest.raises(TypeError, match="rollout: expected a Rollout, got tuple"):
+        srv.record_rollout("A", _steps(2, 2), seq)
+    srv.record_rollout("A", _open(2, 2), seq)
+    assert _episodes(srv) == [[0, 1, 2, 3]]

@@ -452,6 +452,8 @@ class ReplayServer:
         arrives before its predecessor is held (no thread waits) and recorded,
         in order, by the call that brings the missing one. None skips that.
         """
+        if not isinstance(rollout, Rollout):
+            raise TypeError(f"rollout: expected a Rollout, got {type(rollout).__name__}")
         if seq is None:
             with self._stream_cv:
                 st = self._streams.get(stream)
