@@ -13,6 +13,7 @@ if os.environ.get("EXREPLAY_ASAN"):
 
 ray = pytest.importorskip("ray")
 
+import exreplay  # noqa: E402
 import exreplay.log as xlog  # noqa: E402
 from exreplay.ray import ReplayServer, ShardedReplay  # noqa: E402
 
@@ -37,6 +38,62 @@ def test_replay_server_logs_locally(tmp_path):
     assert srv.log_read(0, 8) == b"EXRPLOG\n"
     with pytest.raises(ValueError, match="impl"):
         ReplayServer(impl="reference", state_shape=(4,), log={"dir": str(tmp_path)})
+
+
+def test_replay_server_log_that_cannot_attach_is_closed_and_removed(tmp_path, monkeypatch):
+    # attach_log refuses the new log: it is closed, the file it created is
+    # removed again, and the server keeps the log it had (or none).
+    made = []
+    orig = exreplay.ExperienceLog
+
+    def log(*args, **kwargs):
+        made.append(orig(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(exreplay, "ExperienceLog", log)
+    s, a, r = np.zeros((3, 4), np.float32), np.arange(3), np.ones(3, np.float32)
+    # a layout that differs from the buffer's
+    with pytest.raises(ValueError, match="log: its record layout .* differs from this buffer's"):
+        ReplayServer(state_shape=(4,), capacity=50, log={"dir": str(tmp_path / "a"), "state_shape": (3,)})
+    assert len(made) == 1 and made[0].closed
+    assert os.listdir(tmp_path / "a") == []
+    # a file that was there before is not removed
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "replay-2.xlog").write_bytes(b"")
+    with pytest.raises(ValueError, match="log: its record layout .* differs from this buffer's"):
+        ReplayServer(state_shape=(4,), capacity=50, log={"dir": str(tmp_path / "d"), "source": 2,
+                                                         "state_shape": (3,)})
+    assert len(made) == 2 and made[1].closed
+    assert os.listdir(tmp_path / "d") == ["replay-2.xlog"]
+    # a second log on a server that logs already
+    srv = ReplayServer(state_shape=(4,), capacity=50, log={"dir": str(tmp_path / "b"), "source": 0})
+    first = srv._log
+    srv.record_many(None, s, a, r, terminated=True)
+    with pytest.raises(ValueError, match=r"log: .*\(detach_log\(\) first\)"):
+        srv._open_log(dir=str(tmp_path / "c"), source=1)
+    assert srv._log is first and not first.closed
+    assert not (tmp_path / "c" / "replay-1.xlog").exists()
+    assert all(x.closed for x in made if x is not first)
+    srv.record_many(None, s, a, r, terminated=True)  # still logged, into the first log
+    assert xlog.info(srv.log_close()["path"])["records"] == 6
+
+
+def test_replay_server_leaves_the_log_of_a_buffer_that_logs_already(tmp_path):
+    # A buffer that logs into DIR/replay-0.xlog, served with log={"dir": DIR}:
+    # refused before the file is opened, so the buffer's own log goes on intact.
+    buf = exreplay.ExperienceReplay(state_shape=(4,), capacity=50)
+    path = str(tmp_path / "replay-0.xlog")
+    own = exreplay.ExperienceLog(path)
+    buf.attach_log(own)
+    s, a, r = np.zeros((3, 4), np.float32), np.arange(3), np.ones(3, np.float32)
+    buf.record_many(None, s, a, r, terminated=True)
+    own.flush()
+    with pytest.raises(ValueError, match=r"log: .*\(detach_log\(\) first\)"):
+        ReplayServer(buffer=buf, log={"dir": str(tmp_path), "source": 0})
+    assert buf.log is own
+    buf.record_many(None, s, a, r, terminated=True)
+    own.close()
+    assert xlog.info(path)["records"] == 6
 
 
 @pytest.mark.parametrize("force_ship", [False, True])

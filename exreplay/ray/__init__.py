@@ -25,6 +25,7 @@ Ape-X example (``python -m exreplay.examples.apex_cartpole``).
 from __future__ import annotations
 
 import itertools
+import operator
 import threading
 import time
 from typing import Any, Hashable, Sequence
@@ -313,6 +314,23 @@ class _Meter:
             return out
 
 
+class _Stream:
+    """One stream's bookkeeping in a ReplayServer, read and changed under the
+    server's _stream_cv (h under lock). end_stream takes it out of the server
+    and marks it ended; a call works on the object it found when it came, so
+    nothing it does afterwards reaches a stream started under the same key."""
+
+    __slots__ = ("seq", "held", "draining", "lock", "h", "ended")
+
+    def __init__(self):
+        self.seq = 0  # the next number to record
+        self.held: dict[int, Rollout] = {}  # rollouts ahead of their turn, by number
+        self.draining = False  # a call is recording the held rollouts in order now
+        self.lock = threading.Lock()  # held while one of its rollouts is being recorded
+        self.h = None  # the open episode's handle, or None
+        self.ended = False  # end_stream has forgotten it
+
+
 class ReplayServer:
     """One replay buffer behind a thread-safe, Ray-friendly interface.
 
@@ -330,6 +348,9 @@ class ReplayServer:
     log (docs/log.md) written on this actor's node to ``DIR/replay-<k>.xlog``:
     every step recorded here is logged by the buffer's own writer thread, and
     nothing extra crosses Ray per append. ``gather_logs`` merges the logs.
+    A buffer that logs already is a ValueError before the file is opened. If
+    attach_log refuses the new log (a layout of its own that differs), its
+    error is raised, with the new log closed and the file it created removed.
     The other keyword arguments go to the buffer's constructor.
     """
 
@@ -361,12 +382,8 @@ class ReplayServer:
         if log is not None:
             self._open_log(**log)
         self._meter = _Meter()
-        self._streams: dict[Hashable, int | None] = {}
-        self._stream_seq: dict[Hashable, int] = {}
+        self._streams: dict[Hashable, _Stream] = {}
         self._stream_cv = threading.Condition()
-        self._stream_locks: dict[Hashable, threading.Lock] = {}
-        self._stream_held: dict[Hashable, dict[int, Rollout]] = {}  # rollouts ahead of their turn
-        self._stream_draining: set = set()  # streams a call is recording in order now
 
     # -- configuration -------------------------------------------------------------
 
@@ -435,43 +452,60 @@ class ReplayServer:
         arrives before its predecessor is held (no thread waits) and recorded,
         in order, by the call that brings the missing one. None skips that.
         """
+        if not isinstance(rollout, Rollout):
+            raise TypeError(f"rollout: expected a Rollout, got {type(rollout).__name__}")
         if seq is None:
             with self._stream_cv:
-                lock = self._stream_locks.setdefault(stream, threading.Lock())
-            with lock:
-                self._record_rollout(stream, rollout)
+                st = self._streams.get(stream)
+                if st is None:
+                    st = self._streams[stream] = _Stream()
+            with st.lock:
+                self._record_rollout(st, rollout)
             return len(rollout)
-        seq = int(seq)
+        try:
+            seq = operator.index(seq)
+        except TypeError:
+            raise TypeError(f"seq: expected an int >= 0 or None, got {seq!r}") from None
+        if seq < 0:
+            raise ValueError(f"seq: expected an int >= 0 or None, got {seq}")
         with self._stream_cv:
-            nxt = self._stream_seq.get(stream, 0)
-            held = self._stream_held.setdefault(stream, {})
-            if seq < nxt or seq in held:
+            st = self._streams.get(stream)
+            nxt = 0 if st is None else st.seq
+            if seq < nxt or (st is not None and seq in st.held):
                 raise ValueError(f"seq: expected a number not sent before on stream {stream!r} "
                                  f"(next {nxt}), got {seq}")
-            held[seq] = rollout
-            if seq != nxt or stream in self._stream_draining:
+            if st is None:  # a stream is kept only once a call of it is accepted
+                st = self._streams[stream] = _Stream()
+            st.held[seq] = rollout
+            if st.draining or st.seq not in st.held:
                 return len(rollout)  # recorded by the call that holds its predecessor
-            self._stream_draining.add(stream)
-            lock = self._stream_locks.setdefault(stream, threading.Lock())
+            st.draining = True
         # This call records every held rollout of the stream that is next in line.
         # Taking the next one and leaving the drain are one step under the
         # condition's lock, so a rollout that arrives meanwhile is never left behind.
+        # Its number is used up as it is taken: while it is being recorded, a
+        # second call with the same seq is refused (seq < next). The drain works
+        # on st only, and stops once end_stream has ended it. An error it does
+        # not catch (KeyboardInterrupt) leaves it at once; the stream's next
+        # call then finds the next rollout held and no drain, and takes over.
         err = None
-        while True:
-            with self._stream_cv:
-                nxt = self._stream_seq.get(stream, 0)
-                r = self._stream_held.get(stream, {}).pop(nxt, None)
-                if r is None:
-                    self._stream_draining.discard(stream)
-                    break
-            try:
-                with lock:
-                    self._record_rollout(stream, r)
-            except Exception as e:  # the rest of the stream still goes in; the first error is raised
-                err = err or e
-            finally:
+        try:
+            while True:
                 with self._stream_cv:
-                    self._stream_seq[stream] = nxt + 1
+                    r = None if st.ended else st.held.pop(st.seq, None)
+                    if r is None:
+                        st.draining = False
+                        break
+                    st.seq += 1
+                try:
+                    with st.lock:
+                        self._record_rollout(st, r)
+                except Exception as e:  # the rest of the stream still goes in; the first error is raised
+                    err = err or e
+        except BaseException:
+            with self._stream_cv:
+                st.draining = False
+            raise
         if err is not None:
             raise err
         return len(rollout)
@@ -505,8 +539,9 @@ class ReplayServer:
                 raise TypeError(f"{name}: expected a dtype that casts to {np.dtype(dtype)} under same_kind, "
                                 f"got {x.dtype}")
 
-    def _record_rollout(self, stream: Hashable, r: Rollout) -> None:
-        h = self._streams.get(stream)
+    def _record_rollout(self, stream: _Stream, r: Rollout) -> None:
+        """r into the stream's open episode; the caller holds stream.lock."""
+        h = stream.h
         t = self._meter.enter("w")
         counts = {"records": 0}
         try:
@@ -522,22 +557,25 @@ class ReplayServer:
                     h = None
                 counts["records"] += b - a
             counts["rollouts"] = 1
-            self._streams[stream] = h
+            stream.h = h
         except BaseException:
             # The rollout is not (wholly) in: the stream's next piece starts a
             # new episode rather than joining the open one across the gap.
-            self._streams.pop(stream, None)
+            stream.h = None
             raise
         finally:
             self._meter.leave("w", t, **counts)
 
     def end_stream(self, stream: Hashable) -> None:
-        """Forget a stream (its open episode stays, unended, until evicted)."""
+        """Forget a stream at once. Its open episode stays, unended, until
+        evicted; a rollout of it being recorded now finishes into that episode;
+        its held rollouts are dropped. A stream started afterwards under the
+        same key begins anew: seq 0, and a new episode."""
         with self._stream_cv:
-            self._streams.pop(stream, None)
-            self._stream_seq.pop(stream, None)
-            self._stream_locks.pop(stream, None)
-            self._stream_held.pop(stream, None)
+            st = self._streams.pop(stream, None)
+            if st is not None:
+                st.ended = True
+                st.held.clear()
 
     # -- learner ---------------------------------------------------------------------
 
@@ -629,11 +667,34 @@ class ReplayServer:
 
         if self.impl != "c":
             raise ValueError("log: the experience log needs impl='c'")
+        attached = self.buf.log
+        if attached is not None:
+            # Refused before the file is opened: with overwrite, opening it would
+            # empty the file that this log may be writing now.
+            raise ValueError(f"log: expected a buffer that logs nothing, got one that logs into "
+                             f"{attached.path!r} (detach_log() first)")
         os.makedirs(dir, exist_ok=True)
         path = os.path.join(dir, f"replay-{source}.xlog")
         log_kwargs.setdefault("overwrite", True)
-        self._log = exreplay.ExperienceLog(path, source=source, **log_kwargs)
-        self.buf.attach_log(self._log)
+        existed = os.path.lexists(path)
+        log = exreplay.ExperienceLog(path, source=source, **log_kwargs)
+        try:
+            self.buf.attach_log(log)
+        except BaseException:
+            # Refused (a layout of its own that differs; another thread attached
+            # a log meanwhile): the new log is closed, the file it created goes,
+            # and the server keeps the log it had. The error raised is attach_log's.
+            try:
+                log.close()
+            except Exception:
+                pass
+            if not existed:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+            raise
+        self._log = log
 
     def log_info(self) -> dict | None:
         """Where this actor's log is (path, node id, host) and its writer's stats."""
