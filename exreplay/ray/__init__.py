@@ -24,7 +24,6 @@ Ape-X example (``python -m exreplay.examples.apex_cartpole``).
 
 from __future__ import annotations
 
-import itertools
 import operator
 import threading
 import time
@@ -316,7 +315,7 @@ class _Meter:
 
 class _Stream:
     """One stream's bookkeeping in a ReplayServer, read and changed under the
-    server's _stream_cv (h under lock). end_stream takes it out of the server
+    server's _streams_mu (h under lock). end_stream takes it out of the server
     and marks it ended; a call works on the object it found when it came, so
     nothing it does afterwards reaches a stream started under the same key."""
 
@@ -383,7 +382,7 @@ class ReplayServer:
             self._open_log(**log)
         self._meter = _Meter()
         self._streams: dict[Hashable, _Stream] = {}
-        self._stream_cv = threading.Condition()
+        self._streams_mu = threading.Lock()
 
     # -- configuration -------------------------------------------------------------
 
@@ -455,7 +454,7 @@ class ReplayServer:
         if not isinstance(rollout, Rollout):
             raise TypeError(f"rollout: expected a Rollout, got {type(rollout).__name__}")
         if seq is None:
-            with self._stream_cv:
+            with self._streams_mu:
                 st = self._streams.get(stream)
                 if st is None:
                     st = self._streams[stream] = _Stream()
@@ -468,7 +467,7 @@ class ReplayServer:
             raise TypeError(f"seq: expected an int >= 0 or None, got {seq!r}") from None
         if seq < 0:
             raise ValueError(f"seq: expected an int >= 0 or None, got {seq}")
-        with self._stream_cv:
+        with self._streams_mu:
             st = self._streams.get(stream)
             nxt = 0 if st is None else st.seq
             if seq < nxt or (st is not None and seq in st.held):
@@ -482,7 +481,7 @@ class ReplayServer:
             st.draining = True
         # This call records every held rollout of the stream that is next in line.
         # Taking the next one and leaving the drain are one step under the
-        # condition's lock, so a rollout that arrives meanwhile is never left behind.
+        # lock of _streams_mu, so a rollout that arrives meanwhile is never left behind.
         # Its number is used up as it is taken: while it is being recorded, a
         # second call with the same seq is refused (seq < next). The drain works
         # on st only, and stops once end_stream has ended it. An error it does
@@ -491,7 +490,7 @@ class ReplayServer:
         err = None
         try:
             while True:
-                with self._stream_cv:
+                with self._streams_mu:
                     r = None if st.ended else st.held.pop(st.seq, None)
                     if r is None:
                         st.draining = False
@@ -503,7 +502,7 @@ class ReplayServer:
                 except Exception as e:  # the rest of the stream still goes in; the first error is raised
                     err = err or e
         except BaseException:
-            with self._stream_cv:
+            with self._streams_mu:
                 st.draining = False
             raise
         if err is not None:
@@ -571,7 +570,7 @@ class ReplayServer:
         evicted; a rollout of it being recorded now finishes into that episode;
         its held rollouts are dropped. A stream started afterwards under the
         same key begins anew: seq 0, and a new episode."""
-        with self._stream_cv:
+        with self._streams_mu:
             st = self._streams.pop(stream, None)
             if st is not None:
                 st.ended = True
