@@ -480,8 +480,8 @@ class ReplayServer:
                 return len(rollout)  # recorded by the call that holds its predecessor
             st.draining = True
         # This call records every held rollout of the stream that is next in line.
-        # Taking the next one and leaving the drain are one step under the
-        # lock of _streams_mu, so a rollout that arrives meanwhile is never left behind.
+        # Taking the next one and leaving the drain are one step under
+        # _streams_mu, so a rollout that arrives meanwhile is never left behind.
         # Its number is used up as it is taken: while it is being recorded, a
         # second call with the same seq is refused (seq < next). The drain works
         # on st only, and stops once end_stream has ended it. An error it does
