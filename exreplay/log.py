@@ -23,6 +23,7 @@ Command line: ``python -m exreplay.log info|tail|merge|cat FILE...``.
 from __future__ import annotations
 
 import builtins
+import collections.abc
 import json
 import os
 import struct
@@ -32,6 +33,8 @@ import zlib
 from typing import Callable, Iterator, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
+
+from ._args import int_arg, path_arg, type_name
 
 __all__ = ["Chunk", "LogReader", "open", "tail", "info", "merge", "main", "FLAG_END",
            "FLAG_TERMINATED", "FLAG_FINAL", "MIXED_SOURCE"]
@@ -361,7 +364,7 @@ class LogReader:
     """
 
     def __init__(self, path: PathLike):
-        self.path = os.fspath(path)
+        self.path = path_arg("path", path)
         self._f = builtins.open(self.path, "rb")
         try:
             self.schema = _read_schema(self._f, self.path)
@@ -519,10 +522,8 @@ def tail(path: PathLike, n: int = 100) -> Chunk:
     """The last ``n`` records of a log (fewer if it holds fewer), reading only
     the chunks that hold them, from the end of the file: the cost does not
     grow with the file. A torn tail is skipped."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise (TypeError if not isinstance(n, int) or isinstance(n, bool) else ValueError)(
-            "n: expected an int >= 0, got %r" % (n,))
-    path = os.fspath(path)
+    path = path_arg("path", path)
+    n = int_arg("n", n, 0, None, "an int >= 0")
     with builtins.open(path, "rb") as f:
         schema = _read_schema(f, path)
         size = os.fstat(f.fileno()).st_size
@@ -736,7 +737,8 @@ def merge(inputs: Sequence[PathLike], output: PathLike, *, level: int = 1,
     the calling thread). Returns :func:`info` of the output. Torn tails of
     the inputs are skipped.
     """
-    _check_merge_args(inputs, level, chunk_bytes, threads)
+    inputs, output, level, chunk_bytes, progress, threads = _check_merge_args(
+        inputs, output, level, chunk_bytes, progress, threads)
     from . import _core
 
     if threads is None:
@@ -814,17 +816,29 @@ def _block_bytes(kind, codec, count, src, first, last, raw_len, body) -> bytes:
             + _TRL.pack(HDR + len(body) + TRL, hcrc, TRAILER_MAGIC))
 
 
-def _check_merge_args(inputs, level, chunk_bytes, threads=None):
-    if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= 9:
-        raise ValueError("level: expected an int from 0 to 9, got %r" % (level,))
-    if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or not (
-            1 <= chunk_bytes <= 1 << 30):
-        raise ValueError("chunk_bytes: expected an int from 1 to 2**30, got %r" % (chunk_bytes,))
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
-                                or not 0 <= threads <= 64):
-        raise ValueError("threads: expected None or an int from 0 to 64, got %r" % (threads,))
-    if isinstance(inputs, (str, bytes, os.PathLike)) or not len(inputs):
-        raise ValueError("inputs: expected a non-empty sequence of log paths, got %r" % (inputs,))
+def _check_merge_args(inputs, output, level, chunk_bytes, progress, threads):
+    """merge's arguments, checked before anything is opened: (list of input
+    paths, output path, level, chunk_bytes, progress, threads)."""
+    if (isinstance(inputs, (str, bytes, os.PathLike))
+            or not isinstance(inputs, collections.abc.Sequence)):
+        raise TypeError("inputs: expected a sequence of log paths (a list or tuple: its order "
+                        "breaks timestamp ties), got %s" % type_name(inputs))
+    if not len(inputs):
+        raise ValueError("inputs: expected at least one log path, got an empty %s"
+                         % type_name(inputs))
+    paths = [path_arg("inputs[%d]" % i, p) for i, p in enumerate(inputs)]
+    output = path_arg("output", output)
+    level = int_arg("level", level, 0, 9, "an int from 0 to 9")
+    chunk_bytes = int_arg("chunk_bytes", chunk_bytes, 1, 1 << 30, "an int from 1 to 2**30")
+    if threads is not None:
+        threads = int_arg("threads", threads, 0, 64, "None or an int from 0 to 64")
+    if progress is not None and not callable(progress):
+        # a flag, taken as the binding takes its flags (a bool, or an int)
+        if not isinstance(progress, (bool, np.bool_, int, np.integer)):
+            raise TypeError("progress: expected None, a bool or a callable(bytes_done, "
+                            "bytes_total), got %s" % type_name(progress))
+        progress = bool(progress)
+    return paths, output, level, chunk_bytes, progress, threads
 
 
 def _open_inputs(inputs, readers):
@@ -963,9 +977,20 @@ def _fmt_value(x, i, full):
     return s.replace("\n", "")
 
 
+def _check_argv(argv):
+    if isinstance(argv, str) or not isinstance(argv, collections.abc.Sequence):
+        raise TypeError("argv: expected None or a sequence of str (the arguments after the "
+                        "program name), got %s" % type_name(argv))
+    for i, a in enumerate(argv):
+        if not isinstance(a, str):
+            raise TypeError("argv[%d]: expected a str, got %s" % (i, type_name(a)))
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     import argparse
 
+    if argv is not None:
+        _check_argv(argv)
     ap = argparse.ArgumentParser(prog="python -m exreplay.log",
                                  description="Inspect and merge experience logs (docs/log.md).")
     sub = ap.add_subparsers(dest="cmd", required=True)

@@ -482,6 +482,95 @@ def test_merge_rejects_mixed_layouts(tmp_path):
     assert not (tmp_path / "o.log").exists()
 
 
+# (call, exception, message) with a one-record log "a.log" in the directory
+# and "o.log" the output: a wrong type is a TypeError, a wrong value of the
+# right type a ValueError; each names its argument, what was expected and
+# what came.
+BAD_LOG_ARGS = [
+    (lambda d: xlog.merge(d / "a.log", d / "o.log"), TypeError,
+     "inputs: expected a sequence of log paths (a list or tuple: its order breaks timestamp "
+     "ties), got pathlib.PosixPath"),
+    (lambda d: xlog.merge(None, d / "o.log"), TypeError,
+     "inputs: expected a sequence of log paths (a list or tuple: its order breaks timestamp "
+     "ties), got NoneType"),
+    (lambda d: xlog.merge({d / "a.log"}, d / "o.log"), TypeError,
+     "inputs: expected a sequence of log paths (a list or tuple: its order breaks timestamp "
+     "ties), got set"),
+    (lambda d: xlog.merge((p for p in [d / "a.log"]), d / "o.log"), TypeError,
+     "inputs: expected a sequence of log paths (a list or tuple: its order breaks timestamp "
+     "ties), got generator"),
+    (lambda d: xlog.merge([], d / "o.log"), ValueError,
+     "inputs: expected at least one log path, got an empty list"),
+    (lambda d: xlog.merge([d / "a.log", None], d / "o.log"), TypeError,
+     "inputs[1]: expected a path (str, bytes or os.PathLike), got NoneType"),
+    (lambda d: xlog.merge([d / "a.log"], 3), TypeError,
+     "output: expected a path (str, bytes or os.PathLike), got int"),
+    (lambda d: xlog.merge([d / "a.log"], d / "o.log", level="1"), TypeError,
+     "level: expected an int from 0 to 9, got str"),
+    (lambda d: xlog.merge([d / "a.log"], d / "o.log", level=1.0), TypeError,
+     "level: expected an int from 0 to 9, got float"),
+    (lambda d: xlog.merge([d / "a.log"], d / "o.log", level=True), TypeError,
+     "level: expected an int from 0 to 9, got bool"),
+    (lambda d: xlog.merge([d / "a.log"], d / "o.log", level=None), TypeError,
+     "level: expected an int from 0 to 9, got NoneType"),
+    (lambda d: xlog.merge([d / "a.log"], d / "o.log", level=10), ValueError,
+     "level: expected an int from 0 to 9, got 10"),
+    (lambda d: xlog.merge([d / "a.log"], d / "o.log", chunk_bytes=1e6), TypeError,
+     "chunk_bytes: expected an int from 1 to 2**30, got float"),
+    (lambda d: xlog.merge([d / "a.log"], d / "o.log", chunk_bytes=[1]), TypeError,
+     "chunk_bytes: expected an int from 1 to 2**30, got list"),
+    (lambda d: xlog.merge([d / "a.log"], d / "o.log", chunk_bytes=0), ValueError,
+     "chunk_bytes: expected an int from 1 to 2**30, got 0"),
+    (lambda d: xlog.merge([d / "a.log"], d / "o.log", threads="2"), TypeError,
+     "threads: expected None or an int from 0 to 64, got str"),
+    (lambda d: xlog.merge([d / "a.log"], d / "o.log", threads=np.array([2])), TypeError,
+     "threads: expected None or an int from 0 to 64, got numpy.ndarray of dtype int64 and "
+     "shape (1,)"),
+    (lambda d: xlog.merge([d / "a.log"], d / "o.log", threads=65), ValueError,
+     "threads: expected None or an int from 0 to 64, got 65"),
+    (lambda d: xlog.merge([d / "a.log"], d / "o.log", progress="yes"), TypeError,
+     "progress: expected None, a bool or a callable(bytes_done, bytes_total), got str"),
+    (lambda d: xlog.merge([d / "a.log"], d / "o.log", progress=[]), TypeError,
+     "progress: expected None, a bool or a callable(bytes_done, bytes_total), got list"),
+    (lambda d: xlog.open(None), TypeError,
+     "path: expected a path (str, bytes or os.PathLike), got NoneType"),
+    (lambda d: xlog.info([d / "a.log"]), TypeError,
+     "path: expected a path (str, bytes or os.PathLike), got list"),
+    (lambda d: xlog.tail(3), TypeError,
+     "path: expected a path (str, bytes or os.PathLike), got int"),
+    (lambda d: xlog.tail(d / "a.log", "5"), TypeError, "n: expected an int >= 0, got str"),
+    (lambda d: xlog.tail(d / "a.log", True), TypeError, "n: expected an int >= 0, got bool"),
+    (lambda d: xlog.tail(d / "a.log", -1), ValueError, "n: expected an int >= 0, got -1"),
+    (lambda d: ExperienceReplay.from_log(None), TypeError,
+     "path: expected a path (str, bytes or os.PathLike), got NoneType"),
+    (lambda d: xlog.main("info"), TypeError,
+     "argv: expected None or a sequence of str (the arguments after the program name), "
+     "got str"),
+    (lambda d: xlog.main(["info", d / "a.log"]), TypeError,
+     "argv[1]: expected a str, got pathlib.PosixPath"),
+]
+
+
+@pytest.mark.parametrize("case", range(len(BAD_LOG_ARGS)))
+def test_bad_arguments_of_the_log_module(tmp_path, case):
+    call, exc, msg = BAD_LOG_ARGS[case]
+    with ExperienceLog(tmp_path / "a.log", state_shape=(1,)) as lg:
+        lg.append(0, 0, [0.0], 0, 0.0)
+    with pytest.raises(exc) as e:
+        call(tmp_path)
+    assert type(e.value) is exc and str(e.value) == msg
+    assert sorted(os.listdir(tmp_path)) == ["a.log"]
+
+
+def test_merge_takes_numpy_ints_and_int_flags(tmp_path):
+    with ExperienceLog(tmp_path / "a.log", state_shape=(1,)) as lg:
+        lg.append(0, 0, [0.0], 0, 0.0)
+    d = xlog.merge((tmp_path / "a.log",), tmp_path / "o.log", level=np.int64(0),
+                   chunk_bytes=np.array(100), threads=np.uint8(1), progress=0)
+    assert d["records"] == 1
+    assert len(xlog.tail(tmp_path / "o.log", np.int32(5)).timestamps) == 1
+
+
 def test_merge_threads_give_the_same_bytes(tmp_path):
     """The merge's worker threads change when chunks are decoded and
     compressed, never what is written: threads=0 (all on the caller's
@@ -519,7 +608,7 @@ def test_merge_threads_give_the_same_bytes(tmp_path):
                     assert len(zlib.decompress(body)) == h.raw_len
     with pytest.raises(ValueError, match="threads"):
         xlog.merge(paths, tmp_path / "x.log", threads=-1)
-    with pytest.raises(ValueError, match="threads"):
+    with pytest.raises(TypeError, match="threads"):
         xlog.merge(paths, tmp_path / "x.log", threads=1.5)
     assert not (tmp_path / "x.log").exists()
 
