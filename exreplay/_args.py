@@ -56,7 +56,8 @@ def nonneg_real_arg(name: str, v, expected: str) -> float:
         raise ValueError("%s: expected %s, got an int too large for a float"
                          % (name, expected)) from None
     if not (np.isfinite(x) and x >= 0):
-        raise ValueError("%s: expected %s, got %r" % (name, expected, x))
+        raise ValueError("%s: expected %s, got %r" % (
+            name, expected, int(v) if isinstance(v, (int, np.integer)) else x))
     return x
 
 
