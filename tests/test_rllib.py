@@ -403,6 +403,32 @@ def test_fragments_continue_their_episode():
 
 
 @pytest.mark.slow  # many draws: skipped in the (several times slower) ASan run
+def test_sample_arguments_of_the_wrong_type_are_refused_before_drawing():
+    buf = PrioritizedEpisodeReplayBuffer(capacity=100, n_step=2, seed=1)
+    buf.add(make_episode(10, "a"))
+    rng = copy.deepcopy(buf.rng.bit_generator.state)
+    B = "None or an int >= 0 (None and 0: the buffer's batch_size_B)"
+    for kw, exc, msg in [
+        (dict(num_items="4"), TypeError, "num_items: expected %s, got str" % B),
+        (dict(num_items=True), TypeError, "num_items: expected %s, got bool" % B),
+        (dict(batch_size_B=2.5), TypeError, "batch_size_B: expected %s, got float" % B),
+        (dict(num_items=-3), ValueError, "num_items: expected %s, got -3" % B),
+        (dict(gamma=None), TypeError, "gamma: expected a finite number >= 0, got NoneType"),
+        (dict(gamma="0.99"), TypeError, "gamma: expected a finite number >= 0, got str"),
+        (dict(gamma=float("nan")), ValueError, "gamma: expected a finite number >= 0, got nan"),
+        (dict(beta="0.4"), TypeError, "beta: expected None or a finite number >= 0, got str"),
+        (dict(beta=True), TypeError, "beta: expected None or a finite number >= 0, got bool"),
+        (dict(batch_length_T="1"), TypeError, "batch_length_T: expected None or an int, got str"),
+        (dict(lookback=0.5), TypeError, "lookback: expected None or an int, got float"),
+    ]:
+        with pytest.raises(exc) as e:
+            buf.sample(**kw)
+        assert type(e.value) is exc and str(e.value) == msg, kw
+        assert buf.rng.bit_generator.state == rng and buf.get_sampled_timesteps() == 0, kw
+    assert len(buf.sample(num_items=0)) == buf.batch_size_B  # RLlib's rule: 0 is the default
+    assert len(buf.sample(num_items=np.int64(3), gamma=np.float32(0.9), beta=None)) == 3
+
+
 def test_update_priorities_applies_to_last_sample():
     rng = np.random.default_rng(3)
     buf = PrioritizedEpisodeReplayBuffer(capacity=100, alpha=1.0, seed=3)

@@ -553,10 +553,13 @@ class _ExreplayEpisodeBuffer:
         Raises ValueError for ``include_infos``/``include_extra_model_outputs``
         (not stored), sequences (``batch_length_T`` > 1, ``lookback`` > 1,
         ``min_batch_length_T`` > 0, ``sample_episodes=False``), an ``n_step``
-        over the buffer's, or an empty buffer.
+        over the buffer's, or an empty buffer; TypeError for an argument of
+        the wrong type (a str, a float or None where an int is expected),
+        each before anything is drawn.  ``num_items`` 0 or None is the
+        buffer's ``batch_size_B``, as in RLlib's buffers.
         """
-        B, lo, hi, random_n, beta = self._sample_args(
-            num_items, batch_size_B, batch_length_T, n_step, beta, include_infos,
+        B, lo, hi, random_n, beta, gamma = self._sample_args(
+            num_items, batch_size_B, batch_length_T, n_step, beta, gamma, include_infos,
             include_extra_model_outputs, sample_episodes, lookback, min_batch_length_T)
         state, action, reward, state_next, seq_len, seq_len_next, epi, pos, idx, n, resamples = (
             self._draw(B, lo, hi, random_n, n_step)
@@ -581,9 +584,15 @@ class _ExreplayEpisodeBuffer:
         self._log_sample_metrics(B, len(set(el)), len(set(zip(el, pl))), float(n.sum()) / B, resamples)
         return out
 
-    def _sample_args(self, num_items, batch_size_B, batch_length_T, n_step, beta, include_infos,
-                     include_extra_model_outputs, sample_episodes, lookback, min_batch_length_T):
-        """sample's arguments checked: (B, lo, hi, random_n, beta)."""
+    def _sample_args(self, num_items, batch_size_B, batch_length_T, n_step, beta, gamma,
+                     include_infos, include_extra_model_outputs, sample_episodes, lookback,
+                     min_batch_length_T):
+        """sample's arguments checked, before anything is drawn: (B, lo, hi,
+        random_n, beta, gamma)."""
+        for name, v in (("batch_length_T", batch_length_T), ("lookback", lookback),
+                        ("min_batch_length_T", min_batch_length_T)):
+            if v is not None:
+                int_arg(name, v, -(2**63), None, "None or an int")
         if include_infos or include_extra_model_outputs:
             raise ValueError(
                 "include_infos/include_extra_model_outputs: exreplay's RLlib buffers store "
@@ -601,13 +610,16 @@ class _ExreplayEpisodeBuffer:
                 "sample_episodes=False: exreplay's RLlib buffers return a list of "
                 "one-step SingleAgentEpisodes (sample_episodes=True)"
             )
+        name = "batch_size_B"
         if num_items is not None:
             if batch_size_B is not None:
                 raise ValueError("num_items and batch_size_B: give one, not both")
-            batch_size_B = num_items
-        B = int(batch_size_B or self.batch_size_B)
-        if B < 1:
-            raise ValueError("num_items/batch_size_B: expected an int >= 1, got %r" % (B,))
+            name, batch_size_B = "num_items", num_items
+        # None or 0: the buffer's batch_size_B, as RLlib's buffers take them
+        B = (None if batch_size_B is None else int_arg(
+            name, batch_size_B, 0, None, "None or an int >= 0 (None and 0: the buffer's "
+            "batch_size_B)")) or self.batch_size_B
+        gamma = nonneg_real_arg("gamma", gamma, "a finite number >= 0")
         lo, hi, random_n = _n_step_bounds(n_step)
         if hi > self._n_max:
             raise ValueError(
@@ -621,10 +633,9 @@ class _ExreplayEpisodeBuffer:
                 "the step after it, or the episode's end, has been added)"
                 % (0 if self._buf is None else len(self._buf))
             )
-        beta = 0.0 if beta is None else float(beta)
-        if not (np.isfinite(beta) and beta >= 0):
-            raise ValueError("beta: expected a finite number >= 0, got %r" % (beta,))
-        return B, lo, hi, random_n, beta
+        if beta is not None:
+            beta = nonneg_real_arg("beta", beta, "None or a finite number >= 0")
+        return B, lo, hi, random_n, 0.0 if beta is None else beta, gamma
 
     def _weights(self, epi, pos, beta, B):
         """Importance weights as RLlib computes them: (N P(i))**-beta over the
