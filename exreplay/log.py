@@ -48,7 +48,13 @@ KIND_RECORDS, KIND_END = 1, 2
 CODEC_STORED, CODEC_ZLIB = 0, 1
 FLAG_END, FLAG_TERMINATED, FLAG_FINAL = 1, 2, 4
 MIXED_SOURCE = 0xFFFFFFFF
-MAX_SCHEMA = 4096
+MAX_SCHEMA = 4096  # the schema an ExperienceLog writes (EXR_LOG_MAX_SCHEMA)
+# A merged log's schema adds the list of its sources: at most
+# MAX_MERGE_SOURCES ids of at most 10 digits and 2 bytes of separator each,
+# with room to spare for the record layout's fields (docs/log.md, "Merging").
+MAX_MERGE_SOURCES = 1 << 16
+MAX_MERGED_SCHEMA = 1 << 20
+assert MAX_MERGE_SOURCES * 12 + (1 << 17) <= MAX_MERGED_SCHEMA
 MAX_RAW = 1 << 31  # raw bytes of one chunk (ExperienceLog stays within 2**30; merge adds final states to its chunk_bytes)
 META = 29  # timestamp, handle, position (8 bytes each), source (4), flags (1)
 # deflate expands at most about 1032:1; a longer claim is corrupt
@@ -132,8 +138,9 @@ class _Schema:
         if extra:
             js.update(extra)
         blob = json.dumps(js).encode()
-        if len(blob) > MAX_SCHEMA:
-            raise ValueError("schema: longer than %d bytes" % MAX_SCHEMA)
+        if len(blob) > MAX_MERGED_SCHEMA:
+            raise ValueError("schema: expected at most %d bytes, got %d"
+                             % (MAX_MERGED_SCHEMA, len(blob)))
         xb = self.extra_bytes
         more = struct.pack("<QI", xb, len(blob)) if xb else struct.pack("<I", len(blob))
         hl = 8 + 4 + 4 + 24 + len(more) + len(blob) + 4
@@ -217,7 +224,7 @@ def _read_schema(f, path) -> _Schema:
     xb = struct.unpack("<Q", more[:8])[0] if version == FILE_VERSION_EXTRAS else 0
     (slen,) = struct.unpack("<I", more[-4:])
     at = 40 + len(more)
-    if slen > MAX_SCHEMA or hl != at + slen + 4:
+    if slen > MAX_MERGED_SCHEMA or hl != at + slen + 4:
         raise _bad(path, 12, "header length %d / schema length %d" % (hl, slen))
     rest = f.read(slen + 4)
     if len(rest) < slen + 4:
@@ -746,13 +753,14 @@ def merge(inputs: Sequence[PathLike], output: PathLike, *, level: int = 1,
     readers: list = []
     try:
         schema, sources = _open_inputs(inputs, readers)
+        header = schema.header_bytes({"sources": sorted(sources)})
         total = sum(r.size for r in readers)
         prog = _Progress(total, progress)
         fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0),
                      0o666)
         eng = None
         try:
-            _write_fd(fd, schema.header_bytes({"sources": sorted(sources)}))
+            _write_fd(fd, header)
             eng = _core._LogMerge(len(readers), schema.row, schema.state_bytes, chunk_bytes,
                                   level, fd, threads)
             last_ts = _merge_run(eng, readers, prog)
@@ -853,6 +861,11 @@ def _open_inputs(inputs, readers):
     sources = set()
     for r in readers:
         sources.update(info(r.path)["sources"])
+    if len(sources) > MAX_MERGE_SOURCES:
+        raise ValueError("inputs: expected logs of at most %d distinct sources in all (a merged "
+                         "log's header lists each), got %d sources in %d inputs; split the "
+                         "inputs among several merged logs"
+                         % (MAX_MERGE_SOURCES, len(sources), len(readers)))
     return schema, sources
 
 

@@ -1,6 +1,7 @@
 """The experience log: writer (ExperienceLog), reader (exreplay.log), merge,
 tail, ingest, crash safety (kill -9), back-pressure, bad input."""
 
+import io
 import os
 import signal
 import struct
@@ -467,6 +468,56 @@ def test_merge_real_writers_and_final_states(tmp_path):
     b2 = ExperienceReplay.from_log(out, capacity=None)
     assert len(b2) == 300
     assert b2.num_episodes == sum(b.num_episodes for b, _ in bufs)
+
+
+def tiny_logs(tmp_path, n, source0=0):
+    """n one-record logs of sources source0 .. source0 + n - 1."""
+    paths = []
+    for i in range(n):
+        p = tmp_path / ("s%05d.xlog" % i)
+        with ExperienceLog(p, state_shape=(1,), source=source0 + i) as lg:
+            lg.append(0, 0, [float(i)], i, 0.0, terminated=True)
+        paths.append(p)
+    return paths
+
+
+def test_merge_of_a_thousand_sources(tmp_path):
+    """The merged header lists every source: past a few hundred of them
+    (about 330 ids of 10 digits, 800 of 3) the list no longer fit the 4096
+    bytes of a writer's schema, and the merge failed with "schema: longer
+    than 4096 bytes"."""
+    paths = tiny_logs(tmp_path, 1000, source0=2**32 - 1001)  # ids of 10 digits
+    out = tmp_path / "merged.xlog"
+    d = xlog.merge(paths, out)
+    assert d["records"] == 1000 and d["sources"] == list(range(2**32 - 1001, 2**32 - 1))
+    cat, torn, ended = read_all(out)
+    assert ended and not torn and sorted(cat.actions.tolist()) == list(range(1000))
+    d2 = xlog.merge([out], tmp_path / "again.xlog")  # a merged log is an input too
+    assert d2["sources"] == d["sources"] and d2["records"] == 1000
+    assert ExperienceReplay.from_log(out, capacity=None).num_episodes == 1000
+
+
+def test_the_largest_merged_header_reads_back():
+    schema = xlog._Schema(4, 8, 4, {"state": (np.dtype("<f4"), (1,)),
+                                    "action": (np.dtype("<i8"), ()),
+                                    "reward": (np.dtype("<f4"), ()), "sources": None}, 0)
+    top = 2**32 - 1  # MIXED_SOURCE, one past the largest id
+    ids = list(range(top - xlog.MAX_MERGE_SOURCES, top))
+    s = xlog._read_schema(io.BytesIO(schema.header_bytes({"sources": ids})), "x")
+    assert s.sources == ids
+
+
+def test_merge_of_too_many_sources_is_refused_before_the_output_exists(tmp_path, monkeypatch):
+    paths = tiny_logs(tmp_path, 6)
+    monkeypatch.setattr(xlog, "MAX_MERGE_SOURCES", 5)
+    out = tmp_path / "merged.xlog"
+    with pytest.raises(ValueError) as e:
+        xlog.merge(paths, out)
+    assert str(e.value) == ("inputs: expected logs of at most 5 distinct sources in all (a "
+                            "merged log's header lists each), got 6 sources in 6 inputs; split "
+                            "the inputs among several merged logs")
+    assert not out.exists()
+    assert xlog.merge(paths[:5], out)["sources"] == [0, 1, 2, 3, 4]
 
 
 def test_merge_rejects_mixed_layouts(tmp_path):
