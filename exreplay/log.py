@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import builtins
 import collections.abc
+import errno
 import json
 import os
 import struct
@@ -756,8 +757,12 @@ def merge(inputs: Sequence[PathLike], output: PathLike, *, level: int = 1,
         header = schema.header_bytes({"sources": sorted(sources)})
         total = sum(r.size for r in readers)
         prog = _Progress(total, progress)
-        fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0),
-                     0o666)
+        try:
+            fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                         | getattr(os, "O_CLOEXEC", 0), 0o666)
+        except OSError as e:
+            _raise_if_too_many_files(e, len(inputs))
+            raise
         eng = None
         try:
             _write_fd(fd, header)
@@ -852,21 +857,44 @@ def _check_merge_args(inputs, output, level, chunk_bytes, progress, threads):
 def _open_inputs(inputs, readers):
     """Opens every input into readers (closed by the caller); (schema, sources)."""
     for p in inputs:
-        readers.append(LogReader(p))
+        try:
+            readers.append(LogReader(p))
+        except OSError as e:
+            _raise_if_too_many_files(e, len(inputs))
+            raise
     schema = readers[0].schema
     for r in readers[1:]:
         if not r.schema.same_layout(schema):
             raise ValueError("inputs: %s has a record layout different from %s's"
                              % (r.path, readers[0].path))
     sources = set()
-    for r in readers:
-        sources.update(info(r.path)["sources"])
+    for r in readers:  # as info() counts them, through the files already open
+        sources.update(r.schema.sources or ())
+        sources.update(h.source for _, h, _ in r._headers(False) if h.source != MIXED_SOURCE)
     if len(sources) > MAX_MERGE_SOURCES:
         raise ValueError("inputs: expected logs of at most %d distinct sources in all (a merged "
                          "log's header lists each), got %d sources in %d inputs; split the "
                          "inputs among several merged logs"
                          % (MAX_MERGE_SOURCES, len(sources), len(readers)))
     return schema, sources
+
+
+def _raise_if_too_many_files(e: OSError, n: int) -> None:
+    """For a process out of file descriptors, raises e again saying what to
+    do about it (a merge of n inputs)."""
+    if e.errno not in (errno.EMFILE, errno.ENFILE):
+        return
+    try:
+        import resource
+
+        limit = " (its limit is %d, ulimit -n)" % resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        limit = ""
+    raise OSError(e.errno, "inputs: a merge keeps every input open, and %d inputs are more "
+                  "files than this process may open at once%s: raise the limit "
+                  "(resource.setrlimit), or merge consecutive groups of the inputs, then "
+                  "the groups' outputs in the same order: the same records in the same "
+                  "order (%s)" % (n, limit, e.strerror), e.filename) from e
 
 
 # ---- buffers from logs ------------------------------------------------------------------

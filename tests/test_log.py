@@ -1,6 +1,7 @@
 """The experience log: writer (ExperienceLog), reader (exreplay.log), merge,
 tail, ingest, crash safety (kill -9), back-pressure, bad input."""
 
+import errno
 import io
 import os
 import signal
@@ -518,6 +519,43 @@ def test_merge_of_too_many_sources_is_refused_before_the_output_exists(tmp_path,
                             "the inputs among several merged logs")
     assert not out.exists()
     assert xlog.merge(paths[:5], out)["sources"] == [0, 1, 2, 3, 4]
+
+
+MERGE_UNDER_A_FILE_LIMIT = textwrap.dedent("""
+    import resource, sys
+    import exreplay.log as xlog
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+    try:
+        xlog.merge(sys.argv[2:], sys.argv[1])
+    except OSError as e:
+        print(e.errno, e)
+""")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_NOFILE is POSIX")
+def test_merge_of_more_inputs_than_open_files_says_what_to_do(tmp_path):
+    """A merge keeps every input open: past the process's limit of open
+    files it failed with a bare "Too many open files" naming one input."""
+    paths = tiny_logs(tmp_path, 100)
+    out = tmp_path / "merged.xlog"
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-c", MERGE_UNDER_A_FILE_LIMIT, str(out)]
+                       + [str(p) for p in paths], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("%d [Errno %d] inputs: a merge keeps every input open, and 100 "
+                               "inputs are more files than this process may open at once (its "
+                               "limit is 64, ulimit -n): raise the limit (resource.setrlimit), or "
+                               "merge consecutive groups of the inputs, then the groups' outputs "
+                               "in the same order" % (errno.EMFILE, errno.EMFILE)), r.stdout
+    assert not out.exists()
+    # the advice holds: groups of consecutive inputs, then their outputs, in order
+    groups = [xlog.merge(paths[i:i + 40], tmp_path / ("g%d.xlog" % i))["path"]
+              for i in range(0, 100, 40)]
+    xlog.merge(groups, out)
+    xlog.merge(paths, tmp_path / "direct.xlog")
+    a, b = read_all(out)[0], read_all(tmp_path / "direct.xlog")[0]
+    assert all(np.array_equal(getattr(a, f), getattr(b, f)) for f in xlog.Chunk._fields
+               if f != "extras")
 
 
 def test_merge_rejects_mixed_layouts(tmp_path):
