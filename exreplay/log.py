@@ -840,6 +840,12 @@ def _check_merge_args(inputs, output, level, chunk_bytes, progress, threads):
         raise ValueError("inputs: expected at least one log path, got an empty %s"
                          % type_name(inputs))
     paths = [path_arg("inputs[%d]" % i, p) for i, p in enumerate(inputs)]
+    return (paths,) + _check_merge_options(output, level, chunk_bytes, progress, threads)
+
+
+def _check_merge_options(output, level, chunk_bytes, progress, threads):
+    """merge's arguments but inputs, checked: (output, level, chunk_bytes,
+    progress, threads). gather_logs (exreplay.ray) checks its own with it."""
     output = path_arg("output", output)
     level = int_arg("level", level, 0, 9, "an int from 0 to 9")
     chunk_bytes = int_arg("chunk_bytes", chunk_bytes, 1, 1 << 30, "an int from 1 to 2**30")
@@ -851,7 +857,7 @@ def _check_merge_args(inputs, output, level, chunk_bytes, progress, threads):
             raise TypeError("progress: expected None, a bool or a callable(bytes_done, "
                             "bytes_total), got %s" % type_name(progress))
         progress = bool(progress)
-    return paths, output, level, chunk_bytes, progress, threads
+    return output, level, chunk_bytes, progress, threads
 
 
 def _open_inputs(inputs, readers):
