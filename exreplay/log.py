@@ -23,6 +23,8 @@ Command line: ``python -m exreplay.log info|tail|merge|cat FILE...``.
 from __future__ import annotations
 
 import builtins
+import collections.abc
+import errno
 import json
 import os
 import struct
@@ -32,6 +34,8 @@ import zlib
 from typing import Callable, Iterator, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
+
+from ._args import int_arg, path_arg, type_name
 
 __all__ = ["Chunk", "LogReader", "open", "tail", "info", "merge", "main", "FLAG_END",
            "FLAG_TERMINATED", "FLAG_FINAL", "MIXED_SOURCE"]
@@ -45,7 +49,13 @@ KIND_RECORDS, KIND_END = 1, 2
 CODEC_STORED, CODEC_ZLIB = 0, 1
 FLAG_END, FLAG_TERMINATED, FLAG_FINAL = 1, 2, 4
 MIXED_SOURCE = 0xFFFFFFFF
-MAX_SCHEMA = 4096
+MAX_SCHEMA = 4096  # the schema an ExperienceLog writes (EXR_LOG_MAX_SCHEMA)
+# A merged log's schema adds the list of its sources: at most
+# MAX_MERGE_SOURCES ids of at most 10 digits and 2 bytes of separator each,
+# with room to spare for the record layout's fields (docs/log.md, "Merging").
+MAX_MERGE_SOURCES = 1 << 16
+MAX_MERGED_SCHEMA = 1 << 20
+assert MAX_MERGE_SOURCES * 12 + (1 << 17) <= MAX_MERGED_SCHEMA
 MAX_RAW = 1 << 31  # raw bytes of one chunk (ExperienceLog stays within 2**30; merge adds final states to its chunk_bytes)
 META = 29  # timestamp, handle, position (8 bytes each), source (4), flags (1)
 # deflate expands at most about 1032:1; a longer claim is corrupt
@@ -129,8 +139,9 @@ class _Schema:
         if extra:
             js.update(extra)
         blob = json.dumps(js).encode()
-        if len(blob) > MAX_SCHEMA:
-            raise ValueError("schema: longer than %d bytes" % MAX_SCHEMA)
+        if len(blob) > MAX_MERGED_SCHEMA:
+            raise ValueError("schema: expected at most %d bytes, got %d"
+                             % (MAX_MERGED_SCHEMA, len(blob)))
         xb = self.extra_bytes
         more = struct.pack("<QI", xb, len(blob)) if xb else struct.pack("<I", len(blob))
         hl = 8 + 4 + 4 + 24 + len(more) + len(blob) + 4
@@ -214,7 +225,7 @@ def _read_schema(f, path) -> _Schema:
     xb = struct.unpack("<Q", more[:8])[0] if version == FILE_VERSION_EXTRAS else 0
     (slen,) = struct.unpack("<I", more[-4:])
     at = 40 + len(more)
-    if slen > MAX_SCHEMA or hl != at + slen + 4:
+    if slen > MAX_MERGED_SCHEMA or hl != at + slen + 4:
         raise _bad(path, 12, "header length %d / schema length %d" % (hl, slen))
     rest = f.read(slen + 4)
     if len(rest) < slen + 4:
@@ -361,7 +372,7 @@ class LogReader:
     """
 
     def __init__(self, path: PathLike):
-        self.path = os.fspath(path)
+        self.path = path_arg("path", path)
         self._f = builtins.open(self.path, "rb")
         try:
             self.schema = _read_schema(self._f, self.path)
@@ -519,10 +530,8 @@ def tail(path: PathLike, n: int = 100) -> Chunk:
     """The last ``n`` records of a log (fewer if it holds fewer), reading only
     the chunks that hold them, from the end of the file: the cost does not
     grow with the file. A torn tail is skipped."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise (TypeError if not isinstance(n, int) or isinstance(n, bool) else ValueError)(
-            "n: expected an int >= 0, got %r" % (n,))
-    path = os.fspath(path)
+    path = path_arg("path", path)
+    n = int_arg("n", n, 0, None, "an int >= 0")
     with builtins.open(path, "rb") as f:
         schema = _read_schema(f, path)
         size = os.fstat(f.fileno()).st_size
@@ -736,7 +745,8 @@ def merge(inputs: Sequence[PathLike], output: PathLike, *, level: int = 1,
     the calling thread). Returns :func:`info` of the output. Torn tails of
     the inputs are skipped.
     """
-    _check_merge_args(inputs, level, chunk_bytes, threads)
+    inputs, output, level, chunk_bytes, progress, threads = _check_merge_args(
+        inputs, output, level, chunk_bytes, progress, threads)
     from . import _core
 
     if threads is None:
@@ -744,13 +754,18 @@ def merge(inputs: Sequence[PathLike], output: PathLike, *, level: int = 1,
     readers: list = []
     try:
         schema, sources = _open_inputs(inputs, readers)
+        header = schema.header_bytes({"sources": sorted(sources)})
         total = sum(r.size for r in readers)
         prog = _Progress(total, progress)
-        fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0),
-                     0o666)
+        try:
+            fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                         | getattr(os, "O_CLOEXEC", 0), 0o666)
+        except OSError as e:
+            _raise_if_too_many_files(e, len(inputs))
+            raise
         eng = None
         try:
-            _write_fd(fd, schema.header_bytes({"sources": sorted(sources)}))
+            _write_fd(fd, header)
             eng = _core._LogMerge(len(readers), schema.row, schema.state_bytes, chunk_bytes,
                                   level, fd, threads)
             last_ts = _merge_run(eng, readers, prog)
@@ -814,32 +829,78 @@ def _block_bytes(kind, codec, count, src, first, last, raw_len, body) -> bytes:
             + _TRL.pack(HDR + len(body) + TRL, hcrc, TRAILER_MAGIC))
 
 
-def _check_merge_args(inputs, level, chunk_bytes, threads=None):
-    if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= 9:
-        raise ValueError("level: expected an int from 0 to 9, got %r" % (level,))
-    if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or not (
-            1 <= chunk_bytes <= 1 << 30):
-        raise ValueError("chunk_bytes: expected an int from 1 to 2**30, got %r" % (chunk_bytes,))
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
-                                or not 0 <= threads <= 64):
-        raise ValueError("threads: expected None or an int from 0 to 64, got %r" % (threads,))
-    if isinstance(inputs, (str, bytes, os.PathLike)) or not len(inputs):
-        raise ValueError("inputs: expected a non-empty sequence of log paths, got %r" % (inputs,))
+def _check_merge_args(inputs, output, level, chunk_bytes, progress, threads):
+    """merge's arguments, checked before anything is opened: (list of input
+    paths, output path, level, chunk_bytes, progress, threads)."""
+    if (isinstance(inputs, (str, bytes, os.PathLike))
+            or not isinstance(inputs, collections.abc.Sequence)):
+        raise TypeError("inputs: expected a sequence of log paths (a list or tuple: its order "
+                        "breaks timestamp ties), got %s" % type_name(inputs))
+    if not len(inputs):
+        raise ValueError("inputs: expected at least one log path, got an empty %s"
+                         % type_name(inputs))
+    paths = [path_arg("inputs[%d]" % i, p) for i, p in enumerate(inputs)]
+    return (paths,) + _check_merge_options(output, level, chunk_bytes, progress, threads)
+
+
+def _check_merge_options(output, level, chunk_bytes, progress, threads):
+    """merge's arguments but inputs, checked: (output, level, chunk_bytes,
+    progress, threads). gather_logs (exreplay.ray) checks its own with it."""
+    output = path_arg("output", output)
+    level = int_arg("level", level, 0, 9, "an int from 0 to 9")
+    chunk_bytes = int_arg("chunk_bytes", chunk_bytes, 1, 1 << 30, "an int from 1 to 2**30")
+    if threads is not None:
+        threads = int_arg("threads", threads, 0, 64, "None or an int from 0 to 64")
+    if progress is not None and not callable(progress):
+        # a flag, taken as the binding takes its flags (a bool, or an int)
+        if not isinstance(progress, (bool, np.bool_, int, np.integer)):
+            raise TypeError("progress: expected None, a bool or a callable(bytes_done, "
+                            "bytes_total), got %s" % type_name(progress))
+        progress = bool(progress)
+    return output, level, chunk_bytes, progress, threads
 
 
 def _open_inputs(inputs, readers):
     """Opens every input into readers (closed by the caller); (schema, sources)."""
     for p in inputs:
-        readers.append(LogReader(p))
+        try:
+            readers.append(LogReader(p))
+        except OSError as e:
+            _raise_if_too_many_files(e, len(inputs))
+            raise
     schema = readers[0].schema
     for r in readers[1:]:
         if not r.schema.same_layout(schema):
             raise ValueError("inputs: %s has a record layout different from %s's"
                              % (r.path, readers[0].path))
     sources = set()
-    for r in readers:
-        sources.update(info(r.path)["sources"])
+    for r in readers:  # as info() counts them, through the files already open
+        sources.update(r.schema.sources or ())
+        sources.update(h.source for _, h, _ in r._headers(False) if h.source != MIXED_SOURCE)
+    if len(sources) > MAX_MERGE_SOURCES:
+        raise ValueError("inputs: expected logs of at most %d distinct sources in all (a merged "
+                         "log's header lists each), got %d sources in %d inputs; split the "
+                         "inputs among several merged logs"
+                         % (MAX_MERGE_SOURCES, len(sources), len(readers)))
     return schema, sources
+
+
+def _raise_if_too_many_files(e: OSError, n: int) -> None:
+    """For a process out of file descriptors, raises e again saying what to
+    do about it (a merge of n inputs)."""
+    if e.errno not in (errno.EMFILE, errno.ENFILE):
+        return
+    try:
+        import resource
+
+        limit = " (its limit is %d, ulimit -n)" % resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        limit = ""
+    raise OSError(e.errno, "inputs: a merge keeps every input open, and %d inputs are more "
+                  "files than this process may open at once%s: raise the limit "
+                  "(resource.setrlimit), or merge consecutive groups of the inputs, then "
+                  "the groups' outputs in the same order: the same records in the same "
+                  "order (%s)" % (n, limit, e.strerror), e.filename) from e
 
 
 # ---- buffers from logs ------------------------------------------------------------------
@@ -963,9 +1024,20 @@ def _fmt_value(x, i, full):
     return s.replace("\n", "")
 
 
+def _check_argv(argv):
+    if isinstance(argv, str) or not isinstance(argv, collections.abc.Sequence):
+        raise TypeError("argv: expected None or a sequence of str (the arguments after the "
+                        "program name), got %s" % type_name(argv))
+    for i, a in enumerate(argv):
+        if not isinstance(a, str):
+            raise TypeError("argv[%d]: expected a str, got %s" % (i, type_name(a)))
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     import argparse
 
+    if argv is not None:
+        _check_argv(argv)
     ap = argparse.ArgumentParser(prog="python -m exreplay.log",
                                  description="Inspect and merge experience logs (docs/log.md).")
     sub = ap.add_subparsers(dest="cmd", required=True)

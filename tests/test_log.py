@@ -1,6 +1,8 @@
 """The experience log: writer (ExperienceLog), reader (exreplay.log), merge,
 tail, ingest, crash safety (kill -9), back-pressure, bad input."""
 
+import errno
+import io
 import os
 import signal
 import struct
@@ -469,6 +471,93 @@ def test_merge_real_writers_and_final_states(tmp_path):
     assert b2.num_episodes == sum(b.num_episodes for b, _ in bufs)
 
 
+def tiny_logs(tmp_path, n, source0=0):
+    """n one-record logs of sources source0 .. source0 + n - 1."""
+    paths = []
+    for i in range(n):
+        p = tmp_path / ("s%05d.xlog" % i)
+        with ExperienceLog(p, state_shape=(1,), source=source0 + i) as lg:
+            lg.append(0, 0, [float(i)], i, 0.0, terminated=True)
+        paths.append(p)
+    return paths
+
+
+def test_merge_of_a_thousand_sources(tmp_path):
+    """The merged header lists every source: past a few hundred of them
+    (about 330 ids of 10 digits, 800 of 3) the list no longer fit the 4096
+    bytes of a writer's schema, and the merge failed with "schema: longer
+    than 4096 bytes"."""
+    paths = tiny_logs(tmp_path, 1000, source0=2**32 - 1001)  # ids of 10 digits
+    out = tmp_path / "merged.xlog"
+    d = xlog.merge(paths, out)
+    assert d["records"] == 1000 and d["sources"] == list(range(2**32 - 1001, 2**32 - 1))
+    cat, torn, ended = read_all(out)
+    assert ended and not torn and sorted(cat.actions.tolist()) == list(range(1000))
+    d2 = xlog.merge([out], tmp_path / "again.xlog")  # a merged log is an input too
+    assert d2["sources"] == d["sources"] and d2["records"] == 1000
+    assert ExperienceReplay.from_log(out, capacity=None).num_episodes == 1000
+
+
+def test_the_largest_merged_header_reads_back():
+    schema = xlog._Schema(4, 8, 4, {"state": (np.dtype("<f4"), (1,)),
+                                    "action": (np.dtype("<i8"), ()),
+                                    "reward": (np.dtype("<f4"), ()), "sources": None}, 0)
+    top = 2**32 - 1  # MIXED_SOURCE, one past the largest id
+    ids = list(range(top - xlog.MAX_MERGE_SOURCES, top))
+    s = xlog._read_schema(io.BytesIO(schema.header_bytes({"sources": ids})), "x")
+    assert s.sources == ids
+
+
+def test_merge_of_too_many_sources_is_refused_before_the_output_exists(tmp_path, monkeypatch):
+    paths = tiny_logs(tmp_path, 6)
+    monkeypatch.setattr(xlog, "MAX_MERGE_SOURCES", 5)
+    out = tmp_path / "merged.xlog"
+    with pytest.raises(ValueError) as e:
+        xlog.merge(paths, out)
+    assert str(e.value) == ("inputs: expected logs of at most 5 distinct sources in all (a "
+                            "merged log's header lists each), got 6 sources in 6 inputs; split "
+                            "the inputs among several merged logs")
+    assert not out.exists()
+    assert xlog.merge(paths[:5], out)["sources"] == [0, 1, 2, 3, 4]
+
+
+MERGE_UNDER_A_FILE_LIMIT = textwrap.dedent("""
+    import resource, sys
+    import exreplay.log as xlog
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+    try:
+        xlog.merge(sys.argv[2:], sys.argv[1])
+    except OSError as e:
+        print(e.errno, e)
+""")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_NOFILE is POSIX")
+def test_merge_of_more_inputs_than_open_files_says_what_to_do(tmp_path):
+    """A merge keeps every input open: past the process's limit of open
+    files it failed with a bare "Too many open files" naming one input."""
+    paths = tiny_logs(tmp_path, 100)
+    out = tmp_path / "merged.xlog"
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-c", MERGE_UNDER_A_FILE_LIMIT, str(out)]
+                       + [str(p) for p in paths], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("%d [Errno %d] inputs: a merge keeps every input open, and 100 "
+                               "inputs are more files than this process may open at once (its "
+                               "limit is 64, ulimit -n): raise the limit (resource.setrlimit), or "
+                               "merge consecutive groups of the inputs, then the groups' outputs "
+                               "in the same order" % (errno.EMFILE, errno.EMFILE)), r.stdout
+    assert not out.exists()
+    # the advice holds: groups of consecutive inputs, then their outputs, in order
+    groups = [xlog.merge(paths[i:i + 40], tmp_path / ("g%d.xlog" % i))["path"]
+              for i in range(0, 100, 40)]
+    xlog.merge(groups, out)
+    xlog.merge(paths, tmp_path / "direct.xlog")
+    a, b = read_all(out)[0], read_all(tmp_path / "direct.xlog")[0]
+    assert all(np.array_equal(getattr(a, f), getattr(b, f)) for f in xlog.Chunk._fields
+               if f != "extras")
+
+
 def test_merge_rejects_mixed_layouts(tmp_path):
     a, b = tmp_path / "a.log", tmp_path / "b.log"
     ExperienceLog(a, state_shape=(2,)).close()
@@ -480,6 +569,95 @@ def test_merge_rejects_mixed_layouts(tmp_path):
     with pytest.raises(ValueError, match="level"):
         xlog.merge([a], tmp_path / "o.log", level=11)
     assert not (tmp_path / "o.log").exists()
+
+
+# (call, exception, message) with a one-record log "a.log" in the directory
+# and "o.log" the output: a wrong type is a TypeError, a wrong value of the
+# right type a ValueError; each names its argument, what was expected and
+# what came.
+BAD_LOG_ARGS = [
+    (lambda d: xlog.merge(d / "a.log", d / "o.log"), TypeError,
+     "inputs: expected a sequence of log paths (a list or tuple: its order breaks timestamp "
+     "ties), got pathlib.PosixPath"),
+    (lambda d: xlog.merge(None, d / "o.log"), TypeError,
+     "inputs: expected a sequence of log paths (a list or tuple: its order breaks timestamp "
+     "ties), got NoneType"),
+    (lambda d: xlog.merge({d / "a.log"}, d / "o.log"), TypeError,
+     "inputs: expected a sequence of log paths (a list or tuple: its order breaks timestamp "
+     "ties), got set"),
+    (lambda d: xlog.merge((p for p in [d / "a.log"]), d / "o.log"), TypeError,
+     "inputs: expected a sequence of log paths (a list or tuple: its order breaks timestamp "
+     "ties), got generator"),
+    (lambda d: xlog.merge([], d / "o.log"), ValueError,
+     "inputs: expected at least one log path, got an empty list"),
+    (lambda d: xlog.merge([d / "a.log", None], d / "o.log"), TypeError,
+     "inputs[1]: expected a path (str, bytes or os.PathLike), got NoneType"),
+    (lambda d: xlog.merge([d / "a.log"], 3), TypeError,
+     "output: expected a path (str, bytes or os.PathLike), got int"),
+    (lambda d: xlog.merge([d / "a.log"], d / "o.log", level="1"), TypeError,
+     "level: expected an int from 0 to 9, got str"),
+    (lambda d: xlog.merge([d / "a.log"], d / "o.log", level=1.0), TypeError,
+     "level: expected an int from 0 to 9, got float"),
+    (lambda d: xlog.merge([d / "a.log"], d / "o.log", level=True), TypeError,
+     "level: expected an int from 0 to 9, got bool"),
+    (lambda d: xlog.merge([d / "a.log"], d / "o.log", level=None), TypeError,
+     "level: expected an int from 0 to 9, got NoneType"),
+    (lambda d: xlog.merge([d / "a.log"], d / "o.log", level=10), ValueError,
+     "level: expected an int from 0 to 9, got 10"),
+    (lambda d: xlog.merge([d / "a.log"], d / "o.log", chunk_bytes=1e6), TypeError,
+     "chunk_bytes: expected an int from 1 to 2**30, got float"),
+    (lambda d: xlog.merge([d / "a.log"], d / "o.log", chunk_bytes=[1]), TypeError,
+     "chunk_bytes: expected an int from 1 to 2**30, got list"),
+    (lambda d: xlog.merge([d / "a.log"], d / "o.log", chunk_bytes=0), ValueError,
+     "chunk_bytes: expected an int from 1 to 2**30, got 0"),
+    (lambda d: xlog.merge([d / "a.log"], d / "o.log", threads="2"), TypeError,
+     "threads: expected None or an int from 0 to 64, got str"),
+    (lambda d: xlog.merge([d / "a.log"], d / "o.log", threads=np.array([2])), TypeError,
+     "threads: expected None or an int from 0 to 64, got numpy.ndarray of dtype int64 and "
+     "shape (1,)"),
+    (lambda d: xlog.merge([d / "a.log"], d / "o.log", threads=65), ValueError,
+     "threads: expected None or an int from 0 to 64, got 65"),
+    (lambda d: xlog.merge([d / "a.log"], d / "o.log", progress="yes"), TypeError,
+     "progress: expected None, a bool or a callable(bytes_done, bytes_total), got str"),
+    (lambda d: xlog.merge([d / "a.log"], d / "o.log", progress=[]), TypeError,
+     "progress: expected None, a bool or a callable(bytes_done, bytes_total), got list"),
+    (lambda d: xlog.open(None), TypeError,
+     "path: expected a path (str, bytes or os.PathLike), got NoneType"),
+    (lambda d: xlog.info([d / "a.log"]), TypeError,
+     "path: expected a path (str, bytes or os.PathLike), got list"),
+    (lambda d: xlog.tail(3), TypeError,
+     "path: expected a path (str, bytes or os.PathLike), got int"),
+    (lambda d: xlog.tail(d / "a.log", "5"), TypeError, "n: expected an int >= 0, got str"),
+    (lambda d: xlog.tail(d / "a.log", True), TypeError, "n: expected an int >= 0, got bool"),
+    (lambda d: xlog.tail(d / "a.log", -1), ValueError, "n: expected an int >= 0, got -1"),
+    (lambda d: ExperienceReplay.from_log(None), TypeError,
+     "path: expected a path (str, bytes or os.PathLike), got NoneType"),
+    (lambda d: xlog.main("info"), TypeError,
+     "argv: expected None or a sequence of str (the arguments after the program name), "
+     "got str"),
+    (lambda d: xlog.main(["info", d / "a.log"]), TypeError,
+     "argv[1]: expected a str, got pathlib.PosixPath"),
+]
+
+
+@pytest.mark.parametrize("case", range(len(BAD_LOG_ARGS)))
+def test_bad_arguments_of_the_log_module(tmp_path, case):
+    call, exc, msg = BAD_LOG_ARGS[case]
+    with ExperienceLog(tmp_path / "a.log", state_shape=(1,)) as lg:
+        lg.append(0, 0, [0.0], 0, 0.0)
+    with pytest.raises(exc) as e:
+        call(tmp_path)
+    assert type(e.value) is exc and str(e.value) == msg
+    assert sorted(os.listdir(tmp_path)) == ["a.log"]
+
+
+def test_merge_takes_numpy_ints_and_int_flags(tmp_path):
+    with ExperienceLog(tmp_path / "a.log", state_shape=(1,)) as lg:
+        lg.append(0, 0, [0.0], 0, 0.0)
+    d = xlog.merge((tmp_path / "a.log",), tmp_path / "o.log", level=np.int64(0),
+                   chunk_bytes=np.array(100), threads=np.uint8(1), progress=0)
+    assert d["records"] == 1
+    assert len(xlog.tail(tmp_path / "o.log", np.int32(5)).timestamps) == 1
 
 
 def test_merge_threads_give_the_same_bytes(tmp_path):
@@ -519,7 +697,7 @@ def test_merge_threads_give_the_same_bytes(tmp_path):
                     assert len(zlib.decompress(body)) == h.raw_len
     with pytest.raises(ValueError, match="threads"):
         xlog.merge(paths, tmp_path / "x.log", threads=-1)
-    with pytest.raises(ValueError, match="threads"):
+    with pytest.raises(TypeError, match="threads"):
         xlog.merge(paths, tmp_path / "x.log", threads=1.5)
     assert not (tmp_path / "x.log").exists()
 

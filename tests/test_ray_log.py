@@ -124,6 +124,42 @@ def test_sharded_logs_gather(cluster, tmp_path, force_ship):
     sh.shutdown()
 
 
+def test_gather_logs_refuses_bad_arguments_before_closing_any_log(cluster, tmp_path):
+    """Every argument is checked first: a level or piece_bytes refused by the
+    merge used to come after every log was closed and shipped, and the old
+    output removed; piece_bytes=0 shipped empty files."""
+    sh = ShardedReplay(2, state_shape=(4,), capacity=100, log_dir=str(tmp_path / "logs"),
+                       selectors=["uniform"], actor_options={"num_cpus": 0})
+    sh.wait_ready()
+    for k in range(2):
+        ray.get(sh.shards[k].record_many.remote(None, np.zeros((3, 4), np.float32), np.arange(3),
+                                                np.ones(3, np.float32), terminated=True))
+    dest = tmp_path / "gathered"
+    old = tmp_path / "old.xlog"
+    old.write_bytes(b"an earlier output")
+    for kw, exc, msg in [
+        (dict(level="1"), TypeError, "level: expected an int from 0 to 9, got str"),
+        (dict(level=10), ValueError, "level: expected an int from 0 to 9, got 10"),
+        (dict(piece_bytes=0), ValueError, "piece_bytes: expected an int >= 1, got 0"),
+        (dict(piece_bytes=1.5), TypeError, "piece_bytes: expected an int >= 1, got float"),
+        (dict(force_ship="yes"), TypeError, "force_ship: expected a bool, got str"),
+        (dict(progress="yes"), TypeError, "progress: expected None, a bool or a "
+                                          "callable(bytes_done, bytes_total), got str"),
+        (dict(dest_dir=None), TypeError,
+         "dest_dir: expected a path (str, bytes or os.PathLike), got NoneType"),
+        (dict(output=5), TypeError, "output: expected a path (str, bytes or os.PathLike), got int"),
+    ]:
+        args = {"dest_dir": str(dest), "output": str(old), **kw}
+        with pytest.raises(exc) as e:
+            sh.gather_logs(args.pop("dest_dir"), args.pop("output"), **args)
+        assert type(e.value) is exc and str(e.value) == msg, kw
+        assert not any(i["closed"] for i in ray.get([s.log_info.remote() for s in sh.shards]))
+        assert not dest.exists() and old.read_bytes() == b"an earlier output"
+    d = sh.gather_logs(str(dest), str(old), force_ship=1, piece_bytes=np.int64(64), level=0)
+    assert d["records"] == 6 and d["sources"] == [0, 1]
+    sh.shutdown()
+
+
 def test_apex_with_log(cluster, tmp_path):
     from exreplay.examples import apex_cartpole as apex
 

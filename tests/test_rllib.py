@@ -268,6 +268,109 @@ def test_unsupported_spaces_refused_at_construction():
         PrioritizedEpisodeReplayBuffer(capacity=10, bogus=1)
 
 
+# (keyword arguments, exception, message) of both classes' constructors: a
+# wrong type is a TypeError, a wrong value of the right type a ValueError,
+# each naming the argument, what was expected and what came (bools are not
+# ints, as for ExperienceReplay).
+BAD_CONSTRUCTOR_ARGS = [
+    (dict(capacity="100"), TypeError, "capacity: expected an int >= 1 (timesteps), got str"),
+    (dict(capacity=100.0), TypeError, "capacity: expected an int >= 1 (timesteps), got float"),
+    (dict(capacity=None), TypeError, "capacity: expected an int >= 1 (timesteps), got NoneType"),
+    (dict(capacity=True), TypeError, "capacity: expected an int >= 1 (timesteps), got bool"),
+    (dict(capacity=[5]), TypeError, "capacity: expected an int >= 1 (timesteps), got list"),
+    (dict(capacity=0), ValueError, "capacity: expected an int >= 1 (timesteps), got 0"),
+    (dict(batch_size_B=1.5), TypeError, "batch_size_B: expected an int >= 1, got float"),
+    (dict(batch_size_B="16"), TypeError, "batch_size_B: expected an int >= 1, got str"),
+    (dict(batch_size_B=0), ValueError, "batch_size_B: expected an int >= 1, got 0"),
+    (dict(batch_length_T="1"), TypeError,
+     "batch_length_T: expected None, 0 or 1 (exreplay's RLlib buffers sample single "
+     "transitions, as DQN does), got str"),
+    (dict(batch_length_T=2), ValueError,
+     "batch_length_T: expected None, 0 or 1 (exreplay's RLlib buffers sample single "
+     "transitions, as DQN does), got 2"),
+    (dict(batch_length_T=-1), ValueError,
+     "batch_length_T: expected None, 0 or 1 (exreplay's RLlib buffers sample single "
+     "transitions, as DQN does), got -1"),
+    (dict(metrics_num_episodes_for_smoothing="x"), TypeError,
+     "metrics_num_episodes_for_smoothing: expected None or an int >= 1, got str"),
+    (dict(metrics_num_episodes_for_smoothing=0), ValueError,
+     "metrics_num_episodes_for_smoothing: expected None or an int >= 1, got 0"),
+    (dict(n_step="3"), TypeError,
+     "n_step: expected an int >= 1 or a (low, high) pair of ints, got str"),
+    (dict(n_step=True), TypeError,
+     "n_step: expected an int >= 1 or a (low, high) pair of ints, got bool"),
+    (dict(n_step=(True, 3)), TypeError,
+     "n_step: expected a (low, high) pair of ints, got bool at index 0"),
+    (dict(n_step=(1, 3.0)), TypeError,
+     "n_step: expected a (low, high) pair of ints, got float at index 1"),
+    (dict(n_step=(1, 2, 3)), ValueError,
+     "n_step: expected an int >= 1 or a (low, high) pair of ints, got a tuple of length 3"),
+    (dict(n_step=0), ValueError,
+     "n_step: expected an int >= 1 or a (low, high) pair of ints, got 0"),
+    (dict(seed="1"), TypeError, "seed: expected None or an int in [0, 2**64), got str"),
+    (dict(seed=1.0), TypeError, "seed: expected None or an int in [0, 2**64), got float"),
+    (dict(seed=True), TypeError, "seed: expected None or an int in [0, 2**64), got bool"),
+    (dict(seed=-1), ValueError, "seed: expected None or an int in [0, 2**64), got -1"),
+    (dict(seed=2**64), ValueError,
+     "seed: expected None or an int in [0, 2**64), got %d" % 2**64),
+    (dict(observation_space="Box", action_space="Discrete"), TypeError,
+     "observation_space: expected None or a gymnasium space (Box, Discrete, MultiDiscrete or "
+     "MultiBinary), got str"),
+    (dict(beta="0.4"), TypeError, "beta: expected None or a finite number >= 0, got str"),
+    (dict(beta=-1), ValueError, "beta: expected None or a finite number >= 0, got -1"),
+    (dict(storage_unit=5), TypeError,
+     "storage_unit: expected 'timesteps' (a str or RLlib's StorageUnit), got int"),
+    (dict(storage_unit="episodes"), ValueError,
+     "storage_unit: expected 'timesteps' (capacity counts timesteps; whole episodes are "
+     "evicted), got 'episodes'"),
+    (dict(replay_sequence_length="1"), TypeError,
+     "replay_sequence_length: expected None or an int <= 1 (exreplay's RLlib buffers sample "
+     "single transitions), got str"),
+    (dict(replay_sequence_length=20), ValueError,
+     "replay_sequence_length: expected None or an int <= 1 (exreplay's RLlib buffers sample "
+     "single transitions), got 20"),
+]
+BAD_ALPHA = [
+    (dict(alpha="0.6"), TypeError, "alpha: expected a finite number >= 0, got str"),
+    (dict(alpha=None), TypeError, "alpha: expected a finite number >= 0, got NoneType"),
+    (dict(alpha=True), TypeError, "alpha: expected a finite number >= 0, got bool"),
+    (dict(alpha=[0.5]), TypeError, "alpha: expected a finite number >= 0, got list"),
+    (dict(alpha=-0.5), ValueError, "alpha: expected a finite number >= 0, got -0.5"),
+    (dict(alpha=float("nan")), ValueError, "alpha: expected a finite number >= 0, got nan"),
+    (dict(alpha=2**1100), ValueError,
+     "alpha: expected a finite number >= 0, got an int too large for a float"),
+]
+
+
+@pytest.mark.parametrize("cls,kw,exc,msg", [
+    (cls, kw, exc, msg) for cls in (EpisodeReplayBuffer, PrioritizedEpisodeReplayBuffer)
+    for kw, exc, msg in BAD_CONSTRUCTOR_ARGS] + [
+    (PrioritizedEpisodeReplayBuffer, kw, exc, msg) for kw, exc, msg in BAD_ALPHA])
+def test_constructor_arguments_of_the_wrong_type_or_value(cls, kw, exc, msg):
+    with pytest.raises(exc) as e:
+        cls(**kw)
+    assert type(e.value) is exc and str(e.value) == msg
+
+
+def test_constructor_takes_numpy_numbers_and_rllib_keys():
+    from ray.rllib.utils.replay_buffers.replay_buffer import StorageUnit
+
+    buf = PrioritizedEpisodeReplayBuffer(
+        capacity=np.int64(100), batch_size_B=np.int32(8), batch_length_T=0, alpha=np.float32(0.5),
+        n_step=(np.int64(1), 3), seed=np.uint64(2**64 - 1), beta=0.4, type="x",
+        storage_unit=StorageUnit.TIMESTEPS, replay_sequence_length=1,
+        metrics_num_episodes_for_smoothing=None)
+    assert buf.capacity == 100 and type(buf.capacity) is int and buf.batch_size_B == 8
+    buf.add(make_episode(10, "a"))
+    assert len(buf.sample()) == 8
+    EpisodeReplayBuffer(storage_unit="timesteps", batch_length_T=None, n_step=[2, 4])
+    # the uniform buffer has no alpha, and says so
+    with pytest.raises(TypeError, match=r"^unexpected argument\(s\) 'alpha'; exreplay's "
+                                        r"EpisodeReplayBuffer takes capacity, batch_size_B, "
+                                        r"batch_length_T, metrics_num_episodes_for_smoothing, "):
+        EpisodeReplayBuffer(alpha=0.6)
+
+
 def test_dict_observations_refused_at_first_add():
     eps = SingleAgentEpisode(observations=[{"a": 0}])
     eps.add_env_step(observation={"a": 1}, action=0, reward=0.0)
@@ -300,6 +403,32 @@ def test_fragments_continue_their_episode():
 
 
 @pytest.mark.slow  # many draws: skipped in the (several times slower) ASan run
+def test_sample_arguments_of_the_wrong_type_are_refused_before_drawing():
+    buf = PrioritizedEpisodeReplayBuffer(capacity=100, n_step=2, seed=1)
+    buf.add(make_episode(10, "a"))
+    rng = copy.deepcopy(buf.rng.bit_generator.state)
+    B = "None or an int >= 0 (None and 0: the buffer's batch_size_B)"
+    for kw, exc, msg in [
+        (dict(num_items="4"), TypeError, "num_items: expected %s, got str" % B),
+        (dict(num_items=True), TypeError, "num_items: expected %s, got bool" % B),
+        (dict(batch_size_B=2.5), TypeError, "batch_size_B: expected %s, got float" % B),
+        (dict(num_items=-3), ValueError, "num_items: expected %s, got -3" % B),
+        (dict(gamma=None), TypeError, "gamma: expected a finite number >= 0, got NoneType"),
+        (dict(gamma="0.99"), TypeError, "gamma: expected a finite number >= 0, got str"),
+        (dict(gamma=float("nan")), ValueError, "gamma: expected a finite number >= 0, got nan"),
+        (dict(beta="0.4"), TypeError, "beta: expected None or a finite number >= 0, got str"),
+        (dict(beta=True), TypeError, "beta: expected None or a finite number >= 0, got bool"),
+        (dict(batch_length_T="1"), TypeError, "batch_length_T: expected None or an int, got str"),
+        (dict(lookback=0.5), TypeError, "lookback: expected None or an int, got float"),
+    ]:
+        with pytest.raises(exc) as e:
+            buf.sample(**kw)
+        assert type(e.value) is exc and str(e.value) == msg, kw
+        assert buf.rng.bit_generator.state == rng and buf.get_sampled_timesteps() == 0, kw
+    assert len(buf.sample(num_items=0)) == buf.batch_size_B  # RLlib's rule: 0 is the default
+    assert len(buf.sample(num_items=np.int64(3), gamma=np.float32(0.9), beta=None)) == 3
+
+
 def test_update_priorities_applies_to_last_sample():
     rng = np.random.default_rng(3)
     buf = PrioritizedEpisodeReplayBuffer(capacity=100, alpha=1.0, seed=3)

@@ -1020,13 +1020,22 @@ def gather_logs(replays, dest_dir: str, output: str | None = None, *, force_ship
     (or every one, with ``force_ship``) is copied into ``dest_dir`` through
     Ray in pieces of ``piece_bytes``, one at a time, so neither side holds
     more than a piece. Logs are merged in source order, so records with
-    equal timestamps keep it. If one of the replays has no log, it is a
-    ValueError and no log is closed.
+    equal timestamps keep it. If one of the replays has no log, or an
+    argument is refused (a TypeError or ValueError naming it), no log is
+    closed and no file is touched.
     """
     import os
 
     import exreplay.log as xlog
+    from exreplay._args import int_arg, path_arg, type_name
 
+    dest_dir = path_arg("dest_dir", dest_dir)
+    output, level, _, progress, _ = xlog._check_merge_options(
+        os.path.join(dest_dir, "merged.xlog") if output is None else output, level, 1, progress,
+        None)
+    if not isinstance(force_ship, (bool, np.bool_, int, np.integer)):
+        raise TypeError("force_ship: expected a bool, got %s" % type_name(force_ship))
+    piece_bytes = int_arg("piece_bytes", piece_bytes, 1, None, "an int >= 1")
     ray = _ray()
     replays = list(replays)
     # Every one must have a log before any is closed.
@@ -1055,7 +1064,6 @@ def gather_logs(replays, dest_dir: str, output: str | None = None, *, force_ship
                 off += len(piece)
                 shipped += len(piece)
         local.append(dst)
-    output = output or os.path.join(dest_dir, "merged.xlog")
     if os.path.exists(output):
         os.unlink(output)
     out = xlog.merge(local, output, level=level, progress=progress)

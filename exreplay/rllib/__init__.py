@@ -30,6 +30,7 @@ try:
     from ray.rllib.utils.replay_buffers.prioritized_episode_buffer import (
         PrioritizedEpisodeReplayBuffer as _RLlibPrioritizedEpisodeReplayBuffer,
     )
+    from ray.rllib.utils.replay_buffers.replay_buffer import StorageUnit as _StorageUnit
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError(
         "exreplay.rllib needs RLlib, gymnasium and torch: "
@@ -38,6 +39,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
     ) from e
 
 import exreplay
+from exreplay._args import int_arg, nonneg_real_arg, type_name
 from exreplay._spaces import spec_for_spaces
 
 __all__ = [
@@ -64,20 +66,59 @@ def _n_step_bounds(n_step) -> Tuple[int, int, bool]:
     if n_step is None:
         return 1, 1, False
     if isinstance(n_step, (tuple, list)):
-        if len(n_step) != 2 or not all(isinstance(v, (int, np.integer)) for v in n_step):
-            raise TypeError("n_step: expected an int or a (low, high) pair of ints, got %r" % (n_step,))
+        if len(n_step) != 2:
+            raise ValueError("n_step: expected an int >= 1 or a (low, high) pair of ints, got "
+                             "a %s of length %d" % (type_name(n_step), len(n_step)))
+        for i, v in enumerate(n_step):
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+                raise TypeError("n_step: expected a (low, high) pair of ints, got %s at index %d"
+                                % (type_name(v), i))
         lo, hi = int(n_step[0]), int(n_step[1])
         if lo < 1 or hi <= lo:
             raise ValueError(
                 "n_step: expected a range (low, high) with 1 <= low < high "
-                "(n is drawn from low .. high-1, as RLlib does), got %r" % (n_step,)
+                "(n is drawn from low .. high-1, as RLlib does), got %r" % ((lo, hi),)
             )
         return lo, hi - 1, True
-    if isinstance(n_step, bool) or not isinstance(n_step, (int, np.integer)):
-        raise TypeError("n_step: expected an int or a (low, high) pair of ints, got %r" % (n_step,))
-    if n_step < 1:
-        raise ValueError("n_step: expected an int >= 1, got %d" % n_step)
-    return int(n_step), int(n_step), False
+    n = int_arg("n_step", n_step, 1, None, "an int >= 1 or a (low, high) pair of ints")
+    return n, n, False
+
+
+# The keys of replay_buffer_config that are RLlib's own: RLlib passes every
+# key, and exreplay's buffers take these only with the values that mean what
+# they do (see _rllib_keys).
+_RLLIB_KEYS = ("beta", "storage_unit", "replay_sequence_length", "type")
+
+
+def _rllib_keys(kwargs, prioritized: bool) -> None:
+    """Checks the keyword arguments beyond the constructor's own: RLlib's keys
+    (beta is given to every sample() call; a storage unit other than timesteps
+    would change what capacity means) and no others."""
+    unknown = set(kwargs) - set(_RLLIB_KEYS)
+    if unknown:
+        raise TypeError(
+            "unexpected argument(s) %s; exreplay's %s takes capacity, batch_size_B, "
+            "batch_length_T, %smetrics_num_episodes_for_smoothing, n_step, seed, "
+            "observation_space, action_space and RLlib's %s"
+            % (", ".join(sorted(map(repr, unknown))),
+               "PrioritizedEpisodeReplayBuffer" if prioritized else "EpisodeReplayBuffer",
+               "alpha, " if prioritized else "", ", ".join(_RLLIB_KEYS))
+        )
+    if kwargs.get("beta") is not None:
+        nonneg_real_arg("beta", kwargs["beta"], "None or a finite number >= 0")
+    unit = kwargs.get("storage_unit")
+    if unit is not None:
+        if isinstance(unit, _StorageUnit):
+            unit = unit.value
+        if not isinstance(unit, str):
+            raise TypeError("storage_unit: expected 'timesteps' (a str or RLlib's StorageUnit), "
+                            "got %s" % type_name(kwargs["storage_unit"]))
+        if unit != "timesteps":
+            raise ValueError("storage_unit: expected 'timesteps' (capacity counts timesteps; "
+                             "whole episodes are evicted), got %r" % (unit,))
+    if kwargs.get("replay_sequence_length") is not None:
+        int_arg("replay_sequence_length", kwargs["replay_sequence_length"], -(2**63), 1,
+                "None or an int <= 1 (exreplay's RLlib buffers sample single transitions)")
 
 
 class _ProbeLogger:
@@ -165,35 +206,31 @@ class _ExreplayEpisodeBuffer:
         action_space,
         kwargs,
     ):
-        if batch_length_T is not None and batch_length_T > 1:
-            raise ValueError(
-                "batch_length_T: exreplay's RLlib buffers sample single transitions "
-                "(batch_length_T 0 or 1, what DQN uses); got %r" % (batch_length_T,)
-            )
-        if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
-            raise ValueError("capacity: expected an int >= 1 (timesteps), got %r" % (capacity,))
-        # RLlib passes every key of replay_buffer_config; these are RLlib's own
-        # and have no meaning here ("beta" is given to every sample() call).
-        unknown = set(kwargs) - {"beta", "type", "storage_unit", "replay_sequence_length"}
-        if unknown:
-            raise TypeError(
-                "unexpected argument(s) %s; exreplay's RLlib buffers take capacity, "
-                "batch_size_B, batch_length_T, alpha, n_step, seed, observation_space, "
-                "action_space" % ", ".join(sorted(map(repr, unknown)))
-            )
+        # every argument is checked before anything is set
+        capacity = int_arg("capacity", capacity, 1, None, "an int >= 1 (timesteps)")
+        batch_size_B = int_arg("batch_size_B", batch_size_B, 1, None, "an int >= 1")
+        if batch_length_T is not None:
+            batch_length_T = int_arg(
+                "batch_length_T", batch_length_T, 0, 1,
+                "None, 0 or 1 (exreplay's RLlib buffers sample single transitions, as DQN does)")
+        if metrics_num_episodes_for_smoothing is not None:
+            metrics_num_episodes_for_smoothing = int_arg(
+                "metrics_num_episodes_for_smoothing", metrics_num_episodes_for_smoothing, 1,
+                None, "None or an int >= 1")
+        _, hi, _ = _n_step_bounds(n_step)
+        alpha = nonneg_real_arg("alpha", alpha, "a finite number >= 0")
+        if seed is not None:
+            seed = int_arg("seed", seed, 0, 2**64 - 1, "None or an int in [0, 2**64)")
+        _rllib_keys(kwargs, self._prioritized)
+        spec = self._spec_from_spaces(observation_space, action_space)
         _RLlibEpisodeReplayBuffer.__init__(
             self,
-            capacity=int(capacity),
+            capacity=capacity,
             batch_size_B=batch_size_B,
-            batch_length_T=1 if batch_length_T is None else max(int(batch_length_T), 1),
+            batch_length_T=1 if batch_length_T is None else max(batch_length_T, 1),
             metrics_num_episodes_for_smoothing=metrics_num_episodes_for_smoothing,
         )
-        lo, hi, _ = _n_step_bounds(n_step)
-        if not (isinstance(alpha, (int, float, np.floating)) and np.isfinite(alpha) and alpha >= 0):
-            raise ValueError("alpha: expected a finite number >= 0, got %r" % (alpha,))
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
-            raise ValueError("seed: expected None or an int >= 0, got %r" % (seed,))
-        self._alpha = float(alpha)
+        self._alpha = alpha
         self._n_max = hi
         self._seed = seed
         self.rng = np.random.default_rng(seed)
@@ -210,10 +247,25 @@ class _ExreplayEpisodeBuffer:
         self._last_idx = None  # the last sample's pick_index: set_priority's shortcut
         self._gamma_pows = None
         self._metrics_fast = None  # see _log_sample_metrics
+        if spec is not None:
+            self._build(spec)
+
+    @staticmethod
+    def _spec_from_spaces(observation_space, action_space) -> Optional[Dict[str, Any]]:
+        """The buffer's layout from the constructor's spaces (None without)."""
+        import gymnasium
+
+        for name, sp in (("observation_space", observation_space), ("action_space", action_space)):
+            if sp is not None and not isinstance(sp, gymnasium.spaces.Space):
+                raise TypeError("%s: expected None or a gymnasium space (Box, Discrete, "
+                                "MultiDiscrete or MultiBinary), got %s" % (name, type_name(sp)))
         if (observation_space is None) != (action_space is None):
-            raise ValueError("observation_space and action_space: give both or neither")
-        if observation_space is not None:
-            self._build(spec_for_spaces(observation_space, action_space))
+            raise ValueError("observation_space and action_space: expected both or neither, got "
+                             "only %s" % ("observation_space" if action_space is None
+                                          else "action_space"))
+        if observation_space is None:
+            return None
+        return spec_for_spaces(observation_space, action_space)
 
     def _build(self, spec: Dict[str, Any]) -> None:
         # Unbounded: the adapter evicts whole episodes itself with
@@ -501,10 +553,13 @@ class _ExreplayEpisodeBuffer:
         Raises ValueError for ``include_infos``/``include_extra_model_outputs``
         (not stored), sequences (``batch_length_T`` > 1, ``lookback`` > 1,
         ``min_batch_length_T`` > 0, ``sample_episodes=False``), an ``n_step``
-        over the buffer's, or an empty buffer.
+        over the buffer's, or an empty buffer; TypeError for an argument of
+        the wrong type (a str, a float or None where an int is expected),
+        each before anything is drawn.  ``num_items`` 0 or None is the
+        buffer's ``batch_size_B``, as in RLlib's buffers.
         """
-        B, lo, hi, random_n, beta = self._sample_args(
-            num_items, batch_size_B, batch_length_T, n_step, beta, include_infos,
+        B, lo, hi, random_n, beta, gamma = self._sample_args(
+            num_items, batch_size_B, batch_length_T, n_step, beta, gamma, include_infos,
             include_extra_model_outputs, sample_episodes, lookback, min_batch_length_T)
         state, action, reward, state_next, seq_len, seq_len_next, epi, pos, idx, n, resamples = (
             self._draw(B, lo, hi, random_n, n_step)
@@ -529,9 +584,15 @@ class _ExreplayEpisodeBuffer:
         self._log_sample_metrics(B, len(set(el)), len(set(zip(el, pl))), float(n.sum()) / B, resamples)
         return out
 
-    def _sample_args(self, num_items, batch_size_B, batch_length_T, n_step, beta, include_infos,
-                     include_extra_model_outputs, sample_episodes, lookback, min_batch_length_T):
-        """sample's arguments checked: (B, lo, hi, random_n, beta)."""
+    def _sample_args(self, num_items, batch_size_B, batch_length_T, n_step, beta, gamma,
+                     include_infos, include_extra_model_outputs, sample_episodes, lookback,
+                     min_batch_length_T):
+        """sample's arguments checked, before anything is drawn: (B, lo, hi,
+        random_n, beta, gamma)."""
+        for name, v in (("batch_length_T", batch_length_T), ("lookback", lookback),
+                        ("min_batch_length_T", min_batch_length_T)):
+            if v is not None:
+                int_arg(name, v, -(2**63), None, "None or an int")
         if include_infos or include_extra_model_outputs:
             raise ValueError(
                 "include_infos/include_extra_model_outputs: exreplay's RLlib buffers store "
@@ -549,13 +610,16 @@ class _ExreplayEpisodeBuffer:
                 "sample_episodes=False: exreplay's RLlib buffers return a list of "
                 "one-step SingleAgentEpisodes (sample_episodes=True)"
             )
+        name = "batch_size_B"
         if num_items is not None:
             if batch_size_B is not None:
                 raise ValueError("num_items and batch_size_B: give one, not both")
-            batch_size_B = num_items
-        B = int(batch_size_B or self.batch_size_B)
-        if B < 1:
-            raise ValueError("num_items/batch_size_B: expected an int >= 1, got %r" % (B,))
+            name, batch_size_B = "num_items", num_items
+        # None or 0: the buffer's batch_size_B, as RLlib's buffers take them
+        B = (None if batch_size_B is None else int_arg(
+            name, batch_size_B, 0, None, "None or an int >= 0 (None and 0: the buffer's "
+            "batch_size_B)")) or self.batch_size_B
+        gamma = nonneg_real_arg("gamma", gamma, "a finite number >= 0")
         lo, hi, random_n = _n_step_bounds(n_step)
         if hi > self._n_max:
             raise ValueError(
@@ -569,10 +633,9 @@ class _ExreplayEpisodeBuffer:
                 "the step after it, or the episode's end, has been added)"
                 % (0 if self._buf is None else len(self._buf))
             )
-        beta = 0.0 if beta is None else float(beta)
-        if not (np.isfinite(beta) and beta >= 0):
-            raise ValueError("beta: expected a finite number >= 0, got %r" % (beta,))
-        return B, lo, hi, random_n, beta
+        if beta is not None:
+            beta = nonneg_real_arg("beta", beta, "None or a finite number >= 0")
+        return B, lo, hi, random_n, 0.0 if beta is None else beta, gamma
 
     def _weights(self, epi, pos, beta, B):
         """Importance weights as RLlib computes them: (N P(i))**-beta over the

@@ -1,0 +1,70 @@
+"""Argument checks of the Python-side entry points (exreplay.log, exreplay.rllib),
+spelled as the C binding spells its own (src/py/args.c): a wrong type is a
+TypeError, a wrong value of the right type a ValueError, and both read
+"name: expected ..., got ...". A TypeError shows the type that came (an
+array with its dtype and shape), a ValueError the value."""
+
+from __future__ import annotations
+
+import operator
+import os
+
+import numpy as np
+
+
+def type_name(o) -> str:
+    """The type of o as a message shows it: "str", "numpy.float64", "numpy.ndarray
+    of dtype int64 and shape (1,)"."""
+    t = type(o)
+    name = t.__qualname__ if t.__module__ == "builtins" else "%s.%s" % (t.__module__,
+                                                                        t.__qualname__)
+    if isinstance(o, np.ndarray):
+        name += " of dtype %s and shape %s" % (o.dtype, o.shape)
+    return name
+
+
+def _is_bool(v) -> bool:
+    return isinstance(v, (bool, np.bool_)) or (isinstance(v, np.ndarray) and v.dtype.kind == "b")
+
+
+def int_arg(name: str, v, lo: int, hi, expected: str) -> int:
+    """v as an int in [lo, hi] (hi None: no upper bound). Anything with
+    __index__ is an int (NumPy's integer scalars and 0-d integer arrays
+    too), except a bool."""
+    try:
+        if _is_bool(v):
+            raise TypeError
+        i = operator.index(v)
+    except TypeError:
+        raise TypeError("%s: expected %s, got %s" % (name, expected, type_name(v))) from None
+    if i < lo or (hi is not None and i > hi):
+        raise ValueError("%s: expected %s, got %d" % (name, expected, i))
+    return i
+
+
+def nonneg_real_arg(name: str, v, expected: str) -> float:
+    """v as a finite float >= 0: an int or a float (NumPy's scalars and 0-d
+    arrays too), not a bool nor a complex number."""
+    if isinstance(v, np.ndarray) and v.ndim == 0 and v.dtype.kind in "iuf":
+        v = v[()]
+    if (_is_bool(v) or isinstance(v, (complex, np.complexfloating, str, bytes))
+            or not isinstance(v, (int, float, np.integer, np.floating))):
+        raise TypeError("%s: expected %s, got %s" % (name, expected, type_name(v)))
+    try:
+        x = float(v)
+    except OverflowError:
+        raise ValueError("%s: expected %s, got an int too large for a float"
+                         % (name, expected)) from None
+    if not (np.isfinite(x) and x >= 0):
+        raise ValueError("%s: expected %s, got %r" % (
+            name, expected, int(v) if isinstance(v, (int, np.integer)) else x))
+    return x
+
+
+def path_arg(name: str, p):
+    """os.fspath(p), its TypeError naming the argument."""
+    try:
+        return os.fspath(p)
+    except TypeError:
+        raise TypeError("%s: expected a path (str, bytes or os.PathLike), got %s"
+                        % (name, type_name(p))) from None
