@@ -528,6 +528,74 @@ def test_get_state_set_state_round_trip():
         EpisodeReplayBuffer().set_state(state)
 
 
+def _state_parts(buf):
+    return (buf.get_num_episodes(), buf.get_num_timesteps(), buf.get_sampled_timesteps(),
+            [e.id_ for e in buf.episodes], buf.rng.bit_generator.state["state"])
+
+
+@pytest.mark.parametrize("damage", ["buffer bytes", "missing key", "rng", "end_len", "running"])
+def test_a_refused_state_changes_nothing(damage):
+    """set_state checks and decodes every part of a state before it sets any:
+    a state refused in a late part (it used to have replaced the buffer and
+    several counters by then) leaves the buffer as it was."""
+    rng = np.random.default_rng(3)
+    src = PrioritizedEpisodeReplayBuffer(capacity=200, n_step=(1, 3), seed=3)
+    for e in random_episodes(rng, 40):
+        src.add(e)
+    state = pickle.loads(pickle.dumps(src.get_state()))
+    if damage == "buffer bytes":
+        b = bytearray(state["buffer"])
+        b[len(b) // 2] ^= 0xFF
+        state["buffer"] = bytes(b)
+    elif damage == "missing key":
+        del state["sampled_timesteps"]
+    elif damage == "rng":
+        state["rng"] = {"bit_generator": "nonsense"}
+    elif damage == "end_len":
+        state["end_len"] = (np.array([10**9]), np.array([3]))
+    else:
+        state["running"] = [(1, 2)]
+    dst = PrioritizedEpisodeReplayBuffer(capacity=200, n_step=(1, 3), seed=5)
+    for e in random_episodes(np.random.default_rng(5), 10):
+        dst.add(e)
+    before = _state_parts(dst)
+    with pytest.raises(ValueError, match="^state: "):
+        dst.set_state(state)
+    assert _state_parts(dst) == before
+    dst.sample(batch_size_B=8, n_step=(1, 3))  # still works
+
+
+def test_checkpoint_mixin_checks_the_buffer_state_before_the_algorithm_s():
+    """With exreplay's buffer, the mixin checks the buffer's state before it
+    restores the algorithm's: a refused one leaves both as they were."""
+    from exreplay.rllib.checkpoint import BUFFER_STATE_KEY, ReplayBufferCheckpoints
+
+    class Algo:
+        restored = None
+        config = None
+
+        def set_state(self, state):
+            self.restored = state
+
+    class WithBuffer(ReplayBufferCheckpoints, Algo):
+        pass
+
+    rng = np.random.default_rng(4)
+    src = PrioritizedEpisodeReplayBuffer(capacity=200, n_step=(1, 3), seed=4)
+    for e in random_episodes(rng, 20):
+        src.add(e)
+    good = src.get_state()
+    bad = dict(good, buffer=b"not a buffer")
+    algo = WithBuffer()
+    algo.local_replay_buffer = PrioritizedEpisodeReplayBuffer(capacity=200, n_step=(1, 3))
+    with pytest.raises(ValueError, match="^state: "):
+        algo.set_state({"learner_group": 1, BUFFER_STATE_KEY: bad})
+    assert algo.restored is None and algo.local_replay_buffer.get_num_episodes() == 0
+    algo.set_state({"learner_group": 2, BUFFER_STATE_KEY: good})
+    assert algo.restored["learner_group"] == 2
+    assert algo.local_replay_buffer.get_num_timesteps() == src.get_num_timesteps()
+
+
 # ------------------------------------------------ against RLlib's own buffer
 
 

@@ -17,6 +17,7 @@ supported and how it differs from RLlib's buffers.
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
@@ -820,42 +821,67 @@ class _ExreplayEpisodeBuffer:
         }
 
     def set_state(self, state: Dict[str, Any]) -> None:
-        """Restores a ``get_state`` dict (the buffer draws as the saved one would)."""
+        """Restores a ``get_state`` dict (the buffer draws as the saved one
+        would). A state that is refused (ValueError) changes nothing."""
+        self.apply_state(self.check_state(state))
+
+    def check_state(self, state: Dict[str, Any]) -> Dict[str, Any]:
+        """What ``set_state(state)`` would set, every part of it checked and
+        decoded (the buffer unserialized), without changing this buffer: a
+        ValueError if any part is refused. ``apply_state`` of the result then
+        cannot fail. (The checkpoint mixin checks the buffer's state this way
+        before it restores the algorithm's.)"""
         if not isinstance(state, dict) or state.get("exreplay_state_version") != _STATE_VERSION:
             raise ValueError(
                 "state: expected a dict from get_state() of exreplay's RLlib buffer "
                 "(exreplay_state_version %d)" % _STATE_VERSION
             )
-        if bool(state["prioritized"]) != self._prioritized:
+        if bool(state.get("prioritized")) != self._prioritized:
             raise ValueError(
                 "state: saved by a %s buffer, restoring into a %s one"
                 % (
-                    "prioritized" if state["prioritized"] else "uniform",
+                    "prioritized" if state.get("prioritized") else "uniform",
                     "prioritized" if self._prioritized else "uniform",
                 )
             )
+        try:
+            return self._decode_state(state)
+        except (KeyError, TypeError, ValueError, IndexError, OverflowError) as e:
+            raise ValueError(
+                "state: expected a dict from get_state() of exreplay's RLlib buffer, got one "
+                "whose %s" % (("key %s is missing" % e) if isinstance(e, KeyError) else
+                              "parts do not fit together (%s: %s)" % (type(e).__name__, e))
+            ) from e
+
+    def _decode_state(self, state: Dict[str, Any]) -> Dict[str, Any]:
         buf = None if state["buffer"] is None else exreplay.ExperienceReplay.unserialize(state["buffer"])
-        self._buf = buf
-        self._sel = state["selector"]
-        self._alpha = state["alpha"]
-        self._n_max = state["n_max"]
-        self._h_min = state["h_min"]
-        self._next_h = state["next_h"]
-        self._h_id = dict(state["h_id"])
-        self._id_count = {}
-        for id_ in self._h_id.values():
-            self._id_count[id_] = self._id_count.get(id_, 0) + 1
-        self._running = {k: _Running(h, n, o) for k, h, n, o in state["running"]}
-        self._end_len = np.full(max(64, self._next_h), -1, np.int64)
+        h_id = dict(state["h_id"])
+        id_count: Dict[Any, int] = {}
+        for id_ in h_id.values():
+            id_count[id_] = id_count.get(id_, 0) + 1
+        next_h = operator.index(state["next_h"])
+        end_len = np.full(max(64, next_h), -1, np.int64)
         if state["end_len"] is not None:
             held, vals = state["end_len"]
-            self._end_len[held[: len(vals)]] = vals
-        self._last_epi, self._last_pos = state["last_sampled"]
-        self._last_idx = None
-        self._num_timesteps_added = state["_num_timesteps_added"]
-        self.sampled_timesteps = state["sampled_timesteps"]
-        self.rng.bit_generator.state = state["rng"]
-        self.capacity = state["capacity"]
+            end_len[np.asarray(held)[: len(vals)]] = vals
+        last_epi, last_pos = state["last_sampled"]
+        rng = np.random.Generator(type(self.rng.bit_generator)())
+        rng.bit_generator.state = state["rng"]
+        return dict(
+            _buf=buf, _sel=state["selector"], _alpha=float(state["alpha"]),
+            _n_max=operator.index(state["n_max"]), _h_min=operator.index(state["h_min"]),
+            _next_h=next_h, _h_id=h_id, _id_count=id_count,
+            _running={k: _Running(h, n, o) for k, h, n, o in state["running"]},
+            _end_len=end_len, _last_epi=last_epi, _last_pos=last_pos, _last_idx=None,
+            _num_timesteps_added=operator.index(state["_num_timesteps_added"]),
+            sampled_timesteps=operator.index(state["sampled_timesteps"]), rng=rng,
+            capacity=operator.index(state["capacity"]),
+        )
+
+    def apply_state(self, checked: Dict[str, Any]) -> None:
+        """Sets what ``check_state`` returned (nothing here can fail)."""
+        for k, v in checked.items():
+            setattr(self, k, v)
 
     def __repr__(self) -> str:
         return "<%s capacity=%d n_step<=%d timesteps=%d episodes=%d%s>" % (

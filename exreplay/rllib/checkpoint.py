@@ -64,15 +64,25 @@ class ReplayBufferCheckpoints:
                 f"state: expected no {BUFFER_STATE_KEY!r} (this algorithm has no replay buffer "
                 "to restore it into), got one"
             )
-        super().set_state(state)
         if BUFFER_STATE_KEY not in state:
+            super().set_state(state)
             if self._stores_buffer():
                 logger.warning(
                     "store_buffer_in_checkpoints is set, but the state restored holds no "
                     "replay buffer: the buffer keeps what it holds"
                 )
             return
-        self.local_replay_buffer.set_state(state[BUFFER_STATE_KEY])
+        buf = self.local_replay_buffer
+        if hasattr(buf, "check_state"):
+            # exreplay's buffers: the buffer's state checked (and decoded)
+            # before the algorithm's is restored, so that a refused one
+            # changes neither; then applied, which cannot fail
+            checked = buf.check_state(state[BUFFER_STATE_KEY])
+            super().set_state(state)
+            buf.apply_state(checked)
+        else:
+            super().set_state(state)
+            buf.set_state(state[BUFFER_STATE_KEY])
 
 
 class DQN(ReplayBufferCheckpoints, _RLlibDQN):
