@@ -35,8 +35,8 @@ static int dim_arg(PyObject *d, PyObject *who, Py_ssize_t i, npy_intp *v)
     if (x == -1 && PyErr_Occurred())
         return -1;
     if (x < 1 || x > ((Py_ssize_t)1 << 40)) {
-        PyErr_Format(PyExc_ValueError, "%U: expected dimensions from 1 to 2**40, got %R at index %zd",
-                     who, d, i);
+        PyErr_Format(PyExc_ValueError,
+                     "%U: expected dimensions from 1 to 2**40, got %R at index %zd", who, d, i);
         return -1;
     }
     *v = (npy_intp)x;
