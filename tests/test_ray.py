@@ -7,6 +7,7 @@ sanitized extension without the preloaded runtime).
 """
 
 import os
+import pickle
 import subprocess
 import sys
 import threading
@@ -21,7 +22,7 @@ if os.environ.get("EXREPLAY_ASAN"):
 ray = pytest.importorskip("ray")
 
 import exreplay  # noqa: E402
-from exreplay.ray import ReplayServer, Rollout, ShardedReplay, concat_batches, split_batch  # noqa: E402
+from exreplay.ray import _EPISODES, ReplayServer, Rollout, ShardedReplay, concat_batches, split_batch  # noqa: E402
 from exreplay.reference import ReferenceReplay  # noqa: E402
 
 PRI = exreplay.PickSelectorClass.Prioritized
@@ -626,7 +627,7 @@ def test_sharded_record_episode_from_two_copies(cluster):
             refs += cp.record_episode(s, a, r)
         assert sum(ray.get(refs)) == 8
         for cp in copies:  # episodes need no end_stream: a copy keeps none of their calls
-            assert list(cp._streams) == ["__episodes__"] and cp._streams["__episodes__"]["pending"] == []
+            assert list(cp._streams) == [_EPISODES] and cp._streams[_EPISODES]["pending"] == []
         bufs = sh.buffers()
         keys = sorted(int(b.episode(h).state[0, 0]) for b in bufs for h in b._handles())
         assert keys == [0, 1, 2, 10, 11, 12, 100, 101]
@@ -634,6 +635,25 @@ def test_sharded_record_episode_from_two_copies(cluster):
     finally:
         sh.shutdown()
 
+
+def test_record_episode_and_a_stream_named_like_it_stay_apart(cluster):
+    """record_episode's whole episodes go under a stream id of their own,
+    equal to nothing a sender can name: a sender's stream called
+    "__episodes__" (the id they used to share, which appended the whole
+    episode to the sender's open one) keeps its open episode."""
+    sh = ShardedReplay(1, state_shape=(4,), capacity=None, pick_len=1, seed=0,
+                       selectors=["uniform"], actor_options={"num_cpus": 0})
+    try:
+        s, a, r = _episode(5)
+        assert sh.record_rollout("__episodes__", Rollout(s, a, r), wait=True) == 5  # left open
+        s2, a2, r2 = _episode(5, 100)
+        assert sh.record_episode(s2, a2, r2, wait=True) == 5
+        (b,) = sh.buffers()
+        eps = [b.episode(h) for h in b._handles()]
+        assert sorted((len(e.action), e.ended) for e in eps) == [(5, False), (5, True)]
+    finally:
+        sh.shutdown()
+    assert pickle.loads(pickle.dumps(_EPISODES)) == _EPISODES and _EPISODES != "__episodes__"
 
 def test_sharded_get_batch_after_a_failed_draw(cluster):
     """get_batch(fresh_stats=False) splits by the previous call's stats; a

@@ -795,6 +795,24 @@ def _stream_arg(stream) -> None:
         raise TypeError(f"stream: expected a hashable id, got {type(stream).__name__}") from None
 
 
+class _EpisodesStream:
+    """The stream id under which ShardedReplay.record_episode sends whole
+    episodes: equal only to itself (across pickling too), so that no
+    sender's own stream id can share its bookkeeping on a shard."""
+
+    def __eq__(self, other):
+        return isinstance(other, _EpisodesStream)
+
+    def __hash__(self):
+        return hash(_EpisodesStream.__qualname__)
+
+    def __repr__(self):
+        return "<record_episode's stream>"
+
+
+_EPISODES = _EpisodesStream()
+
+
 # A stream's record calls not yet known to be done are kept in its routing
 # state (end_stream waits for them). Once there are this many, the finished
 # ones are pruned (ray.wait with timeout 0), and again once the rest has
@@ -1026,7 +1044,7 @@ class ShardedReplay:
         fs = None if final_state is None else _map(lambda x: np.asarray(x)[None], final_state)
         r = Rollout(states, actions, rewards, priorities, ends=[len(actions)], final_states=fs,
                     terminated=[terminated], extras=extras)
-        return self._send("__episodes__", r, wait, numbered=False)
+        return self._send(_EPISODES, r, wait, numbered=False)
 
     # -- learner ---------------------------------------------------------------------
 
