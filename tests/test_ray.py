@@ -7,6 +7,7 @@ sanitized extension without the preloaded runtime).
 """
 
 import os
+import pickle
 import subprocess
 import sys
 import threading
@@ -21,7 +22,7 @@ if os.environ.get("EXREPLAY_ASAN"):
 ray = pytest.importorskip("ray")
 
 import exreplay  # noqa: E402
-from exreplay.ray import ReplayServer, Rollout, ShardedReplay, concat_batches, split_batch  # noqa: E402
+from exreplay.ray import _EPISODES, ReplayServer, Rollout, ShardedReplay, concat_batches, split_batch  # noqa: E402
 from exreplay.reference import ReferenceReplay  # noqa: E402
 
 PRI = exreplay.PickSelectorClass.Prioritized
@@ -625,6 +626,8 @@ def test_sharded_record_episode_from_two_copies(cluster):
             s, a, r = _episode(4, 100 + c)
             refs += cp.record_episode(s, a, r)
         assert sum(ray.get(refs)) == 8
+        for cp in copies:  # episodes need no end_stream: a copy keeps none of their calls
+            assert list(cp._streams) == [_EPISODES] and cp._streams[_EPISODES]["pending"] == []
         bufs = sh.buffers()
         keys = sorted(int(b.episode(h).state[0, 0]) for b in bufs for h in b._handles())
         assert keys == [0, 1, 2, 10, 11, 12, 100, 101]
@@ -632,6 +635,25 @@ def test_sharded_record_episode_from_two_copies(cluster):
     finally:
         sh.shutdown()
 
+
+def test_record_episode_and_a_stream_named_like_it_stay_apart(cluster):
+    """record_episode's whole episodes go under a stream id of their own,
+    equal to nothing a sender can name: a sender's stream called
+    "__episodes__" (the id they used to share, which appended the whole
+    episode to the sender's open one) keeps its open episode."""
+    sh = ShardedReplay(1, state_shape=(4,), capacity=None, pick_len=1, seed=0,
+                       selectors=["uniform"], actor_options={"num_cpus": 0})
+    try:
+        s, a, r = _episode(5)
+        assert sh.record_rollout("__episodes__", Rollout(s, a, r), wait=True) == 5  # left open
+        s2, a2, r2 = _episode(5, 100)
+        assert sh.record_episode(s2, a2, r2, wait=True) == 5
+        (b,) = sh.buffers()
+        eps = [b.episode(h) for h in b._handles()]
+        assert sorted((len(e.action), e.ended) for e in eps) == [(5, False), (5, True)]
+    finally:
+        sh.shutdown()
+    assert pickle.loads(pickle.dumps(_EPISODES)) == _EPISODES and _EPISODES != "__episodes__"
 
 def test_sharded_get_batch_after_a_failed_draw(cluster):
     """get_batch(fresh_stats=False) splits by the previous call's stats; a
@@ -676,6 +698,144 @@ def test_sharded_rollouts_spread_and_stay_whole(cluster):
             e = b.episode(h)
             np.testing.assert_array_equal(np.diff(e.state[:, 1]), 1)
     sh.shutdown()
+
+
+def _chained_rollouts(n, marker, T=50):
+    """n rollouts of one sender, T steps each, that continue one another:
+    each ends episodes after rows 17 and 40 and leaves its last rows open for
+    the next one. States: column 0 = marker, column 1 = the step (0, 1, ...)."""
+    out = []
+    for i in range(n):
+        s = np.zeros((T, 4), np.float32)
+        s[:, 0] = marker
+        s[:, 1] = np.arange(i * T, (i + 1) * T)
+        out.append(Rollout(s, np.zeros(T, np.int64), np.ones(T, np.float32), ends=[17, 40],
+                           terminated=[True, True]))
+    return out
+
+
+def _chained_episodes(n, T=50):
+    """(first step, length, ended) of the episodes that _chained_rollouts(n) make."""
+    cuts = [0] + [i * T + e for i in range(n) for e in (17, 40)] + [n * T]
+    return sorted((a, b - a, k < len(cuts) - 2) for k, (a, b) in enumerate(zip(cuts, cuts[1:])))
+
+
+def _episodes_by_marker(sh):
+    """{marker: sorted (first step, length, ended)} over every shard's
+    episodes, each checked to be of one marker and in step order."""
+    out = {}
+    for b in sh.buffers():
+        b._check()
+        for h in b._handles():
+            e = b.episode(h)
+            m = np.unique(e.state[:, 0])
+            assert len(m) == 1, f"an episode mixes markers {m}"
+            np.testing.assert_array_equal(np.diff(e.state[:, 1]), 1)
+            out.setdefault(int(m[0]), []).append((int(e.state[0, 1]), len(e.state), bool(e.ended)))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def test_sharded_end_stream_waits_for_its_calls_then_the_stream_restarts(cluster):
+    """end_stream right after rollouts sent with wait=False: every one of them
+    is recorded (none in flight, none held and dropped), the routing state
+    goes, and the stream id starts anew (seq 0, a new episode) from a new copy
+    and then again from this one."""
+    import pickle
+
+    sh = ShardedReplay(2, state_shape=(4,), capacity=None, pick_len=1, seed=0,
+                       selectors=["uniform"], actor_options={"num_cpus": 0})
+    try:
+        sh.wait_ready()
+        for r in _chained_rollouts(20, 0):  # the last one leaves an episode open
+            sh.record_rollout("w", r)
+        assert sh.end_stream("w") is None
+        assert "w" not in sh._streams
+        assert sum(len(b) for b in sh.buffers()) == 1000
+        assert _episodes_by_marker(sh) == {0: _chained_episodes(20)}
+
+        fresh = pickle.loads(pickle.dumps(sh))
+        assert "w" not in fresh._streams
+        first, *rest = _chained_rollouts(3, 1)
+        fresh.record_rollout("w", first, wait=True)
+        # accepted and recorded (a seq other than 0 would be held, unrecorded),
+        # as a new episode: the old stream's open episode is left as it was
+        eps = _episodes_by_marker(sh)
+        assert eps[0] == _chained_episodes(20)
+        assert eps[1] == [(0, 17, True), (17, 23, True), (40, 10, False)]
+        for r in rest:
+            fresh.record_rollout("w", r)
+        fresh.end_stream("w")
+        assert _episodes_by_marker(sh)[1] == _chained_episodes(3)
+
+        for r in _chained_rollouts(4, 2):  # and anew from the first copy
+            sh.record_rollout("w", r)
+        sh.end_stream("w")
+        eps = _episodes_by_marker(sh)
+        assert eps == {0: _chained_episodes(20), 1: _chained_episodes(3), 2: _chained_episodes(4)}
+        assert sum(len(b) for b in sh.buffers()) == 50 * (20 + 3 + 4)
+    finally:
+        sh.shutdown()
+
+
+def test_sharded_restarted_sender_reuses_its_stream_after_end_stream(cluster):
+    """A sender restarted with a fresh copy (its routing state at seq 0) that
+    reuses its stream id is refused by the shards, which remember the old
+    stream; end_stream from that copy lets it start over."""
+    sh = ShardedReplay(2, state_shape=(4,), capacity=None, pick_len=1, seed=0,
+                       selectors=["uniform"], actor_options={"num_cpus": 0})
+    try:
+        for r in _chained_rollouts(3, 0):
+            assert sh.record_rollout("w", r, wait=True) == 50
+        fresh = ShardedReplay(actors=sh.shards)
+        r = _chained_rollouts(1, 1)[0]
+        with pytest.raises(ValueError, match="seq: expected a number not sent before on stream 'w'"):
+            fresh.record_rollout("w", r, wait=True)
+        assert _episodes_by_marker(sh) == {0: _chained_episodes(3)}  # the refused rollout: nothing
+        with pytest.raises(TypeError, match="stream: expected a hashable id, got list"):
+            fresh.end_stream(["w"])
+        fresh.end_stream("w")
+        assert "w" not in fresh._streams
+        assert fresh.record_rollout("w", r, wait=True) == 50
+        assert _episodes_by_marker(sh) == {0: _chained_episodes(3), 1: _chained_episodes(1)}
+        assert sum(len(b) for b in sh.buffers()) == 200
+    finally:
+        sh.shutdown()
+
+
+@pytest.mark.parametrize("pruned", [False, True])
+def test_sharded_end_stream_ends_the_stream_and_raises_a_failed_rollout(cluster, pruned):
+    """A rollout refused on its shard (a NaN priority) in a stream sent with
+    wait=False: end_stream still waits for every call, ends the stream on the
+    shards and here, and then raises that error, whether the call was still
+    in flight or had already been pruned from the routing state as done."""
+    import pickle
+
+    from exreplay.ray import _PRUNE_AT
+
+    sh = ShardedReplay(1, state_shape=(4,), capacity=None, pick_len=1, seed=0,
+                       selectors=["uniform"], actor_options={"num_cpus": 0})
+    try:
+        rs = _chained_rollouts(_PRUNE_AT if pruned else 4, 0)
+        b = rs[1]
+        rs[1] = Rollout(b.states, b.actions, b.rewards, np.full(50, np.nan), b.ends, None, b.terminated)
+        first = [ref for r in rs[:4] for ref in sh.record_rollout("w", r)]
+        if pruned:
+            ray.wait(first, num_returns=len(first))
+            for r in rs[4:]:  # the 64th call prunes the finished ones, noting the error
+                sh.record_rollout("w", r)
+            assert not set(first) & set(sh._streams["w"]["pending"])
+            assert isinstance(sh._streams["w"]["error"], ValueError)
+        cp = pickle.loads(pickle.dumps(sh))  # a copy takes the routing, not the calls
+        assert cp._streams["w"]["seq"] == sh._streams["w"]["seq"]
+        assert cp._streams["w"]["pending"] == [] and cp._streams["w"]["error"] is None
+        with pytest.raises(ValueError, match="priorities: expected finite numbers"):
+            sh.end_stream("w")
+        assert "w" not in sh._streams
+        assert sum(len(b) for b in sh.buffers()) == 50 * (len(rs) - 1)  # all but the refused one
+        assert sh.record_rollout("w", _chained_rollouts(1, 1)[0], wait=True) == 50  # seq 0 again
+        assert _episodes_by_marker(sh)[1] == _chained_episodes(1)
+    finally:
+        sh.shutdown()
 
 
 def test_gather_logs_checks_every_replay_before_closing_any(cluster, tmp_path):

@@ -787,6 +787,39 @@ def _stable_hash(x) -> int:
     return zlib.crc32(repr(x).encode())
 
 
+def _stream_arg(stream) -> None:
+    """A TypeError naming `stream` unless it can be a dict key."""
+    try:
+        hash(stream)
+    except TypeError:
+        raise TypeError(f"stream: expected a hashable id, got {type(stream).__name__}") from None
+
+
+class _EpisodesStream:
+    """The stream id under which ShardedReplay.record_episode sends whole
+    episodes: equal only to itself (across pickling too), so that no
+    sender's own stream id can share its bookkeeping on a shard."""
+
+    def __eq__(self, other):
+        return isinstance(other, _EpisodesStream)
+
+    def __hash__(self):
+        return hash(_EpisodesStream.__qualname__)
+
+    def __repr__(self):
+        return "<record_episode's stream>"
+
+
+_EPISODES = _EpisodesStream()
+
+
+# A stream's record calls not yet known to be done are kept in its routing
+# state (end_stream waits for them). Once there are this many, the finished
+# ones are pruned (ray.wait with timeout 0), and again once the rest has
+# doubled, so that a sender pays for a prune about once per this many calls.
+_PRUNE_AT = 64
+
+
 class ShardedReplay:
     """Several ReplayActors used as one replay.
 
@@ -809,9 +842,16 @@ class ShardedReplay:
     - A batch's ``pick_epi`` encodes the shard: ``pick_epi = epi * n_shards + shard``
       (``decode`` inverts it); ``set_priority`` routes each update to its shard.
 
+    - ``end_stream(stream)`` waits for this copy's record calls of the
+      stream, makes every shard forget it, and drops its routing state; the
+      stream id can then start anew (seq 0, a new episode), from this copy or
+      from another one.
+
     The object is picklable (it holds actor handles) and can be handed to
     Ray tasks and actors; each copy keeps its own per-stream routing state, so
-    give each sender its own stream id.
+    give each sender its own stream id. A copy takes the routing state as it
+    is, but not the record calls in flight: those only the copy that sent
+    them waits for.
     """
 
     def __init__(self, n_shards: int | None = None, *, actors=None, seed: int | None = None,
@@ -853,21 +893,35 @@ class ShardedReplay:
     def wait_ready(self, timeout: float = 60.0) -> None:
         _ray().get([s.ping.remote() for s in self.shards], timeout=timeout)
 
+    def __getstate__(self):
+        # A copy continues the routing (open shard, seq, turn) but starts with
+        # none of this copy's calls in flight and none of their errors.
+        state = dict(self.__dict__)
+        state["_streams"] = {
+            k: dict(v, seq=None if v["seq"] is None else list(v["seq"]), pending=[],
+                    prune_at=_PRUNE_AT, error=None)
+            for k, v in self._streams.items()}
+        return state
+
     # -- writers ---------------------------------------------------------------------
 
     def record_rollout(self, stream: Hashable, rollout: Rollout, wait: bool = False):
         """Send a Rollout of sender `stream`; returns the ObjectRefs (or, with
-        wait=True, the number of records added)."""
+        wait=True, the number of records added, once every shard's call is
+        done; an error is raised only then). end_stream ends the stream."""
+        _stream_arg(stream)
         return self._send(stream, rollout, wait, numbered=True)
 
     def _send(self, stream: Hashable, rollout: Rollout, wait: bool, numbered: bool):
         """record_rollout; numbered=False sends no seq (whole episodes, which
-        need no order and may come from every copy of this object at once)."""
+        need no order and may come from every copy of this object at once)
+        and keeps none of its calls."""
         ray = _ray()
         st = self._streams.get(stream)
         if st is None:
             st = self._streams[stream] = {"open": None, "seq": [0] * self.n if numbered else None,
-                                          "rr": _stable_hash(stream) % self.n}
+                                          "rr": _stable_hash(stream) % self.n,
+                                          "pending": [], "prune_at": _PRUNE_AT, "error": None}
         groups: dict[int, list] = {}
         for a, b, j in rollout.pieces():
             if a == 0 and st["open"] is not None:
@@ -885,7 +939,103 @@ class ShardedReplay:
             else:
                 refs.append(self.shards[shard].record_rollout.remote(stream, sub, st["seq"][shard]))
                 st["seq"][shard] += 1
-        return sum(ray.get(refs)) if wait else refs
+        keep = st["seq"] is not None  # a numbered stream's calls, for end_stream
+        if not wait:
+            if keep:
+                self._keep(st, refs)
+            return refs
+        settled = False
+        try:
+            n = sum(ray.get(refs))
+            settled = True
+            return n
+        except Exception:
+            # ray.get raises at the first error it finds, maybe while the
+            # other shards' calls still run: raise once all of them are done.
+            ray.wait(refs, num_returns=len(refs))
+            settled = True
+            raise
+        finally:
+            if not settled and keep:  # interrupted: end_stream waits for them
+                self._keep(st, refs)
+
+    def _keep(self, st: dict, refs: list) -> None:
+        """Keep a stream's record calls for end_stream; past st["prune_at"]
+        of them, drop the finished ones, noting the first error among them."""
+        p = st["pending"]
+        p.extend(refs)
+        if len(p) < st["prune_at"]:
+            return
+        ray = _ray()
+        done, rest = ray.wait(p, num_returns=len(p), timeout=0)
+        if done and st["error"] is None:
+            try:
+                ray.get(done)
+            except Exception as e:
+                st["error"] = e
+        st["pending"] = rest
+        st["prune_at"] = max(_PRUNE_AT, 2 * len(rest))
+
+    def end_stream(self, stream: Hashable) -> None:
+        """End sender `stream`: the same id can then start anew (seq 0, and a
+        new episode), from this copy or from another one.
+
+        In order: waits until every record call of the stream that this copy
+        sent is done (so a rollout sent with wait=False just before is
+        recorded, not dropped); then has every shard forget the stream
+        (ReplayServer.end_stream: its open episode stays, unended) and waits
+        for that; then drops this copy's routing state of it. If one of those
+        calls raised (a rollout refused, a shard lost), the stream is still
+        ended on every shard that answers and forgotten here, and then one
+        error is raised: the first found among the stream's record calls
+        sent with wait=False, else a shard's end_stream error. (A wait=True
+        call raised its own error and is not raised again.)
+
+        Calls of the stream sent by other copies of this object are not
+        waited for (each copy keeps its own routing state): end a stream
+        from a fresh copy, as a restarted sender does, only once the old
+        sender's calls are over, and give each live sender its own stream id.
+        Returns None.
+        """
+        _stream_arg(stream)
+        ray = _ray()
+        st = self._streams.get(stream)
+        err = None
+        if st is not None:
+            err = st["error"]
+            pending = st["pending"]
+            if pending:
+                # A call whose rollout comes before its predecessor returns
+                # with the rollout held, unrecorded; but once every call of the
+                # stream has returned, every rollout of it is recorded.
+                # ReplayServer.record_rollout: a call holds its rollout and, if
+                # no drain runs and the next number is held, drains; a drain
+                # records the next one while it is held and stops, under
+                # _streams_mu, only when it is not; a call that holds the next
+                # number while no drain runs starts one. So whenever no drain
+                # runs, the next number is not held, and a drain's call returns
+                # only after its last recording. With all calls returned (none
+                # draining) and this copy's numbers 0..k on each shard all sent,
+                # each shard's next number is k + 1: every one was recorded (or
+                # failed, and its error is raised by the call that drained it).
+                # (A KeyboardInterrupt inside a drain leaves the held rollouts
+                # to the stream's next call; end_stream then drops them.)
+                ray.wait(pending, num_returns=len(pending))
+                if err is None:
+                    try:
+                        ray.get(pending)
+                    except Exception as e:
+                        err = e
+        ends = [s.end_stream.remote(stream) for s in self.shards]
+        if ends:
+            ray.wait(ends, num_returns=len(ends))
+            try:
+                ray.get(ends)
+            except Exception as e:
+                err = e if err is None else err
+        self._streams.pop(stream, None)
+        if err is not None:
+            raise err
 
     def record_episode(self, states, actions, rewards, final_state=None, terminated=True,
                        priorities=None, wait: bool = False, extras=None):
@@ -894,7 +1044,7 @@ class ShardedReplay:
         fs = None if final_state is None else _map(lambda x: np.asarray(x)[None], final_state)
         r = Rollout(states, actions, rewards, priorities, ends=[len(actions)], final_states=fs,
                     terminated=[terminated], extras=extras)
-        return self._send("__episodes__", r, wait, numbered=False)
+        return self._send(_EPISODES, r, wait, numbered=False)
 
     # -- learner ---------------------------------------------------------------------
 
