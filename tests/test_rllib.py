@@ -380,6 +380,19 @@ def test_dict_observations_refused_at_first_add():
     assert buf.get_num_timesteps() == 0
 
 
+def test_episodes_without_steps_add_nothing():
+    """An episode of no steps (only its reset observation, or nothing) adds
+    nothing, also as the first add of either class (the uniform buffer's
+    eviction used to read the length of the buffer not yet built: a bare
+    TypeError)."""
+    for cls in (PrioritizedEpisodeReplayBuffer, EpisodeReplayBuffer):
+        buf = cls(capacity=10)
+        buf.add([SingleAgentEpisode(id_="x", observations=[0.0]), SingleAgentEpisode(id_="y")])
+        assert buf.exreplay_buffer is None and len(buf) == 0 and buf.get_num_episodes() == 0
+        buf.add([SingleAgentEpisode(id_="z", observations=[0.0]), make_episode(3, "a")])
+        assert len(buf) == 3 and buf.get_num_episodes() == 1
+
+
 def test_fragments_continue_their_episode():
     buf = PrioritizedEpisodeReplayBuffer(capacity=1000, n_step=3, seed=0)
     # one 12-step episode in three fragments (as EnvRunners send them)

@@ -456,7 +456,7 @@ class _ExreplayEpisodeBuffer:
             steps, new = self._add_fragment(eps, weight)
             steps_added += steps
             episodes_added += new
-            if not self._prioritized:
+            if not self._prioritized and self._buf is not None:  # None: no steps yet
                 while len(self._buf) > self.capacity and self._buf.num_episodes > 1:
                     self._evict_oldest()
         self._num_timesteps_added += steps_added
