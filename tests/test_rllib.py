@@ -393,6 +393,102 @@ def test_episodes_without_steps_add_nothing():
         assert len(buf) == 3 and buf.get_num_episodes() == 1
 
 
+# ------------------------------------------- a refused add changes nothing
+
+
+def _snapshot(buf):
+    """What a refused call must leave as it was: the whole state (the buffer's
+    bytes, counters, id maps, open episodes, last sample, generator) and the
+    metrics."""
+    return pickle.dumps(buf.get_state()), pickle.dumps(buf.metrics.get_state())
+
+
+def _episode(obs, actions, rewards=None, id_="bad", terminated=True):
+    """An episode built from lists: observations obs[0..T], actions[0..T-1]."""
+    return SingleAgentEpisode(id_=id_, observations=list(obs), actions=list(actions),
+                              rewards=list(np.ones(len(actions)) if rewards is None else rewards),
+                              terminated=terminated, len_lookback_buffer=0)
+
+
+def _filled(cls):
+    """A buffer close to its capacity (the next add evicts), with an open
+    episode, a sample awaiting priorities and metrics logged."""
+    buf = cls(capacity=30, n_step=2, seed=1)
+    buf.add([make_episode(10, "a"), make_episode(5, "open", terminated=False),
+             make_episode(10, "b", base=100.0)])
+    buf.sample(4)
+    return buf
+
+
+_WHERE = r" \(the episode at index 1, id_ 'bad'\)$"
+# (second episode of an add, exception, message): the first episode of the
+# add is good, and would have been recorded (and made the buffer evict)
+BAD_EPISODES = [
+    (_episode(np.zeros((4, 2)), [0, 0, 0]), ValueError,
+     r"^episodes: expected observations of shape \(\) per step \(the buffer's\), got \(2,\)" + _WHERE),
+    (_episode(["w", "x", "y", "z"], [0, 0, 0]), TypeError,
+     r"^episodes: expected observations of dtype float64 \(or one that casts to it under "
+     r"same_kind\), got <U1" + _WHERE),
+    (_episode([{"k": 1.0}] * 4, [0, 0, 0]), TypeError,
+     r"^episodes: expected observations of dtype float64 .*, got object" + _WHERE),
+    (_episode([1.0, 2.0, 3.0, 4.0], [0.5, 0.5, 0.5]), TypeError,
+     r"^episodes: expected actions of dtype int64 \(or one that casts to it under same_kind\), "
+     r"got float64" + _WHERE),
+    (_episode([1.0, 2.0, 3.0, 4.0], [[0, 1], [0, 1], [0, 1]]), ValueError,
+     r"^episodes: expected actions of shape \(\) per step \(the buffer's\), got \(2,\)" + _WHERE),
+    (_episode([1.0, 2.0, 3.0, 4.0], [0, 0, 0], rewards=["1", "1", "1"]), TypeError,
+     r"^episodes: expected rewards of real numbers \(bool, int or float\), got <U1" + _WHERE),
+    (5, TypeError,
+     r"^episodes: expected a SingleAgentEpisode or a list of them \(multi-agent episodes are "
+     r"not supported\), got a list holding int at index 1$"),
+]
+
+
+@pytest.mark.parametrize("cls", [PrioritizedEpisodeReplayBuffer, EpisodeReplayBuffer])
+@pytest.mark.parametrize("bad,exc,msg", BAD_EPISODES)
+def test_a_refused_add_changes_nothing(cls, bad, exc, msg):
+    """Every episode of an add is checked before anything is recorded or
+    evicted: the good episode before a bad one is not added (it used to be,
+    and the prioritized buffer evicted for it first), and the error names
+    episodes, what was expected and what came."""
+    buf = _filled(cls)
+    before = _snapshot(buf)
+    with pytest.raises(exc, match=msg) as e:
+        buf.add([make_episode(10, "new", base=500.0), bad])
+    assert type(e.value) is exc
+    assert _snapshot(buf) == before
+    twin = _filled(cls)
+    a, b = buf.sample(8), twin.sample(8)  # and it draws as before
+    assert [unpack(x) for x in a] == [unpack(y) for y in b]
+
+
+def test_a_refused_first_add_builds_nothing():
+    """The first add takes the layout from its first episode; a later
+    episode of the same add that does not fit it leaves the buffer unbuilt."""
+    for cls in (PrioritizedEpisodeReplayBuffer, EpisodeReplayBuffer):
+        buf = cls(capacity=100)
+        with pytest.raises(ValueError, match=r"^episodes: expected observations of shape \(\)"):
+            buf.add([make_episode(5, "good"), _episode(np.zeros((4, 3)), [0, 0, 0])])
+        assert buf.exreplay_buffer is None and buf.get_num_timesteps() == 0
+        assert buf.get_added_timesteps() == 0 and buf.episodes == []
+        buf.add(_episode(np.zeros((4, 3)), [0, 0, 0], id_="c"))  # a fresh layout is fine
+        assert buf.exreplay_buffer.state_shape == (3,)
+
+
+@pytest.mark.parametrize("episodes,msg", [
+    (5, "got int"), (None, "got NoneType"), ("abc", "got str"),
+    ([make_episode(3, "a"), "x"], "got a list holding str at index 1"),
+])
+def test_add_refuses_what_is_not_episodes(episodes, msg):
+    buf = PrioritizedEpisodeReplayBuffer(capacity=100)
+    with pytest.raises(TypeError) as e:
+        buf.add(episodes)
+    assert type(e.value) is TypeError and str(e.value) == (
+        "episodes: expected a SingleAgentEpisode or a list of them (multi-agent episodes "
+        "are not supported), %s" % msg)
+    assert buf.exreplay_buffer is None
+
+
 def test_fragments_continue_their_episode():
     buf = PrioritizedEpisodeReplayBuffer(capacity=1000, n_step=3, seed=0)
     # one 12-step episode in three fragments (as EnvRunners send them)

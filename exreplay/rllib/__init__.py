@@ -174,18 +174,50 @@ class _Running:
         self.last_obs = last_obs
 
 
+_EPISODES_EXPECTED = ("episodes: expected a SingleAgentEpisode or a list of them (multi-agent "
+                      "episodes are not supported), got %s")
+
+
 def _episode_list(episodes):
     """add's argument as a list of SingleAgentEpisode (TypeError otherwise)."""
     if isinstance(episodes, SingleAgentEpisode):
         return [episodes]
+    if isinstance(episodes, (str, bytes, dict)) or not hasattr(episodes, "__iter__"):
+        raise TypeError(_EPISODES_EXPECTED % type_name(episodes))
     episodes = list(episodes)
-    for eps in episodes:
+    for i, eps in enumerate(episodes):
         if not isinstance(eps, SingleAgentEpisode):
-            raise TypeError(
-                "episodes: expected SingleAgentEpisode objects (multi-agent episodes are "
-                "not supported), got %s" % type(eps).__name__
-            )
+            raise TypeError(_EPISODES_EXPECTED % ("a list holding %s at index %d"
+                                                  % (type_name(eps), i)))
     return episodes
+
+
+def _where(i, eps) -> str:
+    return " (the episode at index %d, id_ %r)" % (i, eps.id_)
+
+
+def _episode_array(values, what, i, eps) -> np.ndarray:
+    """An episode's observations, actions or rewards as one array."""
+    try:
+        return np.asarray(values)
+    except (TypeError, ValueError) as e:
+        raise ValueError("episodes: expected %s that stack into one array, got ones NumPy "
+                         "cannot stack (%s)%s" % (what, e, _where(i, eps))) from None
+
+
+def _fit(a, rows, shape, dtype, what, i, eps) -> np.ndarray:
+    """a as `rows` rows of `shape` and `dtype`, checked as record_many checks
+    an array (a dtype that casts under same_kind, then the exact shape)."""
+    if a.dtype != dtype and not np.can_cast(a.dtype, dtype, "same_kind"):
+        raise TypeError("episodes: expected %s of dtype %s (or one that casts to it under "
+                        "same_kind), got %s%s" % (what, dtype, a.dtype, _where(i, eps)))
+    if a.shape[1:] != shape:
+        raise ValueError("episodes: expected %s of shape %s per step (the buffer's), got %s%s"
+                         % (what, shape, a.shape[1:], _where(i, eps)))
+    if a.shape[0] != rows:
+        raise ValueError("episodes: expected %d %s for its %d steps, got %d%s"
+                         % (rows, what, len(eps), a.shape[0], _where(i, eps)))
+    return np.ascontiguousarray(a, dtype)
 
 
 class _ExreplayEpisodeBuffer:
@@ -288,7 +320,7 @@ class _ExreplayEpisodeBuffer:
         else:
             self._sel = self._buf.new_pick_selector(exreplay.PickSelectorClass.Uniform)
 
-    def _spec_from_episode(self, eps, obs, act) -> Dict[str, Any]:
+    def _spec_from_episode(self, eps, obs, act, i=0) -> Dict[str, Any]:
         spaces = (getattr(eps, "observation_space", None), getattr(eps, "action_space", None))
         if spaces[0] is not None and spaces[1] is not None:
             return spec_for_spaces(*spaces)
@@ -297,7 +329,7 @@ class _ExreplayEpisodeBuffer:
                 raise TypeError(
                     "episodes: exreplay stores %s as NumPy arrays of bool, int or float "
                     "(Box, Discrete, MultiDiscrete spaces), got dtype %s; Dict, Tuple and "
-                    "other structured spaces are not supported" % (name, a.dtype)
+                    "other structured spaces are not supported%s" % (name, a.dtype, _where(i, eps))
                 )
         return dict(
             state_shape=obs.shape[1:],
@@ -381,7 +413,7 @@ class _ExreplayEpisodeBuffer:
         elif c:
             del self._id_count[id_]
 
-    def _evict_before_add(self, episodes) -> set:
+    def _evict_before_add(self, frags) -> set:
         """RLlib's prioritized buffer's eviction, done before the fragments are recorded.
 
         The new fragments' timesteps count from the start; the oldest
@@ -395,12 +427,12 @@ class _ExreplayEpisodeBuffer:
         """
         if self._buf is None:
             return set()
-        ts = len(self._buf) + sum(len(e) for e in episodes)
+        ts = len(self._buf) + sum(f[1] for f in frags)
         if ts <= self.capacity:
             return set()
         new_len = {}
-        for e in episodes:
-            new_len.setdefault(e.id_, len(e))  # RLlib subtracts the first fragment's length
+        for f in frags:
+            new_len.setdefault(f[0].id_, f[1])  # RLlib subtracts the first fragment's length
         # |held ids ∪ new ids|, less one per id evicted (O(1) per add while nothing is evicted)
         remaining = len(self._id_count) + sum(1 for i in new_len if i not in self._id_count)
         evicted = set()
@@ -439,21 +471,29 @@ class _ExreplayEpisodeBuffer:
         new timesteps, while over capacity and more than one episode would
         remain (a fragment of an episode evicted then is dropped).  Either
         way the newest episode is never evicted, so one longer than the
-        capacity stays whole until the next add.  Raises TypeError/ValueError
-        for observations or actions the buffer cannot hold, before recording
-        the offending fragment.
+        capacity stays whole until the next add.
+
+        Every episode is checked and converted before anything is recorded
+        or evicted: TypeError/ValueError naming ``episodes`` (and the index
+        and ``id_`` of the episode) for what is not a SingleAgentEpisode and
+        for observations, actions or rewards the buffer cannot hold, and the
+        buffer is then as it was.
         """
         episodes = _episode_list(episodes)
-        len_before = len(self._buf) if self._buf is not None else 0
         self._refresh_evicted()
+        frags, spec = self._check_fragments(episodes)
+        # everything is checked: from here on nothing is refused
+        if spec is not None:
+            self._build(spec)
+        len_before = len(self._buf) if self._buf is not None else 0
         h_min_before = self._h_min
         steps_added = 0
         episodes_added = 0
-        dropped = self._evict_before_add(episodes) if self._prioritized else ()
-        for eps in episodes:
-            if eps.id_ in dropped:
+        dropped = self._evict_before_add(frags) if self._prioritized else ()
+        for frag in frags:
+            if frag[0].id_ in dropped:
                 continue
-            steps, new = self._add_fragment(eps, weight)
+            steps, new = self._add_fragment(frag, weight)
             steps_added += steps
             episodes_added += new
             if not self._prioritized and self._buf is not None:  # None: no steps yet
@@ -464,10 +504,43 @@ class _ExreplayEpisodeBuffer:
         steps_evicted = len_before + steps_added - (len(self._buf) if self._buf is not None else 0)
         self._report_add(episodes_added, steps_added, n_evicted, steps_evicted)
 
-    def _add_fragment(self, eps, weight):
+    def _check_fragments(self, episodes):
+        """add's episodes checked and converted to the buffer's layout, before
+        anything changes: ([(episode, steps, observations, actions,
+        rewards)], the layout of the buffer to build, or None)."""
+        spec = None
+        layout = None
+        if self._buf is not None:
+            layout = (self._buf.state_shape, self._buf.state_dtype,
+                      self._buf.action_shape, self._buf.action_dtype)
+        frags = []
+        for i, eps in enumerate(episodes):
+            T = len(eps)
+            if T == 0:
+                frags.append((eps, 0, None, None, None))
+                continue
+            obs = _episode_array(eps.get_observations(), "observations", i, eps)
+            act = _episode_array(eps.get_actions(), "actions", i, eps)
+            rew = _episode_array(eps.get_rewards(), "rewards", i, eps)
+            if layout is None:  # the first add: the layout of its first episode
+                spec = self._spec_from_episode(eps, obs, act, i)
+                layout = (tuple(spec["state_shape"]), np.dtype(spec["state_dtype"]),
+                          tuple(spec["action_shape"]), np.dtype(spec["action_dtype"]))
+            obs = _fit(obs, T + 1, layout[0], layout[1], "observations", i, eps)
+            act = _fit(act, T, layout[2], layout[3], "actions", i, eps)
+            if rew.dtype.kind not in "biuf":
+                raise TypeError("episodes: expected rewards of real numbers (bool, int or float), "
+                                "got %s%s" % (rew.dtype, _where(i, eps)))
+            if rew.shape != (T,):
+                raise ValueError("episodes: expected rewards of shape (%d,) (one per step), got "
+                                 "%s%s" % (T, rew.shape, _where(i, eps)))
+            frags.append((eps, T, obs, act, rew.astype(np.float64, copy=False)))
+        return frags, spec
+
+    def _add_fragment(self, frag, weight):
         """One fragment recorded (continuing its episode if held and open):
         (steps recorded, 1 if it started an episode in the buffer else 0)."""
-        T = len(eps)
+        eps, T, obs, act, rew = frag
         run = self._running.get(eps.id_)
         if T == 0:
             if eps.is_done and run is not None:
@@ -475,11 +548,6 @@ class _ExreplayEpisodeBuffer:
                 # episode stays open in the buffer (no final state).
                 del self._running[eps.id_]
             return 0, 0
-        obs = np.asarray(eps.get_observations())
-        act = np.asarray(eps.get_actions())
-        rew = np.asarray(eps.get_rewards(), dtype=np.float64)
-        if self._buf is None:
-            self._build(self._spec_from_episode(eps, obs, act))
         h = run.h if run is not None and self._h_min <= run.h else None
         done = bool(eps.is_done)
         prios = None if weight is None else np.full(T, float(weight))
