@@ -489,6 +489,37 @@ def test_add_refuses_what_is_not_episodes(episodes, msg):
     assert buf.exreplay_buffer is None
 
 
+_WEIGHT = "weight: expected None or a finite number >= 0 (the new steps' priority), got "
+
+
+@pytest.mark.parametrize("cls", [PrioritizedEpisodeReplayBuffer, EpisodeReplayBuffer])
+@pytest.mark.parametrize("weight,exc,got", [
+    ("0.5", TypeError, "str"), (True, TypeError, "bool"), ([1.0, 2.0], TypeError, "list"),
+    (np.ones(3), TypeError, "numpy.ndarray of dtype float64 and shape (3,)"),
+    (1 + 2j, TypeError, "complex"), (float("nan"), ValueError, "nan"),
+    (float("inf"), ValueError, "inf"), (-1.0, ValueError, "-1.0"), (-2, ValueError, "-2"),
+])
+def test_add_weight_of_the_wrong_type_or_value(cls, weight, exc, got):
+    """add's weight is one priority for every new step, as RLlib's: checked
+    once, before anything (a str that parses as a number was taken; NaN came
+    back from record_many as priorities, after the prioritized buffer had
+    evicted for the add)."""
+    buf = _filled(cls)
+    before = _snapshot(buf)
+    with pytest.raises(exc) as e:
+        buf.add([make_episode(10, "new", base=500.0)], weight=weight)
+    assert type(e.value) is exc and str(e.value) == _WEIGHT + got
+    assert _snapshot(buf) == before
+
+
+def test_add_weight_is_the_new_steps_priority():
+    for w in (0, 0.25, np.float32(0.5), np.int64(2), np.array(3.0)):
+        buf = PrioritizedEpisodeReplayBuffer(capacity=100, alpha=0.5)
+        buf.add(make_episode(10, "a"), weight=w)
+        rb = buf.exreplay_buffer
+        np.testing.assert_allclose(rb.stored_priorities(0, *rb._picks()), float(w) ** 0.5, rtol=1e-6)
+
+
 def test_fragments_continue_their_episode():
     buf = PrioritizedEpisodeReplayBuffer(capacity=1000, n_step=3, seed=0)
     # one 12-step episode in three fragments (as EnvRunners send them)

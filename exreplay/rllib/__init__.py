@@ -476,10 +476,15 @@ class _ExreplayEpisodeBuffer:
         Every episode is checked and converted before anything is recorded
         or evicted: TypeError/ValueError naming ``episodes`` (and the index
         and ``id_`` of the episode) for what is not a SingleAgentEpisode and
-        for observations, actions or rewards the buffer cannot hold, and the
-        buffer is then as it was.
+        for observations, actions or rewards the buffer cannot hold, naming
+        ``weight`` for a weight that is not one finite number >= 0 (RLlib's
+        contract: one priority for every new step), and the buffer is then
+        as it was.
         """
         episodes = _episode_list(episodes)
+        if weight is not None:
+            weight = nonneg_real_arg("weight", weight,
+                                     "None or a finite number >= 0 (the new steps' priority)")
         self._refresh_evicted()
         frags, spec = self._check_fragments(episodes)
         # everything is checked: from here on nothing is refused
@@ -550,7 +555,7 @@ class _ExreplayEpisodeBuffer:
             return 0, 0
         h = run.h if run is not None and self._h_min <= run.h else None
         done = bool(eps.is_done)
-        prios = None if weight is None else np.full(T, float(weight))
+        prios = None if weight is None else np.full(T, weight)
         h2 = self._buf.record_many(h, obs[:-1], act, rew, final_state=obs[-1] if done else None,
                                    terminated=bool(eps.is_terminated), priorities=prios)
         self._next_h = max(self._next_h, h2 + 1)
