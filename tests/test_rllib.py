@@ -28,8 +28,9 @@ from exreplay.rllib import EpisodeReplayBuffer, PrioritizedEpisodeReplayBuffer  
 
 
 def make_episode(n, id_=None, base=0.0, terminated=True, truncated=False, start=0):
-    """Observation t is base + start + t, action t is start + t, reward t is 0.1 (start + t + 1)."""
-    eps = SingleAgentEpisode(id_=id_, observations=[base + start], infos=[{}])
+    """Observation t is base + start + t, action t is start + t, reward t is 0.1 (start + t + 1);
+    the episode starts at t_started=start (a fragment that continues one)."""
+    eps = SingleAgentEpisode(id_=id_, observations=[base + start], infos=[{}], t_started=start)
     for t in range(start, start + n):
         eps.add_env_step(observation=base + t + 1, action=int(t), reward=0.1 * (t + 1), infos={})
     eps.is_terminated = terminated
@@ -518,6 +519,78 @@ def test_add_weight_is_the_new_steps_priority():
         buf.add(make_episode(10, "a"), weight=w)
         rb = buf.exreplay_buffer
         np.testing.assert_allclose(rb.stored_priorities(0, *rb._picks()), float(w) ** 0.5, rtol=1e-6)
+
+
+_AT1 = " (the episode at index 1, id_ %r)"
+
+
+@pytest.mark.parametrize("cls", [PrioritizedEpisodeReplayBuffer, EpisodeReplayBuffer])
+@pytest.mark.parametrize("bad,msg", [
+    (fragment("open", 9, 3, False),
+     "episodes: expected t_started 5 (where the open episode with this id_ stopped), got 9"),
+    (fragment("open", 0, 3, True),
+     "episodes: expected t_started 5 (where the open episode with this id_ stopped), got 0"),
+    (make_episode(3, "open", start=5, base=7.0),
+     "episodes: expected a first observation equal to the last one of the open episode with "
+     "this id_ (the fragment continues it), got a different one"),
+    (make_episode(3, "a", start=10),
+     "episodes: expected a new id_ or the next fragment of an open episode, got the id_ of an "
+     "episode held that has ended"),
+    (make_episode(10, "a"),
+     "episodes: expected a new id_ or the next fragment of an open episode, got the id_ of an "
+     "episode held that has ended"),
+    (SingleAgentEpisode(id_="open", observations=[7.0], t_started=7, terminated=True),
+     "episodes: expected t_started 5 (where the open episode with this id_ stopped), got 7"),
+], ids=["later t", "t 0", "other observation", "ended", "ended, added again", "no steps"])
+def test_a_fragment_that_does_not_continue_its_episode_is_refused(cls, bad, msg):
+    """A fragment whose id_ is that of an episode held must continue it, as
+    RLlib's concat_episode asserts: the episode open, the fragment starting
+    at its t (t_started) with its last observation. Otherwise a ValueError
+    naming episodes, and nothing changes (the fragment was recorded: a second
+    episode with the id_ of an ended one, or steps appended at the wrong t)."""
+    buf = _filled(cls)  # "a" (10 steps, ended), "open" (t 0..5, open), "b"
+    before = _snapshot(buf)
+    with pytest.raises(ValueError) as e:
+        buf.add([make_episode(10, "new", base=500.0), bad])
+    assert type(e.value) is ValueError and str(e.value) == msg + _AT1 % bad.id_
+    assert _snapshot(buf) == before
+    buf.add([make_episode(10, "new", base=500.0), fragment("open", 5, 3, True)])  # the good one
+
+
+def test_fragments_of_one_add_continue_each_other():
+    """Several fragments of an episode in one add are checked in order, each
+    against the ones before it."""
+    for cls in (PrioritizedEpisodeReplayBuffer, EpisodeReplayBuffer):
+        buf = cls(capacity=100, n_step=2)
+        buf.add([fragment("x", 0, 3, False), fragment("x", 3, 2, True)])
+        assert [(e.id_, len(e)) for e in buf.episodes] == [("x", 5)]
+        before = _snapshot(buf)
+        for frags, msg in [
+            ([fragment("y", 0, 3, False), fragment("y", 4, 2, True)],
+             "expected t_started 3 (where the open episode with this id_ stopped), got 4"),
+            ([fragment("y", 0, 3, True), fragment("y", 3, 2, True)],
+             "expected a new id_ or the next fragment of an open episode, got the id_ of an "
+             "episode held that has ended"),
+        ]:
+            with pytest.raises(ValueError) as e:
+                buf.add(frags)
+            assert str(e.value) == "episodes: " + msg + _AT1 % "y"
+            assert _snapshot(buf) == before
+
+
+def test_the_open_episodes_next_t_survives_the_state_round_trip():
+    buf = _filled(PrioritizedEpisodeReplayBuffer)
+    other = PrioritizedEpisodeReplayBuffer(capacity=30, n_step=2)
+    other.set_state(pickle.loads(pickle.dumps(buf.get_state())))
+    with pytest.raises(ValueError, match="^episodes: expected t_started 5 "):
+        other.add(fragment("open", 6, 2, True))
+    other.add(fragment("open", 5, 2, True))
+    # a state without the open episodes' next t (saved before it was kept)
+    # restores; their next fragment is then taken at any t_started
+    state = buf.get_state()
+    del state["running_t"]
+    other.set_state(state)
+    other.add(make_episode(2, "open", base=-1.0, start=6))  # t_started 6, observation 5.0
 
 
 def test_fragments_continue_their_episode():

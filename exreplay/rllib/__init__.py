@@ -164,14 +164,27 @@ def _metrics_plan(buf):
 
 
 class _Running:
-    """An episode that is still open: its handle, steps held, last observation."""
+    """An episode that is still open: its handle, steps held, last observation
+    and the t its next fragment starts at (None: not known, from a state
+    saved before it was kept)."""
 
-    __slots__ = ("h", "length", "last_obs")
+    __slots__ = ("h", "length", "last_obs", "t")
 
-    def __init__(self, h, length, last_obs):
+    def __init__(self, h, length, last_obs, t=None):
         self.h = h
         self.length = length
         self.last_obs = last_obs
+        self.t = t
+
+
+# A fragment's episode as add's checks see it: held and ended (open ones are
+# (next t, last observation) pairs; unknown ids are absent).
+_ENDED = object()
+
+
+def _same_observation(a, b) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    return a.shape == b.shape and np.array_equal(a, b, equal_nan=a.dtype.kind == "f" == b.dtype.kind)
 
 
 _EPISODES_EXPECTED = ("episodes: expected a SingleAgentEpisode or a list of them (multi-agent "
@@ -476,7 +489,11 @@ class _ExreplayEpisodeBuffer:
         Every episode is checked and converted before anything is recorded
         or evicted: TypeError/ValueError naming ``episodes`` (and the index
         and ``id_`` of the episode) for what is not a SingleAgentEpisode and
-        for observations, actions or rewards the buffer cannot hold, naming
+        for observations, actions or rewards the buffer cannot hold, or a
+        fragment whose ``id_`` is that of an episode held that it does not
+        continue (the episode has ended; or its ``t_started`` or first
+        observation is not where the open episode stopped: RLlib's
+        concat_episode asserts the same), naming
         ``weight`` for a weight that is not one finite number >= 0 (RLlib's
         contract: one priority for every new step), and the buffer is then
         as it was.
@@ -519,9 +536,13 @@ class _ExreplayEpisodeBuffer:
             layout = (self._buf.state_shape, self._buf.state_dtype,
                       self._buf.action_shape, self._buf.action_dtype)
         frags = []
+        seen = {}  # id_ -> _ENDED or (next t, last observation), after the fragments before
         for i, eps in enumerate(episodes):
             T = len(eps)
+            prev = self._continues(eps, i, seen)
             if T == 0:
+                if eps.is_done and prev is not None:
+                    seen[eps.id_] = _ENDED
                 frags.append((eps, 0, None, None, None))
                 continue
             obs = _episode_array(eps.get_observations(), "observations", i, eps)
@@ -539,8 +560,33 @@ class _ExreplayEpisodeBuffer:
             if rew.shape != (T,):
                 raise ValueError("episodes: expected rewards of shape (%d,) (one per step), got "
                                  "%s%s" % (T, rew.shape, _where(i, eps)))
+            if prev is not None and prev[1] is not None and not _same_observation(obs[0], prev[1]):
+                raise ValueError("episodes: expected a first observation equal to the last one of "
+                                 "the open episode with this id_ (the fragment continues it), got "
+                                 "a different one%s" % _where(i, eps))
+            seen[eps.id_] = _ENDED if eps.is_done else (eps.t, obs[-1])
             frags.append((eps, T, obs, act, rew.astype(np.float64, copy=False)))
         return frags, spec
+
+    def _continues(self, eps, i, seen):
+        """(next t, last observation) of the open episode a fragment
+        continues, None for a new one; a ValueError if it cannot continue
+        the episode of its id_ (ended, or another t), as RLlib's
+        concat_episode asserts."""
+        prev = seen.get(eps.id_)
+        if prev is None:
+            run = self._running.get(eps.id_)
+            if run is not None:
+                prev = (run.t, run.last_obs)
+            elif eps.id_ in self._id_count:
+                prev = _ENDED
+        if prev is _ENDED:
+            raise ValueError("episodes: expected a new id_ or the next fragment of an open episode, "
+                             "got the id_ of an episode held that has ended%s" % _where(i, eps))
+        if prev is not None and prev[0] is not None and eps.t_started != prev[0]:
+            raise ValueError("episodes: expected t_started %d (where the open episode with this "
+                             "id_ stopped), got %r%s" % (prev[0], eps.t_started, _where(i, eps)))
+        return prev
 
     def _add_fragment(self, frag, weight):
         """One fragment recorded (continuing its episode if held and open):
@@ -572,7 +618,7 @@ class _ExreplayEpisodeBuffer:
             self._running.pop(eps.id_, None)
             self._set_end(h2, length)
         else:
-            self._running[eps.id_] = _Running(h2, length, obs[-1])
+            self._running[eps.id_] = _Running(h2, length, obs[-1].copy(), eps.t)
         return T, int(h2 != h)
 
     def _report_add(self, episodes_added, steps_added, n_evicted, steps_evicted):
@@ -886,6 +932,7 @@ class _ExreplayEpisodeBuffer:
             "next_h": self._next_h,
             "h_id": list(self._h_id.items()),
             "running": [(k, r.h, r.length, r.last_obs) for k, r in self._running.items()],
+            "running_t": [(k, r.t) for k, r in self._running.items()],
             "end_len": (held, self._end_len[held[held < len(self._end_len)]]) if held.size else None,
             "last_sampled": (self._last_epi, self._last_pos),
             "_num_timesteps_added": self._num_timesteps_added,
@@ -940,11 +987,14 @@ class _ExreplayEpisodeBuffer:
         last_epi, last_pos = state["last_sampled"]
         rng = np.random.Generator(type(self.rng.bit_generator)())
         rng.bit_generator.state = state["rng"]
+        # the open episodes' next t (absent from states saved before it was kept)
+        running_t = {k: None if t is None else operator.index(t)
+                     for k, t in state.get("running_t") or ()}
         return dict(
             _buf=buf, _sel=state["selector"], _alpha=float(state["alpha"]),
             _n_max=operator.index(state["n_max"]), _h_min=operator.index(state["h_min"]),
             _next_h=next_h, _h_id=h_id, _id_count=id_count,
-            _running={k: _Running(h, n, o) for k, h, n, o in state["running"]},
+            _running={k: _Running(h, n, o, running_t.get(k)) for k, h, n, o in state["running"]},
             _end_len=end_len, _last_epi=last_epi, _last_pos=last_pos, _last_idx=None,
             _num_timesteps_added=operator.index(state["_num_timesteps_added"]),
             sampled_timesteps=operator.index(state["sampled_timesteps"]), rng=rng,
