@@ -665,6 +665,76 @@ def test_update_priorities_applies_to_last_sample():
         buf.update_priorities(np.ones(3))
 
 
+_PRIORITIES = ("priorities: expected an array of real numbers, one per item of the last sample, "
+               "got ")
+
+
+@pytest.mark.parametrize("p,exc,msg", [
+    ("abcd", TypeError, _PRIORITIES + "str"),
+    (["1", "2", "3", "4"], TypeError, _PRIORITIES + "list (as an array: dtype <U1, shape (4,))"),
+    ([object()] * 4, TypeError, _PRIORITIES + "list (as an array: dtype object, shape (4,))"),
+    (None, TypeError, _PRIORITIES + "NoneType"),
+    ({"a": 1.0}, TypeError, _PRIORITIES + "dict"),
+    (1.0, TypeError, _PRIORITIES + "float"),
+    (np.ones(4) * 1j, TypeError, _PRIORITIES + "numpy.ndarray of dtype complex128 and shape (4,)"),
+    (np.ones(4, bool), TypeError, _PRIORITIES + "numpy.ndarray of dtype bool and shape (4,)"),
+    (np.ones((2, 2)), ValueError,
+     "priorities: expected a 1-D array of 4 values (one per item of the last sample), got "
+     "shape (2, 2)"),
+    (np.ones(3), ValueError, "priorities: expected 4 values (one per item of the last sample), got 3"),
+    ([1.0, float("nan"), 1.0, 1.0], ValueError,
+     "priorities: expected finite numbers >= 0, got nan at index 1"),
+    ([1.0, 1.0, float("inf"), 1.0], ValueError,
+     "priorities: expected finite numbers >= 0, got inf at index 2"),
+], ids=["str", "strs", "objects", "None", "dict", "float", "complex", "bool", "2-D", "length",
+        "nan", "inf"])
+def test_refused_priorities_change_nothing(p, exc, msg):
+    """update_priorities takes an array of real numbers of the last sample's
+    length: a wrong type is a TypeError (strings that parse as numbers,
+    bools and complex numbers were taken, as float64), a wrong shape or
+    value a ValueError, each naming priorities, and nothing changes: the
+    sample still awaits its priorities."""
+    buf = _filled(PrioritizedEpisodeReplayBuffer)  # a sample of 4 awaits priorities
+    before = _snapshot(buf)
+    with pytest.raises(exc) as e:
+        buf.update_priorities(p)
+    assert type(e.value) is exc and str(e.value) == msg
+    assert _snapshot(buf) == before
+    buf.update_priorities(np.full(4, 0.5))
+
+
+def test_priorities_rllib_takes():
+    """What RLlib's update_priorities takes: any real numbers (ints, float32,
+    a column), each clipped below at 1e-12, negative ones too."""
+    for p in (np.arange(4), np.ones(4, np.float32), np.ones((4, 1)), [-1.0, 0.0, 2.0, 3.0]):
+        buf = _filled(PrioritizedEpisodeReplayBuffer)
+        epi, pos = (a.copy() for a in buf.last_sampled)
+        buf.update_priorities(p)
+        want = np.maximum(np.asarray(p, np.float64).reshape(-1), 1e-12)
+        np.testing.assert_allclose(buf.exreplay_buffer.stored_priorities(0, epi, pos), want, rtol=1e-6)
+
+
+def test_update_priorities_without_a_sample_awaiting_them():
+    """An empty update with no sample awaiting priorities does nothing, as in
+    RLlib; values then, before any sample or for a sample already updated,
+    are a ValueError that says so (RLlib asserts the lengths match)."""
+    msg = ("priorities: expected no values (no sample awaits priorities: none was drawn since "
+           "the last update_priorities), got 4")
+    buf = PrioritizedEpisodeReplayBuffer(capacity=100, seed=0)
+    buf.update_priorities([])
+    buf.add(make_episode(10, "a"))
+    for sampled in (False, True):
+        if sampled:
+            buf.sample(4)
+            buf.update_priorities(np.full(4, 2.0))
+        before = _snapshot(buf)
+        with pytest.raises(ValueError) as e:
+            buf.update_priorities(np.ones(4))
+        assert str(e.value) == msg
+        assert _snapshot(buf) == before
+        buf.update_priorities(np.ones(0))
+
+
 @pytest.mark.slow  # many draws: skipped in the (several times slower) ASan run
 def test_one_high_priority_item_dominates():
     buf = PrioritizedEpisodeReplayBuffer(capacity=10, alpha=1.0, seed=4)

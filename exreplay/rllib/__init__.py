@@ -1087,6 +1087,10 @@ class EpisodeReplayBuffer(_ExreplayEpisodeBuffer, _RLlibEpisodeReplayBuffer):
         )
 
 
+_PRIORITIES_EXPECTED = ("priorities: expected an array of real numbers, one per item of the last "
+                        "sample, got %s")
+
+
 class PrioritizedEpisodeReplayBuffer(_ExreplayEpisodeBuffer, _RLlibPrioritizedEpisodeReplayBuffer):
     """RLlib's ``PrioritizedEpisodeReplayBuffer`` contract on an exreplay buffer.
 
@@ -1121,20 +1125,44 @@ class PrioritizedEpisodeReplayBuffer(_ExreplayEpisodeBuffer, _RLlibPrioritizedEp
     def update_priorities(self, priorities, module_id=None) -> None:
         """Sets the priorities of the last ``sample``'s items (in its order).
 
-        Each priority is clipped below at 1e-12 as RLlib does, stored as
-        ``p**alpha`` and raises the maximum priority given to new steps.
-        Items evicted since the sample are skipped.  Raises ValueError if
-        the length differs from the last sample's (or there was none), or
-        for NaN/infinite values; nothing changes then.  Releases the GIL
-        while the priorities are applied.
+        ``priorities`` is an array (or a list, or a column of shape (N, 1))
+        of ints or floats.  Each priority is clipped below at 1e-12 as RLlib
+        does (a negative one too), stored as ``p**alpha`` and raises the
+        maximum priority given to new steps.  Items evicted since the sample
+        are skipped.  An empty update with no sample awaiting priorities does
+        nothing, as in RLlib.  Raises TypeError for anything but real
+        numbers (str, bool, complex, None, a scalar), ValueError for another
+        shape or length than the last sample's (values when no sample awaits
+        them: none was drawn since the last update) and for NaN or
+        infinite values (RLlib stores those); nothing changes then.
+        Releases the GIL while the priorities are applied.
         """
-        p = np.asarray(priorities, dtype=np.float64).reshape(-1)
-        if p.size != self._last_epi.size:
+        want = self._last_epi.size
+        p = priorities
+        if not isinstance(p, np.ndarray):
+            try:
+                p = np.asarray(p)
+            except (TypeError, ValueError, RuntimeError):  # ragged, a GPU tensor, ...
+                raise TypeError(_PRIORITIES_EXPECTED % type_name(priorities)) from None
+        if p.dtype.kind not in "iuf" or p.ndim == 0:
+            raise TypeError(_PRIORITIES_EXPECTED % (
+                type_name(priorities) if p is priorities or p.ndim == 0 else
+                "%s (as an array: dtype %s, shape %s)" % (type_name(priorities), p.dtype, p.shape)))
+        if p.ndim == 2 and p.shape[1] == 1:
+            p = p[:, 0]  # a column, as a learner may give it
+        if p.ndim != 1:
+            raise ValueError("priorities: expected a 1-D array of %d values (one per item of the "
+                             "last sample), got shape %s" % (want, p.shape))
+        if p.size != want:
+            if want == 0:
+                raise ValueError("priorities: expected no values (no sample awaits priorities: "
+                                 "none was drawn since the last update_priorities), got %d"
+                                 % p.size)
             raise ValueError(
                 "priorities: expected %d values (one per item of the last sample), got %d"
-                % (self._last_epi.size, p.size)
+                % (want, p.size)
             )
-        if p.size == 0:
+        if want == 0:
             return
         p = np.maximum(p, 1e-12)
         self._buf.set_priority(self._sel, self._last_epi, self._last_pos, p, pick_index=self._last_idx)
