@@ -848,6 +848,27 @@ def test_a_refused_state_changes_nothing(damage):
     dst.sample(batch_size_B=8, n_step=(1, 3))  # still works
 
 
+def test_apply_state_takes_only_what_check_state_returned():
+    """apply_state assigns without checking (check_state has): given anything
+    but check_state's result, a get_state() dict for instance, it is a
+    TypeError before anything is assigned (it set the dict's keys as
+    attributes, the capacity among them, until one failed, or all silently)."""
+    buf = _filled(PrioritizedEpisodeReplayBuffer)
+    src = _filled(PrioritizedEpisodeReplayBuffer)
+    src.add(make_episode(3, "more"))
+    before = _snapshot(buf)
+    for bad, got in [(src.get_state(), "dict"), ({"capacity": 5}, "dict"), (None, "NoneType"),
+                     (dict(buf.check_state(src.get_state())), "dict")]:
+        with pytest.raises(TypeError) as e:
+            buf.apply_state(bad)
+        assert str(e.value) == (
+            "checked: expected what check_state() returned (set_state(state) checks a "
+            "get_state() dict and applies it), got " + got)
+        assert _snapshot(buf) == before and buf.capacity == 30
+    buf.apply_state(buf.check_state(src.get_state()))
+    assert _snapshot(buf)[0] == _snapshot(src)[0]
+
+
 def test_checkpoint_mixin_checks_the_buffer_state_before_the_algorithm_s():
     """With exreplay's buffer, the mixin checks the buffer's state before it
     restores the algorithm's: a refused one leaves both as they were."""

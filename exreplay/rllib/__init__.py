@@ -233,6 +233,10 @@ def _fit(a, rows, shape, dtype, what, i, eps) -> np.ndarray:
     return np.ascontiguousarray(a, dtype)
 
 
+class _CheckedState(dict):
+    """check_state's result, the only thing apply_state takes."""
+
+
 class _ExreplayEpisodeBuffer:
     """The implementation shared by both classes (a mixin placed first in the MRO)."""
 
@@ -965,7 +969,7 @@ class _ExreplayEpisodeBuffer:
                 )
             )
         try:
-            return self._decode_state(state)
+            return _CheckedState(self._decode_state(state))
         except (KeyError, TypeError, ValueError, IndexError, OverflowError) as e:
             raise ValueError(
                 "state: expected a dict from get_state() of exreplay's RLlib buffer, got one "
@@ -1002,7 +1006,13 @@ class _ExreplayEpisodeBuffer:
         )
 
     def apply_state(self, checked: Dict[str, Any]) -> None:
-        """Sets what ``check_state`` returned (nothing here can fail)."""
+        """Sets what ``check_state`` returned (nothing here can fail); anything
+        else, a ``get_state()`` dict among them, is a TypeError and changes
+        nothing."""
+        if type(checked) is not _CheckedState:
+            raise TypeError("checked: expected what check_state() returned (set_state(state) "
+                            "checks a get_state() dict and applies it), got %s"
+                            % type_name(checked))
         for k, v in checked.items():
             setattr(self, k, v)
 
