@@ -593,6 +593,21 @@ def test_the_open_episodes_next_t_survives_the_state_round_trip():
     other.add(make_episode(2, "open", base=-1.0, start=6))  # t_started 6, observation 5.0
 
 
+def test_episodes_is_read_only():
+    """episodes is rebuilt from the buffer: assigning it is an AttributeError
+    that names it, whatever the value (None or a number was a bare TypeError
+    from len()), except the empty deque RLlib's constructor assigns."""
+    buf = _filled(PrioritizedEpisodeReplayBuffer)
+    before = _snapshot(buf)
+    for v, got in ((None, "NoneType"), (5, "int"), ([make_episode(3, "x")], "list")):
+        with pytest.raises(AttributeError) as e:
+            buf.episodes = v
+        assert str(e.value) == ("episodes: read-only on exreplay's RLlib buffers (rebuilt from "
+                                "the buffer; add and set_state change it), got %s" % got)
+    buf.episodes = []
+    assert _snapshot(buf) == before
+
+
 def test_fragments_continue_their_episode():
     buf = PrioritizedEpisodeReplayBuffer(capacity=1000, n_step=3, seed=0)
     # one 12-step episode in three fragments (as EnvRunners send them)

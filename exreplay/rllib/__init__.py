@@ -391,8 +391,10 @@ class _ExreplayEpisodeBuffer:
     @episodes.setter
     def episodes(self, value) -> None:
         # RLlib's __init__ assigns an empty deque; anything else is a misuse.
-        if len(value):
-            raise AttributeError("episodes: read-only on exreplay's RLlib buffers")
+        if not hasattr(value, "__len__") or isinstance(value, (str, bytes)) or len(value):
+            raise AttributeError("episodes: read-only on exreplay's RLlib buffers (rebuilt from "
+                                 "the buffer; add and set_state change it), got %s"
+                                 % type_name(value))
 
     def _refresh_evicted(self) -> int:
         """Drops the bookkeeping of evicted episodes; returns how many were evicted."""
