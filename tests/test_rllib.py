@@ -532,7 +532,7 @@ _AT1 = " (the episode at index 1, id_ %r)"
      "episodes: expected t_started 5 (where the open episode with this id_ stopped), got 0"),
     (make_episode(3, "open", start=5, base=7.0),
      "episodes: expected a first observation equal to the last one of the open episode with "
-     "this id_ (the fragment continues it), got a different one"),
+     "this id_ (the fragment continues it), got 12.0 (the episode's last: 5.0)"),
     (make_episode(3, "a", start=10),
      "episodes: expected a new id_ or the next fragment of an open episode, got the id_ of an "
      "episode held that has ended"),

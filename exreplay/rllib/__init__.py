@@ -187,6 +187,14 @@ def _same_observation(a, b) -> bool:
     return a.shape == b.shape and np.array_equal(a, b, equal_nan=a.dtype.kind == "f" == b.dtype.kind)
 
 
+def _observation_text(o, last) -> str:
+    """o, against the episode's last observation, for a message (small ones
+    in full)."""
+    if np.size(o) <= 8 and np.size(last) <= 8:
+        return "%r (the episode's last: %r)" % (np.asarray(o).tolist(), np.asarray(last).tolist())
+    return "another one"
+
+
 _EPISODES_EXPECTED = ("episodes: expected a SingleAgentEpisode or a list of them (multi-agent "
                       "episodes are not supported), got %s")
 
@@ -492,17 +500,17 @@ class _ExreplayEpisodeBuffer:
         way the newest episode is never evicted, so one longer than the
         capacity stays whole until the next add.
 
-        Every episode is checked and converted before anything is recorded
-        or evicted: TypeError/ValueError naming ``episodes`` (and the index
-        and ``id_`` of the episode) for what is not a SingleAgentEpisode and
-        for observations, actions or rewards the buffer cannot hold, or a
-        fragment whose ``id_`` is that of an episode held that it does not
-        continue (the episode has ended; or its ``t_started`` or first
-        observation is not where the open episode stopped: RLlib's
-        concat_episode asserts the same), naming
-        ``weight`` for a weight that is not one finite number >= 0 (RLlib's
-        contract: one priority for every new step), and the buffer is then
-        as it was.
+        Every argument is checked, and every episode converted, before
+        anything is recorded or evicted; a refused add changes nothing.  A
+        TypeError or ValueError names ``episodes`` (with the index and
+        ``id_`` of the episode) for what is not a SingleAgentEpisode, for
+        observations, actions or rewards the buffer cannot hold, and for a
+        fragment with the ``id_`` of an episode held that it does not
+        continue (the episode has ended, or the fragment's ``t_started`` or
+        first observation is not where the open episode stopped: RLlib's
+        concat_episode asserts the same); it names ``weight`` for a weight
+        that is not one finite number >= 0 (RLlib's contract: one priority
+        for every new step).
         """
         episodes = _episode_list(episodes)
         if weight is not None:
@@ -569,7 +577,7 @@ class _ExreplayEpisodeBuffer:
             if prev is not None and prev[1] is not None and not _same_observation(obs[0], prev[1]):
                 raise ValueError("episodes: expected a first observation equal to the last one of "
                                  "the open episode with this id_ (the fragment continues it), got "
-                                 "a different one%s" % _where(i, eps))
+                                 "%s%s" % (_observation_text(obs[0], prev[1]), _where(i, eps)))
             seen[eps.id_] = _ENDED if eps.is_done else (eps.t, obs[-1])
             frags.append((eps, T, obs, act, rew.astype(np.float64, copy=False)))
         return frags, spec
