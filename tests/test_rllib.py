@@ -28,8 +28,9 @@ from exreplay.rllib import EpisodeReplayBuffer, PrioritizedEpisodeReplayBuffer  
 
 
 def make_episode(n, id_=None, base=0.0, terminated=True, truncated=False, start=0):
-    """Observation t is base + start + t, action t is start + t, reward t is 0.1 (start + t + 1)."""
-    eps = SingleAgentEpisode(id_=id_, observations=[base + start], infos=[{}])
+    """Observation t is base + start + t, action t is start + t, reward t is 0.1 (start + t + 1);
+    the episode starts at t_started=start (a fragment that continues one)."""
+    eps = SingleAgentEpisode(id_=id_, observations=[base + start], infos=[{}], t_started=start)
     for t in range(start, start + n):
         eps.add_env_step(observation=base + t + 1, action=int(t), reward=0.1 * (t + 1), infos={})
     eps.is_terminated = terminated
@@ -380,6 +381,233 @@ def test_dict_observations_refused_at_first_add():
     assert buf.get_num_timesteps() == 0
 
 
+def test_episodes_without_steps_add_nothing():
+    """An episode of no steps (only its reset observation, or nothing) adds
+    nothing, also as the first add of either class (the uniform buffer's
+    eviction used to read the length of the buffer not yet built: a bare
+    TypeError)."""
+    for cls in (PrioritizedEpisodeReplayBuffer, EpisodeReplayBuffer):
+        buf = cls(capacity=10)
+        buf.add([SingleAgentEpisode(id_="x", observations=[0.0]), SingleAgentEpisode(id_="y")])
+        assert buf.exreplay_buffer is None and len(buf) == 0 and buf.get_num_episodes() == 0
+        buf.add([SingleAgentEpisode(id_="z", observations=[0.0]), make_episode(3, "a")])
+        assert len(buf) == 3 and buf.get_num_episodes() == 1
+
+
+# ------------------------------------------- a refused add changes nothing
+
+
+def _snapshot(buf):
+    """What a refused call must leave as it was: the whole state (the buffer's
+    bytes, counters, id maps, open episodes, last sample, generator) and the
+    metrics."""
+    return pickle.dumps(buf.get_state()), pickle.dumps(buf.metrics.get_state())
+
+
+def _episode(obs, actions, rewards=None, id_="bad", terminated=True):
+    """An episode built from lists: observations obs[0..T], actions[0..T-1]."""
+    return SingleAgentEpisode(id_=id_, observations=list(obs), actions=list(actions),
+                              rewards=list(np.ones(len(actions)) if rewards is None else rewards),
+                              terminated=terminated, len_lookback_buffer=0)
+
+
+def _filled(cls):
+    """A buffer close to its capacity (the next add evicts), with an open
+    episode, a sample awaiting priorities and metrics logged."""
+    buf = cls(capacity=30, n_step=2, seed=1)
+    buf.add([make_episode(10, "a"), make_episode(5, "open", terminated=False),
+             make_episode(10, "b", base=100.0)])
+    buf.sample(4)
+    return buf
+
+
+_WHERE = r" \(the episode at index 1, id_ 'bad'\)$"
+# (second episode of an add, exception, message): the first episode of the
+# add is good, and would have been recorded (and made the buffer evict)
+BAD_EPISODES = [
+    (_episode(np.zeros((4, 2)), [0, 0, 0]), ValueError,
+     r"^episodes: expected observations of shape \(\) per step \(the buffer's\), got \(2,\)" + _WHERE),
+    (_episode(["w", "x", "y", "z"], [0, 0, 0]), TypeError,
+     r"^episodes: expected observations of dtype float64 \(or one that casts to it under "
+     r"same_kind\), got <U1" + _WHERE),
+    (_episode([{"k": 1.0}] * 4, [0, 0, 0]), TypeError,
+     r"^episodes: expected observations of dtype float64 .*, got object" + _WHERE),
+    (_episode([1.0, 2.0, 3.0, 4.0], [0.5, 0.5, 0.5]), TypeError,
+     r"^episodes: expected actions of dtype int64 \(or one that casts to it under same_kind\), "
+     r"got float64" + _WHERE),
+    (_episode([1.0, 2.0, 3.0, 4.0], [[0, 1], [0, 1], [0, 1]]), ValueError,
+     r"^episodes: expected actions of shape \(\) per step \(the buffer's\), got \(2,\)" + _WHERE),
+    (_episode([1.0, 2.0, 3.0, 4.0], [0, 0, 0], rewards=["1", "1", "1"]), TypeError,
+     r"^episodes: expected rewards of real numbers \(bool, int or float\), got <U1" + _WHERE),
+    (5, TypeError,
+     r"^episodes: expected a SingleAgentEpisode or a list of them \(multi-agent episodes are "
+     r"not supported\), got a list holding int at index 1$"),
+]
+
+
+@pytest.mark.parametrize("cls", [PrioritizedEpisodeReplayBuffer, EpisodeReplayBuffer])
+@pytest.mark.parametrize("bad,exc,msg", BAD_EPISODES)
+def test_a_refused_add_changes_nothing(cls, bad, exc, msg):
+    """Every episode of an add is checked before anything is recorded or
+    evicted: the good episode before a bad one is not added (it used to be,
+    and the prioritized buffer evicted for it first), and the error names
+    episodes, what was expected and what came."""
+    buf = _filled(cls)
+    before = _snapshot(buf)
+    with pytest.raises(exc, match=msg) as e:
+        buf.add([make_episode(10, "new", base=500.0), bad])
+    assert type(e.value) is exc
+    assert _snapshot(buf) == before
+    twin = _filled(cls)
+    a, b = buf.sample(8), twin.sample(8)  # and it draws as before
+    assert [unpack(x) for x in a] == [unpack(y) for y in b]
+
+
+def test_a_refused_first_add_builds_nothing():
+    """The first add takes the layout from its first episode; a later
+    episode of the same add that does not fit it leaves the buffer unbuilt."""
+    for cls in (PrioritizedEpisodeReplayBuffer, EpisodeReplayBuffer):
+        buf = cls(capacity=100)
+        with pytest.raises(ValueError, match=r"^episodes: expected observations of shape \(\)"):
+            buf.add([make_episode(5, "good"), _episode(np.zeros((4, 3)), [0, 0, 0])])
+        assert buf.exreplay_buffer is None and buf.get_num_timesteps() == 0
+        assert buf.get_added_timesteps() == 0 and buf.episodes == []
+        buf.add(_episode(np.zeros((4, 3)), [0, 0, 0], id_="c"))  # a fresh layout is fine
+        assert buf.exreplay_buffer.state_shape == (3,)
+
+
+@pytest.mark.parametrize("episodes,msg", [
+    (5, "got int"), (None, "got NoneType"), ("abc", "got str"),
+    ([make_episode(3, "a"), "x"], "got a list holding str at index 1"),
+])
+def test_add_refuses_what_is_not_episodes(episodes, msg):
+    buf = PrioritizedEpisodeReplayBuffer(capacity=100)
+    with pytest.raises(TypeError) as e:
+        buf.add(episodes)
+    assert type(e.value) is TypeError and str(e.value) == (
+        "episodes: expected a SingleAgentEpisode or a list of them (multi-agent episodes "
+        "are not supported), %s" % msg)
+    assert buf.exreplay_buffer is None
+
+
+_WEIGHT = "weight: expected None or a finite number >= 0 (the new steps' priority), got "
+
+
+@pytest.mark.parametrize("cls", [PrioritizedEpisodeReplayBuffer, EpisodeReplayBuffer])
+@pytest.mark.parametrize("weight,exc,got", [
+    ("0.5", TypeError, "str"), (True, TypeError, "bool"), ([1.0, 2.0], TypeError, "list"),
+    (np.ones(3), TypeError, "numpy.ndarray of dtype float64 and shape (3,)"),
+    (1 + 2j, TypeError, "complex"), (float("nan"), ValueError, "nan"),
+    (float("inf"), ValueError, "inf"), (-1.0, ValueError, "-1.0"), (-2, ValueError, "-2"),
+])
+def test_add_weight_of_the_wrong_type_or_value(cls, weight, exc, got):
+    """add's weight is one priority for every new step, as RLlib's: checked
+    once, before anything (a str that parses as a number was taken; NaN came
+    back from record_many as priorities, after the prioritized buffer had
+    evicted for the add)."""
+    buf = _filled(cls)
+    before = _snapshot(buf)
+    with pytest.raises(exc) as e:
+        buf.add([make_episode(10, "new", base=500.0)], weight=weight)
+    assert type(e.value) is exc and str(e.value) == _WEIGHT + got
+    assert _snapshot(buf) == before
+
+
+def test_add_weight_is_the_new_steps_priority():
+    for w in (0, 0.25, np.float32(0.5), np.int64(2), np.array(3.0)):
+        buf = PrioritizedEpisodeReplayBuffer(capacity=100, alpha=0.5)
+        buf.add(make_episode(10, "a"), weight=w)
+        rb = buf.exreplay_buffer
+        np.testing.assert_allclose(rb.stored_priorities(0, *rb._picks()), float(w) ** 0.5, rtol=1e-6)
+
+
+_AT1 = " (the episode at index 1, id_ %r)"
+
+
+@pytest.mark.parametrize("cls", [PrioritizedEpisodeReplayBuffer, EpisodeReplayBuffer])
+@pytest.mark.parametrize("bad,msg", [
+    (fragment("open", 9, 3, False),
+     "episodes: expected t_started 5 (where the open episode with this id_ stopped), got 9"),
+    (fragment("open", 0, 3, True),
+     "episodes: expected t_started 5 (where the open episode with this id_ stopped), got 0"),
+    (make_episode(3, "open", start=5, base=7.0),
+     "episodes: expected a first observation equal to the last one of the open episode with "
+     "this id_ (the fragment continues it), got 12.0 (the episode's last: 5.0)"),
+    (make_episode(3, "a", start=10),
+     "episodes: expected a new id_ or the next fragment of an open episode, got the id_ of an "
+     "episode held that has ended"),
+    (make_episode(10, "a"),
+     "episodes: expected a new id_ or the next fragment of an open episode, got the id_ of an "
+     "episode held that has ended"),
+    (SingleAgentEpisode(id_="open", observations=[7.0], t_started=7, terminated=True),
+     "episodes: expected t_started 5 (where the open episode with this id_ stopped), got 7"),
+], ids=["later t", "t 0", "other observation", "ended", "ended, added again", "no steps"])
+def test_a_fragment_that_does_not_continue_its_episode_is_refused(cls, bad, msg):
+    """A fragment whose id_ is that of an episode held must continue it, as
+    RLlib's concat_episode asserts: the episode open, the fragment starting
+    at its t (t_started) with its last observation. Otherwise a ValueError
+    naming episodes, and nothing changes (the fragment was recorded: a second
+    episode with the id_ of an ended one, or steps appended at the wrong t)."""
+    buf = _filled(cls)  # "a" (10 steps, ended), "open" (t 0..5, open), "b"
+    before = _snapshot(buf)
+    with pytest.raises(ValueError) as e:
+        buf.add([make_episode(10, "new", base=500.0), bad])
+    assert type(e.value) is ValueError and str(e.value) == msg + _AT1 % bad.id_
+    assert _snapshot(buf) == before
+    buf.add([make_episode(10, "new", base=500.0), fragment("open", 5, 3, True)])  # the good one
+
+
+def test_fragments_of_one_add_continue_each_other():
+    """Several fragments of an episode in one add are checked in order, each
+    against the ones before it."""
+    for cls in (PrioritizedEpisodeReplayBuffer, EpisodeReplayBuffer):
+        buf = cls(capacity=100, n_step=2)
+        buf.add([fragment("x", 0, 3, False), fragment("x", 3, 2, True)])
+        assert [(e.id_, len(e)) for e in buf.episodes] == [("x", 5)]
+        before = _snapshot(buf)
+        for frags, msg in [
+            ([fragment("y", 0, 3, False), fragment("y", 4, 2, True)],
+             "expected t_started 3 (where the open episode with this id_ stopped), got 4"),
+            ([fragment("y", 0, 3, True), fragment("y", 3, 2, True)],
+             "expected a new id_ or the next fragment of an open episode, got the id_ of an "
+             "episode held that has ended"),
+        ]:
+            with pytest.raises(ValueError) as e:
+                buf.add(frags)
+            assert str(e.value) == "episodes: " + msg + _AT1 % "y"
+            assert _snapshot(buf) == before
+
+
+def test_the_open_episodes_next_t_survives_the_state_round_trip():
+    buf = _filled(PrioritizedEpisodeReplayBuffer)
+    other = PrioritizedEpisodeReplayBuffer(capacity=30, n_step=2)
+    other.set_state(pickle.loads(pickle.dumps(buf.get_state())))
+    with pytest.raises(ValueError, match="^episodes: expected t_started 5 "):
+        other.add(fragment("open", 6, 2, True))
+    other.add(fragment("open", 5, 2, True))
+    # a state without the open episodes' next t (saved before it was kept)
+    # restores; their next fragment is then taken at any t_started
+    state = buf.get_state()
+    del state["running_t"]
+    other.set_state(state)
+    other.add(make_episode(2, "open", base=-1.0, start=6))  # t_started 6, observation 5.0
+
+
+def test_episodes_is_read_only():
+    """episodes is rebuilt from the buffer: assigning it is an AttributeError
+    that names it, whatever the value (None or a number was a bare TypeError
+    from len()), except the empty deque RLlib's constructor assigns."""
+    buf = _filled(PrioritizedEpisodeReplayBuffer)
+    before = _snapshot(buf)
+    for v, got in ((None, "NoneType"), (5, "int"), ([make_episode(3, "x")], "list")):
+        with pytest.raises(AttributeError) as e:
+            buf.episodes = v
+        assert str(e.value) == ("episodes: read-only on exreplay's RLlib buffers (rebuilt from "
+                                "the buffer; add and set_state change it), got %s" % got)
+    buf.episodes = []
+    assert _snapshot(buf) == before
+
+
 def test_fragments_continue_their_episode():
     buf = PrioritizedEpisodeReplayBuffer(capacity=1000, n_step=3, seed=0)
     # one 12-step episode in three fragments (as EnvRunners send them)
@@ -450,6 +678,76 @@ def test_update_priorities_applies_to_last_sample():
     assert hits / 400 < 0.15
     with pytest.raises(ValueError, match="expected 16 values"):
         buf.update_priorities(np.ones(3))
+
+
+_PRIORITIES = ("priorities: expected an array of real numbers, one per item of the last sample, "
+               "got ")
+
+
+@pytest.mark.parametrize("p,exc,msg", [
+    ("abcd", TypeError, _PRIORITIES + "str"),
+    (["1", "2", "3", "4"], TypeError, _PRIORITIES + "list (as an array: dtype <U1, shape (4,))"),
+    ([object()] * 4, TypeError, _PRIORITIES + "list (as an array: dtype object, shape (4,))"),
+    (None, TypeError, _PRIORITIES + "NoneType"),
+    ({"a": 1.0}, TypeError, _PRIORITIES + "dict"),
+    (1.0, TypeError, _PRIORITIES + "float"),
+    (np.ones(4) * 1j, TypeError, _PRIORITIES + "numpy.ndarray of dtype complex128 and shape (4,)"),
+    (np.ones(4, bool), TypeError, _PRIORITIES + "numpy.ndarray of dtype bool and shape (4,)"),
+    (np.ones((2, 2)), ValueError,
+     "priorities: expected a 1-D array of 4 values (one per item of the last sample), got "
+     "shape (2, 2)"),
+    (np.ones(3), ValueError, "priorities: expected 4 values (one per item of the last sample), got 3"),
+    ([1.0, float("nan"), 1.0, 1.0], ValueError,
+     "priorities: expected finite numbers >= 0, got nan at index 1"),
+    ([1.0, 1.0, float("inf"), 1.0], ValueError,
+     "priorities: expected finite numbers >= 0, got inf at index 2"),
+], ids=["str", "strs", "objects", "None", "dict", "float", "complex", "bool", "2-D", "length",
+        "nan", "inf"])
+def test_refused_priorities_change_nothing(p, exc, msg):
+    """update_priorities takes an array of real numbers of the last sample's
+    length: a wrong type is a TypeError (strings that parse as numbers,
+    bools and complex numbers were taken, as float64), a wrong shape or
+    value a ValueError, each naming priorities, and nothing changes: the
+    sample still awaits its priorities."""
+    buf = _filled(PrioritizedEpisodeReplayBuffer)  # a sample of 4 awaits priorities
+    before = _snapshot(buf)
+    with pytest.raises(exc) as e:
+        buf.update_priorities(p)
+    assert type(e.value) is exc and str(e.value) == msg
+    assert _snapshot(buf) == before
+    buf.update_priorities(np.full(4, 0.5))
+
+
+def test_priorities_rllib_takes():
+    """What RLlib's update_priorities takes: any real numbers (ints, float32,
+    a column), each clipped below at 1e-12, negative ones too."""
+    for p in (np.arange(4), np.ones(4, np.float32), np.ones((4, 1)), [-1.0, 0.0, 2.0, 3.0]):
+        buf = _filled(PrioritizedEpisodeReplayBuffer)
+        epi, pos = (a.copy() for a in buf.last_sampled)
+        buf.update_priorities(p)
+        want = np.maximum(np.asarray(p, np.float64).reshape(-1), 1e-12)
+        np.testing.assert_allclose(buf.exreplay_buffer.stored_priorities(0, epi, pos), want, rtol=1e-6)
+
+
+def test_update_priorities_without_a_sample_awaiting_them():
+    """An empty update with no sample awaiting priorities does nothing, as in
+    RLlib; values then, before any sample or for a sample already updated,
+    are a ValueError that says so (RLlib asserts the lengths match)."""
+    msg = ("priorities: expected no values (no sample awaits priorities: none was drawn since "
+           "the last update_priorities), got 4")
+    buf = PrioritizedEpisodeReplayBuffer(capacity=100, seed=0)
+    buf.update_priorities([])
+    buf.add(make_episode(10, "a"))
+    for sampled in (False, True):
+        if sampled:
+            buf.sample(4)
+            buf.update_priorities(np.full(4, 2.0))
+        before = _snapshot(buf)
+        with pytest.raises(ValueError) as e:
+            buf.update_priorities(np.ones(4))
+        assert str(e.value) == msg
+        assert _snapshot(buf) == before
+        buf.update_priorities(np.ones(0))
 
 
 @pytest.mark.slow  # many draws: skipped in the (several times slower) ASan run
@@ -563,6 +861,27 @@ def test_a_refused_state_changes_nothing(damage):
         dst.set_state(state)
     assert _state_parts(dst) == before
     dst.sample(batch_size_B=8, n_step=(1, 3))  # still works
+
+
+def test_apply_state_takes_only_what_check_state_returned():
+    """apply_state assigns without checking (check_state has): given anything
+    but check_state's result, a get_state() dict for instance, it is a
+    TypeError before anything is assigned (it set the dict's keys as
+    attributes, the capacity among them, until one failed, or all silently)."""
+    buf = _filled(PrioritizedEpisodeReplayBuffer)
+    src = _filled(PrioritizedEpisodeReplayBuffer)
+    src.add(make_episode(3, "more"))
+    before = _snapshot(buf)
+    for bad, got in [(src.get_state(), "dict"), ({"capacity": 5}, "dict"), (None, "NoneType"),
+                     (dict(buf.check_state(src.get_state())), "dict")]:
+        with pytest.raises(TypeError) as e:
+            buf.apply_state(bad)
+        assert str(e.value) == (
+            "checked: expected what check_state() returned (set_state(state) checks a "
+            "get_state() dict and applies it), got " + got)
+        assert _snapshot(buf) == before and buf.capacity == 30
+    buf.apply_state(buf.check_state(src.get_state()))
+    assert _snapshot(buf)[0] == _snapshot(src)[0]
 
 
 def test_checkpoint_mixin_checks_the_buffer_state_before_the_algorithm_s():

@@ -164,28 +164,85 @@ def _metrics_plan(buf):
 
 
 class _Running:
-    """An episode that is still open: its handle, steps held, last observation."""
+    """An episode that is still open: its handle, steps held, last observation
+    and the t its next fragment starts at (None: not known, from a state
+    saved before it was kept)."""
 
-    __slots__ = ("h", "length", "last_obs")
+    __slots__ = ("h", "length", "last_obs", "t")
 
-    def __init__(self, h, length, last_obs):
+    def __init__(self, h, length, last_obs, t=None):
         self.h = h
         self.length = length
         self.last_obs = last_obs
+        self.t = t
+
+
+# A fragment's episode as add's checks see it: held and ended (open ones are
+# (next t, last observation) pairs; unknown ids are absent).
+_ENDED = object()
+
+
+def _same_observation(a, b) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    return a.shape == b.shape and np.array_equal(a, b, equal_nan=a.dtype.kind == "f" == b.dtype.kind)
+
+
+def _observation_text(o, last) -> str:
+    """o, against the episode's last observation, for a message (small ones
+    in full)."""
+    if np.size(o) <= 8 and np.size(last) <= 8:
+        return "%r (the episode's last: %r)" % (np.asarray(o).tolist(), np.asarray(last).tolist())
+    return "another one"
+
+
+_EPISODES_EXPECTED = ("episodes: expected a SingleAgentEpisode or a list of them (multi-agent "
+                      "episodes are not supported), got %s")
 
 
 def _episode_list(episodes):
     """add's argument as a list of SingleAgentEpisode (TypeError otherwise)."""
     if isinstance(episodes, SingleAgentEpisode):
         return [episodes]
+    if isinstance(episodes, (str, bytes, dict)) or not hasattr(episodes, "__iter__"):
+        raise TypeError(_EPISODES_EXPECTED % type_name(episodes))
     episodes = list(episodes)
-    for eps in episodes:
+    for i, eps in enumerate(episodes):
         if not isinstance(eps, SingleAgentEpisode):
-            raise TypeError(
-                "episodes: expected SingleAgentEpisode objects (multi-agent episodes are "
-                "not supported), got %s" % type(eps).__name__
-            )
+            raise TypeError(_EPISODES_EXPECTED % ("a list holding %s at index %d"
+                                                  % (type_name(eps), i)))
     return episodes
+
+
+def _where(i, eps) -> str:
+    return " (the episode at index %d, id_ %r)" % (i, eps.id_)
+
+
+def _episode_array(values, what, i, eps) -> np.ndarray:
+    """An episode's observations, actions or rewards as one array."""
+    try:
+        return np.asarray(values)
+    except (TypeError, ValueError) as e:
+        raise ValueError("episodes: expected %s that stack into one array, got ones NumPy "
+                         "cannot stack (%s)%s" % (what, e, _where(i, eps))) from None
+
+
+def _fit(a, rows, shape, dtype, what, i, eps) -> np.ndarray:
+    """a as `rows` rows of `shape` and `dtype`, checked as record_many checks
+    an array (a dtype that casts under same_kind, then the exact shape)."""
+    if a.dtype != dtype and not np.can_cast(a.dtype, dtype, "same_kind"):
+        raise TypeError("episodes: expected %s of dtype %s (or one that casts to it under "
+                        "same_kind), got %s%s" % (what, dtype, a.dtype, _where(i, eps)))
+    if a.shape[1:] != shape:
+        raise ValueError("episodes: expected %s of shape %s per step (the buffer's), got %s%s"
+                         % (what, shape, a.shape[1:], _where(i, eps)))
+    if a.shape[0] != rows:
+        raise ValueError("episodes: expected %d %s for its %d steps, got %d%s"
+                         % (rows, what, len(eps), a.shape[0], _where(i, eps)))
+    return np.ascontiguousarray(a, dtype)
+
+
+class _CheckedState(dict):
+    """check_state's result, the only thing apply_state takes."""
 
 
 class _ExreplayEpisodeBuffer:
@@ -288,7 +345,7 @@ class _ExreplayEpisodeBuffer:
         else:
             self._sel = self._buf.new_pick_selector(exreplay.PickSelectorClass.Uniform)
 
-    def _spec_from_episode(self, eps, obs, act) -> Dict[str, Any]:
+    def _spec_from_episode(self, eps, obs, act, i=0) -> Dict[str, Any]:
         spaces = (getattr(eps, "observation_space", None), getattr(eps, "action_space", None))
         if spaces[0] is not None and spaces[1] is not None:
             return spec_for_spaces(*spaces)
@@ -297,7 +354,7 @@ class _ExreplayEpisodeBuffer:
                 raise TypeError(
                     "episodes: exreplay stores %s as NumPy arrays of bool, int or float "
                     "(Box, Discrete, MultiDiscrete spaces), got dtype %s; Dict, Tuple and "
-                    "other structured spaces are not supported" % (name, a.dtype)
+                    "other structured spaces are not supported%s" % (name, a.dtype, _where(i, eps))
                 )
         return dict(
             state_shape=obs.shape[1:],
@@ -342,8 +399,10 @@ class _ExreplayEpisodeBuffer:
     @episodes.setter
     def episodes(self, value) -> None:
         # RLlib's __init__ assigns an empty deque; anything else is a misuse.
-        if len(value):
-            raise AttributeError("episodes: read-only on exreplay's RLlib buffers")
+        if not hasattr(value, "__len__") or isinstance(value, (str, bytes)) or len(value):
+            raise AttributeError("episodes: read-only on exreplay's RLlib buffers (rebuilt from "
+                                 "the buffer; add and set_state change it), got %s"
+                                 % type_name(value))
 
     def _refresh_evicted(self) -> int:
         """Drops the bookkeeping of evicted episodes; returns how many were evicted."""
@@ -381,7 +440,7 @@ class _ExreplayEpisodeBuffer:
         elif c:
             del self._id_count[id_]
 
-    def _evict_before_add(self, episodes) -> set:
+    def _evict_before_add(self, frags) -> set:
         """RLlib's prioritized buffer's eviction, done before the fragments are recorded.
 
         The new fragments' timesteps count from the start; the oldest
@@ -395,12 +454,12 @@ class _ExreplayEpisodeBuffer:
         """
         if self._buf is None:
             return set()
-        ts = len(self._buf) + sum(len(e) for e in episodes)
+        ts = len(self._buf) + sum(f[1] for f in frags)
         if ts <= self.capacity:
             return set()
         new_len = {}
-        for e in episodes:
-            new_len.setdefault(e.id_, len(e))  # RLlib subtracts the first fragment's length
+        for f in frags:
+            new_len.setdefault(f[0].id_, f[1])  # RLlib subtracts the first fragment's length
         # |held ids ∪ new ids|, less one per id evicted (O(1) per add while nothing is evicted)
         remaining = len(self._id_count) + sum(1 for i in new_len if i not in self._id_count)
         evicted = set()
@@ -439,24 +498,41 @@ class _ExreplayEpisodeBuffer:
         new timesteps, while over capacity and more than one episode would
         remain (a fragment of an episode evicted then is dropped).  Either
         way the newest episode is never evicted, so one longer than the
-        capacity stays whole until the next add.  Raises TypeError/ValueError
-        for observations or actions the buffer cannot hold, before recording
-        the offending fragment.
+        capacity stays whole until the next add.
+
+        Every argument is checked, and every episode converted, before
+        anything is recorded or evicted; a refused add changes nothing.  A
+        TypeError or ValueError names ``episodes`` (with the index and
+        ``id_`` of the episode) for what is not a SingleAgentEpisode, for
+        observations, actions or rewards the buffer cannot hold, and for a
+        fragment with the ``id_`` of an episode held that it does not
+        continue (the episode has ended, or the fragment's ``t_started`` or
+        first observation is not where the open episode stopped: RLlib's
+        concat_episode asserts the same); it names ``weight`` for a weight
+        that is not one finite number >= 0 (RLlib's contract: one priority
+        for every new step).
         """
         episodes = _episode_list(episodes)
-        len_before = len(self._buf) if self._buf is not None else 0
+        if weight is not None:
+            weight = nonneg_real_arg("weight", weight,
+                                     "None or a finite number >= 0 (the new steps' priority)")
         self._refresh_evicted()
+        frags, spec = self._check_fragments(episodes)
+        # everything is checked: from here on nothing is refused
+        if spec is not None:
+            self._build(spec)
+        len_before = len(self._buf) if self._buf is not None else 0
         h_min_before = self._h_min
         steps_added = 0
         episodes_added = 0
-        dropped = self._evict_before_add(episodes) if self._prioritized else ()
-        for eps in episodes:
-            if eps.id_ in dropped:
+        dropped = self._evict_before_add(frags) if self._prioritized else ()
+        for frag in frags:
+            if frag[0].id_ in dropped:
                 continue
-            steps, new = self._add_fragment(eps, weight)
+            steps, new = self._add_fragment(frag, weight)
             steps_added += steps
             episodes_added += new
-            if not self._prioritized:
+            if not self._prioritized and self._buf is not None:  # None: no steps yet
                 while len(self._buf) > self.capacity and self._buf.num_episodes > 1:
                     self._evict_oldest()
         self._num_timesteps_added += steps_added
@@ -464,10 +540,72 @@ class _ExreplayEpisodeBuffer:
         steps_evicted = len_before + steps_added - (len(self._buf) if self._buf is not None else 0)
         self._report_add(episodes_added, steps_added, n_evicted, steps_evicted)
 
-    def _add_fragment(self, eps, weight):
+    def _check_fragments(self, episodes):
+        """add's episodes checked and converted to the buffer's layout, before
+        anything changes: ([(episode, steps, observations, actions,
+        rewards)], the layout of the buffer to build, or None)."""
+        spec = None
+        layout = None
+        if self._buf is not None:
+            layout = (self._buf.state_shape, self._buf.state_dtype,
+                      self._buf.action_shape, self._buf.action_dtype)
+        frags = []
+        seen = {}  # id_ -> _ENDED or (next t, last observation), after the fragments before
+        for i, eps in enumerate(episodes):
+            T = len(eps)
+            prev = self._continues(eps, i, seen)
+            if T == 0:
+                if eps.is_done and prev is not None:
+                    seen[eps.id_] = _ENDED
+                frags.append((eps, 0, None, None, None))
+                continue
+            obs = _episode_array(eps.get_observations(), "observations", i, eps)
+            act = _episode_array(eps.get_actions(), "actions", i, eps)
+            rew = _episode_array(eps.get_rewards(), "rewards", i, eps)
+            if layout is None:  # the first add: the layout of its first episode
+                spec = self._spec_from_episode(eps, obs, act, i)
+                layout = (tuple(spec["state_shape"]), np.dtype(spec["state_dtype"]),
+                          tuple(spec["action_shape"]), np.dtype(spec["action_dtype"]))
+            obs = _fit(obs, T + 1, layout[0], layout[1], "observations", i, eps)
+            act = _fit(act, T, layout[2], layout[3], "actions", i, eps)
+            if rew.dtype.kind not in "biuf":
+                raise TypeError("episodes: expected rewards of real numbers (bool, int or float), "
+                                "got %s%s" % (rew.dtype, _where(i, eps)))
+            if rew.shape != (T,):
+                raise ValueError("episodes: expected rewards of shape (%d,) (one per step), got "
+                                 "%s%s" % (T, rew.shape, _where(i, eps)))
+            if prev is not None and prev[1] is not None and not _same_observation(obs[0], prev[1]):
+                raise ValueError("episodes: expected a first observation equal to the last one of "
+                                 "the open episode with this id_ (the fragment continues it), got "
+                                 "%s%s" % (_observation_text(obs[0], prev[1]), _where(i, eps)))
+            seen[eps.id_] = _ENDED if eps.is_done else (eps.t, obs[-1])
+            frags.append((eps, T, obs, act, rew.astype(np.float64, copy=False)))
+        return frags, spec
+
+    def _continues(self, eps, i, seen):
+        """(next t, last observation) of the open episode a fragment
+        continues, None for a new one; a ValueError if it cannot continue
+        the episode of its id_ (ended, or another t), as RLlib's
+        concat_episode asserts."""
+        prev = seen.get(eps.id_)
+        if prev is None:
+            run = self._running.get(eps.id_)
+            if run is not None:
+                prev = (run.t, run.last_obs)
+            elif eps.id_ in self._id_count:
+                prev = _ENDED
+        if prev is _ENDED:
+            raise ValueError("episodes: expected a new id_ or the next fragment of an open episode, "
+                             "got the id_ of an episode held that has ended%s" % _where(i, eps))
+        if prev is not None and prev[0] is not None and eps.t_started != prev[0]:
+            raise ValueError("episodes: expected t_started %d (where the open episode with this "
+                             "id_ stopped), got %r%s" % (prev[0], eps.t_started, _where(i, eps)))
+        return prev
+
+    def _add_fragment(self, frag, weight):
         """One fragment recorded (continuing its episode if held and open):
         (steps recorded, 1 if it started an episode in the buffer else 0)."""
-        T = len(eps)
+        eps, T, obs, act, rew = frag
         run = self._running.get(eps.id_)
         if T == 0:
             if eps.is_done and run is not None:
@@ -475,14 +613,9 @@ class _ExreplayEpisodeBuffer:
                 # episode stays open in the buffer (no final state).
                 del self._running[eps.id_]
             return 0, 0
-        obs = np.asarray(eps.get_observations())
-        act = np.asarray(eps.get_actions())
-        rew = np.asarray(eps.get_rewards(), dtype=np.float64)
-        if self._buf is None:
-            self._build(self._spec_from_episode(eps, obs, act))
         h = run.h if run is not None and self._h_min <= run.h else None
         done = bool(eps.is_done)
-        prios = None if weight is None else np.full(T, float(weight))
+        prios = None if weight is None else np.full(T, weight)
         h2 = self._buf.record_many(h, obs[:-1], act, rew, final_state=obs[-1] if done else None,
                                    terminated=bool(eps.is_terminated), priorities=prios)
         self._next_h = max(self._next_h, h2 + 1)
@@ -499,7 +632,7 @@ class _ExreplayEpisodeBuffer:
             self._running.pop(eps.id_, None)
             self._set_end(h2, length)
         else:
-            self._running[eps.id_] = _Running(h2, length, obs[-1])
+            self._running[eps.id_] = _Running(h2, length, obs[-1].copy(), eps.t)
         return T, int(h2 != h)
 
     def _report_add(self, episodes_added, steps_added, n_evicted, steps_evicted):
@@ -813,6 +946,7 @@ class _ExreplayEpisodeBuffer:
             "next_h": self._next_h,
             "h_id": list(self._h_id.items()),
             "running": [(k, r.h, r.length, r.last_obs) for k, r in self._running.items()],
+            "running_t": [(k, r.t) for k, r in self._running.items()],
             "end_len": (held, self._end_len[held[held < len(self._end_len)]]) if held.size else None,
             "last_sampled": (self._last_epi, self._last_pos),
             "_num_timesteps_added": self._num_timesteps_added,
@@ -845,7 +979,7 @@ class _ExreplayEpisodeBuffer:
                 )
             )
         try:
-            return self._decode_state(state)
+            return _CheckedState(self._decode_state(state))
         except (KeyError, TypeError, ValueError, IndexError, OverflowError) as e:
             raise ValueError(
                 "state: expected a dict from get_state() of exreplay's RLlib buffer, got one "
@@ -867,11 +1001,14 @@ class _ExreplayEpisodeBuffer:
         last_epi, last_pos = state["last_sampled"]
         rng = np.random.Generator(type(self.rng.bit_generator)())
         rng.bit_generator.state = state["rng"]
+        # the open episodes' next t (absent from states saved before it was kept)
+        running_t = {k: None if t is None else operator.index(t)
+                     for k, t in state.get("running_t") or ()}
         return dict(
             _buf=buf, _sel=state["selector"], _alpha=float(state["alpha"]),
             _n_max=operator.index(state["n_max"]), _h_min=operator.index(state["h_min"]),
             _next_h=next_h, _h_id=h_id, _id_count=id_count,
-            _running={k: _Running(h, n, o) for k, h, n, o in state["running"]},
+            _running={k: _Running(h, n, o, running_t.get(k)) for k, h, n, o in state["running"]},
             _end_len=end_len, _last_epi=last_epi, _last_pos=last_pos, _last_idx=None,
             _num_timesteps_added=operator.index(state["_num_timesteps_added"]),
             sampled_timesteps=operator.index(state["sampled_timesteps"]), rng=rng,
@@ -879,7 +1016,13 @@ class _ExreplayEpisodeBuffer:
         )
 
     def apply_state(self, checked: Dict[str, Any]) -> None:
-        """Sets what ``check_state`` returned (nothing here can fail)."""
+        """Sets what ``check_state`` returned (nothing here can fail); anything
+        else, a ``get_state()`` dict among them, is a TypeError and changes
+        nothing."""
+        if type(checked) is not _CheckedState:
+            raise TypeError("checked: expected what check_state() returned (set_state(state) "
+                            "checks a get_state() dict and applies it), got %s"
+                            % type_name(checked))
         for k, v in checked.items():
             setattr(self, k, v)
 
@@ -964,6 +1107,10 @@ class EpisodeReplayBuffer(_ExreplayEpisodeBuffer, _RLlibEpisodeReplayBuffer):
         )
 
 
+_PRIORITIES_EXPECTED = ("priorities: expected an array of real numbers, one per item of the last "
+                        "sample, got %s")
+
+
 class PrioritizedEpisodeReplayBuffer(_ExreplayEpisodeBuffer, _RLlibPrioritizedEpisodeReplayBuffer):
     """RLlib's ``PrioritizedEpisodeReplayBuffer`` contract on an exreplay buffer.
 
@@ -998,20 +1145,44 @@ class PrioritizedEpisodeReplayBuffer(_ExreplayEpisodeBuffer, _RLlibPrioritizedEp
     def update_priorities(self, priorities, module_id=None) -> None:
         """Sets the priorities of the last ``sample``'s items (in its order).
 
-        Each priority is clipped below at 1e-12 as RLlib does, stored as
-        ``p**alpha`` and raises the maximum priority given to new steps.
-        Items evicted since the sample are skipped.  Raises ValueError if
-        the length differs from the last sample's (or there was none), or
-        for NaN/infinite values; nothing changes then.  Releases the GIL
-        while the priorities are applied.
+        ``priorities`` is an array (or a list, or a column of shape (N, 1))
+        of ints or floats.  Each priority is clipped below at 1e-12 as RLlib
+        does (a negative one too), stored as ``p**alpha`` and raises the
+        maximum priority given to new steps.  Items evicted since the sample
+        are skipped.  An empty update with no sample awaiting priorities does
+        nothing, as in RLlib.  Raises TypeError for anything but real
+        numbers (str, bool, complex, None, a scalar), ValueError for another
+        shape or length than the last sample's (values when no sample awaits
+        them: none was drawn since the last update) and for NaN or
+        infinite values (RLlib stores those); nothing changes then.
+        Releases the GIL while the priorities are applied.
         """
-        p = np.asarray(priorities, dtype=np.float64).reshape(-1)
-        if p.size != self._last_epi.size:
+        want = self._last_epi.size
+        p = priorities
+        if not isinstance(p, np.ndarray):
+            try:
+                p = np.asarray(p)
+            except (TypeError, ValueError, RuntimeError):  # ragged, a GPU tensor, ...
+                raise TypeError(_PRIORITIES_EXPECTED % type_name(priorities)) from None
+        if p.dtype.kind not in "iuf" or p.ndim == 0:
+            raise TypeError(_PRIORITIES_EXPECTED % (
+                type_name(priorities) if p is priorities or p.ndim == 0 else
+                "%s (as an array: dtype %s, shape %s)" % (type_name(priorities), p.dtype, p.shape)))
+        if p.ndim == 2 and p.shape[1] == 1:
+            p = p[:, 0]  # a column, as a learner may give it
+        if p.ndim != 1:
+            raise ValueError("priorities: expected a 1-D array of %d values (one per item of the "
+                             "last sample), got shape %s" % (want, p.shape))
+        if p.size != want:
+            if want == 0:
+                raise ValueError("priorities: expected no values (no sample awaits priorities: "
+                                 "none was drawn since the last update_priorities), got %d"
+                                 % p.size)
             raise ValueError(
                 "priorities: expected %d values (one per item of the last sample), got %d"
-                % (self._last_epi.size, p.size)
+                % (want, p.size)
             )
-        if p.size == 0:
+        if want == 0:
             return
         p = np.maximum(p, 1e-12)
         self._buf.set_priority(self._sel, self._last_epi, self._last_pos, p, pick_index=self._last_idx)
