@@ -648,6 +648,10 @@ def test_record_episode_and_a_stream_named_like_it_stay_apart(cluster):
         assert sh.record_rollout("__episodes__", Rollout(s, a, r), wait=True) == 5  # left open
         s2, a2, r2 = _episode(5, 100)
         assert sh.record_episode(s2, a2, r2, wait=True) == 5
+        # not a Rollout: a TypeError naming it, no routing kept (an AttributeError before)
+        with pytest.raises(TypeError, match=r"^rollout: expected a Rollout, got tuple$"):
+            sh.record_rollout("w", (s, a, r))
+        assert "w" not in sh._streams
         (b,) = sh.buffers()
         eps = [b.episode(h) for h in b._handles()]
         assert sorted((len(e.action), e.ended) for e in eps) == [(5, False), (5, True)]

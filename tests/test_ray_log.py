@@ -142,7 +142,11 @@ def test_gather_logs_refuses_bad_arguments_before_closing_any_log(cluster, tmp_p
         (dict(level=10), ValueError, "level: expected an int from 0 to 9, got 10"),
         (dict(piece_bytes=0), ValueError, "piece_bytes: expected an int >= 1, got 0"),
         (dict(piece_bytes=1.5), TypeError, "piece_bytes: expected an int >= 1, got float"),
-        (dict(force_ship="yes"), TypeError, "force_ship: expected a bool, got str"),
+        (dict(force_ship="yes"), TypeError, "force_ship: expected a bool or an int, got str"),
+        # the output is replaced: one of the logs merged was deleted, after every log was closed
+        (dict(output=str(tmp_path / "logs" / "replay-0.xlog")), ValueError,
+         "output: expected a path other than the logs merged (it is replaced), got %r, which is %r"
+         % (str(tmp_path / "logs" / "replay-0.xlog"), str(tmp_path / "logs" / "replay-0.xlog"))),
         (dict(progress="yes"), TypeError, "progress: expected None, a bool or a "
                                           "callable(bytes_done, bytes_total), got str"),
         (dict(dest_dir=None), TypeError,
@@ -155,7 +159,9 @@ def test_gather_logs_refuses_bad_arguments_before_closing_any_log(cluster, tmp_p
         assert type(e.value) is exc and str(e.value) == msg, kw
         assert not any(i["closed"] for i in ray.get([s.log_info.remote() for s in sh.shards]))
         assert not dest.exists() and old.read_bytes() == b"an earlier output"
-    d = sh.gather_logs(str(dest), str(old), force_ship=1, piece_bytes=np.int64(64), level=0)
+    # a dest_dir given as bytes (a bare TypeError from os.path.join, after every log was closed)
+    d = sh.gather_logs(os.fsencode(dest), str(old), force_ship=1, piece_bytes=np.int64(64),
+                       level=0)
     assert d["records"] == 6 and d["sources"] == [0, 1]
     sh.shutdown()
 

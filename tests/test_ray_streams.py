@@ -251,3 +251,31 @@ def test_a_rollout_that_is_not_one_changes_nothing(seq):
         srv.record_rollout("A", _steps(2, 2), seq)
     srv.record_rollout("A", _open(2, 2), seq)
     assert _episodes(srv) == [[0, 1, 2, 3]]
+
+
+def test_end_stream_before_a_call_records_its_own_rollout():
+    """A call that holds its rollout and starts the stream's drain, with
+    end_stream coming before the drain's first turn: the rollout is dropped
+    with the stream, and the call returns 0, not the rollout's length (it
+    reported records it never recorded)."""
+    srv = ReplayServer(state_shape=(4,), capacity=None, pick_len=1, seed=0)
+    real = srv._streams_mu
+
+    class EndOnSecondTurn:
+        turns = 0
+
+        def __enter__(self):
+            EndOnSecondTurn.turns += 1
+            if EndOnSecondTurn.turns == 2:  # the drain's first turn
+                srv.end_stream("A")
+            return real.__enter__()
+
+        def __exit__(self, *exc):
+            return real.__exit__(*exc)
+
+    srv._streams_mu = EndOnSecondTurn()
+    assert srv.record_rollout("A", _open(0, 3), 0) == 0
+    srv._streams_mu = real
+    assert len(srv.buf) == 0 and "A" not in srv._streams
+    assert srv.record_rollout("A", _open(0, 3), 0) == 3  # the stream starts anew
+    assert len(srv.buf) == 3

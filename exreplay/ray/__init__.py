@@ -487,14 +487,19 @@ class ReplayServer:
         # on st only, and stops once end_stream has ended it. An error it does
         # not catch (KeyboardInterrupt) leaves it at once; the stream's next
         # call then finds the next rollout held and no drain, and takes over.
+        # If end_stream comes before this call's own rollout is taken, the
+        # rollout is dropped with the stream, and the call returns 0.
         err = None
+        taken = owns = False
         try:
+            owns = True
             while True:
                 with self._streams_mu:
                     r = None if st.ended else st.held.pop(st.seq, None)
                     if r is None:
-                        st.draining = False
+                        st.draining = owns = False
                         break
+                    taken = taken or st.seq == seq
                     st.seq += 1
                 try:
                     with st.lock:
@@ -502,12 +507,13 @@ class ReplayServer:
                 except Exception as e:  # the rest of the stream still goes in; the first error is raised
                     err = err or e
         except BaseException:
-            with self._streams_mu:
-                st.draining = False
+            if owns:  # not once the drain was handed back (draining may be another call's now)
+                with self._streams_mu:
+                    st.draining = False
             raise
         if err is not None:
             raise err
-        return len(rollout)
+        return len(rollout) if taken else 0
 
     def _check_rollout(self, r: Rollout) -> None:
         """What record_many would check only at a later piece of r, checked
@@ -910,6 +916,8 @@ class ShardedReplay:
         wait=True, the number of records added, once every shard's call is
         done; an error is raised only then). end_stream ends the stream."""
         _stream_arg(stream)
+        if not isinstance(rollout, Rollout):
+            raise TypeError(f"rollout: expected a Rollout, got {type(rollout).__name__}")
         return self._send(stream, rollout, wait, numbered=True)
 
     def _send(self, stream: Hashable, rollout: Rollout, wait: bool, numbered: bool):
@@ -1179,20 +1187,29 @@ def gather_logs(replays, dest_dir: str, output: str | None = None, *, force_ship
     import exreplay.log as xlog
     from exreplay._args import int_arg, path_arg, type_name
 
-    dest_dir = path_arg("dest_dir", dest_dir)
+    dest_dir = os.fsdecode(path_arg("dest_dir", dest_dir))
     output, level, _, progress, _ = xlog._check_merge_options(
         os.path.join(dest_dir, "merged.xlog") if output is None else output, level, 1, progress,
         None)
+    output = os.fsdecode(output)
     if not isinstance(force_ship, (bool, np.bool_, int, np.integer)):
-        raise TypeError("force_ship: expected a bool, got %s" % type_name(force_ship))
+        raise TypeError("force_ship: expected a bool or an int, got %s" % type_name(force_ship))
     piece_bytes = int_arg("piece_bytes", piece_bytes, 1, None, "an int >= 1")
     ray = _ray()
     replays = list(replays)
     # Every one must have a log before any is closed.
-    missing = [k for k, i in enumerate(ray.get([r.log_info.remote() for r in replays])) if i is None]
+    before = ray.get([r.log_info.remote() for r in replays])
+    missing = [k for k, i in enumerate(before) if i is None]
     if missing:
         raise ValueError(f"replays: expected ReplayActors with a log (built with log=), "
                          f"got replays without one at positions {missing}")
+    # output is replaced: it must not be one of the files merged
+    inputs = [i["path"] for i in before] + [os.path.join(dest_dir, f"shipped-{i['source']}.xlog")
+                                            for i in before]
+    same = [p for p in inputs if os.path.realpath(p) == os.path.realpath(output)]
+    if same:
+        raise ValueError(f"output: expected a path other than the logs merged (it is replaced), "
+                         f"got {output!r}, which is {same[0]!r}")
     infos = ray.get([r.log_close.remote() for r in replays])
     here = ray.get_runtime_context().get_node_id()
     os.makedirs(dest_dir, exist_ok=True)
