@@ -593,6 +593,32 @@ def test_the_open_episodes_next_t_survives_the_state_round_trip():
     other.add(make_episode(2, "open", base=-1.0, start=6))  # t_started 6, observation 5.0
 
 
+def test_a_state_with_last_observations_in_the_episode_s_dtype_continues():
+    """A state saved before add compared observations in the buffer's dtype
+    holds the open episodes' last observations as they came (float64 under a
+    float32 Box): restored, they are cast, so the episode's next fragment
+    (cast too) is taken, not refused as not continuing it."""
+    import gymnasium as gym
+
+    spaces = dict(observation_space=gym.spaces.Box(-10, 10, (1,), np.float32),
+                  action_space=gym.spaces.Discrete(2))
+    buf = PrioritizedEpisodeReplayBuffer(capacity=100, n_step=1, **spaces)
+    eps = SingleAgentEpisode(id_="o", observations=[np.array([0.3])], infos=[{}])
+    for t in range(3):
+        eps.add_env_step(observation=np.array([1.3 + t]), action=0, reward=1.0, infos={})
+    buf.add(eps)
+    state = buf.get_state()
+    del state["running_t"]
+    state["running"] = [(k, h, n, np.array([3.3])) for k, h, n, _ in state["running"]]
+    other = PrioritizedEpisodeReplayBuffer(capacity=100, n_step=1, **spaces)
+    other.set_state(state)
+    cont = SingleAgentEpisode(id_="o", observations=[np.array([3.3])], infos=[{}], t_started=3)
+    cont.add_env_step(observation=np.array([4.3]), action=1, reward=1.0, infos={},
+                      terminated=True)
+    other.add(cont)
+    assert other.get_num_timesteps() == 4 and other.get_num_episodes() == 1
+
+
 def test_episodes_is_read_only():
     """episodes is rebuilt from the buffer: assigning it is an AttributeError
     that names it, whatever the value (None or a number was a bare TypeError

@@ -965,10 +965,14 @@ class _ExreplayEpisodeBuffer:
         ValueError if any part is refused. ``apply_state`` of the result then
         cannot fail. (The checkpoint mixin checks the buffer's state this way
         before it restores the algorithm's.)"""
-        if not isinstance(state, dict) or state.get("exreplay_state_version") != _STATE_VERSION:
+        if not isinstance(state, dict):
+            raise TypeError("state: expected a dict from get_state() of exreplay's RLlib buffer, "
+                            "got %s" % type_name(state))
+        if state.get("exreplay_state_version") != _STATE_VERSION:
             raise ValueError(
                 "state: expected a dict from get_state() of exreplay's RLlib buffer "
-                "(exreplay_state_version %d)" % _STATE_VERSION
+                "(exreplay_state_version %d), got one with exreplay_state_version %r"
+                % (_STATE_VERSION, state.get("exreplay_state_version"))
             )
         if bool(state.get("prioritized")) != self._prioritized:
             raise ValueError(
@@ -1008,7 +1012,11 @@ class _ExreplayEpisodeBuffer:
             _buf=buf, _sel=state["selector"], _alpha=float(state["alpha"]),
             _n_max=operator.index(state["n_max"]), _h_min=operator.index(state["h_min"]),
             _next_h=next_h, _h_id=h_id, _id_count=id_count,
-            _running={k: _Running(h, n, o, running_t.get(k)) for k, h, n, o in state["running"]},
+            # each last observation in the buffer's dtype, as add compares it
+            # (a state saved before add kept them cast held them as they came)
+            _running={k: _Running(h, n, o if o is None or buf is None else
+                                  np.asarray(o, buf.state_dtype)[()], running_t.get(k))
+                      for k, h, n, o in state["running"]},
             _end_len=end_len, _last_epi=last_epi, _last_pos=last_pos, _last_idx=None,
             _num_timesteps_added=operator.index(state["_num_timesteps_added"]),
             sampled_timesteps=operator.index(state["sampled_timesteps"]), rng=rng,
