@@ -910,10 +910,10 @@ def test_apply_state_takes_only_what_check_state_returned():
     assert _snapshot(buf)[0] == _snapshot(src)[0]
 
 
-def test_checkpoint_mixin_checks_the_buffer_state_before_the_algorithm_s():
-    """With exreplay's buffer, the mixin checks the buffer's state before it
-    restores the algorithm's: a refused one leaves both as they were."""
-    from exreplay.rllib.checkpoint import BUFFER_STATE_KEY, ReplayBufferCheckpoints
+def _mixin_algo(local_replay_buffer=None):
+    """An algorithm with ReplayBufferCheckpoints mixed in, whose own set_state
+    keeps the state it is given in .restored (None until then)."""
+    from exreplay.rllib.checkpoint import ReplayBufferCheckpoints
 
     class Algo:
         restored = None
@@ -925,14 +925,22 @@ def test_checkpoint_mixin_checks_the_buffer_state_before_the_algorithm_s():
     class WithBuffer(ReplayBufferCheckpoints, Algo):
         pass
 
+    algo = WithBuffer()
+    algo.local_replay_buffer = local_replay_buffer
+    return algo
+
+def test_checkpoint_mixin_checks_the_buffer_state_before_the_algorithm_s():
+    """With exreplay's buffer, the mixin checks the buffer's state before it
+    restores the algorithm's: a refused one leaves both as they were."""
+    from exreplay.rllib.checkpoint import BUFFER_STATE_KEY
+
     rng = np.random.default_rng(4)
     src = PrioritizedEpisodeReplayBuffer(capacity=200, n_step=(1, 3), seed=4)
     for e in random_episodes(rng, 20):
         src.add(e)
     good = src.get_state()
     bad = dict(good, buffer=b"not a buffer")
-    algo = WithBuffer()
-    algo.local_replay_buffer = PrioritizedEpisodeReplayBuffer(capacity=200, n_step=(1, 3))
+    algo = _mixin_algo(PrioritizedEpisodeReplayBuffer(capacity=200, n_step=(1, 3)))
     with pytest.raises(ValueError, match="^state: "):
         algo.set_state({"learner_group": 1, BUFFER_STATE_KEY: bad})
     assert algo.restored is None and algo.local_replay_buffer.get_num_episodes() == 0
@@ -1119,20 +1127,9 @@ def test_checkpoint_holds_the_buffer(tmp_path):
 def test_checkpoint_state_refused_before_anything_is_restored():
     """ReplayBufferCheckpoints.set_state with a buffer's state but no local
     replay buffer: a ValueError, and the algorithm's own state is untouched."""
-    from exreplay.rllib.checkpoint import BUFFER_STATE_KEY, ReplayBufferCheckpoints
+    from exreplay.rllib.checkpoint import BUFFER_STATE_KEY
 
-    class Algo:
-        restored = None
-        config = None
-        local_replay_buffer = None
-
-        def set_state(self, state):
-            self.restored = state
-
-    class WithBuffer(ReplayBufferCheckpoints, Algo):
-        pass
-
-    algo = WithBuffer()
+    algo = _mixin_algo()
     with pytest.raises(ValueError, match="state: expected no 'local_replay_buffer'"):
         algo.set_state({"learner_group": 1, BUFFER_STATE_KEY: {}})
     assert algo.restored is None
