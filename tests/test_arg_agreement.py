@@ -206,6 +206,34 @@ def test_set_priority_arguments_agree(arg):
     agree(SET_PRIORITY_ARGS[arg])
 
 
+def _gone(b, p):
+    """p, after it was removed from b: a handle that names no selector."""
+    b.remove_pick_selector(p)
+    return p
+
+
+# An argument after ps that is refused as well: the arguments are checked in
+# order, so both say that ps names no selector.
+AFTER_GONE_PS = {
+    "out": lambda b, h, u, p, v: b.get_batch(2, _gone(b, p), out=v),
+    "pick_epi": lambda b, h, u, p, v: b.set_priority(_gone(b, p), v, [0], [1.0]),
+    "pick_pos": lambda b, h, u, p, v: b.set_priority(_gone(b, p), [0], v, [1.0]),
+    "priorities": lambda b, h, u, p, v: b.set_priority(_gone(b, p), [0], [0], v),
+    "pick_index": lambda b, h, u, p, v: b.set_priority(_gone(b, p), [0], [0], [1.0], pick_index=v),
+}
+
+
+@pytest.mark.parametrize("arg", sorted(AFTER_GONE_PS))
+def test_a_removed_selector_is_named_before_the_arguments_after_it(arg):
+    bad = {"str": "x", "object": _Opaque(), "[1, 2]": [1, 2], "1j": 1j}
+    agree(AFTER_GONE_PS[arg], bad)
+    for cls in IMPLS:
+        for v in bad.values():
+            buf, h, u, p = filled(cls)
+            with pytest.raises(ValueError, match="^ps: expected a pick selector"):
+                AFTER_GONE_PS[arg](buf, h, u, p, v)
+
+
 CONSTRUCTOR_ARGS = (
     "state_shape",
     "state_dtype",

@@ -23,6 +23,27 @@ static PyObject *batch_error(ReplayObject *self, exr_status st, int64_t h, PyObj
                                               .got = "the batch's scratch", .handle = -1});
 }
 
+/* Whether h names a selector of the buffer now (takes the storage lock). */
+static int selector_known(ReplayObject *self, int64_t h)
+{
+    exr_lock_with_gil(self->buf);
+    int known = exr_buffer_selector_locked(self->buf, h) != NULL;
+    exr_buffer_unlock(self->buf);
+    return known;
+}
+
+/* An argument after ps was refused (the error is set): when ps names no
+ * selector of the buffer, that is the error raised instead, as the
+ * arguments are checked in order. Looked up on this error path only, so
+ * that a call that goes through pays nothing for it. */
+static PyObject *after_ps_refused(ReplayObject *self, int64_t h)
+{
+    if (selector_known(self, h))
+        return NULL;
+    PyErr_Clear();
+    return unknown_selector(h);
+}
+
 static int batch_size_arg(PyObject *o, npy_intp *B)
 {
     int64_t v;
@@ -72,11 +93,13 @@ PyObject *replay_get_batch(ReplayObject *self, PyObject *const *args, Py_ssize_t
     if (widest < 8)
         widest = 8;
     if (!exr_mul_size((size_t)B, cfg->pick_len, &bytes) || !exr_mul_size(bytes, widest, &bytes) ||
-        bytes > (size_t)PY_SSIZE_T_MAX)
-        return PyErr_Format(PyExc_MemoryError,
-                            "batch_size: a batch of %zd picks would not fit in memory", (Py_ssize_t)B);
+        bytes > (size_t)PY_SSIZE_T_MAX) {
+        PyErr_Format(PyExc_MemoryError, "batch_size: a batch of %zd picks would not fit in memory",
+                     (Py_ssize_t)B);
+        return after_ps_refused(self, h);
+    }
     if (batch_arrays(self, B, out, arrays) < 0)
-        return NULL;
+        return after_ps_refused(self, h);
     exr_batch_out o;
     exr_field_dst plan[2 * EXR_MAX_FIELDS];
     batch_out_of(self, arrays, &o, plan);
@@ -115,10 +138,7 @@ PyObject *replay_gather(ReplayObject *self, PyObject *const *args, Py_ssize_t na
     npy_intp n;
     if (exr_selector_handle(self, args[0], &h) < 0)
         return NULL;
-    exr_lock_with_gil(self->buf);
-    int known = exr_buffer_selector_locked(self->buf, h) != NULL;
-    exr_buffer_unlock(self->buf);
-    if (!known)
+    if (!selector_known(self, h))
         return unknown_selector(h);
     if (pick_arrays(args[1], args[2], &e, &p, &n) < 0)
         return NULL;
@@ -239,7 +259,7 @@ PyObject *replay_set_priority(ReplayObject *self, PyObject *const *args, Py_ssiz
     PyArrayObject *e, *p, *x = NULL, *pr;
     npy_intp n;
     if (set_priority_picks(a, from_batch, &e, &p, &x, &n) < 0)
-        return NULL;
+        return after_ps_refused(self, h);
     size_t stride, applied = 0;
     exr_status st = EXR_OK;
     if ((pr = priorities_values(a[3], n, &stride))) {
@@ -266,7 +286,7 @@ PyObject *replay_set_priority(ReplayObject *self, PyObject *const *args, Py_ssiz
     Py_DECREF(p);
     Py_XDECREF(x);
     if (!pr)
-        return NULL;
+        return after_ps_refused(self, h);
     Py_DECREF(pr);
     if (st == EXR_ENOTFOUND)
         return unknown_selector(h);
