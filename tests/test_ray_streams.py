@@ -279,3 +279,77 @@ def test_end_stream_before_a_call_records_its_own_rollout():
     assert len(srv.buf) == 0 and "A" not in srv._streams
     assert srv.record_rollout("A", _open(0, 3), 0) == 3  # the stream starts anew
     assert len(srv.buf) == 3
+
+
+class _Ref:
+    def __init__(self, value):
+        self.value = value
+
+
+class _FakeRay:
+    """What ShardedReplay asks of the ray module, for shards that answer at once."""
+
+    @staticmethod
+    def get(refs, timeout=None):
+        return [r.value for r in refs] if isinstance(refs, list) else refs.value
+
+    @staticmethod
+    def wait(refs, num_returns=1, timeout=None):
+        return list(refs), []
+
+
+class _Method:
+    def __init__(self, fn):
+        self.remote = fn
+
+
+class _Shard:
+    """A ReplayActor that notes the seq of every rollout of every stream."""
+
+    def __init__(self):
+        self.seqs = {}
+        self.selectors = _Method(lambda: _Ref({0: ("prioritized", 0.6, 0.4)}))
+        self.record_rollout = _Method(self._record)
+        self.end_stream = _Method(lambda stream: _Ref(self.seqs.pop(stream, None)))
+
+    def _record(self, stream, rollout, seq):
+        self.seqs.setdefault(stream, []).append(seq)
+        return _Ref(len(rollout.actions))
+
+
+def test_one_sharded_replay_shared_by_threads_numbers_every_call_once(monkeypatch):
+    """Threads sending through one ShardedReplay copy, to one stream and to
+    their own: each shard gets each stream's numbers 0, 1, ... once each,
+    and end_stream waits for every call kept."""
+    import sys
+
+    import exreplay.ray as xray
+
+    monkeypatch.setattr(xray, "_ray", lambda: _FakeRay)
+    shards = [_Shard(), _Shard()]
+    sr = xray.ShardedReplay(actors=shards)
+    s, a, r = _steps(0, 2)
+    episode = Rollout(s, a, r, ends=[2])
+    per_thread = 5000
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        def send(stream):
+            for _ in range(per_thread):
+                sr.record_rollout(stream, episode)
+
+        threads = [threading.Thread(target=send, args=(k,)) for k in ("shared", "shared", 1, 2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    for stream, calls in (("shared", 2 * per_thread), (1, per_thread), (2, per_thread)):
+        got = [sorted(sh.seqs[stream]) for sh in shards]
+        assert [g == list(range(len(g))) for g in got] == [True, True], stream
+        assert sum(len(g) for g in got) == calls, stream
+        kept = sr._streams[stream]["pending"]
+        sr.end_stream(stream)
+        assert stream not in sr._streams
+        assert len(kept) <= calls

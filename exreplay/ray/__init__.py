@@ -888,6 +888,10 @@ class ShardedReplay:
         self._rng = np.random.default_rng(seed)
         self._streams: dict[Hashable, dict] = {}
         self._last_stats: dict[int, list] = {}
+        # The routing state (_streams), for threads sharing this copy; never
+        # held while waiting for a call. get_batch needs none: it makes single
+        # dict operations on _last_stats, and _rng has a lock of its own.
+        self._mu = threading.Lock()
 
     # -- helpers ---------------------------------------------------------------------
 
@@ -902,12 +906,18 @@ class ShardedReplay:
     def __getstate__(self):
         # A copy continues the routing (open shard, seq, turn) but starts with
         # none of this copy's calls in flight and none of their errors.
-        state = dict(self.__dict__)
-        state["_streams"] = {
-            k: dict(v, seq=None if v["seq"] is None else list(v["seq"]), pending=[],
-                    prune_at=_PRUNE_AT, error=None)
-            for k, v in self._streams.items()}
+        with self._mu:
+            state = dict(self.__dict__)
+            del state["_mu"]
+            state["_streams"] = {
+                k: dict(v, seq=None if v["seq"] is None else list(v["seq"]), pending=[],
+                        prune_at=_PRUNE_AT, error=None)
+                for k, v in self._streams.items()}
         return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._mu = threading.Lock()
 
     # -- writers ---------------------------------------------------------------------
 
@@ -925,11 +935,38 @@ class ShardedReplay:
         need no order and may come from every copy of this object at once)
         and keeps none of its calls."""
         ray = _ray()
-        st = self._streams.get(stream)
-        if st is None:
-            st = self._streams[stream] = {"open": None, "seq": [0] * self.n if numbered else None,
-                                          "rr": _stable_hash(stream) % self.n,
-                                          "pending": [], "prune_at": _PRUNE_AT, "error": None}
+        with self._mu:
+            st = self._streams.get(stream)
+            if st is None:
+                st = self._streams[stream] = {
+                    "open": None, "seq": [0] * self.n if numbered else None,
+                    "rr": _stable_hash(stream) % self.n, "pending": [], "prune_at": _PRUNE_AT,
+                    "error": None}
+            refs = self._route(stream, st, rollout)
+            keep = st["seq"] is not None  # a numbered stream's calls, for end_stream
+            if not wait:
+                if keep:
+                    self._keep(st, refs)
+                return refs
+        settled = False
+        try:
+            n = sum(ray.get(refs))
+            settled = True
+            return n
+        except Exception:
+            # ray.get raises at the first error it finds, maybe while the
+            # other shards' calls still run: raise once all of them are done.
+            ray.wait(refs, num_returns=len(refs))
+            settled = True
+            raise
+        finally:
+            if not settled and keep:  # interrupted: end_stream waits for them
+                with self._mu:
+                    self._keep(st, refs)
+
+    def _route(self, stream: Hashable, st: dict, rollout: Rollout) -> list:
+        """Sends the rollout's pieces to their shards, numbered in st (which
+        it advances); returns the calls' ObjectRefs. _mu held."""
         groups: dict[int, list] = {}
         for a, b, j in rollout.pieces():
             if a == 0 and st["open"] is not None:
@@ -947,29 +984,12 @@ class ShardedReplay:
             else:
                 refs.append(self.shards[shard].record_rollout.remote(stream, sub, st["seq"][shard]))
                 st["seq"][shard] += 1
-        keep = st["seq"] is not None  # a numbered stream's calls, for end_stream
-        if not wait:
-            if keep:
-                self._keep(st, refs)
-            return refs
-        settled = False
-        try:
-            n = sum(ray.get(refs))
-            settled = True
-            return n
-        except Exception:
-            # ray.get raises at the first error it finds, maybe while the
-            # other shards' calls still run: raise once all of them are done.
-            ray.wait(refs, num_returns=len(refs))
-            settled = True
-            raise
-        finally:
-            if not settled and keep:  # interrupted: end_stream waits for them
-                self._keep(st, refs)
+        return refs
 
     def _keep(self, st: dict, refs: list) -> None:
         """Keep a stream's record calls for end_stream; past st["prune_at"]
-        of them, drop the finished ones, noting the first error among them."""
+        of them, drop the finished ones (ray.wait with no timeout: it does
+        not wait), noting the first error among them. _mu held."""
         p = st["pending"]
         p.extend(refs)
         if len(p) < st["prune_at"]:
@@ -1007,11 +1027,11 @@ class ShardedReplay:
         """
         _stream_arg(stream)
         ray = _ray()
-        st = self._streams.get(stream)
-        err = None
+        with self._mu:
+            st = self._streams.get(stream)
+            err = None if st is None else st["error"]
+            pending = [] if st is None else list(st["pending"])
         if st is not None:
-            err = st["error"]
-            pending = st["pending"]
             if pending:
                 # A call whose rollout comes before its predecessor returns
                 # with the rollout held, unrecorded; but once every call of the
@@ -1041,7 +1061,9 @@ class ShardedReplay:
                 ray.get(ends)
             except Exception as e:
                 err = e if err is None else err
-        self._streams.pop(stream, None)
+        with self._mu:
+            if self._streams.get(stream) is st:
+                self._streams.pop(stream, None)
         if err is not None:
             raise err
 
