@@ -7,6 +7,7 @@ gigabytes; a FIFO buffer's hand broke the invariants; the handle counters
 could be written at a value the reader refused.
 """
 
+import json
 import os
 import resource
 import struct
@@ -19,6 +20,7 @@ import numpy as np
 import pytest
 
 import exreplay
+import exreplay.log
 from exreplay import ExperienceReplay
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -341,3 +343,57 @@ def test_selector_count_is_capped_and_a_file_with_more_is_refused():
     struct.pack_into("<q", secs[0][1], 56, 1025)  # next_sel_handle
     with pytest.raises(ValueError, match="invalid serialized buffer"):
         ExperienceReplay.unserialize(fw.pack(join(secs), 0))
+
+
+# --- 6. the experience log's readers -----------------------------------------------------
+#
+# Logs forged field by field (docs/log.md, "Format"), every CRC right: what
+# the readers must refuse, they refuse on the fields, not on a checksum.
+
+LOG_SCHEMA = {"state": {"dtype": "|u1", "shape": [3]}, "action": {"dtype": "<f4", "shape": [2]},
+              "reward": {"dtype": "<f4", "shape": []}}
+LOG_ROW = 3 + 8 + 4
+
+
+def log_header(schema=None):
+    """A version-1 file header of LOG_SCHEMA's layout (or of schema's bytes)."""
+    blob = schema if schema is not None else json.dumps(LOG_SCHEMA).encode()
+    h = b"EXRPLOG\n" + struct.pack("<IIQQQI", 1, 48 + len(blob), 3, 8, 4, len(blob)) + blob
+    return h + struct.pack("<I", zlib.crc32(h))
+
+
+def log_chunk(count, raw_len, body, kind=1, codec=1, first=0, last=0):
+    """A chunk around body, its header and trailer consistent with it."""
+    hb = struct.pack("<4sHHIIqqQQI", b"XRCK", kind, codec, count, 0, first, last, raw_len,
+                     len(body), zlib.crc32(body))
+    hcrc = zlib.crc32(hb)
+    return (hb + struct.pack("<I", hcrc) + body
+            + struct.pack("<QI4s", 56 + len(body) + 16, hcrc, b"XREN"))
+
+
+LOG_END = log_chunk(0, 0, b"", kind=2, codec=0)
+
+
+def log_readers(path):
+    """Every reader of a log, each run to its end."""
+    return {"open": lambda: list(exreplay.log.open(path)), "info": lambda: exreplay.log.info(path),
+            "tail": lambda: exreplay.log.tail(path, 5),
+            "from_log": lambda: ExperienceReplay.from_log(path, capacity=None),
+            "merge": lambda: exreplay.log.merge([path], str(path) + ".merged")}
+
+
+def test_log_schema_nested_deeply_is_valueerror(tmp_path):
+    """The schema is JSON; nested thousands deep (within the header's limit
+    and its CRC right) json.loads recursed until a RecursionError, not the
+    ValueError every reader promises. Nesting deeper than a schema has is
+    refused before it is parsed."""
+    deep = json.dumps(LOG_SCHEMA).encode()[:-1] + b', "x": ' + b"[" * 3000 + b"]" * 3000 + b"}"
+    strings = json.dumps(dict(LOG_SCHEMA, x='[[[{{{"\\"' * 500)).encode()  # brackets in a string
+    p, q = tmp_path / "deep.log", tmp_path / "strings.log"
+    p.write_bytes(log_header(deep) + LOG_END)
+    q.write_bytes(log_header(strings) + LOG_END)
+    for name, read in log_readers(p).items():
+        with pytest.raises(ValueError, match="deep.log: not a valid experience log at byte 44: "
+                                             "schema nests"):
+            read()
+    assert exreplay.log.info(q)["records"] == 0
