@@ -397,3 +397,83 @@ def test_log_schema_nested_deeply_is_valueerror(tmp_path):
                                              "schema nests"):
             read()
     assert exreplay.log.info(q)["records"] == 0
+
+
+def _log_bomb(path, junk=2_000_000):
+    """A log of one zlib chunk whose ~junk bytes of body claim as many raw
+    bytes as the 1032:1 limit lets them (~2 GB of records), of which a
+    thousand inflate before inflate fails (a reserved block type)."""
+    c = zlib.compressobj(1)
+    body = c.compress(bytes(1000)) + c.flush(zlib.Z_SYNC_FLUSH) + b"\xff" * junk
+    count = min(1 << 31, 1032 * len(body) + 64) // (29 + LOG_ROW)
+    path.write_bytes(log_header() + log_chunk(count, count * (29 + LOG_ROW), body) + LOG_END)
+
+
+def test_merge_of_a_small_log_declaring_gigabytes_reserves_little(tmp_path):
+    """The merge reserved a chunk's declared raw length before inflating a
+    byte: a 2 MB log declaring 2 GB was a MemoryError under a 2 GiB address
+    space limit (the readers said ValueError) and mapped 2 GB without one.
+    Its output now grows as the body inflates."""
+    if ASAN:
+        pytest.skip("ASan reserves terabytes of shadow: no RLIMIT_AS there")
+    p = tmp_path / "bomb.log"
+    _log_bomb(p)
+    script = textwrap.dedent(
+        """
+        import resource, sys
+        import exreplay.log
+
+        def vmpeak_mb():
+            for line in open("/proc/self/status"):
+                if line.startswith("VmPeak:"):
+                    return int(line.split()[1]) // 1024
+
+        src, out, limit = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+        if limit:
+            resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+        before = vmpeak_mb()
+        for threads in (0, 2):
+            try:
+                exreplay.log.merge([src], out, threads=threads)
+            except ValueError as e:
+                print("ValueError", e)
+            except MemoryError as e:
+                print("MemoryError", e)
+        print(vmpeak_mb() - before)
+        """
+    )
+    for limit in ("1", "0"):
+        r = subprocess.run([sys.executable, "-c", script, str(p), str(tmp_path / "o.log"), limit],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        lines = r.stdout.splitlines()
+        for line in lines[:2]:
+            assert line.startswith("ValueError "), lines
+            assert "bomb.log: not a valid experience log" in line, lines
+        assert not (tmp_path / "o.log").exists()
+        # ~2 MB of input, a kilobyte inflated; thread stacks and arenas: tens of MB
+        assert int(lines[2]) < 10 * p.stat().st_size / 2**20 + 128, lines
+
+
+def test_merge_inflates_chunks_larger_than_its_first_room(tmp_path):
+    """The merge's room for a chunk starts at 1 MiB and doubles: chunks of
+    several MiB (one compressible, one not) merge to the same records."""
+    rng = np.random.default_rng(5)
+    p = tmp_path / "big.log"
+    with exreplay.ExperienceLog(p, state_shape=(4096,), state_dtype="uint8", level=1,
+                                chunk_bytes=6 << 20, flush_interval=None) as lg:
+        for k in range(2):
+            st = rng.integers(0, 256, (1200, 4096), np.uint8) if k else np.zeros((1200, 4096),
+                                                                                   np.uint8)
+            lg.append_many(k, 0, st, np.arange(1200), np.ones(1200, np.float32),
+                           terminated=True)
+            lg.flush()
+    want = list(exreplay.log.open(p))
+    assert [len(c.timestamps) for c in want] == [1200, 1200]
+    for threads in (0, 2):
+        out = tmp_path / ("o%d.log" % threads)
+        exreplay.log.merge([p], out, threads=threads, chunk_bytes=8 << 20)
+        got = list(exreplay.log.open(out))
+        for f in ("states", "actions", "rewards", "handles", "positions", "flags"):
+            assert np.array_equal(np.concatenate([getattr(c, f) for c in got]),
+                                  np.concatenate([getattr(c, f) for c in want]))
