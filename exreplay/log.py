@@ -27,6 +27,7 @@ import collections.abc
 import errno
 import json
 import os
+import re
 import struct
 import sys
 import time
@@ -58,6 +59,10 @@ MAX_MERGED_SCHEMA = 1 << 20
 assert MAX_MERGE_SOURCES * 12 + (1 << 17) <= MAX_MERGED_SCHEMA
 MAX_RAW = 1 << 31  # raw bytes of one chunk (ExperienceLog stays within 2**30; merge adds final states to its chunk_bytes)
 META = 29  # timestamp, handle, position (8 bytes each), source (4), flags (1)
+# A schema nests 3 deep ({"state_fields": [{"shape": [..]}]}); json.loads
+# recurses once a level, so deeper text is refused before it is parsed.
+MAX_SCHEMA_DEPTH = 16
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 # deflate expands at most about 1032:1; a longer claim is corrupt
 ZLIB_RATIO = 1032
 
@@ -211,6 +216,14 @@ def _dtype_shape(f, name, path, reward=False):
     return dt.newbyteorder("<") if dt.byteorder == ">" else dt, tuple(shape), size
 
 
+def _json_depth(blob: bytes) -> int:
+    """How deep [ and { nest in JSON text, outside its strings."""
+    c = np.frombuffer(_JSON_STRING.sub(b'""', blob), np.uint8)
+    step = (np.isin(c, (ord("["), ord("{"))).astype(np.int64)
+            - np.isin(c, (ord("]"), ord("}"))))
+    return int(np.cumsum(step).max(initial=0))
+
+
 def _read_schema(f, path) -> _Schema:
     head = f.read(40)
     if len(head) < 40 or head[:8] != FILE_MAGIC:
@@ -236,6 +249,8 @@ def _read_schema(f, path) -> _Schema:
     if (sb < 1 or sb > MAX_RAW or ab > MAX_RAW or rb not in (2, 4, 8)
             or (version == FILE_VERSION_EXTRAS and not 1 <= xb <= MAX_RAW)):
         raise _bad(path, 16, "field sizes %d/%d/%d/%d" % (sb, ab, rb, xb))
+    if _json_depth(rest[:slen]) > MAX_SCHEMA_DEPTH:
+        raise _bad(path, at, "schema nests deeper than %d" % MAX_SCHEMA_DEPTH)
     try:
         js = json.loads(rest[:slen].decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
@@ -502,14 +517,22 @@ def _trailer_at(f, path, schema, end) -> Optional[tuple]:
     return start, h
 
 
+# Trailer magics in a torn tail that tail() checks before it finds the last
+# whole chunk by walking the file's chunk headers from the front instead.
+MAX_TORN_CANDIDATES = 64
+
+
 def _last_whole_end(f, path, schema, size) -> int:
     """End offset of the last whole chunk: the file's end, or, with a torn
     tail, the last trailer before it that checks out (scanning back over at
-    most the torn bytes)."""
+    most the torn bytes). A torn tail is a prefix of a chunk, where a
+    trailer's magic is rare; one holding many (hostile bytes: each costs
+    two reads) is measured from the front, as the iteration measures it."""
     if size == schema.header_len or _trailer_at(f, path, schema, size):
         return size
     step = 1 << 20
     hi = size
+    tried = 0
     while hi > schema.header_len:
         lo = max(schema.header_len, hi - step)
         f.seek(lo)
@@ -520,10 +543,26 @@ def _last_whole_end(f, path, schema, size) -> int:
             if i < 0:
                 break
             end = lo + i + 4
-            if end <= size and _trailer_at(f, path, schema, end):
+            if end > size:
+                continue
+            if tried == MAX_TORN_CANDIDATES:
+                return _whole_end_from_front(path, size)
+            tried += 1
+            if _trailer_at(f, path, schema, end):
                 return end
         hi = lo
     return schema.header_len
+
+
+def _whole_end_from_front(path, size) -> int:
+    """End offset of the last whole chunk, from the chunk headers (as info
+    reads them); ValueError where they do not check out."""
+    with LogReader(path) as r:
+        for _ in r._headers(False):
+            pass
+        if r.size != size:
+            raise _bad(path, size, "file changed while reading")
+        return size - r.torn
 
 
 def tail(path: PathLike, n: int = 100) -> Chunk:

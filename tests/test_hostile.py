@@ -7,6 +7,7 @@ gigabytes; a FIFO buffer's hand broke the invariants; the handle counters
 could be written at a value the reader refused.
 """
 
+import json
 import os
 import resource
 import struct
@@ -19,6 +20,7 @@ import numpy as np
 import pytest
 
 import exreplay
+import exreplay.log
 from exreplay import ExperienceReplay
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -341,3 +343,164 @@ def test_selector_count_is_capped_and_a_file_with_more_is_refused():
     struct.pack_into("<q", secs[0][1], 56, 1025)  # next_sel_handle
     with pytest.raises(ValueError, match="invalid serialized buffer"):
         ExperienceReplay.unserialize(fw.pack(join(secs), 0))
+
+
+# --- 6. the experience log's readers -----------------------------------------------------
+#
+# Logs forged field by field (docs/log.md, "Format"), every CRC right: what
+# the readers must refuse, they refuse on the fields, not on a checksum.
+
+LOG_SCHEMA = {"state": {"dtype": "|u1", "shape": [3]}, "action": {"dtype": "<f4", "shape": [2]},
+              "reward": {"dtype": "<f4", "shape": []}}
+LOG_ROW = 3 + 8 + 4
+
+
+def log_header(schema=None):
+    """A version-1 file header of LOG_SCHEMA's layout (or of schema's bytes)."""
+    blob = schema if schema is not None else json.dumps(LOG_SCHEMA).encode()
+    h = b"EXRPLOG\n" + struct.pack("<IIQQQI", 1, 48 + len(blob), 3, 8, 4, len(blob)) + blob
+    return h + struct.pack("<I", zlib.crc32(h))
+
+
+def log_chunk(count, raw_len, body, kind=1, codec=1, first=0, last=0):
+    """A chunk around body, its header and trailer consistent with it."""
+    hb = struct.pack("<4sHHIIqqQQI", b"XRCK", kind, codec, count, 0, first, last, raw_len,
+                     len(body), zlib.crc32(body))
+    hcrc = zlib.crc32(hb)
+    return (hb + struct.pack("<I", hcrc) + body
+            + struct.pack("<QI4s", 56 + len(body) + 16, hcrc, b"XREN"))
+
+
+LOG_END = log_chunk(0, 0, b"", kind=2, codec=0)
+
+
+def log_readers(path):
+    """Every reader of a log, each run to its end."""
+    return {"open": lambda: list(exreplay.log.open(path)), "info": lambda: exreplay.log.info(path),
+            "tail": lambda: exreplay.log.tail(path, 5),
+            "from_log": lambda: ExperienceReplay.from_log(path, capacity=None),
+            "merge": lambda: exreplay.log.merge([path], str(path) + ".merged")}
+
+
+def test_log_schema_nested_deeply_is_valueerror(tmp_path):
+    """The schema is JSON; nested thousands deep (within the header's limit
+    and its CRC right) json.loads recursed until a RecursionError, not the
+    ValueError every reader promises. Nesting deeper than a schema has is
+    refused before it is parsed."""
+    deep = json.dumps(LOG_SCHEMA).encode()[:-1] + b', "x": ' + b"[" * 3000 + b"]" * 3000 + b"}"
+    strings = json.dumps(dict(LOG_SCHEMA, x='[[[{{{"\\"' * 500)).encode()  # brackets in a string
+    p, q = tmp_path / "deep.log", tmp_path / "strings.log"
+    p.write_bytes(log_header(deep) + LOG_END)
+    q.write_bytes(log_header(strings) + LOG_END)
+    for name, read in log_readers(p).items():
+        with pytest.raises(ValueError, match="deep.log: not a valid experience log at byte 44: "
+                                             "schema nests"):
+            read()
+    assert exreplay.log.info(q)["records"] == 0
+
+
+def _log_bomb(path, junk=2_000_000):
+    """A log of one zlib chunk whose ~junk bytes of body claim as many raw
+    bytes as the 1032:1 limit lets them (~2 GB of records), of which a
+    thousand inflate before inflate fails (a reserved block type)."""
+    c = zlib.compressobj(1)
+    body = c.compress(bytes(1000)) + c.flush(zlib.Z_SYNC_FLUSH) + b"\xff" * junk
+    count = min(1 << 31, 1032 * len(body) + 64) // (29 + LOG_ROW)
+    path.write_bytes(log_header() + log_chunk(count, count * (29 + LOG_ROW), body) + LOG_END)
+
+
+def test_merge_of_a_small_log_declaring_gigabytes_reserves_little(tmp_path):
+    """The merge reserved a chunk's declared raw length before inflating a
+    byte: a 2 MB log declaring 2 GB was a MemoryError under a 2 GiB address
+    space limit (the readers said ValueError) and mapped 2 GB without one.
+    Its output now grows as the body inflates."""
+    if ASAN:
+        pytest.skip("ASan reserves terabytes of shadow: no RLIMIT_AS there")
+    p = tmp_path / "bomb.log"
+    _log_bomb(p)
+    script = textwrap.dedent(
+        """
+        import resource, sys
+        import exreplay.log
+
+        def vmpeak_mb():
+            for line in open("/proc/self/status"):
+                if line.startswith("VmPeak:"):
+                    return int(line.split()[1]) // 1024
+
+        src, out, limit = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+        if limit:
+            resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+        before = vmpeak_mb()
+        for threads in (0, 2):
+            try:
+                exreplay.log.merge([src], out, threads=threads)
+            except ValueError as e:
+                print("ValueError", e)
+            except MemoryError as e:
+                print("MemoryError", e)
+        print(vmpeak_mb() - before)
+        """
+    )
+    for limit in ("1", "0"):
+        r = subprocess.run([sys.executable, "-c", script, str(p), str(tmp_path / "o.log"), limit],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        lines = r.stdout.splitlines()
+        for line in lines[:2]:
+            assert line.startswith("ValueError "), lines
+            assert "bomb.log: not a valid experience log" in line, lines
+        assert not (tmp_path / "o.log").exists()
+        # ~2 MB of input, a kilobyte inflated; thread stacks and arenas: tens of MB
+        assert int(lines[2]) < 10 * p.stat().st_size / 2**20 + 128, lines
+
+
+def test_merge_inflates_chunks_larger_than_its_first_room(tmp_path):
+    """The merge's room for a chunk starts at 1 MiB and doubles: chunks of
+    several MiB (one compressible, one not) merge to the same records."""
+    rng = np.random.default_rng(5)
+    p = tmp_path / "big.log"
+    with exreplay.ExperienceLog(p, state_shape=(4096,), state_dtype="uint8", level=1,
+                                chunk_bytes=6 << 20, flush_interval=None) as lg:
+        for k in range(2):
+            st = rng.integers(0, 256, (1200, 4096), np.uint8) if k else np.zeros((1200, 4096),
+                                                                                   np.uint8)
+            lg.append_many(k, 0, st, np.arange(1200), np.ones(1200, np.float32),
+                           terminated=True)
+            lg.flush()
+    want = list(exreplay.log.open(p))
+    assert [len(c.timestamps) for c in want] == [1200, 1200]
+    for threads in (0, 2):
+        out = tmp_path / ("o%d.log" % threads)
+        exreplay.log.merge([p], out, threads=threads, chunk_bytes=8 << 20)
+        got = list(exreplay.log.open(out))
+        for f in ("states", "actions", "rewards", "handles", "positions", "flags"):
+            assert np.array_equal(np.concatenate([getattr(c, f) for c in got]),
+                                  np.concatenate([getattr(c, f) for c in want]))
+
+
+def test_tail_over_a_torn_tail_of_trailer_magics_reads_a_bounded_number(tmp_path, monkeypatch):
+    """tail finds the last whole chunk from the end, checking each trailer
+    magic in the torn bytes (two reads each). A torn tail of 1 MiB made of
+    16-byte trailers that each point at a plausible chunk took 65,536 checks
+    (0.3 s a MiB; a 1 GB file, minutes, where info takes a millisecond).
+    Past 64 candidates the chunk headers are walked from the front instead,
+    and tail returns what the iteration reads."""
+    good = [log_chunk(1, 29 + LOG_ROW, struct.pack("<qqqIB", t, 0, t, 0, 0) + bytes(LOG_ROW),
+                      codec=0, first=t, last=t) for t in range(3)]
+    hb = struct.pack("<4sHHIIqqQQI", b"XRCK", 1, 1, 1, 0, 9, 9, 44, 1 << 30, 0)
+    torn = hb + struct.pack("<I", zlib.crc32(hb)) + struct.pack("<QI4s", 72, 0, b"XREN") * 65536
+    p = tmp_path / "torn.log"
+    p.write_bytes(log_header() + b"".join(good) + torn)
+    calls = []
+    real = exreplay.log._trailer_at
+    monkeypatch.setattr(exreplay.log, "_trailer_at", lambda *a: calls.append(1) or real(*a))
+    c = exreplay.log.tail(p, 2)
+    assert list(c.timestamps) == [1, 2]
+    assert len(calls) < 100, len(calls)
+    assert exreplay.log.info(p)["torn"] == len(torn)
+    # a torn tail with a few such magics is still scanned from the end
+    p.write_bytes(log_header() + b"".join(good) + torn[:56 + 16 * 10])
+    calls.clear()
+    assert list(exreplay.log.tail(p, 3).timestamps) == [0, 1, 2]
+    assert 10 <= len(calls) < 20

@@ -297,10 +297,6 @@ static bool inflate_begin(inslot *s)
         job_fail(&s->j, EXR_ECORRUPT, 0, "chunk body: a preset dictionary");
         return false;
     }
-    if (reserve(&s->raw, &s->raw_cap, (size_t)s->c.raw_len)) {
-        job_fail(&s->j, EXR_ENOMEM, 0, "");
-        return false;
-    }
     if (!s->zinit) {
         exr_zstream_init(&s->z); /* the allocation-failure build's allocator too */
         if (inflateInit2(&s->z, -15) != Z_OK) {
@@ -315,6 +311,27 @@ static bool inflate_begin(inslot *s)
     return true;
 }
 
+/* Room for the inflated raw body after what has been inflated: the slot's
+ * array, at least RAW_FIRST, doubled once full, never past raw_len. A body
+ * may claim 1032 times its size: the array stays a small multiple of what
+ * it really inflates to (or of RAW_FIRST), not of what it claims. */
+#define RAW_FIRST ((size_t)1 << 20)
+
+static bool raw_room(inslot *s)
+{
+    size_t have = (size_t)s->z.total_out, want = (size_t)s->c.raw_len;
+    if (s->raw_cap <= have) {
+        size_t cap = have > RAW_FIRST / 2 ? 2 * have : RAW_FIRST; /* have < raw_len <= 2^31 */
+        if (reserve(&s->raw, &s->raw_cap, cap < want ? cap : want)) {
+            job_fail(&s->j, EXR_ENOMEM, 0, "");
+            return false;
+        }
+    }
+    s->z.next_out = s->raw + have;
+    s->z.avail_out = (uInt)((s->raw_cap < want ? s->raw_cap : want) - have); /* <= 2^31 */
+    return true;
+}
+
 /* Inflates the body's deflate stream (between the 2-byte header and the
  * 4-byte Adler-32) to exactly raw_len bytes, then checks the Adler-32. */
 static bool inflate_body(inslot *s)
@@ -323,8 +340,8 @@ static bool inflate_body(inslot *s)
     unsigned char *b = s->body;
     char msg[112];
     s->z.avail_in = 0;
-    s->z.next_out = s->raw;
-    s->z.avail_out = (uInt)c->raw_len; /* <= 2**31: the caller's header check */
+    if (!raw_room(s))
+        return false;
     size_t fed = 2, end = c->body_len - 4;
     int zr = Z_OK;
     while (zr == Z_OK) {
@@ -334,7 +351,10 @@ static bool inflate_body(inslot *s)
             s->z.avail_in = (uInt)k;
             fed += k;
         }
-        zr = inflate(&s->z, fed == end ? Z_FINISH : Z_NO_FLUSH);
+        if (!s->z.avail_out && s->z.total_out < c->raw_len && !raw_room(s))
+            return false;
+        /* Z_FINISH once all of it is fed and the room is all of raw_len */
+        zr = inflate(&s->z, fed == end && s->raw_cap >= c->raw_len ? Z_FINISH : Z_NO_FLUSH);
     }
     if (zr == Z_DATA_ERROR || zr == Z_NEED_DICT || zr == Z_MEM_ERROR) {
         snprintf(msg, sizeof msg, "chunk body: %s",
