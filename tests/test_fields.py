@@ -8,8 +8,11 @@ name the argument and leave the buffer unchanged, persistence (format
 version 2 and version 1 still read), pickling, threads, gymnasium Dict spaces.
 """
 
+import os
 import pickle
 import struct
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -310,6 +313,44 @@ def test_bad_out_dicts():
     pb = plain.get_batch(4, plain.new_pick_selector(0))
     with pytest.raises(TypeError, match="out: expected out.state to be a dict"):
         buf.get_batch(4, ps, out=pb)
+
+
+_OUT_DICT_CHANGED_BY_A_KEY = """
+import numpy as np, exreplay
+buf = exreplay.ExperienceReplay(state_spec={"img": ((2,), "uint8"), "vec": ((3,), "float32")},
+                                pick_len=2, seed=0)
+buf.record_many(None, {"img": np.ones((6, 2), np.uint8), "vec": np.ones((6, 3), np.float32)},
+                np.arange(6), np.zeros(6))
+ps = buf.new_pick_selector(0)
+b = buf.get_batch(4, ps)
+d = b.state
+img = d["img"]
+
+class Key:  # equal to "vec"; comparing it replaces the checked "img" array
+    def __hash__(self):
+        return hash("vec")
+
+    def __eq__(self, other):
+        if other == "vec" and d.get("img") is img:
+            d["img"] = "not an array"
+        return other == "vec"
+
+d[Key()] = d.pop("vec")
+img[...] = 0
+assert buf.get_batch(4, ps, out=b) is b
+assert (img == 1).all() and d["img"] == "not an array"
+print("ok")
+"""
+
+
+def test_an_out_dict_changed_while_it_is_checked():
+    """A key of out.state whose __eq__ (run by the check's lookups) puts
+    something else into the dict: the call refills the arrays it checked
+    (it read the dict again after the check, and took a str as an array)."""
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    r = subprocess.run([sys.executable, "-c", _OUT_DICT_CHANGED_BY_A_KEY], capture_output=True,
+                       text=True, timeout=120, env=env)
+    assert r.returncode == 0 and r.stdout == "ok\n", (r.returncode, r.stderr[-2000:])
 
 
 # --------------------------------------------------------------------------

@@ -357,9 +357,23 @@ fail:
     return -1;
 }
 
-int exr_fieldset_batch_check(const exr_fieldset *fs, PyObject *dict, npy_intp B, npy_intp L,
-                             const char *what)
+/* Whether a can be refilled as field f of a batch of B picks of L steps
+ * (dims: its shape, nd entries). */
+static int batch_field_ok(const exr_named *f, PyObject *a, int nd, const npy_intp *dims)
 {
+    PyArrayObject *x = (PyArrayObject *)a;
+    int ok = PyArray_Check(a) && PyArray_EquivTypes(PyArray_DESCR(x), f->descr) &&
+             PyArray_NDIM(x) == nd && PyArray_IS_C_CONTIGUOUS(x) && PyArray_ISALIGNED(x) &&
+             PyArray_ISWRITEABLE(x);
+    for (int k = 0; ok && k < nd; k++)
+        ok = PyArray_DIM(x, k) == dims[k];
+    return ok;
+}
+
+int exr_fieldset_batch_check(const exr_fieldset *fs, PyObject *dict, npy_intp B, npy_intp L,
+                             const char *what, PyObject **held)
+{
+    *held = NULL;
     if (!PyDict_Check(dict)) {
         PyErr_Format(PyExc_TypeError, "out: expected %s to be a dict with the fields %U, got %s",
                      what, fs->names, Py_TYPE(dict)->tp_name);
@@ -370,6 +384,10 @@ int exr_fieldset_batch_check(const exr_fieldset *fs, PyObject *dict, npy_intp B,
                      what, fs->names, PyDict_GET_SIZE(dict));
         return -1;
     }
+    /* each array taken as it is checked: a key's __eq__, run by a later
+     * lookup, may change the dict */
+    if (!(*held = PyDict_New()))
+        return -1;
     for (int i = 0; i < fs->n; i++) {
         const exr_named *f = &fs->f[i];
         PyObject *a = PyDict_GetItemWithError(dict, f->name);
@@ -377,30 +395,30 @@ int exr_fieldset_batch_check(const exr_fieldset *fs, PyObject *dict, npy_intp B,
             if (!PyErr_Occurred())
                 PyErr_Format(PyExc_ValueError, "out: expected %s to hold the fields %U, got no %R",
                              what, fs->names, f->name);
-            return -1;
+            goto error;
         }
         npy_intp dims[NPY_MAXDIMS];
         int nd = batch_dims(f, B, L, dims);
-        PyArrayObject *x = (PyArrayObject *)a;
-        int ok = PyArray_Check(a) && PyArray_EquivTypes(PyArray_DESCR(x), f->descr) &&
-                 PyArray_NDIM(x) == nd && PyArray_IS_C_CONTIGUOUS(x) && PyArray_ISALIGNED(x) &&
-                 PyArray_ISWRITEABLE(x);
-        for (int k = 0; ok && k < nd; k++)
-            ok = PyArray_DIM(x, k) == dims[k];
-        if (!ok) {
-            char want[256];
-            exr_shape_str(want, sizeof want, nd, dims);
-            PyObject *got = exr_describe_value(a);
-            if (got)
-                PyErr_Format(PyExc_ValueError,
-                             "out: expected %s[%R] to be a writeable C-contiguous %S array of "
-                             "shape %s, got %U",
-                             what, f->name, (PyObject *)f->descr, want, got);
-            Py_XDECREF(got);
-            return -1;
+        if (batch_field_ok(f, a, nd, dims)) {
+            if (PyDict_SetItem(*held, f->name, a) < 0)
+                goto error;
+            continue;
         }
+        char want[256];
+        exr_shape_str(want, sizeof want, nd, dims);
+        PyObject *got = exr_describe_value(a);
+        if (got)
+            PyErr_Format(PyExc_ValueError,
+                         "out: expected %s[%R] to be a writeable C-contiguous %S array of "
+                         "shape %s, got %U",
+                         what, f->name, (PyObject *)f->descr, want, got);
+        Py_XDECREF(got);
+        goto error;
     }
     return 0;
+error:
+    Py_CLEAR(*held);
+    return -1;
 }
 
 void exr_fieldset_dst_plan(const exr_fieldset *fs, size_t base, PyObject *dict,
