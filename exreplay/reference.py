@@ -527,10 +527,14 @@ def _fields_arg(name, x, spec, lead=None):
     out = {}
     for k, (shape, dtype) in spec.items():
         arg = f"{name}[{k!r}]"
+        try:  # a Mapping of its own need not answer twice as it did
+            v = x[k]
+        except KeyError:
+            raise ValueError(f"{name}: expected the fields {_names(spec)}, got no {k!r}") from None
         if lead is None:
-            out[k] = _array_arg(arg, x[k], dtype, shape)
+            out[k] = _array_arg(arg, v, dtype, shape)
             continue
-        a = _array_arg(arg, x[k], dtype, None)
+        a = _array_arg(arg, v, dtype, None)
         want = (lead, *shape) if lead >= 0 else None
         if a.ndim != len(shape) + 1 or a.shape[1:] != shape or (want and a.shape != want):
             show = ("T" if lead < 0 else lead, *shape)

@@ -315,6 +315,43 @@ def test_bad_out_dicts():
         buf.get_batch(4, ps, out=pb)
 
 
+@pytest.mark.parametrize("cls", IMPLS)
+def test_a_field_there_when_checked_and_gone_when_read(cls):
+    """A Mapping that has a field when asked whether it has it and not when
+    its value is read: a ValueError naming the field, nothing recorded (the
+    C buffer returned an error without an exception: a SystemError)."""
+    import collections.abc
+
+    class Fickle(collections.abc.Mapping):
+        def __init__(self):
+            self.asked = 0
+
+        def __getitem__(self, k):
+            if k == "vec":
+                self.asked += 1
+                if self.asked > 1:
+                    raise KeyError(k)
+                return np.zeros(3, np.float32)
+            if k == "img":
+                return np.zeros((4, 4), np.uint8)
+            raise KeyError(k)
+
+        def __iter__(self):
+            return iter(["img", "vec"])
+
+        def __len__(self):
+            return 2
+
+    buf = make(cls)
+    S, A, R, X = rollout(3)
+    buf.record_many(None, S, A, R, extras=X)
+    before = _state_of(buf)
+    with pytest.raises(ValueError) as e:
+        buf.record(None, Fickle(), 0, 0.0, extras=one(X, 0))
+    assert str(e.value) == "state: expected the fields 'img', 'vec', got no 'vec'"
+    assert _state_of(buf) == before
+
+
 _OUT_DICT_CHANGED_BY_A_KEY = """
 import numpy as np, exreplay
 buf = exreplay.ExperienceReplay(state_spec={"img": ((2,), "uint8"), "vec": ((3,), "float32")},

@@ -222,6 +222,39 @@ void exr_fieldset_release(const exr_fieldset *fs, PyArrayObject **arrs)
         Py_CLEAR(arrs[i]);
 }
 
+/* 0 when every key of obj names a field, else -1 with an exception. */
+static int keys_known(const exr_fieldset *fs, PyObject *obj, const char *arg)
+{
+    PyObject *keys = PyMapping_Keys(obj);
+    if (!keys)
+        return -1;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(keys); k++) {
+        PyObject *key = PyList_GET_ITEM(keys, k);
+        int known = is_field(fs, key);
+        if (!known)
+            PyErr_Format(PyExc_ValueError,
+                         "%s: expected the fields %U, got an unknown field %R", arg, fs->names,
+                         key);
+        if (known <= 0) {
+            Py_DECREF(keys);
+            return -1;
+        }
+    }
+    Py_DECREF(keys);
+    return 0;
+}
+
+/* obj[field i] (a new reference), or NULL with an exception: the
+ * ValueError naming the field when obj has none. */
+static PyObject *field_value(const exr_fieldset *fs, PyObject *obj, const char *arg, int i)
+{
+    PyObject *v = get_item(obj, fs->f[i].name);
+    if (!v && !PyErr_Occurred())
+        PyErr_Format(PyExc_ValueError, "%s: expected the fields %U, got no %R", arg, fs->names,
+                     fs->f[i].name);
+    return v;
+}
+
 int exr_fieldset_arrays(const exr_fieldset *fs, PyObject *obj, const char *arg, int nlead,
                         npy_intp *lead, PyArrayObject **out)
 {
@@ -234,38 +267,18 @@ int exr_fieldset_arrays(const exr_fieldset *fs, PyObject *obj, const char *arg, 
         return -1;
     }
     /* names first (every name, before any value is looked at) */
-    PyObject *keys = PyMapping_Keys(obj);
-    if (!keys)
+    if (keys_known(fs, obj, arg) < 0)
         return -1;
-    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(keys); k++) {
-        PyObject *key = PyList_GET_ITEM(keys, k);
-        int known = is_field(fs, key);
-        if (known < 0) {
-            Py_DECREF(keys);
-            return -1;
-        }
-        if (!known) {
-            PyErr_Format(PyExc_ValueError,
-                         "%s: expected the fields %U, got an unknown field %R", arg, fs->names,
-                         key);
-            Py_DECREF(keys);
-            return -1;
-        }
-    }
-    Py_DECREF(keys);
     for (int i = 0; i < fs->n; i++) {
-        PyObject *v = get_item(obj, fs->f[i].name);
-        if (!v) {
-            if (!PyErr_Occurred())
-                PyErr_Format(PyExc_ValueError, "%s: expected the fields %U, got no %R", arg,
-                             fs->names, fs->f[i].name);
-            exr_fieldset_release(fs, out);
+        PyObject *v = field_value(fs, obj, arg, i);
+        if (!v)
             return -1;
-        }
-        Py_DECREF(v); /* obj holds it during the call */
+        Py_DECREF(v);
     }
+    /* looked up again: a Mapping (or a key's __eq__) need not give the
+     * same answer twice */
     for (int i = 0; i < fs->n; i++) {
-        PyObject *v = get_item(obj, fs->f[i].name);
+        PyObject *v = field_value(fs, obj, arg, i);
         PyObject *what = v ? PyUnicode_FromFormat("%s[%R]", arg, fs->f[i].name) : NULL;
         const char *w = what ? PyUnicode_AsUTF8(what) : NULL;
         out[i] = w ? exr_as_array(v, fs->f[i].descr, nlead, lead, fs->f[i].nd, fs->f[i].shape, w)
