@@ -388,6 +388,21 @@ def _python_ints(name, x, dtype):
     return np.array(flat, dtype=dtype).reshape(objs.shape)
 
 
+def _check_int_range(name, a, dtype):
+    """Integers without a NumPy type of their own (Python ints, NumPy ints in
+    a list, an __array__ or a buffer), as NumPy read them into integer array
+    a, are judged by value: one outside dtype's range is a ValueError (the
+    cast alone would wrap it)."""
+    info, own = np.iinfo(dtype), np.iinfo(a.dtype)
+    lo, hi = max(info.min, own.min), min(info.max, own.max)  # within a's dtype
+    bad = (a < a.dtype.type(lo)) | (a > a.dtype.type(hi))
+    if bad.any():
+        v = int(a[bad].flat[0])
+        raise ValueError(
+            f"{name}: expected values that fit {dtype}, in [{info.min}, {info.max}], got {v}"
+        )
+
+
 def _python_reals(name, objs):
     """objs, an object array NumPy made of Python numbers, as float64 values
     (a float column takes Python ints by value): an int too large for a
@@ -611,6 +626,8 @@ def _array_arg(name, x, dtype, shape=None, what="an array"):
         raise ValueError(f"{name}: expected shape {tuple(shape)}, got {a.shape}")
     if typed or a.size == 0:
         return np.array(a, dtype=dtype, copy=True, order="C")
+    if a.dtype.kind in "iu" and dtype.kind in "iu":
+        _check_int_range(name, a, dtype)
     try:  # Python ints are range-checked here (NEP 50)
         return np.array(x, dtype=dtype, order="C")
     except OverflowError as e:

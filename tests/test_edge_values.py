@@ -111,6 +111,24 @@ def test_ints_judged_by_value_are_read_in_their_order(cls, dtype, how):
         assert got.tolist() == want.tolist()
 
 
+@pytest.mark.parametrize("cls", [ExperienceReplay, ReferenceReplay])
+@pytest.mark.parametrize("how, v, bad", [
+    ("NumPy ints in a list", [np.int64(1), np.int64(300)], "300"),
+    ("a mixed tuple", (1, np.int64(-1)), "-1"),
+    ("__array__", _ArrayOf(np.array([1, 300])), "300"),
+    ("a memoryview", memoryview(np.array([-1, 2])), "-1"),
+])
+def test_ints_of_no_numpy_type_out_of_range_are_valueerror(cls, how, v, bad):
+    """Such ints are judged by value in both buffers (the reference cast
+    them, wrapping 300 into 44 and -1 into 255, where the C buffer refused)."""
+    b = cls(state_shape=(2,), state_dtype="uint8", pick_len=1)
+    b.record(None, [1, 2], 0, 0.0)
+    with pytest.raises(ValueError) as e:
+        b.record(None, v, 0, 0.0)
+    assert str(e.value) == f"state: expected values that fit uint8, in [0, 255], got {bad}"
+    assert len(b) == 1 and b.episode(0).state.tolist() == [[1, 2]]
+
+
 def test_floats_into_int_column_stay_typeerror():
     b = ExperienceReplay(state_shape=(1,))
     unchanged(b, TypeError, "actions: expected int64", b.record_many, None,
