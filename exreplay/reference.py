@@ -488,6 +488,7 @@ def _spec_arg(name, spec):
     for k, v in spec.items():
         if not isinstance(k, str):
             raise TypeError(f"{name}: expected str field names, got {k!r}")
+        k = str.__str__(k)  # a str of its own (of a subclass too), as the C buffer holds it
         if not 1 <= len(k.encode("utf-8", "surrogatepass")) <= MAX_FIELD_NAME:
             raise ValueError(f"{name}: expected field names of 1 to {MAX_FIELD_NAME} bytes, got {k!r}")
         if k in out:  # a Mapping of its own may give one name twice

@@ -352,6 +352,43 @@ def test_a_field_there_when_checked_and_gone_when_read(cls):
     assert _state_of(buf) == before
 
 
+_A_NAME_WHOSE_HASH_CHANGES = """
+import numpy as np, exreplay
+
+class Name(str):
+    calls = 0
+    changing = False
+
+    def __hash__(self):
+        Name.calls += 1
+        return str.__hash__(self) + (Name.calls if Name.changing else 0)
+
+buf = exreplay.ExperienceReplay(state_spec={Name("vec"): ((2,), "float32")},
+                                extras_spec={Name("h"): ((), "float32")}, pick_len=1, seed=0)
+buf.record_many(None, {"vec": np.ones((3, 2), np.float32)}, [0, 1, 2], [0.0, 0.0, 0.0],
+                extras={"h": np.ones(3, np.float32)})
+ps = buf.new_pick_selector(0)
+Name.changing = True
+b = buf.get_batch(2, ps)
+assert [type(k) for k in (*buf.state_spec, *buf.extras_spec)] == [str, str]
+assert buf.get_batch(2, ps, out=b) is b
+assert (b.state["vec"] == 1).all() and (b.extras["h"] == 1).all()
+assert list(buf.episode(0).state) == ["vec"]
+print("ok")
+"""
+
+
+def test_a_field_name_of_a_str_subclass_is_held_as_a_str():
+    """A spec's name of a str subclass whose hash changes from call to call:
+    the buffer holds the name as a str of its own (the batch's dicts were
+    keyed by the subclass, and get_batch looked up a field it did not find
+    there and used it as an array: a crash)."""
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    r = subprocess.run([sys.executable, "-c", _A_NAME_WHOSE_HASH_CHANGES], capture_output=True,
+                       text=True, timeout=120, env=env)
+    assert r.returncode == 0 and r.stdout == "ok\n", (r.returncode, r.stderr[-2000:])
+
+
 _OUT_DICT_CHANGED_BY_A_KEY = """
 import numpy as np, exreplay
 buf = exreplay.ExperienceReplay(state_spec={"img": ((2,), "uint8"), "vec": ((3,), "float32")},

@@ -116,6 +116,37 @@ static int item_pair(PyObject *kv, const char *arg, PyObject **name, PyObject **
     return 0;
 }
 
+/* The next field of fs from a spec's items() entry kv: (name, (shape, dtype)). */
+static int field_from_item(exr_fieldset *fs, PyObject *kv, const char *arg)
+{
+    PyObject *name, *val;
+    if (item_pair(kv, arg, &name, &val) < 0 || name_ok(fs, name, arg) < 0)
+        return -1;
+    exr_named *f = &fs->f[fs->n];
+    /* a str of its own: a subclass's __hash__ and __eq__ would run at
+     * every lookup in the batch's dicts, and need not find what they put */
+    if (!(f->name = PyUnicode_FromObject(name)))
+        return -1;
+    fs->n++;
+    if (!(PyTuple_Check(val) || PyList_Check(val)) || PySequence_Size(val) != 2) {
+        PyErr_Format(PyExc_TypeError, "%s[%R]: expected a pair (shape, dtype), got %R", arg,
+                     name, val);
+        return -1;
+    }
+    PyObject *shp = PySequence_GetItem(val, 0), *dt = PySequence_GetItem(val, 1);
+    int ok = shp && dt && exr_shape_arg(shp, arg, name, &f->nd, f->shape) == 0;
+    if (ok) {
+        PyObject *what = PyUnicode_FromFormat("%s[%R] dtype", arg, name);
+        const char *w = what ? PyUnicode_AsUTF8(what) : NULL;
+        f->descr = w ? exr_dtype_arg(dt, w, 0) : NULL;
+        Py_XDECREF(what);
+        ok = f->descr && field_bytes(f, arg) == 0;
+    }
+    Py_XDECREF(shp);
+    Py_XDECREF(dt);
+    return ok ? 0 : -1;
+}
+
 exr_fieldset *exr_fieldset_from_spec(PyObject *spec, const char *arg)
 {
     if (!PyDict_Check(spec)) {
@@ -140,33 +171,9 @@ exr_fieldset *exr_fieldset_from_spec(PyObject *spec, const char *arg)
     }
     if (!(fs = fieldset_alloc()))
         goto error;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *name, *val;
-        if (item_pair(PyList_GET_ITEM(items, i), arg, &name, &val) < 0 ||
-            name_ok(fs, name, arg) < 0)
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (field_from_item(fs, PyList_GET_ITEM(items, i), arg) < 0)
             goto error;
-        exr_named *f = &fs->f[fs->n];
-        f->name = Py_NewRef(name);
-        fs->n++;
-        if (!(PyTuple_Check(val) || PyList_Check(val)) || PySequence_Size(val) != 2) {
-            PyErr_Format(PyExc_TypeError, "%s[%R]: expected a pair (shape, dtype), got %R", arg,
-                         name, val);
-            goto error;
-        }
-        PyObject *shp = PySequence_GetItem(val, 0), *dt = PySequence_GetItem(val, 1);
-        int ok = shp && dt && exr_shape_arg(shp, arg, name, &f->nd, f->shape) == 0;
-        if (ok) {
-            PyObject *what = PyUnicode_FromFormat("%s[%R] dtype", arg, name);
-            const char *w = what ? PyUnicode_AsUTF8(what) : NULL;
-            f->descr = w ? exr_dtype_arg(dt, w, 0) : NULL;
-            Py_XDECREF(what);
-            ok = f->descr && field_bytes(f, arg) == 0;
-        }
-        Py_XDECREF(shp);
-        Py_XDECREF(dt);
-        if (!ok)
-            goto error;
-    }
     if (fieldset_finish(fs, arg) < 0)
         goto error;
     Py_DECREF(items);
