@@ -352,6 +352,38 @@ def test_a_field_there_when_checked_and_gone_when_read(cls):
     assert _state_of(buf) == before
 
 
+@pytest.mark.parametrize("cls", IMPLS)
+def test_a_dict_subclass_is_read_through_its_own_getitem(cls):
+    """A dict subclass's __getitem__ gives the values, as it does to the
+    reference (the C buffer read the dict's stored values, here callables:
+    a TypeError); a defaultdict without a field is refused as missing it,
+    and gets no value put into it."""
+    import collections
+
+    class Lazy(dict):
+        def __getitem__(self, k):
+            return dict.__getitem__(self, k)()
+
+    buf = make(cls)
+    S, A, R, X = rollout(3)
+    h = buf.record_many(None, S, A, R, extras=X)
+    state = Lazy({k: (lambda v=v: v[2]) for k, v in S.items()})
+    extras = Lazy({k: (lambda v=v: v[2]) for k, v in X.items()})
+    h = buf.record(h, state, 2, 1.0, extras=extras, final_state=state)
+    d = buf.episode(h)
+    for k, v in S.items():
+        np.testing.assert_array_equal(d.state[k][3], v[2])
+        np.testing.assert_array_equal(d.final_state[k], v[2])
+    for k, v in X.items():
+        np.testing.assert_array_equal(d.extras[k][3], v[2])
+    before = _state_of(buf)
+    partial = collections.defaultdict(lambda: np.zeros(3, np.float32), img=S["img"][0])
+    with pytest.raises(ValueError) as e:
+        buf.record(None, partial, 0, 0.0, extras=one(X, 0))
+    assert str(e.value) == "state: expected the fields 'img', 'vec', got no 'vec'"
+    assert list(partial) == ["img"] and _state_of(buf) == before
+
+
 _A_NAME_WHOSE_HASH_CHANGES = """
 import numpy as np, exreplay
 

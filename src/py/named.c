@@ -200,10 +200,11 @@ PyObject *exr_fieldset_spec(const exr_fieldset *fs)
 
 /* ---- dict arguments ---------------------------------------------------------- */
 
-/* obj[name] borrowed-like (a new reference), NULL without exception if absent. */
+/* obj[name] (a new reference), NULL without exception if absent. A dict's
+ * own subclass may define __getitem__: only a dict itself is read directly. */
 static PyObject *get_item(PyObject *obj, PyObject *name)
 {
-    if (PyDict_Check(obj)) {
+    if (PyDict_CheckExact(obj)) {
         PyObject *v = PyDict_GetItemWithError(obj, name);
         return v ? Py_NewRef(v) : NULL;
     }
@@ -277,10 +278,14 @@ int exr_fieldset_arrays(const exr_fieldset *fs, PyObject *obj, const char *arg, 
     if (keys_known(fs, obj, arg) < 0)
         return -1;
     for (int i = 0; i < fs->n; i++) {
-        PyObject *v = field_value(fs, obj, arg, i);
-        if (!v)
+        /* `name in obj`, as the reference asks: obj[name] would run a
+         * defaultdict's __missing__, which puts a value into it */
+        int has = PySequence_Contains(obj, fs->f[i].name);
+        if (has == 0)
+            PyErr_Format(PyExc_ValueError, "%s: expected the fields %U, got no %R", arg,
+                         fs->names, fs->f[i].name);
+        if (has <= 0)
             return -1;
-        Py_DECREF(v);
     }
     /* looked up again: a Mapping (or a key's __eq__) need not give the
      * same answer twice */
