@@ -388,6 +388,21 @@ def _python_ints(name, x, dtype):
     return np.array(flat, dtype=dtype).reshape(objs.shape)
 
 
+def _check_int_range(name, a, dtype):
+    """Integers without a NumPy type of their own (Python ints, NumPy ints in
+    a list, an __array__ or a buffer), as NumPy read them into integer array
+    a, are judged by value: one outside dtype's range is a ValueError (the
+    cast alone would wrap it)."""
+    info, own = np.iinfo(dtype), np.iinfo(a.dtype)
+    lo, hi = max(info.min, own.min), min(info.max, own.max)  # within a's dtype
+    bad = (a < a.dtype.type(lo)) | (a > a.dtype.type(hi))
+    if bad.any():
+        v = int(a[bad].flat[0])
+        raise ValueError(
+            f"{name}: expected values that fit {dtype}, in [{info.min}, {info.max}], got {v}"
+        )
+
+
 def _python_reals(name, objs):
     """objs, an object array NumPy made of Python numbers, as float64 values
     (a float column takes Python ints by value): an int too large for a
@@ -473,6 +488,7 @@ def _spec_arg(name, spec):
     for k, v in spec.items():
         if not isinstance(k, str):
             raise TypeError(f"{name}: expected str field names, got {k!r}")
+        k = str.__str__(k)  # a str of its own (of a subclass too), as the C buffer holds it
         if not 1 <= len(k.encode("utf-8", "surrogatepass")) <= MAX_FIELD_NAME:
             raise ValueError(f"{name}: expected field names of 1 to {MAX_FIELD_NAME} bytes, got {k!r}")
         if k in out:  # a Mapping of its own may give one name twice
@@ -527,10 +543,14 @@ def _fields_arg(name, x, spec, lead=None):
     out = {}
     for k, (shape, dtype) in spec.items():
         arg = f"{name}[{k!r}]"
+        try:  # a Mapping of its own need not answer twice as it did
+            v = x[k]
+        except KeyError:
+            raise ValueError(f"{name}: expected the fields {_names(spec)}, got no {k!r}") from None
         if lead is None:
-            out[k] = _array_arg(arg, x[k], dtype, shape)
+            out[k] = _array_arg(arg, v, dtype, shape)
             continue
-        a = _array_arg(arg, x[k], dtype, None)
+        a = _array_arg(arg, v, dtype, None)
         want = (lead, *shape) if lead >= 0 else None
         if a.ndim != len(shape) + 1 or a.shape[1:] != shape or (want and a.shape != want):
             show = ("T" if lead < 0 else lead, *shape)
@@ -607,6 +627,8 @@ def _array_arg(name, x, dtype, shape=None, what="an array"):
         raise ValueError(f"{name}: expected shape {tuple(shape)}, got {a.shape}")
     if typed or a.size == 0:
         return np.array(a, dtype=dtype, copy=True, order="C")
+    if a.dtype.kind in "iu" and dtype.kind in "iu":
+        _check_int_range(name, a, dtype)
     try:  # Python ints are range-checked here (NEP 50)
         return np.array(x, dtype=dtype, order="C")
     except OverflowError as e:

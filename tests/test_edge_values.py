@@ -69,6 +69,66 @@ def test_small_int_column_by_value():
     unchanged(b, ValueError, r"action: .*int8.*got -129", b.record, None, S1, -129, 0.0)
 
 
+class _ArrayOf:
+    """An object that NumPy reads through __array__, as it is."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __array__(self, dtype=None, copy=None):
+        return self.a
+
+
+_INTS = np.arange(12, dtype=np.int64) * 10
+LAID_OUT = {  # integers held other than as a C-contiguous native int64 array
+    "strided": _ArrayOf(_INTS[::2]),
+    "reversed": _ArrayOf(_INTS[::-2]),
+    "buffer, strided": memoryview(_INTS[::2]),
+    "byte-swapped": _ArrayOf(_INTS[:6].astype(">i8")),
+    "byte-swapped unsigned": _ArrayOf(_INTS[:6].astype(">u8")),
+    "Fortran order": _ArrayOf(np.asfortranarray(_INTS[:6].reshape(2, 3))),
+    "int16 reversed": _ArrayOf(_INTS[:6].astype(np.int16)[::-1]),
+}
+
+
+@pytest.mark.parametrize("cls", [ExperienceReplay, ReferenceReplay])
+@pytest.mark.parametrize("dtype", ["uint8", "int32", "int64", "uint64"])
+@pytest.mark.parametrize("how", sorted(LAID_OUT))
+def test_ints_judged_by_value_are_read_in_their_order(cls, dtype, how):
+    """Integers of no NumPy type of their own (an __array__, a buffer) headed
+    for an integer column of another dtype are judged by value: each value
+    as the array holds it, whatever its strides or byte order (the values'
+    memory was read as contiguous native int64: other values, some from
+    outside the array, or a ValueError naming a value never given)."""
+    v = LAID_OUT[how]
+    want = np.asarray(v)
+    b = cls(state_shape=want.shape, state_dtype=dtype, action_shape=want.shape,
+            action_dtype=dtype, pick_len=1)
+    h = b.record(None, v, v, 0.0)
+    h = b.record_many(h, [v, v], [v, v], [0.0, 0.0])
+    d = b.episode(h)
+    for got in (*d.state, *d.action):
+        assert got.tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("cls", [ExperienceReplay, ReferenceReplay])
+@pytest.mark.parametrize("how, v, bad", [
+    ("NumPy ints in a list", [np.int64(1), np.int64(300)], "300"),
+    ("a mixed tuple", (1, np.int64(-1)), "-1"),
+    ("__array__", _ArrayOf(np.array([1, 300])), "300"),
+    ("a memoryview", memoryview(np.array([-1, 2])), "-1"),
+])
+def test_ints_of_no_numpy_type_out_of_range_are_valueerror(cls, how, v, bad):
+    """Such ints are judged by value in both buffers (the reference cast
+    them, wrapping 300 into 44 and -1 into 255, where the C buffer refused)."""
+    b = cls(state_shape=(2,), state_dtype="uint8", pick_len=1)
+    b.record(None, [1, 2], 0, 0.0)
+    with pytest.raises(ValueError) as e:
+        b.record(None, v, 0, 0.0)
+    assert str(e.value) == f"state: expected values that fit uint8, in [0, 255], got {bad}"
+    assert len(b) == 1 and b.episode(0).state.tolist() == [[1, 2]]
+
+
 def test_floats_into_int_column_stay_typeerror():
     b = ExperienceReplay(state_shape=(1,))
     unchanged(b, TypeError, "actions: expected int64", b.record_many, None,

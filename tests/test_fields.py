@@ -8,8 +8,11 @@ name the argument and leave the buffer unchanged, persistence (format
 version 2 and version 1 still read), pickling, threads, gymnasium Dict spaces.
 """
 
+import os
 import pickle
 import struct
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -310,6 +313,150 @@ def test_bad_out_dicts():
     pb = plain.get_batch(4, plain.new_pick_selector(0))
     with pytest.raises(TypeError, match="out: expected out.state to be a dict"):
         buf.get_batch(4, ps, out=pb)
+
+
+@pytest.mark.parametrize("cls", IMPLS)
+def test_a_field_there_when_checked_and_gone_when_read(cls):
+    """A Mapping that has a field when asked whether it has it and not when
+    its value is read: a ValueError naming the field, nothing recorded (the
+    C buffer returned an error without an exception: a SystemError)."""
+    import collections.abc
+
+    class Fickle(collections.abc.Mapping):
+        def __init__(self):
+            self.asked = 0
+
+        def __getitem__(self, k):
+            if k == "vec":
+                self.asked += 1
+                if self.asked > 1:
+                    raise KeyError(k)
+                return np.zeros(3, np.float32)
+            if k == "img":
+                return np.zeros((4, 4), np.uint8)
+            raise KeyError(k)
+
+        def __iter__(self):
+            return iter(["img", "vec"])
+
+        def __len__(self):
+            return 2
+
+    buf = make(cls)
+    S, A, R, X = rollout(3)
+    buf.record_many(None, S, A, R, extras=X)
+    before = _state_of(buf)
+    with pytest.raises(ValueError) as e:
+        buf.record(None, Fickle(), 0, 0.0, extras=one(X, 0))
+    assert str(e.value) == "state: expected the fields 'img', 'vec', got no 'vec'"
+    assert _state_of(buf) == before
+
+
+@pytest.mark.parametrize("cls", IMPLS)
+def test_a_dict_subclass_is_read_through_its_own_getitem(cls):
+    """A dict subclass's __getitem__ gives the values, as it does to the
+    reference (the C buffer read the dict's stored values, here callables:
+    a TypeError); a defaultdict without a field is refused as missing it,
+    and gets no value put into it."""
+    import collections
+
+    class Lazy(dict):
+        def __getitem__(self, k):
+            return dict.__getitem__(self, k)()
+
+    buf = make(cls)
+    S, A, R, X = rollout(3)
+    h = buf.record_many(None, S, A, R, extras=X)
+    state = Lazy({k: (lambda v=v: v[2]) for k, v in S.items()})
+    extras = Lazy({k: (lambda v=v: v[2]) for k, v in X.items()})
+    h = buf.record(h, state, 2, 1.0, extras=extras, final_state=state)
+    d = buf.episode(h)
+    for k, v in S.items():
+        np.testing.assert_array_equal(d.state[k][3], v[2])
+        np.testing.assert_array_equal(d.final_state[k], v[2])
+    for k, v in X.items():
+        np.testing.assert_array_equal(d.extras[k][3], v[2])
+    before = _state_of(buf)
+    partial = collections.defaultdict(lambda: np.zeros(3, np.float32), img=S["img"][0])
+    with pytest.raises(ValueError) as e:
+        buf.record(None, partial, 0, 0.0, extras=one(X, 0))
+    assert str(e.value) == "state: expected the fields 'img', 'vec', got no 'vec'"
+    assert list(partial) == ["img"] and _state_of(buf) == before
+
+
+_A_NAME_WHOSE_HASH_CHANGES = """
+import numpy as np, exreplay
+
+class Name(str):
+    calls = 0
+    changing = False
+
+    def __hash__(self):
+        Name.calls += 1
+        return str.__hash__(self) + (Name.calls if Name.changing else 0)
+
+buf = exreplay.ExperienceReplay(state_spec={Name("vec"): ((2,), "float32")},
+                                extras_spec={Name("h"): ((), "float32")}, pick_len=1, seed=0)
+buf.record_many(None, {"vec": np.ones((3, 2), np.float32)}, [0, 1, 2], [0.0, 0.0, 0.0],
+                extras={"h": np.ones(3, np.float32)})
+ps = buf.new_pick_selector(0)
+Name.changing = True
+b = buf.get_batch(2, ps)
+assert [type(k) for k in (*buf.state_spec, *buf.extras_spec)] == [str, str]
+assert buf.get_batch(2, ps, out=b) is b
+assert (b.state["vec"] == 1).all() and (b.extras["h"] == 1).all()
+assert list(buf.episode(0).state) == ["vec"]
+print("ok")
+"""
+
+
+def test_a_field_name_of_a_str_subclass_is_held_as_a_str():
+    """A spec's name of a str subclass whose hash changes from call to call:
+    the buffer holds the name as a str of its own (the batch's dicts were
+    keyed by the subclass, and get_batch looked up a field it did not find
+    there and used it as an array: a crash)."""
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    r = subprocess.run([sys.executable, "-c", _A_NAME_WHOSE_HASH_CHANGES], capture_output=True,
+                       text=True, timeout=120, env=env)
+    assert r.returncode == 0 and r.stdout == "ok\n", (r.returncode, r.stderr[-2000:])
+
+
+_OUT_DICT_CHANGED_BY_A_KEY = """
+import numpy as np, exreplay
+buf = exreplay.ExperienceReplay(state_spec={"img": ((2,), "uint8"), "vec": ((3,), "float32")},
+                                pick_len=2, seed=0)
+buf.record_many(None, {"img": np.ones((6, 2), np.uint8), "vec": np.ones((6, 3), np.float32)},
+                np.arange(6), np.zeros(6))
+ps = buf.new_pick_selector(0)
+b = buf.get_batch(4, ps)
+d = b.state
+img = d["img"]
+
+class Key:  # equal to "vec"; comparing it replaces the checked "img" array
+    def __hash__(self):
+        return hash("vec")
+
+    def __eq__(self, other):
+        if other == "vec" and d.get("img") is img:
+            d["img"] = "not an array"
+        return other == "vec"
+
+d[Key()] = d.pop("vec")
+img[...] = 0
+assert buf.get_batch(4, ps, out=b) is b
+assert (img == 1).all() and d["img"] == "not an array"
+print("ok")
+"""
+
+
+def test_an_out_dict_changed_while_it_is_checked():
+    """A key of out.state whose __eq__ (run by the check's lookups) puts
+    something else into the dict: the call refills the arrays it checked
+    (it read the dict again after the check, and took a str as an array)."""
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    r = subprocess.run([sys.executable, "-c", _OUT_DICT_CHANGED_BY_A_KEY], capture_output=True,
+                       text=True, timeout=120, env=env)
+    assert r.returncode == 0 and r.stdout == "ok\n", (r.returncode, r.stderr[-2000:])
 
 
 # --------------------------------------------------------------------------

@@ -335,17 +335,23 @@ static int int_at(PyArrayObject *objs, PyArrayObject *arr, npy_intp i, int *neg,
     return 1;
 }
 
-/* When NumPy promoted Python ints to float64 or object: the ints
- * themselves, as an object array shaped like arr (else NULL, *objs NULL).
- * -1 on error (*not_ints: obj is not shaped like arr). */
+/* The values as an object array shaped like arr (*objs), unless arr's own
+ * int64/uint64 can be read in order (C-contiguous, aligned, native: *objs
+ * NULL). When NumPy promoted Python ints to float64 or object, the ints
+ * themselves; other integers from arr, which need not be laid out so (an
+ * __array__ or a buffer gives strided or byte-swapped ones). -1 on error
+ * (*not_ints: obj is not shaped like arr). */
 static int promoted_ints(PyObject *obj, PyArrayObject *arr, PyArrayObject **objs, int *not_ints)
 {
     char hk = PyArray_DESCR(arr)->kind;
+    int ints = hk == 'i' || hk == 'u';
     *objs = NULL;
-    if ((hk == 'i' || hk == 'u') && PyDataType_ELSIZE(PyArray_DESCR(arr)) == 8)
+    if (ints && PyDataType_ELSIZE(PyArray_DESCR(arr)) == 8 && PyArray_ISCARRAY_RO(arr) &&
+        PyArray_ISNOTSWAPPED(arr))
         return 0;
     PyArray_Descr *od = PyArray_DescrFromType(NPY_OBJECT);
-    *objs = (PyArrayObject *)PyArray_FromAny(obj, od, 0, 0, NPY_ARRAY_C_CONTIGUOUS, NULL);
+    *objs = (PyArrayObject *)PyArray_FromAny(ints ? (PyObject *)arr : obj, od, 0, 0,
+                                             NPY_ARRAY_C_CONTIGUOUS, NULL);
     if (!*objs)
         return -1;
     if (!PyArray_SAMESHAPE(*objs, arr)) {

@@ -440,17 +440,17 @@ int batch_arrays(ReplayObject *self, npy_intp B, PyObject *out, PyObject **array
         if (dict_field(self, f)) {
             PyObject *d = PyStructSequence_GetItem(out, f);
             const exr_fieldset *fs = f == F_EXTRAS ? self->xfields : self->sfields;
+            /* a dict of its own holds the field arrays checked for the
+             * call, whose copy writes into them without the GIL, whatever
+             * another thread (or a key's __eq__) puts into out's dict */
             if (fs && exr_fieldset_batch_check(fs, d ? d : Py_None, B, L,
                                                f == F_STATE ? "out.state"
                                                : f == F_NEXT ? "out.state_next"
-                                                             : "out.extras") < 0)
+                                                             : "out.extras",
+                                               &arrays[f]) < 0)
                 goto error;
-            /* a copy of the dict: it holds the field arrays for the call,
-             * whose copy writes into them without the GIL, whatever
-             * another thread puts into out's own dict meanwhile */
-            arrays[f] = d && PyDict_Check(d) ? PyDict_Copy(d) : Py_NewRef(d ? d : Py_None);
-            if (!arrays[f])
-                goto error;
+            if (!fs) /* extras of a buffer without any: not written */
+                arrays[f] = Py_NewRef(d ? d : Py_None);
             continue;
         }
         int nd;

@@ -116,6 +116,37 @@ static int item_pair(PyObject *kv, const char *arg, PyObject **name, PyObject **
     return 0;
 }
 
+/* The next field of fs from a spec's items() entry kv: (name, (shape, dtype)). */
+static int field_from_item(exr_fieldset *fs, PyObject *kv, const char *arg)
+{
+    PyObject *name, *val;
+    if (item_pair(kv, arg, &name, &val) < 0 || name_ok(fs, name, arg) < 0)
+        return -1;
+    exr_named *f = &fs->f[fs->n];
+    /* a str of its own: a subclass's __hash__ and __eq__ would run at
+     * every lookup in the batch's dicts, and need not find what they put */
+    if (!(f->name = PyUnicode_FromObject(name)))
+        return -1;
+    fs->n++;
+    if (!(PyTuple_Check(val) || PyList_Check(val)) || PySequence_Size(val) != 2) {
+        PyErr_Format(PyExc_TypeError, "%s[%R]: expected a pair (shape, dtype), got %R", arg,
+                     name, val);
+        return -1;
+    }
+    PyObject *shp = PySequence_GetItem(val, 0), *dt = PySequence_GetItem(val, 1);
+    int ok = shp && dt && exr_shape_arg(shp, arg, name, &f->nd, f->shape) == 0;
+    if (ok) {
+        PyObject *what = PyUnicode_FromFormat("%s[%R] dtype", arg, name);
+        const char *w = what ? PyUnicode_AsUTF8(what) : NULL;
+        f->descr = w ? exr_dtype_arg(dt, w, 0) : NULL;
+        Py_XDECREF(what);
+        ok = f->descr && field_bytes(f, arg) == 0;
+    }
+    Py_XDECREF(shp);
+    Py_XDECREF(dt);
+    return ok ? 0 : -1;
+}
+
 exr_fieldset *exr_fieldset_from_spec(PyObject *spec, const char *arg)
 {
     if (!PyDict_Check(spec)) {
@@ -140,33 +171,9 @@ exr_fieldset *exr_fieldset_from_spec(PyObject *spec, const char *arg)
     }
     if (!(fs = fieldset_alloc()))
         goto error;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *name, *val;
-        if (item_pair(PyList_GET_ITEM(items, i), arg, &name, &val) < 0 ||
-            name_ok(fs, name, arg) < 0)
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (field_from_item(fs, PyList_GET_ITEM(items, i), arg) < 0)
             goto error;
-        exr_named *f = &fs->f[fs->n];
-        f->name = Py_NewRef(name);
-        fs->n++;
-        if (!(PyTuple_Check(val) || PyList_Check(val)) || PySequence_Size(val) != 2) {
-            PyErr_Format(PyExc_TypeError, "%s[%R]: expected a pair (shape, dtype), got %R", arg,
-                         name, val);
-            goto error;
-        }
-        PyObject *shp = PySequence_GetItem(val, 0), *dt = PySequence_GetItem(val, 1);
-        int ok = shp && dt && exr_shape_arg(shp, arg, name, &f->nd, f->shape) == 0;
-        if (ok) {
-            PyObject *what = PyUnicode_FromFormat("%s[%R] dtype", arg, name);
-            const char *w = what ? PyUnicode_AsUTF8(what) : NULL;
-            f->descr = w ? exr_dtype_arg(dt, w, 0) : NULL;
-            Py_XDECREF(what);
-            ok = f->descr && field_bytes(f, arg) == 0;
-        }
-        Py_XDECREF(shp);
-        Py_XDECREF(dt);
-        if (!ok)
-            goto error;
-    }
     if (fieldset_finish(fs, arg) < 0)
         goto error;
     Py_DECREF(items);
@@ -193,10 +200,11 @@ PyObject *exr_fieldset_spec(const exr_fieldset *fs)
 
 /* ---- dict arguments ---------------------------------------------------------- */
 
-/* obj[name] borrowed-like (a new reference), NULL without exception if absent. */
+/* obj[name] (a new reference), NULL without exception if absent. A dict's
+ * own subclass may define __getitem__: only a dict itself is read directly. */
 static PyObject *get_item(PyObject *obj, PyObject *name)
 {
-    if (PyDict_Check(obj)) {
+    if (PyDict_CheckExact(obj)) {
         PyObject *v = PyDict_GetItemWithError(obj, name);
         return v ? Py_NewRef(v) : NULL;
     }
@@ -222,6 +230,39 @@ void exr_fieldset_release(const exr_fieldset *fs, PyArrayObject **arrs)
         Py_CLEAR(arrs[i]);
 }
 
+/* 0 when every key of obj names a field, else -1 with an exception. */
+static int keys_known(const exr_fieldset *fs, PyObject *obj, const char *arg)
+{
+    PyObject *keys = PyMapping_Keys(obj);
+    if (!keys)
+        return -1;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(keys); k++) {
+        PyObject *key = PyList_GET_ITEM(keys, k);
+        int known = is_field(fs, key);
+        if (!known)
+            PyErr_Format(PyExc_ValueError,
+                         "%s: expected the fields %U, got an unknown field %R", arg, fs->names,
+                         key);
+        if (known <= 0) {
+            Py_DECREF(keys);
+            return -1;
+        }
+    }
+    Py_DECREF(keys);
+    return 0;
+}
+
+/* obj[field i] (a new reference), or NULL with an exception: the
+ * ValueError naming the field when obj has none. */
+static PyObject *field_value(const exr_fieldset *fs, PyObject *obj, const char *arg, int i)
+{
+    PyObject *v = get_item(obj, fs->f[i].name);
+    if (!v && !PyErr_Occurred())
+        PyErr_Format(PyExc_ValueError, "%s: expected the fields %U, got no %R", arg, fs->names,
+                     fs->f[i].name);
+    return v;
+}
+
 int exr_fieldset_arrays(const exr_fieldset *fs, PyObject *obj, const char *arg, int nlead,
                         npy_intp *lead, PyArrayObject **out)
 {
@@ -234,38 +275,22 @@ int exr_fieldset_arrays(const exr_fieldset *fs, PyObject *obj, const char *arg, 
         return -1;
     }
     /* names first (every name, before any value is looked at) */
-    PyObject *keys = PyMapping_Keys(obj);
-    if (!keys)
+    if (keys_known(fs, obj, arg) < 0)
         return -1;
-    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(keys); k++) {
-        PyObject *key = PyList_GET_ITEM(keys, k);
-        int known = is_field(fs, key);
-        if (known < 0) {
-            Py_DECREF(keys);
-            return -1;
-        }
-        if (!known) {
-            PyErr_Format(PyExc_ValueError,
-                         "%s: expected the fields %U, got an unknown field %R", arg, fs->names,
-                         key);
-            Py_DECREF(keys);
-            return -1;
-        }
-    }
-    Py_DECREF(keys);
     for (int i = 0; i < fs->n; i++) {
-        PyObject *v = get_item(obj, fs->f[i].name);
-        if (!v) {
-            if (!PyErr_Occurred())
-                PyErr_Format(PyExc_ValueError, "%s: expected the fields %U, got no %R", arg,
-                             fs->names, fs->f[i].name);
-            exr_fieldset_release(fs, out);
+        /* `name in obj`, as the reference asks: obj[name] would run a
+         * defaultdict's __missing__, which puts a value into it */
+        int has = PySequence_Contains(obj, fs->f[i].name);
+        if (has == 0)
+            PyErr_Format(PyExc_ValueError, "%s: expected the fields %U, got no %R", arg,
+                         fs->names, fs->f[i].name);
+        if (has <= 0)
             return -1;
-        }
-        Py_DECREF(v); /* obj holds it during the call */
     }
+    /* looked up again: a Mapping (or a key's __eq__) need not give the
+     * same answer twice */
     for (int i = 0; i < fs->n; i++) {
-        PyObject *v = get_item(obj, fs->f[i].name);
+        PyObject *v = field_value(fs, obj, arg, i);
         PyObject *what = v ? PyUnicode_FromFormat("%s[%R]", arg, fs->f[i].name) : NULL;
         const char *w = what ? PyUnicode_AsUTF8(what) : NULL;
         out[i] = w ? exr_as_array(v, fs->f[i].descr, nlead, lead, fs->f[i].nd, fs->f[i].shape, w)
@@ -357,9 +382,23 @@ fail:
     return -1;
 }
 
-int exr_fieldset_batch_check(const exr_fieldset *fs, PyObject *dict, npy_intp B, npy_intp L,
-                             const char *what)
+/* Whether a can be refilled as field f of a batch of B picks of L steps
+ * (dims: its shape, nd entries). */
+static int batch_field_ok(const exr_named *f, PyObject *a, int nd, const npy_intp *dims)
 {
+    PyArrayObject *x = (PyArrayObject *)a;
+    int ok = PyArray_Check(a) && PyArray_EquivTypes(PyArray_DESCR(x), f->descr) &&
+             PyArray_NDIM(x) == nd && PyArray_IS_C_CONTIGUOUS(x) && PyArray_ISALIGNED(x) &&
+             PyArray_ISWRITEABLE(x);
+    for (int k = 0; ok && k < nd; k++)
+        ok = PyArray_DIM(x, k) == dims[k];
+    return ok;
+}
+
+int exr_fieldset_batch_check(const exr_fieldset *fs, PyObject *dict, npy_intp B, npy_intp L,
+                             const char *what, PyObject **held)
+{
+    *held = NULL;
     if (!PyDict_Check(dict)) {
         PyErr_Format(PyExc_TypeError, "out: expected %s to be a dict with the fields %U, got %s",
                      what, fs->names, Py_TYPE(dict)->tp_name);
@@ -370,6 +409,10 @@ int exr_fieldset_batch_check(const exr_fieldset *fs, PyObject *dict, npy_intp B,
                      what, fs->names, PyDict_GET_SIZE(dict));
         return -1;
     }
+    /* each array taken as it is checked: a key's __eq__, run by a later
+     * lookup, may change the dict */
+    if (!(*held = PyDict_New()))
+        return -1;
     for (int i = 0; i < fs->n; i++) {
         const exr_named *f = &fs->f[i];
         PyObject *a = PyDict_GetItemWithError(dict, f->name);
@@ -377,30 +420,30 @@ int exr_fieldset_batch_check(const exr_fieldset *fs, PyObject *dict, npy_intp B,
             if (!PyErr_Occurred())
                 PyErr_Format(PyExc_ValueError, "out: expected %s to hold the fields %U, got no %R",
                              what, fs->names, f->name);
-            return -1;
+            goto error;
         }
         npy_intp dims[NPY_MAXDIMS];
         int nd = batch_dims(f, B, L, dims);
-        PyArrayObject *x = (PyArrayObject *)a;
-        int ok = PyArray_Check(a) && PyArray_EquivTypes(PyArray_DESCR(x), f->descr) &&
-                 PyArray_NDIM(x) == nd && PyArray_IS_C_CONTIGUOUS(x) && PyArray_ISALIGNED(x) &&
-                 PyArray_ISWRITEABLE(x);
-        for (int k = 0; ok && k < nd; k++)
-            ok = PyArray_DIM(x, k) == dims[k];
-        if (!ok) {
-            char want[256];
-            exr_shape_str(want, sizeof want, nd, dims);
-            PyObject *got = exr_describe_value(a);
-            if (got)
-                PyErr_Format(PyExc_ValueError,
-                             "out: expected %s[%R] to be a writeable C-contiguous %S array of "
-                             "shape %s, got %U",
-                             what, f->name, (PyObject *)f->descr, want, got);
-            Py_XDECREF(got);
-            return -1;
+        if (batch_field_ok(f, a, nd, dims)) {
+            if (PyDict_SetItem(*held, f->name, a) < 0)
+                goto error;
+            continue;
         }
+        char want[256];
+        exr_shape_str(want, sizeof want, nd, dims);
+        PyObject *got = exr_describe_value(a);
+        if (got)
+            PyErr_Format(PyExc_ValueError,
+                         "out: expected %s[%R] to be a writeable C-contiguous %S array of "
+                         "shape %s, got %U",
+                         what, f->name, (PyObject *)f->descr, want, got);
+        Py_XDECREF(got);
+        goto error;
     }
     return 0;
+error:
+    Py_CLEAR(*held);
+    return -1;
 }
 
 void exr_fieldset_dst_plan(const exr_fieldset *fs, size_t base, PyObject *dict,

@@ -69,9 +69,11 @@ int exr_fieldset_batch_new(const exr_fieldset *fs, exr_modstate *st, npy_intp B,
                            PyObject **dict, PyObject **next);
 /* Checks a dict passed back in out= (what: "out.state"): exactly the fields,
  * each a writeable C-contiguous array of the field's dtype and of shape
- * (B, L, *shape). -1 with ValueError/TypeError. */
+ * (B, L, *shape). *held: a new dict {name: array} of the arrays checked,
+ * which the call uses whatever the caller's dict holds meanwhile. -1 with
+ * ValueError/TypeError (*held NULL). */
 int exr_fieldset_batch_check(const exr_fieldset *fs, PyObject *dict, npy_intp B, npy_intp L,
-                             const char *what);
+                             const char *what, PyObject **held);
 /* The get_batch plan: field i from dict (and next_dict, if not NULL). */
 void exr_fieldset_dst_plan(const exr_fieldset *fs, size_t base, PyObject *dict,
                            PyObject *next_dict, exr_field_dst *plan);
