@@ -216,8 +216,11 @@ class RefPickSelector:
 
     ``handle``, ``kind`` and ``alpha`` are read-only; ``beta`` is settable
     (finite, >= 0) for annealing.  Uniform selectors have ``alpha`` and
-    ``beta`` of ``None``.  Equality and hashing go by handle, so a selector
-    equals its handle.
+    ``beta`` of ``None``.  Once the selector is removed from its buffer,
+    reading a Prioritized or Rank selector's ``alpha`` or ``beta``, or
+    setting its ``beta`` (to a valid value), is a ValueError, and the repr
+    says ``removed`` (docs/api.md, "PickSelector").  Equality and hashing go
+    by handle, so a selector equals its handle.
     """
 
     __slots__ = ("_handle", "_kind", "_alpha", "_beta", "_owner")
@@ -237,13 +240,21 @@ class RefPickSelector:
     def kind(self):
         return self._kind
 
+    def _removed(self):
+        return self._owner is not None and self._handle not in self._owner._selectors
+
+    def _param(self, value):
+        if self._kind != PickSelectorClass.Uniform and self._removed():
+            raise ValueError(f"ps: pick selector {self._handle} was removed from its buffer")
+        return value
+
     @property
     def alpha(self):
-        return self._alpha
+        return self._param(self._alpha)
 
     @property
     def beta(self):
-        return self._beta
+        return self._param(self._beta)
 
     @beta.setter
     def beta(self, value):
@@ -252,7 +263,13 @@ class RefPickSelector:
                 f"beta: only a Prioritized or Rank selector has a beta, got a "
                 f"{self._kind.name} selector"
             )
-        self._beta = _finite_nonneg("beta", value)
+        value = _finite_nonneg("beta", value)
+        if self._removed():
+            raise ValueError(
+                f"ps: expected a pick selector of its buffer, got pick selector "
+                f"{self._handle}, which was removed from it"
+            )
+        self._beta = value
 
     def __index__(self):
         return self._handle
@@ -271,6 +288,11 @@ class RefPickSelector:
         return hash(self._handle)
 
     def __repr__(self):
+        if self._removed():
+            return (
+                f"RefPickSelector(handle={self._handle}, "
+                f"kind=PickSelectorClass.{self._kind.name}, removed)"
+            )
         if self._kind != PickSelectorClass.Uniform:
             return (
                 f"RefPickSelector(handle={self._handle}, kind=PickSelectorClass.{self._kind.name}, "
@@ -860,14 +882,14 @@ class _Selector:
         if self.rank is not None:
             self.rank.add(_rank_key(p))
         else:
-            self.leaves.append(_leaf(p, self.public.alpha))
+            self.leaves.append(_leaf(p, self.public._alpha))
 
     def set(self, i, p):
         self.max_priority = max(self.max_priority, p)
         if self.rank is not None:
             self.rank.update(i, _rank_key(p))
         else:
-            self.leaves[i] = _leaf(p, self.public.alpha)
+            self.leaves[i] = _leaf(p, self.public._alpha)
 
     def stored(self, i):
         return self.rank.key[i] if self.rank is not None else self.leaves[i]
@@ -1269,7 +1291,7 @@ class ReferenceReplay:
                 # rank r (1 = highest priority) with probability r^-alpha /
                 # sum_k k^-alpha; the pick at heap position r - 1
                 N = len(self._table)
-                cum = list(accumulate(float(r) ** -sel.public.alpha for r in range(1, N + 1)))
+                cum = list(accumulate(float(r) ** -sel.public._alpha for r in range(1, N + 1)))
                 indices = []
                 for _ in range(B):
                     r = min(bisect_right(cum, sel.rng.random() * cum[-1]), N - 1)
@@ -1720,13 +1742,13 @@ class ReferenceReplay:
         if sel.rank is not None:
             # w = (N P(r))^-beta / max_j w_j = (r / N) ** (alpha beta), r = rank
             N = len(self._table)
-            ab = sel.public.alpha * sel.public.beta
+            ab = sel.public._alpha * sel.public._beta
             for b, i in enumerate(indices):
                 weight[b] = ((sel.rank.pos[i] + 1) / N) ** ab
         elif sel.prioritized:
             # PER: w_i = (N P(i))^-beta / max_j w_j over p_j > 0
             #          = (min positive leaf / leaf_i) ** beta
-            beta = sel.public.beta
+            beta = sel.public._beta
             positive = [v for v in sel.leaves if v > 0.0]
             min_leaf = min(positive) if positive else 0.0
             for b, i in enumerate(indices):

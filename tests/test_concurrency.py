@@ -11,6 +11,7 @@ the buffer's invariant check.
 
 import random
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -370,6 +371,45 @@ def test_large_record_many_round_trips_and_evicts_itself():
     b = buf.get_batch(64, ps)
     assert _frame_ok(b.state)[0].all()
     buf._check()
+
+
+# ---- calls from several threads, one at a time -------------------------------
+
+
+def _calls_from(threaded):
+    """The batches a fixed sequence of calls gives, with the record calls
+    made by another thread (one call at a time, as an actor thread makes
+    them beside a learner) or all by this one."""
+    pool = ThreadPoolExecutor(max_workers=1)
+    buf = ExperienceReplay((1,), capacity=300, seed=7)
+    ps = buf.new_pick_selector(P, alpha=0.7, beta=0.5)
+    rng = np.random.default_rng(2)
+    drawn = []
+    for i in range(12):
+        T = int(rng.integers(20, 60))
+        args = (None, np.zeros((T, 1), np.float32), np.zeros(T, np.int64),
+                np.zeros(T, np.float32))
+        kw = dict(priorities=rng.exponential(1.0, T), terminated=True)
+        if threaded:
+            pool.submit(buf.record_many, *args, **kw).result()
+        else:
+            buf.record_many(*args, **kw)
+        b = buf.get_batch(int(rng.integers(65, 300)), ps)  # not the small, locked draw
+        drawn.append((b.pick_epi.tolist(), b.pick_pos.tolist(), b.weight.tolist()))
+        buf.set_priority(ps, b, rng.exponential(1.0, len(b.pick_epi)))
+    buf._check()
+    pool.shutdown()
+    return drawn
+
+
+def test_same_calls_from_other_threads_same_batches():
+    """A draw after another thread's record calls is made without the
+    storage lock, with a few extra draws to replace picks evicted meanwhile
+    (docs/design.md, "A draw without the storage lock"). The extras come
+    from a generator of their own: the selector's advances by the batch's
+    draws alone, so the same seed and the same calls give the same batches
+    whichever threads make them."""
+    assert _calls_from(threaded=True) == _calls_from(threaded=False)
 
 
 # ---- many threads ------------------------------------------------------------

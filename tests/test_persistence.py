@@ -375,6 +375,26 @@ def test_pending_priorities_restored():
     assert a._priority(ps, [h], [1])[0] == 0.0
 
 
+def test_checkpoint_from_another_thread_draws_the_same():
+    """A buffer saved by a thread other than its learner's: the learner's
+    next draw on the original is made without the storage lock (another
+    thread's hold came since its last draw), the copy's under it; both give
+    the same batches, that one and every one after."""
+    a = ExperienceReplay((1,), capacity=None, seed=3)
+    ps = a.new_pick_selector(P)
+    a.record_many(None, np.zeros((50, 1), np.float32), np.zeros(50, np.int64),
+                  np.zeros(50, np.float32), priorities=np.arange(1, 51.0), terminated=True)
+    saved = []
+    t = threading.Thread(target=lambda: saved.append(a.serialize()))
+    t.start()
+    t.join()
+    b = ExperienceReplay.unserialize(saved[0])
+    for _ in range(4):
+        x, y = a.get_batch(100, ps), b.get_batch(100, int(ps))
+        for f in ("pick_epi", "pick_pos", "pick_index", "weight"):
+            assert_arrays_equal(getattr(x, f), getattr(y, f), f)
+
+
 # ---- pickling ---------------------------------------------------------------------
 
 

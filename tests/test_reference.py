@@ -932,6 +932,34 @@ def test_selector_handles_are_never_reused(make_buffer):
     buf._check()
 
 
+def test_removed_selector_parameters(make_buffer):
+    """docs/api.md, PickSelector: after removal a Prioritized or Rank
+    selector's alpha and beta are a ValueError to read, and so is a valid
+    beta to set; an invalid one is refused as before. A Uniform one's read
+    None, and its beta stays an AttributeError to set. The repr says so."""
+    buf = make_buffer(state_shape=(2,))
+    u = buf.new_pick_selector(Uniform)
+    p = buf.new_pick_selector(Prioritized, alpha=0.5, beta=0.3)
+    r = buf.new_pick_selector(PickSelectorClass.Rank)
+    for ps in (u, p, r):
+        buf.remove_pick_selector(ps)
+        assert "removed" in repr(ps)
+    assert (u.alpha, u.beta) == (None, None)
+    with pytest.raises(AttributeError):
+        u.beta = 1.0
+    for ps in (p, r):
+        for name in ("alpha", "beta"):
+            with pytest.raises(ValueError, match="^ps: pick selector .* was removed"):
+                getattr(ps, name)
+        with pytest.raises(ValueError, match="^ps: expected a pick selector of its buffer"):
+            ps.beta = 0.7
+        with pytest.raises(ValueError, match="^beta: expected a finite number >= 0"):
+            ps.beta = -1.0
+    q = buf.new_pick_selector(Prioritized, alpha=0.5, beta=0.3)  # a live one is unaffected
+    q.beta = 0.9
+    assert (q.alpha, q.beta) == (0.5, 0.9) and "removed" not in repr(q)
+
+
 def test_selector_sees_picks_across_removal(make_buffer):
     buf = make_buffer(state_shape=(2,), seed=1)
     a = buf.new_pick_selector(Prioritized, alpha=1.0)

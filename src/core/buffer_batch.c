@@ -641,7 +641,7 @@ static int draw_detached(exr_buffer *b, int64_t h, sel_entry *e, size_t count,
     exr_sel_seen(s, r0);
     exr_buffer_unlock(b);
     EXR_TM_NOW(t1);
-    *st = any ? s->vt->sample_detached(s, count + extra, sc->idx, sc->ents, sc->w, sc->scratch,
+    *st = any ? s->vt->sample_detached(s, count, extra, sc->idx, sc->ents, sc->w, sc->scratch,
                                        &sc->post)
               : EXR_EEMPTY;
     EXR_TM_SINCE(EXR_TM_DRAW_SAMPLE, t1);

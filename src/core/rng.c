@@ -24,6 +24,13 @@ void exr_rng_seed(exr_rng *r, uint64_t seed, uint64_t stream)
         r->s[0] = 1;
 }
 
+exr_rng exr_rng_split(const exr_rng *r)
+{
+    exr_rng g;
+    exr_rng_seed(&g, r->s[0] ^ exr_rng_rotl(r->s[2], 32), r->s[1] ^ exr_rng_rotl(r->s[3], 32));
+    return g;
+}
+
 uint64_t exr_rng_entropy(void)
 {
     uint64_t v = 0;

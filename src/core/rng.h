@@ -17,6 +17,12 @@ typedef struct {
 /* Seeds from (seed, stream): different streams give unrelated sequences. */
 void exr_rng_seed(exr_rng *r, uint64_t seed, uint64_t stream);
 
+/* A generator seeded from r's state, whose outputs are unrelated to r's;
+ * r itself is not advanced. For draws that must leave r's sequence as it
+ * is: a detached draw's extras (sel_prioritized.c), which only some paths
+ * make. */
+exr_rng exr_rng_split(const exr_rng *r);
+
 /* A seed from the operating system's entropy (falls back to time and
  * addresses where none is available). */
 uint64_t exr_rng_entropy(void);

@@ -716,15 +716,22 @@ static void weights_post(const exr_wpost *p, size_t count, float *w)
     weights_from_leaves(p->lo, p->beta, count, w, w);
 }
 
-/* count draws from the complete tree; ids (NULL: not wanted) gets the
- * picks the leaves stand for, and then the table's entries are not
- * prefetched: this draw may run without the storage lock. */
-static exr_status draw(prio_sel *s, size_t count, size_t *idx, exr_pick *ids, float *w,
-                       double *scratch, exr_wpost *post)
+/* count + extra draws from the complete tree, the extra ones from a
+ * generator split off the selector's (selector.h, sample_detached), whose
+ * own advances by count draws whatever extra is; ids (NULL: not wanted)
+ * gets the picks the leaves stand for, and then the table's entries are
+ * not prefetched: this draw may run without the storage lock. */
+static exr_status draw(prio_sel *s, size_t count, size_t extra, size_t *idx, exr_pick *ids,
+                       float *w, double *scratch, exr_wpost *post)
 {
     if (!(exr_sumtree_total(&s->tree) > 0))
         return EXR_EEMPTY;
     exr_sumtree_sample(&s->tree, &s->base.rng, count, idx, scratch);
+    if (extra) {
+        exr_rng g = exr_rng_split(&s->base.rng);
+        exr_sumtree_sample(&s->tree, &g, extra, idx + count, scratch);
+        count += extra;
+    }
     for (size_t k = 0; !ids && k < count; k++)
         exr_sel_prefetch(&s->base, idx[k]);
     for (size_t k = 0; ids && k < count; k++)
@@ -742,20 +749,20 @@ static exr_status p_sample_post(exr_selector *b, size_t n, size_t count, size_t 
 {
     prio_sel *s = (prio_sel *)b;
     settle_all(s);
-    return n ? draw(s, count, idx, NULL, w, scratch, post) : EXR_EEMPTY;
+    return n ? draw(s, count, 0, idx, NULL, w, scratch, post) : EXR_EEMPTY;
 }
 
 /* mu held, the storage lock maybe not: only the log is applied (a hold
  * under way keeps its own list). */
-static exr_status p_sample_detached(exr_selector *b, size_t count, size_t *idx, exr_pick *ids,
-                                    float *w, double *scratch, exr_wpost *post)
+static exr_status p_sample_detached(exr_selector *b, size_t count, size_t extra, size_t *idx,
+                                    exr_pick *ids, float *w, double *scratch, exr_wpost *post)
 {
     prio_sel *s = (prio_sel *)b;
     EXR_TM_NOW(t0);
     apply_log(s, SIZE_MAX);
     sync(s);
     EXR_TM_SINCE(EXR_TM_DRAW_NOTES, t0);
-    return draw(s, count, idx, ids, w, scratch, post);
+    return draw(s, count, extra, idx, ids, w, scratch, post);
 }
 
 static exr_status p_sample(exr_selector *b, size_t n, size_t count, size_t *idx, float *w,

@@ -149,9 +149,12 @@ typedef struct {
     void (*settle)(exr_selector *s, size_t upto);
     /* sample_post() of what every ended hold left (mu held, the storage lock
      * maybe not), with ids[k] the pick that idx[k] stood for then; n is
-     * not known: EXR_EEMPTY when the total is 0. */
-    exr_status (*sample_detached)(exr_selector *s, size_t count, size_t *idx, exr_pick *ids,
-                                  float *w, double *scratch, exr_wpost *post);
+     * not known: EXR_EEMPTY when the total is 0. count + extra draws: the
+     * extra ones from a generator split off the selector's (exr_rng_split),
+     * which advances by the count draws alone, as sample's draws advance
+     * it: which path a draw takes changes none of the draws after it. */
+    exr_status (*sample_detached)(exr_selector *s, size_t count, size_t extra, size_t *idx,
+                                  exr_pick *ids, float *w, double *scratch, exr_wpost *post);
 } exr_selector_vtable;
 
 struct exr_selector {
