@@ -1,5 +1,10 @@
 """What a new user sees: reprs, the no-pick errors, out= errors, for_spaces, help()."""
 
+import os
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 
@@ -30,6 +35,58 @@ def test_batch_and_episode_reprs_summarise():
     assert e == ("EpisodeData(state=uint8(50, 84, 84), action=int64(50,), reward=float32(50,), "
                  "final_state=None, ended=False, terminated=False)")
     assert len(r) < 400 and len(e) < 400
+
+
+# A Batch's fields are the user's to change: repr reads its dicts while
+# their values' reprs (Python code) run, and must neither use a key or value
+# that code dropped nor recurse without bound. Run in a child: either
+# defect crashed the process.
+REPR_CHILD = textwrap.dedent("""
+    import numpy as np
+    import exreplay
+
+    buf = exreplay.ExperienceReplay(state_shape=(3,), capacity=100, pick_len=2, seed=0)
+    ps = buf.new_pick_selector(0)
+    buf.record_many(None, np.zeros((10, 3), np.float32), np.zeros(10, np.int64), np.ones(10))
+    b = buf.get_batch(4, ps)
+
+    class ClearsTheDict:
+        def __repr__(self):
+            b.extras.clear()  # drops the key, held by the dict only
+            global junk       # strings of the key's size, which take its memory
+            junk = ["".join(["z"] * 9) for _ in range(64)]
+            return "v"
+
+    b.extras["".join(["k"] * 9)] = ClearsTheDict()
+    print(repr(b).split("extras=")[1])
+    loop = {}
+    loop["me"] = loop
+    deep = {}
+    for _ in range(100_000):
+        deep = {"d": deep}
+    b.extras.update(loop=loop, deep=deep, batch=b)
+    try:
+        r = repr(b)
+    except RecursionError:
+        r = "RecursionError"
+    print(r if r == "RecursionError" else r.split("extras=")[1][:60])
+    b.extras.clear()
+    b.extras.update(loop=loop, batch=b)
+    print(repr(b).split("extras=")[1])
+""")
+
+
+def test_batch_repr_survives_fields_changed_by_the_reprs_it_runs():
+    env = dict(os.environ)
+    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(exreplay.__file__)))
+    env["PYTHONPATH"] = pkg_root + os.pathsep + env.get("PYTHONPATH", "")
+    r = subprocess.run([sys.executable, "-c", REPR_CHILD], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stdout.splitlines()
+    assert lines[0] == "{'kkkkkkkkk': v})"  # the key as it was, not the memory reused
+    assert lines[1] == "RecursionError"  # a deep nesting: Python's limit, not the C stack's
+    assert lines[2] == "{'loop': {'me': {...}}, 'batch': Batch(...)})"
 
 
 def test_no_pick_because_handle_not_passed_back():

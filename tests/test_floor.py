@@ -119,3 +119,69 @@ def test_floor_gather_cols_refuses_empty_columns():
     """A column of no rows has no row width (it was a division by zero)."""
     with pytest.raises(TypeError, match="cols"):
         _core._floor_gather_cols([np.zeros((0, 4), np.float32)], np.zeros(1, np.int64), 1, 0)
+
+
+# Converting starts (an __array__) or L (an __index__) runs Python code,
+# which may empty the list of columns or reshape rows in place. The floors
+# read those after it and hold the arrays they use without the GIL; they
+# read them before (freed columns, or rows measured before a reshape that
+# sized the outputs after it: a write past them). A child, as it crashed.
+FLOOR_CHILD = r"""
+import numpy as np
+from exreplay import _core
+
+class Starts:
+    def __init__(self, fn):
+        self.fn = fn
+    def __array__(self, dtype=None, copy=None):
+        self.fn()
+        return np.array([0, 5, 10, 40], np.int64)
+
+class Index:
+    def __init__(self, v, fn):
+        self.v, self.fn = v, fn
+    def __index__(self):
+        self.fn()
+        return self.v
+
+def refused(f):
+    try:
+        f()
+    except (TypeError, ValueError) as e:
+        return type(e).__name__
+    return "ok"
+
+cols = [np.arange(1000.0), np.arange(1000, dtype=np.float32)]
+print(refused(lambda: _core._floor_gather_cols(cols, Starts(cols.clear), 4, 1)))
+cols = [np.arange(1000.0)] * 8
+outs = _core._floor_gather_cols(cols, np.zeros(4, np.int64), 4, 8)
+again = [np.arange(1000.0)] * 8
+# out= emptied: refused (its arrays are held while the gather writes them)
+print(refused(lambda: _core._floor_gather_cols(again, Starts(outs[0].clear), 4, 8, outs)))
+rows = np.arange(50 * 40.0).reshape(50, 40)
+def flatten():
+    rows.shape = (2000, 1)
+st, nx = _core._floor_gather(rows, Starts(flatten), 4)
+print(st.shape, bool((st[:, :, 0] == rows[[0, 5, 10, 40]][:, 0:1] + np.arange(4)).all()))
+rec = np.zeros((50, 40), np.uint8)
+def narrow():
+    rec.shape = (2000, 1)
+print(refused(lambda: _core._floor_gather_batch(rec, np.zeros(4, np.int64), Index(4, narrow),
+                                                  5, 16, 8)))
+print("done")
+"""
+
+
+def test_floor_gathers_read_their_arguments_after_the_python_code_they_run():
+    import os
+    import subprocess
+    import sys
+
+    import exreplay
+    env = dict(os.environ)
+    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(exreplay.__file__)))
+    env["PYTHONPATH"] = pkg_root + os.pathsep + env.get("PYTHONPATH", "")
+    r = subprocess.run([sys.executable, "-c", FLOOR_CHILD], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split("\n") == ["ValueError", "TypeError", "(4, 4, 1) True", "ValueError", "done", ""]

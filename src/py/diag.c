@@ -84,23 +84,27 @@ done:
     return res;
 }
 
-static PyObject *value_summary(PyObject *o);
+static PyObject *value_summary(PyObject *o, int top);
 
-/* {'img': uint8(32, 1, 84, 84), ...} for a dict of named fields. */
+/* {'img': uint8(32, 1, 84, 84), ...} for a dict of named fields. Read from
+ * a list of its items of our own: a value's repr runs Python code, which
+ * may change the dict and drop the key and value it gave (they were used
+ * after it as borrowed references). */
 static PyObject *dict_summary(PyObject *o)
 {
-    PyObject *parts = PyList_New(0), *res = NULL, *k, *v;
-    Py_ssize_t pos = 0;
-    if (!parts)
+    PyObject *items = PyDict_Items(o), *parts = items ? PyList_New(0) : NULL, *res = NULL;
+    if (!parts) {
+        Py_XDECREF(items);
         return NULL;
-    while (PyDict_Next(o, &pos, &k, &v)) {
-        PyObject *s = value_summary(v);
-        PyObject *item = s ? PyUnicode_FromFormat("%R: %U", k, s) : NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
+        PyObject *kv = PyList_GET_ITEM(items, i);
+        PyObject *s = value_summary(PyTuple_GET_ITEM(kv, 1), 0);
+        PyObject *item = s ? PyUnicode_FromFormat("%R: %U", PyTuple_GET_ITEM(kv, 0), s) : NULL;
         Py_XDECREF(s);
         if (!item || PyList_Append(parts, item) < 0) {
             Py_XDECREF(item);
-            Py_DECREF(parts);
-            return NULL;
+            goto done;
         }
         Py_DECREF(item);
     }
@@ -110,14 +114,20 @@ static PyObject *dict_summary(PyObject *o)
     if (body)
         res = PyUnicode_FromFormat("{%U}", body);
     Py_XDECREF(body);
+done:
+    Py_DECREF(items);
     Py_DECREF(parts);
     return res;
 }
 
-/* "float32 (32, 4, 4)" for an array, repr() for anything else. */
-static PyObject *value_summary(PyObject *o)
+/* "float32 (32, 4, 4)" for an array, repr() for anything else. Only a
+ * field's own dict (top) is summarised: a dict put inside it is repr()'d,
+ * which stops at a dict holding itself and at Python's recursion limit
+ * (summarised too, one that held itself recursed until the C stack ran
+ * out: a crash). */
+static PyObject *value_summary(PyObject *o, int top)
 {
-    if (PyDict_CheckExact(o))
+    if (top && PyDict_CheckExact(o))
         return dict_summary(o);
     if (!PyArray_Check(o))
         return PyObject_Repr(o);
@@ -132,9 +142,16 @@ static PyObject *value_summary(PyObject *o)
     return s;
 }
 
-/* repr of a Batch or an EpisodeData: every field (the hidden weight too),
- * arrays summarised as dtype(shape). */
-static PyObject *struct_repr(PyObject *self)
+/* "Batch" of exreplay._core.Batch. */
+static const char *short_name(PyTypeObject *tp)
+{
+    const char *name = strrchr(tp->tp_name, '.');
+    return name ? name + 1 : tp->tp_name;
+}
+
+/* "state=uint8(32, 1, 84, 84), ..." of a Batch or an EpisodeData: every
+ * field (the hidden weight too) but empty extras. */
+static PyObject *struct_body(PyObject *self)
 {
     PyTypeObject *tp = Py_TYPE(self);
     PyObject *parts = PyList_New(0), *res = NULL;
@@ -152,7 +169,7 @@ static PyObject *struct_repr(PyObject *self)
         if (val && strcmp(tp->tp_members[i].name, "extras") == 0 &&
             (val == Py_None || (PyDict_CheckExact(val) && PyDict_GET_SIZE(val) == 0)))
             continue;
-        PyObject *s = val ? value_summary(val) : NULL;
+        PyObject *s = val ? value_summary(val, 1) : NULL;
         PyObject *item = s ? PyUnicode_FromFormat("%s=%U", tp->tp_members[i].name, s) : NULL;
         Py_XDECREF(s);
         if (!item || PyList_Append(parts, item) < 0) {
@@ -162,15 +179,25 @@ static PyObject *struct_repr(PyObject *self)
         Py_DECREF(item);
     }
     PyObject *sep = PyUnicode_FromString(", ");
-    PyObject *body = sep ? PyUnicode_Join(sep, parts) : NULL;
+    res = sep ? PyUnicode_Join(sep, parts) : NULL;
     Py_XDECREF(sep);
-    if (body) {
-        const char *name = strrchr(tp->tp_name, '.');
-        res = PyUnicode_FromFormat("%s(%U)", name ? name + 1 : tp->tp_name, body);
-        Py_DECREF(body);
-    }
 done:
     Py_DECREF(parts);
+    return res;
+}
+
+/* repr of a Batch or an EpisodeData, arrays summarised as dtype(shape);
+ * "Batch(...)" for one inside its own fields (its extras). */
+static PyObject *struct_repr(PyObject *self)
+{
+    int inside = Py_ReprEnter(self);
+    if (inside)
+        return inside < 0 ? NULL : PyUnicode_FromFormat("%s(...)", short_name(Py_TYPE(self)));
+    PyObject *body = struct_body(self), *res = NULL;
+    Py_ReprLeave(self);
+    if (body)
+        res = PyUnicode_FromFormat("%s(%U)", short_name(Py_TYPE(self)), body);
+    Py_XDECREF(body);
     return res;
 }
 

@@ -27,25 +27,34 @@ static int pick_dims(PyArrayObject *a, npy_intp n, npy_intp L, const char *arg, 
 
 enum { NB_MAX = 10 }; /* the most arrays a floor returns (_floor_gather_batch) */
 
-/* starts: an int64 array of *n row indices s, each with s + L < nrows (the
- * runs read rows s .. s + L), or NULL with the ValueError naming it. The
- * callers have 1 <= L < nrows, so s < nrows - L says it without the
- * overflow of s + L for a huge s. */
-static PyArrayObject *starts_within(PyObject *o, npy_intp L, npy_intp nrows, npy_intp *n)
+/* starts as an int64 array of *n row indices (a new reference), or NULL
+ * with the error naming it. Converting it may run Python code (an
+ * __array__, a sequence's items), which may drop or reshape the other
+ * arguments: the callers take those (their arrays held, their shapes read)
+ * only after it, and after every __index__ of theirs. */
+static PyArrayObject *starts_arg(PyObject *o, npy_intp *n)
 {
     *n = -1;
     PyArray_Descr *i64 = PyArray_DescrFromType(NPY_INT64);
     PyArrayObject *starts = exr_as_array(o, i64, 1, n, 0, NULL, "starts");
     Py_DECREF(i64);
-    const int64_t *sv = starts ? PyArray_DATA(starts) : NULL;
-    for (npy_intp i = 0; starts && i < *n; i++) {
+    return starts;
+}
+
+/* 0 when each s of starts (n of them) has s + L < nrows (the runs read
+ * rows s .. s + L), else -1 with the ValueError naming it. The callers
+ * have 1 <= L < nrows, so s < nrows - L says it
+ * without the overflow of s + L for a huge s. */
+static int starts_within(PyArrayObject *starts, npy_intp n, npy_intp L, npy_intp nrows)
+{
+    const int64_t *sv = PyArray_DATA(starts);
+    for (npy_intp i = 0; i < n; i++) {
         if (sv[i] < 0 || sv[i] >= nrows - L) {
-            Py_DECREF(starts);
             PyErr_Format(PyExc_ValueError, "starts: index %zd out of range", (Py_ssize_t)i);
-            return NULL;
+            return -1;
         }
     }
-    return starts;
+    return 0;
 }
 
 /* k arrays (descr d[i], nd[i] dims dims[i]) carved one after another,
@@ -112,19 +121,28 @@ PyObject *exr_floor_gather_py(PyObject *module, PyObject *const *args, Py_ssize_
     if (nargs != 3)
         return PyErr_Format(PyExc_TypeError, "_floor_gather(rows, starts, L)");
     PyArrayObject *rows = (PyArrayObject *)args[0];
-    if (!PyArray_Check(args[0]) || PyArray_NDIM(rows) < 1 || !PyArray_IS_C_CONTIGUOUS(rows) ||
-        PyDataType_REFCHK(PyArray_DESCR(rows)))
-        return PyErr_Format(PyExc_TypeError, "rows: expected a C-contiguous ndarray of plain data");
     Py_ssize_t L = PyNumber_AsSsize_t(args[2], PyExc_OverflowError);
     if (L == -1 && PyErr_Occurred())
         return NULL;
-    npy_intp nrows = PyArray_DIM(rows, 0);
-    if (L < 1 || L >= nrows)
-        return PyErr_Format(PyExc_ValueError, "L: expected 1 <= L < %zd, got %zd", (Py_ssize_t)nrows, L);
     npy_intp n;
-    PyArrayObject *starts = starts_within(args[1], L, nrows, &n);
+    PyArrayObject *starts = starts_arg(args[1], &n); /* rows is read after it (starts_arg) */
     if (!starts)
         return NULL;
+    if (!PyArray_Check(args[0]) || PyArray_NDIM(rows) < 1 || !PyArray_IS_C_CONTIGUOUS(rows) ||
+        PyDataType_REFCHK(PyArray_DESCR(rows))) {
+        Py_DECREF(starts);
+        return PyErr_Format(PyExc_TypeError, "rows: expected a C-contiguous ndarray of plain data");
+    }
+    npy_intp nrows = PyArray_DIM(rows, 0);
+    if (L < 1 || L >= nrows) {
+        Py_DECREF(starts);
+        return PyErr_Format(PyExc_ValueError, "L: expected 1 <= L < %zd, got %zd",
+                            (Py_ssize_t)nrows, L);
+    }
+    if (starts_within(starts, n, L, nrows) < 0) {
+        Py_DECREF(starts);
+        return NULL;
+    }
     const int64_t *sv = PyArray_DATA(starts);
     PyObject *st, *nx;
     if (floor_outs(module, rows, n, L, &st, &nx) < 0) {
@@ -158,11 +176,18 @@ typedef struct {
     npy_intp nrows;
 } cols_t;
 
-static int cols_arg(PyObject *list, cols_t *c)
+/* cols (a tuple of the call's own: the list may be emptied while the
+ * gather runs without the GIL) checked, its data pointers into c. */
+static int cols_arg(PyObject *cols, cols_t *c)
 {
+    c->nc = PyTuple_GET_SIZE(cols);
+    if (c->nc < 1 || c->nc > MAXC || c->nn < 0 || c->nn > c->nc) {
+        PyErr_Format(PyExc_ValueError, "cols: expected 1 to %d columns and nnext <= that", MAXC);
+        return -1;
+    }
     c->nrows = -1;
     for (Py_ssize_t i = 0; i < c->nc; i++) {
-        PyArrayObject *a = (PyArrayObject *)PyList_GET_ITEM(list, i);
+        PyArrayObject *a = (PyArrayObject *)PyTuple_GET_ITEM(cols, i);
         if (!PyArray_Check((PyObject *)a) || PyArray_NDIM(a) < 1 || !PyArray_IS_C_CONTIGUOUS(a) ||
             PyArray_DIM(a, 0) < 1 || (c->nrows >= 0 && PyArray_DIM(a, 0) != c->nrows)) {
             PyErr_SetString(PyExc_TypeError,
@@ -181,8 +206,10 @@ static int cols_arg(PyObject *list, cols_t *c)
     return 0;
 }
 
-/* out=(outs, nexts) of an earlier call: their data pointers into c. */
-static int outs_arg(PyObject *o, cols_t *c, npy_intp n)
+/* out=(outs, nexts) of an earlier call: its two lists as tuples of the
+ * call's own (held[0], held[1]: its arrays held while they are written
+ * without the GIL), their data pointers into c. */
+static int outs_arg(PyObject *o, cols_t *c, npy_intp n, PyObject **held)
 {
     if (!PyTuple_Check(o) || PyTuple_GET_SIZE(o) != 2 || !PyList_Check(PyTuple_GET_ITEM(o, 0)) ||
         !PyList_Check(PyTuple_GET_ITEM(o, 1)) || PyList_GET_SIZE(PyTuple_GET_ITEM(o, 0)) != c->nc ||
@@ -190,10 +217,13 @@ static int outs_arg(PyObject *o, cols_t *c, npy_intp n)
         PyErr_SetString(PyExc_TypeError, "out: expected (outs, nexts) of an earlier call");
         return -1;
     }
+    for (int k = 0; k < 2; k++)
+        if (!(held[k] = PyList_AsTuple(PyTuple_GET_ITEM(o, k))))
+            return -1;
     for (Py_ssize_t i = 0; i < c->nc; i++) {
         c->nexts[i] = NULL;
         for (int k = 0; k < (i < c->nn ? 2 : 1); k++) {
-            PyArrayObject *x = (PyArrayObject *)PyList_GET_ITEM(PyTuple_GET_ITEM(o, k), i);
+            PyArrayObject *x = (PyArrayObject *)PyTuple_GET_ITEM(held[k], i);
             if (!PyArray_Check((PyObject *)x) || !PyArray_IS_C_CONTIGUOUS(x) ||
                 (size_t)PyArray_NBYTES(x) != (size_t)n * (size_t)c->L * c->widths[i]) {
                 PyErr_SetString(PyExc_ValueError, "out: arrays of other sizes");
@@ -206,10 +236,10 @@ static int outs_arg(PyObject *o, cols_t *c, npy_intp n)
 }
 
 /* New (outs, nexts) lists of arrays (n, L, *row shape) into lo, ln. */
-static int new_outs(PyObject *list, cols_t *c, npy_intp n, PyObject *lo, PyObject *ln)
+static int new_outs(PyObject *cols, cols_t *c, npy_intp n, PyObject *lo, PyObject *ln)
 {
     for (Py_ssize_t i = 0; i < c->nc; i++) {
-        PyArrayObject *a = (PyArrayObject *)PyList_GET_ITEM(list, i);
+        PyArrayObject *a = (PyArrayObject *)PyTuple_GET_ITEM(cols, i);
         npy_intp dims[NPY_MAXDIMS];
         int nd = pick_dims(a, n, c->L, "cols", dims);
         if (nd < 0)
@@ -228,33 +258,38 @@ static int new_outs(PyObject *list, cols_t *c, npy_intp n, PyObject *lo, PyObjec
     return 0;
 }
 
+/* The outputs: out (args[4]) refilled, or new lists. A new reference or NULL. */
+static PyObject *cols_outs(PyObject *const *args, Py_ssize_t nargs, PyObject *cols, cols_t *c,
+                           npy_intp n, PyObject **held)
+{
+    if (nargs == 5)
+        return outs_arg(args[4], c, n, held) == 0 ? Py_NewRef(args[4]) : NULL;
+    PyObject *res = NULL, *lo = PyList_New(c->nc), *ln = lo ? PyList_New(c->nn) : NULL;
+    if (ln && new_outs(cols, c, n, lo, ln) == 0)
+        res = Py_BuildValue("(OO)", lo, ln);
+    Py_XDECREF(lo);
+    Py_XDECREF(ln);
+    return res;
+}
+
 PyObject *exr_floor_gather_cols_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
     if ((nargs != 4 && nargs != 5) || !PyList_Check(args[0]))
         return PyErr_Format(PyExc_TypeError,
                             "_floor_gather_cols(cols: list, starts, L, nnext[, out])");
-    cols_t c = {.nc = PyList_GET_SIZE(args[0])};
+    cols_t c = {0};
     c.L = PyNumber_AsSsize_t(args[2], PyExc_OverflowError);
     c.nn = PyNumber_AsSsize_t(args[3], PyExc_OverflowError);
     if ((c.L == -1 || c.nn == -1) && PyErr_Occurred())
         return NULL;
-    if (c.nc < 1 || c.nc > MAXC || c.nn < 0 || c.nn > c.nc)
-        return PyErr_Format(PyExc_ValueError, "cols: expected 1 to %d columns and nnext <= that",
-                            MAXC);
     npy_intp n;
-    PyArrayObject *starts =
-        cols_arg(args[0], &c) < 0 ? NULL : starts_within(args[1], c.L, c.nrows, &n);
+    PyArrayObject *starts = starts_arg(args[1], &n); /* the lists are read after it */
     if (!starts)
         return NULL;
-    PyObject *res = NULL, *lo = NULL, *ln = NULL;
-    if (nargs == 5) {
-        if (outs_arg(args[4], &c, n) == 0)
-            res = Py_NewRef(args[4]);
-    } else if ((lo = PyList_New(c.nc)) && (ln = PyList_New(c.nn)) &&
-               new_outs(args[0], &c, n, lo, ln) == 0) {
-        res = Py_BuildValue("(OO)", lo, ln);
-    }
+    PyObject *cols = PyList_AsTuple(args[0]), *held[2] = {NULL, NULL}, *res = NULL;
+    if (cols && cols_arg(cols, &c) == 0 && starts_within(starts, n, c.L, c.nrows) == 0)
+        res = cols_outs(args, nargs, cols, &c, n, held);
     if (res) {
         const int64_t *sv = PyArray_DATA(starts);
         EXR_NOGIL_BEGIN
@@ -262,8 +297,9 @@ PyObject *exr_floor_gather_cols_py(PyObject *module, PyObject *const *args, Py_s
                               c.nexts);
         EXR_NOGIL_END
     }
-    Py_XDECREF(lo);
-    Py_XDECREF(ln);
+    Py_XDECREF(cols);
+    Py_XDECREF(held[0]);
+    Py_XDECREF(held[1]);
     Py_DECREF(starts);
     return res;
 }
@@ -309,8 +345,9 @@ static int batch_arrays(PyObject *module, npy_intp n, npy_intp L, const size_t *
 }
 
 /* records and the four numbers after starts (L, ep, state_bytes,
- * action_bytes) into v: the records' row bytes, or 0 with an exception. */
-static size_t batch_args(PyObject *const *args, Py_ssize_t *v)
+ * action_bytes, converted into v before: their __index__ may change
+ * records) checked: the records' row bytes, or 0 with an exception. */
+static size_t batch_args(PyObject *const *args, const Py_ssize_t *v)
 {
     PyArrayObject *rec = (PyArrayObject *)args[0];
     if (!PyArray_Check(args[0]) || PyArray_NDIM(rec) < 1 || !PyArray_IS_C_CONTIGUOUS(rec) ||
@@ -318,11 +355,6 @@ static size_t batch_args(PyObject *const *args, Py_ssize_t *v)
         PyErr_SetString(PyExc_TypeError,
                         "records: expected a C-contiguous ndarray of plain data, 2 rows or more");
         return 0;
-    }
-    for (int i = 0; i < 4; i++) {
-        v[i] = PyNumber_AsSsize_t(args[2 + i], PyExc_OverflowError);
-        if (v[i] == -1 && PyErr_Occurred())
-            return 0;
     }
     npy_intp nrows = PyArray_DIM(rec, 0);
     size_t row = (size_t)PyArray_NBYTES(rec) / (size_t)nrows;
@@ -346,15 +378,21 @@ PyObject *exr_floor_gather_batch_py(PyObject *module, PyObject *const *args, Py_
         return PyErr_Format(PyExc_TypeError,
                             "_floor_gather_batch(records, starts, L, ep, state_bytes, action_bytes)");
     Py_ssize_t v[4];
-    size_t row = batch_args(args, v);
-    if (!row)
-        return NULL;
-    PyArrayObject *rec = (PyArrayObject *)args[0];
-    npy_intp nrows = PyArray_DIM(rec, 0);
+    for (int i = 0; i < 4; i++) {
+        v[i] = PyNumber_AsSsize_t(args[2 + i], PyExc_OverflowError);
+        if (v[i] == -1 && PyErr_Occurred())
+            return NULL;
+    }
     npy_intp n;
-    PyArrayObject *starts = starts_within(args[1], v[0], nrows, &n);
+    PyArrayObject *starts = starts_arg(args[1], &n); /* records is read after it */
     if (!starts)
         return NULL;
+    size_t row = batch_args(args, v);
+    PyArrayObject *rec = (PyArrayObject *)args[0];
+    if (!row || starts_within(starts, n, v[0], PyArray_DIM(rec, 0)) < 0) {
+        Py_DECREF(starts);
+        return NULL;
+    }
     const int64_t *sv = PyArray_DATA(starts);
     size_t w[3] = {(size_t)v[2], (size_t)v[3], row - (size_t)v[2] - (size_t)v[3]};
     PyObject *outs[NB];
