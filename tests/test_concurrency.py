@@ -604,3 +604,46 @@ def test_priorities_written_by_another_thread_during_set_priority():
     buf._check()
     stored = buf._priority(ps, epi, pos)
     assert np.isfinite(stored).all()
+
+
+def test_set_priority_with_pick_index_another_thread_rewrites():
+    """pick_index is the caller's array, which set_priority reads with the
+    GIL let go: another thread writing out-of-range, negative and stale
+    indices into it meanwhile changes which picks are found fast, never
+    which picks exist. Each hint is read once and checked where it is kept,
+    so no call reaches outside the table (the indices of a draw's notes are
+    copied before they are checked). A guard: with a compiler that read a
+    checked hint again, this is where it would show."""
+    buf = ExperienceReplay((4,), capacity=4096, pick_len=1, seed=3)
+    ps = buf.new_pick_selector(PickSelectorClass.Prioritized)
+    for _ in range(40):
+        buf.record_many(None, np.zeros((100, 4), np.float32), np.zeros(100, np.int64),
+                        np.zeros(100, np.float32), final_state=np.zeros(4, np.float32))
+    b = buf.get_batch(256, ps)
+    idx = b.pick_index.copy()
+    good = idx.copy()
+    stop = threading.Event()
+
+    def scribble():
+        vals = (np.int64(2**62), np.int64(-1), np.int64(10**9))
+        k = 0
+        while not stop.is_set():
+            idx[:] = vals[k % 3] if k % 4 else good
+            k += 1
+
+    t = threading.Thread(target=scribble)
+    t.start()
+    try:
+        p = np.linspace(0.5, 2.0, 256)
+        for _ in range(3000):
+            assert buf.set_priority(ps, b.pick_epi, b.pick_pos, p, pick_index=idx) == 256
+    finally:
+        stop.set()
+        t.join()
+    buf._check()
+    last = {}  # the last value given wins for a pick given twice
+    for e, q, v in zip(b.pick_epi.tolist(), b.pick_pos.tolist(), p.tolist()):
+        last[e, q] = v
+    got = buf._priority(ps, b.pick_epi, b.pick_pos)  # the stored p ** alpha
+    want = [last[e, q] ** 0.6 for e, q in zip(b.pick_epi.tolist(), b.pick_pos.tolist())]
+    np.testing.assert_allclose(got, want, rtol=1e-6)

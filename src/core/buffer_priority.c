@@ -16,6 +16,17 @@
  * is only a hint, since picks move by swap-removal after it was drawn. The
  * table holds live picks only, and handles are never reused, so an entry
  * naming this episode's handle and this position is this pick. */
+/* *p read once: the hints and notes may be the caller's memory, which
+ * another thread can write while set_priority runs without the GIL, so a
+ * value checked is a value kept, never read again (a plain load may be
+ * repeated by the compiler). */
+static inline int64_t load_once(const int64_t *p)
+{
+    return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+
+_Static_assert(sizeof(size_t) == sizeof(int64_t), "hints are copied into size_t indices");
+
 static inline int hint_holds(const exr_buffer *b, int64_t hint, int64_t epi, int64_t pos)
 {
     if (hint < 0 || (uint64_t)hint >= b->picks.n)
@@ -105,12 +116,15 @@ static size_t resolve_hinted(const exr_buffer *b, size_t count, const int64_t *e
     enum { PF = 8 };
     size_t done = 0, n = b->picks.n;
     for (size_t i = 0; i < count; i++) {
-        if (i + 2 * PF < count && (uint64_t)hint[i + 2 * PF] < n)
-            __builtin_prefetch(&b->picks.v[hint[i + 2 * PF]]);
-        if (i + PF < count && (uint64_t)hint[i + PF] < n)
-            __builtin_prefetch(&b->eps.slab[b->picks.v[hint[i + PF]].slot]);
-        size_t j = hint_holds(b, hint[i], epi[i], pos[i]) ? (size_t)hint[i]
-                                                         : pick_index_locked(b, epi[i], pos[i]);
+        int64_t h2 = i + 2 * PF < count ? load_once(&hint[i + 2 * PF]) : -1;
+        int64_t h1 = i + PF < count ? load_once(&hint[i + PF]) : -1;
+        if ((uint64_t)h2 < n)
+            __builtin_prefetch(&b->picks.v[h2]);
+        if ((uint64_t)h1 < n)
+            __builtin_prefetch(&b->eps.slab[b->picks.v[h1].slot]);
+        int64_t h = load_once(&hint[i]);
+        size_t j = hint_holds(b, h, epi[i], pos[i]) ? (size_t)h
+                                                   : pick_index_locked(b, epi[i], pos[i]);
         done = keep_pick(s, done, i, j, prio, prio_stride, pre);
     }
     return done;
@@ -138,15 +152,16 @@ _Atomic uint64_t exr_debug_since_kept;
 #define NOTED_KEPT(moved) ((void)0)
 #endif
 
-/* Whether every pick i < count is the noted one, its index below low:
- * one pass without branches, which the compiler vectorizes. */
-static bool all_noted(size_t count, const int64_t *epi, const int64_t *pos, const int64_t *hint,
+/* Whether every pick i < count is the noted one, its index idx[i] (the
+ * hints, copied) below low: one pass without branches, which the compiler
+ * vectorizes. */
+static bool all_noted(size_t count, const int64_t *epi, const int64_t *pos, const size_t *idx,
                       const int64_t *he, const int64_t *hp, size_t low)
 {
     uint64_t bad = 0;
     for (size_t i = 0; i < count; i++)
         bad |= (uint64_t)(epi[i] ^ he[i]) | (uint64_t)(pos[i] ^ hp[i]) |
-               (uint64_t)((uint64_t)hint[i] >= low);
+               (uint64_t)(idx[i] >= low);
     return bad == 0;
 }
 
@@ -168,26 +183,29 @@ static size_t resolve_noted(const exr_buffer *b, const exr_drawn *d, size_t low,
     size_t done = 0, hwm = b->eps.hwm;
     const int64_t *slot = d->v + count, *he = d->v + 2 * count, *hp = d->v + 3 * count;
     const exr_episode *slab = b->eps.slab;
-    if (!moved && all_noted(count, epi, pos, hint, he, hp, low)) {
-        for (size_t i = 0; i < count; i++) { /* the common case: plain copies */
-            s->idx[i] = (size_t)hint[i];
-            s->kept[i] = prio[i * prio_stride];
+    if (!moved) {
+        /* the common case: the hints copied (one read each), then
+         * checked in the copy */
+        memcpy(s->idx, hint, count * sizeof *hint);
+        if (all_noted(count, epi, pos, s->idx, he, hp, low)) {
+            for (size_t i = 0; i < count; i++)
+                s->kept[i] = prio[i * prio_stride];
+            return count; /* s->stored[i] stays where it is */
         }
-        return count; /* s->stored[i] stays where it is */
     }
     for (size_t i = 0; i < count; i++) {
+        int64_t sl = moved ? load_once(&slot[i]) : 0, h = load_once(&hint[i]);
         if (moved && i + PF < count && (uint64_t)slot[i + PF] < hwm)
             __builtin_prefetch(&slab[slot[i + PF]]);
-        bool ok = epi[i] == he[i] && pos[i] == hp[i] && (uint64_t)hint[i] < low;
+        bool ok = epi[i] == he[i] && pos[i] == hp[i] && (uint64_t)h < low;
         if (ok && moved)
-            ok = (uint64_t)slot[i] < hwm && slab[slot[i]].handle == epi[i];
+            ok = (uint64_t)sl < hwm && slab[sl].handle == epi[i];
         size_t j;
         if (ok) {
-            j = (size_t)hint[i];
+            j = (size_t)h;
             NOTED_KEPT(moved);
         } else {
-            j = hint_holds(b, hint[i], epi[i], pos[i]) ? (size_t)hint[i]
-                                                       : pick_index_locked(b, epi[i], pos[i]);
+            j = hint_holds(b, h, epi[i], pos[i]) ? (size_t)h : pick_index_locked(b, epi[i], pos[i]);
         }
         done = keep_pick(s, done, i, j, prio, prio_stride, pre);
     }
