@@ -292,7 +292,9 @@ exr_status exr_file_load(const char *path, exr_buffer **out, unsigned char *meta
                          size_t *meta_len, int *err)
 {
     *err = 0;
-    int fd = open(path, O_RDONLY);
+    /* O_NONBLOCK: a FIFO at path is refused below, not waited on for a
+     * writer for ever (a regular file's reads ignore the flag) */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
         *err = errno;
         return EXR_EIO;
