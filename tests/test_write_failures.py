@@ -48,3 +48,33 @@ def test_load_of_a_fifo_is_a_value_error_not_a_wait_for_a_writer(tmp_path):
         pytest.fail("load() of a FIFO waited for a writer")
     assert r.returncode == 0, r.stderr
     assert "path: invalid serialized buffer" in r.stdout
+
+
+@pytest.mark.parametrize("length", [237, 246, 255])
+def test_save_to_a_name_as_long_as_the_file_system_allows(tmp_path, length):
+    """The temp file's name is the target's with a dot, the pid and six
+    characters added: a name of 246 bytes or more made save() fail with
+    ENAMETOOLONG although the name itself is valid. The temp name now takes
+    a prefix of a long name."""
+    p = tmp_path / ("n" * length)
+    a = small()
+    a.save(p)
+    assert ExperienceReplay.load(p).serialize(0) == a.serialize(0)
+    small(7).save(p)  # replacing it too
+    assert len(ExperienceReplay.load(p)) == 7
+    assert os.listdir(tmp_path) == [p.name]
+
+
+def test_a_long_name_cut_inside_a_utf8_character_and_its_stale_temp_files(tmp_path):
+    """A long name is cut before a UTF-8 continuation byte; temp files of a
+    dead writer under the cut name are swept by the next save."""
+    name = "é" * 127  # 254 bytes
+    p = tmp_path / name
+    small().save(p)
+    stale_pid = 99999999  # beyond any pid_max: no such process
+    cut = name.encode()[:236].decode()  # 118 characters, 236 bytes
+    stale = tmp_path / (".%s.%d.AbC123" % (cut, stale_pid))
+    stale.write_bytes(b"x")
+    small(3).save(p)
+    assert os.listdir(tmp_path) == [name]
+    assert len(ExperienceReplay.load(p)) == 3
