@@ -5,7 +5,9 @@ as long as a file system allows. What the caller gets (an OSError naming the
 path, never a hang) and what is left on disk (docs/format.md "Writing",
 docs/log.md)."""
 
+import errno
 import os
+import stat
 import subprocess
 import sys
 
@@ -78,3 +80,43 @@ def test_a_long_name_cut_inside_a_utf8_character_and_its_stale_temp_files(tmp_pa
     small(3).save(p)
     assert os.listdir(tmp_path) == [name]
     assert len(ExperienceReplay.load(p)) == 3
+
+
+# ---- the experience log's writer ---------------------------------------------------
+
+
+def test_log_over_a_fifo_without_a_reader_is_an_oserror_not_a_wait(tmp_path):
+    """ExperienceLog(fifo, overwrite=True) opened the FIFO for writing and
+    waited for ever for a reader; it is now ENXIO, naming the path."""
+    p = tmp_path / "fifo"
+    os.mkfifo(p)
+    try:
+        r = run_child("import sys, exreplay\n"
+                      "try:\n    exreplay.ExperienceLog(sys.argv[1], overwrite=True)\n"
+                      "except OSError as e:\n    print(e.errno, e.filename)\n", p, timeout=20)
+    except subprocess.TimeoutExpired:
+        pytest.fail("ExperienceLog of a FIFO without a reader waited for one")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [str(errno.ENXIO), str(p)]
+    assert stat.S_ISFIFO(os.stat(p).st_mode)
+
+
+def test_log_into_a_fifo_with_a_reader_streams_a_whole_log(tmp_path):
+    """With a reader, a FIFO takes the log as a stream; its writes block
+    again once it is open (a full pipe is waited on, not a failed write)."""
+    import exreplay.log as xlog
+
+    p = tmp_path / "fifo"
+    os.mkfifo(p)
+    rfd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        with exreplay.ExperienceLog(p, overwrite=True, state_shape=(4,), level=0) as lg:
+            for i in range(20):
+                lg.append(0, i, np.full(4, i, np.float32), i, 0.0)
+        data = os.read(rfd, 1 << 20)
+    finally:
+        os.close(rfd)
+    out = tmp_path / "copy.xlog"
+    out.write_bytes(data)
+    info = xlog.info(out)
+    assert info["records"] == 20 and info["ended"]

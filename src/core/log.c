@@ -515,6 +515,23 @@ static void *writer_main(void *arg)
 
 /* ---- lifecycle -------------------------------------------------------------- */
 
+/* The log's file, created (or, with overwrite, truncated). Opened without
+ * blocking, so that a FIFO with no reader is an error (ENXIO), not a wait
+ * for ever; then writes block again. */
+static int open_file(const char *path, bool overwrite)
+{
+    int flags = O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK | (overwrite ? O_TRUNC : O_EXCL);
+    int fd = open(path, flags, 0644);
+    int fl = fd >= 0 ? fcntl(fd, F_GETFL) : 0;
+    if (fd >= 0 && (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0)) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
 exr_status exr_log_open(const char *path, const exr_log_opts *o, bool overwrite, exr_log **out)
 {
     if (o->level < 0 || o->level > 9 || o->chunk_bytes == 0 || o->chunk_bytes > EXR_LOG_MAX_CHUNK)
@@ -539,8 +556,7 @@ exr_status exr_log_open(const char *path, const exr_log_opts *o, bool overwrite,
         free(lg);
         return EXR_ENOMEM;
     }
-    int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (overwrite ? O_TRUNC : O_EXCL);
-    lg->fd = open(path, flags, 0644);
+    lg->fd = open_file(path, overwrite);
     if (lg->fd < 0) {
         int e = errno;
         exr_log_free(lg);
