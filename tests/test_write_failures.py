@@ -120,3 +120,17 @@ def test_log_into_a_fifo_with_a_reader_streams_a_whole_log(tmp_path):
     out.write_bytes(data)
     info = xlog.info(out)
     assert info["records"] == 20 and info["ended"]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_failed_constructor_removes_only_a_file_it_made(tmp_path):
+    """A constructor whose header write failed unlinked the path whatever
+    was there: with overwrite=True, a symlink to the file it truncated, or a
+    device node (as root, /dev/full itself). It now removes only a file it
+    created."""
+    link = tmp_path / "full.xlog"
+    os.symlink("/dev/full", link)
+    with pytest.raises(OSError) as ei:
+        exreplay.ExperienceLog(link, overwrite=True, state_shape=(4,))
+    assert ei.value.errno == errno.ENOSPC and ei.value.filename == str(link)
+    assert os.readlink(link) == "/dev/full"

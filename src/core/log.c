@@ -59,6 +59,7 @@ struct exr_log {
     pthread_cond_t done;  /* from the writer: a chunk written, backlog shrank */
     pthread_t thread;
     bool thread_started, stop, closed, has_schema;
+    bool created; /* exr_log_open made the file (it did not truncate one) */
     bool closing, close_done; /* a close under way / finished (later closes wait for it) */
     unsigned detaching;       /* detaches announced (exr_log_detach_begin) and not done */
     unsigned syncing;         /* flushes in fsync (without mu): close keeps fd open until 0 */
@@ -515,13 +516,16 @@ static void *writer_main(void *arg)
 
 /* ---- lifecycle -------------------------------------------------------------- */
 
-/* The log's file, created (or, with overwrite, truncated). Opened without
- * blocking, so that a FIFO with no reader is an error (ENXIO), not a wait
- * for ever; then writes block again. */
-static int open_file(const char *path, bool overwrite)
+/* The log's file, made (*created) or, with overwrite, an existing one
+ * truncated. Opened without blocking, so that a FIFO with no reader is an
+ * error (ENXIO), not a wait for ever; then writes block again. */
+static int open_file(const char *path, bool overwrite, bool *created)
 {
-    int flags = O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK | (overwrite ? O_TRUNC : O_EXCL);
+    int flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NONBLOCK;
     int fd = open(path, flags, 0644);
+    *created = fd >= 0;
+    if (fd < 0 && errno == EEXIST && overwrite)
+        fd = open(path, (flags & ~O_EXCL) | O_TRUNC, 0644);
     int fl = fd >= 0 ? fcntl(fd, F_GETFL) : 0;
     if (fd >= 0 && (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0)) {
         int e = errno;
@@ -556,7 +560,7 @@ exr_status exr_log_open(const char *path, const exr_log_opts *o, bool overwrite,
         free(lg);
         return EXR_ENOMEM;
     }
-    lg->fd = open_file(path, overwrite);
+    lg->fd = open_file(path, overwrite, &lg->created);
     if (lg->fd < 0) {
         int e = errno;
         exr_log_free(lg);
@@ -980,6 +984,8 @@ static exr_status close_body(exr_log *lg, exr_buffer *b)
         s = EXR_EIO;
     return s;
 }
+
+bool exr_log_created(const exr_log *lg) { return lg->created; }
 
 bool exr_log_closed(exr_log *lg)
 {
