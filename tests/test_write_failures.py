@@ -6,6 +6,7 @@ path, never a hang) and what is left on disk (docs/format.md "Writing",
 docs/log.md)."""
 
 import errno
+import json
 import os
 import stat
 import subprocess
@@ -134,3 +135,86 @@ def test_a_failed_constructor_removes_only_a_file_it_made(tmp_path):
         exreplay.ExperienceLog(link, overwrite=True, state_shape=(4,))
     assert ei.value.errno == errno.ENOSPC and ei.value.filename == str(link)
     assert os.readlink(link) == "/dev/full"
+
+
+FSIZE_HEADER_CHILD = r"""
+import json, os, resource, signal, sys
+import numpy as np
+import exreplay, exreplay.log as xlog
+d = sys.argv[1]
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+def limit(n):
+    resource.setrlimit(resource.RLIMIT_FSIZE, (n, resource.RLIM_INFINITY))
+def attempt(fn):
+    try:
+        fn()
+        return "ok"
+    except OSError as e:
+        return [e.errno, e.filename]
+out = {}
+# a header cut by the limit, then written again once there is room
+p = os.path.join(d, "a.xlog")
+log = exreplay.ExperienceLog(p, flush_interval=None)
+buf = exreplay.ExperienceReplay((4,), "float32", capacity=None)
+limit(30)
+out["attach"] = attempt(lambda: buf.attach_log(log))
+limit(resource.RLIM_INFINITY)
+out["size_after"] = os.path.getsize(p)
+out["attach2"] = attempt(lambda: buf.attach_log(log))
+buf.record(0, np.ones(4, np.float32), 1, 0.0, terminated=True)
+log.close()
+i = xlog.info(p)
+out["info"] = [i["records"], i["ended"]]
+# overwrite=True of a file: it stays, empty, not with a cut header
+q = os.path.join(d, "old.xlog")
+with open(q, "wb") as f:
+    f.write(b"old log")
+limit(30)
+out["ctor_over"] = attempt(lambda: exreplay.ExperienceLog(q, overwrite=True, state_shape=(4,)))
+out["ctor_new"] = attempt(lambda: exreplay.ExperienceLog(os.path.join(d, "n.xlog"),
+                                                         state_shape=(4,)))
+limit(resource.RLIM_INFINITY)
+out["old_size"] = os.path.getsize(q)
+out["listing"] = sorted(os.listdir(d))
+print(json.dumps(out))
+"""
+
+
+def test_a_header_write_cut_short_is_taken_back(tmp_path):
+    """A file header cut short by a failed write stayed in the file, and an
+    attach_log that succeeded later wrote a second header after it: a log
+    that no reader could open, after every call had returned without an
+    error. The cut header is now truncated away."""
+    r = run_child(FSIZE_HEADER_CHILD, tmp_path, timeout=60)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    a = str(tmp_path / "a.xlog")
+    assert got["attach"] == [errno.EFBIG, a]
+    assert got["size_after"] == 0
+    assert got["attach2"] == "ok"
+    assert got["info"] == [1, True]
+    assert got["ctor_over"] == [errno.EFBIG, str(tmp_path / "old.xlog")]
+    assert got["ctor_new"] == [errno.EFBIG, str(tmp_path / "n.xlog")]
+    assert got["old_size"] == 0
+    assert got["listing"] == ["a.xlog", "old.xlog"]
+
+
+def test_a_header_write_that_cannot_be_taken_back_fails_the_log(tmp_path):
+    """Into a FIFO whose reader went away (EPIPE), a failed header cannot
+    be truncated away: the log stays failed, and every later attach, flush
+    and close says so, naming the path."""
+    p = tmp_path / "fifo"
+    os.mkfifo(p)
+    rfd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+    log = exreplay.ExperienceLog(p, overwrite=True)
+    os.close(rfd)
+    buf = ExperienceReplay((4,), "float32")
+    for _ in range(2):
+        with pytest.raises(BrokenPipeError) as ei:
+            buf.attach_log(log)
+        assert ei.value.filename == str(p)
+    assert log.stats["errno"] == errno.EPIPE
+    with pytest.raises(BrokenPipeError):
+        log.flush()
+    with pytest.raises(BrokenPipeError):
+        log.close()

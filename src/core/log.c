@@ -618,6 +618,20 @@ bool exr_log_row_fits(size_t sb, size_t ab, size_t rb, size_t xb)
     return row_of(sb, ab, rb, xb, &row);
 }
 
+static exr_status writer_error_locked(const exr_log *lg);
+
+/* With lg->mu: after a failed write of the file header, what it wrote is
+ * taken back (the file is empty again, its offset 0), so that a later
+ * attach writes the header at the start; where that cannot be (a pipe, a
+ * device), the log is failed with the write's error. */
+static void unwrite_header_locked(exr_log *lg)
+{
+    int e = errno ? errno : EIO;
+    if ((ftruncate(lg->fd, 0) != 0 || lseek(lg->fd, 0, SEEK_SET) != 0) && !lg->st.error)
+        lg->st.error = e;
+    errno = e;
+}
+
 exr_status exr_log_set_schema(exr_log *lg, const void *schema, size_t len, size_t sb, size_t ab,
                               size_t rb, size_t xb)
 {
@@ -633,6 +647,8 @@ exr_status exr_log_set_schema(exr_log *lg, const void *schema, size_t len, size_
     } else if (lg->has_schema) {
         if (sb != lg->sb || ab != lg->ab || rb != lg->rb || xb != lg->xb)
             s = EXR_EINVAL;
+    } else if (lg->st.error) {
+        s = writer_error_locked(lg); /* a header write failed and could not be undone */
     } else if (!(hl = file_header(schema, len, sb, ab, rb, xb, &hd))) {
         s = EXR_ENOMEM;
     } else {
@@ -647,6 +663,8 @@ exr_status exr_log_set_schema(exr_log *lg, const void *schema, size_t len, size_
             lg->xb = xb;
             lg->row = row;
             lg->has_schema = true;
+        } else {
+            unwrite_header_locked(lg);
         }
     }
     free(hd);
