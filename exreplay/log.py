@@ -804,15 +804,15 @@ def merge(inputs: Sequence[PathLike], output: PathLike, *, level: int = 1,
             raise
         eng = None
         try:
-            _write_fd(fd, header)
+            _write_fd(fd, header, output)
             eng = _core._LogMerge(len(readers), schema.row, schema.state_bytes, chunk_bytes,
                                   level, fd, threads)
-            last_ts = _merge_run(eng, readers, prog)
+            last_ts = _merge_run(eng, readers, prog, output)
             eng.close()
             eng = None
             _write_fd(fd, _block_bytes(KIND_END, CODEC_STORED, 0, MIXED_SOURCE, last_ts,
-                                       last_ts, 0, b""))
-            os.fsync(fd)
+                                       last_ts, 0, b""), output)
+            _named(os.fsync, output, fd)
         except BaseException:
             if eng is not None:
                 eng.close()
@@ -830,14 +830,19 @@ def merge(inputs: Sequence[PathLike], output: PathLike, *, level: int = 1,
     return info(output)
 
 
-def _merge_run(eng, readers, prog) -> int:
+def _merge_run(eng, readers, prog, output) -> int:
     """Feeds the inputs' chunk headers to the merge (the C core reads,
     inflates, merges and compresses); returns the last timestamp written."""
     heads = [r._headers(False) for r in readers]
     fds = [r._f.fileno() for r in readers]
     files = [r._f for r in readers]
     while True:
-        i = eng.run()
+        try:
+            i = eng.run()
+        except OSError as e:  # a read of an input, or the write of the output
+            k = eng.error()[0]
+            raise OSError(e.errno, e.strerror,
+                          readers[k].path if 0 <= k < len(readers) else output) from None
         if i == -1:
             break
         if i == -2:
@@ -854,10 +859,19 @@ def _merge_run(eng, readers, prog) -> int:
     return eng.result()[2]
 
 
-def _write_fd(fd, b):
+def _named(fn, path, *args):
+    """fn(*args), whose OSError (os.write's, os.fsync's: they name no file)
+    names path."""
+    try:
+        return fn(*args)
+    except OSError as e:
+        raise OSError(e.errno, e.strerror, path) from None
+
+
+def _write_fd(fd, b, path):
     view = memoryview(b)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[_named(os.write, path, fd, view):]
 
 
 def _block_bytes(kind, codec, count, src, first, last, raw_len, body) -> bytes:

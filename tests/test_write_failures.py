@@ -218,3 +218,45 @@ def test_a_header_write_that_cannot_be_taken_back_fails_the_log(tmp_path):
         log.flush()
     with pytest.raises(BrokenPipeError):
         log.close()
+
+
+# ---- merge's output ----------------------------------------------------------------
+
+MERGE_FSIZE_CHILD = r"""
+import json, os, resource, signal, sys
+import numpy as np
+import exreplay, exreplay.log as xlog
+d = sys.argv[1]
+ins = []
+for k in range(2):
+    q = os.path.join(d, "in%d.xlog" % k)
+    with exreplay.ExperienceLog(q, source=k, state_shape=(16,), level=0) as lg:
+        for i in range(200):
+            lg.append(0, i, np.full(16, i, np.float32), i, 0.0)
+    ins.append(q)
+full = xlog.merge(ins, os.path.join(d, "full.xlog"), level=0, chunk_bytes=2000)["bytes"]
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+out = []
+for where, n in (("header", 40), ("chunks", full // 2), ("end marker", full - 20)):
+    o = os.path.join(d, "out.xlog")
+    resource.setrlimit(resource.RLIMIT_FSIZE, (n, resource.RLIM_INFINITY))
+    try:
+        xlog.merge(ins, o, level=0, chunk_bytes=2000, threads=0)
+        r = "ok"
+    except OSError as e:
+        r = [e.errno, e.filename]
+    resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY,) * 2)
+    out.append([where, r, os.path.exists(o)])
+print(json.dumps(out))
+"""
+
+
+def test_a_failed_write_of_merge_output_names_the_output(tmp_path):
+    """A merge whose output could not be written raised an OSError without
+    a file name (os.write's, os.fsync's and the merge engine's name none);
+    it now names the output, wherever the write failed."""
+    r = run_child(MERGE_FSIZE_CHILD, tmp_path, timeout=60)
+    assert r.returncode == 0, r.stderr
+    out = str(tmp_path / "out.xlog")
+    assert json.loads(r.stdout) == [[w, [errno.EFBIG, out], False]
+                                    for w in ("header", "chunks", "end marker")]
