@@ -28,6 +28,7 @@ import errno
 import json
 import os
 import re
+import stat
 import struct
 import sys
 import time
@@ -158,6 +159,23 @@ class _Schema:
 
 def _bad(path, off, what):
     return ValueError("%s: not a valid experience log at byte %d: %s" % (path, off, what))
+
+
+def _open_log_file(path):
+    """path opened for reading, as open(path, "rb") would, but a FIFO (or a
+    socket) is refused as not a log, not waited on for a writer for ever."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+            raise _bad(path, 0, "a FIFO or socket, not a file")
+        os.set_blocking(fd, True)
+        return builtins.open(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _field(js, name, path, nbytes, reward=False):
@@ -388,7 +406,7 @@ class LogReader:
 
     def __init__(self, path: PathLike):
         self.path = path_arg("path", path)
-        self._f = builtins.open(self.path, "rb")
+        self._f = _open_log_file(self.path)
         try:
             self.schema = _read_schema(self._f, self.path)
             self.size = os.fstat(self._f.fileno()).st_size
@@ -571,7 +589,7 @@ def tail(path: PathLike, n: int = 100) -> Chunk:
     grow with the file. A torn tail is skipped."""
     path = path_arg("path", path)
     n = int_arg("n", n, 0, None, "an int >= 0")
-    with builtins.open(path, "rb") as f:
+    with _open_log_file(path) as f:
         schema = _read_schema(f, path)
         size = os.fstat(f.fileno()).st_size
         end = _last_whole_end(f, path, schema, size)

@@ -260,3 +260,40 @@ def test_a_failed_write_of_merge_output_names_the_output(tmp_path):
     out = str(tmp_path / "out.xlog")
     assert json.loads(r.stdout) == [[w, [errno.EFBIG, out], False]
                                     for w in ("header", "chunks", "end marker")]
+
+
+# ---- the log's readers ---------------------------------------------------------------
+
+READ_FIFO_CHILD = r"""
+import sys
+import exreplay, exreplay.log as xlog
+p, out = sys.argv[1], sys.argv[2]
+calls = [("open", lambda: list(xlog.open(p))), ("info", lambda: xlog.info(p)),
+         ("tail", lambda: xlog.tail(p, 3)),
+         ("from_log", lambda: exreplay.ExperienceReplay.from_log(p)),
+         ("merge", lambda: xlog.merge([p], out))]
+for name, fn in calls:
+    try:
+        fn()
+        print(name, "ok")
+    except ValueError as e:
+        print(name, e)
+"""
+
+
+def test_the_log_readers_refuse_a_fifo_instead_of_waiting_for_a_writer(tmp_path):
+    """open, info, tail, from_log and merge opened a FIFO for reading, which
+    waits for a writer for ever; it is now a ValueError naming the path."""
+    p = tmp_path / "fifo"
+    os.mkfifo(p)
+    try:
+        r = run_child(READ_FIFO_CHILD, p, tmp_path / "out.xlog", timeout=20)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a log reader waited for a writer of a FIFO")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert [ln.split()[0] for ln in lines] == ["open", "info", "tail", "from_log", "merge"]
+    for ln in lines:
+        assert ln.endswith("%s: not a valid experience log at byte 0: a FIFO or socket, not a "
+                           "file" % p), ln
+    assert os.listdir(tmp_path) == ["fifo"]
