@@ -28,6 +28,7 @@ import errno
 import json
 import os
 import re
+import stat
 import struct
 import sys
 import time
@@ -158,6 +159,23 @@ class _Schema:
 
 def _bad(path, off, what):
     return ValueError("%s: not a valid experience log at byte %d: %s" % (path, off, what))
+
+
+def _open_log_file(path):
+    """path opened for reading, as open(path, "rb") would, but a FIFO (or a
+    socket) is refused as not a log, not waited on for a writer for ever."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+            raise _bad(path, 0, "a FIFO or socket, not a file")
+        os.set_blocking(fd, True)
+        return builtins.open(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _field(js, name, path, nbytes, reward=False):
@@ -388,7 +406,7 @@ class LogReader:
 
     def __init__(self, path: PathLike):
         self.path = path_arg("path", path)
-        self._f = builtins.open(self.path, "rb")
+        self._f = _open_log_file(self.path)
         try:
             self.schema = _read_schema(self._f, self.path)
             self.size = os.fstat(self._f.fileno()).st_size
@@ -571,7 +589,7 @@ def tail(path: PathLike, n: int = 100) -> Chunk:
     grow with the file. A torn tail is skipped."""
     path = path_arg("path", path)
     n = int_arg("n", n, 0, None, "an int >= 0")
-    with builtins.open(path, "rb") as f:
+    with _open_log_file(path) as f:
         schema = _read_schema(f, path)
         size = os.fstat(f.fileno()).st_size
         end = _last_whole_end(f, path, schema, size)
@@ -804,15 +822,15 @@ def merge(inputs: Sequence[PathLike], output: PathLike, *, level: int = 1,
             raise
         eng = None
         try:
-            _write_fd(fd, header)
+            _write_fd(fd, header, output)
             eng = _core._LogMerge(len(readers), schema.row, schema.state_bytes, chunk_bytes,
                                   level, fd, threads)
-            last_ts = _merge_run(eng, readers, prog)
+            last_ts = _merge_run(eng, readers, prog, output)
             eng.close()
             eng = None
             _write_fd(fd, _block_bytes(KIND_END, CODEC_STORED, 0, MIXED_SOURCE, last_ts,
-                                       last_ts, 0, b""))
-            os.fsync(fd)
+                                       last_ts, 0, b""), output)
+            _named(os.fsync, output, fd)
         except BaseException:
             if eng is not None:
                 eng.close()
@@ -830,14 +848,19 @@ def merge(inputs: Sequence[PathLike], output: PathLike, *, level: int = 1,
     return info(output)
 
 
-def _merge_run(eng, readers, prog) -> int:
+def _merge_run(eng, readers, prog, output) -> int:
     """Feeds the inputs' chunk headers to the merge (the C core reads,
     inflates, merges and compresses); returns the last timestamp written."""
     heads = [r._headers(False) for r in readers]
     fds = [r._f.fileno() for r in readers]
     files = [r._f for r in readers]
     while True:
-        i = eng.run()
+        try:
+            i = eng.run()
+        except OSError as e:  # a read of an input, or the write of the output
+            k = eng.error()[0]
+            raise OSError(e.errno, e.strerror,
+                          readers[k].path if 0 <= k < len(readers) else output) from None
         if i == -1:
             break
         if i == -2:
@@ -854,10 +877,19 @@ def _merge_run(eng, readers, prog) -> int:
     return eng.result()[2]
 
 
-def _write_fd(fd, b):
+def _named(fn, path, *args):
+    """fn(*args), whose OSError (os.write's, os.fsync's: they name no file)
+    names path."""
+    try:
+        return fn(*args)
+    except OSError as e:
+        raise OSError(e.errno, e.strerror, path) from None
+
+
+def _write_fd(fd, b, path):
     view = memoryview(b)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[_named(os.write, path, fd, view):]
 
 
 def _block_bytes(kind, codec, count, src, first, last, raw_len, body) -> bytes:

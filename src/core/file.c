@@ -59,11 +59,28 @@ static mode_t default_mode(void)
     return 0666 & ~mask;
 }
 
-/* Temp files: "dir/.NAME.PID.XXXXXX", in the target's directory so that
- * the rename is atomic. The writer's pid in the name lets a later save tell
- * the temp file of a crashed writer (pid gone) from that of a save still
- * running, in this process or another. */
+/* Temp files: "dir/.NAME.PID.XXXXXX" (NAME cut to TMP_BASE_MAX bytes), in
+ * the target's directory so that the rename is atomic. The writer's pid in
+ * the name lets a later save tell the temp file of a crashed writer (pid
+ * gone) from that of a save still running, in this process or another. */
 #define TMP_SUFFIX_MAX 40 /* ".%ld." + "XXXXXX" + NUL, with room */
+/* At most this much of the name goes into the temp file's: with the dot,
+ * the pid (at most 9 digits) and the suffix it stays within NAME_MAX (255),
+ * so that a name of up to 255 bytes gets a temp file too. */
+#define TMP_BASE_MAX 236
+
+/* How much of base a temp name takes: all of it, or a prefix cut before a
+ * UTF-8 continuation byte. */
+static size_t temp_base_len(const char *base)
+{
+    size_t n = strlen(base);
+    if (n <= TMP_BASE_MAX)
+        return n;
+    n = TMP_BASE_MAX;
+    while (n > 0 && ((unsigned char)base[n] & 0xC0) == 0x80)
+        n--;
+    return n;
+}
 
 /* "dir/name" -> "dir" (or ".") and the base name. */
 static int split_path(const char *path, char **dir, const char **base)
@@ -89,7 +106,8 @@ static char *temp_name(const char *dir, const char *base)
     size_t n = strlen(dir) + strlen(base) + TMP_SUFFIX_MAX;
     char *tmp = malloc(n);
     if (tmp)
-        snprintf(tmp, n, "%s/.%s.%ld.XXXXXX", dir, base, (long)getpid());
+        snprintf(tmp, n, "%s/.%.*s.%ld.XXXXXX", dir, (int)temp_base_len(base), base,
+                 (long)getpid());
     return tmp;
 }
 
@@ -115,7 +133,7 @@ static void sweep_stale(const char *dir, const char *base)
     DIR *d = opendir(dir);
     if (!d)
         return;
-    size_t blen = strlen(base);
+    size_t blen = temp_base_len(base);
     int dfd = dirfd(d);
     struct dirent *ent;
     while ((ent = readdir(d))) {
@@ -292,7 +310,9 @@ exr_status exr_file_load(const char *path, exr_buffer **out, unsigned char *meta
                          size_t *meta_len, int *err)
 {
     *err = 0;
-    int fd = open(path, O_RDONLY);
+    /* O_NONBLOCK: a FIFO at path is refused below, not waited on for a
+     * writer for ever (a regular file's reads ignore the flag) */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
         *err = errno;
         return EXR_EIO;

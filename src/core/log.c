@@ -59,6 +59,7 @@ struct exr_log {
     pthread_cond_t done;  /* from the writer: a chunk written, backlog shrank */
     pthread_t thread;
     bool thread_started, stop, closed, has_schema;
+    bool created; /* exr_log_open made the file (it did not truncate one) */
     bool closing, close_done; /* a close under way / finished (later closes wait for it) */
     unsigned detaching;       /* detaches announced (exr_log_detach_begin) and not done */
     unsigned syncing;         /* flushes in fsync (without mu): close keeps fd open until 0 */
@@ -515,6 +516,26 @@ static void *writer_main(void *arg)
 
 /* ---- lifecycle -------------------------------------------------------------- */
 
+/* The log's file, made (*created) or, with overwrite, an existing one
+ * truncated. Opened without blocking, so that a FIFO with no reader is an
+ * error (ENXIO), not a wait for ever; then writes block again. */
+static int open_file(const char *path, bool overwrite, bool *created)
+{
+    int flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NONBLOCK;
+    int fd = open(path, flags, 0644);
+    *created = fd >= 0;
+    if (fd < 0 && errno == EEXIST && overwrite)
+        fd = open(path, (flags & ~O_EXCL) | O_TRUNC, 0644);
+    int fl = fd >= 0 ? fcntl(fd, F_GETFL) : 0;
+    if (fd >= 0 && (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0)) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
 exr_status exr_log_open(const char *path, const exr_log_opts *o, bool overwrite, exr_log **out)
 {
     if (o->level < 0 || o->level > 9 || o->chunk_bytes == 0 || o->chunk_bytes > EXR_LOG_MAX_CHUNK)
@@ -539,8 +560,7 @@ exr_status exr_log_open(const char *path, const exr_log_opts *o, bool overwrite,
         free(lg);
         return EXR_ENOMEM;
     }
-    int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (overwrite ? O_TRUNC : O_EXCL);
-    lg->fd = open(path, flags, 0644);
+    lg->fd = open_file(path, overwrite, &lg->created);
     if (lg->fd < 0) {
         int e = errno;
         exr_log_free(lg);
@@ -598,6 +618,20 @@ bool exr_log_row_fits(size_t sb, size_t ab, size_t rb, size_t xb)
     return row_of(sb, ab, rb, xb, &row);
 }
 
+static exr_status writer_error_locked(const exr_log *lg);
+
+/* With lg->mu: after a failed write of the file header, what it wrote is
+ * taken back (the file is empty again, its offset 0), so that a later
+ * attach writes the header at the start; where that cannot be (a pipe, a
+ * device), the log is failed with the write's error. */
+static void unwrite_header_locked(exr_log *lg)
+{
+    int e = errno ? errno : EIO;
+    if ((ftruncate(lg->fd, 0) != 0 || lseek(lg->fd, 0, SEEK_SET) != 0) && !lg->st.error)
+        lg->st.error = e;
+    errno = e;
+}
+
 exr_status exr_log_set_schema(exr_log *lg, const void *schema, size_t len, size_t sb, size_t ab,
                               size_t rb, size_t xb)
 {
@@ -613,6 +647,8 @@ exr_status exr_log_set_schema(exr_log *lg, const void *schema, size_t len, size_
     } else if (lg->has_schema) {
         if (sb != lg->sb || ab != lg->ab || rb != lg->rb || xb != lg->xb)
             s = EXR_EINVAL;
+    } else if (lg->st.error) {
+        s = writer_error_locked(lg); /* a header write failed and could not be undone */
     } else if (!(hl = file_header(schema, len, sb, ab, rb, xb, &hd))) {
         s = EXR_ENOMEM;
     } else {
@@ -627,6 +663,8 @@ exr_status exr_log_set_schema(exr_log *lg, const void *schema, size_t len, size_
             lg->xb = xb;
             lg->row = row;
             lg->has_schema = true;
+        } else {
+            unwrite_header_locked(lg);
         }
     }
     free(hd);
@@ -964,6 +1002,8 @@ static exr_status close_body(exr_log *lg, exr_buffer *b)
         s = EXR_EIO;
     return s;
 }
+
+bool exr_log_created(const exr_log *lg) { return lg->created; }
 
 bool exr_log_closed(exr_log *lg)
 {

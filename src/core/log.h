@@ -71,6 +71,10 @@ typedef struct {
  * the writer thread. Nothing is written before exr_log_set_schema. */
 exr_status exr_log_open(const char *path, const exr_log_opts *o, bool overwrite, exr_log **out);
 
+/* Whether exr_log_open created the file (false: overwrite truncated one,
+ * which may be a symlink's target, a device or a FIFO with a reader). */
+bool exr_log_created(const exr_log *lg);
+
 /* Fixes the record layout and writes the file header (once). schema is the
  * binding's description of the fields (docs/log.md), at most
  * EXR_LOG_MAX_SCHEMA bytes. A record's row is state|action|reward|extras,

@@ -740,7 +740,7 @@ static exr_status write_slot(exr_merge *m, int k)
     exr_log_chunk_trailer(tr, EXR_LOG_CHUNK_HEADER + o->body_len + EXR_LOG_CHUNK_TRAILER, hd);
     struct iovec iov[3] = {{hd, sizeof hd}, {(void *)o->body, o->body_len}, {tr, sizeof tr}};
     if (exr_log_write_all(m->fd, iov, 3) != EXR_OK)
-        return fail(m, EXR_EIO, 0, 0, errno, "");
+        return fail(m, EXR_EIO, EXR_MERGE_OUTPUT, 0, errno, "");
     m->records += o->n;
     m->chunks++;
     m->last_ts = (int64_t)get64(ts + 8 * (o->n - 1));

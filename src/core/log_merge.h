@@ -51,7 +51,9 @@ typedef struct {
 } exr_merge_chunk;
 
 /* What failed: EXR_ECORRUPT in the chunk of input `input` tagged `tag`
- * (what says how), EXR_EIO with errnum, or EXR_ENOMEM. */
+ * (what says how), EXR_EIO with errnum (reading input `input`, or writing
+ * the output: `input` EXR_MERGE_OUTPUT), or EXR_ENOMEM. */
+#define EXR_MERGE_OUTPUT SIZE_MAX
 typedef struct {
     exr_status st;
     size_t input;

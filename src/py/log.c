@@ -400,13 +400,17 @@ static PyObject *log_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     LogObject *self = (LogObject *)type->tp_alloc(type, 0);
     if (!self)
         return NULL;
-    PyObject *created = NULL; /* the file's path, once this call created it */
-    if (log_open_path(self, o_path, &o, overwrite) < 0 || !PyUnicode_FSConverter(o_path, &created))
+    /* the file's path, once this call created it: overwrite=True may have
+     * truncated one that exists (a symlink's target, a device), not to be
+     * removed by a failure */
+    PyObject *created = NULL;
+    if (log_open_path(self, o_path, &o, overwrite) < 0 ||
+        (exr_log_created(self->lg) && !PyUnicode_FSConverter(o_path, &created)))
         goto error;
     if (o_sshape != Py_None &&
         schema_args(self, o_sshape, o_sdtype, o_ashape, o_adtype, o_rdtype) < 0)
         goto error;
-    Py_DECREF(created);
+    Py_XDECREF(created);
     return (PyObject *)self;
 error:
     Py_DECREF(self); /* closes the file */

@@ -158,7 +158,8 @@ static PyObject *merge_run(MergeObject *self, PyObject *unused)
     return PyLong_FromLong(need);
 }
 
-/* error() -> (input, tag, what) of the failure, or None. */
+/* error() -> (input, tag, what) of the failure, or None; input is -1 for
+ * a failed write of the output. */
 static PyObject *merge_error(MergeObject *self, PyObject *unused)
 {
     (void)unused;

@@ -1,0 +1,299 @@
+"""Write failures and odd paths for save()/load(), the experience log's
+writer and merge's output: a file-size limit reached mid-write (EFBIG, with
+SIGXFSZ ignored, in a child process), a FIFO or a symlink at the path, names
+as long as a file system allows. What the caller gets (an OSError naming the
+path, never a hang) and what is left on disk (docs/format.md "Writing",
+docs/log.md)."""
+
+import errno
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import exreplay
+from exreplay import ExperienceReplay
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(exreplay.__file__)))
+
+
+def run_child(src, *args, timeout=30):
+    """Runs src in a fresh interpreter on this tree; a hang is a TimeoutExpired."""
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-c", src, *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+def small(n=50):
+    b = ExperienceReplay((8,), "float32", capacity=None, seed=3)
+    for i in range(n):
+        b.record(0, np.full(8, i, np.float32), i, 1.0)
+    return b
+
+
+# ---- save / load -----------------------------------------------------------------
+
+
+def test_load_of_a_fifo_is_a_value_error_not_a_wait_for_a_writer(tmp_path):
+    """load() opened the path for reading before it checked it was a
+    regular file: a FIFO with no writer blocked it for ever."""
+    p = tmp_path / "fifo"
+    os.mkfifo(p)
+    try:
+        r = run_child("import sys\nfrom exreplay import ExperienceReplay as E\n"
+                      "try:\n    E.load(sys.argv[1])\nexcept ValueError as e:\n    print(e)\n",
+                      p, timeout=20)
+    except subprocess.TimeoutExpired:
+        pytest.fail("load() of a FIFO waited for a writer")
+    assert r.returncode == 0, r.stderr
+    assert "path: invalid serialized buffer" in r.stdout
+
+
+@pytest.mark.parametrize("length", [237, 246, 255])
+def test_save_to_a_name_as_long_as_the_file_system_allows(tmp_path, length):
+    """The temp file's name is the target's with a dot, the pid and six
+    characters added: a name of 246 bytes or more made save() fail with
+    ENAMETOOLONG although the name itself is valid. The temp name now takes
+    a prefix of a long name."""
+    p = tmp_path / ("n" * length)
+    a = small()
+    a.save(p)
+    assert ExperienceReplay.load(p).serialize(0) == a.serialize(0)
+    small(7).save(p)  # replacing it too
+    assert len(ExperienceReplay.load(p)) == 7
+    assert os.listdir(tmp_path) == [p.name]
+
+
+def test_a_long_name_cut_inside_a_utf8_character_and_its_stale_temp_files(tmp_path):
+    """A long name is cut before a UTF-8 continuation byte; temp files of a
+    dead writer under the cut name are swept by the next save."""
+    name = "é" * 127  # 254 bytes
+    p = tmp_path / name
+    small().save(p)
+    stale_pid = 99999999  # beyond any pid_max: no such process
+    cut = name.encode()[:236].decode()  # 118 characters, 236 bytes
+    stale = tmp_path / (".%s.%d.AbC123" % (cut, stale_pid))
+    stale.write_bytes(b"x")
+    small(3).save(p)
+    assert os.listdir(tmp_path) == [name]
+    assert len(ExperienceReplay.load(p)) == 3
+
+
+# ---- the experience log's writer ---------------------------------------------------
+
+
+def test_log_over_a_fifo_without_a_reader_is_an_oserror_not_a_wait(tmp_path):
+    """ExperienceLog(fifo, overwrite=True) opened the FIFO for writing and
+    waited for ever for a reader; it is now ENXIO, naming the path."""
+    p = tmp_path / "fifo"
+    os.mkfifo(p)
+    try:
+        r = run_child("import sys, exreplay\n"
+                      "try:\n    exreplay.ExperienceLog(sys.argv[1], overwrite=True)\n"
+                      "except OSError as e:\n    print(e.errno, e.filename)\n", p, timeout=20)
+    except subprocess.TimeoutExpired:
+        pytest.fail("ExperienceLog of a FIFO without a reader waited for one")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [str(errno.ENXIO), str(p)]
+    assert stat.S_ISFIFO(os.stat(p).st_mode)
+
+
+def test_log_into_a_fifo_with_a_reader_streams_a_whole_log(tmp_path):
+    """With a reader, a FIFO takes the log as a stream; its writes block
+    again once it is open (a full pipe is waited on, not a failed write)."""
+    import exreplay.log as xlog
+
+    p = tmp_path / "fifo"
+    os.mkfifo(p)
+    rfd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        with exreplay.ExperienceLog(p, overwrite=True, state_shape=(4,), level=0) as lg:
+            for i in range(20):
+                lg.append(0, i, np.full(4, i, np.float32), i, 0.0)
+        data = os.read(rfd, 1 << 20)
+    finally:
+        os.close(rfd)
+    out = tmp_path / "copy.xlog"
+    out.write_bytes(data)
+    info = xlog.info(out)
+    assert info["records"] == 20 and info["ended"]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_failed_constructor_removes_only_a_file_it_made(tmp_path):
+    """A constructor whose header write failed unlinked the path whatever
+    was there: with overwrite=True, a symlink to the file it truncated, or a
+    device node (as root, /dev/full itself). It now removes only a file it
+    created."""
+    link = tmp_path / "full.xlog"
+    os.symlink("/dev/full", link)
+    with pytest.raises(OSError) as ei:
+        exreplay.ExperienceLog(link, overwrite=True, state_shape=(4,))
+    assert ei.value.errno == errno.ENOSPC and ei.value.filename == str(link)
+    assert os.readlink(link) == "/dev/full"
+
+
+FSIZE_HEADER_CHILD = r"""
+import json, os, resource, signal, sys
+import numpy as np
+import exreplay, exreplay.log as xlog
+d = sys.argv[1]
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+def limit(n):
+    resource.setrlimit(resource.RLIMIT_FSIZE, (n, resource.RLIM_INFINITY))
+def attempt(fn):
+    try:
+        fn()
+        return "ok"
+    except OSError as e:
+        return [e.errno, e.filename]
+out = {}
+# a header cut by the limit, then written again once there is room
+p = os.path.join(d, "a.xlog")
+log = exreplay.ExperienceLog(p, flush_interval=None)
+buf = exreplay.ExperienceReplay((4,), "float32", capacity=None)
+limit(30)
+out["attach"] = attempt(lambda: buf.attach_log(log))
+limit(resource.RLIM_INFINITY)
+out["size_after"] = os.path.getsize(p)
+out["attach2"] = attempt(lambda: buf.attach_log(log))
+buf.record(0, np.ones(4, np.float32), 1, 0.0, terminated=True)
+log.close()
+i = xlog.info(p)
+out["info"] = [i["records"], i["ended"]]
+# overwrite=True of a file: it stays, empty, not with a cut header
+q = os.path.join(d, "old.xlog")
+with open(q, "wb") as f:
+    f.write(b"old log")
+limit(30)
+out["ctor_over"] = attempt(lambda: exreplay.ExperienceLog(q, overwrite=True, state_shape=(4,)))
+out["ctor_new"] = attempt(lambda: exreplay.ExperienceLog(os.path.join(d, "n.xlog"),
+                                                         state_shape=(4,)))
+limit(resource.RLIM_INFINITY)
+out["old_size"] = os.path.getsize(q)
+out["listing"] = sorted(os.listdir(d))
+print(json.dumps(out))
+"""
+
+
+def test_a_header_write_cut_short_is_taken_back(tmp_path):
+    """A file header cut short by a failed write stayed in the file, and an
+    attach_log that succeeded later wrote a second header after it: a log
+    that no reader could open, after every call had returned without an
+    error. The cut header is now truncated away."""
+    r = run_child(FSIZE_HEADER_CHILD, tmp_path, timeout=60)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    a = str(tmp_path / "a.xlog")
+    assert got["attach"] == [errno.EFBIG, a]
+    assert got["size_after"] == 0
+    assert got["attach2"] == "ok"
+    assert got["info"] == [1, True]
+    assert got["ctor_over"] == [errno.EFBIG, str(tmp_path / "old.xlog")]
+    assert got["ctor_new"] == [errno.EFBIG, str(tmp_path / "n.xlog")]
+    assert got["old_size"] == 0
+    assert got["listing"] == ["a.xlog", "old.xlog"]
+
+
+def test_a_header_write_that_cannot_be_taken_back_fails_the_log(tmp_path):
+    """Into a FIFO whose reader went away (EPIPE), a failed header cannot
+    be truncated away: the log stays failed, and every later attach, flush
+    and close says so, naming the path."""
+    p = tmp_path / "fifo"
+    os.mkfifo(p)
+    rfd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+    log = exreplay.ExperienceLog(p, overwrite=True)
+    os.close(rfd)
+    buf = ExperienceReplay((4,), "float32")
+    for _ in range(2):
+        with pytest.raises(BrokenPipeError) as ei:
+            buf.attach_log(log)
+        assert ei.value.filename == str(p)
+    assert log.stats["errno"] == errno.EPIPE
+    with pytest.raises(BrokenPipeError):
+        log.flush()
+    with pytest.raises(BrokenPipeError):
+        log.close()
+
+
+# ---- merge's output ----------------------------------------------------------------
+
+MERGE_FSIZE_CHILD = r"""
+import json, os, resource, signal, sys
+import numpy as np
+import exreplay, exreplay.log as xlog
+d = sys.argv[1]
+ins = []
+for k in range(2):
+    q = os.path.join(d, "in%d.xlog" % k)
+    with exreplay.ExperienceLog(q, source=k, state_shape=(16,), level=0) as lg:
+        for i in range(200):
+            lg.append(0, i, np.full(16, i, np.float32), i, 0.0)
+    ins.append(q)
+full = xlog.merge(ins, os.path.join(d, "full.xlog"), level=0, chunk_bytes=2000)["bytes"]
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+out = []
+for where, n in (("header", 40), ("chunks", full // 2), ("end marker", full - 20)):
+    o = os.path.join(d, "out.xlog")
+    resource.setrlimit(resource.RLIMIT_FSIZE, (n, resource.RLIM_INFINITY))
+    try:
+        xlog.merge(ins, o, level=0, chunk_bytes=2000, threads=0)
+        r = "ok"
+    except OSError as e:
+        r = [e.errno, e.filename]
+    resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY,) * 2)
+    out.append([where, r, os.path.exists(o)])
+print(json.dumps(out))
+"""
+
+
+def test_a_failed_write_of_merge_output_names_the_output(tmp_path):
+    """A merge whose output could not be written raised an OSError without
+    a file name (os.write's, os.fsync's and the merge engine's name none);
+    it now names the output, wherever the write failed."""
+    r = run_child(MERGE_FSIZE_CHILD, tmp_path, timeout=60)
+    assert r.returncode == 0, r.stderr
+    out = str(tmp_path / "out.xlog")
+    assert json.loads(r.stdout) == [[w, [errno.EFBIG, out], False]
+                                    for w in ("header", "chunks", "end marker")]
+
+
+# ---- the log's readers ---------------------------------------------------------------
+
+READ_FIFO_CHILD = r"""
+import sys
+import exreplay, exreplay.log as xlog
+p, out = sys.argv[1], sys.argv[2]
+calls = [("open", lambda: list(xlog.open(p))), ("info", lambda: xlog.info(p)),
+         ("tail", lambda: xlog.tail(p, 3)),
+         ("from_log", lambda: exreplay.ExperienceReplay.from_log(p)),
+         ("merge", lambda: xlog.merge([p], out))]
+for name, fn in calls:
+    try:
+        fn()
+        print(name, "ok")
+    except ValueError as e:
+        print(name, e)
+"""
+
+
+def test_the_log_readers_refuse_a_fifo_instead_of_waiting_for_a_writer(tmp_path):
+    """open, info, tail, from_log and merge opened a FIFO for reading, which
+    waits for a writer for ever; it is now a ValueError naming the path."""
+    p = tmp_path / "fifo"
+    os.mkfifo(p)
+    try:
+        r = run_child(READ_FIFO_CHILD, p, tmp_path / "out.xlog", timeout=20)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a log reader waited for a writer of a FIFO")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert [ln.split()[0] for ln in lines] == ["open", "info", "tail", "from_log", "merge"]
+    for ln in lines:
+        assert ln.endswith("%s: not a valid experience log at byte 0: a FIFO or socket, not a "
+                           "file" % p), ln
+    assert os.listdir(tmp_path) == ["fifo"]
