@@ -22,6 +22,15 @@ def test_repr_shows_configuration_and_counts():
     assert r.endswith("3 records in 1 episodes, 2 picks)")
 
 
+def test_repr_shows_none_arguments_as_none():
+    # capacity=None and seed=None are shown as the constructor takes them,
+    # not as the string 'None'
+    r = repr(exreplay.ExperienceReplay(state_shape=2, capacity=None))
+    assert "capacity=None, " in r and "seed=None;" in r
+    r = repr(exreplay.ExperienceReplay(state_spec={"a": (2, "uint8")}, capacity=None))
+    assert "capacity=None, " in r and "seed=None;" in r
+
+
 def test_batch_and_episode_reprs_summarise():
     buf = exreplay.ExperienceReplay(state_shape=(84, 84), state_dtype="uint8", capacity=1000)
     h = buf.record_many(None, np.zeros((50, 84, 84), np.uint8), np.zeros(50, np.int64), np.ones(50))

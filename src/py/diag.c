@@ -39,9 +39,10 @@ PyObject *exr_replay_repr(PyObject *self)
         PyObject *a = PyObject_GetAttrString(self, attrs[i]);
         if (!a)
             goto done;
-        /* dtypes as their names: float32, not dtype('float32'); None (the
-         * state of a buffer with named fields) as None */
-        if (PyArray_DescrCheck(a) || a == Py_None) {
+        /* dtypes as their names: float32, not dtype('float32'); None (a
+         * capacity, a seed, the state of a buffer with named fields) kept,
+         * shown by %R as None, not 'None' */
+        if (PyArray_DescrCheck(a)) {
             v[i] = PyObject_Str(a);
             Py_DECREF(a);
             if (!v[i])
