@@ -36,7 +36,7 @@ PyDoc_STRVAR(exr_doc_replay,
 "name the argument). ExperienceReplay.for_spaces builds one from gymnasium\n"
 "spaces. Thread-safe; record/get_batch/set_priority release the GIL (a\n"
 "small record or get_batch keeps it when it does not have to wait and no\n"
-"other thread's call on the buffer is running without it).");
+"other thread's exreplay call, on any buffer or log, is running without it).");
 
 PyDoc_STRVAR(exr_doc_new_episode,
 "new_episode($self, /)\n--\n\n"
@@ -67,8 +67,8 @@ PyDoc_STRVAR(exr_doc_record,
 "  (wrong shape, value out of range, negative or NaN priority, a missing or\n"
 "  unknown field, extras without an extras_spec), MemoryError. On an error\n"
 "  the buffer is unchanged.\n"
-"GIL: released (kept when it need not wait and no other call on the\n"
-"buffer is out without it). O(1) amortised, + O(log N) per new pick per\n"
+"GIL: released (kept when it need not wait, no log is attached and no other\n"
+"thread's exreplay call is out without it). O(1) amortised, + O(log N) per new pick per\n"
 "prioritized selector, + evictions.");
 
 PyDoc_STRVAR(exr_doc_record_many,
@@ -91,13 +91,14 @@ PyDoc_STRVAR(exr_doc_new_pick_selector,
 "new_pick_selector($self, kind, /, **params)\n--\n\n"
 "Adds a pick selector.\n\n"
 "Args:\n"
-"  kind: PickSelectorClass.Uniform or .Prioritized (or 0 / 1).\n"
-"  params: Prioritized takes alpha=0.6 and beta=0.4 (finite, >= 0);\n"
-"    Uniform takes none.\n\n"
+"  kind: PickSelectorClass.Uniform, .Prioritized or .Rank (or 0 / 1 / 2).\n"
+"  params: Prioritized takes alpha=0.6 and beta=0.4, Rank alpha=0.7 and\n"
+"    beta=0.5 (finite, >= 0); Uniform takes none.\n\n"
 "Returns: a PickSelector (usable wherever an int handle is).\n"
 "Raises: TypeError (non-int kind, unknown parameter, non-number value),\n"
-"  ValueError (kind out of range, parameter not finite or < 0), MemoryError.\n"
-"GIL: held. O(N) uniform, O(N log N) prioritized.");
+"  ValueError (kind out of range, parameter not finite or < 0, already\n"
+"  MAX_SELECTORS = 1024 selectors), MemoryError.\n"
+"GIL: held. O(N) uniform, O(N log N) prioritized and rank.");
 
 PyDoc_STRVAR(exr_doc_remove_pick_selector,
 "remove_pick_selector($self, ps, /)\n--\n\n"
@@ -217,11 +218,13 @@ PyDoc_STRVAR(exr_doc_for_spaces,
 "gymnasium spaces.\n\n"
 "Args:\n"
 "  observation_space, action_space: Box, MultiDiscrete or MultiBinary (shape\n"
-"    and dtype kept) or Discrete (a scalar int64).\n"
+"    and dtype kept) or Discrete (a scalar int64); a Dict observation space\n"
+"    of such spaces becomes a state_spec, one named field per entry.\n"
 "  kwargs: the other constructor arguments (capacity, pick_len, ...).\n\n"
 "Returns: a new ExperienceReplay.\n"
-"Raises: ValueError naming the argument for any other space (Dict, Tuple,\n"
-"  ...: flatten them first), TypeError if kwargs repeat a shape or dtype.\n"
+"Raises: ValueError naming the argument for any other space (Tuple, a\n"
+"  nested Dict, ...: flatten them first), TypeError if kwargs repeat a shape,\n"
+"  dtype or state_spec.\n"
 "GIL: held.");
 
 PyDoc_STRVAR(exr_doc_priority_stats,
