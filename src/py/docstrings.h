@@ -233,7 +233,8 @@ PyDoc_STRVAR(exr_doc_priority_stats,
 "Args: ps: a PickSelector of this buffer or its int handle.\n"
 "Returns: (total, min_positive, num_picks): the sum of p**alpha, the\n"
 "  smallest positive one (inf if none) and the picks held; a uniform\n"
-"  selector reports (num_picks, 1.0, num_picks). What a sharded replay needs\n"
+"  selector reports (num_picks, 1.0, num_picks), a rank selector the\n"
+"  weights of the ranks r**-alpha, r = 1..N. What a sharded replay needs\n"
 "  to draw across buffers and normalise weights globally.\n"
 "Raises: TypeError (not a selector or int), ValueError (unknown selector).\n"
 "GIL: held. O(1).");
@@ -243,7 +244,8 @@ PyDoc_STRVAR(exr_doc_stored_priorities,
 "The stored draw weights p**alpha of given picks of a prioritized selector.\n\n"
 "Args: ps: a prioritized PickSelector or handle; pick_epi, pick_pos: 1-D,\n"
 "  same length, as set_priority takes them.\n"
-"Returns: a float64 array (the values are stored as float32).\n"
+"Returns: a float64 array (the values are stored as float32); a rank\n"
+"  selector stores the priority p itself.\n"
 "Raises: TypeError (unconvertible input), ValueError (a pick that does not\n"
 "  exist, a uniform or unknown selector, mismatched lengths).\n"
 "GIL: held. O(count).");
