@@ -830,7 +830,7 @@ def merge(inputs: Sequence[PathLike], output: PathLike, *, level: int = 1,
             eng = None
             _write_fd(fd, _block_bytes(KIND_END, CODEC_STORED, 0, MIXED_SOURCE, last_ts,
                                        last_ts, 0, b""), output)
-            _named(os.fsync, output, fd)
+            _path_named(os.fsync, output, fd)
         except BaseException:
             if eng is not None:
                 eng.close()
@@ -877,7 +877,7 @@ def _merge_run(eng, readers, prog, output) -> int:
     return eng.result()[2]
 
 
-def _named(fn, path, *args):
+def _path_named(fn, path, *args):
     """fn(*args), whose OSError (os.write's, os.fsync's: they name no file)
     names path."""
     try:
@@ -889,7 +889,7 @@ def _named(fn, path, *args):
 def _write_fd(fd, b, path):
     view = memoryview(b)
     while view:
-        view = view[_named(os.write, path, fd, view):]
+        view = view[_path_named(os.write, path, fd, view):]
 
 
 def _block_bytes(kind, codec, count, src, first, last, raw_len, body) -> bytes:
