@@ -308,8 +308,9 @@ static PyMethodDef replay_methods[] = {
      "detach_log($self, /)\n--\n\nStops logging; returns the log (or None)."},
     {"from_log", (PyCFunction)(void (*)(void))exr_replay_from_log,
      METH_VARARGS | METH_KEYWORDS | METH_CLASS,
-     "from_log(path, *, capacity=None, **kwargs)\n--\n\nA new buffer holding every step of "
-     "the log at path\n(docs/log.md)."},
+     "from_log(path, **kwargs)\n--\n\nA new buffer holding every step of "
+     "the log at path\n(docs/log.md), with the log's record layout; kwargs are the other\n"
+     "constructor arguments, with the constructor's defaults (capacity=1000000, ...)."},
     {"ingest", (PyCFunction)(void (*)(void))exr_replay_ingest, METH_VARARGS | METH_KEYWORDS,
      "ingest($self, path)\n--\n\nRecords every step of the log at path into this buffer;\n"
      "returns the number of steps."},
