@@ -11,7 +11,7 @@ from typing import Any, Dict
 
 import numpy as np
 
-_SUPPORTED = "Box, Discrete or MultiDiscrete"
+_SUPPORTED = "Box, Discrete, MultiDiscrete or MultiBinary"
 
 
 def _space_kind(space) -> str:

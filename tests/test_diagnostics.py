@@ -170,6 +170,9 @@ def test_for_spaces():
             exreplay.ExperienceReplay.for_spaces(bad, S.Discrete(2))
     with pytest.raises(ValueError, match="action_space"):
         exreplay.ExperienceReplay.for_spaces(S.Discrete(2), S.Text(5))
+    # the message lists every space it takes, MultiBinary included
+    with pytest.raises(ValueError, match="a Box, Discrete, MultiDiscrete or MultiBinary space"):
+        exreplay.ExperienceReplay.for_spaces(S.Discrete(2), S.Text(5))
     with pytest.raises(TypeError, match="state_shape"):
         exreplay.ExperienceReplay.for_spaces(S.Discrete(2), S.Discrete(2), state_shape=(3,))
 
