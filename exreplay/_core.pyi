@@ -173,6 +173,7 @@ class ExperienceReplay:
         allow_short: bool = False,
         eviction: str = "fifo",
         seed: SupportsIndex | None = None,
+        log: ExperienceLog | None = None,
         extras_spec: FieldSpec | None = None,
     ) -> ExperienceReplay: ...
 
