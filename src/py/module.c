@@ -494,10 +494,11 @@ static PyMethodDef module_methods[] = {
      "_raise_status(status, op, arg=None, /)\n--\n\n"
      "Test hook: raises the exception the binding raises for core status `status`."},
     {"_floor_gather_cols", (PyCFunction)(void (*)(void))exr_floor_gather_cols_py, METH_FASTCALL,
-     "_floor_gather_cols(cols, starts, L, nnext, /)\n--\n\n"
+     "_floor_gather_cols(cols, starts, L, nnext, out=None, /)\n--\n\n"
      "Benchmark floor for named fields: each column (its own contiguous array)\n"
      "gathered as col[s:s+L] for each s in starts, and col[s+1:s+L+1] for the first\n"
-     "nnext columns, by a plain C loop. Returns (outs, nexts)."},
+     "nnext columns, by a plain C loop. Returns (outs, nexts): out itself, refilled,\n"
+     "when given."},
     {"_floor_gather_batch", (PyCFunction)(void (*)(void))exr_floor_gather_batch_py, METH_FASTCALL,
      "_floor_gather_batch(records, starts, L, ep, state_bytes, action_bytes, /)\n--\n\n"
      "Benchmark bound: everything get_batch writes for picks starting at each s in\n"
@@ -506,7 +507,8 @@ static PyMethodDef module_methods[] = {
      "from records packed as get_batch's storage keeps them, by a plain C loop\n"
      "that prefetches the rows 16 picks ahead. Returns the ten arrays."},
     {"unserialize", (PyCFunction)exr_unserialize, METH_O,
-     "unserialize(data, /)\n--\n\nExperienceReplay.unserialize(data) (also what unpickling calls)."},
+     "unserialize(data, /)\n--\n\n"
+     "ExperienceReplay.unserialize(data) (also what unpickling calls)."},
     {NULL, NULL, 0, NULL},
 };
 
