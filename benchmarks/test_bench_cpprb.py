@@ -14,7 +14,8 @@ in steady state (exreplay evicts whole episodes, cpprb overwrites its ring).
            cpprb `add` of 100-row arrays).
 - sample:  uniform, B = 32, 256, 1024 from N = 100k and 1M (exreplay
            `get_batch`, also with out=; cpprb `sample`), and the floor
-           (`_floor_gather` of B state rows, L=1) for the same N.
+           (`_floor_gather` of B random state rows, L=1, new rows at every
+           call) for the same N.
 - prioritized, N = 1M, B = 256: sample (exreplay `get_batch`, cpprb
            `sample(beta=0.4)`) and priority update of those 256 picks (exreplay
            `set_priority(ps, pick_epi, pick_pos, p)` with the batch's own
@@ -224,11 +225,15 @@ def test_sample_uniform(benchmark, case):
             _drop("floor")
             _CACHE[key] = harness.floor_rows(n)
         rows = _CACHE[key]
-        starts = harness.StartPool(n, 1, batch, size=1).next()
+        # fresh random rows at every call of every round (warm-up included),
+        # as get_batch and sample draw them: starts reused would gather rows
+        # left in cache by the call before
+        pool = harness.StartPool(n, 1, batch, size=k * (r + 1)).pool
+        chunks = iter([pool[i * k:(i + 1) * k] for i in range(r + 1)])
         gather = _core._floor_gather
 
         def run():
-            for _ in range(k):
+            for starts in next(chunks):
                 gather(rows, starts, 1)
     _tag(benchmark, "sample", impl, n, batch, calls_per_round=k)
     benchmark.pedantic(run, rounds=r, warmup_rounds=1)
