@@ -27,7 +27,8 @@ in steady state (exreplay evicts whole episodes, cpprb overwrites its ring).
            pick_index=...)`, what a learner in another process sends back;
            as impl "exreplay_lookup", the handle form given copies of the
            arrays, every pick found through the episode map; cpprb
-           `update_priorities`).
+           `update_priorities`; every form writes two sets of priorities
+           in turn, so that every call changes every leaf).
 
 Every timed call is written out in a loop of its own, as a training loop
 calls it (`get(batch, ps, out=out)`), and the loop's time divided by its
@@ -250,7 +251,12 @@ def test_prioritized(benchmark, impl, op):
     n = harness.prioritized_size()
     batch = 256
     k = 20 if op == "psample" else 50
-    new_p = (np.random.default_rng(3).random(batch) + 0.05).astype(np.float64)
+    # two sets of priorities, in turn: every call changes every leaf (a
+    # leaf given the value it holds stops its update at once, in both
+    # libraries; test_update_by_batch_paired)
+    g = np.random.default_rng(3)
+    p1 = (g.random(batch) + 0.05).astype(np.float64)
+    p2 = (g.random(batch) + 0.05).astype(np.float64)
     if impl == "cpprb":
         rb = _cpprb(n, "prioritized")
         update = rb.update_priorities
@@ -258,8 +264,9 @@ def test_prioritized(benchmark, impl, op):
         run_sample = _sample_loop(rb.sample, batch, k, beta=0.4)
 
         def run_update():
-            for _ in range(k):
-                update(idx, new_p)
+            for _ in range(k // 2):
+                update(idx, p1)
+                update(idx, p2)
     else:
         buf, pr = _exreplay(n, "prioritized")
         get, setp = buf.get_batch, buf.set_priority
@@ -272,16 +279,19 @@ def test_prioritized(benchmark, impl, op):
         run_sample = _get_loop(get, batch, pr, k)
         if impl == "exreplay_batch":
             def run_update():
-                for _ in range(k):
-                    setp(pr, b, new_p)
+                for _ in range(k // 2):
+                    setp(pr, b, p1)
+                    setp(pr, b, p2)
         elif impl == "exreplay_index":
             def run_update():
-                for _ in range(k):
-                    setp(pr, epi, pos, new_p, index)
+                for _ in range(k // 2):
+                    setp(pr, epi, pos, p1, index)
+                    setp(pr, epi, pos, p2, index)
         else:
             def run_update():
-                for _ in range(k):
-                    setp(pr, epi, pos, new_p)
+                for _ in range(k // 2):
+                    setp(pr, epi, pos, p1)
+                    setp(pr, epi, pos, p2)
     _tag(benchmark, op, impl, n, batch, calls_per_round=k)
     benchmark.pedantic(run_sample if op == "psample" else run_update, rounds=harness.rounds(40, 3),
                        warmup_rounds=1)
@@ -367,15 +377,18 @@ def test_update_handle_paired(benchmark, form):
     """The handle form of `set_priority` against cpprb's `update_priorities`,
     the workload of test_prioritized's exreplay_index and exreplay_lookup
     rows (copies of a batch's pick_epi and pick_pos, with its pick_index for
-    "index", without for "lookup"; one set of priorities written at every
-    call), timed in alternating blocks of 50 calls so that both libraries see
-    the same machine; reports the median of the paired ratios (cpprb time /
+    "index", without for "lookup"; two sets of priorities written in turn,
+    so that every call changes every leaf, as in
+    test_update_by_batch_paired), timed in alternating blocks of 50 calls
+    so that both libraries see the same machine; reports the median of the paired ratios (cpprb time /
     exreplay time; the goals in docs/benchmarks.md are >= 2). The unpaired
     rows, taken seconds apart, moved by a third between runs on the
     development VM. The pytest-benchmark timing is of the exreplay block."""
     n = harness.prioritized_size()
     batch = 256
-    p = (np.random.default_rng(3).random(batch) + 0.05).astype(np.float64)
+    g = np.random.default_rng(3)
+    p1 = (g.random(batch) + 0.05).astype(np.float64)
+    p2 = (g.random(batch) + 0.05).astype(np.float64)
     buf, pr = _exreplay(n, "prioritized")
     b = buf.get_batch(batch, pr)
     epi, pos, index = b.pick_epi.copy(), b.pick_pos.copy(), b.pick_index.copy()
@@ -385,16 +398,19 @@ def test_update_handle_paired(benchmark, form):
 
     if form == "index":
         def ex_block():
-            for _ in range(50):
-                setp(pr, epi, pos, p, index)
+            for _ in range(25):
+                setp(pr, epi, pos, p1, index)
+                setp(pr, epi, pos, p2, index)
     else:
         def ex_block():
-            for _ in range(50):
-                setp(pr, epi, pos, p)
+            for _ in range(25):
+                setp(pr, epi, pos, p1)
+                setp(pr, epi, pos, p2)
 
     def cp_block():
-        for _ in range(50):
-            update(idx, p)
+        for _ in range(25):
+            update(idx, p1)
+            update(idx, p2)
 
     ratio, cp_s = _paired_updates("with " + form, n, batch, ex_block, cp_block)
     _tag(benchmark, "update_handle_paired", "exreplay_" + form, n, batch, paired_cpprb_ratio=ratio,
