@@ -315,8 +315,8 @@ def _alternate(ex_fn, cp_fn, timed, rounds):
 
 def _paired_updates(what, n, batch, ex_block, cp_block):
     """ex_block and cp_block (50 updates each) timed in alternation: (the
-    median paired cpprb/exreplay ratio, cpprb's median seconds an update),
-    printed."""
+    median paired cpprb/exreplay ratio, cpprb's and exreplay's median
+    seconds an update in those blocks), printed."""
     import statistics
     import time
 
@@ -328,7 +328,7 @@ def _paired_updates(what, n, batch, ex_block, cp_block):
     ratio, ex, cp = _alternate(ex_block, cp_block, timed, harness.rounds(60, 5))
     print(f"\nupdate {what}, N={n}, B={batch}: exreplay {statistics.median(ex) * 1e6:.2f} us, "
           f"cpprb {statistics.median(cp) * 1e6:.2f} us, paired cpprb/exreplay {ratio:.2f}x")
-    return ratio, statistics.median(cp)
+    return ratio, statistics.median(cp), statistics.median(ex)
 
 
 def test_update_by_batch_paired(benchmark):
@@ -366,9 +366,9 @@ def test_update_by_batch_paired(benchmark):
         for _ in range(25):
             cp_two()
 
-    ratio, cp_s = _paired_updates("by batch", n, batch, ex_block, cp_block)
+    ratio, cp_s, ex_s = _paired_updates("by batch", n, batch, ex_block, cp_block)
     _tag(benchmark, "update_paired", "exreplay_batch", n, batch, paired_cpprb_ratio=ratio,
-         cpprb_median_s=cp_s, calls_per_round=2)
+         cpprb_median_s=cp_s, exreplay_median_s=ex_s, calls_per_round=2)
     benchmark.pedantic(ex_two, rounds=harness.rounds(40, 3), iterations=25, warmup_rounds=1)
 
 
@@ -412,9 +412,9 @@ def test_update_handle_paired(benchmark, form):
             update(idx, p1)
             update(idx, p2)
 
-    ratio, cp_s = _paired_updates("with " + form, n, batch, ex_block, cp_block)
+    ratio, cp_s, ex_s = _paired_updates("with " + form, n, batch, ex_block, cp_block)
     _tag(benchmark, "update_handle_paired", "exreplay_" + form, n, batch, paired_cpprb_ratio=ratio,
-         cpprb_median_s=cp_s, calls_per_round=50)
+         cpprb_median_s=cp_s, exreplay_median_s=ex_s, calls_per_round=50)
     benchmark.pedantic(ex_block, rounds=harness.rounds(40, 3), warmup_rounds=1)
 
 
