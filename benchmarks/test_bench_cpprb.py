@@ -14,7 +14,8 @@ in steady state (exreplay evicts whole episodes, cpprb overwrites its ring).
            cpprb `add` of 100-row arrays).
 - sample:  uniform, B = 32, 256, 1024 from N = 100k and 1M (exreplay
            `get_batch`, also with out=; cpprb `sample`), and the floor
-           (`_floor_gather` of B state rows, L=1) for the same N.
+           (`_floor_gather` of B random state rows, L=1, new rows at every
+           call) for the same N.
 - prioritized, N = 1M, B = 256: sample (exreplay `get_batch`, cpprb
            `sample(beta=0.4)`) and priority update of those 256 picks (exreplay
            `set_priority(ps, pick_epi, pick_pos, p)` with the batch's own
@@ -26,7 +27,8 @@ in steady state (exreplay evicts whole episodes, cpprb overwrites its ring).
            pick_index=...)`, what a learner in another process sends back;
            as impl "exreplay_lookup", the handle form given copies of the
            arrays, every pick found through the episode map; cpprb
-           `update_priorities`).
+           `update_priorities`; every form writes two sets of priorities
+           in turn, so that every call changes every leaf).
 
 Every timed call is written out in a loop of its own, as a training loop
 calls it (`get(batch, ps, out=out)`), and the loop's time divided by its
@@ -224,11 +226,15 @@ def test_sample_uniform(benchmark, case):
             _drop("floor")
             _CACHE[key] = harness.floor_rows(n)
         rows = _CACHE[key]
-        starts = harness.StartPool(n, 1, batch, size=1).next()
+        # fresh random rows at every call of every round (warm-up included),
+        # as get_batch and sample draw them: starts reused would gather rows
+        # left in cache by the call before
+        pool = harness.StartPool(n, 1, batch, size=k * (r + 1)).pool
+        chunks = iter([pool[i * k:(i + 1) * k] for i in range(r + 1)])
         gather = _core._floor_gather
 
         def run():
-            for _ in range(k):
+            for starts in next(chunks):
                 gather(rows, starts, 1)
     _tag(benchmark, "sample", impl, n, batch, calls_per_round=k)
     benchmark.pedantic(run, rounds=r, warmup_rounds=1)
@@ -245,7 +251,12 @@ def test_prioritized(benchmark, impl, op):
     n = harness.prioritized_size()
     batch = 256
     k = 20 if op == "psample" else 50
-    new_p = (np.random.default_rng(3).random(batch) + 0.05).astype(np.float64)
+    # two sets of priorities, in turn: every call changes every leaf (a
+    # leaf given the value it holds stops its update at once, in both
+    # libraries; test_update_by_batch_paired)
+    g = np.random.default_rng(3)
+    p1 = (g.random(batch) + 0.05).astype(np.float64)
+    p2 = (g.random(batch) + 0.05).astype(np.float64)
     if impl == "cpprb":
         rb = _cpprb(n, "prioritized")
         update = rb.update_priorities
@@ -253,8 +264,9 @@ def test_prioritized(benchmark, impl, op):
         run_sample = _sample_loop(rb.sample, batch, k, beta=0.4)
 
         def run_update():
-            for _ in range(k):
-                update(idx, new_p)
+            for _ in range(k // 2):
+                update(idx, p1)
+                update(idx, p2)
     else:
         buf, pr = _exreplay(n, "prioritized")
         get, setp = buf.get_batch, buf.set_priority
@@ -267,16 +279,19 @@ def test_prioritized(benchmark, impl, op):
         run_sample = _get_loop(get, batch, pr, k)
         if impl == "exreplay_batch":
             def run_update():
-                for _ in range(k):
-                    setp(pr, b, new_p)
+                for _ in range(k // 2):
+                    setp(pr, b, p1)
+                    setp(pr, b, p2)
         elif impl == "exreplay_index":
             def run_update():
-                for _ in range(k):
-                    setp(pr, epi, pos, new_p, index)
+                for _ in range(k // 2):
+                    setp(pr, epi, pos, p1, index)
+                    setp(pr, epi, pos, p2, index)
         else:
             def run_update():
-                for _ in range(k):
-                    setp(pr, epi, pos, new_p)
+                for _ in range(k // 2):
+                    setp(pr, epi, pos, p1)
+                    setp(pr, epi, pos, p2)
     _tag(benchmark, op, impl, n, batch, calls_per_round=k)
     benchmark.pedantic(run_sample if op == "psample" else run_update, rounds=harness.rounds(40, 3),
                        warmup_rounds=1)
@@ -300,8 +315,8 @@ def _alternate(ex_fn, cp_fn, timed, rounds):
 
 def _paired_updates(what, n, batch, ex_block, cp_block):
     """ex_block and cp_block (50 updates each) timed in alternation: (the
-    median paired cpprb/exreplay ratio, cpprb's median seconds an update),
-    printed."""
+    median paired cpprb/exreplay ratio, cpprb's and exreplay's median
+    seconds an update in those blocks), printed."""
     import statistics
     import time
 
@@ -313,7 +328,7 @@ def _paired_updates(what, n, batch, ex_block, cp_block):
     ratio, ex, cp = _alternate(ex_block, cp_block, timed, harness.rounds(60, 5))
     print(f"\nupdate {what}, N={n}, B={batch}: exreplay {statistics.median(ex) * 1e6:.2f} us, "
           f"cpprb {statistics.median(cp) * 1e6:.2f} us, paired cpprb/exreplay {ratio:.2f}x")
-    return ratio, statistics.median(cp)
+    return ratio, statistics.median(cp), statistics.median(ex)
 
 
 def test_update_by_batch_paired(benchmark):
@@ -351,9 +366,9 @@ def test_update_by_batch_paired(benchmark):
         for _ in range(25):
             cp_two()
 
-    ratio, cp_s = _paired_updates("by batch", n, batch, ex_block, cp_block)
+    ratio, cp_s, ex_s = _paired_updates("by batch", n, batch, ex_block, cp_block)
     _tag(benchmark, "update_paired", "exreplay_batch", n, batch, paired_cpprb_ratio=ratio,
-         cpprb_median_s=cp_s, calls_per_round=2)
+         cpprb_median_s=cp_s, exreplay_median_s=ex_s, calls_per_round=2)
     benchmark.pedantic(ex_two, rounds=harness.rounds(40, 3), iterations=25, warmup_rounds=1)
 
 
@@ -362,15 +377,18 @@ def test_update_handle_paired(benchmark, form):
     """The handle form of `set_priority` against cpprb's `update_priorities`,
     the workload of test_prioritized's exreplay_index and exreplay_lookup
     rows (copies of a batch's pick_epi and pick_pos, with its pick_index for
-    "index", without for "lookup"; one set of priorities written at every
-    call), timed in alternating blocks of 50 calls so that both libraries see
-    the same machine; reports the median of the paired ratios (cpprb time /
+    "index", without for "lookup"; two sets of priorities written in turn,
+    so that every call changes every leaf, as in
+    test_update_by_batch_paired), timed in alternating blocks of 50 calls
+    so that both libraries see the same machine; reports the median of the paired ratios (cpprb time /
     exreplay time; the goals in docs/benchmarks.md are >= 2). The unpaired
     rows, taken seconds apart, moved by a third between runs on the
     development VM. The pytest-benchmark timing is of the exreplay block."""
     n = harness.prioritized_size()
     batch = 256
-    p = (np.random.default_rng(3).random(batch) + 0.05).astype(np.float64)
+    g = np.random.default_rng(3)
+    p1 = (g.random(batch) + 0.05).astype(np.float64)
+    p2 = (g.random(batch) + 0.05).astype(np.float64)
     buf, pr = _exreplay(n, "prioritized")
     b = buf.get_batch(batch, pr)
     epi, pos, index = b.pick_epi.copy(), b.pick_pos.copy(), b.pick_index.copy()
@@ -380,20 +398,23 @@ def test_update_handle_paired(benchmark, form):
 
     if form == "index":
         def ex_block():
-            for _ in range(50):
-                setp(pr, epi, pos, p, index)
+            for _ in range(25):
+                setp(pr, epi, pos, p1, index)
+                setp(pr, epi, pos, p2, index)
     else:
         def ex_block():
-            for _ in range(50):
-                setp(pr, epi, pos, p)
+            for _ in range(25):
+                setp(pr, epi, pos, p1)
+                setp(pr, epi, pos, p2)
 
     def cp_block():
-        for _ in range(50):
-            update(idx, p)
+        for _ in range(25):
+            update(idx, p1)
+            update(idx, p2)
 
-    ratio, cp_s = _paired_updates("with " + form, n, batch, ex_block, cp_block)
+    ratio, cp_s, ex_s = _paired_updates("with " + form, n, batch, ex_block, cp_block)
     _tag(benchmark, "update_handle_paired", "exreplay_" + form, n, batch, paired_cpprb_ratio=ratio,
-         cpprb_median_s=cp_s, calls_per_round=50)
+         cpprb_median_s=cp_s, exreplay_median_s=ex_s, calls_per_round=50)
     benchmark.pedantic(ex_block, rounds=harness.rounds(40, 3), warmup_rounds=1)
 
 
