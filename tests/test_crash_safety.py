@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 
-import exreplay
+from childrun import child_env
 from exreplay import ExperienceReplay
 
 # Shared by the parent and the child: the two buffers, built deterministically.
@@ -65,11 +65,7 @@ KILLS = 20
 TEMP_RE = re.compile(r"^\.replay\.exr\.[0-9]+\.[A-Za-z0-9]{6}$")
 
 
-def _env():
-    env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(exreplay.__file__)))
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    return env
+_env = child_env
 
 
 def _build():

@@ -1,14 +1,12 @@
 """What a new user sees: reprs, the no-pick errors, out= errors, for_spaces, help()."""
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pytest
 
 import exreplay
+from childrun import run_child
 
 
 def test_repr_shows_configuration_and_counts():
@@ -86,11 +84,7 @@ REPR_CHILD = textwrap.dedent("""
 
 
 def test_batch_repr_survives_fields_changed_by_the_reprs_it_runs():
-    env = dict(os.environ)
-    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(exreplay.__file__)))
-    env["PYTHONPATH"] = pkg_root + os.pathsep + env.get("PYTHONPATH", "")
-    r = subprocess.run([sys.executable, "-c", REPR_CHILD], capture_output=True, text=True,
-                       timeout=120, env=env)
+    r = run_child(REPR_CHILD, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     lines = r.stdout.splitlines()
     assert lines[0] == "{'kkkkkkkkk': v})"  # the key as it was, not the memory reused

@@ -8,17 +8,15 @@ name the argument and leave the buffer unchanged, persistence (format
 version 2 and version 1 still read), pickling, threads, gymnasium Dict spaces.
 """
 
-import os
 import pickle
 import struct
-import subprocess
-import sys
 import threading
 
 import numpy as np
 import pytest
 
 import exreplay
+from childrun import run_child
 from exreplay.reference import ReferenceReplay
 
 IMPLS = [exreplay.ExperienceReplay, ReferenceReplay]
@@ -415,9 +413,7 @@ def test_a_field_name_of_a_str_subclass_is_held_as_a_str():
     the buffer holds the name as a str of its own (the batch's dicts were
     keyed by the subclass, and get_batch looked up a field it did not find
     there and used it as an array: a crash)."""
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    r = subprocess.run([sys.executable, "-c", _A_NAME_WHOSE_HASH_CHANGES], capture_output=True,
-                       text=True, timeout=120, env=env)
+    r = run_child(_A_NAME_WHOSE_HASH_CHANGES, timeout=120)
     assert r.returncode == 0 and r.stdout == "ok\n", (r.returncode, r.stderr[-2000:])
 
 
@@ -453,9 +449,7 @@ def test_an_out_dict_changed_while_it_is_checked():
     """A key of out.state whose __eq__ (run by the check's lookups) puts
     something else into the dict: the call refills the arrays it checked
     (it read the dict again after the check, and took a str as an array)."""
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    r = subprocess.run([sys.executable, "-c", _OUT_DICT_CHANGED_BY_A_KEY], capture_output=True,
-                       text=True, timeout=120, env=env)
+    r = run_child(_OUT_DICT_CHANGED_BY_A_KEY, timeout=120)
     assert r.returncode == 0 and r.stdout == "ok\n", (r.returncode, r.stderr[-2000:])
 
 

@@ -4,6 +4,7 @@ benchmarks time both with the same kind of output memory)."""
 import numpy as np
 import pytest
 
+from childrun import run_child
 from exreplay import _core
 
 
@@ -173,15 +174,6 @@ print("done")
 
 
 def test_floor_gathers_read_their_arguments_after_the_python_code_they_run():
-    import os
-    import subprocess
-    import sys
-
-    import exreplay
-    env = dict(os.environ)
-    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(exreplay.__file__)))
-    env["PYTHONPATH"] = pkg_root + os.pathsep + env.get("PYTHONPATH", "")
-    r = subprocess.run([sys.executable, "-c", FLOOR_CHILD], capture_output=True, text=True,
-                       timeout=120, env=env)
+    r = run_child(FLOOR_CHILD, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.split("\n") == ["ValueError", "TypeError", "(4, 4, 1) True", "ValueError", "done", ""]

@@ -29,6 +29,7 @@ import pytest
 
 import exreplay
 import memwatch
+from childrun import run_child
 from exreplay import ExperienceReplay
 
 U, P, R = 0, 1, 2  # PickSelectorClass: Uniform, Prioritized, Rank
@@ -697,12 +698,7 @@ print(json.dumps({"calls": calls[0], "results": results}))
 """
 
 
-def run_script(script, *args, timeout=60):
-    env = dict(os.environ)
-    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(exreplay.__file__)))
-    env["PYTHONPATH"] = pkg_root + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+run_script = run_child
 
 
 def test_progress_callback_reentry_raises_not_deadlocks(tmp_path):

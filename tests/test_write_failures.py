@@ -16,16 +16,8 @@ import numpy as np
 import pytest
 
 import exreplay
+from childrun import ROOT, run_child
 from exreplay import ExperienceReplay
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(exreplay.__file__)))
-
-
-def run_child(src, *args, timeout=30):
-    """Runs src in a fresh interpreter on this tree; a hang is a TimeoutExpired."""
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, "-c", src, *map(str, args)], capture_output=True,
-                          text=True, timeout=timeout, env=env)
 
 
 def small(n=50):
