@@ -21,6 +21,7 @@ import pytest
 
 import exreplay
 import exreplay.log
+from childrun import run_child
 from exreplay import ExperienceReplay
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -397,6 +398,21 @@ def test_log_schema_nested_deeply_is_valueerror(tmp_path):
                                              "schema nests"):
             read()
     assert exreplay.log.info(q)["records"] == 0
+
+
+def test_log_schema_of_unterminated_escaped_quotes_is_read_in_one_pass(tmp_path):
+    """A 1 MiB schema of one string that never ends, all escaped quotes: the
+    depth check stripped strings with a regex that tried again from every
+    quote, quadratic (about 70 minutes for this file). Every reader now
+    refuses it at once (a child process, so that the old way is a timeout)."""
+    blob = b'{"x": "' + b'\\"' * ((1 << 19) - 8)
+    p = tmp_path / "quotes.log"
+    p.write_bytes(log_header(blob) + LOG_END)
+    r = run_child("import sys, exreplay.log as x\n"
+                  "try:\n    x.info(sys.argv[1])\nexcept ValueError as e:\n    print(e)\n",
+                  p, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "quotes.log: not a valid experience log" in r.stdout
 
 
 def _log_bomb(path, junk=2_000_000):
