@@ -415,6 +415,8 @@ def _check_int_range(name, a, dtype):
     a list, an __array__ or a buffer), as NumPy read them into integer array
     a, are judged by value: one outside dtype's range is a ValueError (the
     cast alone would wrap it)."""
+    if a.dtype == dtype or np.can_cast(a.dtype, dtype, "safe"):
+        return  # every value a holds fits dtype
     info, own = np.iinfo(dtype), np.iinfo(a.dtype)
     lo, hi = max(info.min, own.min), min(info.max, own.max)  # within a's dtype
     bad = (a < a.dtype.type(lo)) | (a > a.dtype.type(hi))
