@@ -146,8 +146,7 @@ fail:
     return -1;
 }
 
-/* Whether a can be refilled as a batch field of descr d and shape dims. */
-static int out_array_ok(PyObject *a, PyArray_Descr *d, int nd, const npy_intp *dims)
+int exr_out_array_ok(PyObject *a, PyArray_Descr *d, int nd, const npy_intp *dims)
 {
     const int need = NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_WRITEABLE;
     if (!PyArray_Check(a))
@@ -164,9 +163,25 @@ static int out_array_ok(PyObject *a, PyArray_Descr *d, int nd, const npy_intp *d
     return 1;
 }
 
+int exr_out_array_refused(PyObject *label, PyArray_Descr *d, int nd, const npy_intp *dims,
+                          PyObject *a)
+{
+    char want[256];
+    exr_shape_str(want, sizeof want, nd, dims);
+    PyObject *got = label ? exr_describe_value(a) : NULL;
+    if (got)
+        PyErr_Format(PyExc_ValueError,
+                     "out: expected %U to be a writeable C-contiguous %S array of shape %s, "
+                     "got %U",
+                     label, (PyObject *)d, want, got);
+    Py_XDECREF(got);
+    Py_XDECREF(label);
+    return -1;
+}
+
 /* Whether out.f is what get_batch itself makes for field f of B picks:
  * an ndarray of that very descr (by pointer), its shape, writeable,
- * C-contiguous and aligned. Enough for out_array_ok, without building the
+ * C-contiguous and aligned. Enough for exr_out_array_ok, without building the
  * expected descr and shape. */
 /* (always inlined: a call costs ~25 instructions a field, and it is made for
  * every array of every out= and spare set) */
@@ -459,16 +474,8 @@ int batch_arrays(ReplayObject *self, npy_intp B, PyObject *out, PyObject **array
         if (!d)
             goto error;
         PyObject *a = PyStructSequence_GetItem(out, f);
-        if (!out_array_ok(a, d, nd, dims)) {
-            char want[256];
-            exr_shape_str(want, sizeof want, nd, dims);
-            PyObject *got = exr_describe_value(a);
-            if (got)
-                PyErr_Format(PyExc_ValueError,
-                             "out: expected out.%s to be a writeable C-contiguous %S array of "
-                             "shape %s, got %U",
-                             field_names[f], (PyObject *)d, want, got);
-            Py_XDECREF(got);
+        if (!exr_out_array_ok(a, d, nd, dims)) {
+            exr_out_array_refused(PyUnicode_FromFormat("out.%s", field_names[f]), d, nd, dims, a);
             Py_DECREF(d);
             goto error;
         }

@@ -308,6 +308,13 @@ PyObject *exr_replay_repr(PyObject *self);
 int exr_install_reprs(exr_modstate *st);
 PyObject *exr_empty_batch_error(ReplayObject *self, int64_t h);
 PyObject *exr_describe_value(PyObject *o);
+/* arrays.c: whether a can be refilled as a batch array of descr d and
+ * shape dims (nd of them): an ndarray of an equivalent dtype, writeable,
+ * C-contiguous and aligned; and the ValueError that says it cannot, naming
+ * it by label (a new reference, consumed; NULL: its error stands). -1. */
+int exr_out_array_ok(PyObject *a, PyArray_Descr *d, int nd, const npy_intp *dims);
+int exr_out_array_refused(PyObject *label, PyArray_Descr *d, int nd, const npy_intp *dims,
+                          PyObject *a);
 PyObject *exr_for_spaces_cls(PyObject *cls, PyObject *args, PyObject *kwargs);
 
 /* named.c: the constructor's state_shape/state_dtype vs state_spec and

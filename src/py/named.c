@@ -382,19 +382,6 @@ fail:
     return -1;
 }
 
-/* Whether a can be refilled as field f of a batch of B picks of L steps
- * (dims: its shape, nd entries). */
-static int batch_field_ok(const exr_named *f, PyObject *a, int nd, const npy_intp *dims)
-{
-    PyArrayObject *x = (PyArrayObject *)a;
-    int ok = PyArray_Check(a) && PyArray_EquivTypes(PyArray_DESCR(x), f->descr) &&
-             PyArray_NDIM(x) == nd && PyArray_IS_C_CONTIGUOUS(x) && PyArray_ISALIGNED(x) &&
-             PyArray_ISWRITEABLE(x);
-    for (int k = 0; ok && k < nd; k++)
-        ok = PyArray_DIM(x, k) == dims[k];
-    return ok;
-}
-
 int exr_fieldset_batch_check(const exr_fieldset *fs, PyObject *dict, npy_intp B, npy_intp L,
                              const char *what, PyObject **held)
 {
@@ -424,20 +411,13 @@ int exr_fieldset_batch_check(const exr_fieldset *fs, PyObject *dict, npy_intp B,
         }
         npy_intp dims[NPY_MAXDIMS];
         int nd = batch_dims(f, B, L, dims);
-        if (batch_field_ok(f, a, nd, dims)) {
+        if (exr_out_array_ok(a, f->descr, nd, dims)) {
             if (PyDict_SetItem(*held, f->name, a) < 0)
                 goto error;
             continue;
         }
-        char want[256];
-        exr_shape_str(want, sizeof want, nd, dims);
-        PyObject *got = exr_describe_value(a);
-        if (got)
-            PyErr_Format(PyExc_ValueError,
-                         "out: expected %s[%R] to be a writeable C-contiguous %S array of "
-                         "shape %s, got %U",
-                         what, f->name, (PyObject *)f->descr, want, got);
-        Py_XDECREF(got);
+        exr_out_array_refused(PyUnicode_FromFormat("%s[%R]", what, f->name), f->descr, nd, dims,
+                              a);
         goto error;
     }
     return 0;
