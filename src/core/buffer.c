@@ -348,9 +348,13 @@ int exr_buffer_trylock(exr_buffer *b)
 
 #ifdef EXR_DEBUG_LOCKS
 _Atomic uint64_t exr_debug_notes_left;
+uint64_t exr_reattach_holds = EXR_REATTACH_HOLDS;
+_Atomic uint64_t exr_debug_reattached;
 #define NOTES_LEFT() exr_debug_notes_left++
+#define REATTACHED() exr_debug_reattached++
 #else
 #define NOTES_LEFT() ((void)0)
+#define REATTACHED() ((void)0)
 #endif
 
 /* What add() and remove() left pending in the selectors is done before
@@ -363,7 +367,10 @@ _Atomic uint64_t exr_debug_notes_left;
  * "A draw without the storage lock"). Not while a shared taker waits for
  * rw: it would take mu next and wait for those notes anyway, so it applies
  * them itself, and this caller goes back to recording ("Notes left to a
- * waiting reader"). Returns how many. */
+ * waiting reader"). One that no draw or update has reached without the
+ * storage lock for EXR_REATTACH_HOLDS holds is changed in place again
+ * instead (selector.h, reattach; "Back to changes in place"). Returns how
+ * many. */
 #define TOOK 4
 static size_t flush_selectors(exr_buffer *b, exr_selector **took)
 {
@@ -379,8 +386,17 @@ static size_t flush_selectors(exr_buffer *b, exr_selector **took)
             continue;
         if (waited)
             NOTES_LEFT();
-        else if (pthread_mutex_trylock(&s->mu) == 0)
+        else if (pthread_mutex_trylock(&s->mu) != 0)
+            continue;
+        else if (b->eps.seq - atomic_load_explicit(&s->detached_seq, memory_order_relaxed) <
+                     EXR_REATTACH_AFTER ||
+                 !s->vt->reattach)
             took[n++] = s;
+        else { /* no draw without the lock for a while: in place again */
+            s->vt->reattach(s);
+            pthread_mutex_unlock(&s->mu);
+            REATTACHED();
+        }
     }
     b->sel_dirty = false;
     return n;

@@ -629,7 +629,7 @@ static int draw_detached(exr_buffer *b, int64_t h, sel_entry *e, size_t count,
     EXR_TM_NOW(t0);
     exr_sel_take(s);
     EXR_TM_SINCE(EXR_TM_DRAW_MU, t0);
-    if (!exr_sel_start_detached(s, b->picks.n, b->picks.v)) {
+    if (!exr_sel_start_detached(s, b->picks.n, b->picks.v, b->eps.seq)) {
         pthread_mutex_unlock(&s->mu); /* no memory to keep its picks: under the lock */
         return draw_locked(b, e, count, sc, out, false, st);
     }

@@ -242,6 +242,9 @@ extern _Atomic uint64_t exr_debug_since_kept;
 /* Tests only: selectors whose notes an ending hold left to a shared taker
  * waiting for the storage lock (buffer.c, flush_selectors). */
 extern _Atomic uint64_t exr_debug_notes_left;
+/* Tests only: detached selectors that went back to changes in place
+ * (buffer.c, flush_selectors; selector.h, reattach). */
+extern _Atomic uint64_t exr_debug_reattached;
 #endif
 uint32_t *pick_aux_locked(const exr_buffer *b, int64_t epi, int64_t pos);
 size_t pick_index_locked(const exr_buffer *b, int64_t epi, int64_t pos);

@@ -308,7 +308,7 @@ static bool update_locked(exr_buffer *b, sel_entry *e, size_t done, double a, pr
         exr_sel_take(sel);
     else
         exr_sel_lock(sel);
-    if (let_go && !exr_sel_start_detached(sel, b->picks.n, b->picks.v))
+    if (let_go && !exr_sel_start_detached(sel, b->picks.n, b->picks.v, b->eps.seq))
         let_go = false; /* no memory to keep its picks: under the lock */
     if (sel->vt->settle) {
         /* the indices are the table's now: the selector's notes up to now

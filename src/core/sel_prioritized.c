@@ -64,8 +64,9 @@ typedef struct {
     double pprio[PENDING];
     /* The pick each leaf stands for (ident_cap >= tree.cap entries): what
      * a draw made without the storage lock returns (sample_detached). Kept
-     * only from the first such draw on (set_idents; NULL before): 8 bytes
-     * a leaf that a selector only drawn under the lock does not pay. */
+     * only from the first such draw on (set_idents; NULL before) until the
+     * selector goes back to changes in place (p_reattach): 8 bytes a leaf
+     * that a selector only drawn under the lock does not pay. */
     exr_pick *ident;
     size_t ident_cap;
     /* The selector's changes of the exclusive hold under way, when it
@@ -620,6 +621,19 @@ static void p_settle(exr_selector *b, size_t upto)
     sync((prio_sel *)b);
 }
 
+/* Back to changes in place (selector.h, reattach): with every note
+ * applied, nothing needs the picks the leaves stand for any more, and
+ * record calls stop keeping them (t_remove, p_idents). */
+static void p_reattach(exr_selector *b)
+{
+    prio_sel *s = (prio_sel *)b;
+    settle_all(s);
+    free(s->ident);
+    s->ident = NULL;
+    s->ident_cap = 0;
+    atomic_store_explicit(&b->detached, false, memory_order_relaxed);
+}
+
 static void p_update(exr_selector *b, size_t i, double prio)
 {
     prio_sel *s = (prio_sel *)b;
@@ -903,4 +917,5 @@ const exr_selector_vtable exr_sel_prioritized = {
     .log_mark = p_log_mark,
     .settle = p_settle,
     .sample_detached = p_sample_detached,
+    .reattach = p_reattach,
 };

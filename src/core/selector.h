@@ -155,6 +155,11 @@ typedef struct {
      * it: which path a draw takes changes none of the draws after it. */
     exr_status (*sample_detached)(exr_selector *s, size_t count, size_t extra, size_t *idx,
                                   exr_pick *ids, float *w, double *scratch, exr_wpost *post);
+    /* Back to changes in place (mu and the storage lock held exclusively,
+     * no hold's notes under way): every note applied, the picks no longer
+     * kept, detached cleared. A later draw without the storage lock starts
+     * again (exr_sel_start_detached). */
+    void (*reattach)(exr_selector *s);
 } exr_selector_vtable;
 
 struct exr_selector {
@@ -169,10 +174,12 @@ struct exr_selector {
      * the exclusive holder (false whenever the storage lock is not held
      * exclusively). exr_sel_lock takes mu unless so. */
     bool held;
-    /* A draw or an update has run on it without the storage lock (set once,
-     * under the shared lock and mu: exr_sel_start_detached): from then on
-     * an exclusive holder notes its changes (or takes mu), instead of
-     * changing the selector in place with the storage lock alone. */
+    /* A draw or an update has run on it without the storage lock (set under
+     * the shared lock and mu: exr_sel_start_detached): from then on an
+     * exclusive holder notes its changes (or takes mu), instead of changing
+     * the selector in place with the storage lock alone; cleared again
+     * (reattach, by an exclusive holder with mu) once none has run for
+     * EXR_REATTACH_HOLDS holds. */
     atomic_bool detached;
     /* The buffer's pick table, set (mu held) before each draw of get_batch;
      * NULL: none. sample() prefetches the 8-byte entry of each pick as it
@@ -184,7 +191,25 @@ struct exr_selector {
      * draw or update that finds it unchanged has no writer beside it to
      * overlap, and keeps the storage lock (exr_sel_detach). */
     _Atomic uint64_t seen_seq;
+    /* The buffer's count of exclusive holds at the selector's last draw or
+     * update without the storage lock (written under mu, at each of them;
+     * read by exclusive holders): a selector that none has been for
+     * EXR_REATTACH_HOLDS holds goes back to changes in place (reattach). */
+    _Atomic uint64_t detached_seq;
 };
+
+/* Exclusive holds without a draw or update that let go of the storage lock,
+ * after which a detached selector is changed in place again: a writer alone
+ * pays about a fifth more a record call for noting its changes (docs/design.md,
+ * "A draw without the storage lock"), and starting again costs one copy of
+ * the pick table. */
+#define EXR_REATTACH_HOLDS 4096u
+#ifdef EXR_DEBUG_LOCKS
+extern uint64_t exr_reattach_holds; /* EXR_REATTACH_HOLDS; the stress test lowers it */
+#define EXR_REATTACH_AFTER exr_reattach_holds
+#else
+#define EXR_REATTACH_AFTER ((uint64_t)EXR_REATTACH_HOLDS)
+#endif
 
 /* Prefetches (into L2) the pick-table entry of pick i, when s->entries is
  * set. Always inlined: GCC may delete calls of a function that only
@@ -230,11 +255,16 @@ static inline void exr_sel_seen(exr_selector *s, uint64_t seq)
         atomic_store_explicit(&s->seen_seq, seq, memory_order_relaxed);
 }
 
-/* Before the first such draw or update (mu and the storage lock held): s
- * keeps the picks its leaves stand for from the table's n entries, and is
- * marked detached. false (nothing changed) if that cannot be allocated. */
-static inline bool exr_sel_start_detached(exr_selector *s, size_t n, const exr_pick *table)
+/* Before each such draw or update, at the buffer's count of exclusive
+ * holds seq (mu and the storage lock held): noted as the last one; before
+ * the first (or the first since s went back to changes in place), s keeps
+ * the picks its leaves stand for from the table's n entries, and is marked
+ * detached. false (nothing changed) if that cannot be allocated. */
+static inline bool exr_sel_start_detached(exr_selector *s, size_t n, const exr_pick *table,
+                                          uint64_t seq)
 {
+    if (atomic_load_explicit(&s->detached_seq, memory_order_relaxed) != seq)
+        atomic_store_explicit(&s->detached_seq, seq, memory_order_relaxed);
     if (atomic_load_explicit(&s->detached, memory_order_relaxed))
         return true;
     if (s->vt->set_idents(s, n, table) != EXR_OK)

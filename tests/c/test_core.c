@@ -1686,6 +1686,64 @@ static void test_thread_after_writer(void)
     exr_buffer_free(b);
 }
 
+/* Whether b's selector h draws and is changed through notes (detached). */
+static int sel_detached(exr_buffer *b, int64_t h)
+{
+    exr_buffer_lock(b);
+    sel_entry *e = find_sel(b, h);
+    int d = e && atomic_load_explicit(&e->sel->detached, memory_order_relaxed);
+    exr_buffer_unlock(b);
+    return d;
+}
+
+/* A draw of 8 picks from b's selector h; 1 if it went well. */
+static int draw8(exr_buffer *b, int64_t h)
+{
+    g_draw_sel = h;
+    g_record_first = 0;
+    return draw_eight(b) == NULL;
+}
+
+/* A selector drawn without the storage lock goes back to changes in place
+ * once exr_reattach_holds exclusive holds came without such a draw, with
+ * every note applied: its leaves and sums then are a twin's, changed in
+ * place from one thread all along. The next draw that lets go of the lock
+ * starts again from the table (check_ok compares the picks it keeps). */
+static void test_reattach(void)
+{
+    int64_t sel, tsel;
+    exr_buffer *b = prio_buffer(&sel), *twin = prio_buffer(&tsel);
+    CHECK_RET(b && twin);
+    CHECK_RET(record_ten_elsewhere(b) && record_ten(twin) == NULL);
+    exr_debug_detached = saw_detached;
+    g_saw_detached = 0;
+    CHECK_RET(draw8(b, sel) && g_saw_detached && sel_detached(b, sel));
+    uint64_t holds = 64, seq0 = b->eps.seq, saved = exr_reattach_holds;
+    exr_reattach_holds = holds;
+    int64_t h = -1;
+    for (int k = 0; k < 200 && sel_detached(b, sel); k++) {
+        if (b->eps.seq - seq0 >= holds) /* not before */
+            break;
+        h = record_prio_episode(b, 20 + k, 1.0 + k % 3);
+        if (h < 0 || record_prio_episode(twin, 20 + k, 1.0 + k % 3) != h)
+            break;
+    }
+    exr_reattach_holds = saved;
+    CHECK_RET(!sel_detached(b, sel) && b->eps.seq - seq0 >= holds);
+    CHECK_RET(check_ok(b) && same_picks_as_twin(b, sel, twin, tsel, (int)h - 9, 10, 20));
+    /* in place again: a draw after another thread's hold detaches anew */
+    CHECK_RET(on_another_thread(record_five, b) && record_five(twin) == NULL);
+    g_saw_detached = 0;
+    CHECK_RET(draw8(b, sel) && g_saw_detached && sel_detached(b, sel));
+    CHECK_RET(on_another_thread(evict_nine, b) && evict_nine(twin) == NULL);
+    g_saw_detached = 0;
+    CHECK_RET(draw8(b, sel) && g_saw_detached);
+    exr_debug_detached = NULL;
+    CHECK_RET(check_ok(b) && same_picks_as_twin(b, sel, twin, tsel, (int)h + 5, 10, 20));
+    exr_buffer_free(b);
+    exr_buffer_free(twin);
+}
+
 static void test_detached_draw(void)
 {
     detached_draw_at(0);
@@ -1724,6 +1782,7 @@ int main(void)
         {"notes_left", test_notes_left},
         {"extra_draws", test_extra_draws},
         {"thread_after_writer", test_thread_after_writer},
+        {"reattach", test_reattach},
     };
     return check_run_all(tests, (int)(sizeof tests / sizeof tests[0]));
 }

@@ -41,6 +41,7 @@
 #include <time.h>
 
 #include "buffer.h"
+#include "buffer_impl.h"
 #include "codec.h"
 #include "seg_collapse.h"
 #include "powa.h"
@@ -586,6 +587,10 @@ int main(void)
     };
     if (exr_buffer_new(&cfg, &g_buf) != EXR_OK)
         return 2;
+    /* the prioritized selector goes back to changes in place after a few
+     * holds without a draw that lets go of the storage lock, and starts
+     * again at the next: both, many times, among the other threads */
+    exr_reattach_holds = 4;
     double prio_params[2] = {0.6, 0.4};
     exr_buffer_lock(g_buf);
     if (exr_buffer_add_selector_locked(g_buf, 0, NULL, &g_sel_uniform) != EXR_OK ||
@@ -626,9 +631,10 @@ int main(void)
     exr_buffer_unlock(g_buf);
     exr_buffer_free(g_buf);
     printf("stress: %ld records (%ld calls without waiting), %ld batches checked (%ld without "
-           "waiting), %ld chunks collapsed, in %.1f s: %s\n",
+           "waiting), %ld chunks collapsed, %llu selectors back in place, in %.1f s: %s\n",
            atomic_load(&g_records), atomic_load(&g_rec_nowait), atomic_load(&g_batches),
-           atomic_load(&g_nowait), atomic_load(&g_collapsed), seconds,
+           atomic_load(&g_nowait), atomic_load(&g_collapsed),
+           (unsigned long long)atomic_load(&exr_debug_reattached), seconds,
            atomic_load(&g_bad) ? "FAILED" : "ok");
     return atomic_load(&g_bad) ? 1 : 0;
 }
