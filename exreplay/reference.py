@@ -216,8 +216,8 @@ class RefPickSelector:
 
     ``new_pick_selector``, ``pick_selector`` and ``pick_selectors`` make them,
     a new object at every call; every object of one selector reads and sets
-    the parameters the buffer keeps for it.  ``handle``, ``kind`` and
-    ``alpha`` are read-only; ``beta`` is settable (finite, >= 0) for
+    the parameters the buffer keeps for it.  ``handle``, ``kind``, ``buffer``
+    and ``alpha`` are read-only; ``beta`` is settable (finite, >= 0) for
     annealing.  Uniform selectors have ``alpha`` and ``beta`` of ``None``.
     Once the selector is removed from its buffer, reading a Prioritized or
     Rank selector's ``alpha`` or ``beta``, or setting its ``beta`` (to a
@@ -241,6 +241,11 @@ class RefPickSelector:
     @property
     def kind(self):
         return self._kind
+
+    @property
+    def buffer(self):
+        """The ReferenceReplay it is a selector of."""
+        return self._owner
 
     def _sel(self):
         """The buffer's _Selector for this handle, or None once removed."""
