@@ -731,6 +731,8 @@ def progress(done, total):
     attempt("pickle", lambda: pickle.dumps(buf))
     attempt("new_pick_selector", lambda: buf.new_pick_selector(0))
     attempt("remove_pick_selector", lambda: buf.remove_pick_selector(ps))
+    attempt("pick_selector", lambda: buf.pick_selector(ps))
+    attempt("pick_selectors", lambda: buf.pick_selectors())
     attempt("beta_get", lambda: ps.beta)
     attempt("beta_set", lambda: setattr(ps, "beta", 0.5))
     attempt("alpha", lambda: ps.alpha)
@@ -771,7 +773,8 @@ def test_progress_callback_reentry_raises_not_deadlocks(tmp_path):
     res = out["results"]
     must_raise = ["len", "num_episodes", "num_picks", "record", "record_many", "new_episode",
                   "get_batch", "set_priority", "episode", "serialize", "save", "pickle",
-                  "new_pick_selector", "remove_pick_selector", "beta_get", "beta_set",
+                  "new_pick_selector", "remove_pick_selector", "pick_selector",
+                  "pick_selectors", "beta_get", "beta_set",
                   "_handles", "_picks", "_priority", "_gather", "_check", "log_flush",
                   "log_append", "log_close", "detach_log"]
     bad = {k: res[k] for k in must_raise if res[k] != "RuntimeError"}
