@@ -119,7 +119,9 @@ class EpisodeData(
 class PickSelector:
     """A pick selector of an ExperienceReplay; behaves as its int handle.
 
-    Made only by ExperienceReplay.new_pick_selector (not instantiable)."""
+    Made by ExperienceReplay.new_pick_selector, pick_selector and
+    pick_selectors (not instantiable), a new object at every call: objects of
+    one selector of one buffer are equal and share its alpha and beta."""
 
     @property
     def handle(self) -> int: ...
@@ -215,6 +217,9 @@ class ExperienceReplay:
     # --- selectors ---
     def new_pick_selector(self, kind: SupportsIndex, /, **params: float) -> PickSelector: ...
     def remove_pick_selector(self, ps: SupportsIndex, /) -> None: ...
+    # a PickSelector for a selector the buffer holds (a restored buffer's too)
+    def pick_selector(self, ps: SupportsIndex, /) -> PickSelector: ...
+    def pick_selectors(self) -> list[PickSelector]: ...
 
     # --- sampling (GIL released) ---
     def get_batch(

@@ -214,23 +214,25 @@ class Batch(tuple):
 class RefPickSelector:
     """A pick selector of a `ReferenceReplay`; behaves as its integer handle.
 
-    ``handle``, ``kind`` and ``alpha`` are read-only; ``beta`` is settable
-    (finite, >= 0) for annealing.  Uniform selectors have ``alpha`` and
-    ``beta`` of ``None``.  Once the selector is removed from its buffer,
-    reading a Prioritized or Rank selector's ``alpha`` or ``beta``, or
-    setting its ``beta`` (to a valid value), is a ValueError, and the repr
-    says ``removed`` (docs/api.md, "PickSelector").  Equality and hashing go
-    by handle, so a selector equals its handle.
+    ``new_pick_selector``, ``pick_selector`` and ``pick_selectors`` make them,
+    a new object at every call; every object of one selector reads and sets
+    the parameters the buffer keeps for it.  ``handle``, ``kind``, ``buffer``
+    and ``alpha`` are read-only; ``beta`` is settable (finite, >= 0) for
+    annealing.  Uniform selectors have ``alpha`` and ``beta`` of ``None``.
+    Once the selector is removed from its buffer, reading a Prioritized or
+    Rank selector's ``alpha`` or ``beta``, or setting its ``beta`` (to a
+    valid value), is a ValueError, and the repr says ``removed``
+    (docs/api.md, "PickSelector").  Two objects are equal when they are of
+    the same buffer and handle, and a selector equals its handle; it hashes
+    as its handle.
     """
 
-    __slots__ = ("_handle", "_kind", "_alpha", "_beta", "_owner")
+    __slots__ = ("_handle", "_kind", "_owner")
 
-    def __init__(self, handle, kind, alpha=None, beta=None, owner=None):
+    def __init__(self, handle, kind, owner):
         self._handle = int(handle)
-        self._owner = owner  # the buffer it was made by; another one refuses it
+        self._owner = owner  # the buffer it is a selector of; another one refuses it
         self._kind = PickSelectorClass(kind)
-        self._alpha = alpha
-        self._beta = beta
 
     @property
     def handle(self):
@@ -240,21 +242,30 @@ class RefPickSelector:
     def kind(self):
         return self._kind
 
-    def _removed(self):
-        return self._owner is not None and self._handle not in self._owner._selectors
+    @property
+    def buffer(self):
+        """The ReferenceReplay it is a selector of."""
+        return self._owner
 
-    def _param(self, value):
-        if self._kind != PickSelectorClass.Uniform and self._removed():
+    def _sel(self):
+        """The buffer's _Selector for this handle, or None once removed."""
+        return self._owner._selectors.get(self._handle)
+
+    def _param(self, name):
+        if self._kind == PickSelectorClass.Uniform:
+            return None
+        sel = self._sel()
+        if sel is None:
             raise ValueError(f"ps: pick selector {self._handle} was removed from its buffer")
-        return value
+        return getattr(sel, name)
 
     @property
     def alpha(self):
-        return self._param(self._alpha)
+        return self._param("alpha")
 
     @property
     def beta(self):
-        return self._param(self._beta)
+        return self._param("beta")
 
     @beta.setter
     def beta(self, value):
@@ -264,12 +275,14 @@ class RefPickSelector:
                 f"{self._kind.name} selector"
             )
         value = _finite_nonneg("beta", value)
-        if self._removed():
-            raise ValueError(
-                f"ps: expected a pick selector of its buffer, got pick selector "
-                f"{self._handle}, which was removed from it"
-            )
-        self._beta = value
+        with self._owner._lock:
+            sel = self._sel()
+            if sel is None:
+                raise ValueError(
+                    f"ps: expected a pick selector of its buffer, got pick selector "
+                    f"{self._handle}, which was removed from it"
+                )
+            sel.beta = value
 
     def __index__(self):
         return self._handle
@@ -279,7 +292,7 @@ class RefPickSelector:
 
     def __eq__(self, other):
         if isinstance(other, RefPickSelector):
-            return self._handle == other._handle
+            return self._owner is other._owner and self._handle == other._handle
         if isinstance(other, numbers.Integral) and not isinstance(other, bool):
             return self._handle == int(other)
         return NotImplemented
@@ -288,17 +301,13 @@ class RefPickSelector:
         return hash(self._handle)
 
     def __repr__(self):
-        if self._removed():
-            return (
-                f"RefPickSelector(handle={self._handle}, "
-                f"kind=PickSelectorClass.{self._kind.name}, removed)"
-            )
+        head = f"RefPickSelector(handle={self._handle}, kind=PickSelectorClass.{self._kind.name}"
+        sel = self._sel()
+        if sel is None:
+            return f"{head}, removed)"
         if self._kind != PickSelectorClass.Uniform:
-            return (
-                f"RefPickSelector(handle={self._handle}, kind=PickSelectorClass.{self._kind.name}, "
-                f"alpha={self._alpha!r}, beta={self._beta!r})"
-            )
-        return f"RefPickSelector(handle={self._handle}, kind=PickSelectorClass.{self._kind.name})"
+            return f"{head}, alpha={sel.alpha!r}, beta={sel.beta!r})"
+        return f"{head})"
 
 
 # --------------------------------------------------------------------------
@@ -864,10 +873,13 @@ def _rank_key(p):
 
 
 class _Selector:
-    __slots__ = ("public", "rng", "leaves", "max_priority", "rank")
+    __slots__ = ("handle", "kind", "alpha", "beta", "rng", "leaves", "max_priority", "rank")
 
-    def __init__(self, public, rng, leaves=None, max_priority=1.0, rank=None):
-        self.public = public  # the RefPickSelector handed to the user
+    def __init__(self, handle, kind, alpha, beta, rng, leaves=None, max_priority=1.0, rank=None):
+        self.handle = handle
+        self.kind = kind  # a PickSelectorClass
+        self.alpha = alpha  # None for Uniform; fixed
+        self.beta = beta  # None for Uniform; set through any RefPickSelector of it
         self.rng = rng  # random.Random
         self.leaves = leaves  # list parallel to the pick table, or None
         self.max_priority = max_priority  # priority, not p ** alpha
@@ -884,14 +896,14 @@ class _Selector:
         if self.rank is not None:
             self.rank.add(_rank_key(p))
         else:
-            self.leaves.append(_leaf(p, self.public._alpha))
+            self.leaves.append(_leaf(p, self.alpha))
 
     def set(self, i, p):
         self.max_priority = max(self.max_priority, p)
         if self.rank is not None:
             self.rank.update(i, _rank_key(p))
         else:
-            self.leaves[i] = _leaf(p, self.public._alpha)
+            self.leaves[i] = _leaf(p, self.alpha)
 
     def stored(self, i):
         return self.rank.key[i] if self.rank is not None else self.leaves[i]
@@ -1187,8 +1199,7 @@ class ReferenceReplay:
                         f"new_pick_selector: expected no parameters for a Uniform selector, "
                         f"got {', '.join(sorted(params))}"
                     )
-                public = RefPickSelector(handle, kind, owner=self)
-                sel = _Selector(public, self._make_rng(handle))
+                sel = _Selector(handle, kind, None, None, self._make_rng(handle))
             else:
                 unknown = sorted(set(params) - {"alpha", "beta"})
                 if unknown:
@@ -1199,11 +1210,11 @@ class ReferenceReplay:
                 a0, b0 = (0.7, 0.5) if kind == PickSelectorClass.Rank else (0.6, 0.4)
                 alpha = _finite_nonneg("alpha", params.get("alpha", a0))
                 beta = _finite_nonneg("beta", params.get("beta", b0))
-                public = RefPickSelector(handle, kind, alpha, beta, owner=self)
+                rng = self._make_rng(handle)
                 if kind == PickSelectorClass.Rank:
-                    sel = _Selector(public, self._make_rng(handle), None, 1.0, _RankHeap())
+                    sel = _Selector(handle, kind, alpha, beta, rng, None, 1.0, _RankHeap())
                 else:
-                    sel = _Selector(public, self._make_rng(handle), [], 1.0)
+                    sel = _Selector(handle, kind, alpha, beta, rng, [], 1.0)
                 # Existing picks start at the new selector's maximum so far,
                 # 1.0: a recorded priority is not kept once its pick exists
                 # (the C buffer spends no memory on it).
@@ -1216,12 +1227,25 @@ class ReferenceReplay:
                 )
             self._selectors[handle] = sel
             self._next_selector += 1
-            return public
+            return RefPickSelector(handle, kind, self)
 
     def remove_pick_selector(self, ps):
         with self._lock:
             sel = self._selector_arg(ps)
-            del self._selectors[sel.public.handle]
+            del self._selectors[sel.handle]
+
+    def pick_selector(self, ps):
+        """A new RefPickSelector for selector ps (an int handle, or a
+        selector object of this buffer): for the selectors of a restored
+        buffer, which come back without their objects."""
+        with self._lock:
+            sel = self._selector_arg(ps)
+            return RefPickSelector(sel.handle, sel.kind, self)
+
+    def pick_selectors(self):
+        """A new RefPickSelector for every selector held, by ascending handle."""
+        with self._lock:
+            return [RefPickSelector(h, self._selectors[h].kind, self) for h in sorted(self._selectors)]
 
     def set_priority(self, ps, pick_epi, pick_pos=_MISSING, priorities=_MISSING, pick_index=None):
         """Set the priority of picks; returns how many were applied.
@@ -1293,7 +1317,7 @@ class ReferenceReplay:
                 # rank r (1 = highest priority) with probability r^-alpha /
                 # sum_k k^-alpha; the pick at heap position r - 1
                 N = len(self._table)
-                cum = list(accumulate(float(r) ** -sel.public._alpha for r in range(1, N + 1)))
+                cum = list(accumulate(float(r) ** -sel.alpha for r in range(1, N + 1)))
                 indices = []
                 for _ in range(B):
                     r = min(bisect_right(cum, sel.rng.random() * cum[-1]), N - 1)
@@ -1358,7 +1382,7 @@ class ReferenceReplay:
             sel = self._selector_arg(ps)
             if not sel.prioritized:
                 raise ValueError(
-                    f"ps: expected a Prioritized selector, got a Uniform one ({sel.public.handle})"
+                    f"ps: expected a Prioritized selector, got a Uniform one ({sel.handle})"
                 )
             indices = self._existing_indices(*self._pick_arrays(pick_epi, pick_pos))
             return np.array([sel.stored(i) for i in indices], dtype=np.float64)
@@ -1434,7 +1458,7 @@ class ReferenceReplay:
                 "selectors: a handle not below the next handle"
             )
             for k, sel in self._selectors.items():
-                assert sel.public.handle == k, f"selector {k}: wrong handle"
+                assert sel.handle == k, f"selector {k}: wrong handle"
                 if sel.rank is not None:
                     self._check_rank(k, sel.rank)
                 elif sel.prioritized:
@@ -1744,13 +1768,13 @@ class ReferenceReplay:
         if sel.rank is not None:
             # w = (N P(r))^-beta / max_j w_j = (r / N) ** (alpha beta), r = rank
             N = len(self._table)
-            ab = sel.public._alpha * sel.public._beta
+            ab = sel.alpha * sel.beta
             for b, i in enumerate(indices):
                 weight[b] = ((sel.rank.pos[i] + 1) / N) ** ab
         elif sel.prioritized:
             # PER: w_i = (N P(i))^-beta / max_j w_j over p_j > 0
             #          = (min positive leaf / leaf_i) ** beta
-            beta = sel.public._beta
+            beta = sel.beta
             positive = [v for v in sel.leaves if v > 0.0]
             min_leaf = min(positive) if positive else 0.0
             for b, i in enumerate(indices):

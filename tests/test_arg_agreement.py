@@ -157,6 +157,8 @@ SELECTOR_ARGS = {
     "beta": lambda b, h, u, p, v: b.new_pick_selector(PickSelectorClass.Prioritized, beta=v),
     "beta=": lambda b, h, u, p, v: setattr(p, "beta", v),
     "remove": lambda b, h, u, p, v: b.remove_pick_selector(v),
+    "pick_selector": lambda b, h, u, p, v: b.pick_selector(v),
+    "pick_selector.beta=": lambda b, h, u, p, v: setattr(b.pick_selector(int(p)), "beta", v),
 }
 
 BATCH_ARGS = {

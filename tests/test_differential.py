@@ -408,6 +408,31 @@ class DifferentialMachine(RuleBasedStateMachine):
         self.r.remove_pick_selector(b)
         self.removed.append(int(c_ps))
 
+    @precondition(lambda self: self.c is not None and self.sels)
+    @rule(data=st.data(), listed=st.booleans())
+    def pick_selector_again(self, data, listed):
+        """A selector's objects replaced by those pick_selector(h) (or
+        pick_selectors()) gives for it: equal to the old ones, with the
+        same parameters, and the old ones still see what is set through
+        the new ones."""
+        i = data.draw(st.integers(0, len(self.sels) - 1))
+        c_ps, r_ps, kind = self.sels[i]
+        a, b = self._selector_arg(data, c_ps, r_ps)
+        if listed:
+            cn = [p for p in self.c.pick_selectors() if p == int(a)][0]
+            rn = [p for p in self.r.pick_selectors() if p == int(b)][0]
+        else:
+            cn, rn = self.c.pick_selector(a), self.r.pick_selector(b)
+        assert cn == c_ps and rn == r_ps and int(cn) == int(rn)
+        assert cn.kind == rn.kind == kind
+        assert (cn.alpha, cn.beta) == (rn.alpha, rn.beta) == (c_ps.alpha, c_ps.beta)
+        if kind in PRIORITIZED:
+            beta = data.draw(betas)
+            cn.beta = beta
+            rn.beta = beta
+            assert c_ps.beta == r_ps.beta == beta
+        self.sels[i] = (cn, rn, kind)
+
     @precondition(
         lambda self: self.c is not None and any(k in PRIORITIZED for _, _, k in self.sels)
     )
@@ -581,6 +606,8 @@ class DifferentialMachine(RuleBasedStateMachine):
                 "new_sel_uniform_param",
                 "new_sel_bad_kind",
                 "remove_unknown_sel",
+                "pick_selector_unknown",
+                "pick_selector_type",
                 "beta_negative",
                 "handle_type",
                 "priority_list",
@@ -699,6 +726,11 @@ class DifferentialMachine(RuleBasedStateMachine):
             fc, fr = both(lambda b: b.new_pick_selector(7))
         elif which == "remove_unknown_sel":
             fc, fr = both(lambda b: b.remove_pick_selector(unknown_sel))
+        elif which == "pick_selector_unknown":
+            fc, fr = both(lambda b: b.pick_selector(unknown_sel))
+        elif which == "pick_selector_type":
+            bad = data.draw(st.sampled_from([1.5, "0", None, True, [0]]))
+            fc, fr = both(lambda b: b.pick_selector(bad))
         elif which == "beta_negative":
             pri = [x for x in self.sels if x[2] in PRIORITIZED]
             if not pri:
@@ -785,6 +817,12 @@ class DifferentialMachine(RuleBasedStateMachine):
         assert c.num_picks == r.num_picks, f"num_picks: C {c.num_picks}, reference {r.num_picks}"
         hc, hr = c._handles(), r._handles()
         assert hc == hr, f"_handles (eviction choices): C {hc}, reference {hr}"
+        sc, sr = c.pick_selectors(), r.pick_selectors()
+        want = sorted(int(x) for x, _, _ in self.sels)
+        assert [int(x) for x in sc] == [int(x) for x in sr] == want, (
+            f"pick_selectors: C {sc}, reference {sr}, live {want}"
+        )
+        assert [(x.kind, x.alpha, x.beta) for x in sc] == [(x.kind, x.alpha, x.beta) for x in sr]
         ce, cp = c._picks()
         re_, rp = r._picks()
         assert ce.dtype == cp.dtype == np.int64

@@ -16,7 +16,8 @@ rule of it runs too):
   serialize/unserialize (or pickle): before the switch the copy must draw
   exactly the batches the original draws, twice for each selector, and
   afterwards it goes on against the reference, given batches of the
-  original too;
+  original too, with selector objects of its own (pick_selector,
+  pick_selectors) whose beta is set as the reference's is;
 - the same, with every call but get_batch and set_priority made by another
   thread, one call at a time (ThreadedWriterMachine): the learner's draws
   and updates then take the paths without the storage lock, on a selector
@@ -53,12 +54,6 @@ KEEP = 6  # batches kept for later updates
 # how the C buffer is copied: serialize at a zlib level, or pickled
 RESTORE = dict(data=st.data(), how=st.sampled_from(["serialize", "pickle"]),
                level=st.sampled_from([0, 6]))
-
-
-class _Handle(int):
-    """A selector handle for snapshot(), which reads beta: 0.0 here."""
-
-    beta = 0.0
 
 
 class SelectorMachine(DifferentialMachine):
@@ -144,7 +139,8 @@ class SelectorMachine(DifferentialMachine):
     def restore(self, data, how, level):
         """The C buffer is replaced by a copy of itself, which draws exactly
         as the original does, twice (a draw's path must not change the
-        next); the selectors are then used by handle."""
+        next); the selectors are then used through the copy's own objects
+        (pick_selector, pick_selectors), beta annealed through them too."""
         old = self.c
         new = self._copy(how, level)
         new._check()
@@ -162,9 +158,22 @@ class SelectorMachine(DifferentialMachine):
             self.kept.append((x, int(c_ps)))  # a batch of the old buffer
         del self.kept[:-KEEP]
         self.c = self._wrap(new)
-        # old PickSelector objects belong to the old buffer: handles only
-        # (beta can no longer be set on them; the reference's stays too)
-        self.sels = [(int(c), r, k) for c, r, k in self.sels]
+        # old PickSelector objects belong to the old buffer; the copy's own,
+        # from pick_selector or pick_selectors, have the same handles, kinds
+        # and parameters, and go on against the reference's (beta included)
+        for c_ps, _, _ in self.sels:
+            with pytest.raises(ValueError, match="another buffer"):
+                new.pick_selector(c_ps)
+        if data.draw(st.booleans()):
+            objs = {int(p): p for p in new.pick_selectors()}
+        else:
+            objs = {int(c): new.pick_selector(int(c)) for c, _, _ in self.sels}
+        assert sorted(objs) == sorted(int(c) for c, _, _ in self.sels)
+        for c_ps, r_ps, kind in self.sels:
+            p = objs[int(c_ps)]
+            assert p.buffer is new and p.kind == kind
+            assert (p.alpha, p.beta) == (r_ps.alpha, r_ps.beta) == (c_ps.alpha, c_ps.beta)
+        self.sels = [(objs[int(c)], r, k) for c, r, k in self.sels]
 
     def _copy(self, how, level):
         if how == "serialize":
@@ -173,35 +182,6 @@ class SelectorMachine(DifferentialMachine):
 
     def _wrap(self, buf):
         return buf
-
-    def _snapshots(self):
-        # a restored buffer's selectors are plain handles, whose beta cannot
-        # be read: neither side's beta is compared for them
-        cs, rs = [], []
-        for c, r, k in self.sels:
-            cs.append((_Handle(c) if isinstance(c, int) else c, k))
-            rs.append((_Handle(r) if isinstance(c, int) else r, k))
-        return snapshot(self.c, cs), snapshot(self.r, rs)
-
-    @precondition(lambda self: self.c is not None)
-    @rule(**DifferentialMachine.bad_input.hypothesis_stateful_rule.arguments)
-    def bad_input(self, data, which, seed):
-        pri = [s for s in self.sels if s[2] in PRIORITIZED]
-        if which == "beta_negative" and pri and isinstance(pri[0][0], int):
-            return  # no beta to set on a restored buffer's selector
-        super().bad_input(data, which, seed)
-
-    @precondition(
-        lambda self: self.c is not None
-        and any(k in PRIORITIZED and not isinstance(c, int) for c, _, k in self.sels)
-    )
-    @rule(data=st.data(), beta=st.sampled_from([0.0, 0.4, 1.0, 2.5]))
-    def set_beta(self, data, beta):
-        pri = [s for s in self.sels if s[2] in PRIORITIZED and not isinstance(s[0], int)]
-        c_ps, r_ps, _ = data.draw(st.sampled_from(pri))
-        c_ps.beta = beta
-        r_ps.beta = beta
-        assert c_ps.beta == r_ps.beta == beta
 
 
 class _WriterThread:

@@ -542,6 +542,22 @@ def test_remove_pick_selector_errors(env):
         assert len(buf.get_batch(2, ps).pick_epi) == 2
 
 
+def test_pick_selector_errors(env):
+    """pick_selector refuses as remove_pick_selector does, naming ps, and
+    changes nothing; a restored buffer refuses the original's objects."""
+    buf = env["buf"]
+    for ps in (99, -1, 2**70, env["removed"], int(env["removed"]), env["other_ps"]):
+        expect_error(env, ValueError, "ps", buf.pick_selector, ps)
+    for ps in ("0", 0.5, None, True, np.array([0]), [0]):
+        expect_error(env, TypeError, "ps", buf.pick_selector, ps)
+    expect_error(env, TypeError, None, buf.pick_selectors, 0)
+    copy = ExperienceReplay.unserialize(buf.serialize(0))
+    with pytest.raises(ValueError, match="^ps: expected a pick selector of this buffer, got one of "
+                                         "another buffer$"):
+        copy.pick_selector(env["pr"])
+    assert copy.pick_selector(int(env["pr"])).beta == env["pr"].beta
+
+
 def test_selector_param_errors(env):
     buf, pr, u = env["buf"], env["pr"], env["u"]
     for v, exc in [(-1.0, ValueError), (math.nan, ValueError), (math.inf, ValueError),

@@ -60,6 +60,13 @@ def test_every_operation_leaks_nothing(tmp_path):
             data = b.serialize(6)
             c = ExperienceReplay.unserialize(data)
             c._check()
+            c.pick_selector(1).beta = 0.7
+            assert [int(s) for s in c.pick_selectors()] == [0, 1]
+            for bad in (extra, 99, "x"):
+                try:
+                    c.pick_selector(bad)
+                except (TypeError, ValueError):
+                    pass
             b.save(path)
             d = ExperienceReplay.load(path)
             d.get_batch(8, 1)

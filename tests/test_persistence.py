@@ -236,6 +236,9 @@ def assert_same(a, b, sels):
         if x.final_state is not None:
             assert_arrays_equal(x.final_state, y.final_state, f"episode {h} final_state")
         assert x.ended == y.ended and x.terminated == y.terminated, h
+    # the selectors, with their handles, kinds and parameters (beta as set last)
+    assert [(int(p), p.kind, p.alpha, p.beta) for p in b.pick_selectors()] == \
+        [(int(p), p.kind, p.alpha, p.beta) for p in a.pick_selectors()]
     for h, kind in sels.items():
         if kind in (P, R) and len(ea):
             assert_arrays_equal(a._priority(h, ea, pa), b._priority(h, ea, pa), f"priority {h}")
@@ -452,6 +455,62 @@ def test_pickle_protocol5_out_of_band():
     s_in = pickle.dumps(a, protocol=5)
     assert len(s_in) >= size
     assert_same(a, pickle.loads(s_in), sels)
+
+
+def _restored(a, how, tmp_path):
+    if how.startswith("unserialize"):
+        return ExperienceReplay.unserialize(a.serialize(level=int(how[-1])))
+    if how == "load":
+        a.save(tmp_path / "buf.exr")
+        return ExperienceReplay.load(tmp_path / "buf.exr")
+    if how == "pickle5":
+        bufs = []
+        s = pickle.dumps(a, protocol=5, buffer_callback=bufs.append)
+        return pickle.loads(s, buffers=bufs)
+    return copy.deepcopy(a) if how == "deepcopy" else copy.copy(a)
+
+
+@pytest.mark.parametrize("how", ["unserialize0", "unserialize6", "load", "pickle5", "deepcopy",
+                                 "copy"])
+def test_restored_selectors_have_objects_to_anneal_beta(how, tmp_path):
+    """docs/api.md, Persistence: the restored buffer's pick_selector and
+    pick_selectors give PickSelector objects for the selectors it restored
+    (the handles with their gaps, kinds, alpha, the beta annealed before the
+    checkpoint), and setting beta through them changes the weights exactly as
+    on the original; the original's objects stay the original's."""
+    a, sels, _ = build("cartpole")
+    b = _restored(a, how, tmp_path)
+    objs = b.pick_selectors()
+    assert [int(p) for p in objs] == sorted(live(sels)) == [0, 2, 4, 5]
+    assert all(type(p) is exreplay.PickSelector and p.buffer is b for p in objs)
+    assert [p.kind for p in objs] == [U, P, P, R]
+    assert [(p.alpha, p.beta) for p in objs] == [(None, None), (0.5, 0.7), (1.0, 0.0), (0.8, 0.3)]
+    epi, pos = a._picks()
+    for h in (2, 4, 5):
+        pa, pb = a.pick_selector(h), b.pick_selector(h)
+        assert repr(pa) == repr(pb) and pa != pb and pb == h == pa
+        with pytest.raises(ValueError, match="^ps: expected a pick selector of this buffer, got "
+                                             "one of another buffer"):
+            b.pick_selector(pa)
+        w0 = b._gather(pb, epi, pos).weight
+        for beta in (0.25, 1.0):
+            pa.beta = pb.beta = beta
+            assert b.pick_selector(h).beta == beta and pb.beta == beta
+            w = b._gather(pb, epi, pos).weight
+            assert_arrays_equal(w, a._gather(pa, epi, pos).weight, f"weight {h} beta {beta}")
+            assert not np.array_equal(w, w0)
+    assert_same_batches(a, b, sels, rounds=1)
+    pb.beta = 0.05
+    assert pa.beta == 1.0
+    for h in (1, 3, 6, -1):  # removed, removed, never made
+        with pytest.raises(ValueError, match=f"^ps: expected a pick selector of this buffer, got "
+                                             f"unknown handle {h}$"):
+            b.pick_selector(h)
+    with pytest.raises(TypeError, match="^ps: expected a PickSelector or an int handle, got str$"):
+        b.pick_selector("2")
+    b.remove_pick_selector(b.pick_selector(2))
+    assert [int(p) for p in b.pick_selectors()] == [0, 4, 5]
+    assert [int(p) for p in a.pick_selectors()] == [0, 2, 4, 5]
 
 
 def test_unserialize_accepts_bytes_like():
@@ -672,6 +731,8 @@ def progress(done, total):
     attempt("pickle", lambda: pickle.dumps(buf))
     attempt("new_pick_selector", lambda: buf.new_pick_selector(0))
     attempt("remove_pick_selector", lambda: buf.remove_pick_selector(ps))
+    attempt("pick_selector", lambda: buf.pick_selector(ps))
+    attempt("pick_selectors", lambda: buf.pick_selectors())
     attempt("beta_get", lambda: ps.beta)
     attempt("beta_set", lambda: setattr(ps, "beta", 0.5))
     attempt("alpha", lambda: ps.alpha)
@@ -712,7 +773,8 @@ def test_progress_callback_reentry_raises_not_deadlocks(tmp_path):
     res = out["results"]
     must_raise = ["len", "num_episodes", "num_picks", "record", "record_many", "new_episode",
                   "get_batch", "set_priority", "episode", "serialize", "save", "pickle",
-                  "new_pick_selector", "remove_pick_selector", "beta_get", "beta_set",
+                  "new_pick_selector", "remove_pick_selector", "pick_selector",
+                  "pick_selectors", "beta_get", "beta_set",
                   "_handles", "_picks", "_priority", "_gather", "_check", "log_flush",
                   "log_append", "log_close", "detach_log"]
     bad = {k: res[k] for k in must_raise if res[k] != "RuntimeError"}

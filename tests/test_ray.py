@@ -238,6 +238,73 @@ def test_failed_rollout_records_nothing_and_resets_its_stream():
     srv.buf._check()
 
 
+@pytest.mark.parametrize("impl, how", [("c", "pickle"), ("c", "unserialize"), ("c", "deepcopy"),
+                                       ("reference", "pickle"), ("reference", "deepcopy")])
+def test_server_of_a_restored_buffer_anneals_its_selectors(impl, how):
+    # ReplayServer without Ray: a server of a restored buffer (buffer=) takes
+    # the selectors the buffer holds, with the beta set before the checkpoint,
+    # and set_beta anneals them as on the original server (it was a KeyError:
+    # only selectors the server had created had objects).
+    import copy
+
+    srv = ReplayServer(impl=impl, state_shape=(4,), capacity=None, pick_len=1, seed=3,
+                       selectors=["uniform", ("prioritized", {"alpha": 0.7, "beta": 0.4}),
+                                  ("rank", {"alpha": 0.8, "beta": 0.5})])
+    s, a, r = _episode(40)
+    srv.record_many(None, s, a, r, terminated=True, priorities=np.arange(1, 41.0) % 9 + 0.5)
+    srv.set_beta(1, 0.6)
+    buf = srv.buffer()
+    restored = {"pickle": lambda: pickle.loads(pickle.dumps(buf)),
+                "unserialize": lambda: type(buf).unserialize(buf.serialize(level=1)),
+                "deepcopy": lambda: copy.deepcopy(buf)}[how]()
+    srv2 = ReplayServer(buffer=restored)
+    assert srv2.impl == impl
+    assert srv2.selectors() == srv.selectors() == {
+        0: ("uniform", None, None), 1: ("prioritized", 0.7, 0.6), 2: ("rank", 0.8, 0.5)}
+    epi, pos = buf._picks()
+    for h in (1, 2):
+        w0 = srv2.buf._gather(h, epi, pos).weight
+        for beta in (0.9, 1.0):
+            srv.set_beta(h, beta)
+            srv2.set_beta(h, beta)
+            assert srv2.selectors()[h][2] == beta and srv2.buf.pick_selector(h).beta == beta
+            w = srv2.buf._gather(h, epi, pos).weight
+            np.testing.assert_array_equal(w, srv.buf._gather(h, epi, pos).weight)
+            assert not np.array_equal(w, w0)
+            x, y = srv.get_batch(8, h), srv2.get_batch(8, h)
+            np.testing.assert_array_equal(x.pick_epi, y.pick_epi)
+            np.testing.assert_array_equal(x.weight, y.weight)
+    assert srv2.priority_stats(2) == pytest.approx(srv.priority_stats(2))
+    # a selector added to the served buffer afterwards, and errors as the buffer's own
+    assert srv2.new_pick_selector("prioritized", beta=0.2) == 3
+    srv2.set_beta(3, 0.3)
+    assert srv2.selectors()[3] == ("prioritized", 0.6, 0.3)
+    with pytest.raises(ValueError, match="^ps: expected a pick selector of this buffer"):
+        srv2.set_beta(7, 1.0)
+    with pytest.raises(TypeError, match="^ps: expected"):
+        srv2.set_beta("1", 1.0)
+    with pytest.raises(ValueError, match="^beta: expected a finite number >= 0"):
+        srv2.set_beta(1, -1.0)
+    with pytest.raises(AttributeError):
+        srv2.set_beta(0, 1.0)  # a uniform selector has no beta
+
+
+def test_server_of_a_restored_buffer_checks_the_selectors_given():
+    # selectors= with buffer= must list the kinds of the buffer's selectors
+    # in handle order; its parameters are not applied (the buffer's are kept).
+    src = ReplayServer(state_shape=(4,), capacity=None, seed=0,
+                       selectors=["uniform", ("prioritized", {"alpha": 0.7, "beta": 0.5})])
+    buf = pickle.loads(pickle.dumps(src.buffer()))
+    srv = ReplayServer(buffer=buf, selectors=["uniform", ("prioritized", {"beta": 0.9})])
+    assert srv.selectors() == {0: ("uniform", None, None), 1: ("prioritized", 0.7, 0.5)}
+    for bad in (["prioritized"], ["uniform", "rank"], ["uniform", "prioritized", "uniform"]):
+        with pytest.raises(ValueError, match=r"^selectors: expected the kinds of the buffer's "
+                                             r"selectors in handle order, \['uniform', "
+                                             r"'prioritized'\], got \["):
+            ReplayServer(buffer=buf, selectors=bad)
+    assert ReplayServer(buffer=buf).selectors() == srv.selectors()
+
+
 def test_failed_calls_raise_the_buffers_error_and_count_nothing():
     srv = ReplayServer(state_shape=(4,), capacity=None, pick_len=1, seed=0)
     s, a, r = _episode(5)

@@ -960,6 +960,120 @@ def test_removed_selector_parameters(make_buffer):
     assert (q.alpha, q.beta) == (0.5, 0.9) and "removed" not in repr(q)
 
 
+def test_pick_selector_gives_an_object_of_a_held_selector(make_buffer):
+    """docs/api.md, "pick_selector and pick_selectors": an object as
+    new_pick_selector returned it, but a new one at every call; objects of one
+    selector are equal, hash alike and share its alpha and beta."""
+    buf = make_buffer(state_shape=(2,), seed=3)
+    assert buf.pick_selectors() == []
+    u = buf.new_pick_selector(Uniform)
+    p = buf.new_pick_selector(Prioritized, alpha=0.5, beta=0.3)
+    gone = buf.new_pick_selector(Prioritized)
+    r = buf.new_pick_selector(PickSelectorClass.Rank)
+    buf.remove_pick_selector(gone)
+    h = fill(buf, None, 6, terminated=True)
+    for orig in (u, p, r):
+        for q in (buf.pick_selector(int(orig)), buf.pick_selector(orig)):
+            assert q is not orig and q is not buf.pick_selector(int(orig))
+            assert q == orig and q == int(orig) and hash(q) == hash(orig) == hash(int(orig))
+            assert (q.handle, q.kind, q.alpha, q.beta) == (orig.handle, orig.kind, orig.alpha, orig.beta)
+            assert repr(q) == repr(orig) and q.buffer is orig.buffer is buf
+    assert u.alpha is None and buf.pick_selector(0).beta is None
+    assert p != buf.pick_selector(int(r)) and p != u
+    listed = buf.pick_selectors()
+    assert listed == [u, p, r] and [int(x) for x in listed] == [0, 1, 3]
+    assert [x.kind for x in listed] == [Uniform, Prioritized, PickSelectorClass.Rank]
+    assert all(x is not y for x, y in zip(listed, buf.pick_selectors()))
+    # every object of the selector reads and sets the same beta
+    q = buf.pick_selector(1)
+    q.beta = 0.9
+    assert p.beta == 0.9 and buf.pick_selectors()[1].beta == 0.9
+    p.beta = 0.2
+    assert q.beta == 0.2 and (q.alpha, p.alpha) == (0.5, 0.5)
+    # and it works wherever a selector does
+    assert buf.set_priority(q, [h, h], [0, 1], [4.0, 2.0]) == 2
+    assert prio_of(buf, p, [(h, 0), (h, 1)]) == pytest.approx([4.0**0.5, 2.0**0.5], rel=1e-6)
+    assert buf.get_batch(3, q).weight.shape == (3,)
+    assert buf.get_batch(2, buf.pick_selector(3)).seq_len.tolist() == [1, 1]
+    # removed through a looked-up object: every object of it reports it
+    buf.remove_pick_selector(buf.pick_selector(3))
+    assert "removed" in repr(r) and [int(x) for x in buf.pick_selectors()] == [0, 1]
+    with pytest.raises(ValueError, match="^ps: pick selector 3 was removed"):
+        r.beta
+    buf._check()
+
+
+def test_pick_selector_refuses_what_names_no_selector(make_buffer):
+    """Unknown and removed handles are a ValueError, anything but an int or a
+    selector object a TypeError, each naming ps, what was expected and what
+    came; a selector object of another buffer is a ValueError."""
+    buf = make_buffer(state_shape=(2,))
+    other = make_buffer(state_shape=(2,))
+    ps = buf.new_pick_selector(Prioritized)
+    removed = buf.new_pick_selector(Uniform)
+    buf.remove_pick_selector(removed)
+    for bad in (int(removed), removed, 2, -1, 2**63, 2**70):
+        with pytest.raises(ValueError, match="^ps: expected a pick selector of this buffer.*, got"):
+            buf.pick_selector(bad)
+    for bad in ("0", b"0", 1.0, None, True, np.array([0]), [0]):
+        with pytest.raises(TypeError, match="^ps: expected .*int.*, got"):
+            buf.pick_selector(bad)
+    with pytest.raises(ValueError, match="^ps: expected a pick selector of this buffer, got one "
+                                         "of another buffer"):
+        other.pick_selector(ps)
+    with pytest.raises(TypeError):
+        buf.pick_selectors(0)
+    assert buf.pick_selector(np.int64(0)) == ps == buf.pick_selector(np.array(0))
+
+
+@pytest.mark.parametrize("how", ["pickle", "deepcopy"])
+def test_restored_selectors_anneal_as_the_original(make_buffer, how):
+    """A copy's selectors come back with their parameters (the beta set
+    last included); pick_selector gives objects for them, through which
+    beta anneals as it does on the original: the same weights at every
+    beta, and other weights than before. The copy's and the original's
+    selectors are apart: a beta set on one is not the other's."""
+    import copy
+
+    buf = make_buffer(state_shape=(2,), capacity=40, pick_len=2, seed=7)
+    u = buf.new_pick_selector(Uniform)
+    ps = buf.new_pick_selector(Prioritized, alpha=0.7, beta=0.4)
+    rk = buf.new_pick_selector(PickSelectorClass.Rank, alpha=0.8, beta=0.2)
+    h = None
+    for i in range(30):
+        h = buf.record(h, st_of(i), i, 0.0, priority=i % 7 + 0.5, terminated=i % 10 == 9)
+    ps.beta = 0.55  # annealed before the checkpoint
+    buf2 = pickle.loads(pickle.dumps(buf)) if how == "pickle" else copy.deepcopy(buf)
+    buf2._check()
+    with pytest.raises(ValueError, match="another buffer"):
+        buf2.pick_selector(ps)  # the original's object
+    restored = buf2.pick_selectors()
+    assert restored == [0, 1, 2] and all(x.buffer is buf2 for x in restored)
+    assert all(x != y for x, y in zip(restored, (u, ps, rk)))  # of another buffer
+    ps2, rk2 = buf2.pick_selector(int(ps)), buf2.pick_selector(int(rk))
+    assert (ps2.kind, ps2.alpha, ps2.beta) == (Prioritized, 0.7, 0.55)
+    assert (rk2.kind, rk2.alpha, rk2.beta) == (PickSelectorClass.Rank, 0.8, 0.2)
+    assert buf2.pick_selector(int(u)).kind == Uniform
+    epi, pos = buf._picks()
+    for a, b in ((ps, ps2), (rk, rk2)):
+        w0 = buf2._gather(b, epi, pos).weight
+        np.testing.assert_array_equal(w0, buf._gather(a, epi, pos).weight)
+        for beta in (0.8, 1.0):
+            a.beta = beta
+            b.beta = beta
+            assert b.beta == beta and buf2.pick_selector(int(b)).beta == beta
+            w = buf2._gather(b, epi, pos).weight
+            np.testing.assert_array_equal(w, buf._gather(a, epi, pos).weight)
+            assert not np.array_equal(w, w0)
+            x, y = buf.get_batch(16, a), buf2.get_batch(16, b)
+            np.testing.assert_array_equal(x.pick_epi, y.pick_epi)
+            np.testing.assert_array_equal(x.weight, y.weight)
+    ps2.beta = 0.1
+    assert ps.beta == 1.0 and ps2.beta == 0.1
+    buf2.remove_pick_selector(rk2)
+    assert buf2.pick_selectors() == [0, 1] and buf.pick_selectors() == [u, ps, rk]
+
+
 def test_selector_sees_picks_across_removal(make_buffer):
     buf = make_buffer(state_shape=(2,), seed=1)
     a = buf.new_pick_selector(Prioritized, alpha=1.0)

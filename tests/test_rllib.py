@@ -857,7 +857,8 @@ def _state_parts(buf):
             [e.id_ for e in buf.episodes], buf.rng.bit_generator.state["state"])
 
 
-@pytest.mark.parametrize("damage", ["buffer bytes", "missing key", "rng", "end_len", "running"])
+@pytest.mark.parametrize("damage", ["buffer bytes", "missing key", "rng", "end_len", "running",
+                                    "selector"])
 def test_a_refused_state_changes_nothing(damage):
     """set_state checks and decodes every part of a state before it sets any:
     a state refused in a late part (it used to have replaced the buffer and
@@ -877,6 +878,8 @@ def test_a_refused_state_changes_nothing(damage):
         state["rng"] = {"bit_generator": "nonsense"}
     elif damage == "end_len":
         state["end_len"] = (np.array([10**9]), np.array([3]))
+    elif damage == "selector":  # a handle the buffer's bytes hold no selector for
+        state["selector"] = 7
     else:
         state["running"] = [(1, 2)]
     dst = PrioritizedEpisodeReplayBuffer(capacity=200, n_step=(1, 3), seed=5)

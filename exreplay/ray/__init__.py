@@ -340,9 +340,14 @@ class ReplayServer:
     for the pure-Python ``ReferenceReplay`` (the benchmarks' baseline).
     selectors: pick selectors to create, in order (handles 0, 1, ...): each a
     kind (``"uniform"``, ``"prioritized"`` or a PickSelectorClass) or
-    ``(kind, params)``. Default: one prioritized selector (alpha=0.6, beta=0.4).
+    ``(kind, params)``. Default (None): one prioritized selector (alpha=0.6,
+    beta=0.4).
     buffer: an existing buffer (e.g. from ``ray.put``/``unserialize``) to serve
-    instead of building one; its selectors are then taken as they are.
+    instead of building one; its selectors are then taken as they are, with
+    their handles and current parameters (``buffer.pick_selectors()``), and
+    ``set_beta`` anneals them too. ``selectors``, if given, must list the
+    buffer's selectors' kinds in handle order (ValueError otherwise); its
+    parameters are not applied.
     log: ``{"dir": DIR, "source": k, "level": 1, ...}`` attaches an experience
     log (docs/log.md) written on this actor's node to ``DIR/replay-<k>.xlog``:
     every step recorded here is logged by the buffer's own writer thread, and
@@ -353,19 +358,15 @@ class ReplayServer:
     The other keyword arguments go to the buffer's constructor.
     """
 
-    def __init__(self, *, impl: str = "c", selectors=(("prioritized", {}),), buffer=None, log=None,
-                 **buffer_kwargs):
-        self._selectors: dict[int, PickSelectorClass] = {}
-        self._params: dict[int, dict] = {}
-        self._sel_objs: dict[int, Any] = {}
-        specs = [(s, {}) if not isinstance(s, (tuple, list)) else (s[0], dict(s[1])) for s in selectors]
+    def __init__(self, *, impl: str = "c", selectors=None, buffer=None, log=None, **buffer_kwargs):
+        specs = None if selectors is None else [
+            (s, {}) if not isinstance(s, (tuple, list)) else (s[0], dict(s[1])) for s in selectors]
         if buffer is not None:
-            # A restored buffer keeps its selectors; `selectors` describes them
-            # (handles 0, 1, ... in order), as given when the original was built.
+            # A restored buffer keeps its selectors, which the server reads
+            # from it (pick_selector, pick_selectors) whenever it needs them.
             self.buf = buffer
-            for h, (kind, params) in enumerate(specs):
-                self._selectors[h] = _kind(kind)
-                self._params[h] = params
+            if specs is not None:
+                self._check_selectors(specs)
         else:
             if impl == "c":
                 cls = exreplay.ExperienceReplay
@@ -374,7 +375,7 @@ class ReplayServer:
             else:
                 raise ValueError(f"impl: expected 'c' or 'reference', got {impl!r}")
             self.buf = cls(**buffer_kwargs)
-            for kind, params in specs:
+            for kind, params in (specs if specs is not None else [("prioritized", {})]):
                 self.new_pick_selector(kind, **params)
         self.impl = "c" if isinstance(self.buf, exreplay.ExperienceReplay) else "reference"
         self._log = None
@@ -388,33 +389,33 @@ class ReplayServer:
 
     def new_pick_selector(self, kind, **params) -> int:
         """Add a pick selector (kind, **params); returns its int handle."""
-        ps = self.buf.new_pick_selector(_kind(kind), **params)
-        h = int(ps)
-        self._selectors[h] = _kind(kind)
-        self._params[h] = dict(params)
-        self._sel_objs[h] = ps
-        return h
+        return int(self.buf.new_pick_selector(_kind(kind), **params))
+
+    def _check_selectors(self, specs) -> None:
+        """selectors= given with buffer=: the kinds of the buffer's selectors,
+        in handle order."""
+        have = [_kind(ps.kind).name.lower() for ps in self.buf.pick_selectors()]
+        given = [_kind(kind).name.lower() for kind, _ in specs]
+        if given != have:
+            raise ValueError(f"selectors: expected the kinds of the buffer's selectors in handle "
+                             f"order, {have}, got {given}")
 
     def selectors(self) -> dict:
-        """{handle: (kind name, alpha, beta)} (alpha, beta None for uniform)."""
+        """{handle: (kind name, alpha, beta)} of every selector the buffer holds,
+        read now (alpha, beta None for uniform)."""
         out = {}
-        for h, k in self._selectors.items():
+        for ps in self.buf.pick_selectors():
+            k = _kind(ps.kind)
             if k != PickSelectorClass.Uniform:
-                out[h] = (k.name.lower(), *self._ab(h))
+                out[int(ps)] = (k.name.lower(), float(ps.alpha), float(ps.beta))
             else:
-                out[h] = ("uniform", None, None)
+                out[int(ps)] = ("uniform", None, None)
         return out
 
-    def _ab(self, h):
-        sel = self._sel_objs.get(h)
-        if sel is not None:
-            return float(sel.alpha), float(sel.beta)
-        p = self._params.get(h, {})
-        return float(p.get("alpha", 0.6)), float(p.get("beta", 0.4))
-
     def set_beta(self, ps: int, beta: float) -> None:
-        """Anneal beta (only for selectors this server created)."""
-        self._sel_objs[int(ps)].beta = beta
+        """Anneal beta of selector ps (a handle; a restored buffer's selectors
+        too): the buffer's PickSelector.beta, with its errors."""
+        self.buf.pick_selector(ps).beta = beta
 
     def config(self) -> dict:
         b = self.buf
@@ -627,13 +628,14 @@ class ReplayServer:
         if f is not None:
             total, mn, n = f(ps)
             return float(total), float(mn), int(n)
-        kind = self._selectors.get(int(ps), PickSelectorClass.Prioritized)
+        sel = self.buf.pick_selector(ps)
+        kind = _kind(sel.kind)
         epi, pos = self.buf._picks()
         n = len(epi)
         if kind == PickSelectorClass.Uniform:
             return float(n), (1.0 if n else float("inf")), n
         if kind == PickSelectorClass.Rank:  # draw weights r**-alpha, r = 1..n
-            alpha = self._ab(int(ps))[0]
+            alpha = float(sel.alpha)
             w = np.arange(1, n + 1, dtype=np.float64) ** -alpha
             return float(w.sum()), (float(w[-1]) if n else float("inf")), n
         pa = np.asarray(self.buf._priority(ps, epi, pos), dtype=np.float64) if n else np.zeros(0)

@@ -993,6 +993,9 @@ class _ExreplayEpisodeBuffer:
 
     def _decode_state(self, state: Dict[str, Any]) -> Dict[str, Any]:
         buf = None if state["buffer"] is None else exreplay.ExperienceReplay.unserialize(state["buffer"])
+        sel = state["selector"]
+        if buf is not None:  # its PickSelector, as a new buffer has (a ValueError if it has none)
+            sel = buf.pick_selector(sel)
         h_id = dict(state["h_id"])
         id_count: Dict[Any, int] = {}
         for id_ in h_id.values():
@@ -1009,7 +1012,7 @@ class _ExreplayEpisodeBuffer:
         running_t = {k: None if t is None else operator.index(t)
                      for k, t in state.get("running_t") or ()}
         return dict(
-            _buf=buf, _sel=state["selector"], _alpha=float(state["alpha"]),
+            _buf=buf, _sel=sel, _alpha=float(state["alpha"]),
             _n_max=operator.index(state["n_max"]), _h_min=operator.index(state["h_min"]),
             _next_h=next_h, _h_id=h_id, _id_count=id_count,
             # each last observation in the buffer's dtype, as add compares it

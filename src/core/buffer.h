@@ -184,6 +184,10 @@ exr_status exr_buffer_add_selector_locked(exr_buffer *b, int kind, const double 
                                           int64_t *h);
 exr_status exr_buffer_remove_selector_locked(exr_buffer *b, int64_t h);
 exr_selector *exr_buffer_selector_locked(exr_buffer *b, int64_t h);
+/* The selectors held, by ascending handle: each one's handle and kind (its
+ * index in exr_selector_kinds) into handles and kinds, which have room for
+ * EXR_MAX_SELECTORS entries. Returns how many there are. O(selectors). */
+size_t exr_buffer_selectors_locked(const exr_buffer *b, int64_t *handles, int *kinds);
 /* Sets a settable parameter (EXR_EINVAL if not settable or out of range). */
 exr_status exr_buffer_set_param_locked(exr_buffer *b, int64_t h, int k, double v);
 

@@ -104,8 +104,12 @@ int exr_buffer_check_locked(const exr_buffer *b, char *msg, size_t msglen)
              (unsigned long long)b->cfg.capacity);
     if (!hand_seen)
         FAIL("second-chance hand is not on a live episode");
-    for (size_t i = 0; i < b->nsels; i++)
+    for (size_t i = 0; i < b->nsels; i++) {
+        if (i && b->sels[i].handle <= b->sels[i - 1].handle)
+            FAIL("selector %lld listed after selector %lld (handles ascend)",
+                 (long long)b->sels[i].handle, (long long)b->sels[i - 1].handle);
         if (check_selector(b, b->sels[i].sel, msg, msglen))
             return 1;
+    }
     return 0;
 }

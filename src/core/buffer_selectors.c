@@ -1,6 +1,6 @@
 /*
  * buffer_selectors.c - the buffer's selectors: adding, removing, finding one by handle,
- * setting a parameter.
+ * listing them, setting a parameter.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -96,6 +96,22 @@ exr_selector *exr_buffer_selector_locked(exr_buffer *b, int64_t h)
     EXR_ASSERT_LOCKED(b);
     sel_entry *e = find_sel(b, h);
     return e ? e->sel : NULL;
+}
+
+size_t exr_buffer_selectors_locked(const exr_buffer *b, int64_t *handles, int *kinds)
+{
+    EXR_ASSERT_LOCKED(b);
+    /* b->sels is in ascending handle order: entries are appended with a
+     * new, larger handle (a restored buffer's too: codec_read.c refuses
+     * handles out of order) and removal keeps the order of the rest */
+    for (size_t i = 0; i < b->nsels; i++) {
+        int k = 0;
+        while (k < exr_selector_nkinds && exr_selector_kinds[k] != b->sels[i].sel->vt)
+            k++;
+        handles[i] = b->sels[i].handle;
+        kinds[i] = k;
+    }
+    return b->nsels;
 }
 
 exr_status exr_buffer_set_param_locked(exr_buffer *b, int64_t h, int k, double v)

@@ -109,6 +109,27 @@ PyDoc_STRVAR(exr_doc_remove_pick_selector,
 "  a selector of another buffer).\n"
 "GIL: held.");
 
+PyDoc_STRVAR(exr_doc_pick_selector,
+"pick_selector($self, ps, /)\n--\n\n"
+"A PickSelector for selector ps of this buffer, as new_pick_selector\n"
+"returned it: for a restored buffer (unserialize, load, pickle, copy)\n"
+"whose selectors came back without their objects, say to anneal beta.\n\n"
+"Args: ps: an int handle (or a PickSelector of this buffer).\n"
+"Returns: a new PickSelector object at every call, equal (==, hash) to\n"
+"  every other one of this selector and to its handle; all of them read\n"
+"  and set the same alpha and beta.\n"
+"Raises: TypeError (not an int or a PickSelector), ValueError (a handle\n"
+"  this buffer holds no selector for, removed ones too, or a PickSelector\n"
+"  of another buffer).\n"
+"GIL: held. O(selectors).");
+
+PyDoc_STRVAR(exr_doc_pick_selectors,
+"pick_selectors($self, /)\n--\n\n"
+"A PickSelector for every selector this buffer holds, by ascending handle.\n\n"
+"Returns: a list of new PickSelector objects (as pick_selector(h) gives\n"
+"  them); [] when there is none.\n"
+"GIL: held. O(selectors).");
+
 PyDoc_STRVAR(exr_doc_get_batch,
 "get_batch($self, batch_size, ps, out=None)\n--\n\n"
 "Draws batch_size picks, with replacement, with selector ps.\n\n"

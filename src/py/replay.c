@@ -273,6 +273,8 @@ static PyMethodDef replay_methods[] = {
      exr_doc_new_pick_selector},
     {"remove_pick_selector", (PyCFunction)replay_remove_pick_selector, METH_O,
      exr_doc_remove_pick_selector},
+    {"pick_selector", (PyCFunction)replay_pick_selector, METH_O, exr_doc_pick_selector},
+    {"pick_selectors", (PyCFunction)replay_pick_selectors, METH_NOARGS, exr_doc_pick_selectors},
     {"get_batch", (PyCFunction)(void (*)(void))replay_get_batch, METH_FASTCALL | METH_KEYWORDS,
      exr_doc_get_batch},
     {"set_priority", (PyCFunction)(void (*)(void))replay_set_priority,

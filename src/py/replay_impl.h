@@ -49,6 +49,8 @@ PyObject *replay_new_episode(ReplayObject *self, PyObject *unused);
 PyObject *replay_remove_episode(ReplayObject *self, PyObject *ho);
 PyObject *replay_new_pick_selector(ReplayObject *self, PyObject *args, PyObject *kw);
 PyObject *replay_remove_pick_selector(ReplayObject *self, PyObject *ps);
+PyObject *replay_pick_selector(ReplayObject *self, PyObject *ps);
+PyObject *replay_pick_selectors(ReplayObject *self, PyObject *unused);
 PyObject *replay_get_batch(ReplayObject *self, PyObject *const *args, Py_ssize_t nargs,
                            PyObject *kwnames);
 PyObject *replay_gather(ReplayObject *self, PyObject *const *args, Py_ssize_t nargs);

@@ -1,7 +1,9 @@
 /*
  * selector.c - the PickSelector type: a handle to one of a buffer's pick
  * selectors. It works wherever an int handle does (__index__), and exposes
- * the selector's parameters (beta is settable, for annealing).
+ * the selector's parameters (beta is settable, for annealing). The objects
+ * are not kept: new_pick_selector, pick_selector and pick_selectors each
+ * make a new one, which reads and sets the buffer's own selector.
  */
 #include "binding.h"
 
@@ -208,10 +210,13 @@ static PyType_Slot sel_slots[] = {
     {Py_tp_getset, sel_getset},
     {Py_nb_index, sel_index},
     {Py_nb_int, sel_index},
-    {Py_tp_doc, "A pick selector of an ExperienceReplay (from new_pick_selector).\n\n"
+    {Py_tp_doc, "A pick selector of an ExperienceReplay (from new_pick_selector,\n"
+                "pick_selector or pick_selectors: a new object at every call; objects of\n"
+                "one selector of one buffer are equal and share its alpha and beta).\n\n"
                 "Behaves as its integer handle wherever a handle is expected (it has\n"
                 "__index__ and compares equal to its handle); a selector object of another\n"
-                "buffer is refused with ValueError.\n\n"
+                "buffer is refused with ValueError (buf.pick_selector(int(ps)) gives this\n"
+                "buffer's object for the same handle, e.g. after a restore).\n\n"
                 "Attributes:\n"
                 "  handle: its int handle (0, 1, ... per buffer, never reused).\n"
                 "  kind: the PickSelectorClass value (0 Uniform, 1 Prioritized, 2 Rank).\n"
@@ -314,4 +319,49 @@ PyObject *replay_remove_pick_selector(ReplayObject *self, PyObject *ps)
     if (st == EXR_ENOTFOUND)
         return unknown_selector(h);
     Py_RETURN_NONE;
+}
+
+/* ---- PickSelector objects for the selectors a buffer holds -------------- */
+
+/* The selectors self holds (exr_buffer_selectors_locked), read under its
+ * lock; handles and kinds have room for EXR_MAX_SELECTORS entries. */
+static size_t held_selectors(ReplayObject *self, int64_t *handles, int *kinds)
+{
+    exr_lock_with_gil(self->buf);
+    size_t n = exr_buffer_selectors_locked(self->buf, handles, kinds);
+    exr_buffer_unlock(self->buf);
+    return n;
+}
+
+PyObject *replay_pick_selector(ReplayObject *self, PyObject *ps)
+{
+    EXR_GUARD(self, NULL);
+    int64_t h;
+    if (exr_selector_handle(self, ps, &h) < 0)
+        return NULL;
+    int64_t handles[EXR_MAX_SELECTORS];
+    int kinds[EXR_MAX_SELECTORS];
+    size_t n = held_selectors(self, handles, kinds);
+    for (size_t i = 0; i < n; i++)
+        if (handles[i] == h)
+            return exr_selector_new(self, h, kinds[i]);
+    return unknown_selector(h);
+}
+
+PyObject *replay_pick_selectors(ReplayObject *self, PyObject *unused)
+{
+    EXR_GUARD(self, NULL);
+    (void)unused;
+    int64_t handles[EXR_MAX_SELECTORS];
+    int kinds[EXR_MAX_SELECTORS];
+    size_t n = held_selectors(self, handles, kinds);
+    PyObject *l = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; l && i < n; i++) {
+        PyObject *s = exr_selector_new(self, handles[i], kinds[i]);
+        if (!s)
+            Py_CLEAR(l);
+        else
+            PyList_SET_ITEM(l, (Py_ssize_t)i, s);
+    }
+    return l;
 }
