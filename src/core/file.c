@@ -335,11 +335,11 @@ exr_status exr_file_load(const char *path, exr_buffer **out, unsigned char *meta
                 st = EXR_ECORRUPT;
             have += got;
         }
-        uint64_t body;
+        exr_codec_header h;
         if (st == EXR_OK)
-            st = exr_codec_check_header(header, (uint64_t)sb.st_size, &body);
+            st = exr_codec_check_header(header, (uint64_t)sb.st_size, &h);
         if (st == EXR_OK)
-            st = exr_codec_read(header, source_file, &s, out, meta, meta_len);
+            st = exr_codec_read(&h, source_file, &s, out, meta, meta_len);
         if (st == EXR_EIO)
             *err = s.err;
     }
