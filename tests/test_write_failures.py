@@ -75,6 +75,84 @@ def test_a_long_name_cut_inside_a_utf8_character_and_its_stale_temp_files(tmp_pa
     assert len(ExperienceReplay.load(p)) == 3
 
 
+def _loads_as(path, buf):
+    return ExperienceReplay.load(path).serialize(0) == buf.serialize(0)
+
+
+def test_save_through_a_symlink_writes_the_file_it_leads_to(tmp_path):
+    """save() renamed its temp file over the path itself: a symlink there
+    became a regular file holding the buffer, and the file it pointed to
+    kept the old bytes. The link is now followed (through a chain of links,
+    a relative one from its own directory, into another directory), the temp
+    file made next to the target, and the link stays."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "links").mkdir()
+    target = tmp_path / "data" / "ckpt.exr"
+    small(5).save(target)
+    os.chmod(target, 0o640)
+    os.symlink("../data/ckpt.exr", tmp_path / "links" / "one")
+    os.symlink("one", tmp_path / "links" / "two")
+    a = small(9)
+    a.save(tmp_path / "links" / "two")
+    assert os.readlink(tmp_path / "links" / "two") == "one"
+    assert os.readlink(tmp_path / "links" / "one") == "../data/ckpt.exr"
+    assert _loads_as(target, a)
+    assert stat.S_IMODE(os.lstat(target).st_mode) == 0o640  # the target's permissions kept
+    assert sorted(os.listdir(tmp_path / "links")) == ["one", "two"]
+    assert os.listdir(tmp_path / "data") == ["ckpt.exr"]
+
+
+def test_save_through_a_dangling_symlink_creates_the_file_it_names(tmp_path):
+    """A link to a name nothing has yet: the file it names is created (as
+    open(path, "w") would), the link stays; a link into a directory that
+    does not exist is a FileNotFoundError naming the path, and a loop of
+    links an OSError (ELOOP): nothing changes."""
+    link = tmp_path / "latest.exr"
+    os.symlink("run1.exr", link)
+    a = small(4)
+    a.save(link)
+    assert os.readlink(link) == "run1.exr" and _loads_as(tmp_path / "run1.exr", a)
+    bad = tmp_path / "bad.exr"
+    os.symlink("no/such/dir/x.exr", bad)
+    with pytest.raises(FileNotFoundError) as ei:
+        a.save(bad)
+    assert os.fspath(ei.value.filename) == str(bad)
+    os.symlink("loop2", tmp_path / "loop1")
+    os.symlink("loop1", tmp_path / "loop2")
+    with pytest.raises(OSError) as ei:
+        a.save(tmp_path / "loop1")
+    assert ei.value.errno == errno.ELOOP
+    assert os.fspath(ei.value.filename) == str(tmp_path / "loop1")
+    assert sorted(os.listdir(tmp_path)) == ["bad.exr", "latest.exr", "loop1", "loop2",
+                                            "run1.exr"]
+    assert os.readlink(bad) == "no/such/dir/x.exr"
+
+
+@pytest.mark.parametrize("unnamed", [True, False], ids=["O_TMPFILE", "named temp"])
+def test_a_failed_fsync_of_the_directory_is_an_oserror(tmp_path, unnamed):
+    """The directory's fsync after the rename was made and its result
+    ignored: a save whose new name might not survive a power loss returned
+    as if it would. It is now an OSError naming the path (the new file is
+    in place: the rename came first). EINVAL (a file system that cannot
+    sync a directory) is no failure."""
+    p = tmp_path / "b.exr"
+    small(3).save(p)
+    a = small(8)
+    was = exreplay._core._set_unnamed_temp(unnamed)
+    old = exreplay._core._set_sync_dir_errno(errno.EIO)
+    try:
+        with pytest.raises(OSError) as ei:
+            a.save(p)
+        exreplay._core._set_sync_dir_errno(errno.EINVAL)
+        a.save(tmp_path / "c.exr")
+    finally:
+        exreplay._core._set_sync_dir_errno(old)
+        exreplay._core._set_unnamed_temp(was)
+    assert ei.value.errno == errno.EIO and os.fspath(ei.value.filename) == str(p)
+    assert _loads_as(p, a) and _loads_as(tmp_path / "c.exr", a)
+    assert sorted(os.listdir(tmp_path)) == ["b.exr", "c.exr"]
+
+
 # ---- the experience log's writer ---------------------------------------------------
 
 
