@@ -506,15 +506,15 @@ static PyMethodDef module_methods[] = {
      "(0: the default, 16 MiB). Returns the value before."},
     {"_set_unnamed_temp", set_unnamed_temp_py, METH_O,
      "_set_unnamed_temp(on, /)\n--\n\n"
-     "Test hook: whether save() may write into an unnamed file (O_TMPFILE, the\n"
-     "default); off, it writes a named temp file\n"
+     "Test hook: whether save() and log merge() may write into an unnamed file\n"
+     "(O_TMPFILE, the default); off, they write a named temp file\n"
      "<dir>/.<name>.<pid>.XXXXXX from the start, as on a file system without it\n"
      "(docs/format.md, \"Writing\"). Returns the setting before."},
     {"_set_sync_dir_errno", set_sync_dir_errno_py, METH_O,
      "_set_sync_dir_errno(errnum, /)\n--\n\n"
-     "Test hook: the fsync of the directory that save() makes after naming its\n"
-     "file fails with this errno (0: it does not, the default). Returns the\n"
-     "value before."},
+     "Test hook: the fsync of the directory that save() and log merge() make\n"
+     "after naming their file fails with this errno (0: it does not, the\n"
+     "default). Returns the value before."},
     {"_set_copy_simd", set_copy_simd_py, METH_O,
      "_set_copy_simd(on, /)\n--\n\n"
      "Test hook: whether get_batch may copy (4,) float32 | int64 | float32 rows with\n"
