@@ -4,16 +4,18 @@
  *
  *   save: follow path's symbolic links to the target (docs/format.md,
  *         "Writing") --> sweep tdir/.name.PID.XXXXXX of dead PIDs -->
- *         unnamed file in tdir (O_TMPFILE; else mkstemp
+ *         unnamed file in tdir (O_TMPFILE; else mkostemp
  *         tdir/.name.PID.XXXXXX) --write header hole, stream body, write
  *         header, fsync--> linkat as tdir/.name.PID.XXXXXX --> rename over
- *         tdir/name --> fsync(tdir)
+ *         tdir/name --> fsync(tdir), its failure the save's
+ *   merge's output (docs/log.md, "Merging"): the same without following
+ *         links, and a link (never over anything) in place of the rename
  *
  * A crash at any moment leaves either the old file or the new one complete:
  * the new bytes only get the file's name once they are on disk. What else a
- * crash can leave (a named temp file) the next save of that name removes.
- * The new file gets the old one's permissions, or 0666 less the umask if
- * there was none.
+ * crash can leave (a named temp file) the next save or merge of that name
+ * removes. The new file gets the old one's permissions, or 0666 less the
+ * umask if there was none.
  */
 #ifndef EXR_FILE_H
 #define EXR_FILE_H
