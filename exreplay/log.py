@@ -804,7 +804,11 @@ def merge(inputs: Sequence[PathLike], output: PathLike, *, level: int = 1,
     A streaming k-way merge (docs/log.md, "Merging"): each input holds its
     current chunk and one more being decoded, so memory does not grow with
     the logs. Records with equal timestamps keep the order of ``inputs``
-    (and within one input, their order in it). ``output`` must not exist.
+    (and within one input, their order in it). ``output`` must not exist
+    (FileExistsError); it is written under a temporary name in its
+    directory, or none, and gets its name only once complete and on disk:
+    a merge that fails, or is killed, leaves no output, and running it
+    again just works (docs/log.md, "Merging").
     ``progress``: True draws a bar on stderr, a callable gets (bytes_done,
     bytes_total); None draws the bar only for inputs of 256 MB or more on a
     terminal. ``threads``: how many threads decode the inputs' chunks and
@@ -824,12 +828,12 @@ def merge(inputs: Sequence[PathLike], output: PathLike, *, level: int = 1,
         header = schema.header_bytes({"sources": sorted(sources)})
         total = sum(r.size for r in readers)
         prog = _Progress(total, progress)
-        try:
-            fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_EXCL
-                         | getattr(os, "O_CLOEXEC", 0), 0o666)
+        try:  # a temp file (or an unnamed one) in output's directory
+            out = _core._NewFile(output)
         except OSError as e:
             _raise_if_too_many_files(e, len(inputs))
             raise
+        fd = out.fileno()
         eng = None
         try:
             _write_fd(fd, header, output)
@@ -840,17 +844,12 @@ def merge(inputs: Sequence[PathLike], output: PathLike, *, level: int = 1,
             eng = None
             _write_fd(fd, _block_bytes(KIND_END, CODEC_STORED, 0, MIXED_SOURCE, last_ts,
                                        last_ts, 0, b""), output)
-            _path_named(os.fsync, output, fd)
+            out.publish()  # fsync, then the name output, then fsync of the directory
         except BaseException:
             if eng is not None:
                 eng.close()
-            os.close(fd)
-            try:
-                os.unlink(output)
-            except OSError:
-                pass
+            out.discard()
             raise
-        os.close(fd)
         prog(total, final=True)
     finally:
         for r in readers:

@@ -83,14 +83,14 @@ static void fail(const char *what, const char *detail)
 static exr_status read_buffer(const uint8_t *data, size_t size, exr_buffer **out,
                               unsigned char *meta, size_t *meta_len)
 {
-    uint64_t body;
+    exr_codec_header h;
     if (size < EXR_HEADER_BYTES)
         return EXR_ECORRUPT;
-    exr_status st = exr_codec_check_header(data, (uint64_t)size, &body);
+    exr_status st = exr_codec_check_header(data, (uint64_t)size, &h);
     if (st != EXR_OK)
         return st;
     mem_source src = {data + EXR_HEADER_BYTES, size - EXR_HEADER_BYTES};
-    return exr_codec_read(data, source_mem, &src, out, meta, meta_len);
+    return exr_codec_read(&h, source_mem, &src, out, meta, meta_len);
 }
 
 /* Serializes b at level 0 into a new malloc'd array; NULL if memory ran out. */

@@ -4,9 +4,12 @@ defects that adversarial testing found (docs/fuzzing.md, "Hostile input").
 Each test here failed before its fix: a file of chosen colliding handles
 made loading quadratic; a small zlib input made the reader allocate
 gigabytes; a FIFO buffer's hand broke the invariants; the handle counters
-could be written at a value the reader refused.
+could be written at a value the reader refused. One is a guard, a race that
+failed in about two runs of three: a header rewritten by another thread
+during unserialize made a small stored input allocate gigabytes.
 """
 
+import collections
 import json
 import os
 import resource
@@ -14,6 +17,8 @@ import struct
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 import zlib
 
 import numpy as np
@@ -307,6 +312,60 @@ def test_counter_at_its_limit_round_trips(which):
     past = _patched_config(b, lambda cfg: struct.pack_into("<q", cfg, off, MAX_HANDLE + 1))
     with pytest.raises(ValueError):
         ExperienceReplay.unserialize(past)
+
+
+
+def test_header_rewritten_by_another_thread_during_unserialize():
+    """A guard (a race: it cannot fail at every run). unserialize reads the
+    caller's buffer without the GIL, and it read the 40-byte header twice
+    and some fields a third time: a check against the input's length, then
+    the fields it read by. Another thread writing a bytearray's header in
+    between could have the body read by a header never checked against the
+    input: here a stored body of some 300 bytes whose header then declares
+    2**50 bytes, and whose config declares 64 GiB states, made the reader
+    allocate 64 GiB for the final state (MemoryError: about one call in
+    150,000 here, so about two runs in three of this test failed on the old
+    code). The header is now copied once, and only
+    the checked copy is read: every call raises ValueError (the body is not
+    valid under the real header), never anything else, never a crash."""
+    b = ExperienceReplay((4,), "float32", capacity=None, seed=1)
+    b.record_many(None, np.ones((1, 4), np.float32), np.ones(1, np.int64),
+                  np.zeros(1, np.float32), final_state=np.ones(4, np.float32))
+    secs = sections(fw.unpack(b.serialize(level=0))[1])
+    struct.pack_into("<Q", secs[0][1], 0, 1 << 36)  # state_bytes: 64 GiB
+    payload = join(secs)
+    real = bytes(fw.make_header(len(payload), len(payload), 0, fw.crc(payload)))
+    lying = bytes(fw.make_header(1 << 50, 1 << 50, 0, fw.crc(payload)))
+    data = bytearray(real + payload)
+    with pytest.raises(ValueError, match="data: invalid serialized buffer"):
+        ExperienceReplay.unserialize(bytes(data))
+    stop = threading.Event()
+
+    def rewrite():
+        while not stop.is_set():
+            data[:40] = lying
+            data[:40] = real
+
+    t = threading.Thread(target=rewrite)
+    t.start()
+    got = collections.Counter()
+    try:
+        end = time.monotonic() + 4.0
+        for i in range(300_000):
+            if i % 1000 == 0 and time.monotonic() > end:
+                break
+            try:
+                ExperienceReplay.unserialize(data)
+                got["returned"] += 1
+            except ValueError as e:
+                assert str(e) == "data: invalid serialized buffer"
+                got["ValueError"] += 1
+            except MemoryError as e:
+                got["MemoryError: %s" % e] += 1
+    finally:
+        stop.set()
+        t.join()
+    assert list(got) == ["ValueError"], got
 
 
 # --- 5. selectors: at most 1,024 a buffer ----------------------------------------------

@@ -1,13 +1,16 @@
 """Write failures and odd paths for save()/load(), the experience log's
 writer and merge's output: a file-size limit reached mid-write (EFBIG, with
 SIGXFSZ ignored, in a child process), a FIFO or a symlink at the path, names
-as long as a file system allows. What the caller gets (an OSError naming the
-path, never a hang) and what is left on disk (docs/format.md "Writing",
-docs/log.md)."""
+as long as a file system allows, a failed fsync of the directory (the test
+hook _core._set_sync_dir_errno), a merge killed half way. What the caller
+gets (an OSError naming the path, never a hang) and what is left on disk
+(docs/format.md "Writing", docs/log.md "Merging")."""
 
 import errno
 import json
 import os
+import re
+import signal
 import stat
 import subprocess
 import sys
@@ -16,6 +19,7 @@ import numpy as np
 import pytest
 
 import exreplay
+import exreplay.log as xlog
 from childrun import ROOT, run_child
 from exreplay import ExperienceReplay
 
@@ -73,6 +77,84 @@ def test_a_long_name_cut_inside_a_utf8_character_and_its_stale_temp_files(tmp_pa
     small(3).save(p)
     assert os.listdir(tmp_path) == [name]
     assert len(ExperienceReplay.load(p)) == 3
+
+
+def _loads_as(path, buf):
+    return ExperienceReplay.load(path).serialize(0) == buf.serialize(0)
+
+
+def test_save_through_a_symlink_writes_the_file_it_leads_to(tmp_path):
+    """save() renamed its temp file over the path itself: a symlink there
+    became a regular file holding the buffer, and the file it pointed to
+    kept the old bytes. The link is now followed (through a chain of links,
+    a relative one from its own directory, into another directory), the temp
+    file made next to the target, and the link stays."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "links").mkdir()
+    target = tmp_path / "data" / "ckpt.exr"
+    small(5).save(target)
+    os.chmod(target, 0o640)
+    os.symlink("../data/ckpt.exr", tmp_path / "links" / "one")
+    os.symlink("one", tmp_path / "links" / "two")
+    a = small(9)
+    a.save(tmp_path / "links" / "two")
+    assert os.readlink(tmp_path / "links" / "two") == "one"
+    assert os.readlink(tmp_path / "links" / "one") == "../data/ckpt.exr"
+    assert _loads_as(target, a)
+    assert stat.S_IMODE(os.lstat(target).st_mode) == 0o640  # the target's permissions kept
+    assert sorted(os.listdir(tmp_path / "links")) == ["one", "two"]
+    assert os.listdir(tmp_path / "data") == ["ckpt.exr"]
+
+
+def test_save_through_a_dangling_symlink_creates_the_file_it_names(tmp_path):
+    """A link to a name nothing has yet: the file it names is created (as
+    open(path, "w") would), the link stays; a link into a directory that
+    does not exist is a FileNotFoundError naming the path, and a loop of
+    links an OSError (ELOOP): nothing changes."""
+    link = tmp_path / "latest.exr"
+    os.symlink("run1.exr", link)
+    a = small(4)
+    a.save(link)
+    assert os.readlink(link) == "run1.exr" and _loads_as(tmp_path / "run1.exr", a)
+    bad = tmp_path / "bad.exr"
+    os.symlink("no/such/dir/x.exr", bad)
+    with pytest.raises(FileNotFoundError) as ei:
+        a.save(bad)
+    assert os.fspath(ei.value.filename) == str(bad)
+    os.symlink("loop2", tmp_path / "loop1")
+    os.symlink("loop1", tmp_path / "loop2")
+    with pytest.raises(OSError) as ei:
+        a.save(tmp_path / "loop1")
+    assert ei.value.errno == errno.ELOOP
+    assert os.fspath(ei.value.filename) == str(tmp_path / "loop1")
+    assert sorted(os.listdir(tmp_path)) == ["bad.exr", "latest.exr", "loop1", "loop2",
+                                            "run1.exr"]
+    assert os.readlink(bad) == "no/such/dir/x.exr"
+
+
+@pytest.mark.parametrize("unnamed", [True, False], ids=["O_TMPFILE", "named temp"])
+def test_a_failed_fsync_of_the_directory_is_an_oserror(tmp_path, unnamed):
+    """The directory's fsync after the rename was made and its result
+    ignored: a save whose new name might not survive a power loss returned
+    as if it would. It is now an OSError naming the path (the new file is
+    in place: the rename came first). EINVAL (a file system that cannot
+    sync a directory) is no failure."""
+    p = tmp_path / "b.exr"
+    small(3).save(p)
+    a = small(8)
+    was = exreplay._core._set_unnamed_temp(unnamed)
+    old = exreplay._core._set_sync_dir_errno(errno.EIO)
+    try:
+        with pytest.raises(OSError) as ei:
+            a.save(p)
+        exreplay._core._set_sync_dir_errno(errno.EINVAL)
+        a.save(tmp_path / "c.exr")
+    finally:
+        exreplay._core._set_sync_dir_errno(old)
+        exreplay._core._set_unnamed_temp(was)
+    assert ei.value.errno == errno.EIO and os.fspath(ei.value.filename) == str(p)
+    assert _loads_as(p, a) and _loads_as(tmp_path / "c.exr", a)
+    assert sorted(os.listdir(tmp_path)) == ["b.exr", "c.exr"]
 
 
 # ---- the experience log's writer ---------------------------------------------------
@@ -252,6 +334,94 @@ def test_a_failed_write_of_merge_output_names_the_output(tmp_path):
     out = str(tmp_path / "out.xlog")
     assert json.loads(r.stdout) == [[w, [errno.EFBIG, out], False]
                                     for w in ("header", "chunks", "end marker")]
+
+
+def _merge_inputs(d):
+    """Two logs of 400 records in chunks of about 2 KB, timestamps interleaved."""
+    ins = []
+    for k in range(2):
+        q = d / ("in%d.xlog" % k)
+        with exreplay.ExperienceLog(q, source=k, state_shape=(16,), level=0,
+                                    chunk_bytes=2000) as lg:
+            for i in range(400):
+                lg.append(0, 2 * i + k, np.full(16, i, np.float32), i, 0.0)
+        ins.append(str(q))
+    return ins
+
+
+MERGE_KILL_CHILD = r"""
+import os, signal, sys
+import exreplay.log as xlog
+from exreplay import _core
+out, kill_at, unnamed, ins = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4:]
+if not unnamed:
+    _core._set_unnamed_temp(False)
+calls = 0
+def progress(done, total):
+    global calls
+    calls += 1
+    if calls == kill_at:
+        os.kill(os.getpid(), signal.SIGKILL)
+xlog.merge(ins, out, level=0, chunk_bytes=2000, threads=0, progress=progress)
+"""
+
+
+@pytest.mark.parametrize("unnamed", [True, False], ids=["O_TMPFILE", "named temp"])
+def test_a_merge_killed_midway_leaves_no_output_and_runs_again(tmp_path, unnamed):
+    """A merge killed (SIGKILL) half way through left its output under its
+    name, cut short, and the same merge run again raised FileExistsError.
+    The output is now written into an unnamed file (or, where the file
+    system has none, a temp file .<name>.<pid>.XXXXXX) and named only once
+    complete: a kill leaves nothing, or that temp file, which the next
+    merge to the name removes; the merge run again gives the same bytes as
+    one never interrupted. The kill is at the middle progress call of the
+    merge (on one thread: the same calls every run)."""
+    (tmp_path / "in").mkdir()
+    ins = _merge_inputs(tmp_path / "in")
+    calls = []
+    ref = tmp_path / "in" / "whole.xlog"
+    xlog.merge(ins, ref, level=0, chunk_bytes=2000, threads=0,
+               progress=lambda done, total: calls.append(done))
+    assert len(calls) > 20
+    d = tmp_path / "out"
+    d.mkdir()
+    out = d / "all.xlog"
+    r = run_child(MERGE_KILL_CHILD, out, len(calls) // 2, int(unnamed), *ins)
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    left = os.listdir(d)
+    if unnamed:
+        assert left == []
+    else:
+        assert len(left) == 1 and re.fullmatch(r"\.all\.xlog\.[0-9]+\.[A-Za-z0-9]{6}", left[0])
+        assert 200 < os.path.getsize(d / left[0]) < ref.stat().st_size  # cut mid-way
+    info = xlog.merge(ins, out, level=0, chunk_bytes=2000, threads=0)
+    assert info["records"] == 800 and info["ended"]
+    assert out.read_bytes() == ref.read_bytes()
+    assert os.listdir(d) == ["all.xlog"]
+
+
+def test_a_failed_fsync_of_merge_outputs_directory_leaves_no_output(tmp_path):
+    """The directory's fsync after the output gets its name fails: an OSError
+    naming the output, and no output (its name is taken back), so the merge
+    can be run again. An output that exists is refused before anything is
+    written, a symbolic link too, dangling or not (FileExistsError)."""
+    ins = _merge_inputs(tmp_path)
+    out = tmp_path / "all.xlog"
+    old = exreplay._core._set_sync_dir_errno(errno.EIO)
+    try:
+        with pytest.raises(OSError) as ei:
+            xlog.merge(ins, out)
+    finally:
+        exreplay._core._set_sync_dir_errno(old)
+    assert ei.value.errno == errno.EIO and ei.value.filename == str(out)
+    assert sorted(os.listdir(tmp_path)) == ["in0.xlog", "in1.xlog"]
+    assert xlog.merge(ins, out)["records"] == 800
+    os.symlink("nothing.xlog", tmp_path / "link.xlog")
+    for p in (out, tmp_path / "link.xlog"):
+        with pytest.raises(FileExistsError) as ei:
+            xlog.merge(ins, p)
+        assert ei.value.filename == str(p)
+    assert sorted(os.listdir(tmp_path)) == ["all.xlog", "in0.xlog", "in1.xlog", "link.xlog"]
 
 
 # ---- the log's readers ---------------------------------------------------------------

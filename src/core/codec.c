@@ -136,19 +136,22 @@ uint64_t exr_codec_bound(uint64_t raw, int level)
     return EXR_HEADER_BYTES + body;
 }
 
-exr_status exr_codec_check_header(const unsigned char h[EXR_HEADER_BYTES], uint64_t input_len,
-                                  uint64_t *body_len)
+exr_status exr_codec_check_header(const unsigned char header[EXR_HEADER_BYTES],
+                                  uint64_t input_len, exr_codec_header *out)
 {
-    if (memcmp(h, MAGIC, 8) != 0 || get32(h + 8) < VERSION_MIN || get32(h + 8) > VERSION ||
-        get32(h + 12) > 1)
+    unsigned char h[EXR_HEADER_BYTES];
+    memcpy(h, header, sizeof h); /* the only read of the caller's bytes */
+    uint32_t version = get32(h + 8), codec = get32(h + 12);
+    if (memcmp(h, MAGIC, 8) != 0 || version < VERSION_MIN || version > VERSION || codec > 1)
         return EXR_ECORRUPT;
     if (get32(h + 36) != crc_update((uint32_t)crc32(0, Z_NULL, 0), h, 36))
         return EXR_ECORRUPT;
     uint64_t raw = get64(h + 16), body = get64(h + 24);
     if (input_len != UINT64_MAX && body != input_len - EXR_HEADER_BYTES)
         return EXR_ECORRUPT;
-    if (get32(h + 12) == 0 ? raw != body : raw / ZLIB_MAX_RATIO > body)
+    if (codec == 0 ? raw != body : raw / ZLIB_MAX_RATIO > body)
         return EXR_ECORRUPT;
-    *body_len = body;
+    *out = (exr_codec_header){.version = version, .codec = codec, .payload_crc = get32(h + 32),
+                              .raw_len = raw, .body_len = body};
     return EXR_OK;
 }

@@ -64,15 +64,25 @@ exr_status exr_codec_write_locked(const exr_buffer *b, const void *meta, size_t 
                                   exr_progress_fn progress, void *progress_ctx,
                                   unsigned char header[EXR_HEADER_BYTES]);
 
-/* Checks a header; *body_len is what must follow it. input_len is the size
- * of the whole input if known (UINT64_MAX if not). */
-exr_status exr_codec_check_header(const unsigned char header[EXR_HEADER_BYTES],
-                                  uint64_t input_len, uint64_t *body_len);
+/* A header's fields, checked (docs/format.md, "Header checks"). */
+typedef struct {
+    uint32_t version, codec, payload_crc;
+    uint64_t raw_len, body_len; /* body_len: the bytes that must follow the header */
+} exr_codec_header;
 
-/* Reads a body after a checked header into a new buffer. meta receives up to
- * EXR_META_MAX bytes of binding metadata. EXR_ECORRUPT for anything invalid
- * (nothing is leaked), EXR_ENOMEM if memory runs out. */
-exr_status exr_codec_read(const unsigned char header[EXR_HEADER_BYTES], exr_source_fn src,
-                          void *ctx, exr_buffer **out, unsigned char *meta, size_t *meta_len);
+/* Copies the header's bytes once, checks the copy and fills *out from it:
+ * the caller's bytes are never read again, so another thread writing them
+ * meanwhile (a bytearray that unserialize reads without the GIL) cannot
+ * make the fields read differ from the fields checked. input_len is the
+ * size of the whole input if known (UINT64_MAX if not). */
+exr_status exr_codec_check_header(const unsigned char header[EXR_HEADER_BYTES],
+                                  uint64_t input_len, exr_codec_header *out);
+
+/* Reads a body after a header checked by exr_codec_check_header into a new
+ * buffer. meta receives up to EXR_META_MAX bytes of binding metadata.
+ * EXR_ECORRUPT for anything invalid (nothing is leaked), EXR_ENOMEM if
+ * memory runs out. */
+exr_status exr_codec_read(const exr_codec_header *h, exr_source_fn src, void *ctx,
+                          exr_buffer **out, unsigned char *meta, size_t *meta_len);
 
 #endif

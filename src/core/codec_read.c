@@ -546,21 +546,18 @@ static exr_status read_payload(exr_in *in, exr_buffer **out, unsigned char *meta
     return len == 0 ? EXR_OK : EXR_ECORRUPT;
 }
 
-exr_status exr_codec_read(const unsigned char header[EXR_HEADER_BYTES], exr_source_fn src,
-                          void *ctx, exr_buffer **out, unsigned char *meta, size_t *meta_len)
+exr_status exr_codec_read(const exr_codec_header *h, exr_source_fn src, void *ctx,
+                          exr_buffer **out, unsigned char *meta, size_t *meta_len)
 {
-    uint64_t body_len;
-    exr_status st = exr_codec_check_header(header, UINT64_MAX, &body_len);
-    if (st != EXR_OK)
-        return st;
+    exr_status st;
     exr_in in;
     memset(&in, 0, sizeof in);
-    in.compressed = get32(header + 12) == 1;
-    in.version = get32(header + 8);
+    in.compressed = h->codec == 1;
+    in.version = h->version;
     in.src = src;
     in.ctx = ctx;
-    in.raw_left = get64(header + 16);
-    in.body_left = body_len;
+    in.raw_left = h->raw_len;
+    in.body_left = h->body_len;
     in.crc = (uint32_t)crc32(0, Z_NULL, 0);
     if (in.compressed) {
         in.buf = malloc(CHUNK);
@@ -578,7 +575,7 @@ exr_status exr_codec_read(const unsigned char header[EXR_HEADER_BYTES], exr_sour
     if (b)
         exr_buffer_unlock(b);
     if (st == EXR_OK)
-        st = in_finish(&in, get32(header + 32));
+        st = in_finish(&in, h->payload_crc);
     free(slots);
     if (in.compressed) {
         inflateEnd(&in.z);

@@ -2,6 +2,8 @@
 #include "file.h"
 
 #include <dirent.h>
+#include <limits.h>
+#include <stdatomic.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -156,13 +158,26 @@ static void sweep_stale(const char *dir, const char *base)
     closedir(d);
 }
 
+/* Test hooks (exr_file_set_unnamed, exr_file_set_sync_dir_errno). */
+static _Atomic int unnamed_off, sync_dir_errno;
+
+int exr_file_set_unnamed(int on)
+{
+    return !atomic_exchange(&unnamed_off, !on);
+}
+
+int exr_file_set_sync_dir_errno(int errnum)
+{
+    return atomic_exchange(&sync_dir_errno, errnum);
+}
+
 /* An unnamed file in dir (O_TMPFILE): a crash leaves nothing behind. -1 if
  * the file system (or the kernel) has no O_TMPFILE, or /proc is missing
  * (linkat needs /proc/self/fd to give it a name). */
 static int open_unnamed(const char *dir)
 {
 #ifdef O_TMPFILE
-    if (access("/proc/self/fd", X_OK) != 0)
+    if (atomic_load(&unnamed_off) || access("/proc/self/fd", X_OK) != 0)
         return -1;
     return open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
 #else
@@ -171,11 +186,14 @@ static int open_unnamed(const char *dir)
 #endif
 }
 
-/* Gives the unnamed file fd the name tmp (a fresh .name.PID.XXXXXX). */
-static int link_unnamed(int fd, char *tmp)
+/* Gives the unnamed file fd the name tmp (a fresh .name.PID.XXXXXX), or,
+ * with path, the name path (EEXIST if something has it). */
+static int link_unnamed(int fd, char *tmp, const char *path)
 {
     char proc[64];
     snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+    if (path)
+        return linkat(AT_FDCWD, proc, AT_FDCWD, path, AT_SYMLINK_FOLLOW);
     for (int tries = 0; tries < 100; tries++) {
         random_suffix(tmp);
         if (linkat(AT_FDCWD, proc, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW) == 0)
@@ -186,103 +204,222 @@ static int link_unnamed(int fd, char *tmp)
     return -1;
 }
 
-/* The whole file into fd: mode, header room, payload, header, fsync. The
- * file is made 0600: it gets what replacing the old file at path (or
- * creating a new one) should. */
-static exr_status write_file(int fd, const exr_buffer *b, const void *meta, size_t meta_len,
-                             int level, const char *path, exr_progress_fn progress, void *ctx,
-                             int *err)
+/* EXR_EIO with *err = e. */
+static exr_status io_error(int *err, int e)
 {
-    fsink s = {fd, 0};
-    unsigned char header[EXR_HEADER_BYTES] = {0};
+    *err = e;
+    return EXR_EIO;
+}
+
+/* A copy of s (NULL if out of memory). */
+static char *copy_str(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *c = malloc(n);
+    return c ? memcpy(c, s, n) : NULL;
+}
+
+/* The target of the symbolic link at path (st its lstat), a relative one
+ * taken from the link's directory. */
+static exr_status read_link(const char *path, const struct stat *st, char **out, int *err)
+{
+    size_t cap = st->st_size > 0 && st->st_size < PATH_MAX ? (size_t)st->st_size + 1 : PATH_MAX;
+    char *to = malloc(cap);
+    if (!to)
+        return EXR_ENOMEM;
+    ssize_t n = readlink(path, to, cap);
+    if (n < 0 || (size_t)n >= cap) {
+        int e = n < 0 ? errno : ENAMETOOLONG;
+        free(to);
+        return io_error(err, e);
+    }
+    to[n] = 0;
+    if (to[0] == '/') {
+        *out = to;
+        return EXR_OK;
+    }
+    const char *slash = strrchr(path, '/');
+    size_t dlen = slash ? (size_t)(slash - path) + 1 : 0; /* "dir/" */
+    if ((*out = malloc(dlen + (size_t)n + 1))) {
+        memcpy(*out, path, dlen);
+        memcpy(*out + dlen, to, (size_t)n + 1);
+    }
+    free(to);
+    return *out ? EXR_OK : EXR_ENOMEM;
+}
+
+/* What path names once its symbolic links are followed, as open() follows
+ * them (at most EXR_FILE_MAX_LINKS, else ELOOP): the file a link leads to,
+ * or the path a dangling link names, which is then created. Only the last
+ * component is resolved here; the kernel resolves the directories' links. */
+static exr_status resolve_links(const char *path, char **out, int *err)
+{
+    char *cur = copy_str(path);
+    for (int hops = 0; cur; hops++) {
+        struct stat st;
+        if (lstat(cur, &st) != 0 || !S_ISLNK(st.st_mode)) {
+            *out = cur; /* not a link, or nothing there (yet) */
+            return EXR_OK;
+        }
+        char *next = NULL;
+        exr_status s =
+            hops == EXR_FILE_MAX_LINKS ? io_error(err, ELOOP) : read_link(cur, &st, &next, err);
+        free(cur);
+        if (s != EXR_OK)
+            return s;
+        cur = next;
+    }
+    return EXR_ENOMEM;
+}
+
+static void tmpfile_release(exr_tmpfile *t)
+{
+    if (t->fd >= 0)
+        close(t->fd);
+    if (t->named)
+        unlink(t->tmp);
+    free(t->tmp);
+    free(t->dir);
+    free(t->target);
+    *t = (exr_tmpfile){.fd = -1};
+}
+
+/* The file itself: sweep, create (unnamed, else named), permission bits. */
+static exr_status tmpfile_create(exr_tmpfile *t, const char *base, int *err)
+{
     struct stat old;
-    mode_t mode = stat(path, &old) == 0 ? (old.st_mode & 07777) : default_mode();
-    if (fchmod(fd, mode) != 0) {
-        *err = errno;
-        return EXR_EIO;
-    }
-    exr_status st = write_all(fd, header, sizeof header, err);
-    if (st == EXR_OK) {
-        st = exr_codec_write_locked(b, meta, meta_len, level, sink_file, &s, progress, ctx,
-                                    header);
-        if (st == EXR_EIO)
-            *err = s.err;
-    }
-    if (st == EXR_OK && (pwrite(fd, header, sizeof header, 0) != (ssize_t)sizeof header ||
-                         fsync(fd) != 0)) {
-        *err = errno;
-        st = EXR_EIO;
-    }
+    if (!t->replace && lstat(t->target, &old) == 0)
+        return io_error(err, EEXIST);
+    sweep_stale(t->dir, base);
+    if ((t->fd = open_unnamed(t->dir)) < 0)
+        t->named = (t->fd = mkostemp(t->tmp, O_CLOEXEC)) >= 0;
+    if (t->fd < 0)
+        return io_error(err, errno);
+    mode_t mode = stat(t->target, &old) == 0 ? (old.st_mode & 07777) : default_mode();
+    return fchmod(t->fd, mode) == 0 ? EXR_OK : io_error(err, errno);
+}
+
+exr_status exr_tmpfile_open(exr_tmpfile *t, const char *path, bool replace, int *err)
+{
+    *t = (exr_tmpfile){.fd = -1, .replace = replace};
+    *err = 0;
+    const char *base;
+    exr_status st = EXR_OK;
+    if (replace)
+        st = resolve_links(path, &t->target, err);
+    else if (!(t->target = copy_str(path)))
+        st = EXR_ENOMEM;
+    if (st == EXR_OK && split_path(t->target, &t->dir, &base) < 0)
+        st = EXR_ENOMEM;
+    if (st == EXR_OK && !(t->tmp = temp_name(t->dir, base)))
+        st = EXR_ENOMEM;
+    if (st == EXR_OK)
+        st = tmpfile_create(t, base, err);
+    if (st != EXR_OK)
+        tmpfile_release(t);
     return st;
 }
 
-/* The rename of a file in dir must reach the disk too. */
-static void sync_dir(const char *dir)
+void exr_tmpfile_discard(exr_tmpfile *t)
 {
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
+    tmpfile_release(t);
 }
 
-/* An unnamed file gets its temp name only once complete and on disk; then
- * it is closed and renamed over path. */
-static exr_status publish_file(int fd, int *named, char *tmp, const char *path, exr_status st,
-                               int *err)
+/* The directory's entry for the file must reach the disk too. Not a
+ * failure: a directory this user may not open for reading (EACCES), or a
+ * file system that cannot fsync one (EINVAL, EBADF): nothing more can be
+ * done there. */
+static exr_status sync_dir(const char *dir, int *err)
 {
-    if (st == EXR_OK && !*named) {
-        if (link_unnamed(fd, tmp) == 0) {
-            *named = 1;
-        } else {
-            *err = errno;
-            st = EXR_EIO;
-        }
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return errno == EACCES ? EXR_OK : io_error(err, errno);
+    int fail = atomic_load(&sync_dir_errno);
+    int r = fail ? (errno = fail, -1) : fsync(dfd);
+    int e = errno;
+    close(dfd);
+    return r == 0 || e == EINVAL || e == EBADF ? EXR_OK : io_error(err, e);
+}
+
+/* A new file's name: linked at the target, never over something there
+ * (EEXIST). A named temp file on a file system without hard links is
+ * renamed instead, if nothing is at the target by then. */
+static exr_status publish_new(exr_tmpfile *t, int *err)
+{
+    if (!t->named)
+        return link_unnamed(t->fd, NULL, t->target) == 0 ? EXR_OK : io_error(err, errno);
+    if (link(t->tmp, t->target) == 0)
+        return EXR_OK; /* the temp name goes in tmpfile_release */
+    struct stat st;
+    if (errno != EPERM && errno != EOPNOTSUPP && errno != ENOSYS)
+        return io_error(err, errno);
+    if (lstat(t->target, &st) == 0)
+        return io_error(err, EEXIST);
+    if (rename(t->tmp, t->target) != 0)
+        return io_error(err, errno);
+    t->named = 0;
+    return EXR_OK;
+}
+
+/* Over the target: an unnamed file gets its temp name only now that it is
+ * complete and on disk (the rename follows the close). */
+static exr_status name_temp(exr_tmpfile *t, int *err)
+{
+    if (!t->named) {
+        if (link_unnamed(t->fd, t->tmp, NULL) != 0)
+            return io_error(err, errno);
+        t->named = 1;
     }
-    if (close(fd) != 0 && st == EXR_OK) {
-        *err = errno;
-        st = EXR_EIO;
+    return EXR_OK;
+}
+
+exr_status exr_tmpfile_publish(exr_tmpfile *t, int *err)
+{
+    *err = 0;
+    exr_status st = fsync(t->fd) == 0 ? EXR_OK : io_error(err, errno);
+    if (st == EXR_OK)
+        st = t->replace ? name_temp(t, err) : publish_new(t, err);
+    bool placed = st == EXR_OK && !t->replace; /* a new file has its name */
+    int fd = t->fd;
+    t->fd = -1;
+    if (close(fd) != 0 && st == EXR_OK)
+        st = io_error(err, errno);
+    if (st == EXR_OK && t->replace) {
+        if (rename(t->tmp, t->target) != 0)
+            st = io_error(err, errno);
+        else
+            t->named = 0;
     }
-    if (st == EXR_OK && rename(tmp, path) != 0) {
-        *err = errno;
-        st = EXR_EIO;
-    }
+    if (st == EXR_OK)
+        st = sync_dir(t->dir, err);
+    if (st != EXR_OK && placed)
+        unlink(t->target); /* a new file is there only if all went well */
+    tmpfile_release(t);
     return st;
 }
 
 exr_status exr_file_save_locked(const exr_buffer *b, const void *meta, size_t meta_len, int level,
                                 const char *path, exr_progress_fn progress, void *ctx, int *err)
 {
-    char *tmp, *dir;
-    const char *base;
-    *err = 0;
-    if (split_path(path, &dir, &base) < 0)
-        return EXR_ENOMEM;
-    if (!(tmp = temp_name(dir, base))) {
-        free(dir);
-        return EXR_ENOMEM;
+    exr_tmpfile t;
+    exr_status st = exr_tmpfile_open(&t, path, true, err);
+    if (st != EXR_OK)
+        return st;
+    fsink s = {t.fd, 0};
+    unsigned char header[EXR_HEADER_BYTES] = {0};
+    st = write_all(t.fd, header, sizeof header, err);
+    if (st == EXR_OK) {
+        st = exr_codec_write_locked(b, meta, meta_len, level, sink_file, &s, progress, ctx, header);
+        if (st == EXR_EIO)
+            *err = s.err;
     }
-    sweep_stale(dir, base);
-    int fd = open_unnamed(dir), named = 0;
-    if (fd < 0) {
-        fd = mkstemp(tmp);
-        named = 1;
+    if (st == EXR_OK && pwrite(t.fd, header, sizeof header, 0) != (ssize_t)sizeof header)
+        st = io_error(err, errno);
+    if (st != EXR_OK) {
+        exr_tmpfile_discard(&t);
+        return st;
     }
-    if (fd < 0) {
-        *err = errno;
-        free(tmp);
-        free(dir);
-        return EXR_EIO;
-    }
-    exr_status st = write_file(fd, b, meta, meta_len, level, path, progress, ctx, err);
-    st = publish_file(fd, &named, tmp, path, st, err);
-    if (st != EXR_OK && named)
-        unlink(tmp);
-    else if (st == EXR_OK)
-        sync_dir(dir);
-    free(tmp);
-    free(dir);
-    return st;
+    return exr_tmpfile_publish(&t, err);
 }
 
 typedef struct {
@@ -335,11 +472,11 @@ exr_status exr_file_load(const char *path, exr_buffer **out, unsigned char *meta
                 st = EXR_ECORRUPT;
             have += got;
         }
-        uint64_t body;
+        exr_codec_header h;
         if (st == EXR_OK)
-            st = exr_codec_check_header(header, (uint64_t)sb.st_size, &body);
+            st = exr_codec_check_header(header, (uint64_t)sb.st_size, &h);
         if (st == EXR_OK)
-            st = exr_codec_read(header, source_file, &s, out, meta, meta_len);
+            st = exr_codec_read(&h, source_file, &s, out, meta, meta_len);
         if (st == EXR_EIO)
             *err = s.err;
     }

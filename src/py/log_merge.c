@@ -1,12 +1,14 @@
 /*
  * log_merge.c - _core._LogMerge, the Python face of the k-way merge of
- * experience logs (src/core/log_merge.h). Private: exreplay/log.py's merge
- * reads and checks the inputs' chunk headers, pushes them, and runs it.
+ * experience logs (src/core/log_merge.h), and _core._NewFile, the file it
+ * writes (src/core/file.h). Private: exreplay/log.py's merge reads and
+ * checks the inputs' chunk headers, pushes them, and runs it.
  */
 #include "binding.h"
 
 #include <errno.h>
 
+#include "file.h"
 #include "log_merge.h"
 
 typedef struct {
@@ -212,6 +214,130 @@ static PyType_Spec merge_spec = {
     .slots = merge_slots,
 };
 
+/* ---- _NewFile: a new file, named only once complete ----------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    exr_tmpfile t;
+    int open;       /* neither published nor discarded */
+    PyObject *path; /* as given: the OSErrors name it */
+} NewFileObject;
+
+static PyObject *newfile_raise(NewFileObject *self, exr_status st, int err)
+{
+    return exr_raise_status(st, &(exr_errctx){.op = "merge", .arg = "output", .handle = -1,
+                                              .err = err, .path = self->path});
+}
+
+static PyObject *newfile_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"path", NULL};
+    PyObject *pathobj, *bytes = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O:_NewFile", kwlist, &pathobj) ||
+        !PyUnicode_FSConverter(pathobj, &bytes))
+        return NULL;
+    NewFileObject *self = (NewFileObject *)tp->tp_alloc(tp, 0);
+    if (!self) {
+        Py_DECREF(bytes);
+        return NULL;
+    }
+    self->t.fd = -1;
+    self->path = Py_NewRef(pathobj);
+    int err = 0;
+    exr_status st;
+    const char *path = PyBytes_AS_STRING(bytes);
+    EXR_NOGIL_BEGIN /* it sweeps the directory */
+    st = exr_tmpfile_open(&self->t, path, false, &err);
+    EXR_NOGIL_END
+    Py_DECREF(bytes);
+    if (st != EXR_OK) {
+        newfile_raise(self, st, err);
+        Py_DECREF(self);
+        return NULL;
+    }
+    self->open = 1;
+    return (PyObject *)self;
+}
+
+static void newfile_dealloc(NewFileObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    if (self->open)
+        exr_tmpfile_discard(&self->t);
+    Py_XDECREF(self->path);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static int newfile_check_open(NewFileObject *self)
+{
+    if (self->open)
+        return 0;
+    PyErr_SetString(PyExc_ValueError, "_NewFile: published or discarded already");
+    return -1;
+}
+
+static PyObject *newfile_fileno(NewFileObject *self, PyObject *unused)
+{
+    (void)unused;
+    return newfile_check_open(self) < 0 ? NULL : PyLong_FromLong(self->t.fd);
+}
+
+static PyObject *newfile_publish(NewFileObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (newfile_check_open(self) < 0)
+        return NULL;
+    self->open = 0;
+    int err = 0;
+    exr_status st;
+    EXR_NOGIL_BEGIN
+    st = exr_tmpfile_publish(&self->t, &err);
+    EXR_NOGIL_END
+    if (st != EXR_OK)
+        return newfile_raise(self, st, err);
+    Py_RETURN_NONE;
+}
+
+static PyObject *newfile_discard(NewFileObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (self->open) {
+        self->open = 0;
+        exr_tmpfile_discard(&self->t);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef newfile_methods[] = {
+    {"fileno", (PyCFunction)newfile_fileno, METH_NOARGS, "The descriptor to write the file with."},
+    {"publish", (PyCFunction)newfile_publish, METH_NOARGS,
+     "fsync, then the file gets its name (FileExistsError if something has it by now), then\n"
+     "fsync of the directory; on an OSError nothing is left at the name or in its place."},
+    {"discard", (PyCFunction)newfile_discard, METH_NOARGS,
+     "Closes and removes the file (nothing if published or discarded already)."},
+    {NULL},
+};
+
+static PyType_Slot newfile_slots[] = {
+    {Py_tp_new, newfile_new},
+    {Py_tp_dealloc, newfile_dealloc},
+    {Py_tp_methods, newfile_methods},
+    {Py_tp_doc,
+     "_NewFile(path)\n--\n\n"
+     "A new file for path (FileExistsError if something is there), written under a temp name\n"
+     "in path's directory, or none (O_TMPFILE), and named path by publish() once complete\n"
+     "(docs/log.md, \"Merging\"); discard() or dropping it unpublished removes it."},
+    {0, NULL},
+};
+
+static PyType_Spec newfile_spec = {
+    .name = "exreplay._core._NewFile",
+    .basicsize = sizeof(NewFileObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = newfile_slots,
+};
+
 /* _adler32(data, value=1): exr_adler32, for the tests (against zlib.adler32). */
 static PyObject *adler32_py(PyObject *mod, PyObject *args)
 {
@@ -233,14 +359,20 @@ static PyMethodDef merge_functions[] = {
     {NULL},
 };
 
-int exr_log_merge_init_type(PyObject *m)
+static int add_type(PyObject *m, PyType_Spec *spec, const char *name)
 {
-    if (PyModule_AddFunctions(m, merge_functions) < 0)
-        return -1;
-    PyObject *t = PyType_FromModuleAndSpec(m, &merge_spec, NULL);
+    PyObject *t = PyType_FromModuleAndSpec(m, spec, NULL);
     if (!t)
         return -1;
-    int r = PyModule_AddObjectRef(m, "_LogMerge", t);
+    int r = PyModule_AddObjectRef(m, name, t);
     Py_DECREF(t);
     return r;
+}
+
+int exr_log_merge_init_type(PyObject *m)
+{
+    if (PyModule_AddFunctions(m, merge_functions) < 0 ||
+        add_type(m, &newfile_spec, "_NewFile") < 0)
+        return -1;
+    return add_type(m, &merge_spec, "_LogMerge");
 }

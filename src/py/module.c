@@ -5,6 +5,7 @@
  */
 #define EXR_IMPORT_ARRAY_HERE
 #include "binding.h"
+#include "file.h"
 #include "mem.h"
 
 #include "args.h"
@@ -403,6 +404,33 @@ static PyObject *set_copy_simd_py(PyObject *module, PyObject *arg)
     return PyBool_FromLong(exr_set_copy_simd(on));
 }
 
+/* _core._set_unnamed_temp(on): the test hook of exr_file_set_unnamed. */
+static PyObject *set_unnamed_temp_py(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    int on = PyObject_IsTrue(arg);
+    if (on < 0)
+        return NULL;
+    return PyBool_FromLong(exr_file_set_unnamed(on));
+}
+
+/* _core._set_sync_dir_errno(errnum): the test hook of exr_file_set_sync_dir_errno. */
+static PyObject *set_sync_dir_errno_py(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    if (!PyLong_Check(arg))
+        return PyErr_Format(PyExc_TypeError, "errnum: expected an int, got %s",
+                            Py_TYPE(arg)->tp_name);
+    int overflow;
+    long e = PyLong_AsLongAndOverflow(arg, &overflow);
+    if (e == -1 && PyErr_Occurred())
+        return NULL;
+    if (overflow || e < 0 || e > 4095)
+        return PyErr_Format(PyExc_ValueError, "errnum: expected 0 or an errno (1 to 4095), got %S",
+                            arg);
+    return PyLong_FromLong(exr_file_set_sync_dir_errno((int)e));
+}
+
 /* _core._gil_kept(): the test hook reading exr_gil_kept. */
 static PyObject *gil_kept_py(PyObject *module, PyObject *unused)
 {
@@ -476,6 +504,17 @@ static PyMethodDef module_methods[] = {
      "_set_stream_min(bytes, /)\n--\n\n"
      "Test hook: batches of at least `bytes` are written with non-temporal stores\n"
      "(0: the default, 16 MiB). Returns the value before."},
+    {"_set_unnamed_temp", set_unnamed_temp_py, METH_O,
+     "_set_unnamed_temp(on, /)\n--\n\n"
+     "Test hook: whether save() and log merge() may write into an unnamed file\n"
+     "(O_TMPFILE, the default); off, they write a named temp file\n"
+     "<dir>/.<name>.<pid>.XXXXXX from the start, as on a file system without it\n"
+     "(docs/format.md, \"Writing\"). Returns the setting before."},
+    {"_set_sync_dir_errno", set_sync_dir_errno_py, METH_O,
+     "_set_sync_dir_errno(errnum, /)\n--\n\n"
+     "Test hook: the fsync of the directory that save() and log merge() make\n"
+     "after naming their file fails with this errno (0: it does not, the\n"
+     "default). Returns the value before."},
     {"_set_copy_simd", set_copy_simd_py, METH_O,
      "_set_copy_simd(on, /)\n--\n\n"
      "Test hook: whether get_batch may copy (4,) float32 | int64 | float32 rows with\n"

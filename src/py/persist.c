@@ -303,15 +303,17 @@ static PyObject *unserialize_as(PyTypeObject *type, PyObject *data)
     exr_status st = EXR_ENOMEM;
     if (meta) {
         EXR_NOGIL_BEGIN
-        uint64_t body;
+        /* the caller's bytes may change meanwhile (a bytearray another thread
+         * writes): the header is read once, into h, and only h is used */
+        exr_codec_header h;
         const unsigned char *p = view.buf;
         if ((size_t)view.len < EXR_HEADER_BYTES) {
             st = EXR_ECORRUPT;
         } else {
-            st = exr_codec_check_header(p, (uint64_t)view.len, &body);
+            st = exr_codec_check_header(p, (uint64_t)view.len, &h);
             mem_source src = {p + EXR_HEADER_BYTES, (size_t)view.len - EXR_HEADER_BYTES};
             if (st == EXR_OK)
-                st = exr_codec_read(p, source_mem, &src, &b, meta, &meta_len);
+                st = exr_codec_read(&h, source_mem, &src, &b, meta, &meta_len);
         }
         exr_collapse_queued_nogil();
         EXR_NOGIL_END

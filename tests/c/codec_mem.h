@@ -62,16 +62,16 @@ static exr_status serialize(exr_buffer *b, int level, mem *out)
 
 static exr_status unserialize(const unsigned char *p, size_t n, exr_buffer **out)
 {
-    uint64_t body;
+    exr_codec_header h;
     if (n < EXR_HEADER_BYTES)
         return EXR_ECORRUPT;
-    exr_status st = exr_codec_check_header(p, n, &body);
+    exr_status st = exr_codec_check_header(p, n, &h);
     if (st != EXR_OK)
         return st;
     mem src = {(unsigned char *)p + EXR_HEADER_BYTES, n - EXR_HEADER_BYTES, 0, 0};
     unsigned char meta[EXR_META_MAX];
     size_t meta_len = 0;
-    return exr_codec_read(p, mem_source, &src, out, meta, &meta_len);
+    return exr_codec_read(&h, mem_source, &src, out, meta, &meta_len);
 }
 
 #endif

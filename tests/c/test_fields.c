@@ -186,7 +186,9 @@ int main(void)
         src_t in = {ser + EXR_HEADER_BYTES, m.used, 0};
         unsigned char meta[EXR_META_MAX];
         size_t meta_len;
-        CHECK(exr_codec_read(ser, mem_source, &in, &back, meta, &meta_len) == EXR_OK);
+        exr_codec_header h;
+        CHECK(exr_codec_check_header(ser, EXR_HEADER_BYTES + m.used, &h) == EXR_OK);
+        CHECK(exr_codec_read(&h, mem_source, &in, &back, meta, &meta_len) == EXR_OK);
         CHECK(exr_buffer_config(back)->extra_bytes == XB);
         unsigned char rows[5][SBYTES + AB + RB + XB], f2[SBYTES];
         exr_buffer_lock(back);

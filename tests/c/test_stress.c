@@ -555,7 +555,10 @@ static void *snapshot(void *arg)
         exr_buffer *copy = NULL;
         unsigned char meta[EXR_META_MAX];
         size_t meta_len;
-        s = exr_codec_read(header, source, &in, &copy, meta, &meta_len);
+        exr_codec_header h;
+        s = exr_codec_check_header(header, EXR_HEADER_BYTES + m.used, &h);
+        if (s == EXR_OK)
+            s = exr_codec_read(&h, source, &in, &copy, meta, &meta_len);
         free(m.p);
         if (s != EXR_OK) {
             BAD("unserialize: status %d", (int)s);
