@@ -476,6 +476,128 @@ def test_a_refused_first_add_builds_nothing():
         assert buf.exreplay_buffer.state_shape == (3,)
 
 
+# ------------------------------------- a failed add: what it leaves, counted
+
+
+class _FailingRecord:
+    """An ExperienceReplay whose record_many raises MemoryError at its nth
+    call (from 1) without recording, as an allocation failure does."""
+
+    def __init__(self, real, nth):
+        self.real, self.nth, self.calls = real, nth, 0
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+    def __len__(self):
+        return len(self.real)
+
+    def record_many(self, *args, **kwargs):
+        self.calls += 1
+        if self.calls == self.nth:
+            raise MemoryError("record_many: injected")
+        return self.real.record_many(*args, **kwargs)
+
+
+def _failing_add(buf, episodes, nth):
+    """buf.add(episodes) with its nth record_many failing; the error."""
+    real = buf.exreplay_buffer
+    buf._buf = _FailingRecord(real, nth)
+    try:
+        with pytest.raises(MemoryError) as e:
+            buf.add(episodes)
+    finally:
+        buf._buf = real
+    return e.value
+
+
+def _three_fragments():
+    """A new episode, the open one's end and another new one."""
+    return [make_episode(5, "x", base=100.0), fragment("open", 4, 3, True),
+            make_episode(2, "y", base=200.0)]
+
+
+@pytest.mark.parametrize("cls", [PrioritizedEpisodeReplayBuffer, EpisodeReplayBuffer])
+@pytest.mark.parametrize("nth", [1, 2, 3])
+def test_a_failed_add_leaves_the_fragments_before_it_recorded_and_counted(cls, nth):
+    """An add stopped by a failure of its nth record_many (which records all
+    of a fragment or nothing) leaves exactly what an add of the fragments
+    before that one leaves: recorded, kept track of and counted (the added
+    timesteps and the metrics; they were not counted, while the buffer held
+    them); the failing fragment and those after it can be added again."""
+    def filled():
+        buf = cls(capacity=1000, n_step=2, seed=1)
+        buf.add(fragment("open", 0, 4, False))
+        return buf
+
+    buf, twin = filled(), filled()
+    err = _failing_add(buf, _three_fragments(), nth)
+    if nth > 1:
+        twin.add(_three_fragments()[: nth - 1])
+    assert buf.get_added_timesteps() == 4 + (0, 5, 8)[nth - 1]
+    assert _snapshot(buf) == _snapshot(twin)
+    assert [(e.id_, len(e)) for e in buf.episodes] == [
+        [("open", 4)], [("open", 4), ("x", 5)], [("open", 7), ("x", 5)]][nth - 1]
+    if hasattr(err, "add_note"):  # Python 3.11+
+        note = ("exreplay.rllib add: the episodes before index %d were added (and count in the "
+                "counters and metrics); the one at index %d and those after it were not"
+                % (nth - 1, nth - 1))
+        assert err.__notes__ == [note if nth > 1 else
+                                 "exreplay.rllib add: no episode of this add was added"]
+    buf.add(_three_fragments()[nth - 1:])
+    twin.add(_three_fragments()[nth - 1:])
+    assert pickle.dumps(buf.get_state()) == pickle.dumps(twin.get_state())
+    buf.exreplay_buffer._check()
+
+
+def test_a_failed_add_keeps_its_evictions_counted():
+    """The prioritized buffer evicts for a whole add before it records: a
+    failure after that leaves the evictions made, counted like the steps
+    recorded, and the episodes it holds are the ExperienceReplay's."""
+    buf = PrioritizedEpisodeReplayBuffer(capacity=18, seed=1)
+    buf.add([make_episode(8, "a"), make_episode(8, "b", base=50.0)])
+    # 16 + 12 steps: "a" and "b" are evicted, then "c" is recorded and "d" fails
+    _failing_add(buf, [make_episode(6, "c", base=100.0), make_episode(6, "d", base=200.0)], 2)
+    assert [(e.id_, len(e)) for e in buf.episodes] == [("c", 6)]
+    assert len(buf.exreplay_buffer) == buf.get_num_timesteps() == 6
+    assert buf.get_num_episodes() == buf.exreplay_buffer.num_episodes == 1
+    assert buf.get_num_episodes_evicted() == 2 and buf.get_added_timesteps() == 22
+    m = buf.get_metrics()
+    assert m["num_episodes_evicted_lifetime"] == 2 and m["num_env_steps_added_lifetime"] == 22
+    buf.add(make_episode(6, "d", base=200.0))
+    assert [(e.id_, len(e)) for e in buf.episodes] == [("c", 6), ("d", 6)]
+    buf.exreplay_buffer._check()
+
+
+def test_a_failed_first_add_builds_nothing(monkeypatch):
+    """The first add builds the ExperienceReplay and its selector: a failure
+    in either leaves the buffer unbuilt (it kept an ExperienceReplay without
+    a selector, which the next add took as built)."""
+    import exreplay
+
+    real = exreplay.ExperienceReplay
+
+    class NoSelector:
+        def __init__(self, *args, **kwargs):
+            self.real = real(*args, **kwargs)
+
+        def __getattr__(self, name):
+            return getattr(self.real, name)
+
+        def new_pick_selector(self, *args, **kwargs):
+            raise MemoryError("new_pick_selector: injected")
+
+    for cls in (PrioritizedEpisodeReplayBuffer, EpisodeReplayBuffer):
+        buf = cls(capacity=100)
+        monkeypatch.setattr(exreplay, "ExperienceReplay", NoSelector)
+        with pytest.raises(MemoryError):
+            buf.add(make_episode(5, "a"))
+        monkeypatch.setattr(exreplay, "ExperienceReplay", real)
+        assert buf.exreplay_buffer is None and buf.get_added_timesteps() == 0
+        buf.add(make_episode(5, "a"))
+        assert len(buf.sample(4)) == 4
+
+
 @pytest.mark.parametrize("episodes,msg", [
     (5, "got int"), (None, "got NoneType"), ("abc", "got str"),
     ([make_episode(3, "a"), "x"], "got a list holding str at index 1"),

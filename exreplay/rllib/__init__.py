@@ -195,6 +195,9 @@ def _observation_text(o, last) -> str:
     return "another one"
 
 
+_FAILED_ADD_NOTE = ("exreplay.rllib add: the episodes before index %d were added (and count in "
+                    "the counters and metrics); the one at index %d and those after it were not")
+
 _EPISODES_EXPECTED = ("episodes: expected a SingleAgentEpisode or a list of them (multi-agent "
                       "episodes are not supported), got %s")
 
@@ -329,7 +332,8 @@ class _ExreplayEpisodeBuffer:
         # Unbounded: the adapter evicts whole episodes itself with
         # remove_episode, by RLlib's rule (see add), which lets the newest
         # episode exceed the capacity until the next add.
-        self._buf = exreplay.ExperienceReplay(
+        # both made before either is set: a failure leaves the buffer unbuilt
+        buf = exreplay.ExperienceReplay(
             reward_dtype="float64",
             capacity=None,
             pick_len=self._n_max,
@@ -339,11 +343,12 @@ class _ExreplayEpisodeBuffer:
             **spec,
         )
         if self._prioritized:
-            self._sel = self._buf.new_pick_selector(
+            sel = buf.new_pick_selector(
                 exreplay.PickSelectorClass.Prioritized, alpha=self._alpha, beta=0.0
             )
         else:
-            self._sel = self._buf.new_pick_selector(exreplay.PickSelectorClass.Uniform)
+            sel = buf.new_pick_selector(exreplay.PickSelectorClass.Uniform)
+        self._buf, self._sel = buf, sel
 
     def _spec_from_episode(self, eps, obs, act, i=0) -> Dict[str, Any]:
         spaces = (getattr(eps, "observation_space", None), getattr(eps, "action_space", None))
@@ -473,11 +478,15 @@ class _ExreplayEpisodeBuffer:
                 ts -= new_len[id_]
         return evicted
 
-    def _set_end(self, h: int, length: int) -> None:
-        if h >= len(self._end_len):
-            grown = np.full(max(2 * len(self._end_len), h + 1), -1, np.int64)
+    def _grow_end_len(self, n: int) -> None:
+        """Makes room in the table of end lengths for handles below n."""
+        if n > len(self._end_len):
+            grown = np.full(max(2 * len(self._end_len), n), -1, np.int64)
             grown[: len(self._end_len)] = self._end_len
             self._end_len = grown
+
+    def _set_end(self, h: int, length: int) -> None:
+        self._grow_end_len(h + 1)
         self._end_len[h] = length
 
     # ------------------------------------------------------------------ add
@@ -511,6 +520,12 @@ class _ExreplayEpisodeBuffer:
         concat_episode asserts the same); it names ``weight`` for a weight
         that is not one finite number >= 0 (RLlib's contract: one priority
         for every new step).
+
+        A failure while recording (a MemoryError from record_many, which
+        records all of one fragment or nothing) stops the add at the
+        fragment it hit: the fragments before it stay recorded, kept track
+        of and counted, with the evictions made for the add; it and those
+        after it are not recorded (docs/rllib.md, "What each call does").
         """
         episodes = _episode_list(episodes)
         if weight is not None:
@@ -523,22 +538,44 @@ class _ExreplayEpisodeBuffer:
             self._build(spec)
         len_before = len(self._buf) if self._buf is not None else 0
         h_min_before = self._h_min
-        steps_added = 0
-        episodes_added = 0
+        done = [0, 0, 0]  # fragments taken (recorded or dropped), steps and episodes recorded
+        try:
+            self._record_fragments(frags, weight, done)
+        except BaseException as e:
+            # A failure (a MemoryError from record_many) stops the add at the
+            # fragment it hit: the ones before it stay recorded, with their
+            # bookkeeping, and are counted as added; it and the rest are not.
+            if done != [0, 0, 0] or self._h_min != h_min_before:
+                self._count_add(done, len_before, h_min_before)
+            if hasattr(e, "add_note"):  # Python 3.11+
+                e.add_note(_FAILED_ADD_NOTE % (done[0], done[0]) if done[0] else
+                           "exreplay.rllib add: no episode of this add was added")
+            raise
+        self._count_add(done, len_before, h_min_before)
+
+    def _record_fragments(self, frags, weight, done) -> None:
+        """add's fragments recorded in order, with the evictions of RLlib's
+        rule; done ([fragments, steps, episodes]) follows each one, so that
+        add knows how far a failure let it go. Each fragment's bookkeeping is
+        updated with its record_many, which records all of it or nothing."""
         dropped = self._evict_before_add(frags) if self._prioritized else ()
         for frag in frags:
-            if frag[0].id_ in dropped:
-                continue
-            steps, new = self._add_fragment(frag, weight)
-            steps_added += steps
-            episodes_added += new
+            if frag[0].id_ not in dropped:
+                steps, new = self._add_fragment(frag, weight)
+                done[1] += steps
+                done[2] += new
+            done[0] += 1
             if not self._prioritized and self._buf is not None:  # None: no steps yet
                 while len(self._buf) > self.capacity and self._buf.num_episodes > 1:
                     self._evict_oldest()
+
+    def _count_add(self, done, len_before, h_min_before) -> None:
+        """The counters and RLlib's add metrics for what add recorded and evicted."""
+        steps_added = done[1]
         self._num_timesteps_added += steps_added
         n_evicted = self._h_min - h_min_before
         steps_evicted = len_before + steps_added - (len(self._buf) if self._buf is not None else 0)
-        self._report_add(episodes_added, steps_added, n_evicted, steps_evicted)
+        self._report_add(done[2], steps_added, n_evicted, steps_evicted)
 
     def _check_fragments(self, episodes):
         """add's episodes checked and converted to the buffer's layout, before
@@ -616,6 +653,11 @@ class _ExreplayEpisodeBuffer:
         h = run.h if run is not None and self._h_min <= run.h else None
         done = bool(eps.is_done)
         prios = None if weight is None else np.full(T, weight)
+        # the arrays the bookkeeping keeps are made before the steps are
+        # recorded (a new episode's handle is _next_h), so that a failure
+        # leaves the fragment either recorded and kept track of, or neither
+        last_obs = None if done else obs[-1].copy()
+        self._grow_end_len(max(self._next_h, -1 if h is None else h) + 1)
         h2 = self._buf.record_many(h, obs[:-1], act, rew, final_state=obs[-1] if done else None,
                                    terminated=bool(eps.is_terminated), priorities=prios)
         self._next_h = max(self._next_h, h2 + 1)
@@ -632,7 +674,7 @@ class _ExreplayEpisodeBuffer:
             self._running.pop(eps.id_, None)
             self._set_end(h2, length)
         else:
-            self._running[eps.id_] = _Running(h2, length, obs[-1].copy(), eps.t)
+            self._running[eps.id_] = _Running(h2, length, last_obs, eps.t)
         return T, int(h2 != h)
 
     def _report_add(self, episodes_added, steps_added, n_evicted, steps_evicted):
