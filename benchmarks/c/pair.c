@@ -443,7 +443,10 @@ int main(int argc, char **argv)
     double dummy;
     /* warm-up: the learner's selector drawn while a writer records (the
      * state a learner's selector is in once writers run beside it), and the
-     * second buffer's the same */
+     * second buffer's the same. A writer alone puts it back to changes in
+     * place after EXR_REATTACH_HOLDS calls (docs/design.md, "Back to
+     * changes in place"), so the rates alone are those of a program that
+     * never shared the buffer, as the suite's sequential runs are */
     measure(&one, &l, 0.3, &dummy, &dummy);
     l.s = &two;
     measure(&two, &l, 0.3, &dummy, &dummy);
