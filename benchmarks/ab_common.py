@@ -63,6 +63,31 @@ def rates(fns, seconds):
     return out
 
 
+def apex_pair(m):
+    """The suite's Ape-X pair (benchmarks/test_bench_threads.py) on build m:
+    a full buffer of 200,000 (4,) float32 records with one prioritized
+    selector, rec() (record_many of a 100-step rollout with priorities) and
+    samp() (get_batch(256) and set_priority of its picks). (buf, rec, samp)."""
+    cap, ep = 200_000, 100
+    rng = np.random.default_rng(0)
+    st, fin = rng.random((ep, 4), dtype=np.float32), np.zeros(4, np.float32)
+    ac, rw, pri = np.zeros(ep, np.int64), np.ones(ep, np.float32), rng.random(ep) + 0.05
+    new_p = np.random.default_rng(5).random(256) + 0.05
+    buf = m.ExperienceReplay((4,), capacity=cap, pick_len=1, seed=1)
+    pr = buf.new_pick_selector(1)
+    for _ in range(cap // ep):
+        buf.record_many(None, st, ac, rw, final_state=fin, priorities=pri)
+
+    def rec():
+        buf.record_many(buf.new_episode(), st, ac, rw, final_state=fin, priorities=pri)
+
+    def samp():
+        b = buf.get_batch(256, pr)
+        buf.set_priority(pr, b.pick_epi, b.pick_pos, new_p)
+
+    return buf, rec, samp
+
+
 def paired(after, base):
     """The median of the paired after/base ratios of two equal-length lists."""
     return statistics.median([a / b for a, b in zip(after, base)])

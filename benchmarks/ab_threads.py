@@ -16,27 +16,13 @@ in the pair and (the learner) with 4 writers, with the median of the paired
 after/base ratios: a build that makes a side faster alone lowers its share
 unless the side gains as much together."""
 import statistics, sys
-import numpy as np
 
-from ab_common import load_pair, rates as run, timed
-
-CAP, EP = 200_000, 100
-rng = np.random.default_rng(0)
-ST = rng.random((EP, 4), dtype=np.float32); AC = np.zeros(EP, np.int64); RW = np.ones(EP, np.float32)
-FIN = np.zeros(4, np.float32); PRI = rng.random(EP) + 0.05
-NEW_P = np.random.default_rng(5).random(256) + 0.05
+from ab_common import apex_pair, load_pair, rates as run, timed
 
 def apex(m):
-    buf = m.ExperienceReplay((4,), capacity=CAP, pick_len=1, seed=1)
-    pr = buf.new_pick_selector(1)
-    for _ in range(CAP // EP):
-        buf.record_many(None, ST, AC, RW, final_state=FIN, priorities=PRI)
-    def rec():
-        buf.record_many(buf.new_episode(), ST, AC, RW, final_state=FIN, priorities=PRI)
-    def samp():
-        b = buf.get_batch(256, pr)
-        buf.set_priority(pr, b.pick_epi, b.pick_pos, NEW_P)
+    _, rec, samp = apex_pair(m)
     return rec, samp
+
 
 def one_round(rec, samp, pause, D=0.8):
     r = run([("r", rec, 0)], D)["r"]; s = run([("s", samp, 0)], D)["s"]

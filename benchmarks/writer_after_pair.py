@@ -19,17 +19,7 @@ import sys
 import threading
 import time
 
-import numpy as np
-
-from ab_common import load_build
-
-CAP, EP = 200_000, 100
-rng = np.random.default_rng(0)
-ST = rng.random((EP, 4), dtype=np.float32)
-AC = np.zeros(EP, np.int64)
-RW = np.ones(EP, np.float32)
-FIN = np.zeros(4, np.float32)
-PRI = rng.random(EP) + 0.05
+from ab_common import apex_pair, load_build
 
 
 def per_call(rec, n=20_000, parts=5):
@@ -44,21 +34,13 @@ def per_call(rec, n=20_000, parts=5):
 
 
 def one_build(m):
-    buf = m.ExperienceReplay((4,), capacity=CAP, pick_len=1, seed=1)
-    pr = buf.new_pick_selector(1)
-    for _ in range(CAP // EP):
-        buf.record_many(None, ST, AC, RW, final_state=FIN, priorities=PRI)
-
-    def rec():
-        buf.record_many(buf.new_episode(), ST, AC, RW, final_state=FIN, priorities=PRI)
-
+    buf, rec, samp = apex_pair(m)
     out = [per_call(rec)]
     stop = threading.Event()
 
     def learner():
         while not stop.is_set():
-            b = buf.get_batch(256, pr)
-            buf.set_priority(pr, b.pick_epi, b.pick_pos, np.ones(256))
+            samp()
 
     t = threading.Thread(target=learner)
     t.start()
@@ -68,7 +50,7 @@ def one_build(m):
     stop.set()
     t.join()
     out.append(per_call(rec))
-    buf.get_batch(256, pr)
+    samp()
     out.append(per_call(rec))
     buf._check()
     return out
