@@ -336,6 +336,55 @@ def _floor_gather_batch(
     action_bytes: SupportsIndex,
     /,
 ) -> tuple[NDArray[Any], ...]: ...
+def _adler32(data: bytes | bytearray | memoryview, value: int = ..., /) -> int: ...
+
+@final
+class _LogMerge:
+    """The k-way merge of experience logs behind exreplay.log.merge (docs/log.md)."""
+
+    def __new__(
+        cls,
+        inputs: int,
+        row: int,
+        state_bytes: int,
+        chunk_bytes: int,
+        level: int,
+        fd: int,
+        threads: int,
+    ) -> _LogMerge: ...
+    def push(
+        self,
+        input: int,
+        fd: int,
+        body_off: int,
+        tag: int,
+        codec: int,
+        count: int,
+        source: int,
+        crc: int,
+        first: int,
+        last: int,
+        raw_len: int,
+        body_len: int,
+        /,
+    ) -> None: ...
+    def end(self, input: SupportsIndex, /) -> None: ...
+    # index of the input that needs a chunk, -1 when done, -2 on an invalid chunk
+    def run(self) -> int: ...
+    # (input, tag, what) of an invalid chunk
+    def error(self) -> tuple[int, int, str] | None: ...
+    # (records, chunks, last timestamp) written
+    def result(self) -> tuple[int, int, int]: ...
+    def close(self) -> None: ...
+
+@final
+class _NewFile:
+    """A new file for path, named path by publish() once complete (docs/log.md, "Merging")."""
+
+    def __new__(cls, path: str | bytes | os.PathLike[str] | os.PathLike[bytes]) -> _NewFile: ...
+    def fileno(self) -> int: ...
+    def publish(self) -> None: ...
+    def discard(self) -> None: ...
 
 
 class ExperienceLog:
