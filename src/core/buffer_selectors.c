@@ -105,11 +105,8 @@ size_t exr_buffer_selectors_locked(const exr_buffer *b, int64_t *handles, int *k
      * new, larger handle (a restored buffer's too: codec_read.c refuses
      * handles out of order) and removal keeps the order of the rest */
     for (size_t i = 0; i < b->nsels; i++) {
-        int k = 0;
-        while (k < exr_selector_nkinds && exr_selector_kinds[k] != b->sels[i].sel->vt)
-            k++;
         handles[i] = b->sels[i].handle;
-        kinds[i] = k;
+        kinds[i] = exr_selector_kind(b->sels[i].sel);
     }
     return b->nsels;
 }

@@ -229,10 +229,7 @@ static exr_status write_selector(exr_out *o, const exr_buffer *b, const sel_entr
 {
     const exr_selector *s = se->sel;
     const exr_selector_vtable *vt = s->vt;
-    int kind = 0;
-    while (kind < exr_selector_nkinds && exr_selector_kinds[kind] != vt)
-        kind++;
-    selector_head h = {se->handle, (uint32_t)kind, (uint32_t)vt->nparams, {0}};
+    selector_head h = {se->handle, (uint32_t)exr_selector_kind(s), (uint32_t)vt->nparams, {0}};
     memcpy(h.rng, s->rng.s, 32);
     unsigned char head[SELECTOR_HEAD];
     selector_head_pack(&h, head);

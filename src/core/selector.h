@@ -276,6 +276,8 @@ static inline bool exr_sel_start_detached(exr_selector *s, size_t n, const exr_p
 /* Selector kinds by their public number (PickSelectorClass). */
 extern const exr_selector_vtable *const exr_selector_kinds[];
 extern const int exr_selector_nkinds;
+/* s's kind: its vtable's index in exr_selector_kinds (its public number). */
+int exr_selector_kind(const exr_selector *s);
 
 extern const exr_selector_vtable exr_sel_uniform;
 extern const exr_selector_vtable exr_sel_prioritized;

@@ -323,29 +323,17 @@ PyObject *replay_remove_pick_selector(ReplayObject *self, PyObject *ps)
 
 /* ---- PickSelector objects for the selectors a buffer holds -------------- */
 
-/* The selectors self holds (exr_buffer_selectors_locked), read under its
- * lock; handles and kinds have room for EXR_MAX_SELECTORS entries. */
-static size_t held_selectors(ReplayObject *self, int64_t *handles, int *kinds)
-{
-    exr_lock_with_gil(self->buf);
-    size_t n = exr_buffer_selectors_locked(self->buf, handles, kinds);
-    exr_buffer_unlock(self->buf);
-    return n;
-}
-
 PyObject *replay_pick_selector(ReplayObject *self, PyObject *ps)
 {
     EXR_GUARD(self, NULL);
     int64_t h;
     if (exr_selector_handle(self, ps, &h) < 0)
         return NULL;
-    int64_t handles[EXR_MAX_SELECTORS];
-    int kinds[EXR_MAX_SELECTORS];
-    size_t n = held_selectors(self, handles, kinds);
-    for (size_t i = 0; i < n; i++)
-        if (handles[i] == h)
-            return exr_selector_new(self, h, kinds[i]);
-    return unknown_selector(h);
+    exr_lock_with_gil(self->buf);
+    exr_selector *s = exr_buffer_selector_locked(self->buf, h);
+    int kind = s ? exr_selector_kind(s) : -1;
+    exr_buffer_unlock(self->buf);
+    return s ? exr_selector_new(self, h, kind) : unknown_selector(h);
 }
 
 PyObject *replay_pick_selectors(ReplayObject *self, PyObject *unused)
@@ -354,7 +342,9 @@ PyObject *replay_pick_selectors(ReplayObject *self, PyObject *unused)
     (void)unused;
     int64_t handles[EXR_MAX_SELECTORS];
     int kinds[EXR_MAX_SELECTORS];
-    size_t n = held_selectors(self, handles, kinds);
+    exr_lock_with_gil(self->buf);
+    size_t n = exr_buffer_selectors_locked(self->buf, handles, kinds);
+    exr_buffer_unlock(self->buf);
     PyObject *l = PyList_New((Py_ssize_t)n);
     for (size_t i = 0; l && i < n; i++) {
         PyObject *s = exr_selector_new(self, handles[i], kinds[i]);
