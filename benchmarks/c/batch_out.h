@@ -45,6 +45,7 @@ static inline void batch_out_alloc(exr_batch_out *o, size_t B, size_t L, size_t 
     o->weight = alloc(B * 4);
     o->pick_index = alloc(B * 8);
     o->drawn = NULL;
+    o->shared_next = false;
 }
 
 #endif

@@ -70,15 +70,15 @@ static void gather_rows(unsigned char *dst, const plan_t *pl, size_t cnt, size_t
 }
 
 /* Rows [r0, r1) of a pick, starting at `row` (its row r0), each read once:
- * its state to st[r] and to nx[r - 1] (the next state of the step before),
- * its action and reward; SB, AB, RB and RB_ROW constants of the caller, so
- * every move is one fixed-size load and store. */
-#define FUSE_ROWS(row, r0, r1, SB, AB, RB, ROW)                                                   \
+ * its state to st[r] and, when NX, to nx[r - 1] (the next state of the step
+ * before), its action and reward; SB, AB, RB, ROW and NX constants of the
+ * caller, so every move is one fixed-size load and store. */
+#define FUSE_ROWS(row, r0, r1, SB, AB, RB, ROW, NX)                                               \
     do {                                                                                           \
         const unsigned char *q_ = (row);                                                           \
         for (size_t r_ = (r0); r_ < (r1); r_++, q_ += (ROW)) {                                     \
             memcpy(st + r_ * (SB), q_, (SB));                                                      \
-            if (r_)                                                                                \
+            if ((NX) && r_)                                                                        \
                 memcpy(nx + (r_ - 1) * (SB), q_, (SB));                                            \
             memcpy(ac + r_ * (AB), q_ + (SB), (AB));                                               \
             memcpy(rw + r_ * (RB), q_ + (SB) + (AB), (RB));                                        \
@@ -110,7 +110,9 @@ static int fuse_kind(const exr_store_layout *L)
     return 0;
 }
 
-/* A pick of any widths (fuse_pick, below, for the common ones). */
+/* A pick of any widths (fuse_pick, below, for the common ones). nx NULL:
+ * shared next states (st has pick_len + 1 rows, the last next state in row
+ * l). */
 static void copy_pick(const exr_store_layout *L, const plan_t *pl, size_t pick_len,
                       unsigned char *st, unsigned char *ac, unsigned char *rw, unsigned char *nx)
 {
@@ -120,9 +122,9 @@ static void copy_pick(const exr_store_layout *L, const plan_t *pl, size_t pick_l
     gather_rows(rw, pl, l, sb + ab, L, rb);
     /* Next states 0..l-2 are states 1..l-1: take them from the output
      * just written, so each stored state is read once (docs/design.md). */
-    if (l > 1)
+    if (nx && l > 1)
         exr_copy_short(nx, st + sb, (l - 1) * sb);
-    unsigned char *last = nx + (l - 1) * sb;
+    unsigned char *last = nx ? nx + (l - 1) * sb : st + l * sb;
     if (pl->next_stored)
         exr_copy_short(last, l < pl->na ? pl->a + l * L->row_bytes : pl->b + (l - pl->na) * L->row_bytes,
                    sb);
@@ -132,8 +134,9 @@ static void copy_pick(const exr_store_layout *L, const plan_t *pl, size_t pick_l
         memset(last, 0, sb);
     if (l < pick_len) {
         size_t pad = pick_len - l;
-        memset(st + l * sb, 0, pad * sb);
-        memset(nx + l * sb, 0, pad * sb);
+        memset(st + (l + !nx) * sb, 0, pad * sb);
+        if (nx)
+            memset(nx + l * sb, 0, pad * sb);
         memset(ac + l * ab, 0, pad * ab);
         memset(rw + l * rb, 0, pad * rb);
     }
@@ -169,6 +172,37 @@ static inline const unsigned char *pick_row(const exr_store_layout *L, const pla
     return r < pl->na ? pl->a + r * L->row_bytes : pl->b + (r - pl->na) * L->row_bytes;
 }
 
+/* The first item of a pick in field fd's dst (its items: pick_len, and one
+ * more for a shared next state). */
+static inline size_t field_pick_at(const exr_field_dst *fd, size_t pick_len, size_t i)
+{
+    return i * (pick_len + fd->seq) * fd->bytes;
+}
+
+/* The end of copy_pick_fields for pick i of length l: each state field's
+ * last next state (`last`: row l, the final state, or NULL for zeros) and
+ * every field's zeros past the pick. */
+static void finish_pick_fields(const exr_field_dst *fields, size_t nfields, size_t pick_len,
+                               size_t i, size_t l, const unsigned char *last, bool stream)
+{
+    for (size_t f = 0; f < nfields; f++) {
+        const exr_field_dst *fd = &fields[f];
+        size_t w = fd->bytes, at = field_pick_at(fd, pick_len, i);
+        unsigned char *to = fd->next ? fd->next + at + (l - 1) * w
+                            : fd->seq ? fd->dst + at + l * w
+                                      : NULL;
+        if (to && last)
+            copy_field(to, last + fd->off, w, stream);
+        else if (to)
+            memset(to, 0, w);
+        size_t used = l + fd->seq, items = pick_len + fd->seq;
+        if (used < items)
+            memset(fd->dst + at + used * w, 0, (items - used) * w);
+        if (fd->next && l < pick_len)
+            memset(fd->next + at + l * w, 0, (pick_len - l) * w);
+    }
+}
+
 /* The same for a buffer with named fields (fields.h), row by row: each of
  * the pick's rows is read once, while it is in cache, and every field of it
  * written where it goes: its state array and, for a state field, the next
@@ -189,30 +223,16 @@ static void copy_pick_fields(const exr_store_layout *L, const plan_t *pl, size_t
         exr_copy_short(rw + r * rb, row + sb + ab, rb);
         for (size_t f = 0; f < nfields; f++) {
             const exr_field_dst *fd = &fields[f];
-            size_t w = fd->bytes, at = i * pick_len * w;
+            size_t w = fd->bytes, at = field_pick_at(fd, pick_len, i);
             copy_field(fd->dst + at + r * w, row + fd->off, w, stream);
             if (fd->next && r > 0)
                 copy_field(fd->next + at + (r - 1) * w, row + fd->off, w, stream);
         }
     }
-    /* the last next state: row l, the final state, or zeros */
-    const unsigned char *last = pl->next_stored ? pick_row(L, pl, l)
-                                                : pl->final; /* state fields sit at the same offsets in both */
-    for (size_t f = 0; f < nfields; f++) {
-        const exr_field_dst *fd = &fields[f];
-        size_t w = fd->bytes, at = i * pick_len * w;
-        if (fd->next) {
-            if (last)
-                copy_field(fd->next + at + (l - 1) * w, last + fd->off, w, stream);
-            else
-                memset(fd->next + at + (l - 1) * w, 0, w);
-        }
-        if (l < pick_len) {
-            memset(fd->dst + at + l * w, 0, (pick_len - l) * w);
-            if (fd->next)
-                memset(fd->next + at + l * w, 0, (pick_len - l) * w);
-        }
-    }
+    /* the last next state: row l, the final state, or zeros (state fields
+     * sit at the same offsets in both) */
+    finish_pick_fields(fields, nfields, pick_len, i, l,
+                       pl->next_stored ? pick_row(L, pl, l) : pl->final, stream);
     if (l < pick_len) {
         memset(ac + l * ab, 0, (pick_len - l) * ab);
         memset(rw + l * rb, 0, (pick_len - l) * rb);
@@ -244,10 +264,12 @@ static void copy_batch_fields(const exr_buffer *b, size_t count, const plan_t *p
     size_t P = b->cfg.pick_len;
     size_t as = P * L->action_bytes, rs = P * L->reward_bytes;
     /* the batch's bytes (its arrays exist, so the sum fits) */
-    size_t item = L->action_bytes + L->reward_bytes;
-    for (size_t f = 0; f < out->nfields; f++)
+    size_t item = L->action_bytes + L->reward_bytes, seq = 0;
+    for (size_t f = 0; f < out->nfields; f++) {
         item += out->fields[f].bytes * (out->fields[f].next ? 2 : 1);
-    bool stream = count * P * item >= exr_stream_min();
+        seq += out->fields[f].seq ? out->fields[f].bytes : 0; /* a shared next state's */
+    }
+    bool stream = count * (P * item + seq) >= exr_stream_min();
     for (size_t i = 0; i < count && i < FIELDS_AHEAD; i++)
         prefetch_heads(L, &plans[i]);
     for (size_t i = 0; i < count; i++) {
@@ -262,17 +284,18 @@ static void copy_batch_fields(const exr_buffer *b, size_t count, const plan_t *p
 
 /* A whole pick for fixed widths SB, AB, RB (constants of the caller: every
  * move, the last next state's and the padding's too, is a fixed-size one):
- * what copy_pick does, each row read once. */
+ * what copy_pick does, each row read once. SEQ (a constant too): shared
+ * next states, nx unused. */
 static inline __attribute__((always_inline)) void
 fuse_pick(const plan_t *pl, size_t P, unsigned char *st, unsigned char *ac, unsigned char *rw,
-          unsigned char *nx, const size_t SB, const size_t AB, const size_t RB)
+          unsigned char *nx, const size_t SB, const size_t AB, const size_t RB, const bool SEQ)
 {
     const size_t ROW = SB + AB + RB;
     size_t l = pl->len, first = l < pl->na ? l : pl->na;
-    FUSE_ROWS(pl->a, 0, first, SB, AB, RB, ROW);
+    FUSE_ROWS(pl->a, 0, first, SB, AB, RB, ROW, !SEQ);
     if (l > first)
-        FUSE_ROWS(pl->b, first, l, SB, AB, RB, ROW);
-    unsigned char *last = nx + (l - 1) * SB;
+        FUSE_ROWS(pl->b, first, l, SB, AB, RB, ROW, !SEQ);
+    unsigned char *last = SEQ ? st + l * SB : nx + (l - 1) * SB;
     if (pl->next_stored)
         memcpy(last, l < pl->na ? pl->a + l * ROW : pl->b + (l - pl->na) * ROW, SB);
     else if (pl->final)
@@ -280,8 +303,9 @@ fuse_pick(const plan_t *pl, size_t P, unsigned char *st, unsigned char *ac, unsi
     else
         memset(last, 0, SB);
     for (size_t r = l; r < P; r++) {
-        memset(st + r * SB, 0, SB);
-        memset(nx + r * SB, 0, SB);
+        memset(st + (r + SEQ) * SB, 0, SB);
+        if (!SEQ)
+            memset(nx + r * SB, 0, SB);
         memset(ac + r * AB, 0, AB);
         memset(rw + r * RB, 0, RB);
     }
@@ -384,7 +408,7 @@ AVX512_FN static void rows4_batch(const exr_store_layout *L, size_t count, const
         if (pl->len == P && pl->next_stored)
             rows4_pick(pl, P, &x, st + 16 * o, ac + 8 * o, rw + 4 * o, nx + 16 * o);
         else
-            fuse_pick(pl, P, st + 16 * o, ac + 8 * o, rw + 4 * o, nx + 16 * o, 16, 8, 4);
+            fuse_pick(pl, P, st + 16 * o, ac + 8 * o, rw + 4 * o, nx + 16 * o, 16, 8, 4, false);
     }
 }
 
@@ -418,21 +442,27 @@ int exr_set_copy_simd(int on)
 }
 
 /* The batch's picks for combination `kind` (fuse_kind), one loop per
- * combination, so that a pick neither dispatches on the kind nor reads the
- * layout's widths: returns 0 if kind is none of them. Prefetches `ahead`
- * picks ahead (none when ahead >= count). */
+ * combination and layout (SEQ: shared next states), so that a pick neither
+ * dispatches on the kind nor reads the layout's widths: returns 0 if kind
+ * is none of them. Prefetches `ahead` picks ahead (none when ahead >=
+ * count). */
 static int fuse_batch(int kind, const exr_store_layout *L, size_t count, const plan_t *plans,
                       size_t P, size_t ahead, const exr_batch_out *out)
 {
     unsigned char *st = out->state, *ac = out->action, *rw = out->reward, *nx = out->state_next;
+#define FUSE_PICKS(SB, AB, RB, SEQ)                                                                \
+    for (size_t i = 0; i < count; i++) {                                                           \
+        if (i + ahead < count)                                                                     \
+            prefetch_pick(L, &plans[i + ahead]);                                                   \
+        fuse_pick(&plans[i], P, st + i * (P + (SEQ)) * (SB), ac + i * P * (AB),                    \
+                  rw + i * P * (RB), (SEQ) ? NULL : nx + i * P * (SB), (SB), (AB), (RB), (SEQ));   \
+    }
 #define FUSE_LOOP(id, SB, AB, RB)                                                                  \
     case (id):                                                                                     \
-        for (size_t i = 0; i < count; i++) {                                                       \
-            if (i + ahead < count)                                                                 \
-                prefetch_pick(L, &plans[i + ahead]);                                               \
-            fuse_pick(&plans[i], P, st + i * P * (SB), ac + i * P * (AB), rw + i * P * (RB),       \
-                      nx + i * P * (SB), (SB), (AB), (RB));                                        \
-        }                                                                                          \
+        if (out->shared_next)                                                                      \
+            FUSE_PICKS(SB, AB, RB, true)                                                           \
+        else                                                                                       \
+            FUSE_PICKS(SB, AB, RB, false)                                                          \
         return 1;
     switch (kind) {
         FUSE_ALL(FUSE_LOOP)
@@ -440,6 +470,7 @@ static int fuse_batch(int kind, const exr_store_layout *L, size_t count, const p
         return 0;
     }
 #undef FUSE_LOOP
+#undef FUSE_PICKS
 }
 
 void copy_batch(const exr_buffer *b, size_t count, const plan_t *plans, exr_batch_out *out,
@@ -451,11 +482,14 @@ void copy_batch(const exr_buffer *b, size_t count, const plan_t *plans, exr_batc
     }
     const exr_store_layout *L = &b->lay;
     size_t P = b->cfg.pick_len;
+    bool seq = out->shared_next;
     size_t ss = P * L->state_bytes, as = P * L->action_bytes, rs = P * L->reward_bytes;
-    if (count * (2 * ss + as + rs) >= exr_stream_min()) {
+    /* a pick's states (and next states) in the output */
+    size_t sts = seq ? ss + L->state_bytes : 2 * ss;
+    if (count * (sts + as + rs) >= exr_stream_min()) {
         /* large: streamed, as the one field of a plan (next states from the
          * rows, since the output just written is not in cache) */
-        exr_field_dst one = {0, L->state_bytes, out->state, out->state_next};
+        exr_field_dst one = {0, L->state_bytes, out->state, seq ? NULL : out->state_next, seq};
         exr_batch_out o = *out;
         o.fields = &one;
         o.nfields = 1;
@@ -475,7 +509,7 @@ void copy_batch(const exr_buffer *b, size_t count, const plan_t *plans, exr_batc
     for (size_t i = 0; prefetch && i < count && i < ahead; i++)
         prefetch_pick(L, &plans[i]);
 #ifdef SIMD_COPY
-    if (rows4_fits(L, P)) {
+    if (!seq && rows4_fits(L, P)) {
         rows4_batch(L, count, plans, P, ahead, out);
         return;
     }
@@ -485,6 +519,7 @@ void copy_batch(const exr_buffer *b, size_t count, const plan_t *plans, exr_batc
     for (size_t i = 0; i < count; i++) {
         if (i + ahead < count)
             prefetch_pick(L, &plans[i + ahead]);
-        copy_pick(L, &plans[i], P, st + i * ss, ac + i * as, rw + i * rs, nx + i * ss);
+        copy_pick(L, &plans[i], P, st + i * (seq ? ss + L->state_bytes : ss), ac + i * as,
+                  rw + i * rs, seq ? NULL : nx + i * ss);
     }
 }

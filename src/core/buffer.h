@@ -94,6 +94,11 @@ typedef struct {
      * holds what the draw knew (exr_drawn) whatever threads do with the
      * arrays above */
     exr_drawn *drawn;
+    /* true: state holds count * (pick_len + 1) rows, each pick's states
+     * followed by its last next state (docs/semantics.md, "Shared next
+     * states"), and state_next is unused; with fields, the state fields'
+     * places are laid out so (exr_field_dst.seq) */
+    bool shared_next;
 } exr_batch_out;
 
 exr_status exr_buffer_new(const exr_config *cfg, exr_buffer **out);

@@ -456,7 +456,8 @@ static exr_status finish_batch(exr_buffer *b, size_t count, batch_scratch *sc,
 }
 
 /* A field plan stays in the state and extras parts of a row (a state field,
- * with next states, in the state part), and a buffer with extras needs one. */
+ * with next states or shared ones, in the state part), and a buffer with
+ * extras needs one. */
 static bool out_ok(const exr_buffer *b, const exr_batch_out *out)
 {
     const exr_store_layout *L = &b->lay;
@@ -466,8 +467,9 @@ static bool out_ok(const exr_buffer *b, const exr_batch_out *out)
     for (size_t f = 0; out->fields && f < out->nfields; f++) {
         const exr_field_dst *fd = &out->fields[f];
         size_t end;
-        if (!exr_add_size(fd->off, fd->bytes, &end) ||
-            !(end <= L->state_bytes || (!fd->next && fd->off >= xs && end <= L->row_bytes)))
+        if (!exr_add_size(fd->off, fd->bytes, &end) || (fd->seq && fd->next) ||
+            !(end <= L->state_bytes ||
+              (!fd->next && !fd->seq && fd->off >= xs && end <= L->row_bytes)))
             return false;
     }
     return true;

@@ -28,10 +28,13 @@ typedef struct {
 /* get_batch: field [off, off + bytes) of each pick's steps goes to dst, an
  * array of count * pick_len items of `bytes` (steps past the pick's length
  * zeroed). A state field (next not NULL) also fills next with the field of
- * the next states, as state_next is filled. */
+ * the next states, as state_next is filled. A state field with seq set
+ * (next NULL) has pick_len + 1 items a pick in dst instead: the pick's
+ * steps, then the field of its last next state, then zeros. */
 typedef struct {
     size_t off, bytes;
     unsigned char *dst, *next;
+    bool seq;
 } exr_field_dst;
 
 #endif

@@ -15,23 +15,39 @@
 
 static const char *const field_names[NFIELDS] = {"state", "action", "reward", "state_next",
                                                  "seq_len", "seq_len_next", "pick_epi",
-                                                 "pick_pos", "weight", "pick_index", "extras"};
+                                                 "pick_pos", "weight", "pick_index", "extras",
+                                                 "state_seq"};
 
 /* Batch fields that are dicts of arrays (named.c) rather than one array:
- * state and state_next with a state_spec, extras always. */
+ * state, state_next and state_seq with a state_spec, extras always. */
 static int dict_field(const ReplayObject *self, int f)
 {
-    return f == F_EXTRAS || (self->sfields && (f == F_STATE || f == F_NEXT));
+    return f == F_EXTRAS || (self->sfields && (f == F_STATE || f == F_NEXT || f == F_SEQ));
+}
+
+/* Whether field f is an array of its own, carved from the batch's block:
+ * not a dict, and with shared next states (shared) state_seq rather than
+ * state and state_next (its views). */
+static int plain_field(const ReplayObject *self, int f, bool shared)
+{
+    if (dict_field(self, f))
+        return 0;
+    if (f == F_SEQ)
+        return shared;
+    return !(shared && (f == F_STATE || f == F_NEXT));
 }
 
 /* The dict fields of a new batch (the arrays of the named fields carved
- * from their own block). */
-static int new_dict_fields(ReplayObject *self, npy_intp B, PyObject **arrays)
+ * from their own block): with shared next states, the state fields'
+ * (B, L + 1) arrays in arrays[F_SEQ] (their views made after). */
+static int new_dict_fields(ReplayObject *self, npy_intp B, bool shared, PyObject **arrays)
 {
     npy_intp L = exr_buffer_config(self->buf)->pick_len;
     if (self->sfields &&
-        exr_fieldset_batch_new(self->sfields, mstate(self), B, L, &arrays[F_STATE],
-                               &arrays[F_NEXT]) < 0)
+        (shared ? exr_fieldset_batch_new(self->sfields, mstate(self), B, L + 1, &arrays[F_SEQ],
+                                         NULL)
+                : exr_fieldset_batch_new(self->sfields, mstate(self), B, L, &arrays[F_STATE],
+                                         &arrays[F_NEXT])) < 0)
         return -1;
     if (self->xfields)
         return exr_fieldset_batch_new(self->xfields, mstate(self), B, L, &arrays[F_EXTRAS], NULL);
@@ -48,7 +64,8 @@ static PyArray_Descr *field_spec(ReplayObject *self, int f, npy_intp B, int *nd,
     switch (f) {
     case F_STATE:
     case F_NEXT:
-        dims[1] = L;
+    case F_SEQ:
+        dims[1] = f == F_SEQ ? L + 1 : L;
         memcpy(dims + 2, self->state_shape, sizeof(npy_intp) * (size_t)self->state_nd);
         *nd = 2 + self->state_nd;
         Py_INCREF(self->state_descr);
@@ -75,13 +92,14 @@ static PyArray_Descr *field_spec(ReplayObject *self, int f, npy_intp B, int *nd,
 /* Each plain field's descr, dims and offset in one block of *total bytes
  * (64-byte aligned). -1 with an exception (MemoryError naming batch_size
  * when the batch cannot fit); descrs[] are then released. */
-static int batch_layout(ReplayObject *self, npy_intp B, int *nds, npy_intp (*dims)[NPY_MAXDIMS],
-                        PyArray_Descr **descrs, size_t *offs, size_t *total)
+static int batch_layout(ReplayObject *self, npy_intp B, bool shared, int *nds,
+                        npy_intp (*dims)[NPY_MAXDIMS], PyArray_Descr **descrs, size_t *offs,
+                        size_t *total)
 {
     *total = 0;
     for (int f = 0; f < NFIELDS; f++) {
         offs[f] = *total;
-        if (dict_field(self, f))
+        if (!plain_field(self, f, shared))
             continue;
         descrs[f] = field_spec(self, f, B, &nds[f], dims[f]);
         if (!descrs[f])
@@ -104,14 +122,14 @@ fail:
     return -1;
 }
 
-static int new_batch_arrays(ReplayObject *self, npy_intp B, PyObject **arrays)
+static int new_batch_arrays(ReplayObject *self, npy_intp B, bool shared, PyObject **arrays)
 {
     int nds[NFIELDS];
     npy_intp dims[NFIELDS][NPY_MAXDIMS];
     PyArray_Descr *descrs[NFIELDS] = {0};
     size_t offs[NFIELDS], total;
     PyObject *block = NULL;
-    if (batch_layout(self, B, nds, dims, descrs, offs, &total) < 0)
+    if (batch_layout(self, B, shared, nds, dims, descrs, offs, &total) < 0)
         return -1;
     size_t drawn_at = total, drawn_bytes = exr_block_drawn_bytes(B);
     total += drawn_bytes; /* no overflow: batch_layout kept total <= PY_SSIZE_T_MAX */
@@ -119,7 +137,7 @@ static int new_batch_arrays(ReplayObject *self, npy_intp B, PyObject **arrays)
     if (!block)
         goto fail;
     for (int f = 0; f < NFIELDS; f++) {
-        if (dict_field(self, f))
+        if (!plain_field(self, f, shared))
             continue;
         arrays[f] = exr_block_array(block, offs[f], descrs[f], nds[f], dims[f]);
         Py_CLEAR(descrs[f]);
@@ -131,7 +149,9 @@ static int new_batch_arrays(ReplayObject *self, npy_intp B, PyObject **arrays)
     if (drawn_bytes)
         exr_block_set_drawn(block, drawn_at, B);
     Py_DECREF(block);
-    if (new_dict_fields(self, B, arrays) < 0) {
+    if (!shared)
+        arrays[F_SEQ] = Py_NewRef(Py_None);
+    if (new_dict_fields(self, B, shared, arrays) < 0 || (shared && exr_seq_views(self, arrays) < 0)) {
         for (int f = 0; f < NFIELDS; f++)
             Py_CLEAR(arrays[f]);
         return -1;
@@ -276,8 +296,8 @@ static int out_as_made(ReplayObject *self, exr_modstate *st, PyObject *out, npy_
  * (a set with a weakref is never refilled). */
 #define SPARE_MAX_BYTES ((size_t)1 << 20)
 
-_Static_assert(EXR_SPARE_ARRAYS == F_EXTRAS && F_EXTRAS == NFIELDS - 1,
-               "the spare arrays are every field before extras, the last");
+_Static_assert(EXR_SPARE_ARRAYS == F_EXTRAS && F_EXTRAS == NFIELDS - 2 && F_SEQ == NFIELDS - 1,
+               "the spare arrays are every field before extras and state_seq, the last two");
 
 static int spare_free(ReplayObject *self, exr_modstate *st, PyObject *const *s, npy_intp B,
                       npy_intp L)
@@ -312,8 +332,9 @@ static int spare_take(ReplayObject *self, exr_modstate *st, npy_intp B, PyObject
          * finalizer whose get_batch would find this set free too */
         for (int f = 0; f < EXR_SPARE_ARRAYS; f++)
             arrays[f] = Py_NewRef(s[f]);
+        arrays[F_SEQ] = Py_NewRef(Py_None);
         if (!(arrays[F_EXTRAS] = PyDict_New())) {
-            for (int f = 0; f < EXR_SPARE_ARRAYS; f++)
+            for (int f = 0; f < NFIELDS; f++)
                 Py_CLEAR(arrays[f]);
             return -1;
         }
@@ -346,13 +367,17 @@ void exr_spare_clear(ReplayObject *self)
             Py_CLEAR(self->spare[j][f]);
 }
 
-/* The arrays of a batch without out=: a free spare set, or new ones. */
-static int fresh_arrays(ReplayObject *self, exr_modstate *st, npy_intp B, PyObject **arrays)
+/* The arrays of a batch without out=: a free spare set, or new ones (always
+ * new ones with shared next states). */
+static int fresh_arrays(ReplayObject *self, exr_modstate *st, npy_intp B, bool shared,
+                        PyObject **arrays)
 {
+    if (shared)
+        return new_batch_arrays(self, B, true, arrays);
     int r = spare_take(self, st, B, arrays);
     if (r)
         return r < 0 ? -1 : 0;
-    if (new_batch_arrays(self, B, arrays) < 0)
+    if (new_batch_arrays(self, B, false, arrays) < 0)
         return -1;
     spare_keep(self, arrays);
     return 0;
@@ -386,9 +411,9 @@ static void add_span(out_span *s, int *n, PyObject *a, int f, PyObject *key)
 /* The arrays of field f (a dict of named fields' arrays, or one array). */
 static void add_field_spans(ReplayObject *self, PyObject **arrays, int f, out_span *s, int *n)
 {
-    const exr_fieldset *fs = f == F_EXTRAS ? self->xfields
-                             : f == F_STATE || f == F_NEXT ? self->sfields
-                                                           : NULL;
+    const exr_fieldset *fs = f == F_EXTRAS                                ? self->xfields
+                             : f == F_STATE || f == F_NEXT || f == F_SEQ ? self->sfields
+                                                                         : NULL;
     if (f == F_EXTRAS && !fs)
         return; /* no extras: nothing is written there */
     if (!fs) {
@@ -407,13 +432,16 @@ static PyObject *span_name(const out_span *s)
 }
 
 /* 0 when no two arrays of out= (checked, in arrays[]) share memory, else
- * -1 with a ValueError naming two that do. */
+ * -1 with a ValueError naming two that do. With shared next states the
+ * arrays written are state_seq's (state and state_next are its views). */
 static int out_disjoint(ReplayObject *self, PyObject **arrays)
 {
     out_span s[NFIELDS + 3 * EXR_MAX_FIELDS];
     int n = 0;
+    bool shared = arrays[F_SEQ] != Py_None;
     for (int f = 0; f < NFIELDS; f++)
-        add_field_spans(self, arrays, f, s, &n);
+        if (f == F_SEQ ? shared : !(shared && (f == F_STATE || f == F_NEXT)))
+            add_field_spans(self, arrays, f, s, &n);
     qsort(s, (size_t)n, sizeof *s, span_order);
     int far = 0; /* of the spans so far, the one reaching furthest */
     for (int i = 1; i < n; i++) {
@@ -438,7 +466,46 @@ static int out_disjoint(ReplayObject *self, PyObject **arrays)
 }
 
 /* arrays[f] borrowed from `out` after checking them, or new arrays. */
-int batch_arrays(ReplayObject *self, npy_intp B, PyObject *out, PyObject **arrays)
+/* Field f of out= (a dict field), checked into arrays[f]. */
+static int out_dict_field(ReplayObject *self, PyObject *out, int f, npy_intp B, PyObject **arrays)
+{
+    npy_intp L = exr_buffer_config(self->buf)->pick_len;
+    PyObject *d = PyStructSequence_GetItem(out, f);
+    const exr_fieldset *fs = f == F_EXTRAS ? self->xfields : self->sfields;
+    /* a dict of its own holds the field arrays checked for the call, whose
+     * copy writes into them without the GIL, whatever another thread (or a
+     * key's __eq__) puts into out's dict */
+    if (fs)
+        return exr_fieldset_batch_check(fs, d ? d : Py_None, B, f == F_SEQ ? L + 1 : L,
+                                        f == F_STATE  ? "out.state"
+                                        : f == F_NEXT ? "out.state_next"
+                                        : f == F_SEQ  ? "out.state_seq"
+                                                      : "out.extras",
+                                        &arrays[f]);
+    arrays[f] = Py_NewRef(d ? d : Py_None); /* extras of a buffer without any: not written */
+    return 0;
+}
+
+/* Field f of out= (one array), checked into arrays[f]. */
+static int out_plain_field(ReplayObject *self, PyObject *out, int f, npy_intp B, PyObject **arrays)
+{
+    int nd;
+    npy_intp dims[NPY_MAXDIMS];
+    PyArray_Descr *d = field_spec(self, f, B, &nd, dims);
+    if (!d)
+        return -1;
+    PyObject *a = PyStructSequence_GetItem(out, f);
+    if (!exr_out_array_ok(a, d, nd, dims)) {
+        exr_out_array_refused(PyUnicode_FromFormat("out.%s", field_names[f]), d, nd, dims, a);
+        Py_DECREF(d);
+        return -1;
+    }
+    Py_DECREF(d);
+    arrays[f] = Py_NewRef(a);
+    return 0;
+}
+
+int batch_arrays(ReplayObject *self, npy_intp B, PyObject *out, bool shared, PyObject **arrays)
 {
     exr_modstate *st = mstate(self);
     if (out && !Py_IS_TYPE(out, st->batch_type)) {
@@ -447,42 +514,25 @@ int batch_arrays(ReplayObject *self, npy_intp B, PyObject *out, PyObject **array
         return -1;
     }
     if (!out)
-        return fresh_arrays(self, st, B, arrays);
-    if (out_as_made(self, st, out, B, arrays))
+        return fresh_arrays(self, st, B, shared, arrays);
+    if (!shared && out_as_made(self, st, out, B, arrays))
         return 0;
-    npy_intp L = exr_buffer_config(self->buf)->pick_len;
-    for (int f = 0; f < NFIELDS; f++) {
-        if (dict_field(self, f)) {
-            PyObject *d = PyStructSequence_GetItem(out, f);
-            const exr_fieldset *fs = f == F_EXTRAS ? self->xfields : self->sfields;
-            /* a dict of its own holds the field arrays checked for the
-             * call, whose copy writes into them without the GIL, whatever
-             * another thread (or a key's __eq__) puts into out's dict */
-            if (fs && exr_fieldset_batch_check(fs, d ? d : Py_None, B, L,
-                                               f == F_STATE ? "out.state"
-                                               : f == F_NEXT ? "out.state_next"
-                                                             : "out.extras",
-                                               &arrays[f]) < 0)
-                goto error;
-            if (!fs) /* extras of a buffer without any: not written */
-                arrays[f] = Py_NewRef(d ? d : Py_None);
-            continue;
-        }
-        int nd;
-        npy_intp dims[NPY_MAXDIMS];
-        PyArray_Descr *d = field_spec(self, f, B, &nd, dims);
-        if (!d)
-            goto error;
-        PyObject *a = PyStructSequence_GetItem(out, f);
-        if (!exr_out_array_ok(a, d, nd, dims)) {
-            exr_out_array_refused(PyUnicode_FromFormat("out.%s", field_names[f]), d, nd, dims, a);
-            Py_DECREF(d);
-            goto error;
-        }
-        Py_DECREF(d);
-        arrays[f] = Py_NewRef(a);
+    if (!shared && PyStructSequence_GetItem(out, F_SEQ) != Py_None) {
+        PyErr_SetString(PyExc_ValueError,
+                        "out: expected a batch of get_batch(..., shared_next=False), got one with "
+                        "state_seq set (shared_next=True): pass shared_next=True to refill it");
+        return -1;
     }
-    if (out_disjoint(self, arrays) < 0)
+    for (int f = 0; f < NFIELDS; f++) {
+        if (f == F_SEQ && !shared)
+            arrays[f] = Py_NewRef(Py_None); /* not written, whatever out holds */
+        else if (shared && (f == F_STATE || f == F_NEXT))
+            continue; /* state_seq's views: checked after it */
+        else if ((dict_field(self, f) ? out_dict_field(self, out, f, B, arrays)
+                                      : out_plain_field(self, out, f, B, arrays)) < 0)
+            goto error;
+    }
+    if ((shared && exr_seq_out_check(self, out, arrays) < 0) || out_disjoint(self, arrays) < 0)
         goto error;
     return 0;
 error:
@@ -494,32 +544,35 @@ error:
 void batch_out_of(ReplayObject *self, PyObject **arrays, exr_batch_out *o, exr_field_dst *plan)
 {
 #define DATA(f) PyArray_DATA((PyArrayObject *)arrays[f])
+    /* with shared next states every state goes to state_seq's memory */
+    bool shared = arrays[F_SEQ] != Py_None;
+    o->shared_next = shared;
     o->fields = NULL;
     o->nfields = 0;
+    o->state = o->state_next = NULL; /* named state fields: unused */
+    if (!self->sfields) {
+        o->state = DATA(shared ? F_SEQ : F_STATE);
+        o->state_next = shared ? NULL : DATA(F_NEXT);
+    }
     if (self->sfields || self->xfields) {
         /* every field straight into its own array (named.c) */
         const exr_config *c = exr_buffer_config(self->buf);
         size_t n = 0;
         if (self->sfields) {
-            exr_fieldset_dst_plan(self->sfields, 0, arrays[F_STATE], arrays[F_NEXT], plan);
+            exr_fieldset_dst_plan(self->sfields, 0, arrays[shared ? F_SEQ : F_STATE],
+                                  shared ? NULL : arrays[F_NEXT], shared, plan);
             n = (size_t)self->sfields->n;
-            o->state = o->state_next = NULL;
         } else {
-            plan[0] = (exr_field_dst){0, c->state_bytes, DATA(F_STATE), DATA(F_NEXT)};
+            plan[0] = (exr_field_dst){0, c->state_bytes, o->state, o->state_next, shared};
             n = 1;
-            o->state = DATA(F_STATE);
-            o->state_next = DATA(F_NEXT);
         }
         if (self->xfields) {
             exr_fieldset_dst_plan(self->xfields, c->state_bytes + c->action_bytes + c->reward_bytes,
-                                  arrays[F_EXTRAS], NULL, plan + n);
+                                  arrays[F_EXTRAS], NULL, false, plan + n);
             n += (size_t)self->xfields->n;
         }
         o->fields = plan;
         o->nfields = n;
-    } else {
-        o->state = DATA(F_STATE);
-        o->state_next = DATA(F_NEXT);
     }
     o->action = DATA(F_ACTION);
     o->reward = DATA(F_REWARD);

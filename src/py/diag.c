@@ -151,7 +151,7 @@ static const char *short_name(PyTypeObject *tp)
 }
 
 /* "state=uint8(32, 1, 84, 84), ..." of a Batch or an EpisodeData: every
- * field (the hidden weight too) but empty extras. */
+ * field (the hidden weight too) but empty extras and a state_seq of None. */
 static PyObject *struct_body(PyObject *self)
 {
     PyTypeObject *tp = Py_TYPE(self);
@@ -166,9 +166,12 @@ static PyObject *struct_body(PyObject *self)
         goto done;
     for (Py_ssize_t i = 0; i < n && tp->tp_members[i].name; i++) {
         PyObject *val = PyStructSequence_GetItem(self, i);
-        /* no extras (the buffer has no extras_spec): not shown */
+        /* no extras (the buffer has no extras_spec), or no shared next
+         * states: not shown */
         if (val && strcmp(tp->tp_members[i].name, "extras") == 0 &&
             (val == Py_None || (PyDict_CheckExact(val) && PyDict_GET_SIZE(val) == 0)))
+            continue;
+        if (val == Py_None && strcmp(tp->tp_members[i].name, "state_seq") == 0)
             continue;
         PyObject *s = val ? value_summary(val, 1) : NULL;
         PyObject *item = s ? PyUnicode_FromFormat("%s=%U", tp->tp_members[i].name, s) : NULL;

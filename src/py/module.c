@@ -280,6 +280,9 @@ static PyStructSequence_Field batch_fields[] = {
                    "set_priority(ps, batch, p) skip the handle lookup while it still holds"},
     {"extras", "{name: (B, pick_len, *shape) array} of the per-step extras (empty without\n"
                "an extras_spec)"},
+    {"state_seq", "with get_batch(..., shared_next=True): (B, pick_len + 1, *state_shape)\n"
+                  "states, of which state and state_next are the views [:, :-1] and [:, 1:];\n"
+                  "else None"},
     {NULL, NULL},
 };
 

@@ -427,14 +427,14 @@ error:
 }
 
 void exr_fieldset_dst_plan(const exr_fieldset *fs, size_t base, PyObject *dict,
-                           PyObject *next_dict, exr_field_dst *plan)
+                           PyObject *next_dict, bool seq, exr_field_dst *plan)
 {
     for (int i = 0; i < fs->n; i++) {
         PyObject *a = PyDict_GetItem(dict, fs->f[i].name);
         PyObject *nx = next_dict ? PyDict_GetItem(next_dict, fs->f[i].name) : NULL;
         plan[i] = (exr_field_dst){base + fs->f[i].off, fs->f[i].bytes,
                                   PyArray_DATA((PyArrayObject *)a),
-                                  nx ? PyArray_DATA((PyArrayObject *)nx) : NULL};
+                                  nx ? PyArray_DATA((PyArrayObject *)nx) : NULL, seq};
     }
 }
 

@@ -74,9 +74,10 @@ int exr_fieldset_batch_new(const exr_fieldset *fs, exr_modstate *st, npy_intp B,
  * ValueError/TypeError (*held NULL). */
 int exr_fieldset_batch_check(const exr_fieldset *fs, PyObject *dict, npy_intp B, npy_intp L,
                              const char *what, PyObject **held);
-/* The get_batch plan: field i from dict (and next_dict, if not NULL). */
+/* The get_batch plan: field i from dict (and next_dict, if not NULL; seq:
+ * dict holds the fields' (B, L + 1) arrays of shared next states). */
 void exr_fieldset_dst_plan(const exr_fieldset *fs, size_t base, PyObject *dict,
-                           PyObject *next_dict, exr_field_dst *plan);
+                           PyObject *next_dict, bool seq, exr_field_dst *plan);
 
 /* {name: array} of n items (lead >= 0: shape (n, *shape); -1: one item of
  * shape) copied from rows row_bytes apart, this set's part at base. */

@@ -77,28 +77,37 @@ PyObject *replay_get_batch(ReplayObject *self, PyObject *const *args, Py_ssize_t
                                   PyObject *kwnames)
 {
     EXR_GUARD(self, NULL);
-    static const char *const names[] = {"batch_size", "ps", "out"};
-    PyObject *a[3], *arrays[NFIELDS] = {0};
-    if (exr_parse_args(args, nargs, kwnames, "get_batch", names, 2, 3, a) < 0)
+    static const char *const names[] = {"batch_size", "ps", "out", "shared_next"};
+    PyObject *a[4], *arrays[NFIELDS] = {0};
+    if (nargs > 3) { /* shared_next is keyword-only */
+        PyErr_Format(PyExc_TypeError, "get_batch() takes at most 3 positional arguments (%zd given)",
+                     nargs);
+        return NULL;
+    }
+    if (exr_parse_args(args, nargs, kwnames, "get_batch", names, 2, 4, a) < 0)
         return NULL;
     npy_intp B;
     int64_t h;
     if (batch_size_arg(a[0], &B) < 0 || exr_selector_handle(self, a[1], &h) < 0)
         return NULL;
     PyObject *out = a[2] == Py_None ? NULL : a[2];
-    /* the largest output array must be addressable */
+    bool shared;
+    if (truth_arg(a[3], "shared_next", &shared) < 0)
+        return after_ps_refused(self, h);
+    /* the largest output array must be addressable (pick_len + 1 rows with
+     * shared next states) */
     const exr_config *cfg = exr_buffer_config(self->buf);
     size_t widest = cfg->state_bytes > cfg->action_bytes ? cfg->state_bytes : cfg->action_bytes;
     size_t bytes;
     if (widest < 8)
         widest = 8;
-    if (!exr_mul_size((size_t)B, cfg->pick_len, &bytes) || !exr_mul_size(bytes, widest, &bytes) ||
+    if (!exr_mul_size((size_t)B, cfg->pick_len + 1, &bytes) || !exr_mul_size(bytes, widest, &bytes) ||
         bytes > (size_t)PY_SSIZE_T_MAX) {
         PyErr_Format(PyExc_MemoryError, "batch_size: a batch of %zd picks would not fit in memory",
                      (Py_ssize_t)B);
         return after_ps_refused(self, h);
     }
-    if (batch_arrays(self, B, out, arrays) < 0)
+    if (batch_arrays(self, B, out, shared, arrays) < 0)
         return after_ps_refused(self, h);
     exr_batch_out o;
     exr_field_dst plan[2 * EXR_MAX_FIELDS];
@@ -142,7 +151,7 @@ PyObject *replay_gather(ReplayObject *self, PyObject *const *args, Py_ssize_t na
         return unknown_selector(h);
     if (pick_arrays(args[1], args[2], &e, &p, &n) < 0)
         return NULL;
-    if (batch_arrays(self, n, NULL, arrays) < 0) {
+    if (batch_arrays(self, n, NULL, false, arrays) < 0) {
         Py_DECREF(e);
         Py_DECREF(p);
         return NULL;

@@ -27,11 +27,24 @@ int truth_arg(PyObject *o, const char *name, bool *out);
 
 /* arrays.c: the fields of a Batch, in order. */
 enum { F_STATE, F_ACTION, F_REWARD, F_NEXT, F_LEN, F_LEN_NEXT, F_EPI, F_POS, F_WEIGHT, F_INDEX,
-       F_EXTRAS, NFIELDS };
-int batch_arrays(ReplayObject *self, npy_intp B, PyObject *out, PyObject **arrays);
+       F_EXTRAS, F_SEQ, NFIELDS };
+/* The arrays of a batch of B picks (new references): out's, checked, or
+ * new ones. shared: shared next states (arrays[F_SEQ] the state_seq array
+ * or dict, and state and state_next views of it: seq.c); else arrays[F_SEQ]
+ * is None. */
+int batch_arrays(ReplayObject *self, npy_intp B, PyObject *out, bool shared, PyObject **arrays);
 /* plan: room for 2 * EXR_MAX_FIELDS entries (named.h), used when the
  * buffer has named fields or extras. */
 void batch_out_of(ReplayObject *self, PyObject **arrays, exr_batch_out *o, exr_field_dst *plan);
+
+/* seq.c: arrays[F_STATE] and arrays[F_NEXT] (new references) made the
+ * views [:, :-1] and [:, 1:] of arrays[F_SEQ] (an array, or with named
+ * state fields a dict of them). -1 with an exception. */
+int exr_seq_views(ReplayObject *self, PyObject **arrays);
+/* out.state and out.state_next checked to be those views of arrays[F_SEQ]
+ * (out.state_seq, checked before), then taken into arrays[]. -1 with a
+ * ValueError naming the array that is not. */
+int exr_seq_out_check(ReplayObject *self, PyObject *out, PyObject **arrays);
 PyObject *batch_result(ReplayObject *self, PyObject **arrays, PyObject *out);
 /* drops the spare arrays (arrays.c) */
 void exr_spare_clear(ReplayObject *self);

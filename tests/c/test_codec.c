@@ -75,7 +75,7 @@ static exr_status draw(exr_buffer *b, int64_t h, batch *o)
 {
     memset(o, 0, sizeof *o);
     exr_batch_out out = {o->state, o->action, o->reward, o->next,  o->len,
-                         o->len_next, o->epi, o->pos, o->weight, NULL, NULL, 0, NULL};
+                         o->len_next, o->epi, o->pos, o->weight, NULL, NULL, 0, NULL, false};
     return exr_buffer_get_batch(b, h, BATCH, &out);
 }
 

@@ -680,7 +680,7 @@ static void test_picks_and_batch(void)
         epi[i] = h;
         pos[i] = i;
     }
-    exr_batch_out o = {st, ac, rw, nx, len, lnx, epi, pos, w, NULL, NULL, 0, NULL};
+    exr_batch_out o = {st, ac, rw, nx, len, lnx, epi, pos, w, NULL, NULL, 0, NULL, false};
     int64_t qe[B], qp[B];
     memcpy(qe, epi, sizeof qe);
     memcpy(qp, pos, sizeof qp);
@@ -704,6 +704,18 @@ static void test_picks_and_batch(void)
                 CHECK_RET(nx[i][t][0] == 0 && nx[i][t][1] == 0);
             }
         }
+    }
+    /* shared next states: the pick's states, its last next state, zeros */
+    float seq[B][L + 1][2];
+    memset(seq, 0xff, sizeof seq);
+    exr_batch_out so = {seq, ac, rw, NULL, len, lnx, epi, pos, w, NULL, NULL, 0, NULL, true};
+    CHECK_RET(exr_buffer_gather(b, uh, B, qe, qp, &so) == EXR_OK);
+    for (int i = 0; i < B; i++) {
+        int64_t l = len[i];
+        CHECK_RET(memcmp(seq[i], st[i], (size_t)l * sizeof st[i][0]) == 0);
+        CHECK_RET(memcmp(seq[i][l], nx[i][l - 1], sizeof nx[i][0]) == 0);
+        for (int64_t t = l + 1; t <= L; t++)
+            CHECK_RET(seq[i][t][0] == 0 && seq[i][t][1] == 0);
     }
     /* a pick that does not exist */
     int64_t be = h, bp = 11;
@@ -739,7 +751,7 @@ static void test_long_episode_segments(void)
         epi[i] = h;
         pos[i] = i;
     }
-    exr_batch_out o = {st, ac, rw, nx, len, lnx, epi, pos, w, NULL, NULL, 0, NULL};
+    exr_batch_out o = {st, ac, rw, nx, len, lnx, epi, pos, w, NULL, NULL, 0, NULL, false};
     CHECK_RET(exr_buffer_gather(b, sel, B, epi, pos, &o) == EXR_OK);
     for (int i = 0; i < B; i++) {
         CHECK_RET(len[i] == 8 && lnx[i] == 8);
@@ -752,6 +764,13 @@ static void test_long_episode_segments(void)
                 CHECK_RET(nx[i][t][0] == 3 && nx[i][t][1] == -1); /* the final state */
         }
     }
+    /* shared next states: each pick's 8 states, then its last next state */
+    static float seq[B][9][2];
+    exr_batch_out so = {seq, ac, rw, NULL, len, lnx, epi, pos, w, NULL, NULL, 0, NULL, true};
+    CHECK_RET(exr_buffer_gather(b, sel, B, epi, pos, &so) == EXR_OK);
+    for (int i = 0; i < B; i++)
+        CHECK_RET(memcmp(seq[i], st[i], sizeof st[i]) == 0 &&
+                  memcmp(seq[i][8], nx[i][7], sizeof nx[i][7]) == 0);
     exr_buffer_free(b);
 }
 
@@ -797,7 +816,7 @@ static void test_eviction(void)
     /* mark episode 0 sampled */
     int64_t epi = 0, pos = 0, len, lnx, ac[1];
     float st[2], nx[2], rw[1], w[1];
-    exr_batch_out o = {st, ac, rw, nx, &len, &lnx, &epi, &pos, w, NULL, NULL, 0, NULL};
+    exr_batch_out o = {st, ac, rw, nx, &len, &lnx, &epi, &pos, w, NULL, NULL, 0, NULL, false};
     CHECK_RET(exr_buffer_gather(b, sel, 1, &epi, &pos, &o) == EXR_OK);
     CHECK_RET(record_steps(b, -1, 3, 0, 10, true, false, true) == 3); /* evicts 1, not 0 */
     exr_buffer_lock(b);
@@ -869,7 +888,7 @@ static void test_priorities(void)
     enum { B = 60000 };
     static int64_t epi[B], pos[B], len[B], lnx[B], acs[B];
     static float sts[B][2], nx[B][2], rws[B], w[B];
-    exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, NULL, NULL, 0, NULL};
+    exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, NULL, NULL, 0, NULL, false};
     CHECK_RET(exr_buffer_get_batch(b, sel, B, &o) == EXR_OK);
     long hits[5] = {0};
     for (int i = 0; i < B; i++) {
@@ -945,7 +964,7 @@ static void test_random_ops(void)
                 enum { B = 16 };
                 int64_t epi[B], pos[B], len[B], lnx[B], ac[B * 4];
                 float st[B * 4][2], nx[B * 4][2], rw[B * 4], w[B];
-                exr_batch_out o = {st, ac, rw, nx, len, lnx, epi, pos, w, NULL, NULL, 0, NULL};
+                exr_batch_out o = {st, ac, rw, nx, len, lnx, epi, pos, w, NULL, NULL, 0, NULL, false};
                 int64_t s = sels[exr_rng_below(&r, (uint64_t)nsel)];
                 exr_status gs = exr_buffer_get_batch(b, s, B, &o);
                 CHECK_RET(gs == EXR_OK || gs == EXR_EEMPTY);
@@ -1017,7 +1036,7 @@ static void test_segments_grow_and_shrink(void)
         epi[i] = h;
         pos[i] = i * 19;
     }
-    exr_batch_out o = {st, ac, rw, nx, len, lnx, epi, pos, w, NULL, NULL, 0, NULL};
+    exr_batch_out o = {st, ac, rw, nx, len, lnx, epi, pos, w, NULL, NULL, 0, NULL, false};
     int64_t qe[B], qp[B];
     memcpy(qe, epi, sizeof qe);
     memcpy(qp, pos, sizeof qp);
@@ -1263,7 +1282,7 @@ static void detached_draw_at(int phase)
     int64_t epi[B], pos[B], len[B], lnx[B], acs[B], idx[B];
     float sts[B][2], nx[B][2], rws[B], w[B];
     int64_t room[3 + 4 * B];
-    exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, idx, NULL, 0, (exr_drawn *)room};
+    exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, idx, NULL, 0, (exr_drawn *)room, false};
     g_detached_phase = phase;
     exr_debug_detached = holds_meanwhile;
     CHECK_RET(exr_buffer_get_batch(b, sel, B, &o) == EXR_OK);
@@ -1324,7 +1343,7 @@ static void detached_update(void)
     enum { B = 64 };
     int64_t epi[B], pos[B], len[B], lnx[B], acs[B], idx[B];
     float sts[B][2], nx[B][2], rws[B], w[B];
-    exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, idx, NULL, 0, NULL};
+    exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, idx, NULL, 0, NULL, false};
     CHECK_RET(exr_buffer_get_batch(b, sel, B, &o) == EXR_OK); /* marks it detached */
     double p[B];
     for (int i = 0; i < B; i++)
@@ -1358,7 +1377,7 @@ static void test_drawn_notes(void)
     enum { B = 64 };
     int64_t epi[B], pos[B], len[B], lnx[B], acs[B], idx[B], room[3 + 4 * B], troom[3 + 4 * B];
     float sts[B][2], nx[B][2], rws[B], w[B];
-    exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, idx, NULL, 0, (exr_drawn *)room};
+    exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, idx, NULL, 0, (exr_drawn *)room, false};
     CHECK_RET(exr_buffer_get_batch(b, sel, B, &o) == EXR_OK);
     const exr_drawn *d = o.drawn;
     CHECK_RET(d->serial != 0 && drawn_is_batch(&o, B));
@@ -1457,7 +1476,7 @@ static void drawn_notes_since(int churn)
     enum { B = 64 };
     int64_t epi[B], pos[B], len[B], lnx[B], acs[B], idx[B], room[3 + 4 * B];
     float sts[B][2], nx[B][2], rws[B], w[B];
-    exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, idx, NULL, 0, (exr_drawn *)room};
+    exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, idx, NULL, 0, (exr_drawn *)room, false};
     CHECK_RET(exr_buffer_get_batch(b, sel, B, &o) == EXR_OK && drawn_is_batch(&o, B));
     int seen[10] = {0};
     for (int i = 0; i < B; i++)
@@ -1502,7 +1521,7 @@ static void test_drawn_notes_mixed(void)
     enum { B = 64 };
     int64_t epi[B], pos[B], len[B], lnx[B], acs[B], idx[B], room[3 + 4 * B];
     float sts[B][2], nx[B][2], rws[B], w[B];
-    exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, idx, NULL, 0, (exr_drawn *)room};
+    exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, idx, NULL, 0, (exr_drawn *)room, false};
     CHECK_RET(exr_buffer_get_batch(b, sel, B, &o) == EXR_OK && drawn_is_batch(&o, B));
     int64_t e2[B], p2[B];
     memcpy(e2, epi, sizeof e2);
@@ -1543,7 +1562,7 @@ static void *draw_elsewhere(void *p)
     draw_arg *a = p;
     int64_t len[16], lnx[16], acs[16], idx[16];
     float sts[16][2], nx[16][2], rws[16], w[16];
-    exr_batch_out o = {sts, acs, rws, nx, len, lnx, a->epi, a->pos, w, idx, NULL, 0, NULL};
+    exr_batch_out o = {sts, acs, rws, nx, len, lnx, a->epi, a->pos, w, idx, NULL, 0, NULL, false};
     a->st = exr_buffer_get_batch(a->b, a->sel, 16, &o);
     return NULL;
 }
@@ -1621,7 +1640,7 @@ static void test_extra_draws(void)
     enum { B = 256 };
     int64_t epi[B], pos[B], len[B], lnx[B], acs[B], idx[B];
     float sts[B][2], nx[B][2], rws[B], w[B];
-    exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, idx, NULL, 0, NULL};
+    exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, idx, NULL, 0, NULL, false};
     uint64_t used = exr_debug_extras_used;
     for (int64_t round = 0; round < 18; round++) {
         g_detached_phase = 1;
@@ -1659,7 +1678,7 @@ static void *draw_eight(void *arg)
     enum { B = 8 };
     int64_t epi[B], pos[B], len[B], lnx[B], acs[B], idx[B];
     float sts[B][2], nx[B][2], rws[B], w[B];
-    exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, idx, NULL, 0, NULL};
+    exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, idx, NULL, 0, NULL, false};
     return exr_buffer_get_batch(b, g_draw_sel, B, &o) == EXR_OK ? NULL : b;
 }
 

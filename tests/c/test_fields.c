@@ -130,9 +130,9 @@ int main(void)
         int64_t act[B][L], len[B], lenn[B], pe[B], pp[B];
         float rew[B][L], w[B];
         exr_field_dst plan[3] = {
-            {0, SA, &oa[0][0][0], &na[0][0][0]},
-            {SA, SB, (unsigned char *)ob, (unsigned char *)nb},
-            {XOFF, XB, (unsigned char *)ox, NULL},
+            {0, SA, &oa[0][0][0], &na[0][0][0], false},
+            {SA, SB, (unsigned char *)ob, (unsigned char *)nb, false},
+            {XOFF, XB, (unsigned char *)ox, NULL, false},
         };
         memset(ox, 0x55, sizeof ox);
         exr_batch_out out = {.action = act, .reward = rew, .seq_len = len, .seq_len_next = lenn,

@@ -90,7 +90,7 @@ static int batch_holds_its_rows(exr_buffer *b, int64_t sel)
     static unsigned char st[B * PL * SB], nx[B * PL * SB];
     int64_t ac[B * PL], sl[B], sln[B], epi[B], pos[B];
     float rw[B * PL], w[B];
-    exr_batch_out out = {st, ac, rw, nx, sl, sln, epi, pos, w, NULL, NULL, 0, NULL};
+    exr_batch_out out = {st, ac, rw, nx, sl, sln, epi, pos, w, NULL, NULL, 0, NULL, false};
     if (exr_buffer_get_batch(b, sel, B, &out) != EXR_OK)
         return 0;
     for (size_t i = 0; i < B * PL; i++) {
