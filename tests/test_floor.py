@@ -21,6 +21,21 @@ def test_floor_gather_values():
     assert not np.shares_memory(st, nx)
 
 
+def test_floor_gather_shared_values():
+    """shared=True: the floor of get_batch(..., shared_next=True), the L + 1
+    rows of each pick as one array."""
+    rng = np.random.default_rng(4)
+    rows = rng.random((100, 3, 2)).astype(np.float64)
+    starts = rng.integers(0, 100 - 8 - 1, 40)
+    seq = _core._floor_gather(rows, starts, 8, True)
+    assert seq.shape == (40, 9, 3, 2) and seq.dtype == np.float64 and seq.flags.c_contiguous
+    for i, s in enumerate(starts):
+        np.testing.assert_array_equal(seq[i], rows[s:s + 9])
+    assert type(seq.base).__name__ == "_BatchMemory"
+    st, nx = _core._floor_gather(rows, starts, 8, False)
+    np.testing.assert_array_equal(st, seq[:, :8])
+
+
 def test_floor_gather_outputs_are_recycled_blocks():
     rows = np.arange(2000 * 4, dtype=np.float32).reshape(2000, 4)
     starts = np.arange(0, 1000, dtype=np.int64)

@@ -8,6 +8,11 @@ void exr_floor_gather(const void *rows, size_t row_bytes, const int64_t *starts,
     const unsigned char *src = rows;
     unsigned char *st = out_state, *nx = out_next;
     size_t run = L * row_bytes;
+    if (!nx) { /* shared next states: rows[s .. s+L] in one run */
+        for (size_t i = 0; i < count; i++)
+            memcpy(st + i * (run + row_bytes), src + (size_t)starts[i] * row_bytes, run + row_bytes);
+        return;
+    }
     for (size_t i = 0; i < count; i++) {
         const unsigned char *r = src + (size_t)starts[i] * row_bytes;
         memcpy(st + i * run, r, run);

@@ -12,7 +12,9 @@
 #include "buffer.h"
 #include "exr.h"
 
-/* starts[i] + L < nrows must hold (the caller checks). O(count * L). */
+/* starts[i] + L < nrows must hold (the caller checks). O(count * L).
+ * out_next NULL: the floor of shared next states (get_batch's shared_next),
+ * out_state <- rows[s .. s+L], L + 1 rows a pick. */
 void exr_floor_gather(const void *rows, size_t row_bytes, const int64_t *starts, size_t count,
                       size_t L, void *out_state, void *out_next);
 

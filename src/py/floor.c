@@ -96,30 +96,35 @@ static int carve_arrays(PyObject *module, const char *what, int k, PyArray_Descr
     return r;
 }
 
-/* The floor's two outputs, (n, L, *row shape) each (carve_arrays). -1
- * with an exception. */
+/* The floor's two outputs, (n, L, *row shape) each (carve_arrays); with
+ * nx NULL (shared next states) one, (n, L + 1, *row shape). -1 with an
+ * exception. */
 static int floor_outs(PyObject *module, PyArrayObject *rows, npy_intp n, Py_ssize_t L,
                       PyObject **st, PyObject **nx)
 {
     npy_intp dims[2][NPY_MAXDIMS];
-    int nd = pick_dims(rows, n, L, "rows", dims[0]);
+    int nd = pick_dims(rows, n, nx ? L : L + 1, "rows", dims[0]);
     if (nd < 0)
         return -1;
     memcpy(dims[1], dims[0], sizeof dims[0]);
     PyArray_Descr *d[2] = {PyArray_DESCR(rows), PyArray_DESCR(rows)};
     int nds[2] = {nd, nd};
-    PyObject *outs[2];
-    if (carve_arrays(module, "_floor_gather", 2, d, nds, dims, outs) < 0)
+    PyObject *outs[2] = {NULL, NULL};
+    if (carve_arrays(module, "_floor_gather", nx ? 2 : 1, d, nds, dims, outs) < 0)
         return -1;
     *st = outs[0];
-    *nx = outs[1];
+    if (nx)
+        *nx = outs[1];
     return 0;
 }
 
 PyObject *exr_floor_gather_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3)
-        return PyErr_Format(PyExc_TypeError, "_floor_gather(rows, starts, L)");
+    if (nargs != 3 && nargs != 4)
+        return PyErr_Format(PyExc_TypeError, "_floor_gather(rows, starts, L, shared=False)");
+    int shared = nargs == 4 ? PyObject_IsTrue(args[3]) : 0;
+    if (shared < 0)
+        return NULL;
     PyArrayObject *rows = (PyArrayObject *)args[0];
     Py_ssize_t L = PyNumber_AsSsize_t(args[2], PyExc_OverflowError);
     if (L == -1 && PyErr_Occurred())
@@ -144,18 +149,19 @@ PyObject *exr_floor_gather_py(PyObject *module, PyObject *const *args, Py_ssize_
         return NULL;
     }
     const int64_t *sv = PyArray_DATA(starts);
-    PyObject *st, *nx;
-    if (floor_outs(module, rows, n, L, &st, &nx) < 0) {
+    PyObject *st, *nx = NULL;
+    if (floor_outs(module, rows, n, L, &st, shared ? NULL : &nx) < 0) {
         Py_DECREF(starts);
         return NULL;
     }
     size_t row_bytes = (size_t)PyArray_NBYTES(rows) / (size_t)nrows;
     EXR_NOGIL_BEGIN
     exr_floor_gather(PyArray_DATA(rows), row_bytes, sv, (size_t)n, (size_t)L,
-                     PyArray_DATA((PyArrayObject *)st), PyArray_DATA((PyArrayObject *)nx));
+                     PyArray_DATA((PyArrayObject *)st),
+                     nx ? PyArray_DATA((PyArrayObject *)nx) : NULL);
     EXR_NOGIL_END
     Py_DECREF(starts);
-    return Py_BuildValue("(NN)", st, nx);
+    return nx ? Py_BuildValue("(NN)", st, nx) : st;
 }
 
 /* _core._floor_gather_cols(cols, starts, L, nnext[, out]): the floor for

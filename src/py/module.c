@@ -524,9 +524,11 @@ static PyMethodDef module_methods[] = {
      "AVX-512, and plan its picks eight at a time with AVX-512 or four with AVX2,\n"
      "where the machine has it (the default). Returns the setting before."},
     {"_floor_gather", (PyCFunction)(void (*)(void))exr_floor_gather_py, METH_FASTCALL,
-     "_floor_gather(rows, starts, L, /)\n--\n\n"
+     "_floor_gather(rows, starts, L, shared=False, /)\n--\n\n"
      "Benchmark floor: (rows[s:s+L], rows[s+1:s+L+1]) for each s in starts, gathered\n"
-     "from one contiguous array by a plain C loop."},
+     "from one contiguous array by a plain C loop; with shared true, rows[s:s+L+1]\n"
+     "for each s as one (len(starts), L + 1, ...) array (the floor of\n"
+     "get_batch(..., shared_next=True))."},
     {"_crosscore_ns", (PyCFunction)exr_crosscore_py, METH_O,
      "_crosscore_ns(seconds, /)\n--\n\n"
      "Benchmark probe of the machine: the median nanoseconds one cache line takes\n"
