@@ -42,8 +42,8 @@ class Batch(
     ],
 ):
     """A batch of picks: unpacks as the paper's 8-tuple; `weight`,
-    `pick_index` and `extras` are named-only fields. With a state_spec,
-    state and state_next are dicts {name: (B, pick_len, *shape) array}."""
+    `pick_index`, `extras` and `state_seq` are named-only fields. With a
+    state_spec, state and state_next are dicts {name: (B, pick_len, *shape) array}."""
 
     __match_args__: Final = (
         "state",
@@ -83,6 +83,11 @@ class Batch(
     @property
     def extras(self) -> Fields: ...
     """{name: (B, pick_len, *shape)} per-step extras ({} without an extras_spec)"""
+    @property
+    def state_seq(self) -> NDArray[Any] | Fields | None: ...
+    """(B, pick_len + 1, *state_shape), state_dtype, whose views [:, :pick_len] and [:, 1:]
+    are state and state_next (get_batch(shared_next=True)); a dict of fields with a
+    state_spec; None in a default batch"""
 
 @final
 class EpisodeData(
@@ -223,7 +228,12 @@ class ExperienceReplay:
 
     # --- sampling (GIL released) ---
     def get_batch(
-        self, batch_size: SupportsIndex, ps: SupportsIndex, out: Batch | None = None
+        self,
+        batch_size: SupportsIndex,
+        ps: SupportsIndex,
+        out: Batch | None = None,
+        *,
+        shared_next: bool = False,
     ) -> Batch: ...
     @overload
     def set_priority(

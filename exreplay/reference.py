@@ -32,9 +32,9 @@ make the same ones):
   ``pick_epi``, ``pick_pos``, ``priorities`` of ``set_priority``).
 - Integer arguments (handles, sizes, capacity, pick_len, seed, kind) take
   anything with ``__index__`` except bools (TypeError); of arrays, only a
-  0-d integer one (NumPy's ``__index__`` refuses any other).  ``allow_short`` and
-  ``terminated`` take a bool, a NumPy bool or an int (a float, a string or an
-  array is a TypeError).  ``state_dtype=None`` is
+  0-d integer one (NumPy's ``__index__`` refuses any other).  ``allow_short``,
+  ``terminated`` and ``shared_next`` take a bool, a NumPy bool or an int (a
+  float, a string, None or an array is a TypeError).  ``state_dtype=None`` is
   a TypeError (``numpy.dtype(None)`` would silently mean float64).  A
   non-string ``eviction`` is a ValueError, like any other wrong value.
 - ``seed=None`` reads back as None; the entropy drawn for it stays internal.
@@ -50,9 +50,12 @@ make the same ones):
   ValueError.  Weights are computed in float64, then rounded to float32.
 - A Uniform selector's ``alpha`` and ``beta`` read as None; setting its
   ``beta`` is an AttributeError.  A selector is looked up by its handle only.
-- ``get_batch`` checks batch_size, ps, out, then that a pick exists, then that
-  some priority is positive; a failed call does not advance the generator.
-  ``out=`` that is not a `Batch` is a TypeError.
+- ``get_batch`` checks batch_size, ps, shared_next, out, then that a pick
+  exists, then that some priority is positive; a failed call does not advance
+  the generator.  ``out=`` that is not a `Batch` is a TypeError.  With
+  ``shared_next=True``, an ``out.state_seq`` that is None or not a dict (with a
+  state_spec) is a ValueError, as is any ``out.state``/``out.state_next`` other
+  than the views of it that get_batch makes.
 - The second-chance hand moves eagerly: when it passes the newest episode it
   is at the oldest at once, so an episode created after that is reached last.
 - Pickling works (by value); ``serialize``/``save`` and their format belong to
@@ -152,7 +155,11 @@ class Batch(tuple):
     Unpacks as the paper's 8-tuple ``(state, action, reward, state_next,
     seq_len, seq_len_next, pick_epi, pick_pos)``; those names are also
     properties, and ``weight`` (importance-sampling weights, float32) is an
-    extra attribute that is not part of the tuple.
+    extra attribute that is not part of the tuple.  So is ``state_seq``:
+    None, except in a batch of ``get_batch(..., shared_next=True)``, where it
+    is the (B, pick_len + 1, *state_shape) array (a dict of them with a
+    state_spec) whose views ``[:, :pick_len]`` and ``[:, 1:]`` are ``state``
+    and ``state_next``.
     """
 
     _fields = (
@@ -178,6 +185,7 @@ class Batch(tuple):
         pick_pos,
         weight,
         extras=None,
+        state_seq=None,
     ):
         self = tuple.__new__(
             cls,
@@ -185,6 +193,7 @@ class Batch(tuple):
         )
         self.weight = weight
         self.extras = {} if extras is None else extras
+        self.state_seq = state_seq
         return self
 
     state = property(operator.itemgetter(0), doc="(B, pick_len, *state_shape) states")
@@ -199,11 +208,16 @@ class Batch(tuple):
     pick_pos = property(operator.itemgetter(7), doc="(B,) int64 position of each pick")
 
     def __getnewargs__(self):
-        return (*self, self.weight, self.extras)
+        # state_seq is pickled as an array of its own: state and state_next
+        # come back as arrays of their own too, not as its views
+        return (*self, self.weight, self.extras, self.state_seq)
 
     def __repr__(self):
         parts = []
-        for name, value in zip(self._fields + ("weight",), (*self, self.weight)):
+        names, values = self._fields + ("weight",), (*self, self.weight)
+        if self.state_seq is not None:  # a default batch's repr is unchanged
+            names, values = names + ("state_seq",), values + (self.state_seq,)
+        for name, value in zip(names, values):
             if isinstance(value, np.ndarray):
                 parts.append(f"{name}=<{value.dtype} {value.shape}>")
             else:
@@ -537,8 +551,9 @@ def _spec_arg(name, spec):
     return out
 
 
-_BATCH_ORDER = ("state", "action", "reward", "state_next", "seq_len", "seq_len_next",
-                "pick_epi", "pick_pos", "weight", "extras")
+# state_seq (shared_next) stands for state and state_next, which are its views
+_BATCH_ORDER = ("state_seq", "state", "action", "reward", "state_next", "seq_len",
+                "seq_len_next", "pick_epi", "pick_pos", "weight", "extras")
 
 
 def _refuse_shared(arrays):
@@ -608,6 +623,21 @@ def _put(dst, idx, value):
 
 def _row(x, t):
     return {k: a[t] for k, a in x.items()} if isinstance(x, dict) else x[t]
+
+
+def _state_seq(state, state_next, seq_len):
+    """A default batch's state and state_next as get_batch(shared_next=True)
+    holds them: one (B, L + 1, ...) array (a dict of them for named fields)
+    whose row t < seq_len is state's, row seq_len the last of state_next's,
+    and the rows after it zeros."""
+    if isinstance(state, dict):
+        return {k: _state_seq(a, state_next[k], seq_len) for k, a in state.items()}
+    B, L = state.shape[:2]
+    seq = np.zeros((B, L + 1, *state.shape[2:]), state.dtype)
+    seq[:, :L] = state  # zeros from seq_len on
+    for b, n in enumerate(seq_len.tolist()):
+        seq[b, n] = state_next[b, n - 1]
+    return seq
 
 
 def _copy_item(v):
@@ -1298,19 +1328,24 @@ class ReferenceReplay:
 
     # -- sampling ----------------------------------------------------------
 
-    def get_batch(self, batch_size, ps, out=None):
+    def get_batch(self, batch_size, ps, out=None, *, shared_next=False):
         """Draw batch_size picks (with replacement) with selector ps.
 
         Returns a `Batch`; with out= a Batch of the right shapes, refills its
-        arrays in place and returns it.
+        arrays in place and returns it.  With shared_next=True, the batch's
+        state_seq holds each pick's states and the state after its last step,
+        (B, pick_len + 1, *state_shape), and state and state_next are its
+        views [:, :pick_len] and [:, 1:] (an out= Batch must be one such).
+        The picks drawn do not depend on shared_next.
         """
         with self._lock:
             B = _int_arg("batch_size", batch_size)
             if B < 1:
                 raise ValueError(f"batch_size: expected an int >= 1, got {B}")
             sel = self._selector_arg(ps)
+            shared_next = _bool_arg("shared_next", shared_next)
             if out is not None:
-                self._check_out(out, B)
+                self._check_out(out, B, shared_next)
             if not self._table:
                 raise ValueError("get_batch: expected at least one pick in the buffer, got none")
             if sel.rank is not None:
@@ -1341,6 +1376,8 @@ class ReferenceReplay:
             else:
                 N = len(self._table)
                 indices = [sel.rng.randrange(N) for _ in range(B)]
+            if shared_next:
+                return self._shared_batch(self._build_batch_locked(sel, indices, None), out)
             return self._build_batch_locked(sel, indices, out)
 
     # -- eviction state & pickling ----------------------------------------
@@ -1666,7 +1703,7 @@ class ReferenceReplay:
         if not self._ahead:
             self._ahead, self._behind = self._behind, deque()
 
-    def _check_out(self, out, B):
+    def _check_out(self, out, B, shared_next=False):
         if not isinstance(out, Batch):
             raise TypeError(f"out: expected a Batch, got {_show(out)}")
         L = self._pick_len
@@ -1680,17 +1717,22 @@ class ReferenceReplay:
             "weight": ((B,), _FLOAT32),
         }
         dicts = {"extras": self._extras_spec or {}}
-        if self._state_spec is None:
-            expected["state"] = ((B, L, *self._state_shape), self._state_dtype)
-            expected["state_next"] = ((B, L, *self._state_shape), self._state_dtype)
-        else:
-            dicts["state"] = dicts["state_next"] = self._state_spec
+        # with shared_next, state and state_next are written through state_seq
+        # (checked as their views below)
+        states = {"state_seq": L + 1} if shared_next else {"state": L, "state_next": L}
+        for name in states:
+            if self._state_spec is None:
+                expected[name] = ((B, states[name], *self._state_shape), self._state_dtype)
+            else:
+                dicts[name] = self._state_spec
         arrays = [(name, getattr(out, name, None), shape, dtype)
                   for name, (shape, dtype) in expected.items()]
         for name, spec in dicts.items():
             d = getattr(out, name, None)
             if not isinstance(d, dict):
-                raise TypeError(
+                # a state_seq of None (a default batch's) is a batch of the
+                # other layout, refused as without a state_spec
+                raise (ValueError if name == "state_seq" else TypeError)(
                     f"out: expected out.{name} to be a dict with the fields {_names(spec)}, "
                     f"got {_show(d)}"
                 )
@@ -1699,7 +1741,7 @@ class ReferenceReplay:
                     f"out: expected out.{name} to hold the fields {_names(spec)}, got {_names(d)}"
                 )
             for k, (shape, dtype) in spec.items():
-                arrays.append((f"{name}[{k!r}]", d[k], (B, L, *shape), dtype))
+                arrays.append((f"{name}[{k!r}]", d[k], (B, states.get(name, L), *shape), dtype))
         for name, a, shape, dtype in arrays:
             if not isinstance(a, np.ndarray):
                 raise ValueError(
@@ -1713,7 +1755,37 @@ class ReferenceReplay:
                 raise ValueError(
                     f"out.{name}: expected a C-contiguous writeable array, got one that is not"
                 )
+        if shared_next:
+            self._check_out_views(out, L)
         _refuse_shared(arrays)
+
+    def _check_out_views(self, out, L):
+        """out.state and out.state_next must be exactly the views of (checked)
+        out.state_seq that get_batch(shared_next=True) makes."""
+        spec = self._state_spec
+        for name, cut, shown in (("state", np.s_[:, :L], f"[:, :{L}]"),
+                                 ("state_next", np.s_[:, 1:], "[:, 1:]")):
+            views = getattr(out, name, None)
+            if spec is None:
+                pairs = [(f"out.{name}", views, "out.state_seq", out.state_seq)]
+            elif isinstance(views, dict) and set(views) == set(spec):
+                pairs = [(f"out.{name}[{k!r}]", views[k], f"out.state_seq[{k!r}]", a)
+                         for k, a in out.state_seq.items()]
+            else:
+                got = _names(views) if isinstance(views, dict) else _show(views)
+                raise ValueError(
+                    f"out.{name}: expected a dict of views of out.state_seq's fields "
+                    f"{_names(spec)} as get_batch(shared_next=True) makes it, got {got}"
+                )
+            for what, a, whole, seq in pairs:
+                v = seq[cut]
+                if not (isinstance(a, np.ndarray) and a.dtype == v.dtype and a.shape == v.shape
+                        and a.strides == v.strides and a.ctypes.data == v.ctypes.data):
+                    got = _show(a) if not isinstance(a, np.ndarray) else "another array"
+                    raise ValueError(
+                        f"{what}: expected a view of {whole} as get_batch(shared_next=True) "
+                        f"makes it ({whole}{shown}), got {got}"
+                    )
 
     def _build_batch_locked(self, sel, indices, out):
         """Fill a Batch with the picks at these pick-table indices."""
@@ -1786,3 +1858,18 @@ class ReferenceReplay:
         else:
             weight[...] = 1.0
         return batch
+
+    def _shared_batch(self, batch, out):
+        """The batch of get_batch(shared_next=True) that drew the picks of
+        default batch `batch`: new arrays, or those of out (checked) refilled."""
+        L = self._pick_len
+        seq = _state_seq(batch.state, batch.state_next, batch.seq_len)
+        if out is None:
+            return Batch(
+                _row(seq, np.s_[:, :L]), batch.action, batch.reward, _row(seq, np.s_[:, 1:]),
+                *batch[4:], weight=batch.weight, extras=batch.extras, state_seq=seq,
+            )
+        _put(out.state_seq, ..., seq)  # and so out.state and out.state_next
+        for name in Batch._fields[4:] + ("action", "reward", "weight", "extras"):
+            _put(getattr(out, name), ..., getattr(batch, name))
+        return out
