@@ -53,9 +53,11 @@ make the same ones):
 - ``get_batch`` checks batch_size, ps, shared_next, out, then that a pick
   exists, then that some priority is positive; a failed call does not advance
   the generator.  ``out=`` that is not a `Batch` is a TypeError.  With
-  ``shared_next=True``, an ``out.state_seq`` that is None or not a dict (with a
-  state_spec) is a ValueError, as is any ``out.state``/``out.state_next`` other
-  than the views of it that get_batch makes.
+  ``shared_next=True``, an ``out.state_seq`` that is None is a ValueError (a
+  TypeError with a state_spec, as for any out field that is not a dict), as is
+  any ``out.state``/``out.state_next`` other than the views of it that
+  get_batch makes; without it, an ``out`` whose ``state_seq`` is set is a
+  ValueError.
 - The second-chance hand moves eagerly: when it passes the newest episode it
   is at the oldest at once, so an episode created after that is reached last.
 - Pickling works (by value); ``serialize``/``save`` and their format belong to
@@ -1706,6 +1708,11 @@ class ReferenceReplay:
     def _check_out(self, out, B, shared_next=False):
         if not isinstance(out, Batch):
             raise TypeError(f"out: expected a Batch, got {_show(out)}")
+        if not shared_next and getattr(out, "state_seq", None) is not None:
+            raise ValueError(
+                "out: expected a batch of get_batch(..., shared_next=False), got one with "
+                "state_seq set (shared_next=True): pass shared_next=True to refill it"
+            )
         L = self._pick_len
         expected = {
             "action": ((B, L, *self._action_shape), self._action_dtype),
@@ -1730,9 +1737,7 @@ class ReferenceReplay:
         for name, spec in dicts.items():
             d = getattr(out, name, None)
             if not isinstance(d, dict):
-                # a state_seq of None (a default batch's) is a batch of the
-                # other layout, refused as without a state_spec
-                raise (ValueError if name == "state_seq" else TypeError)(
+                raise TypeError(
                     f"out: expected out.{name} to be a dict with the fields {_names(spec)}, "
                     f"got {_show(d)}"
                 )

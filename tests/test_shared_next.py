@@ -386,10 +386,12 @@ def _refusals(donor, ps, B):
 
     as_int = {1: np.int8, 4: np.int32, 8: np.int64}
     refusals = [
-        ("a default batch with shared_next", donor.get_batch(B, ps), True, ValueError,
-         lambda m: "out.state_seq" in m),
+        # with named fields a state_seq that is not a dict is a TypeError, as
+        # any out field of fields that is not a dict
+        ("a default batch with shared_next", donor.get_batch(B, ps), True,
+         TypeError if named else ValueError, lambda m: "out.state_seq" in m),
         ("a shared batch without shared_next", fresh(), False, ValueError,
-         lambda m: plain_state(m, "state") and "C-contiguous" in m),
+         lambda m: "state_seq set" in m and "pass shared_next=True" in m),
         ("state_seq one step too long",
          with_seq(lambda a: np.zeros((B, P + 2, *a.shape[2:]), a.dtype)), True, ValueError,
          lambda m: names_seq(m) and str(seq_shape) in m),

@@ -81,13 +81,13 @@ static int not_a_view(const char *what, PyObject *name, const char *slice, PyObj
         return -1;
     if (name)
         PyErr_Format(PyExc_ValueError,
-                     "out: expected %s[%R] to be out.state_seq[%R][%s] as get_batch(..., "
-                     "shared_next=True) makes it, got %U",
+                     "out: expected %s[%R] to be the view of out.state_seq[%R][%s] that "
+                     "get_batch(..., shared_next=True) makes, got %U",
                      what, name, name, slice, desc);
     else
         PyErr_Format(PyExc_ValueError,
-                     "out: expected %s to be out.state_seq[%s] as get_batch(..., "
-                     "shared_next=True) makes it, got %U",
+                     "out: expected %s to be the view of out.state_seq[%s] that get_batch(..., "
+                     "shared_next=True) makes, got %U",
                      what, slice, desc);
     Py_DECREF(desc);
     return -1;
