@@ -357,13 +357,15 @@ AVX512_FN static inline __m512i pick_dwords(const unsigned char *a, uintptr_t bb
     return _mm512_mask_loadu_epi32(w, (__mmask16)~k, (const void *)(bb + 4 * (size_t)d));
 }
 
-/* Four rows from the 32 dwords w0 | w1 into the batch's arrays. */
+/* Four rows from the 32 dwords w0 | w1 into the batch's arrays (nx NULL:
+ * shared next states, nothing to store there). */
 AVX512_FN static inline void rows4_store(__m512i w0, __m512i w1, const rows4_idx *x,
                                          unsigned char *st, unsigned char *ac, unsigned char *rw,
                                          unsigned char *nx)
 {
     _mm512_storeu_si512((void *)st, _mm512_permutex2var_epi32(w0, x->st, w1));
-    _mm512_storeu_si512((void *)nx, _mm512_permutex2var_epi32(w0, x->nx, w1));
+    if (nx)
+        _mm512_storeu_si512((void *)nx, _mm512_permutex2var_epi32(w0, x->nx, w1));
     __m512i ar = _mm512_permutex2var_epi32(w0, x->ar, w1);
     _mm256_storeu_si256((__m256i *)ac, _mm512_castsi512_si256(ar));
     _mm_storeu_si128((__m128i *)rw, _mm512_extracti32x4_epi32(ar, 2));
@@ -371,17 +373,20 @@ AVX512_FN static inline void rows4_store(__m512i w0, __m512i w1, const rows4_idx
 
 /* A pick of P rows (P a multiple of 4) with its next state stored: from
  * one segment with plain loads (a masked load is slower, even when it
- * reads everything), from two with masked ones. */
+ * reads everything), from two with masked ones. nx NULL: shared next
+ * states, the next state (row P's state) stored as st's row P. */
 AVX512_FN static inline void rows4_pick(const plan_t *pl, size_t P, const rows4_idx *x,
                                         unsigned char *st, unsigned char *ac, unsigned char *rw,
                                         unsigned char *nx)
 {
     const unsigned char *a = pl->a;
+    if (!nx)
+        memcpy(st + 16 * P, P < pl->na ? a + 28 * P : pl->b + 28 * (P - pl->na), 16);
     if (!pl->b) {
         for (size_t g = 0; g < P; g += 4, a += 112)
             rows4_store(_mm512_loadu_si512((const void *)a),
                         _mm512_loadu_si512((const void *)(a + 64)), x, st + 16 * g, ac + 8 * g,
-                        rw + 4 * g, nx + 16 * g);
+                        rw + 4 * g, nx ? nx + 16 * g : NULL);
         return;
     }
     int in_a = (int)pl->na * 7;
@@ -389,7 +394,7 @@ AVX512_FN static inline void rows4_pick(const plan_t *pl, size_t P, const rows4_
     for (size_t g = 0; g < P; g += 4) {
         __m512i w0 = pick_dwords(a, bb, x->iota, in_a, (int)(7 * g));
         __m512i w1 = pick_dwords(a, bb, x->iota, in_a, (int)(7 * g + 16));
-        rows4_store(w0, w1, x, st + 16 * g, ac + 8 * g, rw + 4 * g, nx + 16 * g);
+        rows4_store(w0, w1, x, st + 16 * g, ac + 8 * g, rw + 4 * g, nx ? nx + 16 * g : NULL);
     }
 }
 
@@ -400,15 +405,19 @@ AVX512_FN static void rows4_batch(const exr_store_layout *L, size_t count, const
 {
     const rows4_idx x = rows4_indices();
     unsigned char *st = out->state, *ac = out->action, *rw = out->reward, *nx = out->state_next;
+    bool seq = out->shared_next;
     for (size_t i = 0; i < count; i++) {
         if (i + ahead < count)
             prefetch_pick(L, &plans[i + ahead]);
         const plan_t *pl = &plans[i];
         size_t o = i * P;
+        unsigned char *s = st + 16 * (o + (seq ? i : 0)), *n = seq ? NULL : nx + 16 * o;
         if (pl->len == P && pl->next_stored)
-            rows4_pick(pl, P, &x, st + 16 * o, ac + 8 * o, rw + 4 * o, nx + 16 * o);
+            rows4_pick(pl, P, &x, s, ac + 8 * o, rw + 4 * o, n);
+        else if (seq)
+            fuse_pick(pl, P, s, ac + 8 * o, rw + 4 * o, NULL, 16, 8, 4, true);
         else
-            fuse_pick(pl, P, st + 16 * o, ac + 8 * o, rw + 4 * o, nx + 16 * o, 16, 8, 4, false);
+            fuse_pick(pl, P, s, ac + 8 * o, rw + 4 * o, n, 16, 8, 4, false);
     }
 }
 
@@ -509,7 +518,7 @@ void copy_batch(const exr_buffer *b, size_t count, const plan_t *plans, exr_batc
     for (size_t i = 0; prefetch && i < count && i < ahead; i++)
         prefetch_pick(L, &plans[i]);
 #ifdef SIMD_COPY
-    if (!seq && rows4_fits(L, P)) {
+    if (rows4_fits(L, P)) {
         rows4_batch(L, count, plans, P, ahead, out);
         return;
     }

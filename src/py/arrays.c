@@ -212,7 +212,7 @@ out_field_as_made(ReplayObject *self, exr_modstate *st, PyObject *a, int f, npy_
     PyArray_Descr *d = f == F_WEIGHT ? st->f32_descr : st->i64_descr;
     const npy_intp *tail = NULL;
     int nd = 1;
-    if (f == F_STATE || f == F_NEXT)
+    if (f == F_STATE || f == F_NEXT || f == F_SEQ)
         d = self->state_descr, tail = self->state_shape, nd = 2 + self->state_nd;
     else if (f == F_ACTION)
         d = self->action_descr, tail = self->action_shape, nd = 2 + self->action_nd;
@@ -240,6 +240,8 @@ static inline size_t field_row_bytes(const exr_config *c, int f)
     case F_STATE:
     case F_NEXT:
         return c->state_bytes * c->pick_len;
+    case F_SEQ:
+        return c->state_bytes * (c->pick_len + 1);
     case F_ACTION:
         return c->action_bytes * c->pick_len;
     case F_REWARD:
@@ -255,25 +257,32 @@ static inline size_t field_row_bytes(const exr_config *c, int f)
  * (out_field_as_made), each ending before the next field's begins (as
  * get_batch lays them out in their block: in field order, so they share no
  * memory), and the buffer has no named fields: one pass of comparisons.
- * 0 otherwise: batch_arrays then checks field by field, with its errors,
- * and whether any two arrays overlap (out_disjoint). */
+ * With shared next states (shared) the arrays checked so are state_seq's in
+ * place of state's and state_next's, which must be its views as get_batch
+ * makes them (seq.c). 0 otherwise: batch_arrays then checks field by field,
+ * with its errors, and whether any two arrays overlap (out_disjoint). */
 static int out_as_made(ReplayObject *self, exr_modstate *st, PyObject *out, npy_intp B,
-                       PyObject **arrays)
+                       bool shared, PyObject **arrays)
 {
     if (self->sfields || self->xfields)
         return 0;
     const exr_config *c = exr_buffer_config(self->buf);
     npy_intp L = c->pick_len;
     uintptr_t end = 0;
-    for (int f = 0; f < F_EXTRAS; f++) {
+    for (int f = 0; f < NFIELDS; f++) {
+        if (f == F_EXTRAS || !plain_field(self, f, shared))
+            continue;
         PyObject *a = PyStructSequence_GET_ITEM(out, f);
-        if (!out_field_as_made(self, st, a, f, B, L))
+        if (!out_field_as_made(self, st, a, f, B, f == F_SEQ ? L + 1 : L))
             return 0;
         uintptr_t at = (uintptr_t)PyArray_DATA((PyArrayObject *)a);
         if (at < end)
             return 0;
         end = at + (size_t)B * field_row_bytes(c, f);
     }
+    PyObject *seq = PyStructSequence_GET_ITEM(out, F_SEQ);
+    if (shared ? !exr_seq_views_as_made(out, seq, L) : seq != Py_None)
+        return 0;
     for (int f = 0; f < NFIELDS; f++) {
         PyObject *a = PyStructSequence_GET_ITEM(out, f);
         arrays[f] = Py_NewRef(a ? a : Py_None);
@@ -515,7 +524,7 @@ int batch_arrays(ReplayObject *self, npy_intp B, PyObject *out, bool shared, PyO
     }
     if (!out)
         return fresh_arrays(self, st, B, shared, arrays);
-    if (!shared && out_as_made(self, st, out, B, arrays))
+    if (out_as_made(self, st, out, B, shared, arrays))
         return 0;
     if (!shared && PyStructSequence_GetItem(out, F_SEQ) != Py_None) {
         PyErr_SetString(PyExc_ValueError,

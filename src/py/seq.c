@@ -35,7 +35,8 @@ static int seq_view_ok(PyObject *v, PyObject *seq, npy_intp k, npy_intp L)
     PyArrayObject *a = (PyArrayObject *)v, *s = (PyArrayObject *)seq;
     int nd = PyArray_NDIM(s);
     if (PyArray_NDIM(a) != nd || !PyArray_ISWRITEABLE(a) ||
-        !PyArray_EquivTypes(PyArray_DESCR(a), PyArray_DESCR(s)) ||
+        (PyArray_DESCR(a) != PyArray_DESCR(s) &&
+         !PyArray_EquivTypes(PyArray_DESCR(a), PyArray_DESCR(s))) ||
         PyArray_BYTES(a) != PyArray_BYTES(s) + k * PyArray_STRIDE(s, 1))
         return 0;
     for (int i = 0; i < nd; i++)
@@ -43,6 +44,12 @@ static int seq_view_ok(PyObject *v, PyObject *seq, npy_intp k, npy_intp L)
             PyArray_STRIDE(a, i) != PyArray_STRIDE(s, i))
             return 0;
     return 1;
+}
+
+int exr_seq_views_as_made(PyObject *out, PyObject *seq, npy_intp L)
+{
+    return seq_view_ok(PyStructSequence_GET_ITEM(out, F_STATE), seq, 0, L) &&
+           seq_view_ok(PyStructSequence_GET_ITEM(out, F_NEXT), seq, 1, L);
 }
 
 /* {name: view} of each field's array in dict seq. */
