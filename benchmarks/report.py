@@ -217,6 +217,39 @@ def point_ratios(pts, num, den, metric="get_5000"):
             for p in pts if (num, metric) in pts[p] and (den, metric) in pts[p]}
 
 
+def _span(xs, what):
+    """“min … max WHAT (median m)” of ratios."""
+    return f"{fmt_ratio(min(xs))} … {fmt_ratio(max(xs))} {what} (median {fmt_ratio(statistics.median(xs))})"
+
+
+def shared_get5000_clause(pts):
+    """The get_5000 goal row's clause on get_batch(5000, shared_next=True)
+    (test_bench_paper.py's "shared" and "floor_shared"), at the points where
+    it was measured; "" when it was not (an older JSON). Not the goal's
+    measure: the goal is judged on the default layout."""
+    own = list(point_ratios(pts, "shared", "floor_shared").values())
+    states = list(point_ratios(pts, "shared", "floor").values())
+    default = list(point_ratios(pts, "shared", "exreplay").values())
+    if not (own and states and default):
+        return ""
+    return (f"; with shared_next=True (not the goal's measure; {len(own)} points): "
+            + ", ".join((_span(own, "the shared floor"), _span(states, "the states floor"),
+                         _span(default, "the default layout's time"))))
+
+
+def shared_r2d2_clause(shapes):
+    """The R2D2 goal row's clause on get_batch(32, shared_next=True) (test_bench_shapes.py's
+    "exreplay_shared" and "floor_shared"); "" when it was not measured (an older JSON)."""
+    e, f = shapes.get(("r2d2", "exreplay_shared")), shapes.get(("r2d2", "floor_shared"))
+    d, fd = shapes.get(("r2d2", "exreplay")), shapes.get(("r2d2", "floor"))
+    if not (e and f and d and fd):
+        return ""
+    return (f"; with shared_next=True (not the goal's measure): {fmt_ratio(e['median_s'] / f['median_s'])} the "
+            f"shared floor ({fmt_us(us(e['median_s']))} vs {fmt_us(us(f['median_s']))}), "
+            f"{fmt_ratio(e['median_s'] / fd['median_s'])} the default layout's floor, "
+            f"{fmt_ratio(e['median_s'] / d['median_s'])} the default layout's time")
+
+
 def table(header, rows):
     out = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
     for r in rows:
@@ -734,6 +767,7 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
             txt += (f"; the bound (all of get_batch's output written, the picks' starts given) "
                     f"{fmt_ratio(min(bnd))} … {fmt_ratio(max(bnd))} the floor "
                     f"(≤ {GOAL_GET5000_FLOOR}× at {sum(b <= GOAL_GET5000_FLOOR for b in bnd)}/{len(bnd)} points)")
+        txt += shared_get5000_clause(pts)
         goals.append([
             "get_5000", f"≥ {GOAL_GET5000_RATIO:g}× faster than pure Python, and ≤ {GOAL_GET5000_FLOOR}× the floor, at every N",
             txt, verdict(ok_r == len(g_ratio) and ok_f == len(fr)),
@@ -834,7 +868,8 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
         goals.append([
             "R2D2 batch", f"≤ {GOAL_R2D2_FLOOR}× the floor",
             f"{fmt_ratio(r)} ({fmt_us(us(shapes[('r2d2', 'exreplay')]['median_s']))} vs floor "
-            f"{fmt_us(us(shapes[('r2d2', 'floor')]['median_s']))}; B = 32, L = 80, 84×84 uint8)",
+            f"{fmt_us(us(shapes[('r2d2', 'floor')]['median_s']))}; B = 32, L = 80, 84×84 uint8)"
+            + shared_r2d2_clause(shapes),
             verdict(r <= GOAL_R2D2_FLOOR),
         ])
     # named fields: both cases of test_bench_fields.py
@@ -941,6 +976,19 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
             f"N ≤ {refmax:,}."
         )
         L.append("")
+    shp = [p for p in pts if ("shared", "get_5000") in pts[p]]
+    if shp:
+        L.append(
+            "**get_5000 shared** is `get_batch(5000, shared_next=True)`: the states as one C-contiguous (5000, 9, 4) "
+            "array, `state` and `state_next` its views, so 9 state rows written a pick instead of 16. Its floor, "
+            "*floor (shared)* (`_core._floor_gather(rows, starts, 8, True)`), gathers rows[s:s+9] of the same 16-byte "
+            "state rows into one such array; the two are timed as get_5000 and the states floor are, each round "
+            "right after an untimed call of the other. It ran at "
+            + ("every point of the grid" if len(shp) == n_ex else
+               f"{len(shp)} points (N = {min(meta[p][0] for p in shp):,} … {max(meta[p][0] for p in shp):,})")
+            + ". The goal is judged on the default layout; the shared columns are for comparison."
+        )
+        L.append("")
     files = plot_paper(pts, meta, img_dir, plt) if pts else {}
     for key, alt in (("record", "record_100 against N"), ("get", "get_5000 against N"), ("ratio", "get_5000 / floor against N")):
         if key in files:
@@ -977,16 +1025,23 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
             fl = v.get(("floor", "get_5000"))
             fr = v.get(("floor_rec", "get_5000"))
             fb = v.get(("floor_batch", "get_5000"))
-            trs.append([
+            row = [
                 p[0], f"{p[1]:g}", meta[p][1], f"{meta[p][0]:,}",
                 fmt_us(us(v[("exreplay", "record_100")])) if ("exreplay", "record_100") in v else "–",
                 fmt_us(us(ex)) if ex else "–", fmt_us(us(fl)) if fl else "–",
                 fmt_ratio(ex / fl) if ex and fl else "–",
                 fmt_us(us(fr)) if fr else "–", fmt_ratio(ex / fr) if ex and fr else "–",
                 fmt_us(us(fb)) if fb else "–", fmt_ratio(fb / fl) if fb and fl else "–",
-            ])
+            ]
+            if shp:
+                sh, fs = v.get(("shared", "get_5000")), v.get(("floor_shared", "get_5000"))
+                row += [fmt_us(us(sh)) if sh else "–", fmt_us(us(fs)) if fs else "–",
+                        fmt_ratio(sh / fs) if sh and fs else "–", fmt_ratio(sh / ex) if sh and ex else "–"]
+            trs.append(row)
         L.append(table(["k", "s", "E", "N", "record_100", "get_5000", "floor (states)", "÷ floor",
-                        "floor (records)", "÷ floor (records)", "bound", "bound ÷ floor"], trs))
+                        "floor (records)", "÷ floor (records)", "bound", "bound ÷ floor"]
+                       + (["get_5000 shared", "floor (shared)", "÷ floor (shared)", "shared ÷ get_5000"]
+                          if shp else []), trs))
         L.append("")
         L.append("</details>")
         L.append("")
@@ -1042,21 +1097,45 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
             f"84×84 uint8 states, uniform selection, a buffer of N = {any_r['N']:,} records (episodes of 500), "
             "against the floor: the same B × L state rows and next rows gathered from one contiguous "
             "(N, 84, 84) uint8 array, timed right after."
+            + (" The *shared_next=True* rows time `get_batch(..., shared_next=True)`: the states as one C-contiguous "
+               "(B, L + 1, 84, 84) array, `state` and `state_next` its views, so B × (L + 1) state rows written "
+               "instead of 2 × B × L (the same 2 rows a pick at L = 1); their floor, "
+               "`_core._floor_gather(rows, starts, L, True)`, gathers rows[s:s+L+1] into one such array, and the two "
+               "are timed the same way, each right after the other. *÷ default layout* is the shared "
+               "get_batch's median ÷ the default one's."
+               if any(impl == "exreplay_shared" for _c, impl in shapes) else "")
         )
         L.append("")
         trs = []
+        any_shared = False
         for case in ("r2d2", "atari"):
+            name = {"r2d2": "R2D2 sequences", "atari": "Atari transitions"}[case]
             e, f = shapes.get((case, "exreplay")), shapes.get((case, "floor"))
             if e and f:
                 mb = 2 * e["B"] * e["L"] * 84 * 84 / 1e6
                 trs.append([
-                    {"r2d2": "R2D2 sequences", "atari": "Atari transitions"}[case], e["B"], e["L"],
+                    name, e["B"], e["L"],
                     f"{mb:.1f} MB", fmt_us(us(e["median_s"])), fmt_us(us(f["median_s"])),
-                    fmt_ratio(e["median_s"] / f["median_s"]),
+                    fmt_ratio(e["median_s"] / f["median_s"]), "–",
                     f"{mb / 1e3 / e['median_s']:.1f} GB/s",
                 ])
-        L.append(table(["batch", "B", "L", "states + next states", "exreplay get_batch", "floor",
-                        "exreplay ÷ floor", "exreplay output rate"], trs))
+            es, fs = shapes.get((case, "exreplay_shared")), shapes.get((case, "floor_shared"))
+            if es and fs:
+                any_shared = True
+                mb = es["B"] * (es["L"] + 1) * 84 * 84 / 1e6
+                trs.append([
+                    name + ", shared_next=True", es["B"], es["L"],
+                    f"{mb:.1f} MB (one array)", fmt_us(us(es["median_s"])), fmt_us(us(fs["median_s"])) + " (shared)",
+                    fmt_ratio(es["median_s"] / fs["median_s"]),
+                    fmt_ratio(es["median_s"] / e["median_s"]) if e else "–",
+                    f"{mb / 1e3 / es['median_s']:.1f} GB/s",
+                ])
+        header = ["batch", "B", "L", "states + next states", "exreplay get_batch", "floor",
+                  "exreplay ÷ floor", "÷ default layout", "exreplay output rate"]
+        if not any_shared:  # an older JSON: the table as it was
+            header.pop(7)
+            trs = [r[:7] + r[8:] for r in trs]
+        L.append(table(header, trs))
         L.append("")
 
     # ---- named fields (test_bench_fields.py)

@@ -21,9 +21,21 @@ State (4,) float32, action int64, reward float32; pick_len = 8; capacity = N.
   starts given: a get_batch with nothing to draw, look up or lock, and its
   rows prefetched 16 picks ahead. Not a floor to reach but a bound: a plain
   loop doing only what any get_batch of these records must do.
+- shared get_5000 ("shared"): `get_batch(5000, uniform, shared_next=True)`,
+  the states as one (5000, 9, 4) state_seq (state and state_next its views
+  [:, :-1] and [:, 1:]); "floor_shared" is its floor,
+  `_core._floor_gather(rows, starts, 8, True)`: rows[s:s+9] of the N states
+  into one (5000, 9, 4) array. Timed as exreplay's get_5000 and the states
+  floor are, each round preceded by one untimed call of the other (the
+  shared floor before a shared get_batch, a shared get_batch before the
+  shared floor), on the same buffer and floor rows.
 
 exreplay runs the whole grid (k = 5..11, s = 6..12 in steps of 0.5); the
 pure-Python reference runs a subsample (see harness.paper_reference_points).
+The shared layout's two cases run at every point of the grid too: they add
+about 10-60 ms of pytest time a case (41 rounds of two calls each, of
+0.1-1 ms; the buffer and floor rows are the point's own, already made), so
+about 5 s over the 91 points of `make bench`.
 """
 
 import numpy as np
@@ -49,6 +61,8 @@ def _cases():
         out.append((k, s, "floor", "get_5000"))
         out.append((k, s, "floor_rec", "get_5000"))
         out.append((k, s, "floor_batch", "get_5000"))
+        out.append((k, s, "shared", "get_5000"))
+        out.append((k, s, "floor_shared", "get_5000"))
         if (k, s) in ref:
             out.append((k, s, "reference", "record_100"))
             out.append((k, s, "reference", "get_5000"))
@@ -134,6 +148,21 @@ def test_paper(benchmark, case):
             rounds=r, warmup_rounds=2,
         )
         assert b.state.shape == (BATCH, PICK_LEN, 4)
+    elif impl == "shared":
+        def setup():
+            _core._floor_gather(rows, pool.next(), PICK_LEN, True)
+
+        b = benchmark.pedantic(
+            buf.get_batch, args=(BATCH, ps), kwargs={"shared_next": True}, setup=setup, rounds=r, warmup_rounds=2,
+        )
+        assert b.state_seq.shape == (BATCH, PICK_LEN + 1, 4)
+    elif impl == "floor_shared":
+        def setup():
+            buf.get_batch(BATCH, ps, shared_next=True)
+            return (rows, pool.next(), PICK_LEN, True), {}
+
+        seq = benchmark.pedantic(_core._floor_gather, setup=setup, rounds=r, warmup_rounds=2)
+        assert seq.shape == (BATCH, PICK_LEN + 1, 4)
     elif impl == "floor_batch":
         widths = [rows.dtype[f].itemsize for f in ("state", "action")]
 
