@@ -56,7 +56,8 @@ PAPER_GET_5000_PY_US = 33_000.0
 
 
 COLORS = {"exreplay": "tab:blue", "exreplay_out": "tab:cyan", "reference": "tab:orange",
-          "floor": "tab:red", "floor_rec": "tab:green", "floor_batch": "tab:brown", "cpprb": "tab:purple"}
+          "floor": "tab:red", "floor_rec": "tab:green", "floor_batch": "tab:brown", "cpprb": "tab:purple",
+          "shared": "tab:olive", "floor_shared": "tab:pink"}
 
 
 # --- loading -------------------------------------------------------------------------
@@ -312,6 +313,7 @@ def plot_paper(pts, meta, img_dir, plt):
     series = (
         ("reference", "pure-Python reference", "s"),
         ("exreplay", "exreplay get_batch (C)", "o"),
+        ("shared", "exreplay get_batch(shared_next=True)", "P"),
         ("floor_rec", "floor, whole records (28 B rows)", "^"),
         ("floor_batch", "bound: get_batch's output, the starts given", "D"),
         ("floor", "floor, states (16 B rows)", "v"),
@@ -351,6 +353,7 @@ def plot_paper(pts, meta, img_dir, plt):
         ("exreplay", "floor", "get_batch / floor (states)", "v", 22),
         ("exreplay", "floor_rec", "get_batch / floor (whole records)", "^", 22),
         ("floor_batch", "floor", "bound (get_batch's output, the starts given) / floor (states)", "D", 18),
+        ("shared", "floor", "get_batch(shared_next=True) / floor (states)", "P", 22),
     ):
         got = sorted((meta[p][0], r) for p, r in point_ratios(pts, num, den).items())
         if got:
