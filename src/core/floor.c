@@ -10,7 +10,8 @@ void exr_floor_gather(const void *rows, size_t row_bytes, const int64_t *starts,
     size_t run = L * row_bytes;
     if (!nx) { /* shared next states: rows[s .. s+L] in one run */
         for (size_t i = 0; i < count; i++)
-            memcpy(st + i * (run + row_bytes), src + (size_t)starts[i] * row_bytes, run + row_bytes);
+            memcpy(st + i * (run + row_bytes), src + (size_t)starts[i] * row_bytes,
+                   run + row_bytes);
         return;
     }
     for (size_t i = 0; i < count; i++) {

@@ -151,7 +151,8 @@ static int new_batch_arrays(ReplayObject *self, npy_intp B, bool shared, PyObjec
     Py_DECREF(block);
     if (!shared)
         arrays[F_SEQ] = Py_NewRef(Py_None);
-    if (new_dict_fields(self, B, shared, arrays) < 0 || (shared && exr_seq_views(self, arrays) < 0)) {
+    if (new_dict_fields(self, B, shared, arrays) < 0 ||
+        (shared && exr_seq_views(self, arrays) < 0)) {
         for (int f = 0; f < NFIELDS; f++)
             Py_CLEAR(arrays[f]);
         return -1;

@@ -80,8 +80,8 @@ PyObject *replay_get_batch(ReplayObject *self, PyObject *const *args, Py_ssize_t
     static const char *const names[] = {"batch_size", "ps", "out", "shared_next"};
     PyObject *a[4], *arrays[NFIELDS] = {0};
     if (nargs > 3) { /* shared_next is keyword-only */
-        PyErr_Format(PyExc_TypeError, "get_batch() takes at most 3 positional arguments (%zd given)",
-                     nargs);
+        PyErr_Format(PyExc_TypeError,
+                     "get_batch() takes at most 3 positional arguments (%zd given)", nargs);
         return NULL;
     }
     if (exr_parse_args(args, nargs, kwnames, "get_batch", names, 2, 4, a) < 0)
@@ -101,7 +101,8 @@ PyObject *replay_get_batch(ReplayObject *self, PyObject *const *args, Py_ssize_t
     size_t bytes;
     if (widest < 8)
         widest = 8;
-    if (!exr_mul_size((size_t)B, cfg->pick_len + 1, &bytes) || !exr_mul_size(bytes, widest, &bytes) ||
+    if (!exr_mul_size((size_t)B, cfg->pick_len + 1, &bytes) ||
+        !exr_mul_size(bytes, widest, &bytes) ||
         bytes > (size_t)PY_SSIZE_T_MAX) {
         PyErr_Format(PyExc_MemoryError, "batch_size: a batch of %zd picks would not fit in memory",
                      (Py_ssize_t)B);

@@ -1282,7 +1282,8 @@ static void detached_draw_at(int phase)
     int64_t epi[B], pos[B], len[B], lnx[B], acs[B], idx[B];
     float sts[B][2], nx[B][2], rws[B], w[B];
     int64_t room[3 + 4 * B];
-    exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, idx, NULL, 0, (exr_drawn *)room, false};
+    exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, idx, NULL, 0,
+                       (exr_drawn *)room, false};
     g_detached_phase = phase;
     exr_debug_detached = holds_meanwhile;
     CHECK_RET(exr_buffer_get_batch(b, sel, B, &o) == EXR_OK);
@@ -1377,7 +1378,8 @@ static void test_drawn_notes(void)
     enum { B = 64 };
     int64_t epi[B], pos[B], len[B], lnx[B], acs[B], idx[B], room[3 + 4 * B], troom[3 + 4 * B];
     float sts[B][2], nx[B][2], rws[B], w[B];
-    exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, idx, NULL, 0, (exr_drawn *)room, false};
+    exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, idx, NULL, 0,
+                       (exr_drawn *)room, false};
     CHECK_RET(exr_buffer_get_batch(b, sel, B, &o) == EXR_OK);
     const exr_drawn *d = o.drawn;
     CHECK_RET(d->serial != 0 && drawn_is_batch(&o, B));
@@ -1476,7 +1478,8 @@ static void drawn_notes_since(int churn)
     enum { B = 64 };
     int64_t epi[B], pos[B], len[B], lnx[B], acs[B], idx[B], room[3 + 4 * B];
     float sts[B][2], nx[B][2], rws[B], w[B];
-    exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, idx, NULL, 0, (exr_drawn *)room, false};
+    exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, idx, NULL, 0,
+                       (exr_drawn *)room, false};
     CHECK_RET(exr_buffer_get_batch(b, sel, B, &o) == EXR_OK && drawn_is_batch(&o, B));
     int seen[10] = {0};
     for (int i = 0; i < B; i++)
@@ -1521,7 +1524,8 @@ static void test_drawn_notes_mixed(void)
     enum { B = 64 };
     int64_t epi[B], pos[B], len[B], lnx[B], acs[B], idx[B], room[3 + 4 * B];
     float sts[B][2], nx[B][2], rws[B], w[B];
-    exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, idx, NULL, 0, (exr_drawn *)room, false};
+    exr_batch_out o = {sts, acs, rws, nx, len, lnx, epi, pos, w, idx, NULL, 0,
+                       (exr_drawn *)room, false};
     CHECK_RET(exr_buffer_get_batch(b, sel, B, &o) == EXR_OK && drawn_is_batch(&o, B));
     int64_t e2[B], p2[B];
     memcpy(e2, epi, sizeof e2);

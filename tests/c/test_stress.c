@@ -237,7 +237,8 @@ typedef struct {
 static void batch_init(batch_t *bt)
 {
     bt->o = (exr_batch_out){bt->st, bt->ac, bt->rw, bt->nx, bt->len, bt->lnx,
-                            bt->epi, bt->pos, bt->w, bt->idx, NULL, 0, (exr_drawn *)bt->drawn, false};
+                            bt->epi, bt->pos, bt->w, bt->idx, NULL, 0, (exr_drawn *)bt->drawn,
+                            false};
 }
 
 /* The first n picks of a batch; what the draw noted of them (exr_drawn)
