@@ -256,3 +256,81 @@ def test_refill_rewrites_every_byte(state):
                         getattr(x, f).view(np.uint8)[...] = 0xAB
                     del x
                 assert len(ids) <= 2  # the set was refilled
+
+
+# ---- shared next states (get_batch(..., shared_next=True)) ----
+# A shared set's state and state_next are views of its state_seq, which only
+# they hold once the batch is dropped.
+
+SEQ_FIELDS = FIELDS + ("state_seq",)
+
+
+def _seq_snapshot(batch):
+    return {f: np.array(getattr(batch, f), copy=True) for f in SEQ_FIELDS}
+
+
+def _seq_consistent(b, batch):
+    _consistent(b, batch)
+    assert np.shares_memory(batch.state, batch.state_seq)
+    assert np.array_equal(batch.state, batch.state_seq[:, :-1])
+    assert np.array_equal(batch.state_next, batch.state_seq[:, 1:])
+
+
+def test_shared_dropped_is_refilled():
+    b, ps = _buffer(pick_len=4)
+    ids = set()
+    for _ in range(10):
+        batch = b.get_batch(16, ps, shared_next=True)
+        ids.add(id(batch.state_seq))
+        _seq_consistent(b, batch)
+    assert len(ids) <= 3  # two sets alternate once the first is dropped
+
+
+@pytest.mark.parametrize("hold", ["state_seq", "state", "state_next", "seq_view", "batch"])
+def test_shared_held_never_written(hold):
+    b, ps = _buffer(pick_len=4)
+    x = b.get_batch(16, ps, shared_next=True)
+    snap = _seq_snapshot(x)
+    held = {"state_seq": x.state_seq, "state": x.state, "state_next": x.state_next,
+            "seq_view": x.state_seq[3:], "batch": x}[hold]
+    keep = np.array(held if hold != "batch" else x.state_seq, copy=True)
+    if hold != "batch":
+        del x
+    for _ in range(20):
+        y = b.get_batch(16, ps, shared_next=True)
+        _seq_consistent(b, y)
+        del y
+    if hold == "batch":
+        assert all(np.array_equal(getattr(held, f), snap[f]) for f in SEQ_FIELDS)
+    else:
+        assert np.array_equal(held, keep)
+
+
+def test_layouts_take_their_own_sets():
+    """Default and shared calls in turn: each gets arrays of its own layout
+    (a set of the other layout is never refilled as this one's)."""
+    b, ps = _buffer(pick_len=4)
+    for k in range(12):
+        shared = k % 3 != 0
+        batch = b.get_batch(16, ps, shared_next=shared)
+        if shared:
+            _seq_consistent(b, batch)
+            assert not batch.state.flags.c_contiguous
+        else:
+            _consistent(b, batch)
+            assert batch.state_seq is None and batch.state.flags.c_contiguous
+        del batch
+
+
+def test_shared_set_is_the_dropped_batch_s():
+    """The arrays of a dropped shared batch come back, not new ones: arrays
+    made after the drop take any memory freed by it, so equal ids mean the
+    very same objects."""
+    b, ps = _buffer(pick_len=4)
+    x = b.get_batch(16, ps, shared_next=True)
+    old = (id(x.state_seq), id(x.state), id(x.state_next), id(x.action))
+    del x
+    fillers = [np.empty(0) for _ in range(1000)]  # noqa: F841 (kept alive)
+    y = b.get_batch(16, ps, shared_next=True)
+    assert (id(y.state_seq), id(y.state), id(y.state_next), id(y.action)) == old
+    _seq_consistent(b, y)

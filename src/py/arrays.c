@@ -282,7 +282,9 @@ static int out_as_made(ReplayObject *self, exr_modstate *st, PyObject *out, npy_
         end = at + (size_t)B * field_row_bytes(c, f);
     }
     PyObject *seq = PyStructSequence_GET_ITEM(out, F_SEQ);
-    if (shared ? !exr_seq_views_as_made(out, seq, L) : seq != Py_None)
+    if (shared ? !exr_seq_views_ok(PyStructSequence_GET_ITEM(out, F_STATE),
+                                   PyStructSequence_GET_ITEM(out, F_NEXT), seq, L)
+               : seq != Py_None)
         return 0;
     for (int f = 0; f < NFIELDS; f++) {
         PyObject *a = PyStructSequence_GET_ITEM(out, f);
@@ -303,46 +305,65 @@ static int out_as_made(ReplayObject *self, exr_modstate *st, PyObject *out, npy_
  * `batch = rb.get_batch(...)` the previous batch is still bound while the
  * next one is drawn. Nothing can tell the difference from fresh arrays but
  * their id() and an array's weakref, which lives until the set is replaced
- * (a set with a weakref is never refilled). */
+ * (a set with a weakref is never refilled). A set of shared next states
+ * holds state and state_next, the views of state_seq, which is held by
+ * those two alone (reference count 2) when the set is free. */
 #define SPARE_MAX_BYTES ((size_t)1 << 20)
 
 _Static_assert(EXR_SPARE_ARRAYS == F_EXTRAS && F_EXTRAS == NFIELDS - 2 && F_SEQ == NFIELDS - 1,
                "the spare arrays are every field before extras and state_seq, the last two");
 
+/* An array of a spare set held by nothing else (held refs: the set's or
+ * the views') and still a view of `base`, with no weakref. */
+static inline int spare_alone(PyObject *a, PyObject *base, Py_ssize_t held)
+{
+    return Py_REFCNT(a) == held && !((PyArrayObject_fields *)a)->weakreflist &&
+           PyArray_BASE((PyArrayObject *)a) == base;
+}
+
+/* Whether spare set s is free for B picks in the layout asked (shared:
+ * shared next states); its state_seq in *seq (shared only). */
 static int spare_free(ReplayObject *self, exr_modstate *st, PyObject *const *s, npy_intp B,
-                      npy_intp L)
+                      npy_intp L, bool shared, PyObject **seq)
 {
     if (!s[0])
         return 0;
     /* every array still a view of the set's block: __setstate__ (or, in older
      * NumPy, setting .data) retargets an array at another object */
-    PyObject *block = PyArray_BASE((PyArrayObject *)s[0]);
+    PyObject *block = PyArray_BASE((PyArrayObject *)s[F_ACTION]);
     if (!block || !Py_IS_TYPE(block, st->block_type))
         return 0;
-    for (int f = 0; f < EXR_SPARE_ARRAYS; f++)
-        if (Py_REFCNT(s[f]) != 1 || ((PyArrayObject_fields *)s[f])->weakreflist ||
-            PyArray_BASE((PyArrayObject *)s[f]) != block ||
-            !out_field_as_made(self, st, s[f], f, B, L))
+    *seq = shared ? PyArray_BASE((PyArrayObject *)s[F_STATE]) : NULL;
+    if (shared && (!*seq || !PyArray_Check(*seq) || !spare_alone(*seq, block, 2) ||
+                   !out_field_as_made(self, st, *seq, F_SEQ, B, L + 1) ||
+                   !exr_seq_views_ok(s[F_STATE], s[F_NEXT], *seq, L)))
+        return 0;
+    for (int f = 0; f < EXR_SPARE_ARRAYS; f++) {
+        bool view = shared && (f == F_STATE || f == F_NEXT);
+        if (!spare_alone(s[f], view ? *seq : block, 1) ||
+            (!view && !out_field_as_made(self, st, s[f], f, B, L)))
             return 0;
+    }
     return 1;
 }
 
 /* A free spare set for B picks in arrays[] (new references) with a new
  * extras dict: 1. 0 if there is none, -1 with an exception. */
-static int spare_take(ReplayObject *self, exr_modstate *st, npy_intp B, PyObject **arrays)
+static int spare_take(ReplayObject *self, exr_modstate *st, npy_intp B, bool shared,
+                      PyObject **arrays)
 {
     if (self->sfields || self->xfields)
         return 0;
     npy_intp L = exr_buffer_config(self->buf)->pick_len;
     for (int j = 0; j < 2; j++) {
-        PyObject *const *s = self->spare[j];
-        if (!spare_free(self, st, s, B, L))
+        PyObject *const *s = self->spare[j], *seq;
+        if (!spare_free(self, st, s, B, L, shared, &seq))
             continue;
         /* taken before PyDict_New: a collection it runs can call a
          * finalizer whose get_batch would find this set free too */
         for (int f = 0; f < EXR_SPARE_ARRAYS; f++)
             arrays[f] = Py_NewRef(s[f]);
-        arrays[F_SEQ] = Py_NewRef(Py_None);
+        arrays[F_SEQ] = Py_NewRef(shared ? seq : Py_None);
         if (!(arrays[F_EXTRAS] = PyDict_New())) {
             for (int f = 0; f < NFIELDS; f++)
                 Py_CLEAR(arrays[f]);
@@ -359,9 +380,11 @@ static void spare_keep(ReplayObject *self, PyObject *const *arrays)
 {
     if (self->sfields || self->xfields)
         return;
+    bool shared = arrays[F_SEQ] != Py_None;
     size_t bytes = 0;
-    for (int f = 0; f < EXR_SPARE_ARRAYS; f++)
-        bytes += (size_t)PyArray_NBYTES((PyArrayObject *)arrays[f]);
+    for (int f = 0; f < NFIELDS; f++)
+        if (plain_field(self, f, shared))
+            bytes += (size_t)PyArray_NBYTES((PyArrayObject *)arrays[f]);
     if (bytes > SPARE_MAX_BYTES)
         return;
     PyObject **s = self->spare[self->spare_next];
@@ -377,17 +400,14 @@ void exr_spare_clear(ReplayObject *self)
             Py_CLEAR(self->spare[j][f]);
 }
 
-/* The arrays of a batch without out=: a free spare set, or new ones (always
- * new ones with shared next states). */
+/* The arrays of a batch without out=: a free spare set, or new ones. */
 static int fresh_arrays(ReplayObject *self, exr_modstate *st, npy_intp B, bool shared,
                         PyObject **arrays)
 {
-    if (shared)
-        return new_batch_arrays(self, B, true, arrays);
-    int r = spare_take(self, st, B, arrays);
+    int r = spare_take(self, st, B, shared, arrays);
     if (r)
         return r < 0 ? -1 : 0;
-    if (new_batch_arrays(self, B, false, arrays) < 0)
+    if (new_batch_arrays(self, B, shared, arrays) < 0)
         return -1;
     spare_keep(self, arrays);
     return 0;

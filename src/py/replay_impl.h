@@ -45,9 +45,9 @@ int exr_seq_views(ReplayObject *self, PyObject **arrays);
  * (out.state_seq, checked before), then taken into arrays[]. -1 with a
  * ValueError naming the array that is not. */
 int exr_seq_out_check(ReplayObject *self, PyObject *out, PyObject **arrays);
-/* Whether out.state and out.state_next are the views of seq (out's
- * state_seq array, checked) that get_batch makes: 1 or 0, no exception. */
-int exr_seq_views_as_made(PyObject *out, PyObject *seq, npy_intp L);
+/* Whether state and state_next are the views of seq (a state_seq array,
+ * checked) that get_batch makes: 1 or 0, no exception. */
+int exr_seq_views_ok(PyObject *state, PyObject *next, PyObject *seq, npy_intp L);
 PyObject *batch_result(ReplayObject *self, PyObject **arrays, PyObject *out);
 /* drops the spare arrays (arrays.c) */
 void exr_spare_clear(ReplayObject *self);

@@ -46,10 +46,9 @@ static int seq_view_ok(PyObject *v, PyObject *seq, npy_intp k, npy_intp L)
     return 1;
 }
 
-int exr_seq_views_as_made(PyObject *out, PyObject *seq, npy_intp L)
+int exr_seq_views_ok(PyObject *state, PyObject *next, PyObject *seq, npy_intp L)
 {
-    return seq_view_ok(PyStructSequence_GET_ITEM(out, F_STATE), seq, 0, L) &&
-           seq_view_ok(PyStructSequence_GET_ITEM(out, F_NEXT), seq, 1, L);
+    return seq_view_ok(state, seq, 0, L) && seq_view_ok(next, seq, 1, L);
 }
 
 /* {name: view} of each field's array in dict seq. */
