@@ -1,8 +1,8 @@
 """What the in-process A/B scripts share (ab_builds.py, ab_get_batch.py,
 ab_small.py, ab_set_priority.py): loading two builds of exreplay._core into
 one process, timing a call, filling a buffer the same way in each build,
-cpprb's buffers of the same records, and the paired ratio that every script
-reports. Alternating the builds inside one process lets both see the same
+cpprb's buffers of the same records, the floor of a get_batch, and the
+paired ratio that every script reports. Alternating the builds inside one process lets both see the same
 machine load; a ratio of two separate runs on a shared machine measures the
 load (docs/benchmarks.md)."""
 import glob
@@ -12,6 +12,25 @@ import threading
 import time
 
 import numpy as np
+
+
+class Floor:
+    """The floor of a get_batch of B picks of L steps, as a call: module m's
+    `_floor_gather` of fresh random starts (one of 8 arrays of them in turn)
+    from n contiguous rows of `shape` and `dtype`; with shared, the floor of
+    `shared_next=True` (rows[s:s+L+1] as one array)."""
+
+    def __init__(self, m, n, shape, dtype, L, B, rng, shared=False):
+        self.m, self.L, self.shared = m, L, shared
+        self.rows = (rng.random((n, *shape)) * 100).astype(dtype)
+        self.pool = [rng.integers(0, n - L - 1, B) for _ in range(8)]
+        self.i = 0
+
+    def __call__(self):
+        self.i += 1
+        # the default floor's three arguments: builds before the shared form take no fourth
+        extra = (True,) if self.shared else ()
+        return self.m._floor_gather(self.rows, self.pool[self.i % 8], self.L, *extra)
 
 
 def load_build(name, tree):

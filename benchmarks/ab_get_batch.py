@@ -22,27 +22,15 @@ import sys
 
 import numpy as np
 
-from ab_common import cpprb_buffer, filled, load_pair, paired, timed
+from ab_common import Floor, cpprb_buffer, filled, load_pair, paired, timed
 
 rng = np.random.default_rng(0)
-
-
-class Floor:
-    def __init__(self, m, n, shape, dtype, L, B):
-        self.m, self.L = m, L
-        self.rows = (rng.random((n, *shape)) * 100).astype(dtype)
-        self.pool = [rng.integers(0, n - L - 1, B) for _ in range(8)]
-        self.i = 0
-
-    def __call__(self):
-        self.i += 1
-        return self.m._floor_gather(self.rows, self.pool[self.i % 8], self.L)
 
 
 def paper(mods, n, ep):
     bufs = {k: filled(m, (4,), np.float32, n, ep, 8, rng=rng) for k, m in mods.items()}
     fns = {k: (lambda b=b, s=s: b.get_batch(5000, s)) for k, (b, s) in bufs.items()}
-    return fns, Floor(mods["after"], n, (4,), np.float32, 8, 5000), 3, "floor"
+    return fns, Floor(mods["after"], n, (4,), np.float32, 8, 5000, rng), 3, "floor"
 
 
 def small(mods, out, use_cpprb):
@@ -68,7 +56,7 @@ def prioritized(mods, use_cpprb):
 def r2d2(mods):
     bufs = {k: filled(m, (84, 84), np.uint8, 100_000, 500, 80, rng=rng) for k, m in mods.items()}
     fns = {k: (lambda b=b, s=s: b.get_batch(32, s)) for k, (b, s) in bufs.items()}
-    return fns, Floor(mods["after"], 100_000, (84, 84), np.uint8, 80, 32), 1, "floor"
+    return fns, Floor(mods["after"], 100_000, (84, 84), np.uint8, 80, 32, rng), 1, "floor"
 
 
 CASES = {

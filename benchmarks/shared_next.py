@@ -22,22 +22,10 @@ import sys
 
 import numpy as np
 
-from ab_common import filled, paired, timed
+from ab_common import Floor, filled, paired, timed
 from exreplay import _core
 
 rng = np.random.default_rng(0)
-
-
-class Floor:
-    def __init__(self, n, shape, dtype, L, B, shared):
-        self.L, self.shared = L, shared
-        self.rows = (rng.random((n, *shape)) * 100).astype(dtype)
-        self.pool = [rng.integers(0, n - L - 1, B) for _ in range(8)]
-        self.i = 0
-
-    def __call__(self):
-        self.i += 1
-        return _core._floor_gather(self.rows, self.pool[self.i % 8], self.L, self.shared)
 
 
 def case(n, ep, shape, dtype, L, B, calls, out=False):
@@ -51,8 +39,8 @@ def case(n, ep, shape, dtype, L, B, calls, out=False):
             default = lambda: b.get_batch(B, s)  # noqa: E731
             shared = lambda: b.get_batch(B, s, shared_next=True)  # noqa: E731
         return {"default": default, "shared": shared,
-                "floor": Floor(n, shape, dtype, L, B, False),
-                "floor_shared": Floor(n, shape, dtype, L, B, True)}, calls
+                "floor": Floor(_core, n, shape, dtype, L, B, rng),
+                "floor_shared": Floor(_core, n, shape, dtype, L, B, rng, shared=True)}, calls
     return make
 
 
