@@ -7,7 +7,7 @@ docs/semantics.md.
 import os
 from collections.abc import Callable, Sequence
 from collections.abc import Mapping
-from typing import Any, Final, NoReturn, SupportsIndex, TypeAlias, final, overload
+from typing import Any, Final, Literal, NoReturn, SupportsIndex, TypeAlias, final, overload
 
 import numpy as np
 from _typeshed import structseq
@@ -326,9 +326,14 @@ def _set_sync_dir_errno(errnum: int, /) -> int: ...
 def _seg_collapse_stats() -> dict[str, int]: ...
 def _seg_collapse_enable(on: object, /) -> bool: ...
 
+@overload
 def _floor_gather(
-    rows: NDArray[Any], starts: ArrayLike, L: SupportsIndex, /
+    rows: NDArray[Any], starts: ArrayLike, L: SupportsIndex, shared: Literal[False] = ..., /
 ) -> tuple[NDArray[Any], NDArray[Any]]: ...
+@overload
+def _floor_gather(
+    rows: NDArray[Any], starts: ArrayLike, L: SupportsIndex, shared: Literal[True], /
+) -> NDArray[Any]: ...
 def _floor_gather_cols(
     cols: list[NDArray[Any]],
     starts: ArrayLike,
