@@ -13,8 +13,13 @@ is safe to share between threads.
 executable specification and the benchmark baseline.
 """
 
+import copyreg
+
 from exreplay._core import Batch, EpisodeData, ExperienceLog, ExperienceReplay, PickSelector
-from exreplay._types import PickSelectorClass
+from exreplay._types import PickSelectorClass, pickle_batch
+
+# a shared batch pickles its state_seq once (exreplay._types.pickle_batch)
+copyreg.pickle(Batch, pickle_batch)
 
 __all__ = [
     "Batch",

@@ -95,7 +95,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from exreplay._types import PickSelectorClass
+from exreplay._types import PickSelectorClass, seq_views
 
 __all__ = [
     "Batch",
@@ -210,9 +210,14 @@ class Batch(tuple):
     pick_pos = property(operator.itemgetter(7), doc="(B,) int64 position of each pick")
 
     def __getnewargs__(self):
-        # state_seq is pickled as an array of its own: state and state_next
-        # come back as arrays of their own too, not as its views
         return (*self, self.weight, self.extras, self.state_seq)
+
+    def __reduce_ex__(self, protocol):
+        if self.state_seq is None:
+            return super().__reduce_ex__(protocol)
+        # a shared batch: state_seq once, state and state_next rebuilt as its
+        # views (as exreplay._types.pickle_batch does for the C Batch)
+        return _shared_batch, (*self[1:3], *self[4:], self.weight, self.extras, self.state_seq)
 
     def __repr__(self):
         parts = []
@@ -225,6 +230,14 @@ class Batch(tuple):
             else:
                 parts.append(f"{name}={value!r}")
         return f"Batch({', '.join(parts)})"
+
+
+def _shared_batch(action, reward, seq_len, seq_len_next, pick_epi, pick_pos, weight, extras,
+                  state_seq):
+    """A Batch of get_batch(..., shared_next=True) back from pickling."""
+    state, state_next = seq_views(state_seq)
+    return Batch(state, action, reward, state_next, seq_len, seq_len_next, pick_epi, pick_pos,
+                 weight, extras, state_seq)
 
 
 class RefPickSelector:
