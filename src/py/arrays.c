@@ -37,18 +37,6 @@ static int plain_field(const ReplayObject *self, int f, bool shared)
     return !(shared && (f == F_STATE || f == F_NEXT));
 }
 
-/* The fields that plain_field finds arrays of their own in a buffer without
- * named fields, in block order: in the default layout, and with shared next
- * states (state_seq last). */
-static const int own_default[] = {F_STATE, F_ACTION, F_REWARD, F_NEXT,   F_LEN,
-                                  F_LEN_NEXT, F_EPI, F_POS,   F_WEIGHT, F_INDEX};
-static const int own_shared[] = {F_ACTION, F_REWARD, F_LEN,   F_LEN_NEXT, F_EPI,
-                                 F_POS,    F_WEIGHT, F_INDEX, F_SEQ};
-enum { N_OWN_DEFAULT = 10, N_OWN_SHARED = 9 };
-_Static_assert(sizeof own_default / sizeof *own_default == N_OWN_DEFAULT &&
-                   sizeof own_shared / sizeof *own_shared == N_OWN_SHARED,
-               "the lists of a batch's own arrays");
-
 /* The dict fields of a new batch (the arrays of the named fields carved
  * from their own block): with shared next states, the state fields'
  * (B, L + 1) arrays in arrays[F_SEQ] (their views made after). */
@@ -247,9 +235,7 @@ out_field_as_made(ReplayObject *self, exr_modstate *st, PyObject *a, int f, npy_
 
 /* Bytes of a row of plain field f (as get_batch makes it: B rows) in a
  * buffer without named fields. */
-/* (always inlined: a call of it is a fifth of out_as_made's loop) */
-static inline __attribute__((always_inline)) size_t field_row_bytes(const exr_config *c,
-                                                                    int f)
+static inline size_t field_row_bytes(const exr_config *c, int f)
 {
     switch (f) {
     case F_STATE:
@@ -268,29 +254,6 @@ static inline __attribute__((always_inline)) size_t field_row_bytes(const exr_co
     }
 }
 
-/* out's arrays of their own (those of own_default, or of own_shared when
- * SHARED, a constant of the caller, so that the loop unrolls with each
- * field's checks folded) each as made and after the one before. */
-static inline __attribute__((always_inline)) int
-own_as_made(ReplayObject *self, exr_modstate *st, PyObject *out, npy_intp B, const bool SHARED)
-{
-    const exr_config *c = exr_buffer_config(self->buf);
-    npy_intp L = c->pick_len;
-    uintptr_t end = 0;
-    for (int f = 0; f < NFIELDS; f++) {
-        if (f == F_EXTRAS || (SHARED ? f == F_STATE || f == F_NEXT : f == F_SEQ))
-            continue;
-        PyObject *a = PyStructSequence_GET_ITEM(out, f);
-        if (!out_field_as_made(self, st, a, f, B, f == F_SEQ ? L + 1 : L))
-            return 0;
-        uintptr_t at = (uintptr_t)PyArray_DATA((PyArrayObject *)a);
-        if (at < end)
-            return 0;
-        end = at + (size_t)B * field_row_bytes(c, f);
-    }
-    return 1;
-}
-
 /* out's arrays (new references) when every one is as get_batch makes them
  * (out_field_as_made), each ending before the next field's begins (as
  * get_batch lays them out in their block: in field order, so they share no
@@ -304,9 +267,20 @@ static int out_as_made(ReplayObject *self, exr_modstate *st, PyObject *out, npy_
 {
     if (self->sfields || self->xfields)
         return 0;
-    if (!(shared ? own_as_made(self, st, out, B, true) : own_as_made(self, st, out, B, false)))
-        return 0;
-    npy_intp L = exr_buffer_config(self->buf)->pick_len;
+    const exr_config *c = exr_buffer_config(self->buf);
+    npy_intp L = c->pick_len;
+    uintptr_t end = 0;
+    for (int f = 0; f < NFIELDS; f++) {
+        if (!plain_field(self, f, shared))
+            continue;
+        PyObject *a = PyStructSequence_GET_ITEM(out, f);
+        if (!out_field_as_made(self, st, a, f, B, f == F_SEQ ? L + 1 : L))
+            return 0;
+        uintptr_t at = (uintptr_t)PyArray_DATA((PyArrayObject *)a);
+        if (at < end)
+            return 0;
+        end = at + (size_t)B * field_row_bytes(c, f);
+    }
     PyObject *seq = PyStructSequence_GET_ITEM(out, F_SEQ);
     if (shared ? !exr_seq_views_ok(PyStructSequence_GET_ITEM(out, F_STATE),
                                    PyStructSequence_GET_ITEM(out, F_NEXT), seq, L)
@@ -359,12 +333,11 @@ static int spare_free(ReplayObject *self, exr_modstate *st, PyObject *const *s, 
     PyObject *block = PyArray_BASE((PyArrayObject *)s[F_ACTION]);
     if (!block || !Py_IS_TYPE(block, st->block_type))
         return 0;
-    /* the set's arrays in the block (state_seq, the last of own_shared, is
-     * held by the views, not by the set) */
-    const int *own = shared ? own_shared : own_default;
-    for (int i = 0; i < (shared ? N_OWN_SHARED - 1 : N_OWN_DEFAULT); i++)
-        if (!spare_alone(s[own[i]], block, 1) ||
-            !out_field_as_made(self, st, s[own[i]], own[i], B, L))
+    /* the set's arrays in the block (with shared next states all but the
+     * views; state_seq is held by them, not by the set) */
+    for (int f = 0; f < EXR_SPARE_ARRAYS; f++)
+        if (!(shared && (f == F_STATE || f == F_NEXT)) &&
+            (!spare_alone(s[f], block, 1) || !out_field_as_made(self, st, s[f], f, B, L)))
             return 0;
     if (!shared)
         return 1;

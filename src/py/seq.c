@@ -125,10 +125,11 @@ static int view_checked(ReplayObject *self, PyObject *out, int f, PyObject *seq,
 int exr_seq_out_check(ReplayObject *self, PyObject *out, PyObject **arrays)
 {
     npy_intp L = (npy_intp)exr_buffer_config(self->buf)->pick_len;
-    for (int f = F_STATE; f <= F_NEXT; f += F_NEXT - F_STATE) {
-        if (view_checked(self, out, f, arrays[F_SEQ], L) < 0)
+    const int views[] = {F_STATE, F_NEXT};
+    for (int i = 0; i < 2; i++) {
+        if (view_checked(self, out, views[i], arrays[F_SEQ], L) < 0)
             return -1;
-        arrays[f] = Py_NewRef(PyStructSequence_GetItem(out, f));
+        arrays[views[i]] = Py_NewRef(PyStructSequence_GetItem(out, views[i]));
     }
     return 0;
 }
