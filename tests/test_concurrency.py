@@ -10,6 +10,7 @@ the buffer's invariant check.
 """
 
 import random
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -632,6 +633,10 @@ def test_set_priority_with_pick_index_another_thread_rewrites():
             k += 1
 
     t = threading.Thread(target=scribble)
+    # a call that returns while the scribbler holds the GIL waits for the
+    # switch interval: on a busy machine, 5 ms a call at the default
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-4)
     t.start()
     try:
         p = np.linspace(0.5, 2.0, 256)
@@ -640,6 +645,7 @@ def test_set_priority_with_pick_index_another_thread_rewrites():
     finally:
         stop.set()
         t.join()
+        sys.setswitchinterval(old)
     buf._check()
     last = {}  # the last value given wins for a pick given twice
     for e, q, v in zip(b.pick_epi.tolist(), b.pick_pos.tolist(), p.tolist()):
