@@ -13,6 +13,8 @@ import numpy as np
 from _typeshed import structseq
 from numpy.typing import ArrayLike, DTypeLike, NDArray
 
+from exreplay._types import PickSelectorClass
+
 # Selector kinds by their public number (also exreplay.PickSelectorClass).
 uniform: Final[int]
 prioritized: Final[int]
@@ -130,8 +132,9 @@ class PickSelector:
 
     @property
     def handle(self) -> int: ...
+    # an IntEnum member: equal to its int value (docs/api.md, "PickSelector")
     @property
-    def kind(self) -> int: ...
+    def kind(self) -> PickSelectorClass: ...
     @property
     def buffer(self) -> ExperienceReplay: ...
     # None on a Uniform selector. alpha is fixed at creation; beta is settable
