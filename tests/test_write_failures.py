@@ -353,7 +353,8 @@ MERGE_KILL_CHILD = r"""
 import os, signal, sys
 import exreplay.log as xlog
 from exreplay import _core
-out, kill_at, unnamed, overwrite = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4] == "1"
+out, kill_at = sys.argv[1], int(sys.argv[2])
+unnamed, overwrite = sys.argv[3] == "1", sys.argv[4] == "1"
 ins = sys.argv[5:]
 if not unnamed:
     _core._set_unnamed_temp(False)
@@ -363,7 +364,8 @@ def progress(done, total):
     calls += 1
     if calls == kill_at:
         os.kill(os.getpid(), signal.SIGKILL)
-xlog.merge(ins, out, level=0, chunk_bytes=2000, threads=0, progress=progress, overwrite=overwrite)
+xlog.merge(ins, out, level=0, chunk_bytes=2000, threads=0, progress=progress,
+           overwrite=overwrite)
 """
 
 
@@ -521,7 +523,8 @@ def test_merge_overwrite_follows_a_symbolic_link_and_takes_an_input_as_output(tm
     assert xlog.info(target)["records"] == 800
     os.symlink("real/later.xlog", tmp_path / "dangling.xlog")
     assert xlog.merge(ins, tmp_path / "dangling.xlog", overwrite=True)["records"] == 800
-    assert os.path.islink(tmp_path / "dangling.xlog") and (tmp_path / "real" / "later.xlog").exists()
+    assert os.path.islink(tmp_path / "dangling.xlog")
+    assert (tmp_path / "real" / "later.xlog").exists()
     assert sorted(os.listdir(tmp_path / "real")) == ["all.xlog", "later.xlog"]
     # the accumulated log and a new one, into the accumulated one
     acc = tmp_path / "acc.xlog"
