@@ -42,6 +42,15 @@ def int_arg(name: str, v, lo: int, hi, expected: str) -> int:
     return i
 
 
+def flag_arg(name: str, v) -> bool:
+    """v as a flag: a bool, a NumPy bool or an int (NumPy's integer scalars
+    too; any nonzero int is true, as in ``if``), as the binding takes its
+    flags; anything else, None or a float included, is a TypeError."""
+    if not isinstance(v, (bool, np.bool_, int, np.integer)):
+        raise TypeError("%s: expected a bool or an int, got %s" % (name, type_name(v)))
+    return bool(v)
+
+
 def nonneg_real_arg(name: str, v, expected: str) -> float:
     """v as a finite float >= 0: an int or a float (NumPy's scalars and 0-d
     arrays too), not a bool nor a complex number."""

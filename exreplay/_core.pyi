@@ -13,6 +13,8 @@ import numpy as np
 from _typeshed import structseq
 from numpy.typing import ArrayLike, DTypeLike, NDArray
 
+from exreplay._types import PickSelectorClass
+
 # Selector kinds by their public number (also exreplay.PickSelectorClass).
 uniform: Final[int]
 prioritized: Final[int]
@@ -130,8 +132,9 @@ class PickSelector:
 
     @property
     def handle(self) -> int: ...
+    # an IntEnum member: equal to its int value (docs/api.md, "PickSelector")
     @property
-    def kind(self) -> int: ...
+    def kind(self) -> PickSelectorClass: ...
     @property
     def buffer(self) -> ExperienceReplay: ...
     # None on a Uniform selector. alpha is fixed at creation; beta is settable
@@ -394,9 +397,11 @@ class _LogMerge:
 
 @final
 class _NewFile:
-    """A new file for path, named path by publish() once complete (docs/log.md, "Merging")."""
+    """A new file for path, named path by publish() once complete (docs/log.md, "Merging");
+    replace=True: over what is at path, as save() replaces its file."""
 
-    def __new__(cls, path: str | bytes | os.PathLike[str] | os.PathLike[bytes]) -> _NewFile: ...
+    def __new__(cls, path: str | bytes | os.PathLike[str] | os.PathLike[bytes],
+                replace: bool = False) -> _NewFile: ...
     def fileno(self) -> int: ...
     def publish(self) -> None: ...
     def discard(self) -> None: ...

@@ -36,7 +36,7 @@ from typing import Callable, Iterator, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 
-from ._args import int_arg, path_arg, type_name
+from ._args import flag_arg, int_arg, path_arg, type_name
 
 __all__ = ["Chunk", "LogReader", "open", "tail", "info", "merge", "main", "FLAG_END",
            "FLAG_TERMINATED", "FLAG_FINAL", "MIXED_SOURCE"]
@@ -798,17 +798,21 @@ class _Progress:
 def merge(inputs: Sequence[PathLike], output: PathLike, *, level: int = 1,
           chunk_bytes: int = 1 << 20,
           progress: Union[None, bool, Callable[[int, int], None]] = None,
-          threads: Optional[int] = None) -> dict:
+          threads: Optional[int] = None, overwrite: bool = False) -> dict:
     """Writes one log holding every record of ``inputs`` in timestamp order.
 
     A streaming k-way merge (docs/log.md, "Merging"): each input holds its
     current chunk and one more being decoded, so memory does not grow with
     the logs. Records with equal timestamps keep the order of ``inputs``
     (and within one input, their order in it). ``output`` must not exist
-    (FileExistsError); it is written under a temporary name in its
-    directory, or none, and gets its name only once complete and on disk:
-    a merge that fails, or is killed, leaves no output, and running it
-    again just works (docs/log.md, "Merging").
+    (FileExistsError), unless ``overwrite`` is true; it is written under a
+    temporary name in its directory, or none, and gets its name only once
+    complete and on disk: a merge that fails, or is killed, leaves no
+    output, and running it again just works (docs/log.md, "Merging").
+    ``overwrite=True`` replaces an existing output as ``save`` replaces its
+    file: in one rename once the new log is complete (a symbolic link is
+    followed and stays), so that until then the old file stays as it was,
+    whatever happens to the merge.
     ``progress``: True draws a bar on stderr, a callable gets (bytes_done,
     bytes_total); None draws the bar only for inputs of 256 MB or more on a
     terminal. ``threads``: how many threads decode the inputs' chunks and
@@ -816,8 +820,8 @@ def merge(inputs: Sequence[PathLike], output: PathLike, *, level: int = 1,
     the calling thread). Returns :func:`info` of the output. Torn tails of
     the inputs are skipped.
     """
-    inputs, output, level, chunk_bytes, progress, threads = _check_merge_args(
-        inputs, output, level, chunk_bytes, progress, threads)
+    inputs, output, level, chunk_bytes, progress, threads, overwrite = _check_merge_args(
+        inputs, output, level, chunk_bytes, progress, threads, overwrite)
     from . import _core
 
     if threads is None:
@@ -828,8 +832,8 @@ def merge(inputs: Sequence[PathLike], output: PathLike, *, level: int = 1,
         header = schema.header_bytes({"sources": sorted(sources)})
         total = sum(r.size for r in readers)
         prog = _Progress(total, progress)
-        try:  # a temp file (or an unnamed one) in output's directory
-            out = _core._NewFile(output)
+        try:  # a temp file (or an unnamed one) in output's (or its target's) directory
+            out = _core._NewFile(output, overwrite)
         except OSError as e:
             _raise_if_too_many_files(e, len(inputs))
             raise
@@ -844,7 +848,7 @@ def merge(inputs: Sequence[PathLike], output: PathLike, *, level: int = 1,
             eng = None
             _write_fd(fd, _block_bytes(KIND_END, CODEC_STORED, 0, MIXED_SOURCE, last_ts,
                                        last_ts, 0, b""), output)
-            out.publish()  # fsync, then the name output, then fsync of the directory
+            out.publish()  # fsync, the name output (overwrite: a rename), fsync of the directory
         except BaseException:
             if eng is not None:
                 eng.close()
@@ -909,9 +913,9 @@ def _block_bytes(kind, codec, count, src, first, last, raw_len, body) -> bytes:
             + _TRL.pack(HDR + len(body) + TRL, hcrc, TRAILER_MAGIC))
 
 
-def _check_merge_args(inputs, output, level, chunk_bytes, progress, threads):
+def _check_merge_args(inputs, output, level, chunk_bytes, progress, threads, overwrite):
     """merge's arguments, checked before anything is opened: (list of input
-    paths, output path, level, chunk_bytes, progress, threads)."""
+    paths, output path, level, chunk_bytes, progress, threads, overwrite)."""
     if (isinstance(inputs, (str, bytes, os.PathLike))
             or not isinstance(inputs, collections.abc.Sequence)):
         raise TypeError("inputs: expected a sequence of log paths (a list or tuple: its order "
@@ -920,7 +924,8 @@ def _check_merge_args(inputs, output, level, chunk_bytes, progress, threads):
         raise ValueError("inputs: expected at least one log path, got an empty %s"
                          % type_name(inputs))
     paths = [path_arg("inputs[%d]" % i, p) for i, p in enumerate(inputs)]
-    return (paths,) + _check_merge_options(output, level, chunk_bytes, progress, threads)
+    options = _check_merge_options(output, level, chunk_bytes, progress, threads)
+    return (paths,) + options + (flag_arg("overwrite", overwrite),)
 
 
 def _check_merge_options(output, level, chunk_bytes, progress, threads):

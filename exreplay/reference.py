@@ -87,6 +87,7 @@ import numbers
 import operator
 import os
 import random
+import reprlib
 import threading
 from bisect import bisect_right
 from collections import deque
@@ -95,6 +96,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
+from exreplay._args import _is_bool, type_name
 from exreplay._types import PickSelectorClass, seq_views
 
 __all__ = [
@@ -124,6 +126,32 @@ _FLOAT32 = np.dtype(np.float32)
 _MISSING = object()  # an argument not given
 
 
+def _summary(value, top=True):
+    """A field as the C binding's reprs show it (docs/api.md, "repr"): an
+    array as its dtype and shape, ``float32(32, 4)``; a field's own dict of
+    named fields item by item the same way; anything else by its repr."""
+    if top and type(value) is dict:
+        return "{%s}" % ", ".join(f"{k!r}: {_summary(v, False)}" for k, v in list(value.items()))
+    if isinstance(value, np.ndarray):
+        return f"{value.dtype}{value.shape}"
+    return repr(value)
+
+
+def _fields_repr(obj, names, values):
+    """``Name(a=..., b=...)`` of a Batch or an EpisodeData: each field
+    summarised, empty extras and a state_seq of None left out, as the C
+    binding's struct sequences show theirs. A batch met again inside its
+    own fields (its extras) is ``Batch(...)``."""
+    parts = []
+    for name, value in zip(names, values):
+        if name == "extras" and (value is None or (type(value) is dict and not value)):
+            continue
+        if name == "state_seq" and value is None:
+            continue
+        parts.append(f"{name}={_summary(value)}")
+    return f"{type(obj).__name__}({', '.join(parts)})"
+
+
 class EpisodeData(tuple):
     """One episode as returned by ``episode(h)``: arrays of its n steps.
 
@@ -149,6 +177,10 @@ class EpisodeData(tuple):
 
     def __getnewargs__(self):
         return (*self, self.extras)
+
+    @reprlib.recursive_repr("EpisodeData(...)")
+    def __repr__(self):
+        return _fields_repr(self, self._fields + ("extras",), (*self, self.extras))
 
 
 class Batch(tuple):
@@ -219,17 +251,11 @@ class Batch(tuple):
         # views (as exreplay._types.pickle_batch does for the C Batch)
         return _shared_batch, (*self[1:3], *self[4:], self.weight, self.extras, self.state_seq)
 
+    @reprlib.recursive_repr("Batch(...)")
     def __repr__(self):
-        parts = []
-        names, values = self._fields + ("weight",), (*self, self.weight)
-        if self.state_seq is not None:  # a default batch's repr is unchanged
-            names, values = names + ("state_seq",), values + (self.state_seq,)
-        for name, value in zip(names, values):
-            if isinstance(value, np.ndarray):
-                parts.append(f"{name}=<{value.dtype} {value.shape}>")
-            else:
-                parts.append(f"{name}={value!r}")
-        return f"Batch({', '.join(parts)})"
+        # the C Batch's fields but pick_index, which this one has not
+        return _fields_repr(self, self._fields + ("weight", "extras", "state_seq"),
+                            (*self, self.weight, self.extras, self.state_seq))
 
 
 def _shared_batch(action, reward, seq_len, seq_len_next, pick_epi, pick_pos, weight, extras,
@@ -363,6 +389,19 @@ def _int_arg(name, x):
         return operator.index(x)
     except TypeError:
         raise TypeError(f"{name}: expected an int, got {_show(x)}") from None
+
+
+def _handle_arg(name, x, expected):
+    """A selector's int handle: anything with __index__ but a bool, and
+    every int, however large (one no selector has is an unknown handle, not
+    a range error). A TypeError reads as the C buffer's: "ps: expected a
+    PickSelector or an int handle, got float"."""
+    try:
+        if _is_bool(x):
+            raise TypeError
+        return operator.index(x)
+    except TypeError:
+        raise TypeError(f"{name}: expected {expected}, got {type_name(x)}") from None
 
 
 def _bool_arg(name, x):
@@ -1094,17 +1133,24 @@ class ReferenceReplay:
             return len(self._table)
 
     def __repr__(self):
+        # the C buffer's format (docs/api.md, "repr"): named fields' specs in
+        # place of the state's shape and dtype, extras_spec only when set
+        if self._state_spec is not None:
+            state = f"state_spec={self.state_spec!r}"
+        else:
+            state = f"state_shape={self._state_shape!r}, state_dtype={self._state_dtype}"
+        if self._state_spec is not None or self._extras_spec is not None:
+            state += f", extras_spec={self.extras_spec!r}"
         with self._lock:
-            return (
-                f"ReferenceReplay(state_shape={self._state_shape}, "
-                f"state_dtype={self._state_dtype}, state_spec={self._state_spec}, "
-                f"extras_spec={self._extras_spec}, action_shape={self._action_shape}, "
-                f"action_dtype={self._action_dtype}, reward_dtype={self._reward_dtype}, "
-                f"capacity={self._capacity}, pick_len={self._pick_len}, "
-                f"allow_short={self._allow_short}, eviction={self._eviction!r}, "
-                f"seed={self._seed}; records={self._size}, "
-                f"episodes={len(self._episodes)}, picks={len(self._table)})"
-            )
+            counts = (f"{self._size} records in {len(self._episodes)} episodes, "
+                      f"{len(self._table)} picks")
+        return (
+            f"{type(self).__name__}({state}, action_shape={self._action_shape!r}, "
+            f"action_dtype={self._action_dtype}, reward_dtype={self._reward_dtype}, "
+            f"capacity={self._capacity!r}, pick_len={self._pick_len!r}, "
+            f"allow_short={self._allow_short!r}, eviction={self._eviction!r}, "
+            f"seed={self._seed!r}; {counts})"
+        )
 
     def episode(self, h):
         """EpisodeData(state, action, reward, final_state, ended, terminated)."""
@@ -1594,13 +1640,10 @@ class ReferenceReplay:
     def _selector_arg(self, ps):
         if isinstance(ps, RefPickSelector) and ps._owner is not self:
             raise ValueError("ps: expected a pick selector of this buffer, got one of another buffer")
-        k = _int_arg("ps", ps)
+        k = _handle_arg("ps", ps, "a PickSelector or an int handle")
         sel = self._selectors.get(k)
-        if sel is None:
-            known = sorted(self._selectors)
-            raise ValueError(
-                f"ps: expected a pick selector of this buffer (handles {known}), got {k}"
-            )
+        if sel is None:  # as the C buffer says it (docs/api.md, "Errors")
+            raise ValueError(f"ps: expected a pick selector of this buffer, got unknown handle {k}")
         return sel
 
     def _pick_arrays(self, pick_epi, pick_pos):

@@ -166,6 +166,46 @@ def test_gather_logs_refuses_bad_arguments_before_closing_any_log(cluster, tmp_p
     sh.shutdown()
 
 
+def test_gather_logs_replaces_an_existing_output_only_once_the_merge_is_complete(cluster,
+                                                                                   tmp_path):
+    """gather_logs removed an existing output before it merged: a merge that
+    failed half way (here a progress callback that raises, after part of the
+    merged log is written) lost the old output. It now merges with
+    overwrite=True: the old output stays byte for byte until the merged log
+    replaces it in one rename, and no temp file is left either way."""
+    sh = ShardedReplay(2, state_shape=(4,), capacity=1000, log_dir=str(tmp_path / "logs"),
+                       log_options={"chunk_bytes": 200, "level": 0}, selectors=["uniform"],
+                       actor_options={"num_cpus": 0})
+    sh.wait_ready()
+    for k in range(40):
+        ray.get(sh.shards[k % 2].record_many.remote(None, np.full((5, 4), k, np.float32),
+                                                    np.arange(5), np.ones(5, np.float32),
+                                                    terminated=True))
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    out = out_dir / "merged.xlog"
+    out.write_bytes(b"the previous run's merged log")
+    calls = []
+
+    def fail_midway(done, total):
+        calls.append(done)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+
+    for force_ship in (False, True):
+        calls.clear()
+        with pytest.raises(KeyboardInterrupt):
+            sh.gather_logs(str(tmp_path / "gathered"), str(out), force_ship=force_ship,
+                           progress=fail_midway)
+        assert len(calls) == 3
+        assert out.read_bytes() == b"the previous run's merged log"
+        assert os.listdir(out_dir) == ["merged.xlog"]
+    d = sh.gather_logs(str(tmp_path / "gathered"), str(out))
+    assert d["records"] == 200 and d["sources"] == [0, 1] and d["ended"]
+    assert xlog.info(out)["records"] == 200 and os.listdir(out_dir) == ["merged.xlog"]
+    sh.shutdown()
+
+
 def test_apex_with_log(cluster, tmp_path):
     from exreplay.examples import apex_cartpole as apex
 

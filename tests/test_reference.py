@@ -960,6 +960,117 @@ def test_removed_selector_parameters(make_buffer):
     assert (q.alpha, q.beta) == (0.5, 0.9) and "removed" not in repr(q)
 
 
+def test_selector_kind_is_the_enum_in_both(make_buffer):
+    """docs/api.md, PickSelector: kind is the PickSelectorClass member in
+    both implementations (the C buffer's was a plain int): it equals its int
+    value and the enum, hashes as the int, and has a name. Looked-up and
+    removed selectors keep it."""
+    buf = make_buffer(state_shape=(2,))
+    made = [buf.new_pick_selector(k) for k in (0, Prioritized, PickSelectorClass.Rank)]
+    for ps in made + buf.pick_selectors() + [buf.pick_selector(1)]:
+        k = ps.kind
+        assert type(k) is PickSelectorClass and k is PickSelectorClass(int(ps) % 3)
+        assert k == int(k) and isinstance(k, int) and hash(k) == hash(int(k))
+    assert [p.kind.name for p in made] == ["Uniform", "Prioritized", "Rank"]
+    assert [p.kind for p in made] == [0, 1, 2]
+    buf.remove_pick_selector(made[1])
+    assert made[1].kind is Prioritized
+
+
+def test_unknown_selector_handle_message(make_buffer):
+    """docs/api.md, Errors: a handle that names no selector (never made,
+    removed, negative, beyond int64) is the same ValueError in both
+    implementations, showing the handle as given; a ps of another type the
+    same TypeError (the reference said "(handles [0, 2]), got 1" and "expected
+    an int, got 1.0 (float)")."""
+    buf = make_buffer(state_shape=(2,))
+    a = buf.new_pick_selector(Uniform)
+    b = buf.new_pick_selector(Prioritized)
+    buf.new_pick_selector(Uniform)
+    fill(buf, None, 3)
+    buf.remove_pick_selector(b)
+    calls = [lambda ps: buf.get_batch(1, ps), lambda ps: buf.set_priority(ps, [0], [0], [1.0]),
+             lambda ps: buf.remove_pick_selector(ps), lambda ps: buf.pick_selector(ps)]
+    for ps, shown in ((b, "1"), (1, "1"), (7, "7"), (-1, "-1"), (2**70, str(2**70)),
+                      (np.int64(5), "5")):
+        for call in calls:
+            with pytest.raises(ValueError) as e:
+                call(ps)
+            assert str(e.value) == "ps: expected a pick selector of this buffer, got unknown " \
+                                   "handle " + shown
+    for ps, got in ((1.0, "float"), (True, "bool"), ("0", "str"), (None, "NoneType"),
+                    (np.array([0]), "numpy.ndarray of dtype int64 and shape (1,)")):
+        for call in calls:
+            with pytest.raises(TypeError) as e:
+                call(ps)
+            assert str(e.value) == "ps: expected a PickSelector or an int handle, got " + got
+    assert buf.get_batch(1, np.array(0)).seq_len.tolist() == [1] and int(a) == 0
+
+
+def test_reprs_have_one_format(make_buffer):
+    """docs/api.md, "repr": the buffer, its selectors, batches and episodes
+    show the same text in both implementations but for the class names (the
+    reference's had a format of its own: "records=3, episodes=1",
+    "state=<float32 (2, 1, 2)>", kind=prioritized in the C selector's)."""
+    buf = make_buffer(state_shape=(2,), capacity=100, pick_len=2, seed=3)
+    name = type(buf).__name__
+    sel = "PickSelector" if name == "ExperienceReplay" else "RefPickSelector"
+    u = buf.new_pick_selector(Uniform)
+    p = buf.new_pick_selector(Prioritized, alpha=0.5, beta=0.25)
+    h = fill(buf, None, 3, terminated=True)
+    assert repr(buf) == (f"{name}(state_shape=(2,), state_dtype=float32, action_shape=(), "
+                         "action_dtype=int64, reward_dtype=float32, capacity=100, pick_len=2, "
+                         "allow_short=False, eviction='fifo', seed=3; 3 records in 1 episodes, "
+                         "2 picks)")
+    assert repr(u) == f"{sel}(handle=0, kind=PickSelectorClass.Uniform)"
+    assert repr(p) == f"{sel}(handle=1, kind=PickSelectorClass.Prioritized, alpha=0.5, beta=0.25)"
+    b = buf.get_batch(4, p)
+    fields = ("state=float32(4, 2, 2), action=int64(4, 2), reward=float32(4, 2), "
+              "state_next=float32(4, 2, 2), seq_len=int64(4,), seq_len_next=int64(4,), "
+              "pick_epi=int64(4,), pick_pos=int64(4,), weight=float32(4,)")
+    idx = ", pick_index=int64(4,)" if hasattr(b, "pick_index") else ""  # the C Batch's only
+    assert repr(b) == f"Batch({fields}{idx})"
+    b.extras["me"] = b
+    assert repr(b) == f"Batch({fields}{idx}, extras={{'me': Batch(...)}})"
+    s = buf.get_batch(4, p, shared_next=True)
+    assert repr(s) == f"Batch({fields}{idx}, state_seq=float32(4, 3, 2))"
+    assert repr(buf.episode(h)) == ("EpisodeData(state=float32(3, 2), action=int64(3,), "
+                                    "reward=float32(3,), final_state=None, ended=True, "
+                                    "terminated=True)")
+    buf.remove_pick_selector(p)
+    assert repr(p) == f"{sel}(handle=1, kind=PickSelectorClass.Prioritized, removed)"
+
+
+def test_reprs_agree_with_named_fields_and_extras():
+    """The C buffer and the reference built and filled alike give the same
+    reprs (class names and the C Batch's pick_index aside), named state
+    fields and extras included: a dict of fields item by item, never the
+    arrays' contents (the reference's showed them in full)."""
+    import exreplay
+    from exreplay.reference import ReferenceReplay
+
+    def reprs(cls):
+        spec = {"img": ((2, 2), "uint8"), "v": (3, "float32")}
+        buf = cls(state_spec=spec, extras_spec={"logp": ((), "float32")}, pick_len=2, seed=1)
+        ps = buf.new_pick_selector(PickSelectorClass.Rank, alpha=0.75, beta=0.5)
+        states = {"img": np.zeros((5, 2, 2), np.uint8), "v": np.zeros((5, 3), np.float32)}
+        h = buf.record_many(None, states, np.zeros(5, np.int64), np.ones(5),
+                            extras={"logp": np.zeros(5, np.float32)},
+                            final_state={k: v[0] for k, v in states.items()})
+        out = [buf, ps, buf.get_batch(2, ps), buf.get_batch(2, ps, shared_next=True),
+               buf.episode(h), cls(state_shape=3, extras_spec={"m": ((2,), "bool")}, capacity=None),
+               cls(state_shape=(), state_dtype="uint8", action_shape=(2,), action_dtype="float32",
+                   reward_dtype="float64", allow_short=True, eviction="second_chance")]
+        return [repr(x).replace("ReferenceReplay(", "ExperienceReplay(")
+                .replace("RefPickSelector(", "PickSelector(")
+                .replace(", pick_index=int64(2,)", "") for x in out]
+
+    c, ref = reprs(exreplay.ExperienceReplay), reprs(ReferenceReplay)
+    assert c == ref
+    assert "state={'img': uint8(2, 2, 2, 2), 'v': float32(2, 2, 3)}" in c[2]
+    assert "extras={'logp': float32(2, 2)}" in c[2] and "array(" not in "".join(c)
+
+
 def test_pick_selector_gives_an_object_of_a_held_selector(make_buffer):
     """docs/api.md, "pick_selector and pick_selectors": an object as
     new_pick_selector returned it, but a new one at every call; objects of one

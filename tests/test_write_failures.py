@@ -353,7 +353,9 @@ MERGE_KILL_CHILD = r"""
 import os, signal, sys
 import exreplay.log as xlog
 from exreplay import _core
-out, kill_at, unnamed, ins = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4:]
+out, kill_at = sys.argv[1], int(sys.argv[2])
+unnamed, overwrite = sys.argv[3] == "1", sys.argv[4] == "1"
+ins = sys.argv[5:]
 if not unnamed:
     _core._set_unnamed_temp(False)
 calls = 0
@@ -362,7 +364,8 @@ def progress(done, total):
     calls += 1
     if calls == kill_at:
         os.kill(os.getpid(), signal.SIGKILL)
-xlog.merge(ins, out, level=0, chunk_bytes=2000, threads=0, progress=progress)
+xlog.merge(ins, out, level=0, chunk_bytes=2000, threads=0, progress=progress,
+           overwrite=overwrite)
 """
 
 
@@ -386,7 +389,7 @@ def test_a_merge_killed_midway_leaves_no_output_and_runs_again(tmp_path, unnamed
     d = tmp_path / "out"
     d.mkdir()
     out = d / "all.xlog"
-    r = run_child(MERGE_KILL_CHILD, out, len(calls) // 2, int(unnamed), *ins)
+    r = run_child(MERGE_KILL_CHILD, out, len(calls) // 2, int(unnamed), 0, *ins)
     assert r.returncode == -signal.SIGKILL, r.stderr
     left = os.listdir(d)
     if unnamed:
@@ -422,6 +425,143 @@ def test_a_failed_fsync_of_merge_outputs_directory_leaves_no_output(tmp_path):
             xlog.merge(ins, p)
         assert ei.value.filename == str(p)
     assert sorted(os.listdir(tmp_path)) == ["all.xlog", "in0.xlog", "in1.xlog", "link.xlog"]
+
+
+def _corrupt_a_late_chunk(src, dst):
+    """dst: src with one byte of its last records chunk's body flipped (its
+    headers and trailers intact), which a merge finds only when it gets to
+    that chunk, after most of its output is written."""
+    blob = bytearray(open(src, "rb").read())
+    with xlog.open(src) as r:
+        off, h, _ = list(r._headers(False))[-1]
+    blob[off + xlog.HDR + h.body_len // 2] ^= 0xFF
+    open(dst, "wb").write(bytes(blob))
+
+
+@pytest.mark.parametrize("unnamed", [True, False], ids=["O_TMPFILE", "named temp"])
+def test_merge_overwrite_keeps_the_old_output_until_the_new_one_is_complete(tmp_path, unnamed):
+    """merge(..., overwrite=True) replaces an existing output as save()
+    replaces its file: the merged log is written under a temp name (or
+    none) and renamed over the output once complete. A merge that fails
+    half way (an input invalid in its last chunk, a progress callback that
+    raises) leaves the old output byte for byte, with its permission bits,
+    and no temp file; one that succeeds replaces it (the permission bits
+    kept). Without overwrite, an existing output is a FileExistsError that
+    says what to pass."""
+    (tmp_path / "in").mkdir()
+    ins = _merge_inputs(tmp_path / "in")
+    ref = tmp_path / "in" / "whole.xlog"
+    calls = []
+    xlog.merge(ins, ref, level=0, chunk_bytes=2000, threads=0,
+               progress=lambda done, total: calls.append(done))
+    bad = str(tmp_path / "in" / "late.xlog")
+    _corrupt_a_late_chunk(ins[1], bad)
+    d = tmp_path / "out"
+    d.mkdir()
+    out = d / "all.xlog"
+    old_bytes = b"an earlier output, not even a log"
+    out.write_bytes(old_bytes)
+    os.chmod(out, 0o640)
+
+    class Stop(Exception):
+        pass
+
+    def stop_midway(done, total):
+        calls.append(done)
+        if len(calls) == 3 * n // 2:
+            raise Stop
+
+    n = len(calls)
+    assert n > 20
+    prev = exreplay._core._set_unnamed_temp(unnamed)
+    try:
+        seen = []
+        with pytest.raises(ValueError, match="late.xlog: not a valid experience log at byte"):
+            xlog.merge([ins[0], bad], out, level=0, chunk_bytes=2000, threads=0, overwrite=True,
+                       progress=lambda done, total: seen.append(done))
+        assert len(seen) > n // 2  # found late: most of the output was written by then
+        assert out.read_bytes() == old_bytes and os.listdir(d) == ["all.xlog"]
+        with pytest.raises(Stop):
+            xlog.merge(ins, out, level=0, chunk_bytes=2000, threads=0, overwrite=True,
+                       progress=stop_midway)
+        assert out.read_bytes() == old_bytes and os.listdir(d) == ["all.xlog"]
+        assert stat.S_IMODE(os.stat(out).st_mode) == 0o640
+        with pytest.raises(FileExistsError) as ei:
+            xlog.merge(ins, out)
+        assert ei.value.filename == str(out) and (
+            "output: expected a path that does not exist (or overwrite=True to replace it), "
+            "got one that exists" in str(ei.value))
+        with pytest.raises(TypeError) as ei:
+            xlog.merge(ins, out, overwrite=None)
+        assert str(ei.value) == "overwrite: expected a bool or an int, got NoneType"
+        assert out.read_bytes() == old_bytes
+        info = xlog.merge(ins, out, level=0, chunk_bytes=2000, threads=0, overwrite=np.int64(1))
+    finally:
+        exreplay._core._set_unnamed_temp(prev)
+    assert info["records"] == 800 and info["ended"]
+    assert out.read_bytes() == ref.read_bytes()
+    assert stat.S_IMODE(os.stat(out).st_mode) == 0o640
+    assert os.listdir(d) == ["all.xlog"]
+    # overwrite=True with nothing there: a new file, as without it
+    assert xlog.merge(ins, d / "new.xlog", overwrite=True)["records"] == 800
+    assert sorted(os.listdir(d)) == ["all.xlog", "new.xlog"]
+
+
+def test_merge_overwrite_follows_a_symbolic_link_and_takes_an_input_as_output(tmp_path):
+    """overwrite=True follows a symbolic link at the output as save() does:
+    the file it leads to is replaced and the link stays; a dangling link gets
+    the file it names. An output that is one of the inputs is read whole
+    before the new log takes its name."""
+    ins = _merge_inputs(tmp_path)
+    (tmp_path / "real").mkdir()
+    target = tmp_path / "real" / "all.xlog"
+    target.write_bytes(b"old")
+    link = tmp_path / "link.xlog"
+    os.symlink(target, link)
+    assert xlog.merge(ins, link, overwrite=True)["records"] == 800
+    assert os.path.islink(link) and os.readlink(link) == str(target)
+    assert xlog.info(target)["records"] == 800
+    os.symlink("real/later.xlog", tmp_path / "dangling.xlog")
+    assert xlog.merge(ins, tmp_path / "dangling.xlog", overwrite=True)["records"] == 800
+    assert os.path.islink(tmp_path / "dangling.xlog")
+    assert (tmp_path / "real" / "later.xlog").exists()
+    assert sorted(os.listdir(tmp_path / "real")) == ["all.xlog", "later.xlog"]
+    # the accumulated log and a new one, into the accumulated one
+    acc = tmp_path / "acc.xlog"
+    xlog.merge([ins[0]], acc)
+    d = xlog.merge([str(acc), ins[1]], acc, overwrite=True)
+    assert d["records"] == 800 and d["sources"] == [0, 1]
+    ts = np.concatenate([c.timestamps for c in xlog.open(acc)])
+    assert np.all(np.diff(ts) >= 0) and len(ts) == 800
+
+
+def test_a_merge_overwriting_killed_midway_leaves_the_old_output(tmp_path):
+    """A merge with overwrite=True killed (SIGKILL) half way leaves the old
+    output byte for byte (and at most its temp file, which the next merge to
+    the name removes); run again, it replaces the output with the same bytes
+    as a merge never interrupted."""
+    (tmp_path / "in").mkdir()
+    ins = _merge_inputs(tmp_path / "in")
+    calls = []
+    ref = tmp_path / "in" / "whole.xlog"
+    xlog.merge(ins, ref, level=0, chunk_bytes=2000, threads=0,
+               progress=lambda done, total: calls.append(done))
+    d = tmp_path / "out"
+    d.mkdir()
+    out = d / "all.xlog"
+    out.write_bytes(b"the previous merge's output")
+    for unnamed in (1, 0):
+        r = run_child(MERGE_KILL_CHILD, out, len(calls) // 2, unnamed, 1, *ins)
+        assert r.returncode == -signal.SIGKILL, r.stderr
+        assert out.read_bytes() == b"the previous merge's output"
+        left = sorted(os.listdir(d))
+        if unnamed:
+            assert left == ["all.xlog"]
+        else:
+            assert len(left) == 2 and re.fullmatch(r"\.all\.xlog\.[0-9]+\.[A-Za-z0-9]{6}", left[0])
+    info = xlog.merge(ins, out, level=0, chunk_bytes=2000, threads=0, overwrite=True)
+    assert info["records"] == 800 and out.read_bytes() == ref.read_bytes()
+    assert os.listdir(d) == ["all.xlog"]
 
 
 # ---- the log's readers ---------------------------------------------------------------

@@ -1196,7 +1196,11 @@ def gather_logs(replays, dest_dir: str, output: str | None = None, *, force_ship
     """Closes the experience logs of ReplayActors (built with ``log=`` or a
     ShardedReplay with ``log_dir=``) and merges them into ``output``
     (default ``dest_dir/merged.xlog``) in timestamp order; returns
-    ``exreplay.log.info`` of it.
+    ``exreplay.log.info`` of it. An existing ``output`` is replaced, as
+    ``exreplay.log.merge(..., overwrite=True)`` replaces it: in one rename
+    once the merged log is complete and on disk, so that a gather that fails
+    or is killed meanwhile leaves the old file as it was (docs/ray.md,
+    "The experience log on Ray").
 
     A log on this process's node is read where it is; one on another node
     (or every one, with ``force_ship``) is copied into ``dest_dir`` through
@@ -1209,15 +1213,14 @@ def gather_logs(replays, dest_dir: str, output: str | None = None, *, force_ship
     import os
 
     import exreplay.log as xlog
-    from exreplay._args import int_arg, path_arg, type_name
+    from exreplay._args import flag_arg, int_arg, path_arg
 
     dest_dir = os.fsdecode(path_arg("dest_dir", dest_dir))
     output, level, _, progress, _ = xlog._check_merge_options(
         os.path.join(dest_dir, "merged.xlog") if output is None else output, level, 1, progress,
         None)
     output = os.fsdecode(output)
-    if not isinstance(force_ship, (bool, np.bool_, int, np.integer)):
-        raise TypeError("force_ship: expected a bool or an int, got %s" % type_name(force_ship))
+    force_ship = flag_arg("force_ship", force_ship)
     piece_bytes = int_arg("piece_bytes", piece_bytes, 1, None, "an int >= 1")
     ray = _ray()
     replays = list(replays)
@@ -1255,9 +1258,9 @@ def gather_logs(replays, dest_dir: str, output: str | None = None, *, force_ship
                 off += len(piece)
                 shipped += len(piece)
         local.append(dst)
-    if os.path.exists(output):
-        os.unlink(output)
-    out = xlog.merge(local, output, level=level, progress=progress)
+    # an existing output stays as it was until the merged log replaces it in
+    # one rename, complete (merge's overwrite, as save replaces its file)
+    out = xlog.merge(local, output, level=level, progress=progress, overwrite=True)
     out["inputs"] = local
     out["shipped_bytes"] = shipped
     out["writers"] = [i["stats"] for i in infos]

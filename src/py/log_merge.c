@@ -231,9 +231,10 @@ static PyObject *newfile_raise(NewFileObject *self, exr_status st, int err)
 
 static PyObject *newfile_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"path", NULL};
+    static char *kwlist[] = {"path", "replace", NULL};
     PyObject *pathobj, *bytes = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O:_NewFile", kwlist, &pathobj) ||
+    int replace = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|p:_NewFile", kwlist, &pathobj, &replace) ||
         !PyUnicode_FSConverter(pathobj, &bytes))
         return NULL;
     NewFileObject *self = (NewFileObject *)tp->tp_alloc(tp, 0);
@@ -247,11 +248,18 @@ static PyObject *newfile_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
     exr_status st;
     const char *path = PyBytes_AS_STRING(bytes);
     EXR_NOGIL_BEGIN /* it sweeps the directory */
-    st = exr_tmpfile_open(&self->t, path, false, &err);
+    st = exr_tmpfile_open(&self->t, path, replace != 0, &err);
     EXR_NOGIL_END
     Py_DECREF(bytes);
-    if (st != EXR_OK) {
+    if (st == EXR_EIO && err == EEXIST && !replace)
+        exr_raise_status(st, &(exr_errctx){.op = "merge", .arg = "output",
+                                           .expected = "a path that does not exist (or "
+                                                       "overwrite=True to replace it)",
+                                           .got = "one that exists", .handle = -1,
+                                           .err = EEXIST, .path = self->path});
+    else if (st != EXR_OK)
         newfile_raise(self, st, err);
+    if (st != EXR_OK) {
         Py_DECREF(self);
         return NULL;
     }
@@ -312,8 +320,10 @@ static PyObject *newfile_discard(NewFileObject *self, PyObject *unused)
 static PyMethodDef newfile_methods[] = {
     {"fileno", (PyCFunction)newfile_fileno, METH_NOARGS, "The descriptor to write the file with."},
     {"publish", (PyCFunction)newfile_publish, METH_NOARGS,
-     "fsync, then the file gets its name (FileExistsError if something has it by now), then\n"
-     "fsync of the directory; on an OSError nothing is left at the name or in its place."},
+     "fsync, then the file gets its name (FileExistsError if something has it by now; with\n"
+     "replace, a rename over what is there), then fsync of the directory; on an OSError\n"
+     "nothing is left at the name or in its place (with replace, the old file stays, unless\n"
+     "only the directory's fsync failed: the new file is then in place)."},
     {"discard", (PyCFunction)newfile_discard, METH_NOARGS,
      "Closes and removes the file (nothing if published or discarded already)."},
     {NULL},
@@ -324,10 +334,12 @@ static PyType_Slot newfile_slots[] = {
     {Py_tp_dealloc, newfile_dealloc},
     {Py_tp_methods, newfile_methods},
     {Py_tp_doc,
-     "_NewFile(path)\n--\n\n"
+     "_NewFile(path, replace=False)\n--\n\n"
      "A new file for path (FileExistsError if something is there), written under a temp name\n"
      "in path's directory, or none (O_TMPFILE), and named path by publish() once complete\n"
-     "(docs/log.md, \"Merging\"); discard() or dropping it unpublished removes it."},
+     "(docs/log.md, \"Merging\"); discard() or dropping it unpublished removes it.\n"
+     "replace=True: what is at path is replaced as save() replaces it (its symbolic links\n"
+     "followed, the temp file in the target's directory, a rename over the target)."},
     {0, NULL},
 };
 

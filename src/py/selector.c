@@ -151,10 +151,25 @@ static PyObject *sel_get_handle(SelectorObject *s, void *c)
     return PyLong_FromLongLong(s->handle);
 }
 
+/* exreplay.PickSelectorClass(kind): the IntEnum the reference's selectors
+ * give too (docs/api.md, "PickSelector"), so that kind compares equal to
+ * its int and shows its name. */
+static PyObject *kind_enum(int kind)
+{
+    PyObject *mod = PyImport_ImportModule("exreplay._types");
+    PyObject *cls = mod ? PyObject_GetAttrString(mod, "PickSelectorClass") : NULL;
+    Py_XDECREF(mod);
+    if (!cls)
+        return NULL;
+    PyObject *r = PyObject_CallFunction(cls, "i", kind);
+    Py_DECREF(cls);
+    return r;
+}
+
 static PyObject *sel_get_kind(SelectorObject *s, void *c)
 {
     (void)c;
-    return PyLong_FromLong(s->kind);
+    return kind_enum(s->kind);
 }
 
 static PyObject *sel_get_buffer(SelectorObject *s, void *c)
@@ -163,12 +178,26 @@ static PyObject *sel_get_buffer(SelectorObject *s, void *c)
     return Py_NewRef(s->owner);
 }
 
+/* "PickSelector(handle=1, kind=PickSelectorClass.Prioritized": the repr's
+ * head, as the reference's (its class's name in front). */
+static PyObject *sel_repr_head(SelectorObject *s)
+{
+    PyObject *kind = kind_enum(s->kind);
+    PyObject *name = kind ? PyObject_GetAttrString(kind, "name") : NULL;
+    Py_XDECREF(kind);
+    if (!name)
+        return NULL;
+    PyObject *head = PyUnicode_FromFormat("PickSelector(handle=%lld, kind=PickSelectorClass.%S",
+                                          (long long)s->handle, name);
+    Py_DECREF(name);
+    return head;
+}
+
 static PyObject *sel_repr(SelectorObject *s)
 {
     EXR_GUARD(s->owner, NULL);
     const exr_selector_vtable *vt = exr_selector_kinds[s->kind];
-    PyObject *parts = PyUnicode_FromFormat("PickSelector(handle=%lld, kind=%s", (long long)s->handle,
-                                           vt->name);
+    PyObject *parts = sel_repr_head(s);
     exr_lock_with_gil(s->owner->buf);
     exr_selector *sel = exr_buffer_selector_locked(s->owner->buf, s->handle);
     double vals[EXR_SEL_MAXPARAMS];
@@ -193,7 +222,8 @@ static PyObject *sel_repr(SelectorObject *s)
 
 static PyGetSetDef sel_getset[] = {
     {"handle", (getter)sel_get_handle, NULL, "the selector's integer handle", NULL},
-    {"kind", (getter)sel_get_kind, NULL, "the PickSelectorClass value", NULL},
+    {"kind", (getter)sel_get_kind, NULL,
+     "the PickSelectorClass (an IntEnum: equal to its int value)", NULL},
     {"buffer", (getter)sel_get_buffer, NULL, "the ExperienceReplay it belongs to", NULL},
     {"alpha", (getter)sel_get_param, (setter)sel_set_param,
      "prioritization exponent (fixed at creation)", "alpha"},
@@ -219,7 +249,8 @@ static PyType_Slot sel_slots[] = {
                 "buffer's object for the same handle, e.g. after a restore).\n\n"
                 "Attributes:\n"
                 "  handle: its int handle (0, 1, ... per buffer, never reused).\n"
-                "  kind: the PickSelectorClass value (0 Uniform, 1 Prioritized, 2 Rank).\n"
+                "  kind: the PickSelectorClass (an IntEnum, equal to its int value:\n"
+                "    Uniform 0, Prioritized 1, Rank 2).\n"
                 "  buffer: the ExperienceReplay it belongs to.\n"
                 "  alpha: the priority exponent, fixed at creation (None on Uniform).\n"
                 "  beta: the importance-weight exponent (None on Uniform); settable on\n"
