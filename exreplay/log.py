@@ -1119,6 +1119,21 @@ def _check_argv(argv):
             raise TypeError("argv[%d]: expected a str, got %s" % (i, type_name(a)))
 
 
+def _cli_merge(a, out) -> None:
+    """`merge FILE... -o OUT [--level N] [--no-progress] [--overwrite]`."""
+    try:
+        d = merge(a.files, a.output, level=a.level,
+                  progress=False if a.no_progress else None, overwrite=a.overwrite)
+    except FileExistsError as e:
+        # the option as the command line spells it, not merge()'s keyword
+        if a.overwrite or "overwrite=True" not in (e.strerror or ""):
+            raise
+        raise FileExistsError(e.errno, e.strerror.replace("overwrite=True", "--overwrite"),
+                              e.filename) from None
+    out.write("%s: %d records in %d chunks, %d bytes, sources %s\n" % (
+        a.output, d["records"], d["chunks"], d["bytes"], d["sources"]))
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     import argparse
 
@@ -1176,17 +1191,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     if r.torn:
                         sys.stderr.write("%s: torn tail of %d bytes skipped\n" % (fn, r.torn))
         elif a.cmd == "merge":
-            try:
-                d = merge(a.files, a.output, level=a.level,
-                          progress=False if a.no_progress else None, overwrite=a.overwrite)
-            except FileExistsError as e:
-                # the option as the command line spells it, not merge()'s keyword
-                if a.overwrite or "overwrite=True" not in (e.strerror or ""):
-                    raise
-                raise FileExistsError(e.errno, e.strerror.replace("overwrite=True", "--overwrite"),
-                                      e.filename) from None
-            out.write("%s: %d records in %d chunks, %d bytes, sources %s\n" % (
-                a.output, d["records"], d["chunks"], d["bytes"], d["sources"]))
+            _cli_merge(a, out)
         out.flush()  # a closed pipe shows here, not at the interpreter's exit
     except BrokenPipeError:  # before OSError, of which it is one: `... | head` is no error
         # The reader has gone: what is left of stdout goes to devnull, so that
