@@ -17,7 +17,8 @@ short at the end of the file (a writer killed mid-write) ends the iteration
 cleanly and is reported as the torn tail. No allocation is larger than what
 the file's own length justifies.
 
-Command line: ``python -m exreplay.log info|tail|merge|cat FILE...``.
+Command line: ``python -m exreplay.log info|tail|merge|cat FILE...`` (``merge -o OUT
+[--overwrite]``: docs/log.md).
 """
 
 from __future__ import annotations
@@ -1118,6 +1119,21 @@ def _check_argv(argv):
             raise TypeError("argv[%d]: expected a str, got %s" % (i, type_name(a)))
 
 
+def _cli_merge(a, out) -> None:
+    """`merge FILE... -o OUT [--level N] [--no-progress] [--overwrite]`."""
+    try:
+        d = merge(a.files, a.output, level=a.level,
+                  progress=False if a.no_progress else None, overwrite=a.overwrite)
+    except FileExistsError as e:
+        # the option as the command line spells it, not merge()'s keyword
+        if a.overwrite or "overwrite=True" not in (e.strerror or ""):
+            raise
+        raise FileExistsError(e.errno, e.strerror.replace("overwrite=True", "--overwrite"),
+                              e.filename) from None
+    out.write("%s: %d records in %d chunks, %d bytes, sources %s\n" % (
+        a.output, d["records"], d["chunks"], d["bytes"], d["sources"]))
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     import argparse
 
@@ -1139,6 +1155,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("-o", "--output", required=True)
     p.add_argument("--level", type=int, default=1)
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing output, in one rename once the merged log is "
+                        "complete (until then the old file stays as it was)")
     a = ap.parse_args(argv)
     out = sys.stdout
     try:
@@ -1172,10 +1191,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     if r.torn:
                         sys.stderr.write("%s: torn tail of %d bytes skipped\n" % (fn, r.torn))
         elif a.cmd == "merge":
-            d = merge(a.files, a.output, level=a.level,
-                      progress=False if a.no_progress else None)
-            out.write("%s: %d records in %d chunks, %d bytes, sources %s\n" % (
-                a.output, d["records"], d["chunks"], d["bytes"], d["sources"]))
+            _cli_merge(a, out)
         out.flush()  # a closed pipe shows here, not at the interpreter's exit
     except BrokenPipeError:  # before OSError, of which it is one: `... | head` is no error
         # The reader has gone: what is left of stdout goes to devnull, so that

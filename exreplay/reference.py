@@ -189,9 +189,13 @@ class Batch(tuple):
     Unpacks as the paper's 8-tuple ``(state, action, reward, state_next,
     seq_len, seq_len_next, pick_epi, pick_pos)``; those names are also
     properties, and ``weight`` (importance-sampling weights, float32) is an
-    extra attribute that is not part of the tuple.  So is ``state_seq``:
-    None, except in a batch of ``get_batch(..., shared_next=True)``, where it
-    is the (B, pick_len + 1, *state_shape) array (a dict of them with a
+    extra attribute that is not part of the tuple.  So is ``pick_index``:
+    (B,) int64, where each pick was in the pick table when drawn, the hint
+    ``set_priority`` takes (numbered as the C buffer numbers its table, so
+    the same calls give the C batch's values; docs/api.md, "set_priority"),
+    or None in a Batch built without it.  So is ``state_seq``: None, except
+    in a batch of ``get_batch(..., shared_next=True)``, where it is the
+    (B, pick_len + 1, *state_shape) array (a dict of them with a
     state_spec) whose views ``[:, :pick_len]`` and ``[:, 1:]`` are ``state``
     and ``state_next``.
     """
@@ -220,12 +224,14 @@ class Batch(tuple):
         weight,
         extras=None,
         state_seq=None,
+        pick_index=None,
     ):
         self = tuple.__new__(
             cls,
             (state, action, reward, state_next, seq_len, seq_len_next, pick_epi, pick_pos),
         )
         self.weight = weight
+        self.pick_index = pick_index
         self.extras = {} if extras is None else extras
         self.state_seq = state_seq
         return self
@@ -242,28 +248,30 @@ class Batch(tuple):
     pick_pos = property(operator.itemgetter(7), doc="(B,) int64 position of each pick")
 
     def __getnewargs__(self):
-        return (*self, self.weight, self.extras, self.state_seq)
+        return (*self, self.weight, self.extras, self.state_seq, self.pick_index)
 
     def __reduce_ex__(self, protocol):
         if self.state_seq is None:
             return super().__reduce_ex__(protocol)
         # a shared batch: state_seq once, state and state_next rebuilt as its
         # views (as exreplay._types.pickle_batch does for the C Batch)
-        return _shared_batch, (*self[1:3], *self[4:], self.weight, self.extras, self.state_seq)
+        return _shared_batch, (*self[1:3], *self[4:], self.weight, self.extras, self.state_seq,
+                               self.pick_index)
 
     @reprlib.recursive_repr("Batch(...)")
     def __repr__(self):
-        # the C Batch's fields but pick_index, which this one has not
-        return _fields_repr(self, self._fields + ("weight", "extras", "state_seq"),
-                            (*self, self.weight, self.extras, self.state_seq))
+        # the C Batch's fields, in its order
+        return _fields_repr(self, self._fields + ("weight", "pick_index", "extras", "state_seq"),
+                            (*self, self.weight, self.pick_index, self.extras, self.state_seq))
 
 
 def _shared_batch(action, reward, seq_len, seq_len_next, pick_epi, pick_pos, weight, extras,
-                  state_seq):
-    """A Batch of get_batch(..., shared_next=True) back from pickling."""
+                  state_seq, pick_index=None):
+    """A Batch of get_batch(..., shared_next=True) back from pickling (one
+    pickled before batches had pick_index comes back with None)."""
     state, state_next = seq_views(state_seq)
     return Batch(state, action, reward, state_next, seq_len, seq_len_next, pick_epi, pick_pos,
-                 weight, extras, state_seq)
+                 weight, extras, state_seq, pick_index)
 
 
 class RefPickSelector:
@@ -607,7 +615,7 @@ def _spec_arg(name, spec):
 
 # state_seq (shared_next) stands for state and state_next, which are its views
 _BATCH_ORDER = ("state_seq", "state", "action", "reward", "state_next", "seq_len",
-                "seq_len_next", "pick_epi", "pick_pos", "weight", "extras")
+                "seq_len_next", "pick_epi", "pick_pos", "weight", "pick_index", "extras")
 
 
 def _refuse_shared(arrays):
@@ -1343,10 +1351,16 @@ class ReferenceReplay:
 
         Picks that no longer exist are skipped.  The last value wins for a
         pick given twice.  A uniform selector accepts and ignores the call.
-        ``set_priority(ps, batch, priorities)`` names the picks of a Batch.
-        ``pick_index`` (a batch's, where the picks were in the table) is
-        checked but changes nothing here: the C buffer uses it as a hint.
+        ``set_priority(ps, batch, priorities)`` names the picks of a Batch,
+        and takes its ``pick_index`` as ``pick_index=``.  ``pick_index``
+        (a batch's: where the picks were in the table when drawn) is checked
+        as the C buffer checks it (int64-castable, pick_epi's shape), then
+        used as hints: an index whose table entry still is that pick is
+        taken, any other one (stale, out of range, of another buffer) falls
+        back to the lookup by handle, so the result is that of the call
+        without it (docs/api.md, "set_priority").
         """
+        names = ("pick_epi", "pick_pos", "pick_index")
         if isinstance(pick_epi, Batch):
             if pick_index is not None:
                 raise TypeError("set_priority() got an unexpected keyword argument 'pick_index'")
@@ -1356,17 +1370,21 @@ class ReferenceReplay:
                 priorities = pick_pos
             if priorities is _MISSING:
                 raise TypeError("set_priority() missing 1 required argument: 'priorities'")
-            pick_epi, pick_pos = pick_epi.pick_epi, pick_epi.pick_pos
+            batch = pick_epi
+            pick_epi, pick_pos, pick_index = batch.pick_epi, batch.pick_pos, batch.pick_index
+            names = tuple("batch." + n for n in names)  # as the C buffer names them
         elif pick_pos is _MISSING or priorities is _MISSING:
             missing = "pick_pos" if pick_pos is _MISSING else "priorities"
             raise TypeError(f"set_priority() missing 1 required argument: '{missing}'")
         with self._lock:
             sel = self._selector_arg(ps)
-            epi, pos = self._pick_arrays(pick_epi, pick_pos)
+            epi, pos = self._pick_arrays(pick_epi, pick_pos, *names[:2])
+            hints = None
             if pick_index is not None:
-                idx = _array_arg("pick_index", pick_index, _INT64, None, "a 1-D array of table indices")
-                if idx.shape != epi.shape:
-                    raise ValueError(f"pick_index: expected shape {epi.shape}, got {idx.shape}")
+                hints = _array_arg(names[2], pick_index, _INT64, None, "a 1-D array of table indices")
+                if hints.shape != epi.shape:
+                    raise ValueError(f"{names[2]}: expected shape {epi.shape}, got {hints.shape}")
+                hints = hints.tolist()
             _refuse_bools("priorities", priorities)
             pa = _array_arg("priorities", priorities, _FLOAT64, None, "priorities")
             if pa.shape not in ((), epi.shape):
@@ -1379,8 +1397,8 @@ class ReferenceReplay:
             if not sel.prioritized:
                 return 0
             applied = 0
-            for e, p, v in zip(epi.tolist(), pos.tolist(), pa.tolist()):
-                i = self._pick_index(e, p)
+            for k, (e, p, v) in enumerate(zip(epi.tolist(), pos.tolist(), pa.tolist())):
+                i = self._hinted_index(e, p, None if hints is None else hints[k])
                 if i is None:
                     continue
                 sel.set(i, v)
@@ -1646,13 +1664,15 @@ class ReferenceReplay:
             raise ValueError(f"ps: expected a pick selector of this buffer, got unknown handle {k}")
         return sel
 
-    def _pick_arrays(self, pick_epi, pick_pos):
-        epi = _array_arg("pick_epi", pick_epi, _INT64, None, "a 1-D array of episode handles")
-        pos = _array_arg("pick_pos", pick_pos, _INT64, None, "a 1-D array of positions")
+    def _pick_arrays(self, pick_epi, pick_pos, epi_name="pick_epi", pos_name="pick_pos"):
+        epi = _array_arg(epi_name, pick_epi, _INT64, None, "a 1-D array of episode handles")
+        pos = _array_arg(pos_name, pick_pos, _INT64, None, "a 1-D array of positions")
         if epi.ndim != 1:
-            raise ValueError(f"pick_epi: expected a 1-D array, got shape {epi.shape}")
+            raise ValueError(f"{epi_name}: expected a 1-D array, got shape {epi.shape}")
         if pos.shape != epi.shape:
-            raise ValueError(f"pick_pos: expected shape {epi.shape} like pick_epi, got {pos.shape}")
+            raise ValueError(
+                f"{pos_name}: expected shape {epi.shape} like {epi_name}, got {pos.shape}"
+            )
         return epi, pos
 
     def _pick_index(self, e, p):
@@ -1661,6 +1681,14 @@ class ReferenceReplay:
         if ep is None:
             return None
         return ep.pick_index.get(p)
+
+    def _hinted_index(self, e, p, hint):
+        """_pick_index(e, p), taking the table index `hint` (a batch's
+        pick_index, any int or None) where the entry there still is that
+        pick, as the C buffer does; otherwise the lookup by handle."""
+        if hint is not None and 0 <= hint < len(self._table) and self._table[hint] == (e, p):
+            return hint
+        return self._pick_index(e, p)
 
     def _existing_indices(self, epi, pos):
         indices = []
@@ -1778,6 +1806,7 @@ class ReferenceReplay:
             "pick_epi": ((B,), _INT64),
             "pick_pos": ((B,), _INT64),
             "weight": ((B,), _FLOAT32),
+            "pick_index": ((B,), _INT64),
         }
         dicts = {"extras": self._extras_spec or {}}
         # with shared_next, state and state_next are written through state_seq
@@ -1864,10 +1893,11 @@ class ReferenceReplay:
                 pick_pos=np.zeros((B,), np.int64),
                 weight=np.zeros((B,), np.float32),
                 extras=_zeros(self._extras_spec or {}, (B, L)),
+                pick_index=np.zeros((B,), np.int64),
             )
         else:
             batch = out
-            for a in (*batch, batch.weight, batch.extras):
+            for a in (*batch, batch.weight, batch.pick_index, batch.extras):
                 for x in (a.values() if isinstance(a, dict) else (a,)):
                     x[...] = 0
         state, action, reward, state_next, seq_len, seq_len_next, pick_epi, pick_pos = batch
@@ -1895,6 +1925,7 @@ class ReferenceReplay:
             seq_len_next[b] = length - 1 if ends_terminal else length
             pick_epi[b] = h
             pick_pos[b] = p
+            batch.pick_index[b] = i  # the table index: set_priority's hint
             ep.sampled = True
 
         weight = batch.weight
@@ -1929,8 +1960,9 @@ class ReferenceReplay:
             return Batch(
                 _row(seq, np.s_[:, :L]), batch.action, batch.reward, _row(seq, np.s_[:, 1:]),
                 *batch[4:], weight=batch.weight, extras=batch.extras, state_seq=seq,
+                pick_index=batch.pick_index,
             )
         _put(out.state_seq, ..., seq)  # and so out.state and out.state_next
-        for name in Batch._fields[4:] + ("action", "reward", "weight", "extras"):
+        for name in Batch._fields[4:] + ("action", "reward", "weight", "pick_index", "extras"):
             _put(getattr(out, name), ..., getattr(batch, name))
         return out

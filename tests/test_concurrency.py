@@ -300,12 +300,6 @@ def test_set_priority_batch_form_errors():
     buf._check()
 
 
-def _pick_index(b):
-    """b.pick_index; the reference's Batch has none (its set_priority takes
-    pick_index= and ignores it), so any indices stand in."""
-    return getattr(b, "pick_index", np.arange(len(b.pick_epi)) * 7)
-
-
 def test_set_priority_pick_index_same_as_without(make_buffer):
     """The handle form with pick_index= (what a learner in another process
     sends back): true, moved (after evictions) and tampered indices all give
@@ -314,7 +308,7 @@ def test_set_priority_pick_index_same_as_without(make_buffer):
     b, pb = _filled(make_buffer, capacity=60)
     ba, bb = a.get_batch(64, pa), b.get_batch(64, pb)
     p = np.random.default_rng(2).uniform(0.1, 5.0, 64)
-    ia = _pick_index(ba)
+    ia = ba.pick_index  # both implementations' batches have it
     assert a.set_priority(pa, ba.pick_epi, ba.pick_pos, p, pick_index=ia) == \
         b.set_priority(pb, bb.pick_epi, bb.pick_pos, p) == 64
     for buf in (a, b):  # picks leave and move
@@ -337,11 +331,11 @@ def test_set_priority_pick_index_errors(make_buffer):
     e, q = buf._picks()
     before = buf._priority(pr, e, q)
     with pytest.raises(ValueError, match=r"pick_index: expected shape \(4,\), got \(3,\)"):
-        buf.set_priority(pr, b.pick_epi, b.pick_pos, 2.0, pick_index=_pick_index(b)[:3])
+        buf.set_priority(pr, b.pick_epi, b.pick_pos, 2.0, pick_index=b.pick_index[:3])
     with pytest.raises(TypeError, match="pick_index"):
         buf.set_priority(pr, b.pick_epi, b.pick_pos, 2.0, pick_index=np.zeros(4))
     with pytest.raises(TypeError):  # the batch form has its own indices
-        buf.set_priority(pr, b, 2.0, pick_index=_pick_index(b))
+        buf.set_priority(pr, b, 2.0, pick_index=b.pick_index)
     assert np.array_equal(buf._priority(pr, e, q), before)
     buf._check()
 

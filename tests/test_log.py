@@ -786,6 +786,32 @@ def test_command_line(tmp_path, capsys):
     assert r.returncode == 0 and '"records": 20' in r.stdout
 
 
+def test_command_line_merge_overwrite(tmp_path, capsys):
+    """merge --overwrite replaces an existing output (merge(..., overwrite=True));
+    without it an existing output is an error, status 1, that names the
+    option as the command line spells it and leaves the file as it was."""
+    p = tmp_path / "cli.log"
+    with ExperienceLog(p, source=2, state_shape=(2,)) as lg:
+        for i in range(20):
+            lg.append(0, i, [i, 0], i, 1.0)
+    o = tmp_path / "o.log"
+    assert xlog.main(["merge", "--no-progress", "-o", str(o), str(p)]) == 0
+    capsys.readouterr()
+    old = o.read_bytes()
+    assert xlog.main(["merge", "-o", str(o), str(p), str(p)]) == 1
+    err = capsys.readouterr().err
+    assert "error:" in err and "--overwrite" in err and "overwrite=True" not in err
+    assert o.read_bytes() == old
+    assert xlog.main(["merge", "--overwrite", "-o", str(o), str(p), str(p)]) == 0
+    assert "40 records" in capsys.readouterr().out
+    assert xlog.info(o)["records"] == 40
+    # the output among the inputs: the old file is read, the new one takes its name
+    assert xlog.main(["merge", "-o", str(o), "--overwrite", str(o), str(p)]) == 0
+    assert "60 records" in capsys.readouterr().out
+    assert xlog.info(o)["records"] == 60
+    assert [f.name for f in tmp_path.iterdir() if f.name.startswith(".")] == []  # no temp file
+
+
 def test_cat_into_a_pipe_closed_early(tmp_path):
     """`python -m exreplay.log cat FILE | head`: the reader goes away after a
     line; the command ends quietly, with status 0 and nothing on stderr."""

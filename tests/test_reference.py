@@ -499,11 +499,12 @@ def rebuild_batch(b, **changes):
     the reference Batch takes keywords, the C one is a struct sequence."""
     names = ("state", "action", "reward", "state_next", "seq_len", "seq_len_next",
              "pick_epi", "pick_pos")
-    fields = {n: getattr(b, n) for n in names + ("weight",)}
+    fields = {n: getattr(b, n) for n in names + ("weight", "pick_index")}
     fields.update(changes)
     if isinstance(b, ReferenceBatch):
         return type(b)(**fields)
-    return type(b)(tuple(fields[n] for n in names), {"weight": fields["weight"]})
+    return type(b)(tuple(fields[n] for n in names),
+                   {"weight": fields["weight"], "pick_index": fields["pick_index"]})
 
 
 def test_get_batch_out_wrong_shapes(make_buffer):
@@ -832,6 +833,154 @@ def test_set_priority_unknown_selector(make_buffer):
         buf.set_priority(5, [0], [0], [1.0])
 
 
+# --------------------------------------------------------------------------
+# pick_index: where a batch's picks were in the pick table (docs/api.md,
+# "set_priority", "In the reference")
+# --------------------------------------------------------------------------
+
+
+def churned(make_buffer, seed=4, kind=Prioritized):
+    """A buffer with a batch drawn before evictions and a removal moved picks
+    about the table: (buf, ps, the batch, the picks held now)."""
+    buf = make_buffer(state_shape=(2,), pick_len=2, capacity=60, seed=seed)
+    ps = buf.new_pick_selector(kind, alpha=1.0) if kind != Uniform else buf.new_pick_selector(kind)
+    for k in range(6):  # 54 records, 48 picks
+        fill(buf, None, 9, start=10 * k, terminated=True)
+    b = buf.get_batch(48, ps)
+    # episode 1 removed: the newest picks (episode 5's) swapped into its
+    # places; then past capacity 60, episode 0 evicted the same way
+    buf.remove_episode(1)
+    for k in range(6, 8):
+        fill(buf, None, 9, start=10 * k, terminated=True)
+    assert buf._handles() == [2, 3, 4, 5, 6, 7]
+    return buf, ps, b, set(picks(buf))
+
+
+def test_batch_pick_index_is_where_each_pick_is_in_the_table(make_buffer):
+    buf, ps, b, _ = churned(make_buffer)
+    assert b.pick_index.dtype == np.int64 and b.pick_index.shape == (48,)
+    fresh = buf.get_batch(64, ps)
+    g = buf._gather(ps, fresh.pick_epi, fresh.pick_pos)
+    np.testing.assert_array_equal(fresh.pick_index, g.pick_index)
+    assert ((fresh.pick_index >= 0) & (fresh.pick_index < buf.num_picks)).all()
+    # one index per pick: the same pick, the same index; two picks, two
+    seen = {}
+    for e, p, i in zip(fresh.pick_epi.tolist(), fresh.pick_pos.tolist(),
+                       fresh.pick_index.tolist()):
+        assert seen.setdefault((e, p), i) == i
+    assert len(set(seen.values())) == len(seen)
+
+
+def test_pick_index_the_same_in_both_implementations():
+    """The reference numbers its table as the C buffer does (entered at the
+    end in position order, removed in position order by swap), so the same
+    calls give the same indices: after evictions, a removal, rollouts longer
+    than 64 picks and both eviction policies."""
+    import exreplay
+    from exreplay.reference import ReferenceReplay
+
+    for eviction in ("fifo", "second_chance"):
+        bufs = [cls(state_shape=(2,), pick_len=3, allow_short=True, capacity=400,
+                    eviction=eviction, seed=7) for cls in (exreplay.ExperienceReplay,
+                                                            ReferenceReplay)]
+        sels = [buf.new_pick_selector(Prioritized) for buf in bufs]
+        rng = np.random.default_rng(3)
+        hs = [None, None]
+        for step in range(60):
+            T = int(rng.integers(1, 150))
+            end = bool(rng.random() < 0.6)
+            s = rng.random((T, 2), dtype=np.float32)
+            for k, buf in enumerate(bufs):
+                hs[k] = buf.record_many(hs[k], s, np.zeros(T, np.int64), np.ones(T),
+                                        terminated=end)
+            if step % 7 == 3:
+                h = bufs[1]._handles()[len(bufs[1]._handles()) // 2]
+                for buf in bufs:
+                    buf.remove_episode(h)
+            cb = bufs[0].get_batch(32, sels[0])
+            rb = bufs[1]._gather(sels[1], cb.pick_epi, cb.pick_pos)  # marks the same episodes
+            np.testing.assert_array_equal(cb.pick_index, rb.pick_index, err_msg=f"step {step}")
+        assert bufs[0].num_picks == bufs[1].num_picks
+
+
+@pytest.mark.parametrize("form", ["pick_index", "batch", "stale", "foreign"])
+def test_set_priority_with_pick_index_after_evictions(make_buffer, form):
+    """The batch's pick_index, stale after evictions and a removal, gives the
+    update without it: the same count applied, the same priorities (and a
+    wrong or foreign index any int64 costs the lookup, nothing else)."""
+    (buf, ps, b, held), (twin, tps, tb, _) = churned(make_buffer), churned(make_buffer)
+    np.testing.assert_array_equal(b.pick_epi, tb.pick_epi)
+    alive = [(e, p) in held for e, p in zip(b.pick_epi.tolist(), b.pick_pos.tolist())]
+    assert 0 < sum(alive) < len(alive)  # some picks left, some stay
+    now = buf._gather(ps, b.pick_epi[alive], b.pick_pos[alive]).pick_index
+    assert (now != b.pick_index[alive]).any()  # and some of those moved
+    pr = np.linspace(0.5, 9.0, 48)
+    if form == "batch":
+        n = buf.set_priority(ps, b, pr)
+    else:
+        idx = {"pick_index": b.pick_index,
+               "stale": np.roll(b.pick_index, 1),
+               "foreign": np.array([-1, 2**63 - 1, 10**9] * 16, np.int64)}[form]
+        n = buf.set_priority(ps, b.pick_epi, b.pick_pos, pr, pick_index=idx)
+    assert n == twin.set_priority(tps, tb.pick_epi.copy(), tb.pick_pos.copy(), pr) == sum(alive)
+    assert snapshot(buf, [ps]) == snapshot(twin, [tps])
+    buf._check()
+
+
+def test_set_priority_pick_index_errors_change_nothing(make_buffer):
+    buf, ps, b, _ = churned(make_buffer)
+    before = snapshot(buf, [ps])
+    pr = np.ones(48)
+    for bad, exc, what in (
+        (b.pick_index.astype(np.float64), TypeError, "float64"),
+        ("x", TypeError, "<U1"),
+        (b.pick_index[:47], ValueError, r"\(48,\), got \(47,\)"),
+        (b.pick_index.reshape(6, 8), ValueError, r"\(48,\), got \(6, 8\)"),
+    ):
+        with pytest.raises(exc, match=rf"^pick_index: expected .*{what}"):
+            buf.set_priority(ps, b.pick_epi, b.pick_pos, pr, pick_index=bad)
+        # the batch form checks the batch's own, named as the batch's
+        swapped = rebuild_batch(b, pick_index=bad)
+        with pytest.raises(exc, match=rf"^batch\.pick_index: expected .*{what}"):
+            buf.set_priority(ps, swapped, pr)
+    with pytest.raises(TypeError, match="pick_index"):
+        buf.set_priority(ps, b, pr, pick_index=b.pick_index)
+    assert snapshot(buf, [ps]) == before
+    # a batch built without pick_index is the call without it
+    plain = rebuild_batch(b, pick_index=None)
+    assert plain.pick_index is None
+    assert buf.set_priority(ps, plain, pr) == buf.set_priority(ps, b.pick_epi, b.pick_pos, pr)
+
+
+def test_pick_index_through_out_pickling_and_shared_next(make_buffer):
+    buf, ps, b, _ = churned(make_buffer, kind=Uniform)
+    # out= refills pick_index as it refills the rest
+    b.pick_index[...] = -5
+    assert buf.get_batch(48, ps, out=b) is b
+    np.testing.assert_array_equal(b.pick_index, buf._gather(ps, b.pick_epi, b.pick_pos).pick_index)
+    before = snapshot(buf)
+    for bad in (None, b.pick_index.astype(np.int32), np.zeros(47, np.int64), b.seq_len):
+        out = rebuild_batch(b, pick_index=bad)
+        kept = [a.copy() for a in (*out, out.weight)]
+        with pytest.raises(ValueError, match=r"out\.pick_index"):
+            buf.get_batch(48, ps, out=out)
+        for x, y in zip((*out, out.weight), kept):
+            np.testing.assert_array_equal(x, y)
+    assert snapshot(buf) == before
+    # pickling keeps it, in both layouts
+    s = buf.get_batch(48, ps, shared_next=True)
+    for x in (b, s):
+        y = pickle.loads(pickle.dumps(x))
+        assert y.pick_index.dtype == np.int64
+        np.testing.assert_array_equal(y.pick_index, x.pick_index)
+        if x is s:
+            assert y.state_seq is not None and y.pick_index is not y.state_seq
+    # a shared batch refilled through out= too
+    s.pick_index[...] = -5
+    assert buf.get_batch(48, ps, out=s, shared_next=True) is s
+    np.testing.assert_array_equal(s.pick_index, buf._gather(ps, s.pick_epi, s.pick_pos).pick_index)
+
+
 def test_weights_formula(make_buffer):
     buf = make_buffer(state_shape=(2,), seed=8)
     ps = buf.new_pick_selector(Prioritized, alpha=0.5, beta=0.7)
@@ -1028,7 +1177,7 @@ def test_reprs_have_one_format(make_buffer):
     fields = ("state=float32(4, 2, 2), action=int64(4, 2), reward=float32(4, 2), "
               "state_next=float32(4, 2, 2), seq_len=int64(4,), seq_len_next=int64(4,), "
               "pick_epi=int64(4,), pick_pos=int64(4,), weight=float32(4,)")
-    idx = ", pick_index=int64(4,)" if hasattr(b, "pick_index") else ""  # the C Batch's only
+    idx = ", pick_index=int64(4,)"  # both implementations' batches have it
     assert repr(b) == f"Batch({fields}{idx})"
     b.extras["me"] = b
     assert repr(b) == f"Batch({fields}{idx}, extras={{'me': Batch(...)}})"
@@ -1043,7 +1192,7 @@ def test_reprs_have_one_format(make_buffer):
 
 def test_reprs_agree_with_named_fields_and_extras():
     """The C buffer and the reference built and filled alike give the same
-    reprs (class names and the C Batch's pick_index aside), named state
+    reprs (but for the class names), named state
     fields and extras included: a dict of fields item by item, never the
     arrays' contents (the reference's showed them in full)."""
     import exreplay
@@ -1062,8 +1211,7 @@ def test_reprs_agree_with_named_fields_and_extras():
                cls(state_shape=(), state_dtype="uint8", action_shape=(2,), action_dtype="float32",
                    reward_dtype="float64", allow_short=True, eviction="second_chance")]
         return [repr(x).replace("ReferenceReplay(", "ExperienceReplay(")
-                .replace("RefPickSelector(", "PickSelector(")
-                .replace(", pick_index=int64(2,)", "") for x in out]
+                .replace("RefPickSelector(", "PickSelector(") for x in out]
 
     c, ref = reprs(exreplay.ExperienceReplay), reprs(ReferenceReplay)
     assert c == ref

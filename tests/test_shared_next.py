@@ -145,8 +145,7 @@ def assert_like_default(b, d, where):
             assert_same_arrays(getattr(b, name), getattr(d, name), name, where)
     assert_same_arrays(b.extras, d.extras, "extras", where)
     assert_same_arrays(b.weight, d.weight, "weight", where)
-    if hasattr(d, "pick_index"):  # the C buffer's batches
-        assert_same_arrays(b.pick_index, d.pick_index, "pick_index", where)
+    assert_same_arrays(b.pick_index, d.pick_index, "pick_index", where)  # both implementations
     assert_same_arrays(b.state_seq, seq_of_default(d), "state_seq", where)
     P = b.action.shape[1]
     short = (b.seq_len < P).nonzero()[0]
@@ -190,7 +189,6 @@ def rebuild(b, **swap):
     named = {n: swap.get(n, getattr(b, n, None))
              for n in ("weight", "extras", "state_seq", "pick_index")}
     if isinstance(b, ReferenceBatch):
-        del named["pick_index"]
         return ReferenceBatch(*fields, **named)
     return type(b)(fields, named)  # a struct sequence: named-only fields by name
 

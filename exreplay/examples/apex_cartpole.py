@@ -351,7 +351,7 @@ class _Learner:
                 self.target = [p.copy() for p in self.online]
             epi.append(b.pick_epi)
             pos.append(b.pick_pos)
-            idx.append(getattr(b, "pick_index", None))  # None: the pure-Python buffer's
+            idx.append(getattr(b, "pick_index", None))  # None: a Batch built without it
             pri.append(td + 1e-3)
         # pick_index (the table indices the batches carry) lets the buffer
         # skip the lookup by handle for the picks that have not moved

@@ -103,18 +103,33 @@ def _rows(x) -> int:
 def make_batch(like, arrays, pick_index=None):
     """A Batch of the same class as `like` (C or reference) from 9 arrays (the
     8 fields and weight) and, optionally, a 10th entry: the extras dict.
-    pick_index (C batches only): the picks' table indices, or None."""
+    pick_index: the picks' table indices (both implementations' batches
+    carry them), or None."""
     arrays = list(arrays)
     extras = arrays[9] if len(arrays) > 9 else {}
     cls = type(like)
     if cls is exreplay.Batch:
         return exreplay.Batch(tuple(arrays[:9]) + (pick_index, extras))
-    return cls(*arrays[:9], extras=extras)
+    return cls(*arrays[:9], extras=extras, pick_index=pick_index)
 
 
 def _pick_index(b):
-    """b.pick_index (a C batch's table indices), or None."""
+    """b.pick_index (the picks' table indices), or None (a Batch built
+    without them)."""
     return getattr(b, "pick_index", None)
+
+
+def _pick_index_arg(pick_index, shape):
+    """pick_index as int64 of the picks' shape, checked as the buffers check
+    it before any shard is sent a part of it (a float array truncated, or
+    one of another length cut by the routing, would reach the shards)."""
+    a = np.asarray(pick_index)
+    if not np.can_cast(a.dtype, np.int64, "same_kind"):
+        raise TypeError(f"pick_index: expected int64 (or a dtype that casts to it under "
+                        f"same_kind), got {a.dtype}")
+    if a.shape != shape:
+        raise ValueError(f"pick_index: expected shape {shape} like pick_epi, got {a.shape}")
+    return a.astype(np.int64, copy=False)
 
 
 def _cat_pick_index(batches):
@@ -1140,7 +1155,7 @@ class ShardedReplay:
         ray = _ray()
         epi = np.asarray(pick_epi, dtype=np.int64)
         pos = np.asarray(pick_pos, dtype=np.int64)
-        idx = None if pick_index is None else np.asarray(pick_index, dtype=np.int64)
+        idx = None if pick_index is None else _pick_index_arg(pick_index, epi.shape)
         if self.n == 1:
             refs = [self.shards[0].set_priority.remote(ps, epi, pos, priorities, idx)]
         else:
