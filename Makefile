@@ -1,6 +1,7 @@
 # exreplay — build, test and CI entry points (GNU make).
 #
-#   make test     warnings build, C unit tests, pytest, then pytest again under ASan+UBSan
+#   make test     warnings, build, then two lanes side by side (tests/run_lanes.sh): pytest and the
+#                 benchmarks' smoke run; the C unit tests, TSan, fuzz smoke, allocfail, pytest under ASan+UBSan
 #   make venv     create $(VENV) and install the package (editable) with the test, ray and rllib extras
 #   make build    (re)build the extension in place (exreplay/_core*.so) for the venv
 #   make ctest    C unit tests of src/core under ASan+UBSan (no Python)
@@ -171,12 +172,19 @@ asan: venv | zlib
 	      $(abspath $(VPY)) -m pytest -q -p no:cacheprovider -p asan_plugin $(ASAN_PYTEST_ARGS) tests
 
 # Each step in order, timed; any failure stops the run with a non-zero exit.
+# The first steps in order, then two lanes side by side (tests/run_lanes.sh):
+# each lane's steps in order, its output in build/test-logs/.
+TEST_FIRST := warnings build bench-deps
+TEST_LANE0 := pytest bench-quick
+TEST_LANE1 := ctest ctest-tsan fuzz-smoke allocfail asan
 test: venv
-	@for step in warnings build ctest ctest-tsan pytest bench-quick fuzz-smoke allocfail asan; do \
+	@for step in $(TEST_FIRST); do \
 	  echo "=== make $$step"; s=$$(date +%s); \
 	  $(MAKE) --no-print-directory $$step; \
 	  echo "=== make $$step: ok in $$(( $$(date +%s) - s ))s"; \
 	done
+	@s=$$(date +%s); tests/run_lanes.sh "$(MAKE)" "$(TEST_LANE0)" "$(TEST_LANE1)"; \
+	  st=$$?; echo "=== lanes: $$(( $$(date +%s) - s ))s"; exit $$st
 
 # Coverage-guided fuzzing (clang's libFuzzer; fuzz/run.sh installs clang as
 # root if it is missing). Each fuzz/fuzz_NAME.c is one harness, seeded from
