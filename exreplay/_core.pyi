@@ -218,6 +218,13 @@ class ExperienceReplay:
         priorities: ArrayLike | None = None,
         extras: Mapping[str, ArrayLike] | None = None,
     ) -> int: ...
+    # ends open episode h without a step; False: h was evicted or removed
+    def end_episode(
+        self,
+        h: SupportsIndex,
+        final_state: ArrayLike | Mapping[str, ArrayLike] | None = None,
+        terminated: bool = False,
+    ) -> bool: ...
 
     # --- selectors ---
     def new_pick_selector(self, kind: SupportsIndex, /, **params: float) -> PickSelector: ...
