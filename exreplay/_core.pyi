@@ -388,6 +388,7 @@ class _LogMerge:
         last: int,
         raw_len: int,
         body_len: int,
+        kind: int = 1,
         /,
     ) -> None: ...
     def end(self, input: SupportsIndex, /) -> None: ...
