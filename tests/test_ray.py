@@ -219,6 +219,25 @@ def test_a_rollout_of_no_rows_ends_the_streams_open_episode(impl):
     srv.buf._check()
 
 
+def test_actor_end_episode_ends_a_handle_of_record_many(cluster):
+    """The actor's end_episode (writers' group) ends an episode that its
+    record_many left open; False for one evicted."""
+    actor = _actor(state_shape=(4,), capacity=12, pick_len=2, seed=0, selectors=["uniform"])
+    s, a, r = _episode(5, 2)
+    h = ray.get(actor.record_many.remote(None, s, a, r))
+    assert ray.get(actor.end_episode.remote(h, final_state=s[0], terminated=True)) is True
+    h2 = ray.get(actor.record_many.remote(None, s, a, r))
+    ray.get(actor.record_many.remote(None, s, a, r))
+    ray.get(actor.record_many.remote(None, s, a, r))  # capacity 12: h, then h2 evicted
+    assert ray.get(actor.end_episode.remote(h2, terminated=True)) is False
+    with pytest.raises(ValueError, match="h: expected"):
+        ray.get(actor.end_episode.remote(h2 + 10, terminated=True))
+    buf = ray.get(actor.buffer.remote())
+    assert all(buf.episode(x).ended is False for x in buf._handles())
+    assert ray.get(actor.stats.remote())["records"] == 20
+    ray.kill(actor)
+
+
 def test_rollouts_of_no_rows_are_refused_unless_they_end():
     s, a, r = _episode(3, 1)
     z = (np.zeros((0, 4), np.float32), np.zeros(0, np.int64), np.zeros(0, np.float32))

@@ -451,6 +451,15 @@ class ReplayServer:
             self._meter.leave("w", t, **counts)
         return h
 
+    def end_episode(self, h, final_state=None, terminated=False) -> bool:
+        """``ExperienceReplay.end_episode``: ends open episode h (a handle
+        record_many returned) without a step; False if it was evicted."""
+        t = self._meter.enter("w")
+        try:
+            return self.buf.end_episode(h, final_state=final_state, terminated=terminated)
+        finally:
+            self._meter.leave("w", t)
+
     def record_rollout(self, stream: Hashable, rollout: Rollout, seq: int | None = None) -> int:
         """Record a `Rollout` of sender `stream`; returns the records accepted.
 
@@ -759,6 +768,7 @@ class ReplayServer:
 
 _GROUP_OF = {
     "record_many": "writers",
+    "end_episode": "writers",
     "record_rollout": "writers",
     "end_stream": "writers",
     "get_batch": "learner",
