@@ -351,6 +351,7 @@ static exr_status end_nogil(ReplayObject *self, int64_t h, const void *fp, bool 
     exr_buffer_lock(self->buf);
     st = exr_buffer_end_episode_locked(self->buf, h, fp, terminated, out);
     exr_buffer_unlock(self->buf);
+    exr_collapse_queued_nogil(); /* the end's cut of the last segment, as after record */
     EXR_NOGIL_END
     Py_XDECREF(logobj);
     return st;
