@@ -221,6 +221,13 @@ class ExperienceReplay:
         priorities: ArrayLike | None = None,
         extras: Mapping[str, ArrayLike] | None = None,
     ) -> int: ...
+    # ends open episode h without a step; False: h was evicted or removed
+    def end_episode(
+        self,
+        h: SupportsIndex,
+        final_state: ArrayLike | Mapping[str, ArrayLike] | None = None,
+        terminated: bool = False,
+    ) -> bool: ...
 
     # --- selectors ---
     def new_pick_selector(self, kind: SupportsIndex, /, **params: float) -> PickSelector: ...
@@ -384,6 +391,7 @@ class _LogMerge:
         last: int,
         raw_len: int,
         body_len: int,
+        kind: int = 1,
         /,
     ) -> None: ...
     def end(self, input: SupportsIndex, /) -> None: ...

@@ -40,16 +40,21 @@ import numpy as np
 from ._args import flag_arg, int_arg, path_arg, type_name
 
 __all__ = ["Chunk", "LogReader", "open", "tail", "info", "merge", "main", "FLAG_END",
-           "FLAG_TERMINATED", "FLAG_FINAL", "MIXED_SOURCE"]
+           "FLAG_TERMINATED", "FLAG_FINAL", "FLAG_NO_STEP", "MIXED_SOURCE"]
 
 FILE_MAGIC = b"EXRPLOG\n"
 FILE_VERSION = 1  # a log without per-step extras
 FILE_VERSION_EXTRAS = 2  # rows carry extras: the header adds their byte count
 CHUNK_MAGIC = b"XRCK"
 TRAILER_MAGIC = b"XREN"
-KIND_RECORDS, KIND_END = 1, 2
+# KIND_NOSTEP: a records chunk some of whose records are no step (FLAG_NO_STEP)
+KIND_RECORDS, KIND_END, KIND_NOSTEP = 1, 2, 3
 CODEC_STORED, CODEC_ZLIB = 0, 1
 FLAG_END, FLAG_TERMINATED, FLAG_FINAL = 1, 2, 4
+# The record ends its episode after `position` steps without a step of its
+# own (ExperienceReplay.end_episode): the file holds no row for it, and a
+# Chunk shows zeros in its state, action, reward (and extras).
+FLAG_NO_STEP = 8
 MIXED_SOURCE = 0xFFFFFFFF
 MAX_SCHEMA = 4096  # the schema an ExperienceLog writes (EXR_LOG_MAX_SCHEMA)
 # A merged log's schema adds the list of its sources: at most
@@ -88,7 +93,7 @@ class Chunk(NamedTuple):
     positions: np.ndarray  # int64: the step's position in its episode
     timestamps: np.ndarray  # int64 nanoseconds, CLOCK_REALTIME
     sources: np.ndarray  # uint32
-    flags: np.ndarray  # uint8: FLAG_END | FLAG_TERMINATED | FLAG_FINAL
+    flags: np.ndarray  # uint8: FLAG_END | FLAG_TERMINATED | FLAG_FINAL | FLAG_NO_STEP
     final_states: np.ndarray
     # a log of a buffer with named fields: states and final_states are dicts
     # {name: array}, and extras is {name: (n, *shape) array} (else None)
@@ -103,7 +108,7 @@ class _Raw(NamedTuple):
     pos: np.ndarray
     src: np.ndarray
     fl: np.ndarray
-    rows: np.ndarray  # (n, row) uint8
+    rows: np.ndarray  # (n, row) uint8; zeros for a record with FLAG_NO_STEP
     fins: np.ndarray  # (nfin, state_bytes) uint8
 
 
@@ -324,13 +329,9 @@ def _parse_header(b: bytes, path, off, schema: _Schema, remaining: int):
         if count or raw or blen or codec != CODEC_STORED:
             raise _bad(path, off, "end marker with contents")
         return h
-    if kind != KIND_RECORDS or codec not in (CODEC_STORED, CODEC_ZLIB):
+    if kind not in (KIND_RECORDS, KIND_NOSTEP) or codec not in (CODEC_STORED, CODEC_ZLIB):
         raise _bad(path, off, "chunk kind %d codec %d" % (kind, codec))
-    if count < 1 or raw > MAX_RAW or count * (META + schema.row) > raw:
-        raise _bad(path, off, "chunk of %d records in %d raw bytes" % (count, raw))
-    if (raw - count * (META + schema.row)) % schema.state_bytes or (
-            raw - count * (META + schema.row)) // schema.state_bytes > count:
-        raise _bad(path, off, "chunk raw length %d does not fit %d records" % (raw, count))
+    _check_raw_len(h, path, off, schema)
     if codec == CODEC_STORED and blen != raw:
         raise _bad(path, off, "stored chunk body %d != raw %d" % (blen, raw))
     if codec == CODEC_ZLIB and raw > blen * ZLIB_RATIO + 64:
@@ -340,19 +341,41 @@ def _parse_header(b: bytes, path, off, schema: _Schema, remaining: int):
     return h
 
 
-def _decode(h: _Header, body: bytes, path, off, schema: _Schema) -> _Raw:
+def _check_raw_len(h: "_Header", path, off, schema: _Schema) -> None:
+    """What the header alone says of a chunk's raw length: R = n x (29 +
+    row) + k x state (k <= n final states) for kind 1; for kind 3, whose
+    records without a step have no row, n x 29 <= R <= n x (29 + row +
+    state) (the decode checks it exactly)."""
+    count, raw, row, sb = h.count, h.raw_len, schema.row, schema.state_bytes
+    if count < 1 or raw > MAX_RAW:
+        raise _bad(path, off, "chunk of %d records in %d raw bytes" % (count, raw))
+    if h.kind == KIND_NOSTEP:
+        if not count * META <= raw <= count * (META + row + sb):
+            raise _bad(path, off, "chunk of %d records in %d raw bytes" % (count, raw))
+        return
+    if count * (META + row) > raw:
+        raise _bad(path, off, "chunk of %d records in %d raw bytes" % (count, raw))
+    if (raw - count * (META + row)) % sb or (raw - count * (META + row)) // sb > count:
+        raise _bad(path, off, "chunk raw length %d does not fit %d records" % (raw, count))
+
+
+def _inflate(h: _Header, body: bytes, path, off) -> bytes:
     if zlib.crc32(body) != h.body_crc:
         raise _bad(path, off, "chunk body CRC mismatch")
-    if h.codec == CODEC_ZLIB:
-        d = zlib.decompressobj()
-        try:
-            raw = d.decompress(body, h.raw_len)
-        except zlib.error as e:
-            raise _bad(path, off, "chunk body: %s" % e) from None
-        if len(raw) != h.raw_len or not d.eof or d.unused_data or d.unconsumed_tail:
-            raise _bad(path, off, "chunk body does not inflate to %d bytes" % h.raw_len)
-    else:
-        raw = body
+    if h.codec != CODEC_ZLIB:
+        return body
+    d = zlib.decompressobj()
+    try:
+        raw = d.decompress(body, h.raw_len)
+    except zlib.error as e:
+        raise _bad(path, off, "chunk body: %s" % e) from None
+    if len(raw) != h.raw_len or not d.eof or d.unused_data or d.unconsumed_tail:
+        raise _bad(path, off, "chunk body does not inflate to %d bytes" % h.raw_len)
+    return raw
+
+
+def _decode(h: _Header, body: bytes, path, off, schema: _Schema) -> _Raw:
+    raw = _inflate(h, body, path, off)
     n = h.count
     buf = memoryview(raw)
     ts = np.frombuffer(buf, "<i8", n, 0)
@@ -360,15 +383,27 @@ def _decode(h: _Header, body: bytes, path, off, schema: _Schema) -> _Raw:
     pos = np.frombuffer(buf, "<i8", n, 16 * n)
     src = np.frombuffer(buf, "<u4", n, 24 * n)
     fl = np.frombuffer(buf, "u1", n, 28 * n)
-    rows = np.frombuffer(buf, "u1", n * schema.row, META * n).reshape(n, schema.row)
-    nfin = int(np.count_nonzero(fl & FLAG_FINAL))
-    if n * (META + schema.row) + nfin * schema.state_bytes != h.raw_len:
-        raise _bad(path, off, "chunk has %d final states, its length says otherwise" % nfin)
-    fins = np.frombuffer(buf, "u1", nfin * schema.state_bytes,
-                         (META + schema.row) * n).reshape(nfin, schema.state_bytes)
-    if np.any(fl & ~np.uint8(7)) or np.any((fl & (FLAG_TERMINATED | FLAG_FINAL)).astype(bool)
-                                           & ~(fl & FLAG_END).astype(bool)):
+    # bits 1 to 3 need bit 0; bit 3 (kind 3 only) needs bit 1 or 2: an end
+    # without a step says how the episode ended
+    allowed = 15 if h.kind == KIND_NOSTEP else 7
+    end = (fl & FLAG_END) != 0
+    how = (fl & (FLAG_TERMINATED | FLAG_FINAL)) != 0
+    nostep = (fl & FLAG_NO_STEP) != 0
+    if np.any(fl & ~np.uint8(allowed)) or np.any((how | nostep) & ~end) or np.any(nostep & ~how):
         raise _bad(path, off, "record flags")
+    step = (fl & FLAG_NO_STEP) == 0
+    nrows = int(np.count_nonzero(step))
+    nfin = int(np.count_nonzero(fl & FLAG_FINAL))
+    if n * META + nrows * schema.row + nfin * schema.state_bytes != h.raw_len:
+        raise _bad(path, off, "chunk has %d rows and %d final states, its length says otherwise"
+                   % (nrows, nfin))
+    rows = np.frombuffer(buf, "u1", nrows * schema.row, META * n).reshape(nrows, schema.row)
+    if nrows < n:  # records without a step read as zeros
+        full = np.zeros((n, schema.row), np.uint8)
+        full[step] = rows
+        rows = full
+    fins = np.frombuffer(buf, "u1", nfin * schema.state_bytes,
+                         META * n + nrows * schema.row).reshape(nfin, schema.state_bytes)
     if ts[0] != h.first or ts[-1] != h.last or (n > 1 and np.any(ts[1:] < ts[:-1])):
         raise _bad(path, off, "timestamps out of order or not those of the header")
     if np.any(pos < 0):
@@ -611,7 +646,7 @@ def tail(path: PathLike, n: int = 100) -> Chunk:
             if t is None:
                 raise _bad(path, end, "no valid chunk ends here")
             start, h = t
-            if h.kind == KIND_RECORDS:
+            if h.kind != KIND_END:
                 f.seek(start + HDR)
                 found.append(_decode(h, f.read(h.body_len), path, start, schema))
                 have += h.count
@@ -718,26 +753,30 @@ class _Writer:
                               ("fl", "u1"))]
         nfin = sum(len(p.fins) for p in parts)
         row, sb = self.schema.row, self.schema.state_bytes
-        raw = bytearray(META * n + row * n + sb * nfin)
+        # the rows of the records that are steps (a record without one has none)
+        steps = [p.rows[(np.asarray(p.fl) & FLAG_NO_STEP) == 0] for p in parts]
+        nrows = sum(len(r) for r in steps)
+        raw = bytearray(META * n + row * nrows + sb * nfin)
         at = 0
         for c in cols:
             raw[at:at + c.nbytes] = c.tobytes()
             at += c.nbytes
-        for blocks, width in (([p.rows for p in parts], row), ([p.fins for p in parts], sb)):
+        for blocks, width in ((steps, row), ([p.fins for p in parts], sb)):
             for b in blocks:
                 if len(b):
                     np.frombuffer(raw, np.uint8, len(b) * width, at).reshape(len(b), width)[:] = b
                     at += len(b) * width
         ts, srcs = cols[0], cols[3]
         src = int(srcs[0]) if np.all(srcs == srcs[0]) else MIXED_SOURCE
+        kind = KIND_NOSTEP if nrows < n else KIND_RECORDS
         while len(self.pending) >= 2:
             self.pending.pop(0).result()
         self.pending.append(self.pool.submit(self._compress_write, raw, n, src,
-                                             int(ts[0]), int(ts[-1])))
+                                             int(ts[0]), int(ts[-1]), kind))
 
-    def _compress_write(self, raw, n, src, first, last):
+    def _compress_write(self, raw, n, src, first, last, kind=KIND_RECORDS):
         body = zlib.compress(raw, self.level) if self.level else raw
-        self._block(KIND_RECORDS, CODEC_ZLIB if self.level else CODEC_STORED, n, src,
+        self._block(kind, CODEC_ZLIB if self.level else CODEC_STORED, n, src,
                     first, last, len(raw), body)
 
     def _block(self, kind, codec, count, src, first, last, raw_len, body):
@@ -886,7 +925,7 @@ def _merge_run(eng, readers, prog, output) -> int:
         else:
             off, h, _ = x
             eng.push(i, fds[i], off + HDR, off, h.codec, h.count, h.source, h.body_crc,
-                     h.first, h.last, h.raw_len, h.body_len)
+                     h.first, h.last, h.raw_len, h.body_len, h.kind)
         prog(sum(f.tell() for f in files))
     return eng.result()[2]
 
@@ -995,7 +1034,9 @@ def _raise_if_too_many_files(e: OSError, n: int) -> None:
 def _ingest(buf, path: PathLike, check_first: bool = True) -> int:
     """Records every step of the log into buf, in log order. Episodes are keyed
     by (source, handle) in the log and get new handles in buf; a step that
-    ends its episode ends it in buf too. Returns the number of steps.
+    ends its episode ends it in buf too, and so does a record without a step
+    (FLAG_NO_STEP: ExperienceReplay.end_episode), through end_episode.
+    Returns the number of steps.
     check_first: every chunk is read and checked before the first is recorded,
     so that a damaged log leaves buf as it was (from_log, whose buffer is new
     and dropped on an error, skips that pass)."""
@@ -1009,29 +1050,46 @@ def _ingest(buf, path: PathLike, check_first: bool = True) -> int:
         open_eps: dict = {}
         count = 0
         for c in r:
-            n = len(c.timestamps)
-            key_change = np.ones(n, bool)
-            if n > 1:
-                key_change[1:] = ((c.handles[1:] != c.handles[:-1])
-                                  | (c.sources[1:] != c.sources[:-1])
-                                  | ((c.flags[:-1] & FLAG_END) != 0))
-            starts = np.flatnonzero(key_change)
-            ends = np.append(starts[1:], n)
-            fin_idx = np.cumsum((c.flags & FLAG_FINAL) != 0) - 1
-            for a, b in zip(starts.tolist(), ends.tolist()):
-                key = (int(c.sources[a]), int(c.handles[a]))
-                h = open_eps.get(key)
-                fl = int(c.flags[b - 1])
-                fin = _at(c.final_states, fin_idx[b - 1]) if fl & FLAG_FINAL else None
-                kw = {"extras": _at(c.extras, slice(a, b))} if c.extras is not None else {}
-                h = buf.record_many(h, _at(c.states, slice(a, b)), c.actions[a:b], c.rewards[a:b],
-                                    final_state=fin, terminated=bool(fl & FLAG_TERMINATED), **kw)
-                if fl & FLAG_END:
-                    open_eps.pop(key, None)
-                else:
-                    open_eps[key] = h
-                count += b - a
+            count += _ingest_chunk(buf, c, open_eps)
         return count
+
+
+def _ingest_chunk(buf, c: Chunk, open_eps: dict) -> int:
+    """One chunk's records into buf, a run of one episode's steps at a time
+    (open_eps: (source, handle) -> buf's handle of each episode left open).
+    Returns the number of steps."""
+    n = len(c.timestamps)
+    nostep = (c.flags & FLAG_NO_STEP) != 0
+    key_change = np.ones(n, bool)
+    if n > 1:  # a record without a step is a run of its own
+        key_change[1:] = ((c.handles[1:] != c.handles[:-1])
+                          | (c.sources[1:] != c.sources[:-1])
+                          | ((c.flags[:-1] & FLAG_END) != 0) | nostep[1:])
+    starts = np.flatnonzero(key_change)
+    ends = np.append(starts[1:], n)
+    fin_idx = np.cumsum((c.flags & FLAG_FINAL) != 0) - 1
+    count = 0
+    for a, b in zip(starts.tolist(), ends.tolist()):
+        key = (int(c.sources[a]), int(c.handles[a]))
+        h = open_eps.get(key)
+        fl = int(c.flags[b - 1])
+        fin = _at(c.final_states, fin_idx[b - 1]) if fl & FLAG_FINAL else None
+        term = bool(fl & FLAG_TERMINATED)
+        if nostep[a]:
+            # the end of an episode whose steps came before; none open (its
+            # steps not in this log): nothing to end
+            if open_eps.pop(key, None) is not None and (fin is not None or term):
+                buf.end_episode(h, final_state=fin, terminated=term)
+            continue
+        kw = {"extras": _at(c.extras, slice(a, b))} if c.extras is not None else {}
+        h = buf.record_many(h, _at(c.states, slice(a, b)), c.actions[a:b], c.rewards[a:b],
+                            final_state=fin, terminated=term, **kw)
+        if fl & FLAG_END:
+            open_eps.pop(key, None)
+        else:
+            open_eps[key] = h
+        count += b - a
+    return count
 
 
 def _at(x, i):
@@ -1090,8 +1148,13 @@ def _fmt_ts(ns):
 def _print_records(c: Chunk, out, full=False):
     for i in range(len(c.timestamps)):
         fl = int(c.flags[i])
-        tags = "".join(t for b, t in ((FLAG_END, "E"), (FLAG_TERMINATED, "T"), (FLAG_FINAL, "F"))
-                       if fl & b) or "-"
+        tags = "".join(t for b, t in ((FLAG_END, "E"), (FLAG_TERMINATED, "T"), (FLAG_FINAL, "F"),
+                                      (FLAG_NO_STEP, "N")) if fl & b) or "-"
+        if fl & FLAG_NO_STEP:  # an end without a step: no action, reward or state
+            out.write("%s src=%d h=%d pos=%d %s (end without a step)\n" % (
+                _fmt_ts(int(c.timestamps[i])), int(c.sources[i]), int(c.handles[i]),
+                int(c.positions[i]), tags))
+            continue
         state = _fmt_value(c.states, i, full)
         extras = " extras=%s" % _fmt_value(c.extras, i, full) if c.extras is not None else ""
         out.write("%s src=%d h=%d pos=%d %s action=%s reward=%.6g state=%s%s\n" % (

@@ -1189,6 +1189,40 @@ class ReferenceReplay:
                 raise ValueError(f"h: expected the handle of an episode held, got {h}")
             self._remove_locked(h)
 
+    def end_episode(self, h, final_state=None, terminated=False):
+        """End open episode h without a step, as its last record call would
+        have had it carried final_state and terminated (docs/semantics.md,
+        "Ending an episode without a step").  True if it ended h; False if
+        h is a handle of this buffer whose episode is no longer held (there
+        is nothing to end).  ValueError if h has ended, has no step, or no
+        episode has had it."""
+        with self._lock:
+            h = _int_arg("h", h)
+            final, terminated = self._final_args(final_state, terminated)
+            if final is None and not terminated:
+                raise ValueError("final_state: expected a state, or terminated=True (an episode "
+                                 "ends with its last step's next state or as terminal), got None "
+                                 "and terminated=False")
+            ep = self._episodes.get(h)
+            if ep is None:
+                if 0 <= h < self._next_handle:
+                    return False
+                raise ValueError(f"h: expected the handle of an episode of this buffer, got {h}, "
+                                 "which no episode has had")
+            if ep.ended:
+                raise ValueError(f"h: expected an open episode, got episode {h}, which has ended")
+            if not ep.states:
+                raise ValueError("h: expected an episode with a step to end (final_state is its "
+                                 f"last step's next state), got episode {h}, which has none")
+            # Everything is valid; from here on nothing raises.
+            ep.ended = True
+            ep.final_state = final
+            ep.terminated = terminated
+            m = self._num_picks_for(len(ep.states), True)
+            for pos in range(len(ep.pick_index), m):
+                self._add_pick_locked(ep, pos)
+            return True
+
     # -- episodes and records ----------------------------------------------
 
     def new_episode(self):

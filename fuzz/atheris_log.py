@@ -4,8 +4,9 @@
     python fuzz/atheris_log.py fuzz/corpus-log -max_total_time=600 \\
         -rss_limit_mb=4096 -timeout=10 -artifact_prefix=fuzz/findings/
 
-Seeds: with an empty corpus directory the target writes three valid logs
-into it first (tests/log_fuzz.py make_seed). The oracle is
+Seeds: with an empty corpus directory the target writes five valid logs
+into it first (tests/log_fuzz.py make_seed, make_fields_seed, and
+make_end_seed, whose ends without a step are chunks of kind 3). The oracle is
 tests/log_fuzz.py's check_file(): exreplay.log.open (iterated), info, tail
 and ExperienceReplay.from_log succeed consistently or raise ValueError;
 anything else is reported as a crash.
@@ -68,6 +69,7 @@ def main():
         for i, (lv, cb) in enumerate(((1, 300), (0, 120), (6, 1000))):
             lf.make_seed(os.path.join(corpus[0], "seed%d.log" % i), level=lv, chunk_bytes=cb)
         lf.make_fields_seed(os.path.join(corpus[0], "seed3.log"))  # format version 2
+        lf.make_end_seed(os.path.join(corpus[0], "seed4.log"))  # chunks of kind 3
     atheris.Setup(sys.argv, test_one_input, custom_mutator=custom_mutator)
     atheris.Fuzz()
 

@@ -60,6 +60,28 @@ def make_fields_seed(path, level=1, chunk_bytes=400, n=60):
         return f.read()
 
 
+def make_end_seed(path, level=1, chunk_bytes=250, episodes=24):
+    """A valid log with ends without a step (ExperienceReplay.end_episode:
+    records with FLAG_NO_STEP and no row, in chunks of kind 3) among
+    ordinary steps: several chunks, final states, terminated ends."""
+    if os.path.exists(path):
+        os.unlink(path)
+    lg = exreplay.ExperienceLog(path, source=7, level=level, chunk_bytes=chunk_bytes)
+    buf = exreplay.ExperienceReplay((3,), "uint8", (2,), "float32", capacity=None, log=lg)
+    for e in range(episodes):
+        T = 1 + e % 4
+        h = buf.record_many(None, np.full((T, 3), e, np.uint8), np.full((T, 2), e, np.float32),
+                            np.arange(T, dtype=np.float32))
+        if e % 3 == 2:  # ended by its last step
+            buf.record(h, [e, e, e], [0, 0], 0.0, terminated=True)
+        else:
+            fin = [e, 1, 2] if e % 3 else None
+            buf.end_episode(h, final_state=fin, terminated=fin is None or e % 2 == 0)
+    lg.close()
+    with open(path, "rb") as f:
+        return f.read()
+
+
 # ---- structure ---------------------------------------------------------------
 
 
@@ -143,7 +165,7 @@ SCHEMAS = [
 def mutate(blob, rng):
     """One mutated input (CRCs fixed up in most modes). Returns (mode, bytes)."""
     head, chunks, tail = parse(blob)
-    mode = int(rng.integers(0, 10))
+    mode = int(rng.integers(0, 11))
     if mode == 0:  # raw bytes, nothing fixed
         b = bytearray(blob)
         for _ in range(int(rng.integers(1, 6))):
@@ -188,6 +210,22 @@ def mutate(blob, rng):
         n = int(rng.integers(0, 64))
         c["raw"] = c["raw"][:-n] if rng.random() < 0.5 and n else c["raw"] + bytes(n)
         return "rawlen", serialize(head, chunks, tail)
+    if mode == 10 and chunks:  # records without a step: FLAG_NO_STEP set or cleared, kind 1 <-> 3
+        c = chunks[int(rng.integers(0, len(chunks)))]
+        n = c["count"]
+        raw = bytearray(c["raw"])
+        if n and len(raw) >= 29 * n:
+            i = 28 * n + int(rng.integers(0, n))
+            raw[i] ^= (8, 9, 11, 13)[int(rng.integers(0, 4))]
+            if rng.random() < 0.5:  # the record's row dropped, as a writer would
+                k = int(rng.integers(0, n))
+                row = head["sb"] + head["ab"] + head["rb"] + head["xb"]
+                at = 29 * n + k * row
+                del raw[at:at + row]
+        c["raw"] = bytes(raw)
+        if rng.random() < 0.7:
+            c["kind"] = 4 - c["kind"] if c["kind"] in (1, 3) else c["kind"]
+        return "nostep", serialize(head, chunks, tail)
     if mode == 8:  # garbage or a second end marker at the end
         g = bytes(rng.integers(0, 256, int(rng.integers(1, 100)), dtype=np.uint8))
         return "append", blob + g

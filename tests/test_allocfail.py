@@ -124,6 +124,26 @@ def test_record(core, cfg):
 
 
 @pytest.mark.parametrize("cfg", CONFIGS)
+def test_end_episode(core, cfg):
+    """Ending the open episode without a step: the final state's copy and
+    the room for its new picks are allocated before anything changes (the
+    last segment's cut after it is best effort)."""
+    s = np.ones(STATE, np.float32)
+    for kw in ({"final_state": s}, {"terminated": True}, {"final_state": s, "terminated": True}):
+        run_every_n(core, lambda: populated(core, **cfg),
+                    lambda st: st[0].end_episode(st[2], **kw), what=f"end_episode {sorted(kw)}")
+
+    def long_open():  # picks of pick_len 2 wait for the end, past the table's room
+        st = populated(core, **cfg)
+        st[0].record_many(st[2], np.ones((20,) + STATE, np.float32), np.arange(20),
+                          np.ones(20, np.float32), priorities=np.linspace(1, 2, 20))
+        return st
+
+    run_every_n(core, long_open, lambda st: st[0].end_episode(st[2], final_state=s),
+                what="end_episode long")
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
 def test_new_episode(core, cfg):
     """Under the lock (the first one of a buffer, which also makes room for
     reservations: best effort) and reserved without it (the ones after)."""
@@ -479,7 +499,8 @@ def test_every_operation_was_failed_somewhere(core):
     """Runs last (file order): each public operation reached at least one
     allocation, so each was really run with failures injected."""
     print("\nallocations per call (most seen):", dict(sorted(COUNTS.items())))
-    for op in ("record", "record_many", "new_episode", "get_batch", "set_priority", "new_pick_selector",
+    for op in ("record", "record_many", "new_episode", "end_episode", "get_batch", "set_priority",
+               "new_pick_selector",
                "serialize", "unserialize", "save", "load", "log_new", "log_append_many",
                "log_flush", "log_record_many"):
         assert any(k.split(" ")[0].split("(")[0] == op and v > 0 for k, v in COUNTS.items()), op

@@ -151,6 +151,14 @@ RECORD_MANY_ARGS = {
     "priorities": lambda b, h, u, p, v: b.record_many(h, S2, [0, 1], [0.0, 0.0], priorities=v),
 }
 
+# h is the open episode; episode 0 has ended, and handles from 2 on were never made
+END_EPISODE_ARGS = {
+    "h": lambda b, h, u, p, v: b.end_episode(v, terminated=True),
+    "final_state": lambda b, h, u, p, v: b.end_episode(h, final_state=v),
+    "terminated": lambda b, h, u, p, v: b.end_episode(h, terminated=v),
+    "terminated with final_state": lambda b, h, u, p, v: b.end_episode(h, S, terminated=v),
+}
+
 SELECTOR_ARGS = {
     "kind": lambda b, h, u, p, v: b.new_pick_selector(v),
     "alpha": lambda b, h, u, p, v: b.new_pick_selector(PickSelectorClass.Prioritized, alpha=v),
@@ -185,6 +193,11 @@ def test_record_arguments_agree(arg):
 @pytest.mark.parametrize("arg", sorted(RECORD_MANY_ARGS))
 def test_record_many_arguments_agree(arg):
     agree(RECORD_MANY_ARGS[arg])
+
+
+@pytest.mark.parametrize("arg", sorted(END_EPISODE_ARGS))
+def test_end_episode_arguments_agree(arg):
+    agree(END_EPISODE_ARGS[arg])
 
 
 @pytest.mark.parametrize("arg", sorted(SELECTOR_ARGS))

@@ -374,6 +374,39 @@ class DifferentialMachine(RuleBasedStateMachine):
         if hr not in self.seen:
             self.seen.append(hr)
 
+    @precondition(lambda self: self.c is not None)
+    @rule(
+        data=st.data(),
+        seed=seeds,
+        end=st.sampled_from(["final", "final_term", "term", "term", "neither"]),
+    )
+    def end_episode(self, data, seed, end):
+        # mostly an open episode with steps, else any handle _draw_handle
+        # gives (live, ended, evicted, removed, unknown or None)
+        open_ = [h for h in self.r._handles()
+                 if not self.r.episode(h).ended and len(self.r.episode(h).reward)]
+        if open_ and data.draw(st.integers(0, 2)):
+            h = data.draw(st.sampled_from(open_))
+        else:
+            h = self._draw_handle(data)
+        rng = np.random.default_rng(seed)
+        kw = {}
+        if end in ("final", "final_term"):
+            kw["final_state"] = self._state(rng)
+        if end in ("final_term", "term"):
+            kw["terminated"] = True
+        before_c, before_r = self._snapshots()
+        try:
+            rr = self.r.end_episode(h, **kw)
+        except (TypeError, ValueError) as er:
+            # refused: the C buffer refuses the same way, and neither changed
+            with pytest.raises(type(er)):
+                self.c.end_episode(h, **kw)
+            assert self._snapshots() == (before_c, before_r), f"end_episode({h}) changed a buffer"
+            return
+        rc = self.c.end_episode(h, **kw)
+        assert rc is rr, f"end_episode({h}): C returned {rc}, reference {rr}"
+
     # -- rules: selectors --------------------------------------------------
 
     @precondition(lambda self: self.c is not None and len(self.sels) < 5)
@@ -588,6 +621,8 @@ class DifferentialMachine(RuleBasedStateMachine):
                 "action_shape",
                 "float_into_int_action",
                 "final_state_shape",
+                "end_final_state_shape",
+                "end_neither",
                 "many_T0",
                 "many_actions_T",
                 "many_rewards_T",
@@ -668,6 +703,11 @@ class DifferentialMachine(RuleBasedStateMachine):
         elif which == "final_state_shape":
             bad = self._reshaped(s, lambda a: np.zeros((7,), a.dtype))
             fc, fr = both(lambda b: b.record(h, s, act, 1.0, final_state=bad, terminated=True, **X))
+        elif which == "end_final_state_shape":
+            bad = self._reshaped(s, lambda a: np.zeros((7,), a.dtype))
+            fc, fr = both(lambda b: b.end_episode(h, final_state=bad, terminated=True))
+        elif which == "end_neither":
+            fc, fr = both(lambda b: b.end_episode(h))
         elif which == "many_T0":
             fc, fr = both(lambda b: b.record_many(h, self._reshaped(S, lambda a: a[:0]), A[:0], R[:0], **self._extras_kw(rng, 0)))
         elif which == "many_actions_T":

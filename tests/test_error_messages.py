@@ -220,6 +220,7 @@ def test_a_0d_integer_array_is_an_int():
 
 SEL = "ps: expected a pick selector of this buffer, got unknown handle "
 EPI = "h: expected the handle of an episode held, got {} (evicted or never created)"
+END = "h: expected the handle of an episode of this buffer, got {}, which no episode has had"
 # Handles beyond int64 (which no selector or episode has) and negative ones:
 # the message shows the value given.
 UNKNOWN_HANDLES = [
@@ -234,6 +235,9 @@ UNKNOWN_HANDLES = [
     (lambda b, ps: b.episode(np.uint64(2**64 - 1)), EPI.format(2**64 - 1)),
     (lambda b, ps: b.episode(-1), EPI.format(-1)),
     (lambda b, ps: b.remove_episode(2**63), EPI.format(2**63)),
+    (lambda b, ps: b.end_episode(2**70, terminated=True), END.format(2**70)),
+    (lambda b, ps: b.end_episode(-(2**70), terminated=True), END.format(-(2**70))),
+    (lambda b, ps: b.end_episode(np.uint64(2**64 - 1), terminated=True), END.format(2**64 - 1)),
 ]
 
 

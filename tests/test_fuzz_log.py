@@ -22,7 +22,8 @@ def seeds(tmp_path_factory):
     return [lf.make_seed(str(d / "s0.log"), level=1),
             lf.make_seed(str(d / "s1.log"), level=0, chunk_bytes=120),
             lf.make_seed(str(d / "s2.log"), level=6, n=30, finals=False),
-            lf.make_fields_seed(str(d / "s3.log"))]
+            lf.make_fields_seed(str(d / "s3.log")),
+            lf.make_end_seed(str(d / "s4.log"))]
 
 
 def test_seeds_are_valid(seeds, tmp_path):
@@ -46,7 +47,7 @@ def test_mutation_fuzz(seeds, tmp_path):
             bad = tmp_path / "finding.log"
             bad.write_bytes(blob)
             pytest.fail("input %d (mode %s, saved to %s): %s" % (i, mode, bad, e))
-    assert len(modes) >= 8, modes
+    assert len(modes) >= 9 and "nostep" in modes, modes
 
 
 def test_header_fields_fixed_up_are_refused(seeds, tmp_path):

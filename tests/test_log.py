@@ -1010,6 +1010,12 @@ def test_merge_engine_checks_chunk_lengths_itself(tmp_path):
             for codec, count, raw, blen in bad:
                 with pytest.raises(ValueError, match="push: expected .* raw and body lengths"):
                     eng.push(0, inp.fileno(), 0, 0, codec, count, 0, 0, 0, 0, raw, blen)
+            # kind 3 (records without a row may come): between the metadata
+            # alone and a row and a final state for each record; kind 4 unknown
+            for kind, raw in ((3, 3 * 29 - 1), (3, 3 * (29 + row + sb) + 1), (4, good)):
+                with pytest.raises(ValueError, match="push: expected .* raw and body lengths"):
+                    eng.push(0, inp.fileno(), 0, 0, 0, 3, 0, 0, 0, 0, raw, raw, kind)
+            eng.push(0, inp.fileno(), 0, 0, 0, 3, 0, 0, 0, 0, 3 * 29 + sb, 3 * 29 + sb, 3)
             eng.push(0, inp.fileno(), 0, 0, 0, 3, 0, 0, 0, 0, good, good)  # accepted
         finally:
             eng.close()
@@ -1067,3 +1073,183 @@ def test_ingest_of_a_damaged_log_leaves_the_buffer_as_it_was(tmp_path):
     with pytest.raises(ValueError):
         buf.ingest(p)
     assert buf.serialize(level=0) == before
+
+
+# ---- ends without a step (ExperienceReplay.end_episode) ---------------------------
+
+
+def _chunk_kinds(path):
+    with xlog.open(path) as r:
+        return [h.kind for _, h, _ in r._headers(False)]
+
+
+def end_script(buf, rng, episodes=30, named=False):
+    """Episodes of 1-6 steps in 1-3 record_many calls each; most are ended by
+    end_episode after their last step (a final state, terminated, or both),
+    the rest by their last record_many. Returns the handles in order."""
+    hs = []
+    for e in range(episodes):
+        h = None
+        for k in range(int(rng.integers(1, 4))):
+            T = int(rng.integers(1, 3))
+            st = {"img": rng.integers(0, 255, (T, 2, 2), dtype=np.uint8),
+                  "v": rng.normal(size=(T, 3)).astype(np.float32)} if named else \
+                rng.normal(size=(T, 3)).astype(np.float32)
+            kw = {"extras": {"logp": rng.normal(size=T).astype(np.float32)}} if named else {}
+            h = buf.record_many(h, st, rng.integers(0, 4, T), rng.normal(size=T), **kw)
+        fin = ({"img": np.full((2, 2), e, np.uint8), "v": np.full(3, e, np.float32)} if named
+               else np.full(3, e, np.float32))
+        how = e % 4
+        if how == 3:
+            buf.record_many(h, fin[None] if not named else {k: v[None] for k, v in fin.items()},
+                            [0], [0.0], final_state=fin, terminated=True,
+                            **({"extras": {"logp": np.zeros(1, np.float32)}} if named else {}))
+        else:
+            assert buf.end_episode(h, final_state=fin if how != 1 else None,
+                                   terminated=how != 0) is True
+        hs.append(h)
+    return hs
+
+
+@pytest.mark.parametrize("level", [0, 1])
+@pytest.mark.parametrize("named", [False, True])
+def test_an_end_without_a_step_is_logged_and_rebuilt(tmp_path, level, named):
+    """end_episode writes one record without a row (FLAG_NO_STEP, at the
+    episode's step count, with its final state and terminated flag) in a
+    chunk of kind 3; every reader reads it; from_log and ingest rebuild a
+    buffer that serializes to the same bytes as the one logged."""
+    p = tmp_path / "e.log"
+    lg = ExperienceLog(p, source=5, level=level, chunk_bytes=600)
+    spec = dict(state_spec={"img": ((2, 2), "uint8"), "v": ((3,), "float32")},
+                extras_spec={"logp": ((), "float32")}) if named else dict(state_shape=(3,))
+    cfg = dict(capacity=None, pick_len=2, allow_short=True, seed=3, **spec)
+    buf = ExperienceReplay(log=lg, **cfg)
+    buf.new_pick_selector(exreplay.PickSelectorClass.Prioritized)
+    hs = end_script(buf, np.random.default_rng(level), named=named)
+    lg.close()
+    kinds = _chunk_kinds(p)
+    assert xlog.KIND_NOSTEP in kinds and set(kinds) <= {xlog.KIND_RECORDS, xlog.KIND_NOSTEP}
+    chunks = list(xlog.open(p))
+    fl = np.concatenate([c.flags for c in chunks])
+    pos = np.concatenate([c.positions for c in chunks])
+    hh = np.concatenate([c.handles for c in chunks])
+    nostep = (fl & xlog.FLAG_NO_STEP) != 0
+    assert nostep.sum() == sum(1 for e in range(len(hs)) if e % 4 != 3)
+    assert np.all(fl[nostep] & xlog.FLAG_END)
+    for h in hs:
+        mine = hh == h
+        n = len(buf.episode(h).reward)
+        assert np.array_equal(pos[mine & ~nostep], np.arange(n))
+        if (mine & nostep).any():
+            assert pos[mine & nostep].tolist() == [n]
+    for c in chunks:  # a record without a step reads as zeros
+        x = c.states["img"] if named else c.states
+        assert not x[(c.flags & xlog.FLAG_NO_STEP) != 0].any()
+        assert len(c.final_states["v"] if named else c.final_states) == np.count_nonzero(
+            c.flags & xlog.FLAG_FINAL)
+    assert xlog.info(p)["records"] == len(fl)
+    t = xlog.tail(p, 7)
+    assert np.array_equal(t.flags, fl[-7:])
+    rebuilt = ExperienceReplay.from_log(p, **{k: v for k, v in cfg.items() if k not in spec})
+    rebuilt.new_pick_selector(exreplay.PickSelectorClass.Prioritized)
+    assert rebuilt.serialize(0) == buf.serialize(0)
+    again = ExperienceReplay(**cfg)
+    again.new_pick_selector(exreplay.PickSelectorClass.Prioritized)
+    assert again.ingest(p) == len(buf)
+    assert again.serialize(0) == buf.serialize(0)
+    rebuilt._check()
+
+
+def test_a_log_without_ends_without_a_step_keeps_kind_1(tmp_path):
+    """A log whose buffer never ends an episode without a step holds only
+    chunks of kind 1: readers of logs before kind 3 read it as before."""
+    p = tmp_path / "plain.log"
+    lg = ExperienceLog(p, chunk_bytes=300)
+    buf = ExperienceReplay((3, 2), "uint8", (2,), "float32", capacity=None, log=lg)
+    record_script(buf, np.random.default_rng(4), 200)
+    lg.close()
+    assert set(_chunk_kinds(p)) == {xlog.KIND_RECORDS}
+
+
+def test_ends_without_a_step_merge(tmp_path):
+    """Logs with ends without a step merge (kind 3 where an output chunk holds
+    one, the same bytes whatever the threads), and the merged log rebuilds
+    what ingesting each input does."""
+    rng = np.random.default_rng(8)
+    paths, bufs = [], []
+    for k in range(3):
+        p = tmp_path / ("in%d.log" % k)
+        lg = ExperienceLog(p, source=k, level=k % 2, chunk_bytes=int(rng.integers(150, 900)))
+        b = ExperienceReplay((3,), capacity=None, log=lg)
+        end_script(b, rng, episodes=25)
+        lg.close()
+        paths.append(p)
+        bufs.append(b)
+    total = sum(xlog.info(p)["records"] for p in paths)
+    for level in (0, 1):
+        for cb in (60, 700, 1 << 20):
+            blobs = []
+            for threads in (0, 2):
+                out = tmp_path / ("m%d_%d_%d.log" % (level, cb, threads))
+                assert xlog.merge(paths, out, level=level, chunk_bytes=cb,
+                                  threads=threads)["records"] == total
+                blobs.append(out.read_bytes())
+            assert blobs[0] == blobs[1]
+            assert xlog.KIND_NOSTEP in _chunk_kinds(out)
+    merged = ExperienceReplay((3,), capacity=None)
+    merged.ingest(out)
+    assert len(merged) == sum(len(b) for b in bufs)
+    assert merged.num_picks == sum(b.num_picks for b in bufs)
+    ends = sorted((bool(e.terminated), [] if e.final_state is None else e.final_state.tolist(),
+                   len(e.reward)) for e in (merged.episode(h) for h in merged._handles()))
+    want = sorted((bool(e.terminated), [] if e.final_state is None else e.final_state.tolist(),
+                   len(e.reward)) for b in bufs for e in (b.episode(h) for h in b._handles()))
+    assert ends == want and all(merged.episode(h).ended for h in merged._handles())
+    # the Python writer (the tests' second writer of the format) writes them too
+    with xlog.open(paths[0]) as r:
+        raws = list(r.raw_chunks())
+        w = xlog._Writer(tmp_path / "py.log", r.schema, 1, [0])
+    for raw in raws:
+        w.write(raw)
+    w.close(int(raws[-1].ts[-1]))
+    got = [c.flags.tolist() for c in xlog.open(tmp_path / "py.log")]
+    assert got == [r.fl.tolist() for r in raws]
+    assert _chunk_kinds(tmp_path / "py.log") == _chunk_kinds(paths[0])
+
+
+def test_readers_refuse_misplaced_no_step_records(tmp_path):
+    """FLAG_NO_STEP in a chunk of kind 1, without FLAG_END, or without a
+    final state or terminated flag (an end needs one), is refused by the
+    reader and by the merge, with the CRCs right."""
+    import log_fuzz as lf
+
+    p = tmp_path / "e.log"
+    lg = ExperienceLog(p, source=1, chunk_bytes=1 << 20)
+    b = ExperienceReplay((3,), capacity=None, log=lg)
+    h = b.record_many(None, np.zeros((2, 3), np.float32), [0, 1], [0.0, 0.0])
+    b.end_episode(h, terminated=True)
+    lg.close()
+    blob = p.read_bytes()
+    head, chunks, tail = lf.parse(blob)
+    assert [c["kind"] for c in chunks] == [xlog.KIND_NOSTEP, xlog.KIND_END]
+    n = chunks[0]["count"]
+
+    def with_flag(v, kind=xlog.KIND_NOSTEP):
+        h2, c2, t2 = lf.parse(blob)
+        raw = bytearray(c2[0]["raw"])
+        raw[28 * n + n - 1] = v
+        c2[0]["raw"], c2[0]["kind"] = bytes(raw), kind
+        return lf.serialize(h2, c2, t2)
+
+    for bad in (with_flag(xlog.FLAG_END | xlog.FLAG_TERMINATED | xlog.FLAG_NO_STEP, 1),
+                with_flag(xlog.FLAG_NO_STEP | xlog.FLAG_TERMINATED),
+                with_flag(xlog.FLAG_NO_STEP | xlog.FLAG_END)):
+        q = tmp_path / "bad.log"
+        q.write_bytes(bad)
+        with pytest.raises(ValueError):
+            list(xlog.open(q))
+        with pytest.raises(ValueError, match="flags|length|raw bytes"):
+            xlog.merge([q], tmp_path / "out.log", progress=False)
+        assert not (tmp_path / "out.log").exists()
+    lf.check_input(with_flag(xlog.FLAG_END | xlog.FLAG_TERMINATED | xlog.FLAG_NO_STEP),
+                   str(tmp_path))

@@ -170,6 +170,94 @@ def test_rollouts_keep_episodes_whole_and_streams_apart():
     assert st["records"] == 12 and st["rollouts"] == 3
 
 
+def _end_only(fin, terminated=True):
+    """A rollout of no rows that ends the stream's open episode without a step."""
+    return Rollout(np.zeros((0, 4), np.float32), np.zeros(0, np.int64), np.zeros(0, np.float32),
+                   ends=[0], final_states=None if fin is None else np.asarray(fin)[None],
+                   terminated=[terminated])
+
+
+@pytest.mark.parametrize("impl", ["c", "reference"])
+def test_a_rollout_of_no_rows_ends_the_streams_open_episode(impl):
+    """The episode a stream left open ends without a step (end_episode): its
+    final state and end flag are the empty rollout's, its last steps' picks
+    exist, and the buffer is what one rollout ending it would have left.
+    Before, a stream's episode that ended with an empty rollout stayed open."""
+    def server():
+        srv = ReplayServer(state_shape=(4,), capacity=None, pick_len=3, allow_short=True, seed=0,
+                           impl=impl)
+        return srv
+
+    s, a, r = _episode(8, 1)
+    fin = np.full(4, 9, np.float32)
+    srv, twin = server(), server()
+    assert srv.record_rollout("A", Rollout(s[:5], a[:5], r[:5], np.arange(1.0, 6.0)), seq=0) == 5
+    # held until its predecessor comes, then recorded in order
+    assert srv.record_rollout("A", _end_only(fin, False), seq=2) == 0
+    assert srv.record_rollout("A", Rollout(s[5:], a[5:], r[5:], np.arange(6.0, 9.0)), seq=1) == 3
+    twin.record_rollout("A", Rollout(s, a, r, np.arange(1.0, 9.0), ends=[8], final_states=fin[None],
+                                     terminated=[False]))
+    (h,) = srv.buf._handles()
+    e = srv.buf.episode(h)
+    assert e.ended and not e.terminated and np.array_equal(e.final_state, fin)
+    assert srv.buf.num_picks == twin.buf.num_picks == 8
+    if impl == "c":
+        assert srv.buf.serialize(0) == twin.buf.serialize(0)
+    st = srv.stats()
+    assert st["records"] == 8 and st["rollouts"] == 3
+    # the stream's next rollout starts a new episode; an empty one with none
+    # open (a new stream, or after an end) ends nothing
+    assert srv.record_rollout("A", _end_only(None), seq=3) == 0
+    assert srv.record_rollout("B", _end_only(fin)) == 0
+    srv.record_rollout("A", Rollout(s[:2], a[:2], r[:2]), seq=4)
+    assert srv.record_rollout("A", _end_only(None)) == 0
+    eps = [srv.buf.episode(h) for h in srv.buf._handles()]
+    assert [(len(x.reward), bool(x.ended), bool(x.terminated)) for x in eps] == [
+        (8, True, False), (2, True, True)]
+    srv.buf._check()
+
+
+def test_actor_end_episode_ends_a_handle_of_record_many(cluster):
+    """The actor's end_episode (writers' group) ends an episode that its
+    record_many left open; False for one evicted."""
+    actor = _actor(state_shape=(4,), capacity=12, pick_len=2, seed=0, selectors=["uniform"])
+    s, a, r = _episode(5, 2)
+    h = ray.get(actor.record_many.remote(None, s, a, r))
+    assert ray.get(actor.end_episode.remote(h, final_state=s[0], terminated=True)) is True
+    h2 = ray.get(actor.record_many.remote(None, s, a, r))
+    ray.get(actor.record_many.remote(None, s, a, r))
+    ray.get(actor.record_many.remote(None, s, a, r))  # capacity 12: h, then h2 evicted
+    assert ray.get(actor.end_episode.remote(h2, terminated=True)) is False
+    with pytest.raises(ValueError, match="h: expected"):
+        ray.get(actor.end_episode.remote(h2 + 10, terminated=True))
+    buf = ray.get(actor.buffer.remote())
+    assert all(buf.episode(x).ended is False for x in buf._handles())
+    assert ray.get(actor.stats.remote())["records"] == 20
+    ray.kill(actor)
+
+
+def test_rollouts_of_no_rows_are_refused_unless_they_end():
+    s, a, r = _episode(3, 1)
+    z = (np.zeros((0, 4), np.float32), np.zeros(0, np.int64), np.zeros(0, np.float32))
+    with pytest.raises(ValueError, match="rollout: expected T >= 1 rows .* got 0, 0, 0"):
+        Rollout(*z)
+    with pytest.raises(ValueError, match=r"ends: expected strictly increasing indices in 1..3"):
+        Rollout(s, a, r, ends=[0, 3])
+    with pytest.raises(ValueError, match="final_states: required"):
+        Rollout(*z, ends=[0], terminated=[False])
+    with pytest.raises(ValueError, match="rollout: expected T >= 1 rows"):
+        Rollout(*z, ends=[0, 0])
+    srv = ReplayServer(state_shape=(4,), capacity=None, pick_len=1, seed=0)
+    srv.record_rollout("A", Rollout(s, a, r))
+    before = srv.buf.serialize(0)
+    with pytest.raises(ValueError, match=r"final_states: expected shape \(1, 4\), got \(1, 3\)"):
+        srv.record_rollout("A", Rollout(*z, ends=[0], final_states=np.zeros((1, 3), np.float32),
+                                        terminated=[False]))
+    assert srv.buf.serialize(0) == before  # refused before anything
+    srv.record_rollout("A", Rollout(s, a, r))  # the stream's next rollout starts anew
+    assert srv.buf.num_episodes == 2
+
+
 def test_rollouts_out_of_order_are_held_not_waited_for():
     # A threaded actor may run a stream's rollouts out of order, even with one
     # thread in the writers' group: a rollout ahead of its turn is held (no
@@ -766,6 +854,30 @@ def test_sharded_rollouts_spread_and_stay_whole(cluster):
         for h in b._handles():
             e = b.episode(h)
             np.testing.assert_array_equal(np.diff(e.state[:, 1]), 1)
+    sh.shutdown()
+
+
+def test_sharded_rollout_of_no_rows_ends_the_open_episode_on_its_shard(cluster):
+    """An empty rollout goes to the shard that holds the stream's open
+    episode and ends it there; with no episode open it is not sent at all."""
+    sh = ShardedReplay(2, state_shape=(4,), capacity=None, pick_len=2, allow_short=True, seed=0,
+                       selectors=["uniform"], actor_options={"num_cpus": 0})
+    s, a, r = _episode(6, 3)
+    fin = np.full(4, 7, np.float32)
+    for k in range(3):  # open episodes on both shards, each ended by an empty rollout
+        sh.record_rollout("w", Rollout(s[:3], a[:3], r[:3], ends=[1], terminated=[True]), wait=True)
+        sh.record_rollout("w", Rollout(s[3:], a[3:], r[3:]), wait=True)
+        assert sh.record_rollout("w", _end_only(fin, bool(k % 2)), wait=True) == 0
+    assert sh.record_rollout("w", _end_only(fin), wait=True) == 0  # nothing open: not sent
+    assert sh.record_rollout("x", _end_only(fin), wait=False) == []
+    eps = [(b, b.episode(h)) for b in sh.buffers() for h in b._handles()]
+    assert len(eps) == 6 and all(e.ended for _, e in eps)
+    ended_empty = [e for _, e in eps if len(e.reward) == 5]
+    assert len(ended_empty) == 3 and all(np.array_equal(e.final_state, fin) for e in ended_empty)
+    assert sorted(bool(e.terminated) for e in ended_empty) == [False, False, True]
+    for b, _ in eps:
+        b._check()
+    sh.end_stream("w")
     sh.shutdown()
 
 

@@ -68,7 +68,19 @@ OBSERVERS = {
     "new_selector": lambda b, h: (b.new_pick_selector(U).handle, b.num_picks),
     "stored_priorities": lambda b, h: b.stored_priorities(SEL[id(b)], [h], [0]),
     "pickle": lambda b, h: view(pickle.loads(pickle.dumps(b))),
+    # empty: refused as such (not as a handle never made); with a step, ended
+    "end_episode": lambda b, h: (_error(lambda: b.end_episode(h, terminated=True)),
+                                 b.record(h, np.zeros(2, np.float32), 0, 0.0),
+                                 b.end_episode(h, terminated=True), view(b)),
 }
+
+
+def _error(fn):
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - compared between the two buffers
+        return type(e).__name__, str(e)
+    return None
 
 
 @pytest.mark.parametrize("name", sorted(OBSERVERS))

@@ -394,6 +394,126 @@ def test_episodes_without_steps_add_nothing():
         assert len(buf) == 3 and buf.get_num_episodes() == 1
 
 
+def empty_end(id_, t, terminated=True):
+    """A done fragment of no steps: its one observation (t) is the previous
+    fragment's last, where the episode ended exactly at a fragment boundary."""
+    eps = SingleAgentEpisode(id_=id_, observations=[float(t)], infos=[{}], t_started=t)
+    eps.is_terminated = terminated
+    eps.is_truncated = not terminated
+    return eps
+
+
+@pytest.mark.parametrize("cls", [PrioritizedEpisodeReplayBuffer, EpisodeReplayBuffer])
+@pytest.mark.parametrize("terminated", [True, False])
+@pytest.mark.parametrize("one_add", [False, True])
+def test_a_done_fragment_of_no_steps_ends_the_open_episode(cls, terminated, one_add):
+    """The episode ends (ExperienceReplay.end_episode): its final state is
+    the fragment's observation, its end flag the fragment's, the picks of its
+    last steps exist, its id_ is no longer open; the buffer then holds exactly
+    what one fragment of all the steps, done, leaves (the same bytes, the same
+    samples). Before, it stayed open for ever: the last n_max steps were never
+    drawn and terminated was lost."""
+    def twins():
+        return [cls(capacity=100, n_step=3, seed=5) for _ in range(2)]
+
+    a, b = twins()
+    frags = [fragment("x", 0, 6, False), empty_end("x", 6, terminated)]
+    if one_add:
+        a.add(frags)
+    else:
+        for f in frags:
+            a.add(f)
+    whole = fragment("x", 0, 6, terminated)
+    whole.is_truncated = not terminated
+    b.add(whole)
+    rb = a.exreplay_buffer
+    (h,) = rb._handles()
+    e = rb.episode(h)
+    assert e.ended and bool(e.terminated) == terminated and e.final_state == 6.0
+    assert rb.num_picks == 6  # every step of the ended episode has a pick
+    assert rb.serialize(0) == b.exreplay_buffer.serialize(0)
+    assert (a.get_num_episodes(), a.get_num_timesteps(), a.get_added_timesteps()) == (1, 6, 6)
+    assert [(x.id_, len(x), x.is_terminated, x.is_truncated) for x in a.episodes] == [
+        ("x", 6, terminated, not terminated)]
+    for n in (1, 3):
+        sa, sb = a.sample(64, n_step=n), b.sample(64, n_step=n)
+        assert [unpack(x)[:6] for x in sa] == [unpack(x)[:6] for x in sb]
+        last = [x for x in sa if x.t_started + n == 6]
+        assert last and all(x.is_terminated == terminated and x.is_truncated != terminated
+                            for x in last)
+        assert all(x.get_observations(-1) == 6.0 for x in last)
+    # the id_ has ended: a further fragment of it is refused, as after any end
+    with pytest.raises(ValueError, match="got the id_ of an episode held that has ended"):
+        a.add(fragment("x", 6, 2, True))
+    rb._check()
+
+
+@pytest.mark.parametrize("cls", [PrioritizedEpisodeReplayBuffer, EpisodeReplayBuffer])
+def test_a_done_fragment_of_no_steps_is_checked_first(cls):
+    """Its observation must be the open episode's last (it is the same one)
+    and fit the buffer; otherwise a ValueError naming episodes, and nothing
+    changes. A done fragment of no steps for an id_ not held adds nothing."""
+    buf = _filled(cls)  # "open": t 0..5, open, last observation 5.0
+    before = _snapshot(buf)
+    bad = empty_end("open", 5)
+    bad.observations = type(bad.observations)([7.0])
+    for eps, msg in [(bad, "expected a first observation equal to the last one of the open "
+                           "episode with this id_ (the fragment continues it), got 7.0 (the "
+                           "episode's last: 5.0)"),
+                     (empty_end("open", 4), "expected t_started 5 (where the open episode with "
+                                            "this id_ stopped), got 4")]:
+        with pytest.raises(ValueError) as e:
+            buf.add([make_episode(10, "new", base=500.0), eps])
+        assert str(e.value) == "episodes: " + msg + _AT1 % "open"
+        assert _snapshot(buf) == before
+    buf.add(empty_end("never seen", 3))
+    assert buf.get_num_episodes() == 3
+    buf.add(empty_end("open", 5))
+    assert all(buf.exreplay_buffer.episode(h).ended for h in buf.exreplay_buffer._handles())
+
+
+class _FailingEnd:
+    """An ExperienceReplay whose end_episode raises MemoryError, as an
+    allocation failure does (nothing ended)."""
+
+    def __init__(self, real):
+        self.real = real
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+    def __len__(self):
+        return len(self.real)
+
+    def end_episode(self, *args, **kwargs):
+        raise MemoryError("end_episode: injected")
+
+
+@pytest.mark.parametrize("cls", [PrioritizedEpisodeReplayBuffer, EpisodeReplayBuffer])
+def test_a_failed_end_leaves_the_episode_open(cls):
+    """A MemoryError from end_episode stops the add there: the episode is
+    still open, and adding the fragment again ends it."""
+    def filled():
+        buf = cls(capacity=1000, n_step=2, seed=1)
+        buf.add(fragment("open", 0, 4, False))
+        return buf
+
+    buf, twin = filled(), filled()
+    real = buf.exreplay_buffer
+    buf._buf = _FailingEnd(real)
+    try:
+        with pytest.raises(MemoryError):
+            buf.add([make_episode(5, "x", base=100.0), empty_end("open", 4)])
+    finally:
+        buf._buf = real
+    twin.add(make_episode(5, "x", base=100.0))
+    assert _snapshot(buf) == _snapshot(twin)
+    buf.add(empty_end("open", 4))
+    twin.add(empty_end("open", 4))
+    assert pickle.dumps(buf.get_state()) == pickle.dumps(twin.get_state())
+    assert all(real.episode(h).ended for h in real._handles())
+
+
 # ------------------------------------------- a refused add changes nothing
 
 

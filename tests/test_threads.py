@@ -216,6 +216,26 @@ def remover(run, buf, seed, newest=0.5, pause=0.001):
         run.stop.wait(pause)
 
 
+def ender(run, buf, seed, newest=0.5, pause=0.001):
+    """Ends episodes without a step now and then (end_episode, terminated,
+    so that the last next state is zeros as check_small_batch allows), often
+    the newest (the one a writer is most likely copying into: the end waits
+    for that copy). An episode ended, empty or evicted meanwhile is a
+    ValueError or False."""
+    rng = random.Random(seed)
+    while not run.stop.is_set():
+        hs = buf._handles()
+        if hs:
+            h = hs[-1] if rng.random() < newest else rng.choice(hs)
+            try:
+                if buf.end_episode(h, terminated=True):
+                    run.counts["ended"] += 1
+            except ValueError as e:
+                assert str(e).startswith(("h: expected an open episode",
+                                          "h: expected an episode with a step")), str(e)
+        run.stop.wait(pause)
+
+
 def inspector(run, buf, seed):
     """Readers of the introspection API, racing the writers."""
     rng = random.Random(seed)
@@ -265,11 +285,12 @@ def test_stress_record_sample_update_churn(eviction):
     run.spawn("churner", churner, run, buf, L, 4)
     run.spawn("inspector", inspector, run, buf, 5)
     run.spawn("remover", remover, run, buf, 6, 0.5, 0.005)
+    run.spawn("ender", ender, run, buf, 7, 0.5, 0.003)
     c = run.counts
 
     def reached():  # eviction really ran, and every other thread did its part
         return c["records"] > buf.capacity and all(
-            c[k] > 0 for k in ("batches", "asked", "churn", "removed"))
+            c[k] > 0 for k in ("batches", "asked", "churn", "removed", "ended"))
 
     run.run(DURATION, until=reached)
     buf._check()

@@ -190,6 +190,9 @@ class Rollout:
     (or None, when every ended episode is terminated) and ``terminated`` (E,) bool.
     Rows after the last end belong to an episode left open: the sender's next
     rollout continues it (the replay keeps one open episode per *stream*).
+    A rollout of no rows with ``ends=[0]`` ends that open episode, left by the
+    stream's previous rollout, without a step (its last step's next state
+    became known only after that rollout was sent: ExperienceReplay.end_episode).
 
     A Rollout is a plain container of arrays: it pickles as a handful of
     out-of-band NumPy buffers.
@@ -212,19 +215,23 @@ class Rollout:
             np.ones(len(self.ends), dtype=bool) if terminated is None else np.asarray(terminated, dtype=bool)
         )
         T = _rows(self.states)
-        if T < 1 or len(self.actions) != T or len(self.rewards) != T:
-            raise ValueError(f"rollout: expected T >= 1 rows in states, actions, rewards; got "
-                             f"{T}, {len(self.actions)}, {len(self.rewards)}")
+        E = len(self.ends)
+        if (T < 1 and not (E == 1 and self.ends[0] == 0)) or len(self.actions) != T or \
+                len(self.rewards) != T:
+            raise ValueError(f"rollout: expected T >= 1 rows in states, actions, rewards (or T = 0 "
+                             f"with ends=[0]: an end without a step), got {T}, "
+                             f"{len(self.actions)}, {len(self.rewards)}")
+        lo = 0 if T == 0 else 1  # an end at 0 only in a rollout of no rows
         if self.extras is not None and any(len(v) != T for v in self.extras.values()):
             raise ValueError(f"extras: expected {T} rows in every field, got "
                              f"{ {k: len(v) for k, v in self.extras.items()} }")
         if self.priorities is not None and len(self.priorities) != T:
             raise ValueError(f"priorities: expected {T} rows, got {len(self.priorities)}")
-        E = len(self.ends)
         if len(self.terminated) != E or (self.final_states is not None and _rows(self.final_states) != E):
             raise ValueError(f"ends, final_states, terminated: expected {E} rows each")
-        if E and (self.ends[0] < 1 or self.ends[-1] > T or np.any(np.diff(self.ends) <= 0)):
-            raise ValueError(f"ends: expected strictly increasing indices in 1..{T}, got {self.ends}")
+        if E and (self.ends[0] < lo or self.ends[-1] > T or np.any(np.diff(self.ends) <= 0)):
+            raise ValueError(f"ends: expected strictly increasing indices in {lo}..{T} (an end at 0 "
+                             f"only in a rollout of no rows), got {self.ends}")
         if self.final_states is None and not bool(np.all(self.terminated)):
             raise ValueError("final_states: required where an episode ends without terminated=True")
 
@@ -241,7 +248,9 @@ class Rollout:
         return len(self.ends) == 0 or int(self.ends[-1]) < len(self)
 
     def pieces(self):
-        """(start, stop, end_index or None) per episode piece, in order."""
+        """(start, stop, end_index or None) per episode piece, in order; a
+        rollout of no rows is the one piece (0, 0, 0), which ends the stream's
+        open episode without a step."""
         start = 0
         for j, e in enumerate(self.ends):
             yield start, int(e), j
@@ -457,6 +466,15 @@ class ReplayServer:
             self._meter.leave("w", t, **counts)
         return h
 
+    def end_episode(self, h, final_state=None, terminated=False) -> bool:
+        """``ExperienceReplay.end_episode``: ends open episode h (a handle
+        record_many returned) without a step; False if it was evicted."""
+        t = self._meter.enter("w")
+        try:
+            return self.buf.end_episode(h, final_state=final_state, terminated=terminated)
+        finally:
+            self._meter.leave("w", t)
+
     def record_rollout(self, stream: Hashable, rollout: Rollout, seq: int | None = None) -> int:
         """Record a `Rollout` of sender `stream`; returns the records accepted.
 
@@ -570,6 +588,11 @@ class ReplayServer:
             for a, b, j in r.pieces():
                 pr = None if r.priorities is None else r.priorities[a:b]
                 st, ex, fs = r.piece(a, b, j)
+                if a == b:  # a rollout of no rows: the open episode ends without a step
+                    if h is not None:  # none (a new stream, or one whose episode was lost): nothing to end
+                        self.buf.end_episode(h, final_state=fs, terminated=bool(r.terminated[j]))
+                    h = None
+                    continue
                 if j is None:
                     h = self.buf.record_many(h, st, r.actions[a:b], r.rewards[a:b], priorities=pr, extras=ex)
                 else:
@@ -760,6 +783,7 @@ class ReplayServer:
 
 _GROUP_OF = {
     "record_many": "writers",
+    "end_episode": "writers",
     "record_rollout": "writers",
     "end_stream": "writers",
     "get_batch": "learner",
@@ -986,6 +1010,8 @@ class ShardedReplay:
         it advances); returns the calls' ObjectRefs. _mu held."""
         groups: dict[int, list] = {}
         for a, b, j in rollout.pieces():
+            if a == b and st["open"] is None:
+                continue  # a rollout of no rows, no episode open on any shard: nothing to end
             if a == 0 and st["open"] is not None:
                 shard = st["open"]
             else:
@@ -1089,7 +1115,10 @@ class ShardedReplay:
         """One whole episode (ended), to the next shard in turn. It is sent
         without a seq: every copy of this object may record episodes at once."""
         fs = None if final_state is None else _map(lambda x: np.asarray(x)[None], final_state)
-        r = Rollout(states, actions, rewards, priorities, ends=[len(actions)], final_states=fs,
+        T = len(actions)
+        if T < 1:  # a rollout of no rows would end another episode of the stream: none here
+            raise ValueError(f"rollout: expected T >= 1 rows in states, actions, rewards, got {T}")
+        r = Rollout(states, actions, rewards, priorities, ends=[T], final_states=fs,
                     terminated=[terminated], extras=extras)
         return self._send(_EPISODES, r, wait, numbered=False)
 

@@ -592,9 +592,11 @@ class _ExreplayEpisodeBuffer:
             T = len(eps)
             prev = self._continues(eps, i, seen)
             if T == 0:
-                if eps.is_done and prev is not None:
+                obs = None
+                if eps.is_done and prev is not None:  # ends the open episode: its final state
+                    obs = self._closing_observation(eps, i, prev, layout)
                     seen[eps.id_] = _ENDED
-                frags.append((eps, 0, None, None, None))
+                frags.append((eps, 0, obs, None, None))
                 continue
             obs = _episode_array(eps.get_observations(), "observations", i, eps)
             act = _episode_array(eps.get_actions(), "actions", i, eps)
@@ -618,6 +620,20 @@ class _ExreplayEpisodeBuffer:
             seen[eps.id_] = _ENDED if eps.is_done else (eps.t, obs[-1])
             frags.append((eps, T, obs, act, rew.astype(np.float64, copy=False)))
         return frags, spec
+
+    @staticmethod
+    def _closing_observation(eps, i, prev, layout) -> np.ndarray:
+        """The one observation of a fragment of no steps that ends the open
+        episode it continues: the episode's final state, checked as a
+        fragment's observations are (the buffer's layout, and equal to the
+        episode's last observation, which it is)."""
+        obs = _episode_array(eps.get_observations(), "observations", i, eps)
+        obs = _fit(obs, 1, layout[0], layout[1], "observations", i, eps)
+        if prev[1] is not None and not _same_observation(obs[0], prev[1]):
+            raise ValueError("episodes: expected a first observation equal to the last one of "
+                             "the open episode with this id_ (the fragment continues it), got "
+                             "%s%s" % (_observation_text(obs[0], prev[1]), _where(i, eps)))
+        return obs[0]
 
     def _continues(self, eps, i, seen):
         """(next t, last observation) of the open episode a fragment
@@ -646,9 +662,7 @@ class _ExreplayEpisodeBuffer:
         run = self._running.get(eps.id_)
         if T == 0:
             if eps.is_done and run is not None:
-                # A zero-step closing fragment: nothing to record; the
-                # episode stays open in the buffer (no final state).
-                del self._running[eps.id_]
+                self._end_open(eps, run, obs)
             return 0, 0
         h = run.h if run is not None and self._h_min <= run.h else None
         done = bool(eps.is_done)
@@ -676,6 +690,21 @@ class _ExreplayEpisodeBuffer:
         else:
             self._running[eps.id_] = _Running(h2, length, last_obs, eps.t)
         return T, int(h2 != h)
+
+    def _end_open(self, eps, run, final_obs) -> None:
+        """A done fragment of no steps (its one observation the open
+        episode's last, where the episode ends exactly at a fragment
+        boundary) ends the open episode without a step: end_episode, with
+        that observation as the final state. Its last steps' picks then
+        exist and the end flags are the fragment's; the id_ leaves the open
+        episodes as at any end. Done before the bookkeeping, so that a
+        failure (MemoryError) leaves the episode open and the fragment can be
+        added again."""
+        self._grow_end_len(run.h + 1)
+        if self._buf.end_episode(run.h, final_state=final_obs,
+                                 terminated=bool(eps.is_terminated)):
+            self._set_end(run.h, run.length)
+        del self._running[eps.id_]
 
     def _report_add(self, episodes_added, steps_added, n_evicted, steps_evicted):
         """RLlib's add metrics, as its own buffer reports them."""

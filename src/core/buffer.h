@@ -168,6 +168,30 @@ exr_status exr_buffer_record(exr_buffer *b, int64_t h, const exr_steps *in, cons
 exr_status exr_buffer_record_nowait(exr_buffer *b, int64_t h, const exr_steps *in,
                                     const exr_leaves *lv, int64_t *out_h, bool *done);
 
+/* What exr_buffer_end_episode_locked found episode h to be. */
+typedef enum {
+    EXR_END_DONE,    /* open, with at least one step: ended by the call */
+    EXR_END_GONE,    /* not held, but a handle of this buffer (evicted or removed): nothing to end */
+    EXR_END_UNKNOWN, /* no episode of this buffer ever had this handle */
+    EXR_END_ENDED,   /* held, and ended already */
+    EXR_END_EMPTY,   /* held and open, but with no step whose next state final_state would be */
+    EXR_END_NO_END   /* neither final_state nor terminated: an end needs one (h not looked at) */
+} exr_end_outcome;
+
+/* Ends open episode h without a new step: exactly what its last record call
+ * would have done had it carried final_state (state_bytes packed, NULL for
+ * none) and terminated, one of which an end needs (as a record call's end
+ * does). The last step becomes complete, and the picks that needed its next
+ * state are entered with the priorities recorded for them. A record call
+ * copying into h finishes first (the lock released meanwhile). The log's
+ * hook is called once, with no row. *out says what h was: EXR_OK with
+ * EXR_END_DONE or EXR_END_GONE (nothing changes), EXR_ENOTFOUND with
+ * EXR_END_UNKNOWN, EXR_EINVAL with EXR_END_ENDED, EXR_END_EMPTY or
+ * EXR_END_NO_END; on any status but EXR_OK (EXR_ENOMEM too) nothing
+ * changes. O(S log N) for each new pick, at most pick_len of them. */
+exr_status exr_buffer_end_episode_locked(exr_buffer *b, int64_t h, const void *final_state,
+                                         bool terminated, exr_end_outcome *out);
+
 /* Evicts episode h now, as capacity would: its picks leave the table and
  * every selector, its records the count. A record call copying into h
  * finishes first (the lock released meanwhile). EXR_ENOTFOUND if h is not
@@ -271,7 +295,10 @@ exr_status exr_buffer_episode_rows_locked(const exr_buffer *b, int64_t h, void *
  * cause, with the step's episode handle and position, its row
  * (state|action|reward in the buffer's storage), its final state (NULL if
  * none), whether it ends the episode, and whether it is the first step of
- * its record call. fn NULL removes the hook. */
+ * its record call; and once for every episode that
+ * exr_buffer_end_episode_locked ends, with row NULL (no step), pos the
+ * episode's number of records, end true and first_of_call true. fn NULL
+ * removes the hook. */
 typedef void (*exr_step_hook)(void *ctx, exr_buffer *b, int64_t h, uint64_t pos,
                               const unsigned char *row, const unsigned char *final_state,
                               bool end, bool terminated, bool first_of_call);

@@ -798,6 +798,74 @@ exr_status exr_buffer_record_locked(exr_buffer *b, int64_t h, const exr_steps *i
     return record_steps_locked(b, h, in, NULL, false, &plan, out_h);
 }
 
+/* ---- ending an episode without a step ------------------------------------
+ *
+ * The last record call of an episode may not have known that it was the
+ * last (an RLlib fragment that ends exactly at the previous one's last
+ * observation, a stream whose episode ends with an empty rollout). Ending
+ * it afterwards does what that call's end would have done: the flags and
+ * the final state, the picks that needed the last step's next state (with
+ * the priorities recorded for them, still in aux), the log's record of the
+ * end, and the cut of the last segment. No record is added, so nothing is
+ * evicted. */
+
+/* What episode h is to exr_buffer_end_episode_locked; *slot its slot. */
+static exr_end_outcome end_outcome_locked(const exr_buffer *b, int64_t h, uint32_t *slot)
+{
+    *slot = exr_episodes_find(&b->eps, h);
+    if (*slot == EXR_NIL)
+        return h >= 0 && h < b->next_handle ? EXR_END_GONE : EXR_END_UNKNOWN;
+    const exr_episode *e = &b->eps.slab[*slot];
+    if (e->ended)
+        return EXR_END_ENDED;
+    return e->n ? EXR_END_DONE : EXR_END_EMPTY;
+}
+
+/* The picks episode e gains by ending: its picks once ended, less those it has. */
+static uint64_t end_new_picks(const exr_buffer *b, const exr_episode *e)
+{
+    exr_episode ended = *e;
+    ended.ended = 1;
+    return exr_picks_target(b, &ended) - e->m;
+}
+
+exr_status exr_buffer_end_episode_locked(exr_buffer *b, int64_t h, const void *final_state,
+                                         bool terminated, exr_end_outcome *out)
+{
+    EXR_ASSERT_EXCLUSIVE(b);
+    *out = EXR_END_NO_END;
+    if (!final_state && !terminated)
+        return EXR_EINVAL;
+    wait_not_busy_locked(b, h); /* ordered after a record call copying into h */
+    uint32_t slot;
+    *out = end_outcome_locked(b, h, &slot);
+    if (*out == EXR_END_GONE)
+        return EXR_OK;
+    if (*out != EXR_END_DONE)
+        return *out == EXR_END_UNKNOWN ? EXR_ENOTFOUND : EXR_EINVAL;
+    exr_episode *e = &b->eps.slab[slot];
+    unsigned char *fin = NULL;
+    if (final_state && !(fin = malloc(b->lay.state_bytes)))
+        return EXR_ENOMEM;
+    exr_status st = reserve_picks(b, (size_t)end_new_picks(b, e));
+    if (st != EXR_OK) {
+        free(fin);
+        return st;
+    }
+    /* nothing fails from here on */
+    e->ended = 1;
+    e->terminated = terminated;
+    if (fin) {
+        memcpy(fin, final_state, b->lay.state_bytes);
+        e->body->final_state = fin;
+    }
+    if (b->hook)
+        b->hook(b->hook_ctx, b, h, e->n, NULL, fin, true, terminated, true);
+    enter_picks_locked(b, slot);
+    shrink_ended_locked(b, e);
+    return EXR_OK;
+}
+
 /* The rows of plan copied with no lock held (the body pinned, the episode
  * busy), then published under the shared lock. THE publish point of a
  * record call that copies unlocked (one that copies under its exclusive

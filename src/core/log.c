@@ -24,8 +24,9 @@
 #define TRAILER_MAGIC 0x4e455258u /* "XREN" */
 #define CHUNK_HEADER 56
 #define CHUNK_TRAILER 16
-#define KIND_RECORDS 1u
-#define KIND_END 2u
+#define KIND_RECORDS EXR_LOG_KIND_RECORDS
+#define KIND_END EXR_LOG_KIND_END
+#define KIND_NOSTEP EXR_LOG_KIND_NOSTEP
 #define CODEC_STORED 0u
 #define CODEC_ZLIB 1u
 #define META_BYTES EXR_LOG_META_BYTES
@@ -42,9 +43,10 @@ typedef struct chunk {
     size_t n, cap;
     int64_t *ts, *h, *pos;
     uint8_t *fl;
-    const unsigned char **rows;
+    const unsigned char **rows; /* NULL for a record without a row (EXR_LOG_NOSTEP) */
     const unsigned char **fins;
     size_t nfin, fincap;
+    size_t nostep;      /* records without a row: the chunk is of kind KIND_NOSTEP */
     arena_blk *arena;
     size_t raw;         /* raw body bytes so far */
     exr_buffer *pinned; /* the buffer whose storage rows point into, or NULL */
@@ -250,7 +252,7 @@ static exr_status write_block(exr_log *lg, unsigned kind, unsigned codec, uint32
     if (s == EXR_OK) {
         pthread_mutex_lock(&lg->mu);
         lg->st.file_bytes += CHUNK_HEADER + body_len + CHUNK_TRAILER;
-        if (kind == KIND_RECORDS) {
+        if (kind != KIND_END) {
             lg->st.chunks++;
             lg->st.records += count;
             lg->st.raw_bytes += raw_len;
@@ -270,6 +272,12 @@ static void unpin_chunk(chunk *c)
         exr_buffer_unlock(c->pinned);
         c->pinned = NULL;
     }
+}
+
+/* A records chunk's kind: KIND_NOSTEP when a record has no row. */
+static unsigned chunk_kind(const chunk *c)
+{
+    return c->nostep ? KIND_NOSTEP : KIND_RECORDS;
 }
 
 /* The metadata columns of the raw body into p (META_BYTES * n bytes). */
@@ -323,7 +331,8 @@ static exr_status write_stored(exr_log *lg, chunk *c)
     v[nv].iov_base = lg->raw;
     v[nv++].iov_len = meta;
     for (size_t i = 0; i < n; i++)
-        iov_add(v, &nv, c->rows[i], lg->row);
+        if (c->rows[i])
+            iov_add(v, &nv, c->rows[i], lg->row);
     for (size_t i = 0; i < c->nfin; i++)
         iov_add(v, &nv, c->fins[i], lg->sb);
     uint32_t bc = (uint32_t)crc32(0L, Z_NULL, 0);
@@ -335,8 +344,8 @@ static exr_status write_stored(exr_log *lg, chunk *c)
             off += m;
         }
     }
-    exr_log_chunk_header(hd, KIND_RECORDS, CODEC_STORED, (uint32_t)n, lg->o.source, c->ts[0],
-                 c->ts[n - 1], c->raw, c->raw, bc);
+    exr_log_chunk_header(hd, chunk_kind(c), CODEC_STORED, (uint32_t)n, lg->o.source, c->ts[0],
+                         c->ts[n - 1], c->raw, c->raw, bc);
     exr_log_chunk_trailer(tr, CHUNK_HEADER + c->raw + CHUNK_TRAILER, hd);
     v[nv].iov_base = tr;
     v[nv++].iov_len = CHUNK_TRAILER;
@@ -410,8 +419,11 @@ static exr_status write_chunk(exr_log *lg, chunk *c)
     if (s == EXR_OK) {
         put_meta(lg, c, lg->raw);
         unsigned char *p = lg->raw + META_BYTES * n;
-        for (size_t i = 0; i < n; i++, p += lg->row)
-            memcpy(p, c->rows[i], lg->row);
+        for (size_t i = 0; i < n; i++)
+            if (c->rows[i]) {
+                memcpy(p, c->rows[i], lg->row);
+                p += lg->row;
+            }
         for (size_t i = 0; i < c->nfin; i++, p += lg->sb)
             memcpy(p, c->fins[i], lg->sb);
     }
@@ -422,7 +434,7 @@ static exr_status write_chunk(exr_log *lg, chunk *c)
         s = EXR_ENOMEM;
     if (s != EXR_OK)
         return s;
-    return write_block(lg, KIND_RECORDS, CODEC_ZLIB, (uint32_t)n, c->ts[0], c->ts[n - 1],
+    return write_block(lg, chunk_kind(c), CODEC_ZLIB, (uint32_t)n, c->ts[0], c->ts[n - 1],
                        lg->zbuf, lg->z.total_out, c->raw);
 }
 
@@ -694,8 +706,8 @@ static exr_status add_locked(exr_log *lg, int64_t h, uint64_t pos, const unsigne
                              const unsigned char *fin, unsigned flags, unsigned char **copy_row,
                              unsigned char **copy_fin, int64_t now)
 {
-    bool has_fin = (flags & EXR_LOG_FINAL) != 0;
-    size_t add = META_BYTES + lg->row + (has_fin ? lg->sb : 0);
+    bool has_fin = (flags & EXR_LOG_FINAL) != 0, has_row = !(flags & EXR_LOG_NOSTEP);
+    size_t add = META_BYTES + (has_row ? lg->row : 0) + (has_fin ? lg->sb : 0);
     /* never past EXR_LOG_MAX_CHUNK, which write_chunk refuses: a step that
      * does not fit goes to a chunk of its own (exr_log_row_fits: it fits one) */
     if (lg->open && lg->open->raw + add > EXR_LOG_MAX_CHUNK)
@@ -735,6 +747,7 @@ static exr_status add_locked(exr_log *lg, int64_t h, uint64_t pos, const unsigne
     c->rows[i] = row;
     if (has_fin)
         c->fins[c->nfin++] = fin;
+    c->nostep += !has_row;
     c->raw += add;
     lg->st.backlog += add;
     if (c->raw >= lg->o.chunk_bytes)
@@ -745,7 +758,7 @@ static exr_status add_locked(exr_log *lg, int64_t h, uint64_t pos, const unsigne
 /* What a failed append_many puts back: the log as it was before the call. */
 typedef struct {
     chunk *open, *qtail;
-    size_t n, nfin, raw, backlog;
+    size_t n, nfin, nostep, raw, backlog;
     uint64_t sealed_seq;
     int64_t last_ts;
 } log_mark;
@@ -753,8 +766,15 @@ typedef struct {
 static void mark_locked(const exr_log *lg, log_mark *m)
 {
     chunk *c = lg->open;
-    *m = (log_mark){c, lg->qtail, c ? c->n : 0, c ? c->nfin : 0, c ? c->raw : 0, lg->st.backlog,
-                    lg->sealed_seq, lg->last_ts};
+    *m = (log_mark){c,
+                    lg->qtail,
+                    c ? c->n : 0,
+                    c ? c->nfin : 0,
+                    c ? c->nostep : 0,
+                    c ? c->raw : 0,
+                    lg->st.backlog,
+                    lg->sealed_seq,
+                    lg->last_ts};
 }
 
 /* With lg->mu, held since mark_locked: drops every step added since. The
@@ -782,6 +802,7 @@ static void rollback_locked(exr_log *lg, const log_mark *m)
         m->open->next = NULL;
         m->open->n = m->n;
         m->open->nfin = m->nfin;
+        m->open->nostep = m->nostep;
         m->open->raw = m->raw;
     }
     lg->sealed_seq = m->sealed_seq;
@@ -842,13 +863,14 @@ exr_status exr_log_append(exr_log *lg, int64_t h, uint64_t pos, const void *stat
     return exr_log_append_many(lg, h, pos, state, action, reward, 1, fin, flags);
 }
 
-/* The buffer's step hook: runs with b locked. */
+/* The buffer's step hook: runs with b locked. row NULL: an episode ended
+ * without a step (exr_buffer_end_episode_locked), logged without a row. */
 static void on_step(void *ctx, exr_buffer *b, int64_t h, uint64_t pos, const unsigned char *row,
                     const unsigned char *fin, bool end, bool terminated, bool first)
 {
     exr_log *lg = ctx;
     unsigned flags = (end ? EXR_LOG_END : 0) | (end && terminated ? EXR_LOG_TERMINATED : 0) |
-                     (end && fin ? EXR_LOG_FINAL : 0);
+                     (end && fin ? EXR_LOG_FINAL : 0) | (row ? 0 : EXR_LOG_END | EXR_LOG_NOSTEP);
     pthread_mutex_lock(&lg->mu);
     exr_status s = EXR_EINVAL;
     /* a chunk pinned to the buffer this log was detached from takes no row

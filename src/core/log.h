@@ -37,6 +37,16 @@ typedef struct exr_log exr_log;
 #define EXR_LOG_END 1u        /* the step ends its episode */
 #define EXR_LOG_TERMINATED 2u /* ... and its next state is terminal */
 #define EXR_LOG_FINAL 4u      /* ... and a final state is stored for it */
+/* The record is no step: it ends its episode (EXR_LOG_END) after `pos`
+ * steps, without a step of its own (exr_buffer_end_episode_locked), and the
+ * file holds no row for it. A chunk holding one has kind
+ * EXR_LOG_KIND_NOSTEP, which readers without this record refuse by kind. */
+#define EXR_LOG_NOSTEP 8u
+
+/* Chunk kinds (docs/log.md, "Chunk"). */
+#define EXR_LOG_KIND_RECORDS 1u
+#define EXR_LOG_KIND_END 2u
+#define EXR_LOG_KIND_NOSTEP 3u /* records, some of them EXR_LOG_NOSTEP */
 
 #define EXR_LOG_MAX_SCHEMA 4096
 #define EXR_LOG_MAX_CHUNK ((size_t)1 << 30) /* raw bytes of one chunk */

@@ -19,7 +19,8 @@
 #include "zheap.h"
 
 #define META 29 /* ts, handle, pos (8 each), source (4), flags (1) */
-#define KIND_RECORDS 1u
+#define KIND_RECORDS EXR_LOG_KIND_RECORDS
+#define KIND_NOSTEP EXR_LOG_KIND_NOSTEP
 #define CODEC_STORED 0u
 #define CODEC_ZLIB 1u
 #define MIXED 0xFFFFFFFFu
@@ -45,7 +46,8 @@ typedef struct {
     const unsigned char *data; /* the raw body: raw, or body when stored */
     z_stream z;
     bool zinit, ready;
-    size_t rec, fin; /* the merge's cursor: next record, next final state */
+    size_t nrows;         /* records with a row (check_flags) */
+    size_t rec, row, fin; /* the merge's cursor: next record, next row, next final state */
 } inslot;
 
 typedef struct {
@@ -57,7 +59,7 @@ typedef struct {
 /* An output chunk: filled by the merge, compressed by a job, written. */
 typedef struct {
     mjob j;
-    size_t n, nfin;
+    size_t n, nrows, nfin; /* records; rows (records without one: EXR_LOG_NOSTEP); finals */
     unsigned char *meta;  /* META * cap: the columns, each cap long */
     unsigned char *raw;   /* META * cap + rows + final states */
     unsigned char *fins;  /* final states until the chunk is sealed */
@@ -202,29 +204,45 @@ static uint32_t crc_of(const unsigned char *p, size_t n)
     return (uint32_t)c;
 }
 
+/* The flags of a decoded chunk, and its length against its rows and final
+ * states, checked as the Python reader checks them. */
+static bool check_flags(exr_merge *m, inslot *s)
+{
+    const exr_merge_chunk *c = &s->c;
+    size_t n = c->count, nrows = 0, nfin = 0;
+    const unsigned char *fl = s->data + 28 * n;
+    unsigned allowed = c->kind == KIND_NOSTEP ? 15u : 7u;
+    char msg[112];
+    for (size_t i = 0; i < n; i++) {
+        unsigned f = fl[i];
+        /* bits 1 to 3 need bit 0; bit 3 needs bit 1 or 2 (how the episode ended) */
+        if ((f & ~allowed) || ((f & 14u) && !(f & EXR_LOG_END)) ||
+            ((f & EXR_LOG_NOSTEP) && !(f & 6u))) {
+            job_fail(&s->j, EXR_ECORRUPT, 0, "record flags");
+            return false;
+        }
+        nrows += !(f & EXR_LOG_NOSTEP);
+        nfin += (f & EXR_LOG_FINAL) != 0;
+    }
+    if (n * META + nrows * m->row + nfin * m->sb != c->raw_len) {
+        snprintf(msg, sizeof msg,
+                 "chunk has %zu rows and %zu final states, its length says otherwise", nrows,
+                 nfin);
+        job_fail(&s->j, EXR_ECORRUPT, 0, msg);
+        return false;
+    }
+    s->nrows = nrows;
+    return true;
+}
+
 /* The records of a decoded chunk, checked as the Python reader checks them. */
 static void check_records(exr_merge *m, inslot *s)
 {
     const exr_merge_chunk *c = &s->c;
     size_t n = c->count;
-    const unsigned char *d = s->data, *ts = d, *pos = d + 16 * n, *src = d + 24 * n,
-                        *fl = d + 28 * n;
-    char msg[112];
-    size_t nfin = 0;
-    for (size_t i = 0; i < n; i++)
-        nfin += (fl[i] & EXR_LOG_FINAL) != 0;
-    if (n * (META + m->row) + nfin * m->sb != c->raw_len) {
-        snprintf(msg, sizeof msg, "chunk has %zu final states, its length says otherwise", nfin);
-        job_fail(&s->j, EXR_ECORRUPT, 0, msg);
+    const unsigned char *d = s->data, *ts = d, *pos = d + 16 * n, *src = d + 24 * n;
+    if (!check_flags(m, s))
         return;
-    }
-    for (size_t i = 0; i < n; i++) {
-        unsigned f = fl[i];
-        if ((f & ~7u) || ((f & 6u) && !(f & EXR_LOG_END))) {
-            job_fail(&s->j, EXR_ECORRUPT, 0, "record flags");
-            return;
-        }
-    }
     int64_t prev = (int64_t)get64(ts);
     bool bad = prev != c->first || (int64_t)get64(ts + 8 * (n - 1)) != c->last;
     for (size_t i = 1; i < n && !bad; i++) {
@@ -669,9 +687,15 @@ static bool chunk_lengths_ok(const exr_merge *m, const exr_merge_chunk *c)
     if (m->row > EXR_MERGE_MAX_RAW)
         return false;
     uint64_t n = c->count, fixed = n * (uint64_t)(META + m->row); /* < 2^32 * 2^32 */
-    if (!n || c->raw_len > EXR_MERGE_MAX_RAW || fixed > c->raw_len ||
-        (c->raw_len - fixed) % m->sb || (c->raw_len - fixed) / m->sb > n)
+    if (!n || c->raw_len > EXR_MERGE_MAX_RAW)
         return false;
+    if (c->kind == KIND_NOSTEP) { /* rows for some records only: checked exactly on decoding */
+        if (n * META > c->raw_len || c->raw_len > fixed + n * (uint64_t)m->sb)
+            return false;
+    } else if (c->kind != KIND_RECORDS || fixed > c->raw_len || (c->raw_len - fixed) % m->sb ||
+               (c->raw_len - fixed) / m->sb > n) {
+        return false;
+    }
     if (c->codec == CODEC_STORED)
         return c->body_len == c->raw_len;
     return c->codec == CODEC_ZLIB && c->body_len >= 6 &&
@@ -687,7 +711,7 @@ exr_status exr_merge_push(exr_merge *m, size_t i, const exr_merge_chunk *c)
     inslot *s = &in->slot[(in->head + in->queued) % EXR_MERGE_LOOK];
     s->c = *c;
     s->ready = false;
-    s->rec = s->fin = 0;
+    s->rec = s->row = s->fin = 0;
     s->data = NULL;
     in->queued++;
     enqueue(m, &s->j);
@@ -733,7 +757,8 @@ static exr_status write_slot(exr_merge *m, int k)
         return fail(m, o->j.st, 0, 0, o->j.errnum, o->j.what);
     unsigned char hd[EXR_LOG_CHUNK_HEADER], tr[EXR_LOG_CHUNK_TRAILER];
     const unsigned char *ts = o->raw;
-    exr_log_chunk_header(hd, KIND_RECORDS, m->level ? CODEC_ZLIB : CODEC_STORED, (uint32_t)o->n,
+    unsigned kind = o->nrows < o->n ? KIND_NOSTEP : KIND_RECORDS;
+    exr_log_chunk_header(hd, kind, m->level ? CODEC_ZLIB : CODEC_STORED, (uint32_t)o->n,
                          o->mixed ? MIXED : o->source, (int64_t)get64(ts),
                          (int64_t)get64(ts + 8 * (o->n - 1)), o->raw_len, o->body_len,
                          o->body_crc);
@@ -745,7 +770,7 @@ static exr_status write_slot(exr_merge *m, int k)
     m->chunks++;
     m->last_ts = (int64_t)get64(ts + 8 * (o->n - 1));
     o->busy = false;
-    o->n = o->nfin = 0;
+    o->n = o->nrows = o->nfin = 0;
     o->j.state = J_IDLE;
     m->wnext = (m->wnext + 1) % m->nout;
     return EXR_OK;
@@ -777,14 +802,14 @@ static exr_status write_done(exr_merge *m, bool all)
 static exr_status seal(exr_merge *m)
 {
     outslot *o = &m->out[m->cur];
-    size_t n = o->n, cap = m->cap;
-    size_t rows_at = META * n, need = META * n + n * m->row + o->nfin * m->sb;
+    size_t n = o->n, cap = m->cap, nrows = o->nrows;
+    size_t rows_at = META * n, need = META * n + nrows * m->row + o->nfin * m->sb;
     if (need > o->raw_cap) {
         if (reserve(&o->raw, &o->raw_cap, need))
             return fail(m, EXR_ENOMEM, 0, 0, 0, "");
     }
     if (n < cap)
-        memmove(o->raw + rows_at, o->raw + META * cap, n * m->row);
+        memmove(o->raw + rows_at, o->raw + META * cap, nrows * m->row);
     static const size_t width[5] = {8, 8, 8, 4, 1};
     unsigned char *p = o->raw, *q = o->meta;
     for (int c = 0; c < 5; c++) {
@@ -793,7 +818,7 @@ static exr_status seal(exr_merge *m)
         q += width[c] * cap;
     }
     if (o->nfin)
-        memcpy(o->raw + rows_at + n * m->row, o->fins, o->nfin * m->sb);
+        memcpy(o->raw + rows_at + nrows * m->row, o->fins, o->nfin * m->sb);
     o->raw_len = need;
     o->busy = true;
     enqueue(m, &o->j);
@@ -854,18 +879,22 @@ static exr_status copy_record(exr_merge *m, inslot *bs)
     } else if (src != o->source) {
         o->mixed = true;
     }
-    memcpy(o->raw + META * cap + k * row, d + META * n + r * row, row);
+    if (!(fl[r] & EXR_LOG_NOSTEP)) { /* a record without a step has no row */
+        memcpy(o->raw + META * cap + o->nrows * row, d + META * n + bs->row * row, row);
+        o->nrows++;
+        bs->row++;
+    }
     if (fl[r] & EXR_LOG_FINAL) {
         if (o->fins_cap < (o->nfin + 1) * sb &&
             reserve(&o->fins, &o->fins_cap, (2 * o->nfin + 1) * sb))
             return fail(m, EXR_ENOMEM, 0, 0, 0, "");
-        memcpy(o->fins + o->nfin * sb, d + (META + row) * n + bs->fin * sb, sb);
+        memcpy(o->fins + o->nfin * sb, d + META * n + bs->nrows * row + bs->fin * sb, sb);
         o->nfin++;
         bs->fin++;
     }
     o->n++;
     bs->rec++;
-    if (o->n == cap || o->n * (META + row) + o->nfin * sb >= m->chunk_bytes)
+    if (o->n == cap || o->n * META + o->nrows * row + o->nfin * sb >= m->chunk_bytes)
         return seal(m);
     return EXR_OK;
 }

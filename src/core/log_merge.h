@@ -41,10 +41,13 @@ typedef struct exr_merge exr_merge;
  * (magic, CRC, kind, codec, the length rules of docs/log.md, which
  * exr_merge_push checks again: EXR_EINVAL if broken): the body is
  * body_len bytes at offset body_off of fd. tag is reported with an error
- * in this chunk (the caller's offset of it). */
+ * in this chunk (the caller's offset of it). A record without a row
+ * (EXR_LOG_NOSTEP, in a chunk of kind EXR_LOG_KIND_NOSTEP) is merged as
+ * any other; an output chunk holding one is of that kind too. */
 typedef struct {
     int fd;
     uint64_t body_off, tag;
+    uint32_t kind; /* EXR_LOG_KIND_RECORDS, or EXR_LOG_KIND_NOSTEP: records without a row may come */
     uint32_t codec, count, source, body_crc;
     int64_t first, last;
     uint64_t raw_len, body_len;

@@ -191,6 +191,28 @@ PyDoc_STRVAR(exr_doc_remove_episode,
 "  or never created); the buffer is then unchanged.\n"
 "GIL: released. O(n + m S log N) for n records, m picks, S selectors.");
 
+PyDoc_STRVAR(exr_doc_end_episode,
+"end_episode($self, h, final_state=None, terminated=False)\n--\n\n"
+"Ends open episode h without recording a step: exactly what its last record\n"
+"call would have done had it carried final_state and terminated. final_state\n"
+"becomes the last step's next state, terminated marks it terminal, and the\n"
+"picks that needed it come to exist, with the priorities given when their\n"
+"steps were recorded. For an episode whose end is known only after its last\n"
+"step was recorded (an RLlib fragment of no steps that is done). An attached\n"
+"log records the end (docs/log.md).\n\n"
+"Args:\n"
+"  h: the handle of an open episode with at least one step.\n"
+"  final_state: None, or a state (a dict of fields with a state_spec).\n"
+"  terminated: a bool (or int, NumPy bool).\n\n"
+"Returns: True if it ended h; False if h is a handle of this buffer whose\n"
+"  episode is no longer held (evicted or removed): there is nothing to end.\n"
+"Raises: TypeError (h not an int, terminated not a bool, final_state\n"
+"  unconvertible), ValueError (final_state's shape; h ended already, h with\n"
+"  no step, or h no episode of this buffer has had), MemoryError. On any\n"
+"  error the buffer is unchanged.\n"
+"GIL: released. O(S log N) for each pick that comes to exist (at most\n"
+"  pick_len).");
+
 PyDoc_STRVAR(exr_doc_serialize,
 "serialize($self, level=6)\n--\n\n"
 "The whole buffer as bytes: configuration, episodes, picks, selectors with\n"

@@ -9,6 +9,7 @@
 #include <errno.h>
 
 #include "file.h"
+#include "log.h"
 #include "log_merge.h"
 
 typedef struct {
@@ -89,17 +90,19 @@ static PyObject *merge_close(MergeObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-/* push(i, fd, body_off, tag, codec, count, source, body_crc, first, last, raw_len, body_len) */
+/* push(i, fd, body_off, tag, codec, count, source, body_crc, first, last, raw_len, body_len,
+ *      kind=1) */
 static PyObject *merge_push(MergeObject *self, PyObject *args)
 {
     Py_ssize_t i;
     exr_merge_chunk c;
     unsigned long long off, tag, raw, blen;
-    unsigned int codec, count, source, crc;
+    unsigned int codec, count, source, crc, kind = EXR_LOG_KIND_RECORDS;
     long long first, last;
-    if (!PyArg_ParseTuple(args, "niKKIIIILLKK:push", &i, &c.fd, &off, &tag, &codec, &count,
-                          &source, &crc, &first, &last, &raw, &blen))
+    if (!PyArg_ParseTuple(args, "niKKIIIILLKK|I:push", &i, &c.fd, &off, &tag, &codec, &count,
+                          &source, &crc, &first, &last, &raw, &blen, &kind))
         return NULL;
+    c.kind = kind;
     if (check_idle(self) < 0)
         return NULL;
     c.body_off = off;

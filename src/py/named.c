@@ -744,6 +744,15 @@ error:
     return -1;
 }
 
+int exr_fields_in_final(ReplayObject *self, PyObject *fin, exr_fields_in *fi)
+{
+    memset(fi, 0, sizeof *fi);
+    if (final_in(self, fin, fi) == 0)
+        return 0;
+    exr_fields_in_release(self, fi);
+    return -1;
+}
+
 /* ---- episode(h) ---------------------------------------------------------------- */
 
 /* A copy of episode h's rows (and final state) taken under one lock hold,

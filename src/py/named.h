@@ -104,6 +104,10 @@ typedef struct {
 int exr_fields_in_parse(ReplayObject *self, PyObject *state, PyObject *fin, PyObject *extras,
                         npy_intp *T, exr_fields_in *fi);
 void exr_fields_in_release(ReplayObject *self, exr_fields_in *fi);
+/* final_state alone (end_episode), checked and packed into fi->fin as
+ * exr_fields_in_parse does it; -1 with an exception naming final_state
+ * (fi then holds nothing). */
+int exr_fields_in_final(ReplayObject *self, PyObject *fin, exr_fields_in *fi);
 
 /* episode(h) of a buffer with named fields or extras: EpisodeData with
  * dicts where the buffer has them. */

@@ -63,6 +63,8 @@ PyObject *replay_record_many(ReplayObject *self, PyObject *const *args, Py_ssize
                              PyObject *kwnames);
 PyObject *replay_new_episode(ReplayObject *self, PyObject *unused);
 PyObject *replay_remove_episode(ReplayObject *self, PyObject *ho);
+PyObject *replay_end_episode(ReplayObject *self, PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames);
 PyObject *replay_new_pick_selector(ReplayObject *self, PyObject *args, PyObject *kw);
 PyObject *replay_remove_pick_selector(ReplayObject *self, PyObject *ps);
 PyObject *replay_pick_selector(ReplayObject *self, PyObject *ps);

@@ -311,6 +311,113 @@ PyObject *replay_record_many(ReplayObject *self, PyObject *const *args, Py_ssize
     return record_steps(self, h, &in, &held);
 }
 
+/* ---- end_episode -------------------------------------------------------- */
+
+/* end_episode's final_state: None (*fp NULL) or one state, converted as
+ * record converts it (named fields packed); held keeps it until released. */
+static int end_final_arg(ReplayObject *self, PyObject *o, held_arrays *held, const void **fp)
+{
+    *fp = NULL;
+    if (!o || o == Py_None)
+        return 0;
+    if (self->sfields) {
+        if (exr_fields_in_final(self, o, &held->fi) < 0)
+            return -1;
+        held->named = 1;
+        *fp = held->fi.fin;
+        return 0;
+    }
+    held->v[HELD_FINAL] = exr_as_array(o, self->state_descr, 0, NULL, self->state_nd,
+                                       self->state_shape, "final_state");
+    if (!held->v[HELD_FINAL])
+        return -1;
+    *fp = PyArray_DATA(held->v[HELD_FINAL]);
+    return 0;
+}
+
+/* The core's end, with the GIL released for the whole call: it may wait for
+ * the log's writer (back-pressure, before the lock, as record does) and for a
+ * record call copying into h (docs/design.md, "Locking and the GIL"). */
+static exr_status end_nogil(ReplayObject *self, int64_t h, const void *fp, bool terminated,
+                            exr_end_outcome *out)
+{
+    /* the log object held across the GIL's release, as record holds it */
+    PyObject *logobj = Py_XNewRef(self->log);
+    struct exr_log *lg = exr_replay_log(self);
+    exr_status st;
+    EXR_NOGIL_BEGIN
+    if (lg)
+        exr_log_throttle(lg);
+    exr_buffer_lock(self->buf);
+    st = exr_buffer_end_episode_locked(self->buf, h, fp, terminated, out);
+    exr_buffer_unlock(self->buf);
+    exr_collapse_queued_nogil(); /* the end's cut of the last segment, as after record */
+    EXR_NOGIL_END
+    Py_XDECREF(logobj);
+    return st;
+}
+
+/* What end_episode returns or raises for the core's status and outcome; ho
+ * is h as given (shown in messages, also beyond int64). */
+static PyObject *end_result(exr_status st, exr_end_outcome out, PyObject *ho)
+{
+    if (st == EXR_OK)
+        return PyBool_FromLong(out == EXR_END_DONE);
+    if (st != EXR_ENOTFOUND && st != EXR_EINVAL)
+        return exr_raise(st, "end_episode");
+    PyObject *v = PyNumber_Index(ho);
+    if (!v)
+        return NULL;
+    if (out == EXR_END_UNKNOWN)
+        PyErr_Format(PyExc_ValueError,
+                     "h: expected the handle of an episode of this buffer, got %S, which no "
+                     "episode has had",
+                     v);
+    else if (out == EXR_END_ENDED)
+        PyErr_Format(PyExc_ValueError,
+                     "h: expected an open episode, got episode %S, which has ended", v);
+    else
+        PyErr_Format(PyExc_ValueError,
+                     "h: expected an episode with a step to end (final_state is its last "
+                     "step's next state), got episode %S, which has none",
+                     v);
+    Py_DECREF(v);
+    return NULL;
+}
+
+PyObject *replay_end_episode(ReplayObject *self, PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames)
+{
+    EXR_GUARD(self, NULL);
+    static const char *const names[] = {"h", "final_state", "terminated"};
+    PyObject *a[3];
+    if (exr_parse_args(args, nargs, kwnames, "end_episode", names, 1, 3, a) < 0)
+        return NULL;
+    int64_t h;
+    bool terminated;
+    if (exr_handle_arg(a[0], "h", "an int episode handle", &h) < 0 ||
+        truth_arg(a[2], "terminated", &terminated) < 0)
+        return NULL;
+    held_arrays held;
+    held_init(&held);
+    const void *fp;
+    if (end_final_arg(self, a[1], &held, &fp) < 0) {
+        release_arrays(self, &held);
+        return NULL;
+    }
+    if (!fp && !terminated) { /* the core refuses it too (EXR_END_NO_END) */
+        PyErr_SetString(PyExc_ValueError,
+                        "final_state: expected a state, or terminated=True (an episode ends with "
+                        "its last step's next state or as terminal), got None and "
+                        "terminated=False");
+        return NULL;
+    }
+    exr_end_outcome out = EXR_END_DONE;
+    exr_status st = end_nogil(self, h, fp, terminated, &out);
+    release_arrays(self, &held);
+    return end_result(st, out, a[0]);
+}
+
 PyObject *replay_new_episode(ReplayObject *self, PyObject *unused)
 {
     EXR_GUARD(self, NULL);

@@ -1099,6 +1099,172 @@ static void test_lock_assertion(void)
 #endif
 }
 
+/* ---- ending an episode without a step ------------------------------------ */
+
+/* T steps (tag, t0 + t) into h with priorities 1 + t, ending with the last
+ * (a final state (tag, -1) and terminated) when end. Its handle, or -100. */
+static int64_t record_prio_run(exr_buffer *b, int64_t h, int tag, int t0, size_t T, bool end)
+{
+    float st[16][2], fin[2] = {(float)tag, -1.0f}, rw[16] = {0};
+    int64_t ac[16];
+    double pr[16];
+    if (T > 16)
+        return -100;
+    for (size_t t = 0; t < T; t++) {
+        st[t][0] = (float)tag;
+        st[t][1] = (float)(t0 + (int)t);
+        ac[t] = t0 + (int64_t)t;
+        pr[t] = 1.0 + (double)(t0 + (int)t);
+    }
+    exr_steps in = {st, ac, rw, pr, T, end ? fin : NULL, end, end, NULL, 0};
+    int64_t out = -1;
+    exr_buffer_lock(b);
+    exr_status s = exr_buffer_record_locked(b, h, &in, &out);
+    exr_buffer_unlock(b);
+    return s == EXR_OK ? out : -100;
+}
+
+static exr_status end_episode(exr_buffer *b, int64_t h, const float *fin, bool term,
+                              exr_end_outcome *out)
+{
+    exr_buffer_lock(b);
+    exr_status s = exr_buffer_end_episode_locked(b, h, fin, term, out);
+    exr_buffer_unlock(b);
+    return s;
+}
+
+/* The hook's calls: how many, and the last one's arguments. */
+static struct {
+    int calls;
+    int64_t h;
+    uint64_t pos;
+    const unsigned char *row;
+    float fin[2];
+    bool end, term, first;
+} g_hook;
+
+static void count_hook(void *ctx, exr_buffer *b, int64_t h, uint64_t pos, const unsigned char *row,
+                       const unsigned char *fin, bool end, bool terminated, bool first)
+{
+    (void)ctx;
+    (void)b;
+    g_hook.calls++;
+    g_hook.h = h;
+    g_hook.pos = pos;
+    g_hook.row = row;
+    if (fin)
+        memcpy(g_hook.fin, fin, sizeof g_hook.fin);
+    g_hook.end = end;
+    g_hook.term = terminated;
+    g_hook.first = first;
+}
+
+/* A buffer (pick_len 3, allow_short as given) with a prioritized selector
+ * of alpha 1 (*sel), or NULL. */
+static exr_buffer *end_buffer(bool allow_short, int64_t *sel)
+{
+    exr_buffer *b = make_buffer(3, allow_short, 0, EXR_EVICT_FIFO);
+    double params[2] = {1.0, 0.5};
+    if (!b)
+        return NULL;
+    exr_buffer_lock(b);
+    exr_status st = exr_buffer_add_selector_locked(b, 1, params, sel);
+    exr_buffer_unlock(b);
+    if (st == EXR_OK)
+        return b;
+    exr_buffer_free(b);
+    return NULL;
+}
+
+/* Whether a and b hold the same picks in the same table order, with the
+ * same stored priorities for selectors sa and sb. */
+static int same_table(exr_buffer *a, int64_t sa, exr_buffer *b, int64_t sb)
+{
+    int64_t e[2][64], p[2][64];
+    double q[2][64];
+    uint64_t n[2];
+    exr_buffer *bs[2] = {a, b};
+    int64_t ss[2] = {sa, sb};
+    for (int k = 0; k < 2; k++) {
+        exr_buffer_lock(bs[k]);
+        n[k] = exr_buffer_num_picks_locked(bs[k]);
+        if (n[k] <= 64) {
+            exr_buffer_picks_locked(bs[k], e[k], p[k]);
+            exr_buffer_stored_priority_locked(bs[k], ss[k], n[k], e[k], p[k], q[k]);
+        }
+        exr_buffer_unlock(bs[k]);
+    }
+    size_t m = (size_t)n[0];
+    return n[0] == n[1] && m <= 64 && !memcmp(e[0], e[1], m * 8) && !memcmp(p[0], p[1], m * 8) &&
+           !memcmp(q[0], q[1], m * 8);
+}
+
+/* An episode ended by exr_buffer_end_episode_locked against its twin,
+ * whose last record call carried the end: the same picks in the same
+ * order, with the priorities recorded at record time. */
+static void end_like_record(bool allow_short)
+{
+    int64_t s1, s2;
+    exr_buffer *b = end_buffer(allow_short, &s1), *twin = end_buffer(allow_short, &s2);
+    exr_end_outcome o;
+    float fin[2] = {5.0f, -1.0f};
+    CHECK(b && twin);
+    CHECK(record_prio_run(b, -1, 5, 0, 4, false) == 0 && record_prio_run(b, 0, 5, 4, 3, false) == 0);
+    CHECK(record_prio_run(twin, -1, 5, 0, 4, false) == 0);
+    CHECK(record_prio_run(twin, 0, 5, 4, 3, true) == 0);
+    exr_buffer_lock(b);
+    exr_buffer_set_hook_locked(b, count_hook, NULL);
+    exr_buffer_unlock(b);
+    memset(&g_hook, 0, sizeof g_hook);
+    CHECK(end_episode(b, 0, fin, true, &o) == EXR_OK && o == EXR_END_DONE);
+    CHECK(g_hook.calls == 1 && g_hook.h == 0 && g_hook.pos == 7 && !g_hook.row && g_hook.end &&
+          g_hook.term && g_hook.first && g_hook.fin[0] == 5.0f && g_hook.fin[1] == -1.0f);
+    CHECK(same_table(b, s1, twin, s2) && check_ok(b));
+    uint64_t n;
+    bool ended, term, has_final;
+    exr_buffer_lock(b);
+    CHECK_OR(exr_buffer_episode_info_locked(b, 0, &n, &ended, &term, &has_final) == EXR_OK &&
+                 n == 7 && ended && term && has_final,
+             exr_buffer_unlock(b);
+             goto done);
+    CHECK_OR(exr_buffer_num_picks_locked(b) == (allow_short ? 7u : 5u), exr_buffer_unlock(b);
+             goto done);
+    exr_buffer_unlock(b);
+done:
+    exr_buffer_free(b);
+    exr_buffer_free(twin);
+}
+
+static void test_end_episode(void)
+{
+    end_like_record(false);
+    end_like_record(true);
+    int64_t sel;
+    exr_buffer *b = end_buffer(false, &sel);
+    exr_end_outcome o = EXR_END_DONE;
+    int64_t e;
+    CHECK_RET(b);
+    CHECK(record_prio_run(b, -1, 1, 0, 2, false) == 0);
+    CHECK(end_episode(b, 0, NULL, false, &o) == EXR_EINVAL && o == EXR_END_NO_END);
+    CHECK(end_episode(b, 0, NULL, true, &o) == EXR_OK && o == EXR_END_DONE);
+    CHECK(end_episode(b, 0, NULL, true, &o) == EXR_EINVAL && o == EXR_END_ENDED);
+    CHECK(end_episode(b, 1, NULL, true, &o) == EXR_ENOTFOUND && o == EXR_END_UNKNOWN);
+    CHECK(end_episode(b, -1, NULL, true, &o) == EXR_ENOTFOUND && o == EXR_END_UNKNOWN);
+    exr_buffer_lock(b);
+    CHECK_OR(exr_buffer_new_episode_locked(b, &e) == EXR_OK && e == 1, exr_buffer_unlock(b);
+             goto done);
+    exr_buffer_unlock(b);
+    CHECK(end_episode(b, 1, NULL, true, &o) == EXR_EINVAL && o == EXR_END_EMPTY);
+    CHECK(record_prio_run(b, 1, 2, 0, 3, false) == 1);
+    exr_buffer_lock(b);
+    CHECK_OR(exr_buffer_remove_episode_locked(b, 1) == EXR_OK, exr_buffer_unlock(b); goto done);
+    exr_buffer_unlock(b);
+    CHECK(end_episode(b, 1, NULL, true, &o) == EXR_OK && o == EXR_END_GONE); /* nothing to end */
+    CHECK(check_ok(b));
+done:
+    exr_buffer_free(b);
+}
+
 /* ---- a draw without the storage lock, and holds that come meanwhile ------ */
 
 /* T steps (tag, t) of priority prio as a new episode; the lock held. Its
@@ -1794,6 +1960,7 @@ int main(void)
         {"eviction", test_eviction},
         {"first_bad_priority", test_first_bad_priority},
         {"priorities", test_priorities},
+        {"end_episode", test_end_episode},
         {"random_ops", test_random_ops},
         {"segments_grow_and_shrink", test_segments_grow_and_shrink},
         {"bad_config", test_bad_config},

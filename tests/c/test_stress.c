@@ -13,7 +13,10 @@
  *              filled onto huge pages, as the binding does (seg_collapse.c);
  *              half of their own episodes come from new_episode (reserved
  *              without the storage lock when it can, made live by the next
- *              exclusive holder), its handles increasing
+ *              exclusive holder), its handles increasing; some episodes
+ *              are ended afterwards without a step (end_episode): their
+ *              own, and the shared one while other writers may be copying
+ *              into it (the end waits for that copy)
  *   samplers   get_batch (8, 32 or 75 picks) from a uniform and a prioritized
  *              selector, and check every row of every pick against what a
  *              writer recorded: a row is whole (all its words agree), the next
@@ -58,7 +61,7 @@ static int64_t g_sel_uniform, g_sel_prio;
 /* the churn thread's selector of the moment (-1: none), which the
  * prioritized sampler also draws from while it is being removed */
 static atomic_long g_sel_churn = -1;
-static atomic_long g_batches, g_records, g_nowait, g_rec_nowait, g_collapsed;
+static atomic_long g_batches, g_records, g_nowait, g_rec_nowait, g_collapsed, g_ends;
 
 /* the shared episode's handle (recording may move it to a new episode) */
 static pthread_mutex_t g_shared_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -150,6 +153,23 @@ static int64_t new_episode(int64_t after)
     return s == EXR_OK ? h : -1;
 }
 
+/* Ends episode h without a step (final state fin or none, then terminated),
+ * as the binding does: the lock taken, waiting for a record call copying
+ * into h. ok_other: outcomes besides EXR_END_DONE and EXR_END_GONE that may
+ * come (the shared episode: ended by another writer, not made yet). */
+static void end_episode(int64_t h, const uint32_t *fin, bool terminated, bool ok_other)
+{
+    exr_end_outcome o;
+    exr_buffer_lock(g_buf);
+    exr_status s = exr_buffer_end_episode_locked(g_buf, h, fin, terminated || !fin, &o);
+    exr_buffer_unlock(g_buf);
+    if (s == EXR_OK && o == EXR_END_DONE)
+        atomic_fetch_add(&g_ends, 1);
+    else if (!(s == EXR_OK && o == EXR_END_GONE) &&
+             !(ok_other && (o == EXR_END_ENDED || o == EXR_END_UNKNOWN) && s != EXR_ENOMEM))
+        BAD("end_episode %lld: status %d, outcome %d", (long long)h, (int)s, (int)o);
+}
+
 static void *writer(void *arg)
 {
     uint64_t rng = 0x9e3779b97f4a7c15ull * (uintptr_t)arg + 1;
@@ -207,10 +227,16 @@ static void *writer(void *arg)
             if (g_shared == h)
                 g_shared = out;
             pthread_mutex_unlock(&g_shared_mu);
+            if (xorshift(&rng) % 8 == 0) /* others may be copying into it: the end waits */
+                end_episode(out, xorshift(&rng) % 2 ? fin : NULL, xorshift(&rng) % 2, true);
         } else {
             if (out < h)
                 BAD("record into %lld went to %lld", (long long)h, (long long)out);
             own = end ? -1 : out;
+            if (!end && xorshift(&rng) % 4 == 0) { /* its end known only now */
+                end_episode(out, xorshift(&rng) % 2 ? fin : NULL, xorshift(&rng) % 2, false);
+                own = -1;
+            }
         }
     }
     return NULL;
@@ -634,9 +660,11 @@ int main(void)
     check_episodes_locked(g_buf, "final");
     exr_buffer_unlock(g_buf);
     exr_buffer_free(g_buf);
-    printf("stress: %ld records (%ld calls without waiting), %ld batches checked (%ld without "
-           "waiting), %ld chunks collapsed, %llu selectors back in place, in %.1f s: %s\n",
-           atomic_load(&g_records), atomic_load(&g_rec_nowait), atomic_load(&g_batches),
+    printf("stress: %ld records (%ld calls without waiting), %ld episodes ended without a step, "
+           "%ld batches checked (%ld without waiting), %ld chunks collapsed, %llu selectors back "
+           "in place, in %.1f s: %s\n",
+           atomic_load(&g_records), atomic_load(&g_rec_nowait), atomic_load(&g_ends),
+           atomic_load(&g_batches),
            atomic_load(&g_nowait), atomic_load(&g_collapsed),
            (unsigned long long)atomic_load(&exr_debug_reattached), seconds,
            atomic_load(&g_bad) ? "FAILED" : "ok");
