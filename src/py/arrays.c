@@ -356,7 +356,7 @@ static int spare_take(ReplayObject *self, exr_modstate *st, npy_intp B, bool sha
         return 0;
     npy_intp L = exr_buffer_config(self->buf)->pick_len;
     for (int j = 0; j < 2; j++) {
-        PyObject *const *s = self->spare[j], *seq;
+        PyObject *const *s = self->spare[j], *seq = NULL;
         if (!spare_free(self, st, s, B, L, shared, &seq))
             continue;
         /* taken before PyDict_New: a collection it runs can call a
