@@ -586,6 +586,71 @@ def test_reference_buffer_in_an_actor(cluster):
     ray.kill(actor)
 
 
+def _views_of_seq(b):
+    """Whether b's state and state_next are the views [:, :-1] and [:, 1:] of
+    its C-contiguous state_seq: the same memory at the same strides."""
+    seq, st, nx = b.state_seq, b.state, b.state_next
+    return (seq is not None and seq.flags.c_contiguous and np.shares_memory(st, seq)
+            and st.strides == nx.strides == seq.strides and st.ctypes.data == seq.ctypes.data
+            and nx.ctypes.data == seq.ctypes.data + seq.strides[1])
+
+
+def _oob_bytes(x):
+    """What x costs pickled as Ray pickles it: protocol 5, buffers out of band."""
+    bufs = []
+    data = pickle.dumps(x, protocol=5, buffer_callback=bufs.append)
+    return len(data) + sum(memoryview(b).nbytes for b in bufs)
+
+
+def test_shared_next_through_the_object_store(cluster):
+    """get_batch(..., shared_next=True) of a ReplayActor and of a
+    ShardedReplay: the learner gets the buffer's own shared batches for the
+    same seed through Ray, each batch's state and state_next views of its own
+    state_seq, pick_index kept, in fewer bytes than default batches."""
+    kw = dict(state_shape=(16, 16), state_dtype=np.uint8, pick_len=8, allow_short=True, seed=4)
+    sel = [("prioritized", {"alpha": 0.6, "beta": 0.4})]
+    actor = _actor(selectors=sel, capacity=10_000, **kw)
+    local = exreplay.ExperienceReplay(capacity=10_000, **kw)
+    local.new_pick_selector(PRI, alpha=0.6, beta=0.4)
+    sh = ShardedReplay(2, selectors=sel, capacity=None, actor_options={"num_cpus": 0}, **kw)
+    rng = np.random.default_rng(0)
+    for k in range(8):
+        T = int(rng.integers(3, 20))
+        s = ((k * 31 + np.arange(T)) % 250 + 1).astype(np.uint8)[:, None, None] * np.ones((1, 16, 16), np.uint8)
+        a, r, p = np.zeros(T, np.int64), np.ones(T, np.float32), rng.random(T) + 0.1
+        fin = s[-1] + 1 if k % 2 else None
+        ray.get(actor.record_many.remote(None, s, a, r, final_state=fin, terminated=k % 2 == 0, priorities=p))
+        local.record_many(None, s, a, r, final_state=fin, terminated=k % 2 == 0, priorities=p)
+        sh.record_episode(s, a, r, final_state=fin, terminated=k % 2 == 0, priorities=p, wait=True)
+    bs = ray.get(actor.get_batch.remote(16, 0, 4, shared_next=True))
+    want = split_batch(local.get_batch(64, 0, shared_next=True), 4)
+    for x, y in zip(bs, want):
+        assert isinstance(x, exreplay.Batch) and _views_of_seq(x)
+        assert x.state.base is x.state_seq and x.state_next.base is x.state_seq
+        for name in ("state_seq", "state", "state_next", "action", "reward", "seq_len", "pick_epi",
+                     "pick_pos", "weight", "pick_index"):
+            np.testing.assert_array_equal(getattr(x, name), getattr(y, name), err_msg=name)
+    b = ray.get(actor.get_batch.remote(32, 0, shared_next=True))
+    y = local.get_batch(32, 0, shared_next=True)
+    assert _views_of_seq(b)
+    np.testing.assert_array_equal(b.state_seq, y.state_seq)
+    np.testing.assert_array_equal(b.pick_index, y.pick_index)
+    d = ray.get(actor.get_batch.remote(32, 0))
+    assert d.state_seq is None and _oob_bytes(b) < 0.7 * _oob_bytes(d)
+    # across shards: state_seq put together, each batch with views of its own
+    for x in [sh.get_batch(24, 0, shared_next=True)] + sh.get_batch(8, 0, n_batches=3, shared_next=True):
+        assert _views_of_seq(x) and x.state.base is x.state_seq
+        shard, epi = sh.decode(x.pick_epi)
+        for i in np.unique(shard):  # the rows are those picks' in their shard
+            m = shard == i
+            g = ray.get(sh.shards[int(i)].call.remote("_gather", 0, epi[m], x.pick_pos[m]))
+            np.testing.assert_array_equal(x.state_next[m], g.state_next)
+            np.testing.assert_array_equal(x.state_seq[m][:, :-1][g.seq_len == 8], g.state[g.seq_len == 8])
+            np.testing.assert_array_equal(x.pick_index[m], g.pick_index)
+    sh.shutdown()
+    ray.kill(actor)
+
+
 def _fill_pair(n_shards, seed, kinds):
     """A ShardedReplay and one local buffer holding the same episodes."""
     sel = [(k, {"alpha": 0.6, "beta": 0.4} if k == "prioritized" else {}) for k in kinds]
