@@ -33,7 +33,7 @@ import numpy as np
 
 import exreplay
 from exreplay import PickSelectorClass
-from exreplay._args import truth_arg
+from exreplay._args import truth_arg, type_name
 from exreplay._types import seq_views
 
 __all__ = [
@@ -158,17 +158,60 @@ def _pick_index(b):
     return getattr(b, "pick_index", None)
 
 
-def _pick_index_arg(pick_index, shape):
-    """pick_index as int64 of the picks' shape, checked as the buffers check
-    it before any shard is sent a part of it (a float array truncated, or
-    one of another length cut by the routing, would reach the shards)."""
-    a = np.asarray(pick_index)
-    if not np.can_cast(a.dtype, np.int64, "same_kind"):
-        raise TypeError(f"pick_index: expected int64 (or a dtype that casts to it under "
-                        f"same_kind), got {a.dtype}")
-    if a.shape != shape:
-        raise ValueError(f"pick_index: expected shape {shape} like pick_epi, got {a.shape}")
-    return a.astype(np.int64, copy=False)
+# An empty C buffer with one uniform selector, made on first use: its
+# set_priority checks every argument as for any selector, and then applies
+# nothing (docs/api.md, set_priority). ShardedReplay.set_priority has it
+# check an update before any shard is sent a part of it.
+_checker = None
+_checker_mu = threading.Lock()
+
+
+def _priority_update(pick_epi, pick_pos, priorities, pick_index):
+    """The arrays of a set_priority call, checked with the buffer's own rules
+    and messages (1-D pick_epi and pick_pos of one length that cast to int64
+    under same_kind, priorities a real scalar or of that shape, finite and
+    >= 0, pick_index None or int64-castable of that shape) before any part of
+    them is routed: as int64, int64, float64 of pick_epi's shape, and int64
+    or None. Cast unchecked, float handles would be truncated, and a bad
+    priority would be refused by its shard after the others had applied
+    theirs."""
+    global _checker
+    with _checker_mu:
+        if _checker is None:
+            buf = exreplay.ExperienceReplay(state_shape=(), capacity=1)
+            _checker = (buf, buf.new_pick_selector(PickSelectorClass.Uniform))
+    buf, ps = _checker
+    buf.set_priority(ps, pick_epi, pick_pos, priorities, pick_index=pick_index)
+    epi = np.asarray(pick_epi).astype(np.int64, copy=False)
+    pos = np.asarray(pick_pos).astype(np.int64, copy=False)
+    pri = np.broadcast_to(np.asarray(priorities).astype(np.float64, copy=False), epi.shape)
+    idx = None if pick_index is None else np.asarray(pick_index).astype(np.int64, copy=False)
+    return epi, pos, pri, idx
+
+
+def _handle_arg(ps, known) -> int:
+    """ps as an int handle, one of `known` (the shards' selectors), with the
+    buffer's errors: a TypeError for a type that is no handle, a ValueError
+    for an unknown one."""
+    try:
+        if isinstance(ps, (bool, np.bool_)):
+            raise TypeError
+        h = operator.index(ps)
+    except TypeError:
+        raise TypeError(f"ps: expected a PickSelector or an int handle, got {type_name(ps)}") from None
+    if h not in known:
+        raise ValueError(f"ps: expected a pick selector of the shards, {sorted(known)}, got unknown handle {h}")
+    return h
+
+
+def _check_priorities(p) -> None:
+    """A rollout's priorities (float64 or None): finite and >= 0, as
+    record_many requires, else the ValueError naming the first bad one."""
+    if p is None:
+        return
+    bad = np.flatnonzero(~(np.isfinite(p) & (p >= 0)))
+    if len(bad):
+        raise ValueError(f"priorities: expected finite numbers >= 0, got {p[bad[0]]} at index {bad[0]}")
 
 
 def _cat_pick_index(batches):
@@ -594,11 +637,7 @@ class ReplayServer:
         """What record_many would check only at a later piece of r, checked
         before anything is recorded: every priority and every final state.
         (The other columns are one array each, which the first piece checks.)"""
-        p = r.priorities
-        if p is not None:
-            bad = np.flatnonzero(~(np.isfinite(p) & (p >= 0)))
-            if len(bad):
-                raise ValueError(f"priorities: expected finite numbers >= 0, got {p[bad[0]]} at index {bad[0]}")
+        _check_priorities(r.priorities)
         fs = r.final_states
         if fs is None:
             return
@@ -1015,8 +1054,12 @@ class ShardedReplay:
     def _send(self, stream: Hashable, rollout: Rollout, wait: bool, numbered: bool):
         """record_rollout; numbered=False sends no seq (whole episodes, which
         need no order and may come from every copy of this object at once)
-        and keeps none of its calls."""
+        and keeps none of its calls. The priorities are checked before
+        anything is routed: each shard checks only its own pieces', so a bad
+        one would be refused by its shard after the others had recorded
+        theirs."""
         ray = _ray()
+        _check_priorities(rollout.priorities)
         with self._mu:
             st = self._streams.get(stream)
             if st is None:
@@ -1178,11 +1221,12 @@ class ShardedReplay:
         state_next are views of its own state_seq.
         """
         ray = _ray()
+        ps = _handle_arg(ps, self._selectors)
         shared_next = truth_arg("shared_next", shared_next)
         n = 1 if n_batches is None else int(n_batches)
         if self.n == 1:
             return ray.get(self.shards[0].get_batch.remote(batch_size, ps, n_batches, shared_next=shared_next))
-        kind, _alpha, beta = self._selectors[int(ps)]
+        kind, _alpha, beta = self._selectors[ps]
         total_n = int(batch_size) * n
         if total_n < 1:
             raise ValueError(f"batch_size: expected an int >= 1, got {batch_size}")
@@ -1229,15 +1273,18 @@ class ShardedReplay:
     def set_priority(self, ps: int, pick_epi, pick_pos, priorities, wait: bool = False, pick_index=None):
         """Route each update to its shard; returns the ObjectRefs (or, with
         wait=True, how many were applied). pick_index: the batch's (each
-        shard's own table indices), passed on with each shard's picks."""
+        shard's own table indices), passed on with each shard's picks.
+
+        Every argument is checked first, with the buffer's set_priority rules
+        and messages (docs/api.md, set_priority), and ps against the shards'
+        selectors: a refused call raises here and sends nothing, so no shard
+        applies a part of it."""
         ray = _ray()
-        epi = np.asarray(pick_epi, dtype=np.int64)
-        pos = np.asarray(pick_pos, dtype=np.int64)
-        idx = None if pick_index is None else _pick_index_arg(pick_index, epi.shape)
+        ps = _handle_arg(ps, self._selectors)
+        epi, pos, pri, idx = _priority_update(pick_epi, pick_pos, priorities, pick_index)
         if self.n == 1:
-            refs = [self.shards[0].set_priority.remote(ps, epi, pos, priorities, idx)]
+            refs = [self.shards[0].set_priority.remote(ps, epi, pos, np.ascontiguousarray(pri), idx)]
         else:
-            pri = np.broadcast_to(np.asarray(priorities, dtype=np.float64), epi.shape)
             shard, local = epi % self.n, epi // self.n
             refs = []
             for i in np.unique(shard):
@@ -1248,9 +1295,10 @@ class ShardedReplay:
 
     def set_beta(self, ps: int, beta: float) -> None:
         """Set beta of selector ps on every shard (annealing)."""
+        ps = _handle_arg(ps, self._selectors)
         _ray().get([s.set_beta.remote(ps, beta) for s in self.shards])
-        kind, alpha, _ = self._selectors[int(ps)]
-        self._selectors[int(ps)] = (kind, alpha, float(beta))
+        kind, alpha, _ = self._selectors[ps]
+        self._selectors[ps] = (kind, alpha, float(beta))
 
     # -- control ---------------------------------------------------------------------
 
