@@ -938,10 +938,12 @@ def test_sharded_restarted_sender_reuses_its_stream_after_end_stream(cluster):
 
 @pytest.mark.parametrize("pruned", [False, True])
 def test_sharded_end_stream_ends_the_stream_and_raises_a_failed_rollout(cluster, pruned):
-    """A rollout refused on its shard (a NaN priority) in a stream sent with
-    wait=False: end_stream still waits for every call, ends the stream on the
-    shards and here, and then raises that error, whether the call was still
-    in flight or had already been pruned from the routing state as done."""
+    """A rollout refused on its shard (states of the wrong shape) in a stream
+    sent with wait=False: end_stream still waits for every call, ends the
+    stream on the shards and here, and then raises that error, whether the
+    call was still in flight or had already been pruned from the routing
+    state as done. (A NaN priority no longer reaches a shard: the sharded
+    replay refuses it before routing; tests/test_ray_sharded_checks.py.)"""
     import pickle
 
     from exreplay.ray import _PRUNE_AT
@@ -951,7 +953,7 @@ def test_sharded_end_stream_ends_the_stream_and_raises_a_failed_rollout(cluster,
     try:
         rs = _chained_rollouts(_PRUNE_AT if pruned else 4, 0)
         b = rs[1]
-        rs[1] = Rollout(b.states, b.actions, b.rewards, np.full(50, np.nan), b.ends, None, b.terminated)
+        rs[1] = Rollout(np.zeros((50, 5), np.float32), b.actions, b.rewards, None, b.ends, None, b.terminated)
         first = [ref for r in rs[:4] for ref in sh.record_rollout("w", r)]
         if pruned:
             ray.wait(first, num_returns=len(first))
@@ -962,7 +964,7 @@ def test_sharded_end_stream_ends_the_stream_and_raises_a_failed_rollout(cluster,
         cp = pickle.loads(pickle.dumps(sh))  # a copy takes the routing, not the calls
         assert cp._streams["w"]["seq"] == sh._streams["w"]["seq"]
         assert cp._streams["w"]["pending"] == [] and cp._streams["w"]["error"] is None
-        with pytest.raises(ValueError, match="priorities: expected finite numbers"):
+        with pytest.raises(ValueError, match=r"states: expected shape \(T, 4\), got \(17, 5\)"):  # its first piece
             sh.end_stream("w")
         assert "w" not in sh._streams
         assert sum(len(b) for b in sh.buffers()) == 50 * (len(rs) - 1)  # all but the refused one
