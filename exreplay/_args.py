@@ -51,6 +51,24 @@ def flag_arg(name: str, v) -> bool:
     return bool(v)
 
 
+def truth_arg(name: str, v) -> bool:
+    """v as the buffer takes its flags (terminated, allow_short, shared_next:
+    docs/api.md, get_batch): a bool, a NumPy bool or a Python int (any
+    nonzero int is true); anything else, a NumPy integer, None or a float
+    included, is a TypeError worded as the buffer's, "shared_next: expected
+    a bool, got numpy.int64"."""
+    if not isinstance(v, (bool, np.bool_, int)):
+        t = type(v)
+        # the name the binding shows (the C type's tp_name)
+        shown = t.__name__ if t.__module__ == "builtins" or t.__flags__ & _HEAPTYPE \
+            else "%s.%s" % (t.__module__, t.__name__)
+        raise TypeError("%s: expected a bool, got %s" % (name, shown))
+    return bool(v)
+
+
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python, shown by its bare name
+
+
 def nonneg_real_arg(name: str, v, expected: str) -> float:
     """v as a finite float >= 0: an int or a float (NumPy's scalars and 0-d
     arrays too), not a bool nor a complex number."""

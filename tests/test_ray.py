@@ -674,6 +674,71 @@ def test_reference_buffer_in_an_actor(cluster):
     ray.kill(actor)
 
 
+def _views_of_seq(b):
+    """Whether b's state and state_next are the views [:, :-1] and [:, 1:] of
+    its C-contiguous state_seq: the same memory at the same strides."""
+    seq, st, nx = b.state_seq, b.state, b.state_next
+    return (seq is not None and seq.flags.c_contiguous and np.shares_memory(st, seq)
+            and st.strides == nx.strides == seq.strides and st.ctypes.data == seq.ctypes.data
+            and nx.ctypes.data == seq.ctypes.data + seq.strides[1])
+
+
+def _oob_bytes(x):
+    """What x costs pickled as Ray pickles it: protocol 5, buffers out of band."""
+    bufs = []
+    data = pickle.dumps(x, protocol=5, buffer_callback=bufs.append)
+    return len(data) + sum(memoryview(b).nbytes for b in bufs)
+
+
+def test_shared_next_through_the_object_store(cluster):
+    """get_batch(..., shared_next=True) of a ReplayActor and of a
+    ShardedReplay: the learner gets the buffer's own shared batches for the
+    same seed through Ray, each batch's state and state_next views of its own
+    state_seq, pick_index kept, in fewer bytes than default batches."""
+    kw = dict(state_shape=(16, 16), state_dtype=np.uint8, pick_len=8, allow_short=True, seed=4)
+    sel = [("prioritized", {"alpha": 0.6, "beta": 0.4})]
+    actor = _actor(selectors=sel, capacity=10_000, **kw)
+    local = exreplay.ExperienceReplay(capacity=10_000, **kw)
+    local.new_pick_selector(PRI, alpha=0.6, beta=0.4)
+    sh = ShardedReplay(2, selectors=sel, capacity=None, actor_options={"num_cpus": 0}, **kw)
+    rng = np.random.default_rng(0)
+    for k in range(8):
+        T = int(rng.integers(3, 20))
+        s = ((k * 31 + np.arange(T)) % 250 + 1).astype(np.uint8)[:, None, None] * np.ones((1, 16, 16), np.uint8)
+        a, r, p = np.zeros(T, np.int64), np.ones(T, np.float32), rng.random(T) + 0.1
+        fin = s[-1] + 1 if k % 2 else None
+        ray.get(actor.record_many.remote(None, s, a, r, final_state=fin, terminated=k % 2 == 0, priorities=p))
+        local.record_many(None, s, a, r, final_state=fin, terminated=k % 2 == 0, priorities=p)
+        sh.record_episode(s, a, r, final_state=fin, terminated=k % 2 == 0, priorities=p, wait=True)
+    bs = ray.get(actor.get_batch.remote(16, 0, 4, shared_next=True))
+    want = split_batch(local.get_batch(64, 0, shared_next=True), 4)
+    for x, y in zip(bs, want):
+        assert isinstance(x, exreplay.Batch) and _views_of_seq(x)
+        assert x.state.base is x.state_seq and x.state_next.base is x.state_seq
+        for name in ("state_seq", "state", "state_next", "action", "reward", "seq_len", "pick_epi",
+                     "pick_pos", "weight", "pick_index"):
+            np.testing.assert_array_equal(getattr(x, name), getattr(y, name), err_msg=name)
+    b = ray.get(actor.get_batch.remote(32, 0, shared_next=True))
+    y = local.get_batch(32, 0, shared_next=True)
+    assert _views_of_seq(b)
+    np.testing.assert_array_equal(b.state_seq, y.state_seq)
+    np.testing.assert_array_equal(b.pick_index, y.pick_index)
+    d = ray.get(actor.get_batch.remote(32, 0))
+    assert d.state_seq is None and _oob_bytes(b) < 0.7 * _oob_bytes(d)
+    # across shards: state_seq put together, each batch with views of its own
+    for x in [sh.get_batch(24, 0, shared_next=True)] + sh.get_batch(8, 0, n_batches=3, shared_next=True):
+        assert _views_of_seq(x) and x.state.base is x.state_seq
+        shard, epi = sh.decode(x.pick_epi)
+        for i in np.unique(shard):  # the rows are those picks' in their shard
+            m = shard == i
+            g = ray.get(sh.shards[int(i)].call.remote("_gather", 0, epi[m], x.pick_pos[m]))
+            np.testing.assert_array_equal(x.state_next[m], g.state_next)
+            np.testing.assert_array_equal(x.state_seq[m][:, :-1][g.seq_len == 8], g.state[g.seq_len == 8])
+            np.testing.assert_array_equal(x.pick_index[m], g.pick_index)
+    sh.shutdown()
+    ray.kill(actor)
+
+
 def _fill_pair(n_shards, seed, kinds):
     """A ShardedReplay and one local buffer holding the same episodes."""
     sel = [(k, {"alpha": 0.6, "beta": 0.4} if k == "prioritized" else {}) for k in kinds]
@@ -985,10 +1050,12 @@ def test_sharded_restarted_sender_reuses_its_stream_after_end_stream(cluster):
 
 @pytest.mark.parametrize("pruned", [False, True])
 def test_sharded_end_stream_ends_the_stream_and_raises_a_failed_rollout(cluster, pruned):
-    """A rollout refused on its shard (a NaN priority) in a stream sent with
-    wait=False: end_stream still waits for every call, ends the stream on the
-    shards and here, and then raises that error, whether the call was still
-    in flight or had already been pruned from the routing state as done."""
+    """A rollout refused on its shard (states of the wrong shape) in a stream
+    sent with wait=False: end_stream still waits for every call, ends the
+    stream on the shards and here, and then raises that error, whether the
+    call was still in flight or had already been pruned from the routing
+    state as done. (A NaN priority no longer reaches a shard: the sharded
+    replay refuses it before routing; tests/test_ray_sharded_checks.py.)"""
     import pickle
 
     from exreplay.ray import _PRUNE_AT
@@ -998,7 +1065,7 @@ def test_sharded_end_stream_ends_the_stream_and_raises_a_failed_rollout(cluster,
     try:
         rs = _chained_rollouts(_PRUNE_AT if pruned else 4, 0)
         b = rs[1]
-        rs[1] = Rollout(b.states, b.actions, b.rewards, np.full(50, np.nan), b.ends, None, b.terminated)
+        rs[1] = Rollout(np.zeros((50, 5), np.float32), b.actions, b.rewards, None, b.ends, None, b.terminated)
         first = [ref for r in rs[:4] for ref in sh.record_rollout("w", r)]
         if pruned:
             ray.wait(first, num_returns=len(first))
@@ -1009,7 +1076,7 @@ def test_sharded_end_stream_ends_the_stream_and_raises_a_failed_rollout(cluster,
         cp = pickle.loads(pickle.dumps(sh))  # a copy takes the routing, not the calls
         assert cp._streams["w"]["seq"] == sh._streams["w"]["seq"]
         assert cp._streams["w"]["pending"] == [] and cp._streams["w"]["error"] is None
-        with pytest.raises(ValueError, match="priorities: expected finite numbers"):
+        with pytest.raises(ValueError, match=r"states: expected shape \(T, 4\), got \(17, 5\)"):  # its first piece
             sh.end_stream("w")
         assert "w" not in sh._streams
         assert sum(len(b) for b in sh.buffers()) == 50 * (len(rs) - 1)  # all but the refused one

@@ -129,7 +129,7 @@ def test_sharded_set_priority_checks_pick_index_before_any_shard(monkeypatch):
     b = sh.get_batch(16, 0)
     before = [_stored(s) for s in servers]
     for bad, exc, what in ((b.pick_index.astype(np.float64), TypeError, "float64"),
-                           (b.pick_index[:15], ValueError, r"\(16,\) like pick_epi, got \(15,\)"),
+                           (b.pick_index[:15], ValueError, r"shape \(16,\), got \(15,\)"),  # the buffer's words
                            (b.pick_index[:, None], ValueError, r"got \(16, 1\)")):
         with pytest.raises(exc, match=rf"^pick_index: expected .*{what}"):
             sh.set_priority(0, b.pick_epi, b.pick_pos, 2.0, wait=True, pick_index=bad)

@@ -33,6 +33,8 @@ import numpy as np
 
 import exreplay
 from exreplay import PickSelectorClass
+from exreplay._args import truth_arg, type_name
+from exreplay._types import seq_views
 
 __all__ = [
     "ReplayActor",
@@ -100,17 +102,54 @@ def _rows(x) -> int:
     return len(next(iter(x.values()))) if isinstance(x, dict) else len(x)
 
 
-def make_batch(like, arrays, pick_index=None):
+def make_batch(like, arrays, pick_index=None, state_seq=None):
     """A Batch of the same class as `like` (C or reference) from 9 arrays (the
     8 fields and weight) and, optionally, a 10th entry: the extras dict.
     pick_index: the picks' table indices (both implementations' batches
-    carry them), or None."""
+    carry them), or None. state_seq: None, or the (B, pick_len + 1, ...)
+    states of a batch in the layout of get_batch(..., shared_next=True) (a
+    dict of them with a state_spec): the batch's state and state_next are
+    then made its views [:, :-1] and [:, 1:], and the entries 0 and 3 of
+    `arrays` are not used (None will do)."""
     arrays = list(arrays)
     extras = arrays[9] if len(arrays) > 9 else {}
+    if state_seq is not None:
+        arrays[0], arrays[3] = seq_views(state_seq)
     cls = type(like)
     if cls is exreplay.Batch:
-        return exreplay.Batch(tuple(arrays[:9]) + (pick_index, extras))
-    return cls(*arrays[:9], extras=extras, pick_index=pick_index)
+        return exreplay.Batch(tuple(arrays[:9]) + (pick_index, extras, state_seq))
+    return cls(*arrays[:9], extras=extras, pick_index=pick_index, state_seq=state_seq)
+
+
+def _state_seq(b):
+    """b.state_seq (a batch of get_batch(..., shared_next=True)), or None."""
+    return getattr(b, "state_seq", None)
+
+
+def _cat_state_seq(batches):
+    """The batches' state_seq one after the other (a new C-contiguous array
+    per field), or None if none has one: batches of both layouts are a
+    ValueError (their state and state_next cannot be put together as either)."""
+    seqs = [_state_seq(b) for b in batches]
+    have = sum(x is not None for x in seqs)
+    if have == 0:
+        return None
+    if have < len(seqs):
+        raise ValueError(f"batches: expected batches of one layout, all of get_batch(..., "
+                         f"shared_next=True) (state_seq set) or none, got {have} of {len(seqs)} "
+                         f"with state_seq")
+    return _cat(seqs)
+
+
+def _own(a):
+    """a, a slice of a shared batch's state_seq, as an array of its own over
+    the same memory (based on a memoryview of it), so that the views made of
+    it have it as their base, as get_batch's views have its state_seq (NumPy
+    gives a view of a plain slice the sliced array as its base)."""
+    try:
+        return np.asarray(memoryview(a))
+    except (TypeError, ValueError, BufferError):  # pragma: no cover - no buffer of this dtype
+        return a
 
 
 def _pick_index(b):
@@ -119,17 +158,60 @@ def _pick_index(b):
     return getattr(b, "pick_index", None)
 
 
-def _pick_index_arg(pick_index, shape):
-    """pick_index as int64 of the picks' shape, checked as the buffers check
-    it before any shard is sent a part of it (a float array truncated, or
-    one of another length cut by the routing, would reach the shards)."""
-    a = np.asarray(pick_index)
-    if not np.can_cast(a.dtype, np.int64, "same_kind"):
-        raise TypeError(f"pick_index: expected int64 (or a dtype that casts to it under "
-                        f"same_kind), got {a.dtype}")
-    if a.shape != shape:
-        raise ValueError(f"pick_index: expected shape {shape} like pick_epi, got {a.shape}")
-    return a.astype(np.int64, copy=False)
+# An empty C buffer with one uniform selector, made on first use: its
+# set_priority checks every argument as for any selector, and then applies
+# nothing (docs/api.md, set_priority). ShardedReplay.set_priority has it
+# check an update before any shard is sent a part of it.
+_checker = None
+_checker_mu = threading.Lock()
+
+
+def _priority_update(pick_epi, pick_pos, priorities, pick_index):
+    """The arrays of a set_priority call, checked with the buffer's own rules
+    and messages (1-D pick_epi and pick_pos of one length that cast to int64
+    under same_kind, priorities a real scalar or of that shape, finite and
+    >= 0, pick_index None or int64-castable of that shape) before any part of
+    them is routed: as int64, int64, float64 of pick_epi's shape, and int64
+    or None. Cast unchecked, float handles would be truncated, and a bad
+    priority would be refused by its shard after the others had applied
+    theirs."""
+    global _checker
+    with _checker_mu:
+        if _checker is None:
+            buf = exreplay.ExperienceReplay(state_shape=(), capacity=1)
+            _checker = (buf, buf.new_pick_selector(PickSelectorClass.Uniform))
+    buf, ps = _checker
+    buf.set_priority(ps, pick_epi, pick_pos, priorities, pick_index=pick_index)
+    epi = np.asarray(pick_epi).astype(np.int64, copy=False)
+    pos = np.asarray(pick_pos).astype(np.int64, copy=False)
+    pri = np.broadcast_to(np.asarray(priorities).astype(np.float64, copy=False), epi.shape)
+    idx = None if pick_index is None else np.asarray(pick_index).astype(np.int64, copy=False)
+    return epi, pos, pri, idx
+
+
+def _handle_arg(ps, known) -> int:
+    """ps as an int handle, one of `known` (the shards' selectors), with the
+    buffer's errors: a TypeError for a type that is no handle, a ValueError
+    for an unknown one."""
+    try:
+        if isinstance(ps, (bool, np.bool_)):
+            raise TypeError
+        h = operator.index(ps)
+    except TypeError:
+        raise TypeError(f"ps: expected a PickSelector or an int handle, got {type_name(ps)}") from None
+    if h not in known:
+        raise ValueError(f"ps: expected a pick selector of the shards, {sorted(known)}, got unknown handle {h}")
+    return h
+
+
+def _check_priorities(p) -> None:
+    """A rollout's priorities (float64 or None): finite and >= 0, as
+    record_many requires, else the ValueError naming the first bad one."""
+    if p is None:
+        return
+    bad = np.flatnonzero(~(np.isfinite(p) & (p >= 0)))
+    if len(bad):
+        raise ValueError(f"priorities: expected finite numbers >= 0, got {p[bad[0]]} at index {bad[0]}")
 
 
 def _cat_pick_index(batches):
@@ -139,16 +221,30 @@ def _cat_pick_index(batches):
 
 
 def split_batch(b, n: int) -> list:
-    """Split a batch of n*B picks into n batches of B (views, no copy)."""
+    """Split a batch of n*B picks into n batches of B (views, no copy).
+
+    A batch of get_batch(..., shared_next=True) splits into batches of that
+    layout: each one's state_seq is its rows of b.state_seq, and its state
+    and state_next are views of that (docs/api.md, "Shared next states")."""
     fields = _batch_fields(b)
     total = len(fields[6])
     if n < 1 or total % n:
         raise ValueError(f"n: expected a divisor of the batch size {total}, got {n}")
     size = total // n
     idx = _pick_index(b)
-    return [make_batch(b, [_map(lambda a: a[i * size:(i + 1) * size], f) for f in fields],
-                       None if idx is None else idx[i * size:(i + 1) * size])
-            for i in range(n)]
+    seq = _state_seq(b)
+    parts = []
+    for i in range(n):
+        def cut(a, i=i):
+            return a[i * size:(i + 1) * size]
+
+        if seq is None:
+            parts.append(make_batch(b, [_map(cut, f) for f in fields], None if idx is None else cut(idx)))
+        else:
+            arrays = [None if k in (0, 3) else _map(cut, f) for k, f in enumerate(fields)]
+            parts.append(make_batch(b, arrays, None if idx is None else cut(idx),
+                                    state_seq=_map(lambda a: _own(cut(a)), seq)))
+    return parts
 
 
 class _Batches(list):
@@ -167,11 +263,17 @@ class _Batches(list):
 
 
 def concat_batches(batches: Sequence) -> Any:
-    """One batch from several (a copy: np.concatenate of each field)."""
+    """One batch from several (a copy: np.concatenate of each field).
+
+    Batches of get_batch(..., shared_next=True) give one of that layout:
+    their state_seq are concatenated and state and state_next made views of
+    the result. Batches of both layouts are a ValueError."""
     if len(batches) == 1:
         return batches[0]
+    seq = _cat_state_seq(batches)
     cols = list(zip(*(_batch_fields(b) for b in batches)))
-    return make_batch(batches[0], [_cat(c) for c in cols], _cat_pick_index(batches))
+    arrays = [None if seq is not None and k in (0, 3) else _cat(c) for k, c in enumerate(cols)]
+    return make_batch(batches[0], arrays, _cat_pick_index(batches), state_seq=seq)
 
 
 # --- rollouts ----------------------------------------------------------------------
@@ -553,11 +655,7 @@ class ReplayServer:
         """What record_many would check only at a later piece of r, checked
         before anything is recorded: every priority and every final state.
         (The other columns are one array each, which the first piece checks.)"""
-        p = r.priorities
-        if p is not None:
-            bad = np.flatnonzero(~(np.isfinite(p) & (p >= 0)))
-            if len(bad):
-                raise ValueError(f"priorities: expected finite numbers >= 0, got {p[bad[0]]} at index {bad[0]}")
+        _check_priorities(r.priorities)
         fs = r.final_states
         if fs is None:
             return
@@ -623,18 +721,24 @@ class ReplayServer:
 
     # -- learner ---------------------------------------------------------------------
 
-    def get_batch(self, batch_size: int, ps: int = 0, n_batches: int | None = None, with_stats: bool = False):
+    def get_batch(self, batch_size: int, ps: int = 0, n_batches: int | None = None, with_stats: bool = False,
+                  *, shared_next: bool = False):
         """A Batch of batch_size picks; with n_batches, a list of that many.
 
         The n batches are one draw of n*batch_size picks, split into views (one
         memory block; 9 buffers cross Ray, not 9n). With with_stats, returns
-        (batch(es), priority_stats) read right after the draw.
+        (batch(es), priority_stats) read right after the draw. shared_next
+        (keyword-only, a flag as the buffer's get_batch takes it): batches in
+        the layout of get_batch(..., shared_next=True), each one's state and
+        state_next views of its own state_seq, which alone crosses Ray
+        (docs/api.md, "Shared next states").
         """
+        shared_next = truth_arg("shared_next", shared_next)
         n = 1 if n_batches is None else int(n_batches)
         t = self._meter.enter("s")
         counts = {}  # counted only once the call has succeeded
         try:
-            b = self.buf.get_batch(batch_size * n, ps)
+            b = self.buf.get_batch(batch_size * n, ps, shared_next=shared_next)
             st = self.priority_stats(ps) if with_stats else None
             counts = dict(picks_sampled=batch_size * n, batches=n)
         finally:
@@ -974,8 +1078,12 @@ class ShardedReplay:
     def _send(self, stream: Hashable, rollout: Rollout, wait: bool, numbered: bool):
         """record_rollout; numbered=False sends no seq (whole episodes, which
         need no order and may come from every copy of this object at once)
-        and keeps none of its calls."""
+        and keeps none of its calls. The priorities are checked before
+        anything is routed: each shard checks only its own pieces', so a bad
+        one would be refused by its shard after the others had recorded
+        theirs."""
         ray = _ray()
+        _check_priorities(rollout.priorities)
         with self._mu:
             st = self._streams.get(stream)
             if st is None:
@@ -1129,18 +1237,25 @@ class ShardedReplay:
         st = _ray().get([s.priority_stats.remote(ps) for s in self.shards])
         return (float(sum(s[0] for s in st)), float(min(s[1] for s in st)), int(sum(s[2] for s in st)))
 
-    def get_batch(self, batch_size: int, ps: int = 0, n_batches: int | None = None, fresh_stats: bool = True):
+    def get_batch(self, batch_size: int, ps: int = 0, n_batches: int | None = None, fresh_stats: bool = True,
+                  *, shared_next: bool = False):
         """A Batch (or n_batches of them) drawn across all shards as from one buffer.
 
         fresh_stats=True reads every shard's priority_stats first (two round
         trips per call, exact). fresh_stats=False splits by the stats that the
         previous call brought back (one round trip; the split lags one call).
+        shared_next (keyword-only): batches in the layout of
+        get_batch(..., shared_next=True); the shards' state_seq are put
+        together (not state and state_next), and each batch's state and
+        state_next are views of its own state_seq.
         """
         ray = _ray()
+        ps = _handle_arg(ps, self._selectors)
+        shared_next = truth_arg("shared_next", shared_next)
         n = 1 if n_batches is None else int(n_batches)
         if self.n == 1:
-            return ray.get(self.shards[0].get_batch.remote(batch_size, ps, n_batches))
-        kind, _alpha, beta = self._selectors[int(ps)]
+            return ray.get(self.shards[0].get_batch.remote(batch_size, ps, n_batches, shared_next=shared_next))
+        kind, _alpha, beta = self._selectors[ps]
         total_n = int(batch_size) * n
         if total_n < 1:
             raise ValueError(f"batch_size: expected an int >= 1, got {batch_size}")
@@ -1154,7 +1269,8 @@ class ShardedReplay:
         counts = self._rng.multinomial(total_n, totals / totals.sum())
         drawn = [i for i in range(self.n) if counts[i] > 0]
         try:
-            res = ray.get([self.shards[i].get_batch.remote(int(counts[i]), ps, None, True) for i in drawn])
+            res = ray.get([self.shards[i].get_batch.remote(int(counts[i]), ps, None, True, shared_next=shared_next)
+                           for i in drawn])
         except Exception:
             self._last_stats.pop(int(ps), None)  # stale: the next call reads fresh stats
             raise
@@ -1174,21 +1290,30 @@ class ShardedReplay:
         perm = self._rng.permutation(total_n)
         idx = _cat_pick_index([b for b, _st in res])
         idx = None if idx is None else idx[perm]
-        out = make_batch(res[0][0], [_map(lambda a: a[perm], _cat(c)) for c in cols], idx)
+        # shared next states: the shards' state_seq put together, and state
+        # and state_next made its views (make_batch), not copied apart
+        seq = _cat_state_seq([b for b, _st in res])
+        seq = None if seq is None else _map(lambda a: a[perm], seq)
+        arrays = [None if seq is not None and k in (0, 3) else _map(lambda a: a[perm], _cat(c))
+                  for k, c in enumerate(cols)]
+        out = make_batch(res[0][0], arrays, idx, state_seq=seq)
         return out if n_batches is None else split_batch(out, n)
 
     def set_priority(self, ps: int, pick_epi, pick_pos, priorities, wait: bool = False, pick_index=None):
         """Route each update to its shard; returns the ObjectRefs (or, with
         wait=True, how many were applied). pick_index: the batch's (each
-        shard's own table indices), passed on with each shard's picks."""
+        shard's own table indices), passed on with each shard's picks.
+
+        Every argument is checked first, with the buffer's set_priority rules
+        and messages (docs/api.md, set_priority), and ps against the shards'
+        selectors: a refused call raises here and sends nothing, so no shard
+        applies a part of it."""
         ray = _ray()
-        epi = np.asarray(pick_epi, dtype=np.int64)
-        pos = np.asarray(pick_pos, dtype=np.int64)
-        idx = None if pick_index is None else _pick_index_arg(pick_index, epi.shape)
+        ps = _handle_arg(ps, self._selectors)
+        epi, pos, pri, idx = _priority_update(pick_epi, pick_pos, priorities, pick_index)
         if self.n == 1:
-            refs = [self.shards[0].set_priority.remote(ps, epi, pos, priorities, idx)]
+            refs = [self.shards[0].set_priority.remote(ps, epi, pos, np.ascontiguousarray(pri), idx)]
         else:
-            pri = np.broadcast_to(np.asarray(priorities, dtype=np.float64), epi.shape)
             shard, local = epi % self.n, epi // self.n
             refs = []
             for i in np.unique(shard):
@@ -1199,9 +1324,10 @@ class ShardedReplay:
 
     def set_beta(self, ps: int, beta: float) -> None:
         """Set beta of selector ps on every shard (annealing)."""
+        ps = _handle_arg(ps, self._selectors)
         _ray().get([s.set_beta.remote(ps, beta) for s in self.shards])
-        kind, alpha, _ = self._selectors[int(ps)]
-        self._selectors[int(ps)] = (kind, alpha, float(beta))
+        kind, alpha, _ = self._selectors[ps]
+        self._selectors[ps] = (kind, alpha, float(beta))
 
     # -- control ---------------------------------------------------------------------
 

@@ -1,0 +1,226 @@
+"""ShardedReplay refuses bad input before routing any of it (no Ray: stand-in
+shards that answer at once, note every call they are sent, and, as Ray does,
+hand back a call's error only when its result is fetched).
+
+A call that the replay routes in parts (set_priority: each shard its picks;
+record_rollout: each shard its episode pieces) must not be refused by one
+shard after another has applied its part: bad input is a clear error
+(naming the argument, what was expected, what came) raised before anything
+is sent, and every shard stays as it was. set_priority's arguments follow
+the buffer's own rules and messages (docs/api.md, set_priority)."""
+
+import math
+
+import numpy as np
+import pytest
+
+import exreplay
+import exreplay.ray as xray
+from exreplay.ray import ReplayServer, Rollout
+from test_ray_pick_index import KW, SEL, _episodes, _FakeRay, _stored
+
+
+class _Ref:
+    """A call's result, or its error, raised when fetched (ray.get)."""
+
+    def __init__(self, f, args, kwargs):
+        try:
+            self._value, self._error = f(*args, **kwargs), None
+        except Exception as e:
+            self._value, self._error = None, e
+
+    @property
+    def value(self):
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+class _Method:
+    def __init__(self, fn):
+        self.remote = fn
+
+
+class _Noting:
+    """A ReplayActor's stand-in: server.f(...) run at once for .f.remote(...),
+    each call noted in `calls` as (method name, shard)."""
+
+    def __init__(self, server, k, calls):
+        self.server, self.k, self.calls = server, k, calls
+
+    def __getattr__(self, name):
+        f = getattr(self.server, name)
+
+        def remote(*args, **kwargs):
+            self.calls.append((name, self.k))
+            return _Ref(f, args, kwargs)
+
+        return _Method(remote)
+
+
+def _sharded(monkeypatch, impl, n=3, seed=0):
+    monkeypatch.setattr(xray, "_ray", lambda: _FakeRay)
+    servers = [ReplayServer(impl=impl, selectors=SEL, seed=seed + i, **KW) for i in range(n)]
+    _episodes([servers])
+    calls = []
+    sh = xray.ShardedReplay(actors=[_Noting(s, i, calls) for i, s in enumerate(servers)], seed=1)
+    return sh, servers, calls
+
+
+def _state(servers):
+    """Everything a refused call must leave as it was on each shard: its
+    picks, their stored priorities, the records held."""
+    return [(*_stored(s), len(s.buf), s.buf.num_episodes) for s in servers]
+
+
+def _assert_same(before, after):
+    for k, (x, y) in enumerate(zip(before, after)):
+        for u, v in zip(x, y):
+            np.testing.assert_array_equal(u, v, err_msg=f"shard {k}")
+
+
+def _buffer_error(args, kwargs):
+    """The error (type, message) of the C buffer's own set_priority."""
+    buf = exreplay.ExperienceReplay(**KW)
+    ps = buf.new_pick_selector(exreplay.PickSelectorClass.Prioritized, alpha=1.0, beta=0.4)
+    try:
+        buf.set_priority(ps, *args, **kwargs)
+    except (TypeError, ValueError) as e:
+        return type(e), str(e)
+    raise AssertionError(f"the buffer takes {args!r}")
+
+
+def _bad_updates(b, last):
+    """(what, pick_epi, pick_pos, priorities, pick_index) the buffer refuses;
+    a bad priority sits at row `last`, a pick of the shard sent its part last."""
+    epi, pos, idx, B = b.pick_epi, b.pick_pos, b.pick_index, len(b.pick_epi)
+    good = np.linspace(0.5, 3.0, B)
+
+    def at_last(v):
+        p = good.copy()
+        p[last] = v
+        return p
+
+    return [
+        ("float pick_epi", epi.astype(np.float64), pos, good, None),  # was truncated
+        ("list of floats pick_epi", [float(e) for e in epi], pos, good, None),
+        ("float pick_pos", epi, pos.astype(np.float32), good, None),
+        ("2-D pick_epi", epi[None], pos[None], good, None),
+        ("scalar pick_epi", int(epi[0]), int(pos[0]), 1.0, None),
+        ("pick_pos of another length", epi, pos[:-1], good, None),
+        ("pick_epi None", None, pos, good, None),
+        ("NaN priority", epi, pos, at_last(math.nan), None),  # was refused by one shard only
+        ("negative priority", epi, pos, at_last(-1.0), None),
+        ("infinite priority", epi, pos, at_last(math.inf), None),
+        ("NaN scalar", epi, pos, math.nan, None),
+        ("negative scalar", epi, pos, -2, None),
+        ("priorities of another length", epi, pos, good[:-1], None),
+        ("2-D priorities", epi, pos, good[:, None], None),
+        ("bool priorities", epi, pos, True, None),
+        ("bool array priorities", epi, pos, np.ones(B, bool), None),
+        ("str priorities", epi, pos, "1.5", None),  # was cast to 1.5
+        ("complex priorities", epi, pos, good + 0j, None),
+        ("priorities None", epi, pos, None, None),
+        ("float pick_index", epi, pos, good, idx.astype(np.float64)),
+        ("pick_index of another length", epi, pos, good, idx[:-1]),
+    ]
+
+
+@pytest.mark.parametrize("impl", ["c", "reference"])
+def test_set_priority_refuses_bad_input_before_any_shard(monkeypatch, impl):
+    sh, servers, calls = _sharded(monkeypatch, impl)
+    b = sh.get_batch(48, 0)
+    shard, _ = sh.decode(b.pick_epi)
+    assert len(set(shard.tolist())) == 3
+    last = int(np.flatnonzero(shard == shard.max())[0])
+    before = _state(servers)
+    for what, epi, pos, pri, idx in _bad_updates(b, last):
+        kwargs = {} if idx is None else {"pick_index": idx}
+        exc, msg = _buffer_error((epi, pos, pri), kwargs)
+        for wait in (True, False):
+            calls.clear()
+            with pytest.raises(exc) as got:
+                sh.set_priority(0, epi, pos, pri, wait=wait, **kwargs)
+            assert str(got.value) == msg, what
+            assert calls == [], what
+            _assert_same(before, _state(servers))
+    # ps: no handle (the buffer's TypeError), or none of the shards' selectors
+    for ps, exc, msg in ((0.0, TypeError, "ps: expected a PickSelector or an int handle, got float"),
+                         (True, TypeError, "ps: expected a PickSelector or an int handle, got bool"),
+                         (3, ValueError, "ps: expected a pick selector of the shards, [0], got unknown handle 3")):
+        calls.clear()
+        with pytest.raises(exc) as got:
+            sh.set_priority(ps, b.pick_epi, b.pick_pos, 1.0, wait=True)
+        assert str(got.value) == msg
+        assert calls == []
+        _assert_same(before, _state(servers))
+
+
+@pytest.mark.parametrize("impl", ["c", "reference"])
+def test_set_priority_takes_what_the_buffer_takes(monkeypatch, impl):
+    """Lists of Python ints, any int and float dtype castable under
+    same_kind, a scalar, a 0-d array: applied as the int64 and float64
+    arrays are, on every shard."""
+    sh, servers, _ = _sharded(monkeypatch, impl)
+    tw, twins, _ = _sharded(monkeypatch, impl)
+    b, tb = sh.get_batch(32, 0), tw.get_batch(32, 0)
+    np.testing.assert_array_equal(b.pick_epi, tb.pick_epi)
+    p = np.linspace(0.5, 3.0, 32)
+    for args, twin_args in (
+            ((b.pick_epi.tolist(), b.pick_pos.astype(np.int32), p.astype(np.float32).tolist()),
+             (tb.pick_epi, tb.pick_pos, p.astype(np.float32).astype(np.float64))),
+            ((b.pick_epi.astype(np.uint32), b.pick_pos.tolist(), 2), (tb.pick_epi, tb.pick_pos, 2.0)),
+            ((b.pick_epi, b.pick_pos, np.array(0.75)), (tb.pick_epi, tb.pick_pos, 0.75))):
+        n = sh.set_priority(0, *args, wait=True, pick_index=b.pick_index.tolist())
+        assert n == tw.set_priority(0, *twin_args, wait=True) == 32
+        _assert_same(_state(servers), _state(twins))
+
+
+@pytest.mark.parametrize("impl", ["c", "reference"])
+def test_record_rollout_refuses_a_bad_priority_before_any_shard(monkeypatch, impl):
+    """A rollout whose pieces go to two shards, with a NaN priority in the
+    second one's: refused before either is sent anything (the second shard
+    alone would refuse it, after the first had recorded its piece); the
+    stream's routing and numbering are untouched, so the rollout sent again
+    with good priorities goes in whole."""
+    sh, servers, calls = _sharded(monkeypatch, impl, n=2)
+    T = 10
+    s = np.zeros((T, 4), np.float32)
+    s[:, 0], s[:, 1] = 99, np.arange(T)
+    good = np.linspace(0.5, 2.0, T)
+    bad = good.copy()
+    bad[7] = math.nan
+    before = _state(servers)
+    records = [x.stats()["records"] for x in servers]
+    for pr, what in ((bad, "nan at index 7"), (-good, "-0.5 at index 0")):
+        r = Rollout(s, np.zeros(T, np.int64), np.ones(T), pr, ends=[5], terminated=[True])
+        for wait in (True, False):
+            calls.clear()
+            with pytest.raises(ValueError, match=rf"^priorities: expected finite numbers >= 0, got {what}$"):
+                sh.record_rollout("w", r, wait=wait)
+            assert calls == []
+            _assert_same(before, _state(servers))
+        calls.clear()
+        with pytest.raises(ValueError, match=rf"^priorities: expected finite numbers >= 0, got {what}$"):
+            sh.record_episode(s, np.zeros(T, np.int64), np.ones(T), terminated=True, priorities=pr, wait=True)
+        assert calls == []
+        _assert_same(before, _state(servers))
+    assert [x.stats()["records"] for x in servers] == records
+    r = Rollout(s, np.zeros(T, np.int64), np.ones(T), good, ends=[5], terminated=[True])
+    assert sh.record_rollout("w", r, wait=True) == T  # seq 0 on each shard: none was used
+    assert sorted(k for _, k in calls) == [0, 1]
+    assert sum(len(x.buf) for x in servers) == sum(x[3] for x in before) + T
+
+
+@pytest.mark.parametrize("impl", ["c", "reference"])
+def test_get_batch_and_set_beta_check_ps_first(monkeypatch, impl):
+    """ps that is no handle, or none of the shards' selectors, is refused
+    before any shard is asked (int(ps) truncated a float handle)."""
+    sh, servers, calls = _sharded(monkeypatch, impl)
+    for ps, exc in ((0.5, TypeError), (1, ValueError), (None, TypeError)):
+        for call in (lambda: sh.get_batch(8, ps), lambda: sh.set_beta(ps, 0.5)):
+            calls.clear()
+            with pytest.raises(exc, match="^ps: expected "):
+                call()
+            assert calls == []
+    assert sh._selectors[0][2] == 0.4  # set_beta changed nothing
