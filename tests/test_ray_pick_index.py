@@ -9,42 +9,11 @@ import pytest
 
 import exreplay.ray as xray
 from exreplay.ray import ReplayServer
+from fake_ray import FakeRay as _FakeRay
+from fake_ray import Local as _Local
 
 KW = dict(state_shape=(4,), pick_len=2, allow_short=True, capacity=None)
 SEL = [("prioritized", {"alpha": 1.0, "beta": 0.4})]
-
-
-class _Ref:
-    def __init__(self, value):
-        self.value = value
-
-
-class _FakeRay:
-    """What ShardedReplay asks of the ray module, for shards that answer at once."""
-
-    @staticmethod
-    def get(refs, timeout=None):
-        return [r.value for r in refs] if isinstance(refs, list) else refs.value
-
-    @staticmethod
-    def wait(refs, num_returns=1, timeout=None):
-        return list(refs), []
-
-
-class _Method:
-    def __init__(self, fn):
-        self.remote = fn
-
-
-class _Local:
-    """A ReplayActor's stand-in: server.f(...) run at once for .f.remote(...)."""
-
-    def __init__(self, server):
-        self.server = server
-
-    def __getattr__(self, name):
-        f = getattr(self.server, name)
-        return _Method(lambda *a, **k: _Ref(f(*a, **k)))
 
 
 def _episodes(servers, n=24, seed=0):

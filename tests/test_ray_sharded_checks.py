@@ -17,7 +17,9 @@ import pytest
 import exreplay
 import exreplay.ray as xray
 from exreplay.ray import ReplayServer, Rollout
-from test_ray_pick_index import KW, SEL, _episodes, _FakeRay, _stored
+from fake_ray import FakeRay as _FakeRay
+from fake_ray import Method as _Method
+from test_ray_pick_index import KW, SEL, _episodes, _stored
 
 
 class _Ref:
@@ -34,11 +36,6 @@ class _Ref:
         if self._error is not None:
             raise self._error
         return self._value
-
-
-class _Method:
-    def __init__(self, fn):
-        self.remote = fn
 
 
 class _Noting:

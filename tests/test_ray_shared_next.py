@@ -20,7 +20,8 @@ import exreplay
 import exreplay.ray as xray
 from exreplay.ray import ReplayServer, concat_batches, split_batch
 from test_differential import assert_same_arrays
-from test_ray_pick_index import _FakeRay, _Local
+from fake_ray import FakeRay as _FakeRay
+from fake_ray import Local as _Local
 from test_shared_next import FIELDS, assert_like_default, at, items
 
 SEL = [("prioritized", {"alpha": 0.7, "beta": 0.5})]

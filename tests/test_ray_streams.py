@@ -8,6 +8,9 @@ import numpy as np
 import pytest
 
 from exreplay.ray import ReplayServer, Rollout
+from fake_ray import FakeRay as _FakeRay
+from fake_ray import Method as _Method
+from fake_ray import Ref as _Ref
 
 
 def _steps(start, T):
@@ -279,28 +282,6 @@ def test_end_stream_before_a_call_records_its_own_rollout():
     assert len(srv.buf) == 0 and "A" not in srv._streams
     assert srv.record_rollout("A", _open(0, 3), 0) == 3  # the stream starts anew
     assert len(srv.buf) == 3
-
-
-class _Ref:
-    def __init__(self, value):
-        self.value = value
-
-
-class _FakeRay:
-    """What ShardedReplay asks of the ray module, for shards that answer at once."""
-
-    @staticmethod
-    def get(refs, timeout=None):
-        return [r.value for r in refs] if isinstance(refs, list) else refs.value
-
-    @staticmethod
-    def wait(refs, num_returns=1, timeout=None):
-        return list(refs), []
-
-
-class _Method:
-    def __init__(self, fn):
-        self.remote = fn
 
 
 class _Shard:
