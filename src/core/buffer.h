@@ -171,7 +171,8 @@ exr_status exr_buffer_record_nowait(exr_buffer *b, int64_t h, const exr_steps *i
 /* What exr_buffer_end_episode_locked found episode h to be. */
 typedef enum {
     EXR_END_DONE,    /* open, with at least one step: ended by the call */
-    EXR_END_GONE,    /* not held, but a handle of this buffer (evicted or removed): nothing to end */
+    EXR_END_GONE,    /* not held, but a handle of this buffer (evicted, removed):
+                     * nothing to end */
     EXR_END_UNKNOWN, /* no episode of this buffer ever had this handle */
     EXR_END_ENDED,   /* held, and ended already */
     EXR_END_EMPTY,   /* held and open, but with no step whose next state final_state would be */

@@ -47,7 +47,8 @@ typedef struct exr_merge exr_merge;
 typedef struct {
     int fd;
     uint64_t body_off, tag;
-    uint32_t kind; /* EXR_LOG_KIND_RECORDS, or EXR_LOG_KIND_NOSTEP: records without a row may come */
+    /* EXR_LOG_KIND_RECORDS, or EXR_LOG_KIND_NOSTEP: records without a row may come */
+    uint32_t kind;
     uint32_t codec, count, source, body_crc;
     int64_t first, last;
     uint64_t raw_len, body_len;

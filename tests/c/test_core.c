@@ -1209,7 +1209,8 @@ static void end_like_record(bool allow_short)
     exr_end_outcome o;
     float fin[2] = {5.0f, -1.0f};
     CHECK(b && twin);
-    CHECK(record_prio_run(b, -1, 5, 0, 4, false) == 0 && record_prio_run(b, 0, 5, 4, 3, false) == 0);
+    CHECK(record_prio_run(b, -1, 5, 0, 4, false) == 0 &&
+          record_prio_run(b, 0, 5, 4, 3, false) == 0);
     CHECK(record_prio_run(twin, -1, 5, 0, 4, false) == 0);
     CHECK(record_prio_run(twin, 0, 5, 4, 3, true) == 0);
     exr_buffer_lock(b);
