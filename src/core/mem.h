@@ -27,6 +27,12 @@ void *exr_big_alloc(size_t bytes);
  * batches"). */
 void *exr_huge_prefix_alloc(size_t bytes, size_t huge);
 
+/* Advises the whole 2 MiB pages inside [p, p + bytes) for transparent huge
+ * pages: memory allocated elsewhere (a Python bytes object's) and not yet
+ * written, so that its first writes fault in 2 MiB pages, not 4 KiB ones.
+ * Advice only: nothing happens where the kernel does not take it. */
+void exr_advise_huge(void *p, size_t bytes);
+
 /* bytes of zeroed memory aligned to a cache line (EXR_LINE_BYTES), for a
  * struct with EXR_LINE members (exr.h), or NULL. Release with free(). */
 void *exr_line_calloc(size_t bytes);

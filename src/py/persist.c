@@ -11,6 +11,7 @@
 
 #include "codec.h"
 #include "file.h"
+#include "mem.h"
 #include "named.h"
 
 /* ---- metadata: what the Python object adds to the core's config ---------- */
@@ -245,6 +246,12 @@ static PyObject *serialize_bytes(ReplayObject *self, int level)
         return NULL;
     }
     unsigned char *out = (unsigned char *)PyBytes_AS_STRING(bytes);
+    /* Not written yet: faulted in by the copy below, 2 MiB at a time if the
+     * kernel takes the advice (docs/format.md, "Writing"). From 32 MiB
+     * only, glibc's largest mmap threshold: such a bytes object has its
+     * own mapping, so the advice never splits the heap's. */
+    if (bound >= ((uint64_t)32 << 20))
+        exr_advise_huge(out, (size_t)bound);
     exr_mem_sink m = {out + EXR_HEADER_BYTES, (size_t)bound - EXR_HEADER_BYTES, 0};
     exr_status st;
     EXR_NOGIL_BEGIN
