@@ -231,8 +231,9 @@ static timed_side timed[2]; /* the writer, the learner */
 
 /* Where each side's time went in the last measure (a -DEXR_TIMING build,
  * build/bench-pair-timed): its share of the time taking rw and holding it,
- * and the learner's draws without the storage lock by part, in us a step
- * (over the steps that made one). Empty in other builds. */
+ * the learner's draws without the storage lock by part, in us a step
+ * (over the steps that made one), and its set_priority calls by part.
+ * Empty in other builds. */
 static const char *timing_text(char *buf, size_t len)
 {
     buf[0] = 0;
@@ -252,13 +253,21 @@ static const char *timing_text(char *buf, size_t len)
     const exr_timing *m = &timed[1].tm;
     double n = (double)m->count[EXR_TM_DRAW_SAMPLE], us = n > 0 ? 1e-3 / n : 0;
     if (n > 0 && used < len)
+        used += (size_t)snprintf(
+            buf + used, len - used,
+            "  learner's draws without the lock (%.0f of %llu steps), us each: mu %.2f + notes "
+            "%.2f + draws %.2f + rw again %.2f + check %.2f\n",
+            n, (unsigned long long)timed[1].calls, (double)m->ns[EXR_TM_DRAW_MU] * us,
+            (double)m->ns[EXR_TM_DRAW_NOTES] * us,
+            (double)(m->ns[EXR_TM_DRAW_SAMPLE] - m->ns[EXR_TM_DRAW_NOTES]) * us,
+            (double)m->ns[EXR_TM_DRAW_RELOCK] * us, (double)m->ns[EXR_TM_DRAW_CHECK] * us);
+    double k = (double)m->count[EXR_TM_UPD_TREE], ku = k > 0 ? 1e-3 / k : 0;
+    if (k > 0 && used < len)
         snprintf(buf + used, len - used,
-                 "  learner's draws without the lock (%.0f of %llu steps), us each: mu %.2f + notes "
-                 "%.2f + draws %.2f + rw again %.2f + check %.2f\n",
-                 n, (unsigned long long)timed[1].calls, (double)m->ns[EXR_TM_DRAW_MU] * us,
-                 (double)m->ns[EXR_TM_DRAW_NOTES] * us,
-                 (double)(m->ns[EXR_TM_DRAW_SAMPLE] - m->ns[EXR_TM_DRAW_NOTES]) * us,
-                 (double)m->ns[EXR_TM_DRAW_RELOCK] * us, (double)m->ns[EXR_TM_DRAW_CHECK] * us);
+                 "  learner's set_priority (%.0f), us each: resolve %.2f + mu %.2f + notes %.2f + "
+                 "tree %.2f\n",
+                 k, (double)m->ns[EXR_TM_UPD_RESOLVE] * ku, (double)m->ns[EXR_TM_UPD_MU] * ku,
+                 (double)m->ns[EXR_TM_UPD_SETTLE] * ku, (double)m->ns[EXR_TM_UPD_TREE] * ku);
 #else
     (void)len;
 #endif
@@ -384,7 +393,7 @@ static void writers_rounds(side_buf *one, side_buf *two, learner_state *l, size_
         phases_text(l, ph[0], sizeof ph[0]);
         tog = with_writers(l, one, secs, pause, exact, &v[2][r]);
         phases_text(l, ph[1], sizeof ph[1]);
-        char tm[512];
+        char tm[1024];
         timing_text(tm, sizeof tm);
         sep = with_writers(l, two, secs, pause, exact, &v[3][r]);
         phases_text(l, ph[2], sizeof ph[2]);
@@ -459,7 +468,7 @@ int main(int argc, char **argv)
         measure(w_on ? w_buf : NULL, l_on ? &l : NULL, secs, &wr, &lr);
         printf("%s: writer %.0f/s learner %.0f/s | cross-core %.0f ns\n", only, wr, lr, xc);
     }
-    char ph_alone[128], ph_shared[128], tm_shared[512];
+    char ph_alone[128], ph_shared[128], tm_shared[1024];
     for (size_t r = 0; !only && r < rounds; r++) {
         double xc = CROSSCORE_NS();
         measure(&one, NULL, secs, &v[0][r], &dummy);

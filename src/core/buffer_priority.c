@@ -8,6 +8,7 @@
 
 #include "buffer_impl.h"
 #include "powa.h"
+#include "timing.h"
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -304,12 +305,15 @@ static bool update_locked(exr_buffer *b, sel_entry *e, size_t done, double a, pr
         atomic_store_explicit(&b->pow_h, e->handle, memory_order_relaxed);
     }
     let_go = let_go && exr_sel_detach(sel, b->excl_owner, b->eps.seq);
+    EXR_TM_NOW(t0);
     if (let_go)
         exr_sel_take(sel);
     else
         exr_sel_lock(sel);
     if (let_go && !exr_sel_start_detached(sel, b->picks.n, b->picks.v, b->eps.seq))
         let_go = false; /* no memory to keep its picks: under the lock */
+    EXR_TM_SINCE(EXR_TM_UPD_MU, t0);
+    EXR_TM_NOW(t1);
     if (sel->vt->settle) {
         /* the indices are the table's now: the selector's notes up to now
          * are applied, none after (a hold may end once the lock is let go) */
@@ -322,10 +326,13 @@ static bool update_locked(exr_buffer *b, sel_entry *e, size_t done, double a, pr
 #endif
         sel->vt->settle(sel, mark);
     }
+    EXR_TM_SINCE(EXR_TM_UPD_SETTLE, t1);
+    EXR_TM_NOW(t2);
     if (use)
         sel->vt->update_many_stored(sel, done, s->idx, s->kept, s->stored, s->scratch);
     else
         sel->vt->update_many(sel, done, s->idx, s->kept, s->scratch);
+    EXR_TM_SINCE(EXR_TM_UPD_TREE, t2);
     exr_sel_unlock(sel);
     return let_go;
 }
@@ -347,8 +354,10 @@ static exr_status set_priority_impl(exr_buffer *b, int64_t h, size_t count, cons
         return EXR_EINVAL;
     size_t done = 0;
     if (e->sel->vt->prioritized && count) {
+        EXR_TM_NOW(t0);
         done = resolve_picks_locked(b, count, epi, pos, hint, hint_gen, prio, prio_stride,
                                     !isnan(a), s);
+        EXR_TM_SINCE(EXR_TM_UPD_RESOLVE, t0);
         *let_go = update_locked(b, e, done, a, s, want);
     }
     *applied = done;

@@ -23,6 +23,11 @@ typedef enum {
     EXR_TM_DRAW_NOTES,  /* of it, the notes of the holds that ended, applied */
     EXR_TM_DRAW_RELOCK, /* taking rw shared again */
     EXR_TM_DRAW_CHECK,  /* checking the picks, drawing any gone again */
+    /* a set_priority of a prioritized selector (buffer_priority.c): */
+    EXR_TM_UPD_RESOLVE, /* finding the picks' table indices, rw held shared */
+    EXR_TM_UPD_MU,      /* taking the selector's mu */
+    EXR_TM_UPD_SETTLE,  /* the notes of the holds before, applied (rw let go if it could be) */
+    EXR_TM_UPD_TREE,    /* the leaves written and the tree above them fixed */
     EXR_TM_N
 } exr_tm_part;
 
