@@ -200,20 +200,29 @@ def churner(run, buf, L, seed, max_mine=None):
         buf.remove_pick_selector(ps)
 
 
-def remover(run, buf, seed, newest=0.5, pause=0.001):
-    """Removes episodes now and then, often the newest (the one a writer is
-    most likely copying into); losing a race to eviction is a ValueError."""
+def now_and_then(run, buf, seed, newest, pause, act):
+    """act(h) every `pause` seconds on an episode held, the newest (the one
+    a writer is most likely copying into) with probability `newest`, any
+    other else, until run stops."""
     rng = random.Random(seed)
     while not run.stop.is_set():
         hs = buf._handles()
         if hs:
-            h = hs[-1] if rng.random() < newest else rng.choice(hs)
-            try:
-                buf.remove_episode(h)
-                run.counts["removed"] += 1
-            except ValueError as e:
-                assert str(e).startswith("h: expected the handle of an episode held"), str(e)
+            act(hs[-1] if rng.random() < newest else rng.choice(hs))
         run.stop.wait(pause)
+
+
+def remover(run, buf, seed, newest=0.5, pause=0.001):
+    """Removes episodes now and then, often the newest; losing a race to
+    eviction is a ValueError."""
+    def remove(h):
+        try:
+            buf.remove_episode(h)
+            run.counts["removed"] += 1
+        except ValueError as e:
+            assert str(e).startswith("h: expected the handle of an episode held"), str(e)
+
+    now_and_then(run, buf, seed, newest, pause, remove)
 
 
 def ender(run, buf, seed, newest=0.5, pause=0.001):
@@ -222,18 +231,15 @@ def ender(run, buf, seed, newest=0.5, pause=0.001):
     the newest (the one a writer is most likely copying into: the end waits
     for that copy). An episode ended, empty or evicted meanwhile is a
     ValueError or False."""
-    rng = random.Random(seed)
-    while not run.stop.is_set():
-        hs = buf._handles()
-        if hs:
-            h = hs[-1] if rng.random() < newest else rng.choice(hs)
-            try:
-                if buf.end_episode(h, terminated=True):
-                    run.counts["ended"] += 1
-            except ValueError as e:
-                assert str(e).startswith(("h: expected an open episode",
-                                          "h: expected an episode with a step")), str(e)
-        run.stop.wait(pause)
+    def end(h):
+        try:
+            if buf.end_episode(h, terminated=True):
+                run.counts["ended"] += 1
+        except ValueError as e:
+            assert str(e).startswith(("h: expected an open episode",
+                                      "h: expected an episode with a step")), str(e)
+
+    now_and_then(run, buf, seed, newest, pause, end)
 
 
 def inspector(run, buf, seed):
