@@ -43,9 +43,11 @@ def int_arg(name: str, v, lo: int, hi, expected: str) -> int:
 
 
 def flag_arg(name: str, v) -> bool:
-    """v as a flag: a bool, a NumPy bool or an int (NumPy's integer scalars
-    too; any nonzero int is true, as in ``if``), as the binding takes its
-    flags; anything else, None or a float included, is a TypeError."""
+    """v as a flag of the Python-level tools (gather_logs' force_ship,
+    merge's overwrite): a bool, a NumPy bool or an int, NumPy's integer
+    scalars too (any nonzero int is true, as in ``if``); anything else, None
+    or a float included, is a TypeError. The buffer's own flags refuse
+    NumPy integers (truth_arg)."""
     if not isinstance(v, (bool, np.bool_, int, np.integer)):
         raise TypeError("%s: expected a bool or an int, got %s" % (name, type_name(v)))
     return bool(v)
