@@ -221,3 +221,39 @@ def test_get_batch_and_set_beta_check_ps_first(monkeypatch, impl):
                 call()
             assert calls == []
     assert sh._selectors[0][2] == 0.4  # set_beta changed nothing
+
+
+_BAD_COUNTS = [  # (batch_size, n_batches, error, message start)
+    (2.5, None, TypeError, "batch_size: expected an int in [1, 2**63 - 1], got float"),
+    (0, None, ValueError, "batch_size: expected an int in [1, 2**63 - 1], got 0"),
+    (True, None, TypeError, "batch_size: expected an int in [1, 2**63 - 1], got bool"),
+    (8, 2.5, TypeError, "n_batches: expected None or an int in [1, 2**63 - 1], got float"),
+    (8, 0, ValueError, "n_batches: expected None or an int in [1, 2**63 - 1], got 0"),
+    (8, -2, ValueError, "n_batches: expected None or an int in [1, 2**63 - 1], got -2"),
+    (1 << 40, 1 << 30, ValueError, "n_batches: expected batch_size * n_batches at most"),
+]
+
+
+@pytest.mark.parametrize("impl", ["c", "reference"])
+@pytest.mark.parametrize("case", _BAD_COUNTS, ids=lambda c: f"{c[0]}-{c[1]}")
+def test_get_batch_counts_checked_before_any_draw(monkeypatch, impl, case):
+    """ReplayServer.get_batch and ShardedReplay.get_batch check batch_size
+    and n_batches before anything is drawn: a float is refused (it was
+    truncated: n_batches=2.5 drew 2 batches), n_batches=0 is named as
+    n_batches (it was reported as batch_size), and the selectors' generators
+    are left where they were: the next batch is the one a twin that never
+    got the call draws."""
+    batch_size, n_batches, err, msg = case
+    srv, twin = (ReplayServer(impl=impl, selectors=SEL, seed=3, **KW) for _ in range(2))
+    _episodes([[srv], [twin]])
+    with pytest.raises(err) as e:
+        srv.get_batch(batch_size, 0, n_batches)
+    assert str(e.value).startswith(msg), str(e.value)
+    np.testing.assert_array_equal(srv.get_batch(16, 0).pick_epi, twin.get_batch(16, 0).pick_epi)
+    sh, servers, calls = _sharded(monkeypatch, impl)
+    tw, _, _ = _sharded(monkeypatch, impl)
+    with pytest.raises(err) as e:
+        sh.get_batch(batch_size, 0, n_batches)
+    assert str(e.value).startswith(msg), str(e.value)
+    assert not [c for c in calls if c[0] == "get_batch"]  # no shard drew
+    np.testing.assert_array_equal(sh.get_batch(16, 0).pick_epi, tw.get_batch(16, 0).pick_epi)

@@ -33,7 +33,7 @@ import numpy as np
 
 import exreplay
 from exreplay import PickSelectorClass
-from exreplay._args import truth_arg, type_name
+from exreplay._args import int_arg, truth_arg, type_name
 from exreplay._types import seq_views
 
 __all__ = [
@@ -150,6 +150,23 @@ def _own(a):
         return np.asarray(memoryview(a))
     except (TypeError, ValueError, BufferError):  # pragma: no cover - no buffer of this dtype
         return a
+
+
+def _batch_counts(batch_size, n_batches):
+    """(batch_size, n) of a get_batch of n_batches (None: one batch) of
+    batch_size picks, checked before anything is drawn, with the buffer's
+    rule for batch_size (an int, bool refused, from 1; "batch_size: expected
+    an int in [1, 2**63 - 1], got 0"): a float is not truncated, and
+    n_batches=0 is refused naming n_batches, not batch_size."""
+    top = (1 << 63) - 1
+    batch_size = int_arg("batch_size", batch_size, 1, top, "an int in [1, 2**63 - 1]")
+    if n_batches is None:
+        return batch_size, 1
+    n = int_arg("n_batches", n_batches, 1, top, "None or an int in [1, 2**63 - 1]")
+    if batch_size * n > top:
+        raise ValueError(f"n_batches: expected batch_size * n_batches at most 2**63 - 1, got "
+                         f"{batch_size} * {n}")
+    return batch_size, n
 
 
 def _pick_index(b):
@@ -734,7 +751,7 @@ class ReplayServer:
         (docs/api.md, "Shared next states").
         """
         shared_next = truth_arg("shared_next", shared_next)
-        n = 1 if n_batches is None else int(n_batches)
+        batch_size, n = _batch_counts(batch_size, n_batches)
         t = self._meter.enter("s")
         counts = {}  # counted only once the call has succeeded
         try:
@@ -1252,13 +1269,11 @@ class ShardedReplay:
         ray = _ray()
         ps = _handle_arg(ps, self._selectors)
         shared_next = truth_arg("shared_next", shared_next)
-        n = 1 if n_batches is None else int(n_batches)
+        batch_size, n = _batch_counts(batch_size, n_batches)
         if self.n == 1:
             return ray.get(self.shards[0].get_batch.remote(batch_size, ps, n_batches, shared_next=shared_next))
         kind, _alpha, beta = self._selectors[ps]
-        total_n = int(batch_size) * n
-        if total_n < 1:
-            raise ValueError(f"batch_size: expected an int >= 1, got {batch_size}")
+        total_n = batch_size * n
         stats = self._last_stats.get(int(ps)) if not fresh_stats else None
         if stats is None:
             stats = ray.get([s.priority_stats.remote(ps) for s in self.shards])
