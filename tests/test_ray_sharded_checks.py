@@ -257,3 +257,24 @@ def test_get_batch_counts_checked_before_any_draw(monkeypatch, impl, case):
     assert str(e.value).startswith(msg), str(e.value)
     assert not [c for c in calls if c[0] == "get_batch"]  # no shard drew
     np.testing.assert_array_equal(sh.get_batch(16, 0).pick_epi, tw.get_batch(16, 0).pick_epi)
+
+
+def test_rollout_converts_priorities_and_ends_by_the_buffers_rule():
+    """Rollout's priorities are converted as record_many converts them
+    (strings were parsed, bools taken as 0 and 1), and its ends must be
+    integers (a float index was truncated): the buffer's TypeErrors, at
+    construction, before anything is sent."""
+    s, a, r = np.zeros((2, 4), np.float32), np.zeros(2, np.int64), np.zeros(2, np.float32)
+    buf = exreplay.ExperienceReplay((4,), capacity=100)
+    for p in (np.array(["1", "2"]), ["1.5", "2"], np.array([1 + 1j, 2]), np.array([True, False])):
+        with pytest.raises(TypeError) as mine:
+            Rollout(s, a, r, priorities=p)
+        with pytest.raises(TypeError) as theirs:
+            buf.record_many(None, s, a, r, priorities=p)
+        assert str(mine.value) == str(theirs.value)
+    with pytest.raises(TypeError, match=r"ends: expected row indices \(integers\), got float64"):
+        Rollout(s, a, r, ends=[1.5], terminated=[True])
+    ok = Rollout(s, a, r, priorities=np.array([1, 2], np.int32), ends=np.array([2], np.uint8),
+                 terminated=[True])
+    assert ok.priorities.dtype == np.float64 and ok.ends.tolist() == [2]
+    assert Rollout(s, a, r, ends=[]).ends.dtype == np.int64

@@ -296,6 +296,28 @@ def concat_batches(batches: Sequence) -> Any:
 # --- rollouts ----------------------------------------------------------------------
 
 
+def _rollout_priorities(p) -> np.ndarray:
+    """A Rollout's priorities as float64, converted by the buffer's rule
+    (same_kind; a bool is no priority), with its TypeError: strings were
+    parsed ("1.5") and bools taken as 0 and 1."""
+    a = np.asarray(p)
+    if a.dtype == np.bool_:
+        raise TypeError("priorities: expected real numbers, got bool")
+    if not np.can_cast(a.dtype, np.float64, "same_kind"):
+        raise TypeError(f"priorities: expected float64 (or a dtype that casts to it under "
+                        f"same_kind), got {a.dtype}")
+    return a.astype(np.float64, copy=False)
+
+
+def _rollout_ends(ends) -> np.ndarray:
+    """A Rollout's ends as int64: integers (an empty sequence is none); a
+    float index is a TypeError (it was truncated)."""
+    a = np.asarray(ends)
+    if a.size and a.dtype.kind not in "iu":
+        raise TypeError(f"ends: expected row indices (integers), got {a.dtype}")
+    return a.astype(np.int64).reshape(-1)
+
+
 class Rollout:
     """T consecutive steps of one sender, possibly spanning several episodes.
 
@@ -326,8 +348,8 @@ class Rollout:
         self.extras = None if extras is None else {k: np.asarray(v) for k, v in extras.items()}
         self.actions = np.asarray(actions)
         self.rewards = np.asarray(rewards)
-        self.priorities = None if priorities is None else np.asarray(priorities, dtype=np.float64)
-        self.ends = np.asarray(ends, dtype=np.int64).reshape(-1)
+        self.priorities = None if priorities is None else _rollout_priorities(priorities)
+        self.ends = _rollout_ends(ends)
         self.final_states = None if final_states is None else _map(
             np.asarray, dict(final_states) if isinstance(final_states, dict) else final_states)
         self.terminated = (
