@@ -618,6 +618,22 @@ static exr_buffer *make_buffer(uint32_t pick_len, bool allow_short, uint64_t cap
     return exr_buffer_new(&cfg, &b) == EXR_OK ? b : NULL;
 }
 
+/* b (from make_buffer, NULL passed on) with a prioritized selector of
+ * alpha and beta (*sel); NULL, b freed, if it cannot be added. */
+static exr_buffer *with_prio_selector(exr_buffer *b, double alpha, double beta, int64_t *sel)
+{
+    double params[2] = {alpha, beta};
+    if (!b)
+        return NULL;
+    exr_buffer_lock(b);
+    exr_status st = exr_buffer_add_selector_locked(b, 1, params, sel);
+    exr_buffer_unlock(b);
+    if (st == EXR_OK)
+        return b;
+    exr_buffer_free(b);
+    return NULL;
+}
+
 /* Records T steps whose state encodes (tag, t). */
 static int64_t record_steps(exr_buffer *b, int64_t h, int tag, int t0, size_t T, bool end,
                             bool terminated, bool with_final)
@@ -1163,17 +1179,7 @@ static void count_hook(void *ctx, exr_buffer *b, int64_t h, uint64_t pos, const 
  * of alpha 1 (*sel), or NULL. */
 static exr_buffer *end_buffer(bool allow_short, int64_t *sel)
 {
-    exr_buffer *b = make_buffer(3, allow_short, 0, EXR_EVICT_FIFO);
-    double params[2] = {1.0, 0.5};
-    if (!b)
-        return NULL;
-    exr_buffer_lock(b);
-    exr_status st = exr_buffer_add_selector_locked(b, 1, params, sel);
-    exr_buffer_unlock(b);
-    if (st == EXR_OK)
-        return b;
-    exr_buffer_free(b);
-    return NULL;
+    return with_prio_selector(make_buffer(3, allow_short, 0, EXR_EVICT_FIFO), 1.0, 0.5, sel);
 }
 
 /* Whether a and b hold the same picks in the same table order, with the
@@ -1364,18 +1370,7 @@ static void holds_meanwhile(exr_buffer *b, int phase)
  * of alpha 1 and beta 1 (*sel), or NULL. */
 static exr_buffer *prio_buffer(int64_t *sel)
 {
-    exr_buffer *b = make_buffer(1, false, 200, EXR_EVICT_FIFO);
-    double params[2] = {1.0, 1.0};
-    if (!b)
-        return NULL;
-    exr_buffer_lock(b);
-    exr_status st = exr_buffer_add_selector_locked(b, 1, params, sel);
-    exr_buffer_unlock(b);
-    if (st != EXR_OK) {
-        exr_buffer_free(b);
-        return NULL;
-    }
-    return b;
+    return with_prio_selector(make_buffer(1, false, 200, EXR_EVICT_FIFO), 1.0, 1.0, sel);
 }
 
 /* record_ten from another thread, so that this one's draws and updates
