@@ -349,6 +349,19 @@ def _merge_inputs(d):
     return ins
 
 
+def _merge_reference(tmp_path):
+    """The inputs (_merge_inputs, in tmp_path / "in"), their merge
+    whole.xlog there made uninterrupted, and the progress calls that merge
+    made (the kill tests stop a merge at the middle one)."""
+    (tmp_path / "in").mkdir()
+    ins = _merge_inputs(tmp_path / "in")
+    ref = tmp_path / "in" / "whole.xlog"
+    calls = []
+    xlog.merge(ins, ref, level=0, chunk_bytes=2000, threads=0,
+               progress=lambda done, total: calls.append(done))
+    return ins, ref, calls
+
+
 MERGE_KILL_CHILD = r"""
 import os, signal, sys
 import exreplay.log as xlog
@@ -379,12 +392,7 @@ def test_a_merge_killed_midway_leaves_no_output_and_runs_again(tmp_path, unnamed
     merge to the name removes; the merge run again gives the same bytes as
     one never interrupted. The kill is at the middle progress call of the
     merge (on one thread: the same calls every run)."""
-    (tmp_path / "in").mkdir()
-    ins = _merge_inputs(tmp_path / "in")
-    calls = []
-    ref = tmp_path / "in" / "whole.xlog"
-    xlog.merge(ins, ref, level=0, chunk_bytes=2000, threads=0,
-               progress=lambda done, total: calls.append(done))
+    ins, ref, calls = _merge_reference(tmp_path)
     assert len(calls) > 20
     d = tmp_path / "out"
     d.mkdir()
@@ -448,12 +456,7 @@ def test_merge_overwrite_keeps_the_old_output_until_the_new_one_is_complete(tmp_
     and no temp file; one that succeeds replaces it (the permission bits
     kept). Without overwrite, an existing output is a FileExistsError that
     says what to pass."""
-    (tmp_path / "in").mkdir()
-    ins = _merge_inputs(tmp_path / "in")
-    ref = tmp_path / "in" / "whole.xlog"
-    calls = []
-    xlog.merge(ins, ref, level=0, chunk_bytes=2000, threads=0,
-               progress=lambda done, total: calls.append(done))
+    ins, ref, calls = _merge_reference(tmp_path)
     bad = str(tmp_path / "in" / "late.xlog")
     _corrupt_a_late_chunk(ins[1], bad)
     d = tmp_path / "out"
@@ -540,12 +543,7 @@ def test_a_merge_overwriting_killed_midway_leaves_the_old_output(tmp_path):
     output byte for byte (and at most its temp file, which the next merge to
     the name removes); run again, it replaces the output with the same bytes
     as a merge never interrupted."""
-    (tmp_path / "in").mkdir()
-    ins = _merge_inputs(tmp_path / "in")
-    calls = []
-    ref = tmp_path / "in" / "whole.xlog"
-    xlog.merge(ins, ref, level=0, chunk_bytes=2000, threads=0,
-               progress=lambda done, total: calls.append(done))
+    ins, ref, calls = _merge_reference(tmp_path)
     d = tmp_path / "out"
     d.mkdir()
     out = d / "all.xlog"
