@@ -27,16 +27,22 @@ def _is_bool(v) -> bool:
     return isinstance(v, (bool, np.bool_)) or (isinstance(v, np.ndarray) and v.dtype.kind == "b")
 
 
-def int_arg(name: str, v, lo: int, hi, expected: str) -> int:
-    """v as an int in [lo, hi] (hi None: no upper bound). Anything with
-    __index__ is an int (NumPy's integer scalars and 0-d integer arrays
-    too), except a bool."""
+def index_arg(name: str, v, expected: str) -> int:
+    """v as an int, of any size: anything with __index__ (NumPy's integer
+    scalars and 0-d integer arrays too) but a bool; else the TypeError
+    "name: expected <expected>, got <its type>"."""
     try:
         if _is_bool(v):
             raise TypeError
-        i = operator.index(v)
+        return operator.index(v)
     except TypeError:
         raise TypeError("%s: expected %s, got %s" % (name, expected, type_name(v))) from None
+
+
+def int_arg(name: str, v, lo: int, hi, expected: str) -> int:
+    """v as an int in [lo, hi] (hi None: no upper bound), by index_arg's
+    rule."""
+    i = index_arg(name, v, expected)
     if i < lo or (hi is not None and i > hi):
         raise ValueError("%s: expected %s, got %d" % (name, expected, i))
     return i

@@ -96,7 +96,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from exreplay._args import _is_bool, type_name
+from exreplay._args import index_arg
 from exreplay._types import PickSelectorClass, seq_views
 
 __all__ = [
@@ -397,19 +397,6 @@ def _int_arg(name, x):
         return operator.index(x)
     except TypeError:
         raise TypeError(f"{name}: expected an int, got {_show(x)}") from None
-
-
-def _handle_arg(name, x, expected):
-    """A selector's int handle: anything with __index__ but a bool, and
-    every int, however large (one no selector has is an unknown handle, not
-    a range error). A TypeError reads as the C buffer's: "ps: expected a
-    PickSelector or an int handle, got float"."""
-    try:
-        if _is_bool(x):
-            raise TypeError
-        return operator.index(x)
-    except TypeError:
-        raise TypeError(f"{name}: expected {expected}, got {type_name(x)}") from None
 
 
 def _bool_arg(name, x):
@@ -1692,7 +1679,7 @@ class ReferenceReplay:
     def _selector_arg(self, ps):
         if isinstance(ps, RefPickSelector) and ps._owner is not self:
             raise ValueError("ps: expected a pick selector of this buffer, got one of another buffer")
-        k = _handle_arg("ps", ps, "a PickSelector or an int handle")
+        k = index_arg("ps", ps, "a PickSelector or an int handle")
         sel = self._selectors.get(k)
         if sel is None:  # as the C buffer says it (docs/api.md, "Errors")
             raise ValueError(f"ps: expected a pick selector of this buffer, got unknown handle {k}")

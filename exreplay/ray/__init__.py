@@ -33,7 +33,7 @@ import numpy as np
 
 import exreplay
 from exreplay import PickSelectorClass
-from exreplay._args import int_arg, truth_arg, type_name
+from exreplay._args import index_arg, int_arg, truth_arg
 from exreplay._types import seq_views
 
 __all__ = [
@@ -210,12 +210,7 @@ def _handle_arg(ps, known) -> int:
     """ps as an int handle, one of `known` (the shards' selectors), with the
     buffer's errors: a TypeError for a type that is no handle, a ValueError
     for an unknown one."""
-    try:
-        if isinstance(ps, (bool, np.bool_)):
-            raise TypeError
-        h = operator.index(ps)
-    except TypeError:
-        raise TypeError(f"ps: expected a PickSelector or an int handle, got {type_name(ps)}") from None
+    h = index_arg("ps", ps, "a PickSelector or an int handle")
     if h not in known:
         raise ValueError(f"ps: expected a pick selector of the shards, {sorted(known)}, got unknown handle {h}")
     return h
