@@ -25,7 +25,7 @@
 #                     writers on a second buffer); each round prints the machine's cross-core round
 #                     trip and the learner's step by phase; build/bench-pair-timed (same arguments) is
 #                     built with the core's timing.h counts: each side's time taking and holding the
-#                     storage lock, and the learner's draws without it by part
+#                     storage lock, the learner's draws without it and its set_priority calls by part
 #   make build/ab-core build/ab-NAME.so  get_batch of two trees' cores in one process, paired (benchmarks/c/ab_core.c)
 #   make demo     Ape-X DQN on CartPole on a local Ray cluster (python -m exreplay.examples.apex_cartpole),
 #                 logging every experience (--log build/demo-log), then the merged log's info and tail
@@ -309,7 +309,7 @@ bench-pair: build/bench-pair
 	./build/bench-pair $(PAIR_ROUNDS) $(PAIR_SECONDS)
 
 # the same with the core's timing.h counts: where each thread's time goes
-# around the storage lock, and the learner's draws without it by part
+# around the storage lock, and the learner's draws without it and its set_priority calls by part
 build/bench-pair-timed: benchmarks/c/pair.c benchmarks/c/batch_out.h $(CORE_SRC) $(CORE_HDR) | zlib
 	@mkdir -p build
 	$(CTEST_CC) -std=c11 -O3 -flto=auto -Wall -Wextra -Werror -pthread -DEXR_TIMING -Isrc/core -o $@ $< $(CORE_SRC) -lz -lm

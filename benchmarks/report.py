@@ -1307,7 +1307,7 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
         "interpreter; `build/bench-pair ROUNDS SECONDS writers4` runs the 4 writers + 1 learner test the same way, "
         "with the writers-apart reference; `build/bench-pair-timed`, built with the core's "
         "`-DEXR_TIMING` counts, also prints each side's time taking and holding the storage lock "
-        "and the learner's draws without it by part). "
+        "and the learner's draws without it and its set_priority calls by part). "
         "The A/B scripts `benchmarks/ab_builds.py`, `ab_get_batch.py`, `ab_small.py` "
         "and `ab_set_priority.py` (sharing `ab_common.py`) load two builds of the extension into one process and "
         "alternate them, printing the median of the paired after/base ratios: the addenda's comparisons of two "
