@@ -16,6 +16,7 @@ import pytest
 
 import exreplay
 import exreplay.ray as xray
+from exreplay._args import type_name
 from exreplay.ray import ReplayServer, Rollout
 from fake_ray import FakeRay as _FakeRay
 from fake_ray import Method as _Method
@@ -278,3 +279,54 @@ def test_rollout_converts_priorities_and_ends_by_the_buffers_rule():
                  terminated=[True])
     assert ok.priorities.dtype == np.float64 and ok.ends.tolist() == [2]
     assert Rollout(s, a, r, ends=[]).ends.dtype == np.int64
+
+
+_DECODE_EXPECTED = "an integer array, a list of ints or an int, in [0, 2**63 - 1] (a sharded batch's pick_epi)"
+
+
+def test_decode_takes_integers_only(monkeypatch):
+    """decode takes what a sharded batch gives (its integer pick_epi, as an
+    array of any integer dtype, a list of ints, one int or NumPy integer)
+    and refuses the rest naming pick_epi: a float was truncated, a string
+    parsed and a bool taken as 0 or 1. A sharded pick_epi is epi * n + shard
+    with epi a handle (0, 1, 2, ...), never below 0: a ValueError."""
+    sh, _, calls = _sharded(monkeypatch, "c")
+    b = sh.get_batch(48, 0)
+    e = b.pick_epi
+    shard, epi = e % 3, e // 3
+    for v in (e, e.astype(np.int32), e.astype(np.uint64), e.tolist(), tuple(e.tolist()),
+              [np.int64(x) for x in e]):
+        got = sh.decode(v)
+        np.testing.assert_array_equal(got[0], shard)
+        np.testing.assert_array_equal(got[1], epi)
+        assert got[0].dtype == got[1].dtype == np.int64
+    for v in (int(e[0]), e[0], np.uint8(e[0]), np.array(e[0])):
+        assert sh.decode(v) == (shard[0], epi[0])
+    assert [x.tolist() for x in sh.decode([])] == [[], []]
+    calls.clear()
+    for v, exc, msg in (
+            (e.astype(np.float64), TypeError, f"pick_epi: expected {_DECODE_EXPECTED}, got numpy.ndarray "
+                                              f"of dtype float64 and shape (48,)"),
+            (np.ones(3, bool), TypeError, f"pick_epi: expected {_DECODE_EXPECTED}, got numpy.ndarray "
+                                          f"of dtype bool and shape (3,)"),
+            (np.array(["4"]), TypeError, f"pick_epi: expected {_DECODE_EXPECTED}, got numpy.ndarray "
+                                         f"of dtype <U1 and shape (1,)"),
+            ([4.0, 5.0], TypeError, "pick_epi[0]: expected an int in [0, 2**63 - 1], got float"),
+            ([4, True], TypeError, "pick_epi[1]: expected an int in [0, 2**63 - 1], got bool"),
+            (["4"], TypeError, "pick_epi[0]: expected an int in [0, 2**63 - 1], got str"),
+            (4.7, TypeError, f"pick_epi: expected {_DECODE_EXPECTED}, got float"),
+            (np.float64(4.0), TypeError, f"pick_epi: expected {_DECODE_EXPECTED}, got numpy.float64"),
+            ("4", TypeError, f"pick_epi: expected {_DECODE_EXPECTED}, got str"),
+            (True, TypeError, f"pick_epi: expected {_DECODE_EXPECTED}, got bool"),
+            (np.True_, TypeError, f"pick_epi: expected {_DECODE_EXPECTED}, got {type_name(np.True_)}"),
+            (None, TypeError, f"pick_epi: expected {_DECODE_EXPECTED}, got NoneType"),
+            (-1, ValueError, f"pick_epi: expected {_DECODE_EXPECTED}, got -1"),
+            (np.array([3, -2]), ValueError, f"pick_epi: expected {_DECODE_EXPECTED}, got -2 at index 1"),
+            (np.array([2**63], np.uint64), ValueError,
+             f"pick_epi: expected {_DECODE_EXPECTED}, got 9223372036854775808 at index 0"),
+            ([3, -2], ValueError, "pick_epi[1]: expected an int in [0, 2**63 - 1], got -2"),
+            ([2**70], ValueError, f"pick_epi[0]: expected an int in [0, 2**63 - 1], got {2**70}")):
+        with pytest.raises(exc) as got:
+            sh.decode(v)
+        assert str(got.value) == msg, repr(v)
+    assert calls == []

@@ -33,7 +33,7 @@ import numpy as np
 
 import exreplay
 from exreplay import PickSelectorClass
-from exreplay._args import index_arg, int_arg, truth_arg
+from exreplay._args import index_arg, int_arg, truth_arg, type_name
 from exreplay._types import seq_views
 
 __all__ = [
@@ -980,6 +980,33 @@ def _stream_arg(stream) -> None:
         raise TypeError(f"stream: expected a hashable id, got {type(stream).__name__}") from None
 
 
+_PICK_EPI = "an integer array, a list of ints or an int, in [0, 2**63 - 1] (a sharded batch's pick_epi)"
+
+
+def _pick_epi_arg(v):
+    """v, a sharded batch's pick_epi, as int64 (an array, or a scalar for an
+    int): an array of an integer dtype, a list or tuple of ints (NumPy's
+    integer scalars too), or one such int. Nothing else is converted: a
+    float would be truncated, a string parsed and a bool taken as 0 or 1,
+    hence a TypeError. A sharded pick_epi is epi * n_shards + shard, with
+    epi a buffer's handle (0, 1, 2, ...), so a value below 0 or beyond int64
+    is a ValueError."""
+    top = np.iinfo(np.int64).max
+    if isinstance(v, np.ndarray) and v.ndim:
+        if v.dtype.kind not in "iu":
+            raise TypeError(f"pick_epi: expected {_PICK_EPI}, got {type_name(v)}")
+        bad = np.flatnonzero(v > top if v.dtype == np.uint64 else v < 0)
+        if len(bad):
+            at = np.unravel_index(bad[0], v.shape)
+            at = int(at[0]) if v.ndim == 1 else tuple(int(i) for i in at)
+            raise ValueError(f"pick_epi: expected {_PICK_EPI}, got {v.flat[bad[0]]} at index {at}")
+        return v.astype(np.int64, copy=False)
+    if isinstance(v, (list, tuple)):
+        return np.array([int_arg(f"pick_epi[{i}]", x, 0, top, "an int in [0, 2**63 - 1]")
+                         for i, x in enumerate(v)], dtype=np.int64)
+    return np.int64(int_arg("pick_epi", v, 0, top, _PICK_EPI))
+
+
 class _EpisodesStream:
     """The stream id under which ShardedReplay.record_episode sends whole
     episodes: equal only to itself (across pickling too), so that no
@@ -1075,8 +1102,12 @@ class ShardedReplay:
     # -- helpers ---------------------------------------------------------------------
 
     def decode(self, pick_epi):
-        """(shard, epi) arrays from a sharded batch's pick_epi."""
-        e = np.asarray(pick_epi, dtype=np.int64)
+        """(shard, epi) arrays from a sharded batch's pick_epi (an integer
+        array, a list of ints, an int or a NumPy integer scalar; a scalar
+        gives two scalars). Anything else, a bool or a float included, is a
+        TypeError, and a value no batch holds (below 0, or beyond int64) a
+        ValueError, both naming pick_epi."""
+        e = _pick_epi_arg(pick_epi)
         return e % self.n, e // self.n
 
     def wait_ready(self, timeout: float = 60.0) -> None:
