@@ -10,6 +10,7 @@ is sent, and every shard stays as it was. set_priority's arguments follow
 the buffer's own rules and messages (docs/api.md, set_priority)."""
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -330,3 +331,31 @@ def test_decode_takes_integers_only(monkeypatch):
             sh.decode(v)
         assert str(got.value) == msg, repr(v)
     assert calls == []
+
+
+def test_rollout_terminated_flags_by_the_buffers_rule():
+    """Rollout's terminated flags are taken as the buffer takes its own
+    terminated (a bool, a NumPy bool or an int), at construction: a string
+    or a float was cast by bool() ("no" and 0.5 ended the episode as
+    terminated) and is now the buffer's TypeError, naming its row."""
+    s, a, r = np.zeros((4, 4), np.float32), np.zeros(4, np.int64), np.zeros(4, np.float32)
+    fin = np.zeros((2, 4), np.float32)
+    buf = exreplay.ExperienceReplay((4,), capacity=100)
+    for bad in ("no", 0.5, None, np.int64(1)):
+        with pytest.raises(TypeError) as mine:
+            Rollout(s, a, r, ends=[2, 4], final_states=fin, terminated=[True, bad])
+        with pytest.raises(TypeError) as theirs:
+            buf.record_many(None, s, a, r, final_state=fin[0], terminated=bad)
+        assert str(mine.value) == str(theirs.value).replace("terminated", "terminated[1]", 1)
+    for bad, what in ((np.array([1.0, 0.0]), "numpy.ndarray of dtype float64 and shape (2,)"),
+                      (np.array([1, 0]), "numpy.ndarray of dtype int64 and shape (2,)"),
+                      (True, "bool"), ("no", "str")):
+        with pytest.raises(TypeError, match=r"^terminated: expected None, a bool array or a list of bools "
+                                            rf"\(one per end\), got {re.escape(what)}$"):
+            Rollout(s, a, r, ends=[2, 4], final_states=fin, terminated=bad)
+    with pytest.raises(ValueError, match=r"^terminated: expected shape \(2,\) \(one flag per end\), got \(2, 1\)$"):
+        Rollout(s, a, r, ends=[2, 4], final_states=fin, terminated=np.ones((2, 1), bool))
+    for ok, want in (([True, 0], [True, False]), ((np.False_, 2), [False, True]),
+                     (np.array([False, True]), [False, True]), (None, [True, True])):
+        got = Rollout(s, a, r, ends=[2, 4], final_states=fin, terminated=ok).terminated
+        assert got.dtype == np.bool_ and got.tolist() == want

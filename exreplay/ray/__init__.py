@@ -313,6 +313,27 @@ def _rollout_ends(ends) -> np.ndarray:
     return a.astype(np.int64).reshape(-1)
 
 
+def _rollout_terminated(t, n_ends: int) -> np.ndarray:
+    """A Rollout's terminated as a bool array: None (every end terminated),
+    a bool array, or a list or tuple of flags, each one taken as the buffer
+    takes its own terminated (truth_arg: a bool, a NumPy bool or an int; a
+    string, a float or None is a TypeError naming its row, where bool() took
+    "no" and 0.5 as True)."""
+    if t is None:
+        return np.ones(n_ends, dtype=bool)
+    if isinstance(t, np.ndarray):
+        if t.dtype != np.bool_:
+            raise TypeError(f"terminated: expected None, a bool array or a list of bools (one per end), "
+                            f"got {type_name(t)}")
+        if t.ndim != 1:
+            raise ValueError(f"terminated: expected shape ({n_ends},) (one flag per end), got {t.shape}")
+        return t
+    if not isinstance(t, (list, tuple)):
+        raise TypeError(f"terminated: expected None, a bool array or a list of bools (one per end), "
+                        f"got {type_name(t)}")
+    return np.array([truth_arg(f"terminated[{j}]", x) for j, x in enumerate(t)], dtype=bool)
+
+
 class Rollout:
     """T consecutive steps of one sender, possibly spanning several episodes.
 
@@ -323,7 +344,8 @@ class Rollout:
     dicts {name: (T, *shape)} (and (E, *shape)).
     ``ends`` (E,) lists the exclusive row index after which an episode ends
     (strictly increasing, each in 1..T), with its ``final_states`` (E, *state_shape)
-    (or None, when every ended episode is terminated) and ``terminated`` (E,) bool.
+    (or None, when every ended episode is terminated) and ``terminated`` (E,) bool
+    (None: all True; each flag as the buffer's terminated, a string or a float refused).
     Rows after the last end belong to an episode left open: the sender's next
     rollout continues it (the replay keeps one open episode per *stream*).
     A rollout of no rows with ``ends=[0]`` ends that open episode, left by the
@@ -347,9 +369,7 @@ class Rollout:
         self.ends = _rollout_ends(ends)
         self.final_states = None if final_states is None else _map(
             np.asarray, dict(final_states) if isinstance(final_states, dict) else final_states)
-        self.terminated = (
-            np.ones(len(self.ends), dtype=bool) if terminated is None else np.asarray(terminated, dtype=bool)
-        )
+        self.terminated = _rollout_terminated(terminated, len(self.ends))
         T = _rows(self.states)
         E = len(self.ends)
         if (T < 1 and not (E == 1 and self.ends[0] == 0)) or len(self.actions) != T or \
