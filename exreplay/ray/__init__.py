@@ -316,9 +316,9 @@ def _rollout_ends(ends) -> np.ndarray:
 def _rollout_terminated(t, n_ends: int) -> np.ndarray:
     """A Rollout's terminated as a bool array: None (every end terminated),
     a bool array, or a list or tuple of flags, each one taken as the buffer
-    takes its own terminated (truth_arg: a bool, a NumPy bool or an int; a
-    string, a float or None is a TypeError naming its row, where bool() took
-    "no" and 0.5 as True)."""
+    takes its own terminated (truth_arg: a bool, a NumPy bool or a Python
+    int; a NumPy integer, a string, a float or None is a TypeError naming
+    its row, where bool() took "no" and 0.5 as True)."""
     if t is None:
         return np.ones(n_ends, dtype=bool)
     if isinstance(t, np.ndarray):
