@@ -359,3 +359,78 @@ def test_rollout_terminated_flags_by_the_buffers_rule():
                      (np.array([False, True]), [False, True]), (None, [True, True])):
         got = Rollout(s, a, r, ends=[2, 4], final_states=fin, terminated=ok).terminated
         assert got.dtype == np.bool_ and got.tolist() == want
+
+
+_BAD_FLAGS = ("no", "", 0.5, None, np.int64(1), np.array([True]))
+
+
+def _flag_error(name, bad):
+    """The buffer's own TypeError for a flag (record_many's terminated),
+    worded for `name`."""
+    buf = exreplay.ExperienceReplay(**KW)
+    with pytest.raises(TypeError) as e:
+        buf.record_many(None, np.zeros((1, 4), np.float32), [0], [0.0], terminated=bad)
+    assert str(e.value).startswith("terminated: ")
+    return name + str(e.value)[len("terminated"):]
+
+
+@pytest.mark.parametrize("impl", ["c", "reference"])
+def test_sharded_flags_checked_before_anything_is_sent(monkeypatch, impl):
+    """wait (record_rollout, record_episode, set_priority), record_episode's
+    terminated and get_batch's fresh_stats are flags as the buffer takes its
+    own (a bool, a NumPy bool or a Python int): anything else is the
+    buffer's TypeError naming the argument, raised before any shard is sent
+    anything, with the stream's routing and the replay's generator as they
+    were. They were used as truth values: wait="no" waited, and a string
+    terminated ended the episode as terminated."""
+    sh, servers, calls = _sharded(monkeypatch, impl, n=2)
+    tw, _, _ = _sharded(monkeypatch, impl, n=2)
+    b, _ = sh.get_batch(16, 0), tw.get_batch(16, 0)
+    T = 6
+    s = np.zeros((T, 4), np.float32)
+    s[:, 0] = 99
+    a, rew = np.zeros(T, np.int64), np.ones(T)
+    r = Rollout(s, a, rew, ends=[3], terminated=[True])
+    before = _state(servers)
+    for bad in _BAD_FLAGS:
+        for name, call in (
+                ("wait", lambda: sh.record_rollout("w", r, wait=bad)),
+                ("wait", lambda: sh.record_episode(s, a, rew, wait=bad)),
+                ("terminated", lambda: sh.record_episode(s, a, rew, terminated=bad, wait=True)),
+                ("wait", lambda: sh.set_priority(0, b.pick_epi, b.pick_pos, 2.0, wait=bad)),
+                ("fresh_stats", lambda: sh.get_batch(8, 0, fresh_stats=bad))):
+            calls.clear()
+            with pytest.raises(TypeError) as got:
+                call()
+            assert str(got.value) == _flag_error(name, bad), (name, bad)
+            assert calls == [], (name, bad)
+            _assert_same(before, _state(servers))
+    assert sh._streams == {}  # no stream was routed
+    np.testing.assert_array_equal(sh.get_batch(16, 0).pick_epi, tw.get_batch(16, 0).pick_epi)
+    # what the buffer takes: a bool, a NumPy bool, a Python int
+    assert sh.record_rollout("w", r, wait=np.True_) == T
+    assert isinstance(sh.record_rollout("w", r, wait=0), list)
+    assert sh.record_episode(s, a, rew, final_state=s[0], terminated=0, wait=1) == T
+    assert isinstance(sh.set_priority(0, b.pick_epi, b.pick_pos, 2.0, wait=np.False_), list)
+    assert sh.set_priority(0, b.pick_epi, b.pick_pos, 2.0, wait=2) == 16
+    assert len(sh.get_batch(8, 0, fresh_stats=0).pick_epi) == 8
+    eps = [x.buf.episode(h) for x in servers for h in x.buf._handles()]
+    ended = [e for e in eps if len(e.state) and e.state[0, 0] == 99 and e.ended]
+    assert sorted(bool(e.terminated) for e in ended) == [False, True, True]
+
+
+@pytest.mark.parametrize("impl", ["c", "reference"])
+def test_replay_server_with_stats_is_a_flag(impl):
+    """ReplayServer.get_batch's with_stats is a flag as its shared_next is:
+    a string, a float, None or a NumPy integer is the buffer's TypeError
+    before anything is drawn (with_stats="no" returned the stats)."""
+    srv, twin = (ReplayServer(impl=impl, selectors=SEL, seed=3, **KW) for _ in range(2))
+    _episodes([[srv], [twin]])
+    for bad in _BAD_FLAGS:
+        with pytest.raises(TypeError) as got:
+            srv.get_batch(8, 0, None, bad)
+        assert str(got.value) == _flag_error("with_stats", bad)
+    np.testing.assert_array_equal(srv.get_batch(16, 0).pick_epi, twin.get_batch(16, 0).pick_epi)
+    b, st = srv.get_batch(8, 0, None, np.True_)
+    assert len(b.pick_epi) == 8 and st == srv.priority_stats(0)
+    assert len(srv.get_batch(8, 0, None, 0).pick_epi) == 8

@@ -781,12 +781,14 @@ class ReplayServer:
 
         The n batches are one draw of n*batch_size picks, split into views (one
         memory block; 9 buffers cross Ray, not 9n). With with_stats, returns
-        (batch(es), priority_stats) read right after the draw. shared_next
+        (batch(es), priority_stats) read right after the draw (with_stats a
+        flag as shared_next is). shared_next
         (keyword-only, a flag as the buffer's get_batch takes it): batches in
         the layout of get_batch(..., shared_next=True), each one's state and
         state_next views of its own state_seq, which alone crosses Ray
         (docs/api.md, "Shared next states").
         """
+        with_stats = truth_arg("with_stats", with_stats)
         shared_next = truth_arg("shared_next", shared_next)
         batch_size, n = _batch_counts(batch_size, n_batches)
         t = self._meter.enter("s")
@@ -1154,10 +1156,14 @@ class ShardedReplay:
     def record_rollout(self, stream: Hashable, rollout: Rollout, wait: bool = False):
         """Send a Rollout of sender `stream`; returns the ObjectRefs (or, with
         wait=True, the number of records added, once every shard's call is
-        done; an error is raised only then). end_stream ends the stream."""
+        done; an error is raised only then). end_stream ends the stream.
+        wait is a flag as the buffer takes its own (a bool, a NumPy bool or
+        a Python int; anything else, a NumPy integer included, a TypeError
+        before anything is sent)."""
         _stream_arg(stream)
         if not isinstance(rollout, Rollout):
             raise TypeError(f"rollout: expected a Rollout, got {type(rollout).__name__}")
+        wait = truth_arg("wait", wait)
         return self._send(stream, rollout, wait, numbered=True)
 
     def _send(self, stream: Hashable, rollout: Rollout, wait: bool, numbered: bool):
@@ -1306,7 +1312,12 @@ class ShardedReplay:
     def record_episode(self, states, actions, rewards, final_state=None, terminated=True,
                        priorities=None, wait: bool = False, extras=None):
         """One whole episode (ended), to the next shard in turn. It is sent
-        without a seq: every copy of this object may record episodes at once."""
+        without a seq: every copy of this object may record episodes at once.
+        terminated and wait are flags as the buffer takes its own (a bool, a
+        NumPy bool or a Python int; anything else, a NumPy integer included,
+        a TypeError before anything is sent)."""
+        terminated = truth_arg("terminated", terminated)
+        wait = truth_arg("wait", wait)
         fs = None if final_state is None else _map(lambda x: np.asarray(x)[None], final_state)
         T = len(actions)
         if T < 1:  # a rollout of no rows would end another episode of the stream: none here
@@ -1329,6 +1340,7 @@ class ShardedReplay:
         fresh_stats=True reads every shard's priority_stats first (two round
         trips per call, exact). fresh_stats=False splits by the stats that the
         previous call brought back (one round trip; the split lags one call).
+        fresh_stats is a flag as shared_next is (the buffer's rule).
         shared_next (keyword-only): batches in the layout of
         get_batch(..., shared_next=True); the shards' state_seq are put
         together (not state and state_next), and each batch's state and
@@ -1336,6 +1348,7 @@ class ShardedReplay:
         """
         ray = _ray()
         ps = _handle_arg(ps, self._selectors)
+        fresh_stats = truth_arg("fresh_stats", fresh_stats)
         shared_next = truth_arg("shared_next", shared_next)
         batch_size, n = _batch_counts(batch_size, n_batches)
         if self.n == 1:
@@ -1388,12 +1401,14 @@ class ShardedReplay:
         shard's own table indices), passed on with each shard's picks.
 
         Every argument is checked first, with the buffer's set_priority rules
-        and messages (docs/api.md, set_priority), and ps against the shards'
-        selectors: a refused call raises here and sends nothing, so no shard
-        applies a part of it."""
+        and messages (docs/api.md, set_priority), ps against the shards'
+        selectors, and wait as a flag as the buffer takes its own (a bool, a
+        NumPy bool or a Python int): a refused call raises here and sends nothing,
+        so no shard applies a part of it."""
         ray = _ray()
         ps = _handle_arg(ps, self._selectors)
         epi, pos, pri, idx = _priority_update(pick_epi, pick_pos, priorities, pick_index)
+        wait = truth_arg("wait", wait)
         if self.n == 1:
             refs = [self.shards[0].set_priority.remote(ps, epi, pos, np.ascontiguousarray(pri), idx)]
         else:
