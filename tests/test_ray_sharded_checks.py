@@ -20,6 +20,7 @@ import exreplay.ray as xray
 from exreplay._args import type_name
 from exreplay.ray import ReplayServer, Rollout
 from fake_ray import FakeRay as _FakeRay
+from fake_ray import Local as _Local
 from fake_ray import Method as _Method
 from test_ray_pick_index import KW, SEL, _episodes, _stored
 
@@ -434,3 +435,99 @@ def test_replay_server_with_stats_is_a_flag(impl):
     b, st = srv.get_batch(8, 0, None, np.True_)
     assert len(b.pick_epi) == 8 and st == srv.priority_stats(0)
     assert len(srv.get_batch(8, 0, None, 0).pick_epi) == 8
+
+
+class _Starter:
+    """ReplayActor's stand-in for ShardedReplay to start: every .options()
+    and .remote() noted in `started`; .remote() builds a ReplayServer here."""
+
+    def __init__(self, started):
+        self.started = started
+
+    def options(self, **opts):
+        self.started.append(("options", opts))
+        return self
+
+    def remote(self, **kw):
+        self.started.append(("remote", kw))
+        return _Local(ReplayServer(**kw))
+
+
+_SEED = "an int in [0, 2**64 - {}] or None"
+_CAPACITY = "an int in [1, 2**63 - 1] or None"
+_N_SHARDS = "an int >= 1 (the shards to start; or actors=)"
+
+
+def test_sharded_constructor_checks_its_numbers_before_starting_any_actor(monkeypatch):
+    """n_shards, seed and capacity are ints (a bool, a float or a string a
+    TypeError naming the argument and its type), n_shards >= 1, seed such
+    that every shard's seed + i is a buffer's seed, capacity the buffer's:
+    checked before any actor is started. n_shards=2.5 reached range(), a
+    string a comparison, a float capacity or seed the started shards'
+    buffers; a bool counted as 0 or 1."""
+    started = []
+    monkeypatch.setattr(xray, "_ray", lambda: _FakeRay)
+    monkeypatch.setattr(xray, "_make_actor_class", lambda: started.append("class") or _Starter(started))
+    kw = dict(state_shape=(4,), pick_len=1)
+    cases = [
+        (dict(n_shards=2.5), TypeError, f"n_shards: expected {_N_SHARDS}, got float"),
+        (dict(n_shards="2"), TypeError, f"n_shards: expected {_N_SHARDS}, got str"),
+        (dict(n_shards=True), TypeError, f"n_shards: expected {_N_SHARDS}, got bool"),
+        (dict(n_shards=np.float64(2)), TypeError, f"n_shards: expected {_N_SHARDS}, got numpy.float64"),
+        (dict(n_shards=None), TypeError, f"n_shards: expected {_N_SHARDS}, got NoneType"),
+        (dict(n_shards=0), ValueError, f"n_shards: expected {_N_SHARDS}, got 0"),
+        (dict(n_shards=-3), ValueError, f"n_shards: expected {_N_SHARDS}, got -3"),
+        (dict(n_shards=2, seed=1.5), TypeError, f"seed: expected {_SEED.format(2)}, got float"),
+        (dict(n_shards=2, seed="1"), TypeError, f"seed: expected {_SEED.format(2)}, got str"),
+        (dict(n_shards=2, seed=False), TypeError, f"seed: expected {_SEED.format(2)}, got bool"),
+        (dict(n_shards=2, seed=-1), ValueError, f"seed: expected {_SEED.format(2)}, got -1"),
+        (dict(n_shards=3, seed=2**64 - 2), ValueError,  # the third shard's seed + 2 is 2**64
+         f"seed: expected {_SEED.format(3)}, got {2**64 - 2}"),
+        (dict(n_shards=2, capacity=1000.0), TypeError, f"capacity: expected {_CAPACITY}, got float"),
+        (dict(n_shards=2, capacity="1000"), TypeError, f"capacity: expected {_CAPACITY}, got str"),
+        (dict(n_shards=2, capacity=True), TypeError, f"capacity: expected {_CAPACITY}, got bool"),
+        (dict(n_shards=2, capacity=0), ValueError, f"capacity: expected {_CAPACITY}, got 0"),
+        (dict(n_shards=2, capacity=2**63), ValueError, f"capacity: expected {_CAPACITY}, got {2**63}"),
+        (dict(n_shards=2, actor_options=[("num_cpus", 0)]), TypeError,
+         "actor_options: expected None or a dict, got list"),
+        (dict(n_shards=2, log_dir="x", log_options="level=1"), TypeError,
+         "log_options: expected None or a dict, got str"),
+    ]
+    for kwargs, exc, msg in cases:
+        with pytest.raises(exc) as got:
+            xray.ShardedReplay(**kwargs, **kw)
+        assert str(got.value) == msg, kwargs
+        assert started == [], kwargs
+    # what is taken: ints (NumPy's too), None for seed and capacity
+    sh = xray.ShardedReplay(np.int64(2), seed=np.uint64(2**64 - 2), capacity=101, **kw)
+    assert sh.n == 2 and started[0] == "class"
+    made = [c[1] for c in started if c[0] == "remote"]
+    assert [m["seed"] for m in made] == [2**64 - 2, 2**64 - 1]
+    assert [m["capacity"] for m in made] == [51, 51]
+    assert all(type(m["capacity"]) is int for m in made)
+    started.clear()
+    assert xray.ShardedReplay(1, seed=None, capacity=None, **kw).n == 1
+    assert [c[1]["capacity"] for c in started if c[0] == "remote"] == [None]
+
+
+def test_sharded_constructor_checks_actors_and_n_shards_with_them(monkeypatch):
+    """With actors=, n_shards is None or their number (it was ignored), and
+    actors must be a non-empty sequence; checked before any shard is called."""
+    sh, servers, calls = _sharded(monkeypatch, "c", n=2)
+    actors = sh.shards
+    calls.clear()
+    for kwargs, exc, msg in (
+            (dict(n_shards=3), ValueError, "n_shards: expected None or len(actors), 2, got 3"),
+            (dict(n_shards=2.0), TypeError, "n_shards: expected None or len(actors), 2, got float"),
+            (dict(n_shards=True), TypeError, "n_shards: expected None or len(actors), 2, got bool"),
+            (dict(seed=0.5), TypeError, "seed: expected an int in [0, 2**64 - 1] or None, got float")):
+        with pytest.raises(exc) as got:
+            xray.ShardedReplay(actors=actors, **kwargs)
+        assert str(got.value) == msg, kwargs
+    for bad, exc, msg in ((5, TypeError, "actors: expected a list of ReplayActors, got int"),
+                          ([], ValueError, "actors: expected at least one ReplayActor, got an empty list")):
+        with pytest.raises(exc) as got:
+            xray.ShardedReplay(actors=bad)
+        assert str(got.value) == msg
+    assert calls == []
+    assert xray.ShardedReplay(2, actors=actors).n == 2

@@ -27,6 +27,7 @@ from __future__ import annotations
 import operator
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any, Hashable, Sequence
 
 import numpy as np
@@ -1029,6 +1030,44 @@ def _pick_epi_arg(v):
     return np.int64(int_arg("pick_epi", v, 0, top, _PICK_EPI))
 
 
+def _sharded_args(n_shards, actors, seed, capacity, actor_options, log_options):
+    """ShardedReplay's arguments, checked before any actor is started or
+    called: (n_shards, actors as a list or None, seed, capacity). n_shards
+    an int >= 1 (None with actors=, or len(actors)); seed None or an int
+    that every shard's buffer takes as seed + i (the buffer's [0, 2**64));
+    capacity None or the buffer's int in [1, 2**63 - 1]; actor_options and
+    log_options None or dicts. A float was truncated or reached range() or
+    the shards' buffers only after they were started, a bool counted as 0
+    or 1, and a string failed in a comparison naming nothing."""
+    if actors is None:
+        n = int_arg("n_shards", n_shards, 1, None, "an int >= 1 (the shards to start; or actors=)")
+        n_shards = n
+    else:
+        try:
+            actors = list(actors)
+        except TypeError:
+            raise TypeError(f"actors: expected a list of ReplayActors, got {type_name(actors)}") from None
+        if not actors:
+            raise ValueError("actors: expected at least one ReplayActor, got an empty list")
+        n = len(actors)
+        if n_shards is not None:
+            want = f"None or len(actors), {n}"
+            k = int_arg("n_shards", n_shards, 1, None, want)
+            if k != n:
+                raise ValueError(f"n_shards: expected {want}, got {k}")
+            n_shards = n
+    if seed is not None:
+        # shard i's buffer takes seed + i (started here), which must be a seed too
+        hi = (1 << 64) - (n if actors is None else 1)
+        seed = int_arg("seed", seed, 0, hi, f"an int in [0, 2**64 - {n if actors is None else 1}] or None")
+    if capacity is not None:
+        capacity = int_arg("capacity", capacity, 1, (1 << 63) - 1, "an int in [1, 2**63 - 1] or None")
+    for name, v in (("actor_options", actor_options), ("log_options", log_options)):
+        if v is not None and not isinstance(v, Mapping):
+            raise TypeError(f"{name}: expected None or a dict, got {type_name(v)}")
+    return n_shards, actors, seed, capacity
+
+
 class _EpisodesStream:
     """The stream id under which ShardedReplay.record_episode sends whole
     episodes: equal only to itself (across pickling too), so that no
@@ -1061,7 +1100,12 @@ class ShardedReplay:
     ``ReplayActor.options``; by default ``scheduling_strategy="SPREAD"`` so
     that Ray places them on different nodes where it can), with
     ``capacity`` split evenly and buffer seeds ``seed + i``. Or ``actors=``:
-    existing ReplayActors built with the same selectors.
+    existing ReplayActors built with the same selectors (n_shards then None
+    or their number). n_shards, seed and capacity are checked before any
+    actor is started, each as an int (a bool or a float a TypeError naming
+    it): n_shards >= 1, seed None or in [0, 2**64 - n_shards] (every
+    shard's seed is one the buffer takes), capacity None or the buffer's
+    [1, 2**63 - 1].
 
     - Inserts (``record_rollout``, ``record_episode``) go to the shards round
       robin by episode: an episode is never split; the piece that continues a
@@ -1092,10 +1136,10 @@ class ShardedReplay:
                  selectors=(("prioritized", {}),), capacity: int | None = 1_000_000,
                  actor_options: dict | None = None, impl: str = "c", log_dir: str | None = None,
                  log_options: dict | None = None, **buffer_kwargs):
+        n_shards, actors, seed, capacity = _sharded_args(n_shards, actors, seed, capacity, actor_options,
+                                                         log_options)
         ray = _ray()
         if actors is None:
-            if n_shards is None or n_shards < 1:
-                raise ValueError(f"n_shards: expected an int >= 1, got {n_shards!r}")
             opts = {"scheduling_strategy": "SPREAD"} if n_shards > 1 else {}
             opts.update(actor_options or {})
             cap = None if capacity is None else -(-capacity // n_shards)
@@ -1110,8 +1154,6 @@ class ShardedReplay:
             ]
         self.shards = list(actors)
         self.n = len(self.shards)
-        if self.n < 1:
-            raise ValueError("actors: expected at least one ReplayActor")
         self._selectors = ray.get(self.shards[0].selectors.remote())
         self._rng = np.random.default_rng(seed)
         self._streams: dict[Hashable, dict] = {}
