@@ -640,6 +640,64 @@ def test_group_nice_lowers_only_that_groups_threads(cluster):
     assert len(ray.get(lr.get_batch.remote(4, 0)).pick_epi) == 4
 
 
+_NICE = "an int in [0, 39] (nice levels)"
+_GROUPS = "['control', 'learner', 'writers']"
+
+
+def test_replay_actor_class_checks_its_arguments():
+    """Every argument of replay_actor_class is checked before a class is
+    built (no cluster needed): a wrong type is a TypeError naming the
+    argument, or its key, and the type (not the value's repr), a wrong value
+    a ValueError. group_nice of a wrong type was a ValueError showing the
+    value, and a list of pairs was taken as a dict."""
+    from exreplay.ray import replay_actor_class
+
+    class W(ReplayServer):
+        def work(self):
+            return 1
+
+    for kwargs, exc, msg in (
+            (dict(group_nice=[("writers", 3)]), TypeError,
+             "group_nice: expected None or a dict {group: nice levels}, got list"),
+            (dict(group_nice="writers"), TypeError,
+             "group_nice: expected None or a dict {group: nice levels}, got str"),
+            (dict(group_nice=4), TypeError, "group_nice: expected None or a dict {group: nice levels}, got int"),
+            (dict(group_nice={"writers": 2.5}), TypeError, f"group_nice['writers']: expected {_NICE}, got float"),
+            (dict(group_nice={"writers": "3"}), TypeError, f"group_nice['writers']: expected {_NICE}, got str"),
+            (dict(group_nice={"writers": True}), TypeError, f"group_nice['writers']: expected {_NICE}, got bool"),
+            (dict(group_nice={"writers": None}), TypeError,
+             f"group_nice['writers']: expected {_NICE}, got NoneType"),
+            (dict(group_nice={1: 3}), TypeError,
+             f"group_nice: expected group names (str) as keys, among {_GROUPS}, got a key of type int"),
+            (dict(group_nice={"writers": -1}), ValueError, f"group_nice['writers']: expected {_NICE}, got -1"),
+            (dict(group_nice={"writers": 40}), ValueError, f"group_nice['writers']: expected {_NICE}, got 40"),
+            (dict(group_nice={"nope": 3}), ValueError,
+             f"group_nice: expected group names (str) as keys, among {_GROUPS}, got 'nope'"),
+            (dict(concurrency_groups=[("writers", 1)]), TypeError,
+             "concurrency_groups: expected None or a dict {group: threads}, got list"),
+            (dict(concurrency_groups={"writers": 1.5, "learner": 1, "control": 1}), TypeError,
+             "concurrency_groups['writers']: expected an int >= 1 (threads), got float"),
+            (dict(concurrency_groups={"writers": 0, "learner": 1, "control": 1}), ValueError,
+             "concurrency_groups['writers']: expected an int >= 1 (threads), got 0"),
+            (dict(concurrency_groups={("writers",): 1}), TypeError,
+             "concurrency_groups: expected group names (str) as keys, got a key of type tuple"),
+            (dict(default_group=0), TypeError, f"default_group: expected one of {_GROUPS}, got int"),
+            (dict(default_group="nope"), ValueError, f"default_group: expected one of {_GROUPS}, got 'nope'"),
+            (dict(name=5), TypeError, "name: expected None or a class name (str), got int"),
+            (dict(name=""), ValueError, "name: expected None or a class name (str), got ''")):
+        with pytest.raises(exc) as got:
+            replay_actor_class(W, **kwargs)
+        assert str(got.value) == msg, kwargs
+    for cls, msg in ((5, "int"), ("W", "str"), (object, "the class builtins.object")):
+        with pytest.raises(TypeError) as got:
+            replay_actor_class(cls)
+        assert str(got.value) == f"cls: expected ReplayServer or a subclass of it, got {msg}"
+    # taken: ints (NumPy's too), an empty dict or None for no nice
+    for nice in (None, {}, {"writers": np.int64(4), "control": 0}):
+        assert replay_actor_class(W, group_nice=nice, name="W") is not None
+    assert replay_actor_class(W, concurrency_groups={"writers": np.int32(1), "learner": 1, "control": 1})
+
+
 def test_pickling_through_the_object_store(cluster):
     buf = exreplay.ExperienceReplay(state_shape=(4,), capacity=1000, pick_len=2, seed=11)
     ps = buf.new_pick_selector(PRI, alpha=0.7, beta=0.5)

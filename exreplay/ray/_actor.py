@@ -3,9 +3,11 @@
 import inspect
 import os
 import threading
+from collections.abc import Mapping
 
 import ray
 
+from exreplay._args import int_arg, type_name
 from exreplay.ray import _GROUP_OF, CONCURRENCY_GROUPS, ReplayServer
 
 
@@ -41,6 +43,54 @@ def _forward(base, name, group, nice=0):
     return ray.method(concurrency_group=group)(method)
 
 
+def _group_keys(arg: str, d, groups) -> None:
+    """The keys of d (arg, a dict {group: ...}): group names (str), and with
+    groups (the known ones) one of them."""
+    among = "" if groups is None else f", among {sorted(groups)}"
+    for g in d:
+        if not isinstance(g, str):
+            raise TypeError(f"{arg}: expected group names (str) as keys{among}, got a key of type "
+                            f"{type_name(g)}")
+        if groups is not None and g not in groups:
+            raise ValueError(f"{arg}: expected group names (str) as keys{among}, got {g!r}")
+
+
+def _class_args(cls, default_group, concurrency_groups, name, group_nice):
+    """replay_actor_class's arguments checked before a class is built:
+    (groups {name: threads}, nice {name: levels}). A wrong type is a
+    TypeError naming the argument (the key or value) and the type, a wrong
+    value a ValueError: group_nice={"writers": 2.5}, [("writers", 3)] or
+    "writers" were ValueErrors showing the value, or taken as a dict."""
+    if not (isinstance(cls, type) and issubclass(cls, ReplayServer)):
+        got = f"the class {cls.__module__}.{cls.__qualname__}" if isinstance(cls, type) else type_name(cls)
+        raise TypeError(f"cls: expected ReplayServer or a subclass of it, got {got}")
+    if concurrency_groups is None:
+        groups = dict(CONCURRENCY_GROUPS)
+    else:
+        if not isinstance(concurrency_groups, Mapping):
+            raise TypeError(f"concurrency_groups: expected None or a dict {{group: threads}}, got "
+                            f"{type_name(concurrency_groups)}")
+        _group_keys("concurrency_groups", concurrency_groups, None)
+        groups = {g: int_arg(f"concurrency_groups[{g!r}]", k, 1, None, "an int >= 1 (threads)")
+                  for g, k in concurrency_groups.items()}
+    if not isinstance(default_group, str):
+        raise TypeError(f"default_group: expected one of {sorted(groups)}, got {type_name(default_group)}")
+    if default_group not in groups:
+        raise ValueError(f"default_group: expected one of {sorted(groups)}, got {default_group!r}")
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"name: expected None or a class name (str), got {type_name(name)}")
+    if name == "":
+        raise ValueError("name: expected None or a class name (str), got ''")
+    if group_nice is None:
+        return groups, {}
+    if not isinstance(group_nice, Mapping):
+        raise TypeError(f"group_nice: expected None or a dict {{group: nice levels}}, got "
+                        f"{type_name(group_nice)}")
+    _group_keys("group_nice", group_nice, groups)
+    return groups, {g: int_arg(f"group_nice[{g!r}]", n, 0, 39, "an int in [0, 39] (nice levels)")
+                    for g, n in group_nice.items()}
+
+
 def replay_actor_class(cls=ReplayServer, default_group: str = "learner", concurrency_groups=None,
                        name: str | None = None, group_nice=None):
     """cls (ReplayServer or a subclass of it) as a threaded Ray actor class.
@@ -48,21 +98,21 @@ def replay_actor_class(cls=ReplayServer, default_group: str = "learner", concurr
     ReplayServer's methods run in their concurrency groups ("writers":
     record_*; "learner": get_batch, set_priority, priority_stats; "control":
     the rest); the public methods that a subclass adds run in `default_group`.
-    concurrency_groups: {group: threads}, default CONCURRENCY_GROUPS.
-    group_nice: {group: n}: the threads of that group lower their own CPU
-    priority by n nice levels (at most to 19) at their first call, e.g.
-    {"writers": 10} so that on a busy machine the scheduler favours the
-    learner's thread over the record calls (docs/ray.md, "CPU priority").
+    concurrency_groups: {group: threads (an int >= 1)}, default
+    CONCURRENCY_GROUPS. name: the class's name (None: cls's).
+    group_nice: None or a dict {group: n}, n an int in [0, 39]: the threads
+    of that group lower their own CPU priority by n nice levels (at most to
+    19) at their first call, e.g. {"writers": 10} so that on a busy machine
+    the scheduler favours the learner's thread over the record calls
+    (docs/ray.md, "CPU priority").
+
+    Every argument is checked before the class is built: a wrong type (a
+    list of pairs for a dict, a float or a bool for a count, a key that is
+    no str) is a TypeError naming the argument, or its key as
+    group_nice['writers'], and the type; a wrong value (an unknown group, a
+    count out of range) a ValueError.
     """
-    if not (isinstance(cls, type) and issubclass(cls, ReplayServer)):
-        raise TypeError(f"cls: expected ReplayServer or a subclass of it, got {cls!r}")
-    groups = dict(CONCURRENCY_GROUPS if concurrency_groups is None else concurrency_groups)
-    if default_group not in groups:
-        raise ValueError(f"default_group: expected one of {sorted(groups)}, got {default_group!r}")
-    nice = dict(group_nice or {})
-    for g, n in nice.items():
-        if g not in groups or not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= 39:
-            raise ValueError(f"group_nice: expected {{group in {sorted(groups)}: int 0..39}}, got {group_nice!r}")
+    groups, nice = _class_args(cls, default_group, concurrency_groups, name, group_nice)
     names = dict(_GROUP_OF)
     for klass in cls.__mro__:
         if klass is ReplayServer or not issubclass(klass, ReplayServer):
