@@ -24,7 +24,6 @@ Ape-X example (``python -m exreplay.examples.apex_cartpole``).
 
 from __future__ import annotations
 
-import operator
 import threading
 import time
 from collections.abc import Mapping
@@ -641,6 +640,9 @@ class ReplayServer:
         order when a threaded actor receives them out of order: a rollout that
         arrives before its predecessor is held (no thread waits) and recorded,
         in order, by the call that brings the missing one. None skips that.
+        seq is an int (NumPy's integer scalars too) >= 0: a float, a string or
+        a bool is a TypeError naming seq and the type, a negative one a
+        ValueError, before anything is held or recorded.
         """
         if not isinstance(rollout, Rollout):
             raise TypeError(f"rollout: expected a Rollout, got {type(rollout).__name__}")
@@ -652,12 +654,7 @@ class ReplayServer:
             with st.lock:
                 self._record_rollout(st, rollout)
             return len(rollout)
-        try:
-            seq = operator.index(seq)
-        except TypeError:
-            raise TypeError(f"seq: expected an int >= 0 or None, got {seq!r}") from None
-        if seq < 0:
-            raise ValueError(f"seq: expected an int >= 0 or None, got {seq}")
+        seq = int_arg("seq", seq, 0, None, "an int >= 0 or None")
         with self._streams_mu:
             st = self._streams.get(stream)
             nxt = 0 if st is None else st.seq
