@@ -40,6 +40,47 @@ def test_replay_server_logs_locally(tmp_path):
         ReplayServer(impl="reference", state_shape=(4,), log={"dir": str(tmp_path)})
 
 
+def test_replay_server_log_read_checks_offset_and_size(tmp_path, monkeypatch):
+    """log_read's offset and size are ints (NumPy's too; a bool, a float or
+    a string a TypeError naming the argument and its type), offset >= 0 and
+    size >= 1, checked before the file is opened. size=-1 read the whole
+    file past the 64 MiB a call, a float reached seek or read unnamed, and
+    offset=True read from byte 1."""
+    import builtins
+
+    srv = ReplayServer(state_shape=(4,), capacity=50, log={"dir": str(tmp_path), "source": 1})
+    srv.record_many(None, np.zeros((10, 4), np.float32), np.arange(10), np.ones(10, np.float32),
+                    terminated=True)
+    path = srv.log_close()["path"]
+    data = open(path, "rb").read()
+    opened = []
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda f, *a, **k: opened.append(f) or real_open(f, *a, **k))
+    off_exp, size_exp = "an int in [0, 2**63 - 1] (a byte offset)", "an int >= 1 (bytes)"
+    for args, exc, msg in (
+            ((1.0, 8), TypeError, f"offset: expected {off_exp}, got float"),
+            (("0", 8), TypeError, f"offset: expected {off_exp}, got str"),
+            ((True, 8), TypeError, f"offset: expected {off_exp}, got bool"),
+            ((None, 8), TypeError, f"offset: expected {off_exp}, got NoneType"),
+            ((-1, 8), ValueError, f"offset: expected {off_exp}, got -1"),
+            ((2**63, 8), ValueError, f"offset: expected {off_exp}, got {2**63}"),
+            ((0, 8.0), TypeError, f"size: expected {size_exp}, got float"),
+            ((0, "8"), TypeError, f"size: expected {size_exp}, got str"),
+            ((0, False), TypeError, f"size: expected {size_exp}, got bool"),
+            ((0, np.float32(8)), TypeError, f"size: expected {size_exp}, got numpy.float32"),
+            ((0, -1), ValueError, f"size: expected {size_exp}, got -1"),
+            ((0, 0), ValueError, f"size: expected {size_exp}, got 0")):
+        with pytest.raises(exc) as got:
+            srv.log_read(*args)
+        assert str(got.value) == msg, args
+    assert opened == []
+    assert srv.log_read(np.int64(8), np.uint32(4)) == data[8:12]
+    assert srv.log_read(len(data) - 3, 2**70) == data[-3:]
+    assert srv.log_read(len(data) + 5, 1) == b""
+    with pytest.raises(TypeError, match="^size: "):  # before the missing log is noticed
+        ReplayServer(state_shape=(4,), capacity=10).log_read(0, 1.5)
+
+
 def test_replay_server_log_that_cannot_attach_is_closed_and_removed(tmp_path, monkeypatch):
     # attach_log refuses the new log: it is closed, the file it created is
     # removed again, and the server keeps the log it had (or none).

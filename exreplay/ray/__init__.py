@@ -927,8 +927,15 @@ class ReplayServer:
         return self.log_info()
 
     def log_read(self, offset: int, size: int) -> bytes:
-        """size bytes of the log file from offset (fewer at its end): how
-        gather_logs ships a log from another node, piece by piece."""
+        """size bytes of the log file from offset (fewer at its end, none
+        beyond it; at most 64 MiB a call): how gather_logs ships a log from
+        another node, piece by piece. offset is an int in [0, 2**63 - 1] and
+        size an int >= 1 (NumPy's integer scalars too), checked before
+        anything is read: a float, a string or a bool is a TypeError naming
+        the argument, a value out of range a ValueError (size=-1 read the
+        whole file, and offset=True read from byte 1)."""
+        offset = int_arg("offset", offset, 0, (1 << 63) - 1, "an int in [0, 2**63 - 1] (a byte offset)")
+        size = int_arg("size", size, 1, None, "an int >= 1 (bytes)")
         if self._log is None:
             raise ValueError("log_read: this replay has no log")
         with open(self._log.path, "rb") as f:
