@@ -531,3 +531,30 @@ def test_sharded_constructor_checks_actors_and_n_shards_with_them(monkeypatch):
         assert str(got.value) == msg
     assert calls == []
     assert xray.ShardedReplay(2, actors=actors).n == 2
+
+
+_KIND = "a PickSelectorClass (0 to 2) or one of ['prioritized', 'rank', 'uniform']"
+
+
+@pytest.mark.parametrize("impl", ["c", "reference"])
+def test_selector_kinds_are_not_truncated(impl):
+    """A selector's kind (new_pick_selector's kind, the entries of the
+    constructor's selectors) is a PickSelectorClass, its int value or its
+    name: a float, a bool or None is a TypeError naming the argument and its
+    type (int() made 1.7 a prioritized selector and True one too), before
+    any selector or buffer is made."""
+    srv = ReplayServer(impl=impl, selectors=["uniform"], state_shape=(4,), capacity=10)
+    for bad, exc, shown in ((1.7, TypeError, "float"), (True, TypeError, "bool"), (None, TypeError, "NoneType"),
+                            (np.float64(1), TypeError, "numpy.float64"), (3, ValueError, "3"),
+                            (-1, ValueError, "-1"), ("nope", ValueError, "'nope'")):
+        with pytest.raises(exc) as got:
+            srv.new_pick_selector(bad)
+        assert str(got.value) == f"kind: expected {_KIND}, got {shown}"
+        for selectors, name in (([bad], "selectors[0]"), (["uniform", (bad, {})], "selectors[1][0]")):
+            with pytest.raises(exc) as got:
+                ReplayServer(impl=impl, selectors=selectors, state_shape=(4,), capacity=10)
+            assert str(got.value) == f"{name}: expected {_KIND}, got {shown}"
+    assert list(srv.selectors()) == [0]  # nothing added
+    assert srv.new_pick_selector(np.int64(2), alpha=0.5) == 1
+    assert srv.new_pick_selector("Prioritized") == 2
+    assert [k for k, _, _ in srv.selectors().values()] == ["uniform", "rank", "prioritized"]

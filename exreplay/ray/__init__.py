@@ -72,13 +72,20 @@ def _ray():
     return ray
 
 
-def _kind(kind) -> PickSelectorClass:
+_KIND = f"a PickSelectorClass (0 to {len(PickSelectorClass) - 1}) or one of {sorted(_KINDS)}"
+
+
+def _kind(kind, name: str = "kind") -> PickSelectorClass:
+    """kind (a PickSelectorClass, its int value or its name in any case) as
+    a PickSelectorClass. Anything else, a float, a bool or None included, is
+    the TypeError naming `name` and the type (int() truncated 1.7 to
+    Prioritized and took True as 1), an unknown name or value a ValueError."""
     if isinstance(kind, str):
         try:
             return _KINDS[kind.lower()]
         except KeyError:
-            raise ValueError(f"selector kind: expected one of {sorted(_KINDS)}, got {kind!r}") from None
-    return PickSelectorClass(int(kind))
+            raise ValueError(f"{name}: expected {_KIND}, got {kind!r}") from None
+    return PickSelectorClass(int_arg(name, kind, 0, len(PickSelectorClass) - 1, _KIND))
 
 
 def _batch_fields(b):
@@ -539,8 +546,10 @@ class ReplayServer:
     """
 
     def __init__(self, *, impl: str = "c", selectors=None, buffer=None, log=None, **buffer_kwargs):
+        # the kinds are checked (and named) before a buffer is built or asked
         specs = None if selectors is None else [
-            (s, {}) if not isinstance(s, (tuple, list)) else (s[0], dict(s[1])) for s in selectors]
+            (_kind(s, f"selectors[{i}]"), {}) if not isinstance(s, (tuple, list))
+            else (_kind(s[0], f"selectors[{i}][0]"), dict(s[1])) for i, s in enumerate(selectors)]
         if buffer is not None:
             # A restored buffer keeps its selectors, which the server reads
             # from it (pick_selector, pick_selectors) whenever it needs them.
