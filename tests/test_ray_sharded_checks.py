@@ -558,3 +558,21 @@ def test_selector_kinds_are_not_truncated(impl):
     assert srv.new_pick_selector(np.int64(2), alpha=0.5) == 1
     assert srv.new_pick_selector("Prioritized") == 2
     assert [k for k, _, _ in srv.selectors().values()] == ["uniform", "rank", "prioritized"]
+
+
+def test_split_batch_takes_an_int_that_divides_the_batch():
+    """split_batch's n is an int >= 1 dividing the batch size: a float or a
+    bool is a TypeError naming n and its type (True gave one batch, 2.0
+    failed in slicing naming nothing), 0 or a non-divisor a ValueError."""
+    srv = ReplayServer(selectors=SEL, seed=3, **KW)
+    _episodes([[srv]])
+    b = srv.get_batch(12, 0)
+    want = "n: expected an int >= 1 that divides the batch size 12, got"
+    for n, exc, shown in ((2.0, TypeError, "float"), (True, TypeError, "bool"), ("3", TypeError, "str"),
+                          (None, TypeError, "NoneType"), (0, ValueError, "0"), (-3, ValueError, "-3"),
+                          (5, ValueError, "5")):
+        with pytest.raises(exc) as got:
+            xray.split_batch(b, n)
+        assert str(got.value) == f"{want} {shown}", n
+    parts = xray.split_batch(b, np.int64(3))
+    assert [len(x.pick_epi) for x in parts] == [4, 4, 4]

@@ -244,11 +244,16 @@ def split_batch(b, n: int) -> list:
 
     A batch of get_batch(..., shared_next=True) splits into batches of that
     layout: each one's state_seq is its rows of b.state_seq, and its state
-    and state_next are views of that (docs/api.md, "Shared next states")."""
+    and state_next are views of that (docs/api.md, "Shared next states").
+    n is an int (NumPy's too) >= 1 that divides the batch size: a float or
+    a bool is a TypeError naming n (True made one batch, 2.0 failed in
+    slicing), another value a ValueError."""
     fields = _batch_fields(b)
     total = len(fields[6])
-    if n < 1 or total % n:
-        raise ValueError(f"n: expected a divisor of the batch size {total}, got {n}")
+    want = f"an int >= 1 that divides the batch size {total}"
+    n = int_arg("n", n, 1, None, want)
+    if total % n:
+        raise ValueError(f"n: expected {want}, got {n}")
     size = total // n
     idx = _pick_index(b)
     seq = _state_seq(b)
