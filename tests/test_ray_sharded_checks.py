@@ -215,10 +215,12 @@ def test_record_rollout_refuses_a_bad_priority_before_any_shard(monkeypatch, imp
 @pytest.mark.parametrize("impl", ["c", "reference"])
 def test_get_batch_and_set_beta_check_ps_first(monkeypatch, impl):
     """ps that is no handle, or none of the shards' selectors, is refused
-    before any shard is asked (int(ps) truncated a float handle)."""
+    before any shard is asked (int(ps) truncated a float handle);
+    priority_stats too (it asked every shard)."""
     sh, servers, calls = _sharded(monkeypatch, impl)
     for ps, exc in ((0.5, TypeError), (1, ValueError), (None, TypeError)):
-        for call in (lambda: sh.get_batch(8, ps), lambda: sh.set_beta(ps, 0.5)):
+        for call in (lambda: sh.get_batch(8, ps), lambda: sh.set_beta(ps, 0.5),
+                     lambda: sh.priority_stats(ps)):
             calls.clear()
             with pytest.raises(exc, match="^ps: expected "):
                 call()

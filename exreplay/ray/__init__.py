@@ -1389,7 +1389,9 @@ class ShardedReplay:
     # -- learner ---------------------------------------------------------------------
 
     def priority_stats(self, ps: int = 0):
-        """(total, min_positive, picks) over all shards."""
+        """(total, min_positive, picks) over all shards; ps checked against
+        the shards' selectors first, as get_batch checks it."""
+        ps = _handle_arg(ps, self._selectors)
         st = _ray().get([s.priority_stats.remote(ps) for s in self.shards])
         return (float(sum(s[0] for s in st)), float(min(s[1] for s in st)), int(sum(s[2] for s in st)))
 
