@@ -578,3 +578,13 @@ def test_split_batch_takes_an_int_that_divides_the_batch():
         assert str(got.value) == f"{want} {shown}", n
     parts = xray.split_batch(b, np.int64(3))
     assert [len(x.pick_epi) for x in parts] == [4, 4, 4]
+
+
+def test_replay_server_impl_of_a_wrong_type_is_a_type_error():
+    """impl that is not a str is a TypeError naming its type (it was a
+    ValueError showing the value); an unknown name stays a ValueError."""
+    for bad, exc, shown in ((1, TypeError, "int"), (None, TypeError, "NoneType"),
+                            (b"c", TypeError, "bytes"), ("C++", ValueError, "'C++'")):
+        with pytest.raises(exc) as got:
+            ReplayServer(impl=bad, **KW)
+        assert str(got.value) == f"impl: expected 'c' or 'reference', got {shown}"

@@ -261,6 +261,25 @@ def test_a_rollout_that_is_not_one_changes_nothing(seq):
     assert _episodes(srv) == [[0, 1, 2, 3]]
 
 
+@pytest.mark.parametrize("seq", [None, 0])
+def test_a_stream_that_is_no_id_is_named(seq):
+    # record_rollout and end_stream name `stream` and its type for an
+    # unhashable id (the dict lookup's "unhashable type" named nothing), as
+    # ShardedReplay does, and change nothing.
+    srv = _server()
+    srv.record_rollout("A", _open(0, 2), None if seq is None else 0)
+    for bad, shown in (([1], "list"), ({"a": 1}, "dict"),
+                       (np.zeros(2), "numpy.ndarray of dtype float64 and shape (2,)")):
+        with pytest.raises(TypeError) as got:
+            srv.record_rollout(bad, _open(2, 2), seq)
+        assert str(got.value) == f"stream: expected a hashable id, got {shown}"
+        with pytest.raises(TypeError) as got:
+            srv.end_stream(bad)
+        assert str(got.value) == f"stream: expected a hashable id, got {shown}"
+    srv.record_rollout("A", _open(2, 2), None if seq is None else 1)
+    assert _episodes(srv) == [[0, 1, 2, 3]]
+
+
 def test_end_stream_before_a_call_records_its_own_rollout():
     """A call that holds its rollout and starts the stream's drain, with
     end_stream coming before the drain's first turn: the rollout is dropped

@@ -566,8 +566,10 @@ class ReplayServer:
                 cls = exreplay.ExperienceReplay
             elif impl == "reference":
                 from exreplay.reference import ReferenceReplay as cls
-            else:
+            elif isinstance(impl, str):
                 raise ValueError(f"impl: expected 'c' or 'reference', got {impl!r}")
+            else:
+                raise TypeError(f"impl: expected 'c' or 'reference', got {type_name(impl)}")
             self.buf = cls(**buffer_kwargs)
             for kind, params in (specs if specs is not None else [("prioritized", {})]):
                 self.new_pick_selector(kind, **params)
@@ -656,10 +658,12 @@ class ReplayServer:
         in order, by the call that brings the missing one. None skips that.
         seq is an int (NumPy's integer scalars too) >= 0: a float, a string or
         a bool is a TypeError naming seq and the type, a negative one a
-        ValueError, before anything is held or recorded.
+        ValueError, before anything is held or recorded. stream is any
+        hashable id (else a TypeError naming it).
         """
+        _stream_arg(stream)
         if not isinstance(rollout, Rollout):
-            raise TypeError(f"rollout: expected a Rollout, got {type(rollout).__name__}")
+            raise TypeError(f"rollout: expected a Rollout, got {type_name(rollout)}")
         if seq is None:
             with self._streams_mu:
                 st = self._streams.get(stream)
@@ -779,6 +783,7 @@ class ReplayServer:
         evicted; a rollout of it being recorded now finishes into that episode;
         its held rollouts are dropped. A stream started afterwards under the
         same key begins anew: seq 0, and a new episode."""
+        _stream_arg(stream)
         with self._streams_mu:
             st = self._streams.pop(stream, None)
             if st is not None:
@@ -1018,7 +1023,7 @@ def _stream_arg(stream) -> None:
     try:
         hash(stream)
     except TypeError:
-        raise TypeError(f"stream: expected a hashable id, got {type(stream).__name__}") from None
+        raise TypeError(f"stream: expected a hashable id, got {type_name(stream)}") from None
 
 
 _PICK_EPI = "an integer array, a list of ints or an int, in [0, 2**63 - 1] (a sharded batch's pick_epi)"
@@ -1222,7 +1227,7 @@ class ShardedReplay:
         before anything is sent)."""
         _stream_arg(stream)
         if not isinstance(rollout, Rollout):
-            raise TypeError(f"rollout: expected a Rollout, got {type(rollout).__name__}")
+            raise TypeError(f"rollout: expected a Rollout, got {type_name(rollout)}")
         wait = truth_arg("wait", wait)
         return self._send(stream, rollout, wait, numbered=True)
 
