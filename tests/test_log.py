@@ -1253,3 +1253,86 @@ def test_readers_refuse_misplaced_no_step_records(tmp_path):
         assert not (tmp_path / "out.log").exists()
     lf.check_input(with_flag(xlog.FLAG_END | xlog.FLAG_TERMINATED | xlog.FLAG_NO_STEP),
                    str(tmp_path))
+
+
+def _raw_records(path):
+    """(kinds, [(handles, positions, sources, flags, rows, finals)]) of a log:
+    every byte of its records but the timestamps."""
+    with xlog.open(path) as r:
+        raws = [(x.h.tolist(), x.pos.tolist(), x.src.tolist(), x.fl.tolist(), x.rows.tobytes(),
+                 x.fins.tobytes()) for x in r.raw_chunks()]
+    return _chunk_kinds(path), raws
+
+
+@pytest.mark.parametrize("level", [0, 1])
+def test_a_standalone_end_writes_what_a_buffer_end_writes(tmp_path, level):
+    """ExperienceLog.end_episode(h, pos, ...) logs the record that a buffer's
+    end_episode logs (no row, FLAG_NO_STEP, kind 3): a standalone log that
+    appends the buffer's steps and ends holds the same records, bytes but
+    timestamps, and reads, merges and rebuilds the same."""
+    a, b = tmp_path / "buf.log", tmp_path / "alone.log"
+    la = ExperienceLog(a, source=4, level=level, chunk_bytes=500)
+    buf = ExperienceReplay((3,), capacity=None, pick_len=2, seed=1, log=la)
+    hs = end_script(buf, np.random.default_rng(21), episodes=20)
+    la.close()
+    with ExperienceLog(b, source=4, level=level, chunk_bytes=500, state_shape=(3,)) as lb:
+        for h in hs:
+            e = buf.episode(h)
+            n = len(e.reward)
+            with xlog.open(a) as r:  # how the buffer's log ended h: by a step or not
+                fl = [int(f) for c in r for f, hh in zip(c.flags, c.handles) if hh == h][-1]
+            stepped = not fl & xlog.FLAG_NO_STEP
+            end = dict(final_state=e.final_state, terminated=bool(e.terminated))
+            lb.append_many(h, 0, e.state, e.action, e.reward, **(end if stepped else {}))
+            if not stepped:
+                lb.end_episode(h, n, **end)
+    assert _raw_records(a) == _raw_records(b)
+    assert xlog.KIND_NOSTEP in _chunk_kinds(b)
+    cfg = dict(capacity=None, pick_len=2, seed=1)
+    assert (ExperienceReplay.from_log(a, **cfg).serialize(0)
+            == ExperienceReplay.from_log(b, **cfg).serialize(0) == buf.serialize(0))
+    for x in (a, b):
+        xlog.merge([x], tmp_path / ("m_" + x.name), chunk_bytes=300, progress=False)
+    assert _raw_records(tmp_path / "m_buf.log") == _raw_records(tmp_path / "m_alone.log")
+
+
+def test_a_standalone_end_refuses_bad_input_and_writes_nothing(tmp_path):
+    """Each bad argument of ExperienceLog.end_episode is a TypeError or
+    ValueError that names it, says what was expected and what came; the log
+    is left as it was (nothing written, nothing pending)."""
+    p = tmp_path / "bad.log"
+    lg = ExperienceLog(p, state_shape=(3,), state_dtype="float32", flush_interval=None)
+    good = np.ones(3, np.float32)
+    cases = [
+        (TypeError, "^h: expected an int64 episode handle, got float",
+         dict(h=1.0, pos=2, terminated=True)),
+        (TypeError, "^h: expected an int64 episode handle, got NoneType",
+         dict(h=None, pos=2, terminated=True)),
+        (TypeError, "^pos: expected an int from 1 to", dict(h=1, pos="2", terminated=True)),
+        (ValueError, "^pos: expected an int from 1 to .*, got 0", dict(h=1, pos=0, terminated=True)),
+        (TypeError, "^terminated: expected a bool, got NoneType",
+         dict(h=1, pos=2, final_state=good, terminated=None)),
+        (ValueError, r"^final_state: expected shape \(3,\), got \(2,\)",
+         dict(h=1, pos=2, final_state=np.ones(2, np.float32))),
+        (TypeError, "^final_state: expected float32 .*, got complex128",
+         dict(h=1, pos=2, final_state=np.ones(3, complex))),
+        (ValueError, "^final_state: expected a state, or terminated=True .*got None and "
+         "terminated=False", dict(h=1, pos=2)),
+        (ValueError, "^final_state: expected a state, or terminated=True",
+         dict(h=1, pos=2, final_state=None, terminated=0)),
+    ]
+    for exc, msg, kw in cases:
+        with pytest.raises(exc, match=msg):
+            lg.end_episode(**kw)
+    with pytest.raises(TypeError, match="end_episode"):
+        lg.end_episode(1)  # pos is required: the log cannot know it
+    assert lg.stats["backlog"] == 0
+    lg.flush()
+    assert lg.stats["records"] == 0 and lg.stats["file_bytes"] == p.stat().st_size
+    lg.close()
+    assert xlog.info(p)["records"] == 0 and list(xlog.open(p)) == []
+    with pytest.raises(ValueError, match="^end_episode: the log is closed"):
+        lg.end_episode(1, 2, terminated=True)
+    with ExperienceLog(tmp_path / "no_layout.log") as bare:
+        with pytest.raises(ValueError, match="^end_episode: the log has no record layout"):
+            bare.end_episode(1, 2, terminated=True)
