@@ -33,6 +33,11 @@ typedef struct {
  * picks (two moves: a move removes at most 64). */
 #define EXR_LOWS 128
 
+/* Open episodes with steps that were evicted or removed while a log's hook
+ * was set: end_episode on one of them still logs its end (buffer.h), at
+ * its step count. At most this many are kept, the oldest forgotten first. */
+#define EXR_GONE_OPEN 1024
+
 /* A segment replaced while a copy may still read it (buffer_graveyard.c). */
 typedef struct exr_dead {
     struct exr_dead *next;
@@ -125,6 +130,13 @@ struct exr_buffer {
     uint64_t low[EXR_LOWS];
     int64_t next_handle, next_sel_handle;
     uint64_t n_records;
+    /* the EXR_GONE_OPEN ring: the last gone_count episodes noted, the next
+     * one at gone[gone_next]; a handle of -1 was taken back (buffer_evict.c) */
+    struct {
+        int64_t h;
+        uint64_t n;
+    } gone[EXR_GONE_OPEN];
+    uint32_t gone_next, gone_count;
     uint32_t hand;
     exr_body *grave_head, *grave_tail;
     exr_dead *dead_head, *dead_tail;
@@ -189,6 +201,11 @@ void reserve_open_locked(exr_buffer *b);
 uint32_t insert_episode_locked(exr_buffer *b, int64_t h, exr_body *body);
 void reserve_grow_locked(exr_buffer *b);
 void reserve_free(exr_buffer *b);
+
+/* buffer_evict.c: takes episode h back from the EXR_GONE_OPEN ring: true,
+ * with *n its step count, if it was evicted or removed open with steps while
+ * a log's hook was set (and not taken back since). */
+bool take_gone_open_locked(exr_buffer *b, int64_t h, uint64_t *n);
 
 /* buffer_selectors.c: the entry of selector h, or NULL. */
 sel_entry *find_sel(const exr_buffer *b, int64_t h);
