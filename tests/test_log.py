@@ -768,7 +768,8 @@ def test_command_line(tmp_path, capsys):
             lg.append(0, i, [i, 0], i, 1.0, terminated=i == 19)
     assert xlog.main(["info", str(p)]) == 0
     out = capsys.readouterr().out
-    assert "records 20 in 1 chunks" in out and "sources [2]" in out and "closed" in out
+    assert "records 20 (steps), 0 ends without a step, in 1 chunks" in out
+    assert "sources [2]" in out and "closed" in out
     assert xlog.main(["tail", "-n", "3", str(p)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 3 and "pos=19 ET" in lines[-1]
@@ -1147,7 +1148,8 @@ def test_an_end_without_a_step_is_logged_and_rebuilt(tmp_path, level, named):
         assert not x[(c.flags & xlog.FLAG_NO_STEP) != 0].any()
         assert len(c.final_states["v"] if named else c.final_states) == np.count_nonzero(
             c.flags & xlog.FLAG_FINAL)
-    assert xlog.info(p)["records"] == len(fl)
+    d = xlog.info(p)
+    assert (d["records"], d["ends"]) == (np.count_nonzero(~nostep), np.count_nonzero(nostep))
     t = xlog.tail(p, 7)
     assert np.array_equal(t.flags, fl[-7:])
     rebuilt = ExperienceReplay.from_log(p, **{k: v for k, v in cfg.items() if k not in spec})
@@ -1185,14 +1187,14 @@ def test_ends_without_a_step_merge(tmp_path):
         lg.close()
         paths.append(p)
         bufs.append(b)
-    total = sum(xlog.info(p)["records"] for p in paths)
+    total = [sum(xlog.info(p)[k] for p in paths) for k in ("records", "ends")]
     for level in (0, 1):
         for cb in (60, 700, 1 << 20):
             blobs = []
             for threads in (0, 2):
                 out = tmp_path / ("m%d_%d_%d.log" % (level, cb, threads))
-                assert xlog.merge(paths, out, level=level, chunk_bytes=cb,
-                                  threads=threads)["records"] == total
+                d = xlog.merge(paths, out, level=level, chunk_bytes=cb, threads=threads)
+                assert [d["records"], d["ends"]] == total
                 blobs.append(out.read_bytes())
             assert blobs[0] == blobs[1]
             assert xlog.KIND_NOSTEP in _chunk_kinds(out)
@@ -1336,3 +1338,64 @@ def test_a_standalone_end_refuses_bad_input_and_writes_nothing(tmp_path):
     with ExperienceLog(tmp_path / "no_layout.log") as bare:
         with pytest.raises(ValueError, match="^end_episode: the log has no record layout"):
             bare.end_episode(1, 2, terminated=True)
+
+
+@pytest.mark.parametrize("level", [0, 1])
+def test_records_count_steps_and_ends_count_ends_without_a_step(tmp_path, capsys, level):
+    """A log's "records" are its steps: the ends without a step (records with
+    FLAG_NO_STEP, no row) are counted apart as "ends", alike by the writer's
+    stats, info, merge and the command line (text and JSON)."""
+    p = tmp_path / "c.log"
+    lg = ExperienceLog(p, source=3, level=level, chunk_bytes=400)
+    buf = ExperienceReplay((3,), capacity=None, log=lg)
+    end_script(buf, np.random.default_rng(5), episodes=30)
+    lg.close()
+    chunks = list(xlog.open(p))
+    fl = np.concatenate([c.flags for c in chunks])
+    ends = int(np.count_nonzero(fl & xlog.FLAG_NO_STEP))
+    steps = len(fl) - ends
+    assert steps == len(buf) and ends == sum(1 for e in range(30) if e % 4 != 3)
+    assert (lg.stats["records"], lg.stats["ends"]) == (steps, ends)
+    d = xlog.info(p)
+    assert (d["records"], d["ends"], d["chunks"]) == (steps, ends, len(chunks))
+    m = xlog.merge([p, p], tmp_path / "m.log", chunk_bytes=700, progress=False)
+    assert (m["records"], m["ends"]) == (2 * steps, 2 * ends)
+    assert xlog.main(["info", str(p)]) == 0
+    assert ("records %d (steps), %d ends without a step, in %d chunks"
+            % (steps, ends, len(chunks))) in capsys.readouterr().out
+    assert xlog.main(["merge", "-o", str(tmp_path / "m2.log"), str(p)]) == 0
+    assert ("%d records (steps), %d ends without a step" % (steps, ends)
+            in capsys.readouterr().out)
+    assert xlog.main(["info", "--json", str(p)]) == 0
+    js = __import__("json").loads(capsys.readouterr().out)
+    assert (js["records"], js["ends"]) == (steps, ends)
+    # a standalone log counts its own ends the same way
+    q = tmp_path / "alone.log"
+    with ExperienceLog(q, level=level, state_shape=(3,)) as alone:
+        alone.append_many(0, 0, np.zeros((2, 3), np.float32), [0, 1], [0.0, 0.0])
+        alone.end_episode(0, 2, terminated=True)
+        alone.flush()
+        assert (alone.stats["records"], alone.stats["ends"]) == (2, 1)
+    assert (xlog.info(q)["records"], xlog.info(q)["ends"]) == (2, 1)
+
+
+def test_info_checks_the_flags_it_counts(tmp_path):
+    """info reads the flags column of a chunk of kind 3 (only that part of
+    its body) and refuses flags that the reader refuses, naming the file."""
+    import log_fuzz as lf
+
+    p = tmp_path / "e.log"
+    lg = ExperienceLog(p, source=1, level=1)
+    b = ExperienceReplay((3,), capacity=None, log=lg)
+    h = b.record_many(None, np.zeros((2, 3), np.float32), [0, 1], [0.0, 0.0])
+    b.end_episode(h, terminated=True)
+    lg.close()
+    head, chunks, tail = lf.parse(p.read_bytes())
+    n = chunks[0]["count"]
+    raw = bytearray(chunks[0]["raw"])
+    raw[28 * n + n - 1] = xlog.FLAG_NO_STEP | xlog.FLAG_END  # no how: refused
+    chunks[0]["raw"] = bytes(raw)
+    q = tmp_path / "bad.log"
+    q.write_bytes(lf.serialize(head, chunks, tail))
+    with pytest.raises(ValueError, match="bad.log.*record flags"):
+        xlog.info(q)

@@ -234,8 +234,20 @@ void exr_log_chunk_trailer(unsigned char *tr, uint64_t total, const unsigned cha
     put32(tr + 12, TRAILER_MAGIC);
 }
 
+/* With lg->mu: a records chunk of n records, ends of them without a step,
+ * written: the counts of stats. */
+static void count_written_locked(exr_log *lg, size_t n, size_t ends, size_t raw_len)
+{
+    lg->st.chunks++;
+    lg->st.records += n - ends; /* steps */
+    lg->st.ends += ends;
+    lg->st.raw_bytes += raw_len;
+}
+
+/* A chunk of count records, ends of them without a step (stats), with its
+ * body as it goes to the file. */
 static exr_status write_block(exr_log *lg, unsigned kind, unsigned codec, uint32_t count,
-                              int64_t first, int64_t last, const unsigned char *body,
+                              size_t ends, int64_t first, int64_t last, const unsigned char *body,
                               size_t body_len, size_t raw_len)
 {
     unsigned char hd[CHUNK_HEADER], tr[CHUNK_TRAILER];
@@ -252,11 +264,8 @@ static exr_status write_block(exr_log *lg, unsigned kind, unsigned codec, uint32
     if (s == EXR_OK) {
         pthread_mutex_lock(&lg->mu);
         lg->st.file_bytes += CHUNK_HEADER + body_len + CHUNK_TRAILER;
-        if (kind != KIND_END) {
-            lg->st.chunks++;
-            lg->st.records += count;
-            lg->st.raw_bytes += raw_len;
-        }
+        if (kind != KIND_END)
+            count_written_locked(lg, count, ends, raw_len);
         pthread_mutex_unlock(&lg->mu);
     }
     return s;
@@ -361,9 +370,7 @@ static exr_status write_stored(exr_log *lg, chunk *c)
     if (s == EXR_OK) {
         pthread_mutex_lock(&lg->mu);
         lg->st.file_bytes += CHUNK_HEADER + c->raw + CHUNK_TRAILER;
-        lg->st.chunks++;
-        lg->st.records += n;
-        lg->st.raw_bytes += c->raw;
+        count_written_locked(lg, n, c->nostep, c->raw);
         pthread_mutex_unlock(&lg->mu);
     }
     return s;
@@ -434,8 +441,8 @@ static exr_status write_chunk(exr_log *lg, chunk *c)
         s = EXR_ENOMEM;
     if (s != EXR_OK)
         return s;
-    return write_block(lg, chunk_kind(c), CODEC_ZLIB, (uint32_t)n, c->ts[0], c->ts[n - 1],
-                       lg->zbuf, lg->z.total_out, c->raw);
+    return write_block(lg, chunk_kind(c), CODEC_ZLIB, (uint32_t)n, c->nostep, c->ts[0],
+                       c->ts[n - 1], lg->zbuf, lg->z.total_out, c->raw);
 }
 
 /* With lg->mu: the open chunk goes to the queue. */
@@ -1040,7 +1047,7 @@ static exr_status close_body(exr_log *lg, exr_buffer *b)
     pthread_mutex_unlock(&lg->mu);
     /* the queue is empty: the writer drained it and nothing is added once closed */
     if (s == EXR_OK && lg->has_schema) {
-        s = write_block(lg, KIND_END, CODEC_STORED, 0, lg->last_ts, lg->last_ts,
+        s = write_block(lg, KIND_END, CODEC_STORED, 0, 0, lg->last_ts, lg->last_ts,
                         (const unsigned char *)"", 0, 0);
         if (s == EXR_OK && lg->o.fsync && fsync(lg->fd) != 0)
             s = EXR_EIO;

@@ -69,7 +69,8 @@ typedef struct {
 } exr_log_opts;
 
 typedef struct {
-    uint64_t records, chunks, file_bytes, raw_bytes; /* written so far */
+    uint64_t records, chunks, file_bytes, raw_bytes; /* written so far (records: steps) */
+    uint64_t ends;           /* ends without a step written (EXR_LOG_NOSTEP records) */
     uint64_t backlog;        /* raw bytes recorded, not yet written */
     uint64_t throttled, throttle_ns; /* waits in exr_log_throttle and their time */
     uint64_t dropped;        /* steps lost to out-of-memory in the buffer hook */

@@ -698,8 +698,10 @@ static PyObject *log_stats(LogObject *self, void *c)
     (void)c;
     exr_log_stats s;
     exr_log_get_stats(self->lg, &s);
-    return Py_BuildValue("{sKsKsKsKsKsKsdsKsisd}", "records", (unsigned long long)s.records,
-                         "chunks", (unsigned long long)s.chunks, "file_bytes",
+    /* records: steps; ends: ends without a step (exreplay.log.info's counts) */
+    return Py_BuildValue("{sKsKsKsKsKsKsKsdsKsisd}", "records", (unsigned long long)s.records,
+                         "ends", (unsigned long long)s.ends, "chunks",
+                         (unsigned long long)s.chunks, "file_bytes",
                          (unsigned long long)s.file_bytes, "raw_bytes",
                          (unsigned long long)s.raw_bytes, "backlog",
                          (unsigned long long)s.backlog, "throttled",
@@ -772,8 +774,9 @@ static PyMethodDef log_methods[] = {
 
 static PyGetSetDef log_getset[] = {
     {"stats", (getter)log_stats, NULL,
-     "dict: records, chunks, file_bytes, raw_bytes written; backlog (bytes not yet\n"
-     "written); throttled, throttle_seconds (waits for the writer); dropped; errno;\n"
+     "dict: records (steps) and ends (ends without a step), chunks, file_bytes,\n"
+     "raw_bytes written; backlog (bytes not yet written); throttled,\n"
+     "throttle_seconds (waits for the writer); dropped; errno;\n"
      "writer_seconds (the writer thread's time building, compressing and writing chunks)",
      NULL},
     {"path", (getter)log_get_path, NULL, "the log's file", NULL},
