@@ -130,13 +130,6 @@ struct exr_buffer {
     uint64_t low[EXR_LOWS];
     int64_t next_handle, next_sel_handle;
     uint64_t n_records;
-    /* the EXR_GONE_OPEN ring: the last gone_count episodes noted, the next
-     * one at gone[gone_next]; a handle of -1 was taken back (buffer_evict.c) */
-    struct {
-        int64_t h;
-        uint64_t n;
-    } gone[EXR_GONE_OPEN];
-    uint32_t gone_next, gone_count;
     uint32_t hand;
     exr_body *grave_head, *grave_tail;
     exr_dead *dead_head, *dead_tail;
@@ -162,6 +155,15 @@ struct exr_buffer {
     _Atomic uint64_t res_pending;
     _Atomic int res_closed;
     uint64_t res_budget;
+    /* the EXR_GONE_OPEN ring, under the exclusive lock: the last gone_count
+     * episodes noted, the next one at gone[gone_next]; a handle of -1 was
+     * taken back (buffer_evict.c). Last, away from the lines every record
+     * call uses: only an eviction or removal under a log writes it. */
+    EXR_LINE uint32_t gone_next, gone_count;
+    struct {
+        int64_t h;
+        uint64_t n;
+    } gone[EXR_GONE_OPEN];
 };
 
 /* *_locked functions assert that the storage lock is held (exclusively:
