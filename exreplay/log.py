@@ -7,7 +7,8 @@ source id, in zlib-compressed chunks. This module reads it back:
 - :func:`open` iterates a log chunk by chunk as NumPy arrays (:class:`Chunk`),
   never loading the whole file;
 - :func:`tail` returns the last ``n`` records, reading from the end;
-- :func:`info` summarises a log from its chunk headers;
+- :func:`info` summarises a log from its chunk headers (records: its steps;
+  ends: its ends without a step);
 - :func:`merge` writes one log in timestamp order from many (streaming k-way);
 - ``ExperienceReplay.from_log`` / ``buf.ingest`` rebuild a buffer from a log.
 
@@ -374,6 +375,25 @@ def _inflate(h: _Header, body: bytes, path, off) -> bytes:
     return raw
 
 
+def _check_flags(h: _Header, fl, path, off, schema: _Schema) -> tuple:
+    """(rows, final states) of a chunk by its flags column, which is
+    checked, with the raw length they imply."""
+    # bits 1 to 3 need bit 0; bit 3 (kind 3 only) needs bit 1 or 2: an end
+    # without a step says how the episode ended
+    allowed = 15 if h.kind == KIND_NOSTEP else 7
+    end = (fl & FLAG_END) != 0
+    how = (fl & (FLAG_TERMINATED | FLAG_FINAL)) != 0
+    nostep = (fl & FLAG_NO_STEP) != 0
+    if np.any(fl & ~np.uint8(allowed)) or np.any((how | nostep) & ~end) or np.any(nostep & ~how):
+        raise _bad(path, off, "record flags")
+    nrows = h.count - int(np.count_nonzero(nostep))
+    nfin = int(np.count_nonzero(fl & FLAG_FINAL))
+    if h.count * META + nrows * schema.row + nfin * schema.state_bytes != h.raw_len:
+        raise _bad(path, off, "chunk has %d rows and %d final states, its length says otherwise"
+                   % (nrows, nfin))
+    return nrows, nfin
+
+
 def _decode(h: _Header, body: bytes, path, off, schema: _Schema) -> _Raw:
     raw = _inflate(h, body, path, off)
     n = h.count
@@ -383,20 +403,8 @@ def _decode(h: _Header, body: bytes, path, off, schema: _Schema) -> _Raw:
     pos = np.frombuffer(buf, "<i8", n, 16 * n)
     src = np.frombuffer(buf, "<u4", n, 24 * n)
     fl = np.frombuffer(buf, "u1", n, 28 * n)
-    # bits 1 to 3 need bit 0; bit 3 (kind 3 only) needs bit 1 or 2: an end
-    # without a step says how the episode ended
-    allowed = 15 if h.kind == KIND_NOSTEP else 7
-    end = (fl & FLAG_END) != 0
-    how = (fl & (FLAG_TERMINATED | FLAG_FINAL)) != 0
-    nostep = (fl & FLAG_NO_STEP) != 0
-    if np.any(fl & ~np.uint8(allowed)) or np.any((how | nostep) & ~end) or np.any(nostep & ~how):
-        raise _bad(path, off, "record flags")
     step = (fl & FLAG_NO_STEP) == 0
-    nrows = int(np.count_nonzero(step))
-    nfin = int(np.count_nonzero(fl & FLAG_FINAL))
-    if n * META + nrows * schema.row + nfin * schema.state_bytes != h.raw_len:
-        raise _bad(path, off, "chunk has %d rows and %d final states, its length says otherwise"
-                   % (nrows, nfin))
+    nrows, nfin = _check_flags(h, fl, path, off, schema)
     rows = np.frombuffer(buf, "u1", nrows * schema.row, META * n).reshape(nrows, schema.row)
     if nrows < n:  # records without a step read as zeros
         full = np.zeros((n, schema.row), np.uint8)
@@ -676,16 +684,58 @@ def _take_last(raws, n, schema) -> Chunk:
 # ---- info ----------------------------------------------------------------------
 
 
+def _flags_column(f, h: _Header, off, path) -> np.ndarray:
+    """The flags column of a chunk (its n bytes after 28 n of metadata), read
+    from the file without the rest of the body: stored, those bytes; zlib,
+    the body inflated as far as the metadata columns only."""
+    n, fd, start = h.count, f.fileno(), off + HDR
+    if h.codec == CODEC_STORED:
+        got = os.pread(fd, n, start + 28 * n)
+    else:
+        want, end, d, got, data = META * n, start + h.body_len, zlib.decompressobj(), b"", b""
+        while len(got) < want and not d.eof:
+            if not data:
+                data = os.pread(fd, min(1 << 16, end - start), start) if start < end else b""
+                if not data:
+                    break
+                start += len(data)
+            try:
+                got += d.decompress(data, want - len(got))
+            except zlib.error as e:
+                raise _bad(path, off, "chunk body: %s" % e) from None
+            data = d.unconsumed_tail
+        if len(got) < want:
+            raise _bad(path, off, "chunk body does not inflate to %d bytes" % h.raw_len)
+        got = got[28 * n:]
+    if len(got) != n:
+        raise _bad(path, off, "file shrank while reading")
+    return np.frombuffer(got, "u1")
+
+
+def _ends_in(f, h: _Header, off, path, schema: _Schema) -> int:
+    """How many of a chunk's records are ends without a step (FLAG_NO_STEP):
+    0 in a chunk of kind 1, counted from the flags column (checked as the
+    reader checks it) in one of kind 3."""
+    if h.kind != KIND_NOSTEP:
+        return 0
+    nrows, _ = _check_flags(h, _flags_column(f, h, off, path), path, off, schema)
+    return h.count - nrows
+
+
 def info(path: PathLike) -> dict:
-    """records, chunks, sources, first/last timestamp (ns), bytes, torn (bytes of an
-    incomplete last chunk), ended (closed by its writer), and the record layout.
-    Reads the chunk headers only."""
+    """records (steps), ends (ends without a step: FLAG_NO_STEP records),
+    chunks, sources, first/last timestamp (ns), bytes, torn (bytes of an
+    incomplete last chunk), ended (closed by its writer), and the record
+    layout. Reads the chunk headers, and of a chunk of kind 3 (which holds
+    ends without a step) its flags column, no other part of a body."""
     with LogReader(path) as r:
-        records = chunks = 0
+        records = ends = chunks = 0
         sources = set(r.schema.sources or ())
         first = last = None
-        for _, h, _ in r._headers(False):
-            records += h.count
+        for off, h, _ in r._headers(False):
+            k = _ends_in(r._f, h, off, r.path, r.schema)
+            records += h.count - k
+            ends += k
             chunks += 1
             if h.source != MIXED_SOURCE:
                 sources.add(h.source)
@@ -695,6 +745,7 @@ def info(path: PathLike) -> dict:
         return {
             "path": r.path,
             "records": records,
+            "ends": ends,
             "chunks": chunks,
             "sources": sorted(sources),
             "first_ts": first,
@@ -1193,8 +1244,9 @@ def _cli_merge(a, out) -> None:
             raise
         raise FileExistsError(e.errno, e.strerror.replace("overwrite=True", "--overwrite"),
                               e.filename) from None
-    out.write("%s: %d records in %d chunks, %d bytes, sources %s\n" % (
-        a.output, d["records"], d["chunks"], d["bytes"], d["sources"]))
+    out.write("%s: %d records (steps), %d ends without a step, in %d chunks, %d bytes, "
+              "sources %s\n" % (a.output, d["records"], d["ends"], d["chunks"], d["bytes"],
+                                d["sources"]))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -1232,9 +1284,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                              action_shape=list(d["action_shape"]))
                     out.write(json.dumps(d) + "\n")
                     continue
-                out.write("%s\n  records %d in %d chunks, %d bytes%s%s\n  sources %s\n"
+                out.write("%s\n  records %d (steps), %d ends without a step, in %d chunks, "
+                          "%d bytes%s%s\n  sources %s\n"
                           "  time %s .. %s (%.3f s)\n  state %s %s, action %s %s, reward %s\n" % (
-                              fn, d["records"], d["chunks"], d["bytes"],
+                              fn, d["records"], d["ends"], d["chunks"], d["bytes"],
                               ", closed" if d["ended"] else ", not closed",
                               ", torn tail of %d bytes" % d["torn"] if d["torn"] else "",
                               d["sources"], _fmt_ts(d["first_ts"]), _fmt_ts(d["last_ts"]),

@@ -270,7 +270,8 @@ def check_file(path):
 
     def merged():
         try:
-            return xlog.merge([path], out, chunk_bytes=200, progress=False)["records"]
+            d = xlog.merge([path], out, chunk_bytes=200, progress=False)
+            return d["records"] + d["ends"]  # steps and ends without a step: every record
         finally:
             if os.path.exists(out):
                 os.unlink(out)
@@ -291,8 +292,10 @@ def check_file(path):
             raise Failure("open read %d records but info raised %s" % (n, ierr))
         if nm is not None and not torn and nm != n:
             raise Failure("merge wrote %d records, open read %d" % (nm, n))
-        if inf["records"] != n:
-            raise Failure("info says %d records, open read %d" % (inf["records"], n))
+        ends = sum(int(np.count_nonzero(c.flags & xlog.FLAG_NO_STEP)) for c in chunks)
+        if (inf["records"], inf["ends"]) != (n - ends, ends):
+            raise Failure("info says %d steps and %d ends without a step, open read %d and %d"
+                          % (inf["records"], inf["ends"], n - ends, ends))
         if t is None and not torn:
             raise Failure("open read the file but tail raised %s" % terr)
         if torn:

@@ -355,6 +355,40 @@ def test_log_append_many(core, tmp_path):
     assert run_every_n(core, make, op, what="log_append_many", check_after=after) > 0
 
 
+def test_log_end_episode(core, tmp_path):
+    """A standalone end without a step is logged whole or not at all: its
+    record with its final state, or nothing (the steps before it stay)."""
+    import exreplay.log as xlog
+
+    paths = iter(tmp_path / f"{i}.xlog" for i in range(MAX_N))
+    S, A, R = _steps(3)
+
+    def make():
+        path = next(paths)
+        lg = _log(core, path)
+        lg.append_many(0, 0, S, A, R)
+        return (None, lg, path)
+
+    def op(st):
+        st[1].end_episode(0, 3, final_state=S[0], terminated=True)
+
+    def after(st, err, fired):
+        st[1].close()
+        with xlog.open(st[2]) as r:
+            cs = list(r)
+        flags = [int(f) for c in cs for f in c.flags]
+        fins = [c.final_states for c in cs if len(c.final_states)]
+        assert _log_actions(st[2])[:3] == [int(a) for a in A]
+        if err is not None:
+            assert flags == [0, 0, 0] and not fins
+        else:
+            assert flags == [0, 0, 0, xlog.FLAG_END | xlog.FLAG_TERMINATED | xlog.FLAG_FINAL
+                             | xlog.FLAG_NO_STEP]
+            assert np.array_equal(fins[0][0], S[0])
+
+    assert run_every_n(core, make, op, what="log_end_episode", check_after=after) > 0
+
+
 def test_log_merge(core, tmp_path, monkeypatch):
     """The merge's C core (src/core/log_merge.c) failing to allocate, on
     the calling thread (threads=0, so that the Nth allocation is the same
@@ -451,6 +485,40 @@ def test_log_attached_record_many(core, cfg, tmp_path):
     assert run_every_n(core, make, op, what="log_record_many", check_after=after) > 0
 
 
+def test_log_attached_end_of_an_evicted_episode(core, tmp_path):
+    """end_episode on an episode evicted while open, with a log attached:
+    the buffer does not change and the call cannot fail (it returns False);
+    the log's part either logs the end, at the step count, or counts it in
+    stats["dropped"]."""
+    import exreplay.log as xlog
+
+    paths = iter(tmp_path / f"{i}.xlog" for i in range(MAX_N))
+    S, A, R = _steps(6)
+
+    def make():
+        b = core.ExperienceReplay(STATE, state_dtype="float32", capacity=4, pick_len=1, seed=5)
+        path = next(paths)
+        lg = _log(core, path)
+        b.attach_log(lg)
+        h = b.record_many(None, S[:3], A[:3], R[:3])
+        b.record_many(None, S[3:], A[3:], R[3:])  # evicts h
+        return (b, lg, path, h)
+
+    def op(st):
+        assert st[0].end_episode(st[3], final_state=S[5]) is False
+
+    def after(st, err, fired):
+        dropped = st[1].stats["dropped"]
+        st[1].close()
+        with xlog.open(st[2]) as r:
+            ends = [(int(c.handles[i]), int(c.positions[i])) for c in r
+                    for i in range(len(c.flags)) if c.flags[i] & xlog.FLAG_NO_STEP]
+        assert err is None and ends == ([] if dropped else [(st[3], 3)])
+        assert dropped == 0 or fired
+
+    assert run_every_n(core, make, op, what="log_end_evicted", check_after=after) > 0
+
+
 # ---- named fields and extras ------------------------------------------------
 
 FSPEC = {"img": ((2, 3), "uint8"), "vec": ((2,), "float32")}
@@ -502,5 +570,5 @@ def test_every_operation_was_failed_somewhere(core):
     for op in ("record", "record_many", "new_episode", "end_episode", "get_batch", "set_priority",
                "new_pick_selector",
                "serialize", "unserialize", "save", "load", "log_new", "log_append_many",
-               "log_flush", "log_record_many"):
+               "log_end_episode", "log_flush", "log_record_many"):
         assert any(k.split(" ")[0].split("(")[0] == op and v > 0 for k, v in COUNTS.items()), op

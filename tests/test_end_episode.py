@@ -280,6 +280,81 @@ def test_an_evicted_or_removed_episode_has_nothing_to_end(cls):
     buf._check()
 
 
+def _logged_ends(path):
+    """{handle: (position, terminated, final state or None)} of the ends
+    without a step in a log."""
+    import exreplay.log as xlog
+
+    out = {}
+    for c in xlog.open(path):
+        k = np.cumsum((c.flags & xlog.FLAG_FINAL) != 0) - 1
+        for i in np.flatnonzero(c.flags & xlog.FLAG_NO_STEP):
+            fin = c.final_states[k[i]].tolist() if c.flags[i] & xlog.FLAG_FINAL else None
+            assert int(c.handles[i]) not in out, "an episode ended twice"
+            out[int(c.handles[i])] = (int(c.positions[i]),
+                                      bool(c.flags[i] & xlog.FLAG_TERMINATED), fin)
+    return out
+
+
+@pytest.mark.parametrize("level", [0, 1])
+def test_the_end_of_an_evicted_episode_is_logged(tmp_path, level):
+    """With a log attached, end_episode on an episode that capacity evicted
+    while it was open returns False and changes nothing in the buffer, but
+    logs the end it would have logged (at the episode's step count): the log
+    holds the episode's steps, and a buffer rebuilt from it ends it as the
+    caller said. So does an end of an episode removed while open."""
+    from exreplay import ExperienceLog
+
+    p = tmp_path / "ev.log"
+    lg = ExperienceLog(p, level=level, chunk_bytes=200)
+    buf = ExperienceReplay((2,), capacity=6, pick_len=1, log=lg)
+    buf.new_pick_selector(U)
+    h = buf.record_many(None, states(4, 1), np.arange(4), np.ones(4))
+    h2 = buf.record_many(None, states(3, 2), np.arange(3), np.ones(3))  # evicts h, mid-way
+    assert h not in buf._handles()
+    before = buf.serialize(0)
+    fin = np.array([7.0, -7.0], np.float32)
+    assert buf.end_episode(h, final_state=fin, terminated=True) is False
+    assert buf.serialize(0) == before
+    assert buf.end_episode(h, terminated=True) is False  # an episode ends once
+    buf.remove_episode(h2)
+    assert buf.end_episode(h2, final_state=fin + 1) is False
+    lg.close()
+    assert _logged_ends(p) == {h: (4, True, fin.tolist()), h2: (3, False, (fin + 1).tolist())}
+    big = ExperienceReplay.from_log(p, capacity=None, pick_len=1)
+    eps = [big.episode(x) for x in big._handles()]
+    assert [(len(e.reward), e.ended, e.terminated) for e in eps] == [(4, True, True),
+                                                                     (3, True, False)]
+    assert eps[0].final_state.tolist() == fin.tolist()
+    assert eps[1].final_state.tolist() == (fin + 1).tolist()
+    assert np.array_equal(eps[0].state, states(4, 1)) and np.array_equal(eps[1].state,
+                                                                          states(3, 2))
+    big._check()
+
+
+def test_an_evicted_episode_that_had_ended_logs_no_second_end(tmp_path):
+    """An episode that had ended before it went, or that went while no log
+    was attached, or had no step, logs nothing: end_episode returns False."""
+    from exreplay import ExperienceLog
+
+    p = tmp_path / "ev.log"
+    lg = ExperienceLog(p)
+    buf = ExperienceReplay((2,), capacity=4, pick_len=1)
+    quiet = buf.record_many(None, states(3, 0), np.arange(3), np.ones(3))
+    other = buf.record_many(None, states(2, 1), [0, 1], [1.0, 1.0], terminated=True)
+    assert quiet not in buf._handles()  # evicted open, no log attached
+    buf.attach_log(lg)
+    ended = buf.record_many(None, states(1, 2), [0], [1.0], terminated=True)
+    empty = buf.new_episode()
+    buf.record_many(None, states(4, 3), np.arange(4), np.ones(4))  # evicts other, ended
+    buf.remove_episode(empty)
+    assert not {quiet, other, ended, empty} & set(buf._handles())
+    for x in (quiet, other, ended, empty):
+        assert buf.end_episode(x, terminated=True) is False
+    lg.close()
+    assert _logged_ends(p) == {}
+
+
 @pytest.mark.parametrize("cls", IMPLS)
 def test_record_after_the_end_starts_a_new_episode(cls):
     buf = cls((2,), capacity=None, pick_len=1)

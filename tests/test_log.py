@@ -768,7 +768,8 @@ def test_command_line(tmp_path, capsys):
             lg.append(0, i, [i, 0], i, 1.0, terminated=i == 19)
     assert xlog.main(["info", str(p)]) == 0
     out = capsys.readouterr().out
-    assert "records 20 in 1 chunks" in out and "sources [2]" in out and "closed" in out
+    assert "records 20 (steps), 0 ends without a step, in 1 chunks" in out
+    assert "sources [2]" in out and "closed" in out
     assert xlog.main(["tail", "-n", "3", str(p)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 3 and "pos=19 ET" in lines[-1]
@@ -1147,7 +1148,8 @@ def test_an_end_without_a_step_is_logged_and_rebuilt(tmp_path, level, named):
         assert not x[(c.flags & xlog.FLAG_NO_STEP) != 0].any()
         assert len(c.final_states["v"] if named else c.final_states) == np.count_nonzero(
             c.flags & xlog.FLAG_FINAL)
-    assert xlog.info(p)["records"] == len(fl)
+    d = xlog.info(p)
+    assert (d["records"], d["ends"]) == (np.count_nonzero(~nostep), np.count_nonzero(nostep))
     t = xlog.tail(p, 7)
     assert np.array_equal(t.flags, fl[-7:])
     rebuilt = ExperienceReplay.from_log(p, **{k: v for k, v in cfg.items() if k not in spec})
@@ -1185,14 +1187,14 @@ def test_ends_without_a_step_merge(tmp_path):
         lg.close()
         paths.append(p)
         bufs.append(b)
-    total = sum(xlog.info(p)["records"] for p in paths)
+    total = [sum(xlog.info(p)[k] for p in paths) for k in ("records", "ends")]
     for level in (0, 1):
         for cb in (60, 700, 1 << 20):
             blobs = []
             for threads in (0, 2):
                 out = tmp_path / ("m%d_%d_%d.log" % (level, cb, threads))
-                assert xlog.merge(paths, out, level=level, chunk_bytes=cb,
-                                  threads=threads)["records"] == total
+                d = xlog.merge(paths, out, level=level, chunk_bytes=cb, threads=threads)
+                assert [d["records"], d["ends"]] == total
                 blobs.append(out.read_bytes())
             assert blobs[0] == blobs[1]
             assert xlog.KIND_NOSTEP in _chunk_kinds(out)
@@ -1253,3 +1255,147 @@ def test_readers_refuse_misplaced_no_step_records(tmp_path):
         assert not (tmp_path / "out.log").exists()
     lf.check_input(with_flag(xlog.FLAG_END | xlog.FLAG_TERMINATED | xlog.FLAG_NO_STEP),
                    str(tmp_path))
+
+
+def _raw_records(path):
+    """(kinds, [(handles, positions, sources, flags, rows, finals)]) of a log:
+    every byte of its records but the timestamps."""
+    with xlog.open(path) as r:
+        raws = [(x.h.tolist(), x.pos.tolist(), x.src.tolist(), x.fl.tolist(), x.rows.tobytes(),
+                 x.fins.tobytes()) for x in r.raw_chunks()]
+    return _chunk_kinds(path), raws
+
+
+@pytest.mark.parametrize("level", [0, 1])
+def test_a_standalone_end_writes_what_a_buffer_end_writes(tmp_path, level):
+    """ExperienceLog.end_episode(h, pos, ...) logs the record that a buffer's
+    end_episode logs (no row, FLAG_NO_STEP, kind 3): a standalone log that
+    appends the buffer's steps and ends holds the same records, bytes but
+    timestamps, and reads, merges and rebuilds the same."""
+    a, b = tmp_path / "buf.log", tmp_path / "alone.log"
+    la = ExperienceLog(a, source=4, level=level, chunk_bytes=500)
+    buf = ExperienceReplay((3,), capacity=None, pick_len=2, seed=1, log=la)
+    hs = end_script(buf, np.random.default_rng(21), episodes=20)
+    la.close()
+    with ExperienceLog(b, source=4, level=level, chunk_bytes=500, state_shape=(3,)) as lb:
+        for h in hs:
+            e = buf.episode(h)
+            n = len(e.reward)
+            with xlog.open(a) as r:  # how the buffer's log ended h: by a step or not
+                fl = [int(f) for c in r for f, hh in zip(c.flags, c.handles) if hh == h][-1]
+            stepped = not fl & xlog.FLAG_NO_STEP
+            end = dict(final_state=e.final_state, terminated=bool(e.terminated))
+            lb.append_many(h, 0, e.state, e.action, e.reward, **(end if stepped else {}))
+            if not stepped:
+                lb.end_episode(h, n, **end)
+    assert _raw_records(a) == _raw_records(b)
+    assert xlog.KIND_NOSTEP in _chunk_kinds(b)
+    cfg = dict(capacity=None, pick_len=2, seed=1)
+    assert (ExperienceReplay.from_log(a, **cfg).serialize(0)
+            == ExperienceReplay.from_log(b, **cfg).serialize(0) == buf.serialize(0))
+    for x in (a, b):
+        xlog.merge([x], tmp_path / ("m_" + x.name), chunk_bytes=300, progress=False)
+    assert _raw_records(tmp_path / "m_buf.log") == _raw_records(tmp_path / "m_alone.log")
+
+
+def test_a_standalone_end_refuses_bad_input_and_writes_nothing(tmp_path):
+    """Each bad argument of ExperienceLog.end_episode is a TypeError or
+    ValueError that names it, says what was expected and what came; the log
+    is left as it was (nothing written, nothing pending)."""
+    p = tmp_path / "bad.log"
+    lg = ExperienceLog(p, state_shape=(3,), state_dtype="float32", flush_interval=None)
+    good = np.ones(3, np.float32)
+    cases = [
+        (TypeError, "^h: expected an int64 episode handle, got float",
+         dict(h=1.0, pos=2, terminated=True)),
+        (TypeError, "^h: expected an int64 episode handle, got NoneType",
+         dict(h=None, pos=2, terminated=True)),
+        (TypeError, "^pos: expected an int from 1 to", dict(h=1, pos="2", terminated=True)),
+        (ValueError, "^pos: expected an int from 1 to .*, got 0", dict(h=1, pos=0, terminated=True)),
+        (TypeError, "^terminated: expected a bool, got NoneType",
+         dict(h=1, pos=2, final_state=good, terminated=None)),
+        (ValueError, r"^final_state: expected shape \(3,\), got \(2,\)",
+         dict(h=1, pos=2, final_state=np.ones(2, np.float32))),
+        (TypeError, "^final_state: expected float32 .*, got complex128",
+         dict(h=1, pos=2, final_state=np.ones(3, complex))),
+        (ValueError, "^final_state: expected a state, or terminated=True .*got None and "
+         "terminated=False", dict(h=1, pos=2)),
+        (ValueError, "^final_state: expected a state, or terminated=True",
+         dict(h=1, pos=2, final_state=None, terminated=0)),
+    ]
+    for exc, msg, kw in cases:
+        with pytest.raises(exc, match=msg):
+            lg.end_episode(**kw)
+    with pytest.raises(TypeError, match="end_episode"):
+        lg.end_episode(1)  # pos is required: the log cannot know it
+    assert lg.stats["backlog"] == 0
+    lg.flush()
+    assert lg.stats["records"] == 0 and lg.stats["file_bytes"] == p.stat().st_size
+    lg.close()
+    assert xlog.info(p)["records"] == 0 and list(xlog.open(p)) == []
+    with pytest.raises(ValueError, match="^end_episode: the log is closed"):
+        lg.end_episode(1, 2, terminated=True)
+    with ExperienceLog(tmp_path / "no_layout.log") as bare:
+        with pytest.raises(ValueError, match="^end_episode: the log has no record layout"):
+            bare.end_episode(1, 2, terminated=True)
+
+
+@pytest.mark.parametrize("level", [0, 1])
+def test_records_count_steps_and_ends_count_ends_without_a_step(tmp_path, capsys, level):
+    """A log's "records" are its steps: the ends without a step (records with
+    FLAG_NO_STEP, no row) are counted apart as "ends", alike by the writer's
+    stats, info, merge and the command line (text and JSON)."""
+    p = tmp_path / "c.log"
+    lg = ExperienceLog(p, source=3, level=level, chunk_bytes=400)
+    buf = ExperienceReplay((3,), capacity=None, log=lg)
+    end_script(buf, np.random.default_rng(5), episodes=30)
+    lg.close()
+    chunks = list(xlog.open(p))
+    fl = np.concatenate([c.flags for c in chunks])
+    ends = int(np.count_nonzero(fl & xlog.FLAG_NO_STEP))
+    steps = len(fl) - ends
+    assert steps == len(buf) and ends == sum(1 for e in range(30) if e % 4 != 3)
+    assert (lg.stats["records"], lg.stats["ends"]) == (steps, ends)
+    d = xlog.info(p)
+    assert (d["records"], d["ends"], d["chunks"]) == (steps, ends, len(chunks))
+    m = xlog.merge([p, p], tmp_path / "m.log", chunk_bytes=700, progress=False)
+    assert (m["records"], m["ends"]) == (2 * steps, 2 * ends)
+    assert xlog.main(["info", str(p)]) == 0
+    assert ("records %d (steps), %d ends without a step, in %d chunks"
+            % (steps, ends, len(chunks))) in capsys.readouterr().out
+    assert xlog.main(["merge", "-o", str(tmp_path / "m2.log"), str(p)]) == 0
+    assert ("%d records (steps), %d ends without a step" % (steps, ends)
+            in capsys.readouterr().out)
+    assert xlog.main(["info", "--json", str(p)]) == 0
+    js = __import__("json").loads(capsys.readouterr().out)
+    assert (js["records"], js["ends"]) == (steps, ends)
+    # a standalone log counts its own ends the same way
+    q = tmp_path / "alone.log"
+    with ExperienceLog(q, level=level, state_shape=(3,)) as alone:
+        alone.append_many(0, 0, np.zeros((2, 3), np.float32), [0, 1], [0.0, 0.0])
+        alone.end_episode(0, 2, terminated=True)
+        alone.flush()
+        assert (alone.stats["records"], alone.stats["ends"]) == (2, 1)
+    assert (xlog.info(q)["records"], xlog.info(q)["ends"]) == (2, 1)
+
+
+def test_info_checks_the_flags_it_counts(tmp_path):
+    """info reads the flags column of a chunk of kind 3 (only that part of
+    its body) and refuses flags that the reader refuses, naming the file."""
+    import log_fuzz as lf
+
+    p = tmp_path / "e.log"
+    lg = ExperienceLog(p, source=1, level=1)
+    b = ExperienceReplay((3,), capacity=None, log=lg)
+    h = b.record_many(None, np.zeros((2, 3), np.float32), [0, 1], [0.0, 0.0])
+    b.end_episode(h, terminated=True)
+    lg.close()
+    head, chunks, tail = lf.parse(p.read_bytes())
+    n = chunks[0]["count"]
+    raw = bytearray(chunks[0]["raw"])
+    raw[28 * n + n - 1] = xlog.FLAG_NO_STEP | xlog.FLAG_END  # no how: refused
+    chunks[0]["raw"] = bytes(raw)
+    q = tmp_path / "bad.log"
+    q.write_bytes(lf.serialize(head, chunks, tail))
+    with pytest.raises(ValueError, match="bad.log.*record flags"):
+        xlog.info(q)

@@ -185,11 +185,14 @@ typedef enum {
  * does). The last step becomes complete, and the picks that needed its next
  * state are entered with the priorities recorded for them. A record call
  * copying into h finishes first (the lock released meanwhile). The log's
- * hook is called once, with no row. *out says what h was: EXR_OK with
- * EXR_END_DONE or EXR_END_GONE (nothing changes), EXR_ENOTFOUND with
- * EXR_END_UNKNOWN, EXR_EINVAL with EXR_END_ENDED, EXR_END_EMPTY or
- * EXR_END_NO_END; on any status but EXR_OK (EXR_ENOMEM too) nothing
- * changes. O(S log N) for each new pick, at most pick_len of them. */
+ * hook is called once, with no row; also for an episode not held that was
+ * evicted or removed open, with steps, while a hook was set (the last
+ * EXR_GONE_OPEN such: buffer_impl.h), once, at the step count it had then,
+ * with final_state as given (the hook copies it). *out says what h was:
+ * EXR_OK with EXR_END_DONE or EXR_END_GONE (the buffer does not change),
+ * EXR_ENOTFOUND with EXR_END_UNKNOWN, EXR_EINVAL with EXR_END_ENDED,
+ * EXR_END_EMPTY or EXR_END_NO_END; on any status but EXR_OK (EXR_ENOMEM
+ * too) nothing changes. O(S log N) for each new pick, at most pick_len of them. */
 exr_status exr_buffer_end_episode_locked(exr_buffer *b, int64_t h, const void *final_state,
                                          bool terminated, exr_end_outcome *out);
 
@@ -298,8 +301,9 @@ exr_status exr_buffer_episode_rows_locked(const exr_buffer *b, int64_t h, void *
  * none), whether it ends the episode, and whether it is the first step of
  * its record call; and once for every episode that
  * exr_buffer_end_episode_locked ends, with row NULL (no step), pos the
- * episode's number of records, end true and first_of_call true. fn NULL
- * removes the hook. */
+ * episode's number of records, end true and first_of_call true (fin then
+ * may be the caller's, valid only during the call). fn NULL removes the
+ * hook. */
 typedef void (*exr_step_hook)(void *ctx, exr_buffer *b, int64_t h, uint64_t pos,
                               const unsigned char *row, const unsigned char *final_state,
                               bool end, bool terminated, bool first_of_call);

@@ -9,10 +9,37 @@
 
 #include "buffer_impl.h"
 
+/* Notes open episode h of n steps, going while a log's hook is set: its
+ * steps are in the log, and so will its end be (take_gone_open_locked). */
+static void note_gone_open_locked(exr_buffer *b, int64_t h, uint64_t n)
+{
+    b->gone[b->gone_next].h = h;
+    b->gone[b->gone_next].n = n;
+    b->gone_next = (b->gone_next + 1) % EXR_GONE_OPEN;
+    if (b->gone_count < EXR_GONE_OPEN)
+        b->gone_count++;
+}
+
+bool take_gone_open_locked(exr_buffer *b, int64_t h, uint64_t *n)
+{
+    EXR_ASSERT_EXCLUSIVE(b);
+    for (uint32_t k = 1; k <= b->gone_count; k++) { /* the newest first */
+        uint32_t i = (b->gone_next + EXR_GONE_OPEN - k) % EXR_GONE_OPEN;
+        if (b->gone[i].h == h) {
+            *n = b->gone[i].n;
+            b->gone[i].h = -1; /* an episode ends once */
+            return true;
+        }
+    }
+    return false;
+}
+
 static void evict_episode_locked(exr_buffer *b, uint32_t slot)
 {
     EXR_ASSERT_EXCLUSIVE(b);
     exr_episode *e = &b->eps.slab[slot];
+    if (b->hook && !e->ended && e->n)
+        note_gone_open_locked(b, e->handle, e->n);
     remove_picks_locked(b, slot);
     b->n_records -= e->n;
     exr_body *body = e->body;

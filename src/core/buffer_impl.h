@@ -33,6 +33,11 @@ typedef struct {
  * picks (two moves: a move removes at most 64). */
 #define EXR_LOWS 128
 
+/* Open episodes with steps that were evicted or removed while a log's hook
+ * was set: end_episode on one of them still logs its end (buffer.h), at
+ * its step count. At most this many are kept, the oldest forgotten first. */
+#define EXR_GONE_OPEN 1024
+
 /* A segment replaced while a copy may still read it (buffer_graveyard.c). */
 typedef struct exr_dead {
     struct exr_dead *next;
@@ -150,6 +155,15 @@ struct exr_buffer {
     _Atomic uint64_t res_pending;
     _Atomic int res_closed;
     uint64_t res_budget;
+    /* the EXR_GONE_OPEN ring, under the exclusive lock: the last gone_count
+     * episodes noted, the next one at gone[gone_next]; a handle of -1 was
+     * taken back (buffer_evict.c). Last, away from the lines every record
+     * call uses: only an eviction or removal under a log writes it. */
+    EXR_LINE uint32_t gone_next, gone_count;
+    struct {
+        int64_t h;
+        uint64_t n;
+    } gone[EXR_GONE_OPEN];
 };
 
 /* *_locked functions assert that the storage lock is held (exclusively:
@@ -189,6 +203,11 @@ void reserve_open_locked(exr_buffer *b);
 uint32_t insert_episode_locked(exr_buffer *b, int64_t h, exr_body *body);
 void reserve_grow_locked(exr_buffer *b);
 void reserve_free(exr_buffer *b);
+
+/* buffer_evict.c: takes episode h back from the EXR_GONE_OPEN ring: true,
+ * with *n its step count, if it was evicted or removed open with steps while
+ * a log's hook was set (and not taken back since). */
+bool take_gone_open_locked(exr_buffer *b, int64_t h, uint64_t *n);
 
 /* buffer_selectors.c: the entry of selector h, or NULL. */
 sel_entry *find_sel(const exr_buffer *b, int64_t h);

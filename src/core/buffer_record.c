@@ -829,6 +829,16 @@ static uint64_t end_new_picks(const exr_buffer *b, const exr_episode *e)
     return exr_picks_target(b, &ended) - e->m;
 }
 
+/* The end of episode h, no longer held: logged, at the step count it had,
+ * if it went open with a log attached (its steps are in the log), and
+ * taken back so that it ends once; the buffer does not change. */
+static void end_gone_locked(exr_buffer *b, int64_t h, const void *final_state, bool terminated)
+{
+    uint64_t n;
+    if (take_gone_open_locked(b, h, &n) && b->hook)
+        b->hook(b->hook_ctx, b, h, n, NULL, final_state, true, terminated, true);
+}
+
 exr_status exr_buffer_end_episode_locked(exr_buffer *b, int64_t h, const void *final_state,
                                          bool terminated, exr_end_outcome *out)
 {
@@ -839,8 +849,10 @@ exr_status exr_buffer_end_episode_locked(exr_buffer *b, int64_t h, const void *f
     wait_not_busy_locked(b, h); /* ordered after a record call copying into h */
     uint32_t slot;
     *out = end_outcome_locked(b, h, &slot);
-    if (*out == EXR_END_GONE)
+    if (*out == EXR_END_GONE) {
+        end_gone_locked(b, h, final_state, terminated);
         return EXR_OK;
+    }
     if (*out != EXR_END_DONE)
         return *out == EXR_END_UNKNOWN ? EXR_ENOTFOUND : EXR_EINVAL;
     exr_episode *e = &b->eps.slab[slot];

@@ -234,8 +234,20 @@ void exr_log_chunk_trailer(unsigned char *tr, uint64_t total, const unsigned cha
     put32(tr + 12, TRAILER_MAGIC);
 }
 
+/* With lg->mu: a records chunk of n records, ends of them without a step,
+ * written: the counts of stats. */
+static void count_written_locked(exr_log *lg, size_t n, size_t ends, size_t raw_len)
+{
+    lg->st.chunks++;
+    lg->st.records += n - ends; /* steps */
+    lg->st.ends += ends;
+    lg->st.raw_bytes += raw_len;
+}
+
+/* A chunk of count records, ends of them without a step (stats), with its
+ * body as it goes to the file. */
 static exr_status write_block(exr_log *lg, unsigned kind, unsigned codec, uint32_t count,
-                              int64_t first, int64_t last, const unsigned char *body,
+                              size_t ends, int64_t first, int64_t last, const unsigned char *body,
                               size_t body_len, size_t raw_len)
 {
     unsigned char hd[CHUNK_HEADER], tr[CHUNK_TRAILER];
@@ -252,11 +264,8 @@ static exr_status write_block(exr_log *lg, unsigned kind, unsigned codec, uint32
     if (s == EXR_OK) {
         pthread_mutex_lock(&lg->mu);
         lg->st.file_bytes += CHUNK_HEADER + body_len + CHUNK_TRAILER;
-        if (kind != KIND_END) {
-            lg->st.chunks++;
-            lg->st.records += count;
-            lg->st.raw_bytes += raw_len;
-        }
+        if (kind != KIND_END)
+            count_written_locked(lg, count, ends, raw_len);
         pthread_mutex_unlock(&lg->mu);
     }
     return s;
@@ -361,9 +370,7 @@ static exr_status write_stored(exr_log *lg, chunk *c)
     if (s == EXR_OK) {
         pthread_mutex_lock(&lg->mu);
         lg->st.file_bytes += CHUNK_HEADER + c->raw + CHUNK_TRAILER;
-        lg->st.chunks++;
-        lg->st.records += n;
-        lg->st.raw_bytes += c->raw;
+        count_written_locked(lg, n, c->nostep, c->raw);
         pthread_mutex_unlock(&lg->mu);
     }
     return s;
@@ -434,8 +441,8 @@ static exr_status write_chunk(exr_log *lg, chunk *c)
         s = EXR_ENOMEM;
     if (s != EXR_OK)
         return s;
-    return write_block(lg, chunk_kind(c), CODEC_ZLIB, (uint32_t)n, c->ts[0], c->ts[n - 1],
-                       lg->zbuf, lg->z.total_out, c->raw);
+    return write_block(lg, chunk_kind(c), CODEC_ZLIB, (uint32_t)n, c->nostep, c->ts[0],
+                       c->ts[n - 1], lg->zbuf, lg->z.total_out, c->raw);
 }
 
 /* With lg->mu: the open chunk goes to the queue. */
@@ -724,10 +731,10 @@ static exr_status add_locked(exr_log *lg, int64_t h, uint64_t pos, const unsigne
     exr_status s = chunk_reserve(c, has_fin);
     if (s != EXR_OK)
         return s;
-    if (copy_row) {
-        unsigned char *r = chunk_alloc(c, lg->row);
+    if (copy_row) { /* room in the chunk for the row (if any) and final state */
+        unsigned char *r = has_row ? chunk_alloc(c, lg->row) : NULL;
         unsigned char *f = has_fin ? chunk_alloc(c, lg->sb) : NULL;
-        if (!r || (has_fin && !f))
+        if ((has_row && !r) || (has_fin && !f))
             return EXR_ENOMEM; /* the arena keeps what it got; harmless */
         *copy_row = r;
         if (copy_fin)
@@ -863,14 +870,44 @@ exr_status exr_log_append(exr_log *lg, int64_t h, uint64_t pos, const void *stat
     return exr_log_append_many(lg, h, pos, state, action, reward, 1, fin, flags);
 }
 
+/* With lg->mu: the end of episode h after its pos steps, a record without
+ * a row (EXR_LOG_NOSTEP) whose final state, if any, is copied into the
+ * chunk: its bytes are the same whoever ends the episode (the buffer's
+ * hook or exr_log_end). */
+static exr_status end_locked(exr_log *lg, int64_t h, uint64_t pos, const void *fin,
+                             bool terminated, int64_t now)
+{
+    unsigned flags = EXR_LOG_END | EXR_LOG_NOSTEP | (terminated ? EXR_LOG_TERMINATED : 0) |
+                     (fin ? EXR_LOG_FINAL : 0);
+    unsigned char *r = NULL, *f = NULL;
+    exr_status s = add_locked(lg, h, pos, NULL, NULL, flags, &r, &f, now);
+    if (s == EXR_OK && f)
+        memcpy(f, fin, lg->sb);
+    return s;
+}
+
+exr_status exr_log_end(exr_log *lg, int64_t h, uint64_t pos, const void *fin, bool terminated)
+{
+    if ((!fin && !terminated) || pos == 0 || pos > (uint64_t)INT64_MAX)
+        return EXR_EINVAL;
+    pthread_mutex_lock(&lg->mu);
+    /* no row, so a log with extras takes it too (it needs none) */
+    exr_status s = lg->closed || !lg->has_schema ? EXR_EINVAL : EXR_OK;
+    if (s == EXR_OK)
+        s = end_locked(lg, h, pos, fin, terminated, real_ns());
+    pthread_mutex_unlock(&lg->mu);
+    return s;
+}
+
 /* The buffer's step hook: runs with b locked. row NULL: an episode ended
- * without a step (exr_buffer_end_episode_locked), logged without a row. */
+ * without a step (exr_buffer_end_episode_locked), logged without a row, its
+ * final state copied (fin may be the caller's, for an episode not held). */
 static void on_step(void *ctx, exr_buffer *b, int64_t h, uint64_t pos, const unsigned char *row,
                     const unsigned char *fin, bool end, bool terminated, bool first)
 {
     exr_log *lg = ctx;
     unsigned flags = (end ? EXR_LOG_END : 0) | (end && terminated ? EXR_LOG_TERMINATED : 0) |
-                     (end && fin ? EXR_LOG_FINAL : 0) | (row ? 0 : EXR_LOG_END | EXR_LOG_NOSTEP);
+                     (end && fin ? EXR_LOG_FINAL : 0);
     pthread_mutex_lock(&lg->mu);
     exr_status s = EXR_EINVAL;
     /* a chunk pinned to the buffer this log was detached from takes no row
@@ -880,7 +917,8 @@ static void on_step(void *ctx, exr_buffer *b, int64_t h, uint64_t pos, const uns
     if (!lg->closed) {
         if (first || !lg->call_ts)
             lg->call_ts = real_ns(); /* one clock read per record call */
-        s = add_locked(lg, h, pos, row, end ? fin : NULL, flags, NULL, NULL, lg->call_ts);
+        s = row ? add_locked(lg, h, pos, row, end ? fin : NULL, flags, NULL, NULL, lg->call_ts)
+                : end_locked(lg, h, pos, fin, terminated, lg->call_ts);
         chunk *c = lg->open;
         if (s == EXR_OK && !c) {
             /* sealed by this step: pin the sealed one if it is not yet */
@@ -1009,7 +1047,7 @@ static exr_status close_body(exr_log *lg, exr_buffer *b)
     pthread_mutex_unlock(&lg->mu);
     /* the queue is empty: the writer drained it and nothing is added once closed */
     if (s == EXR_OK && lg->has_schema) {
-        s = write_block(lg, KIND_END, CODEC_STORED, 0, lg->last_ts, lg->last_ts,
+        s = write_block(lg, KIND_END, CODEC_STORED, 0, 0, lg->last_ts, lg->last_ts,
                         (const unsigned char *)"", 0, 0);
         if (s == EXR_OK && lg->o.fsync && fsync(lg->fd) != 0)
             s = EXR_EIO;

@@ -69,7 +69,8 @@ typedef struct {
 } exr_log_opts;
 
 typedef struct {
-    uint64_t records, chunks, file_bytes, raw_bytes; /* written so far */
+    uint64_t records, chunks, file_bytes, raw_bytes; /* written so far (records: steps) */
+    uint64_t ends;           /* ends without a step written (EXR_LOG_NOSTEP records) */
     uint64_t backlog;        /* raw bytes recorded, not yet written */
     uint64_t throttled, throttle_ns; /* waits in exr_log_throttle and their time */
     uint64_t dropped;        /* steps lost to out-of-memory in the buffer hook */
@@ -109,6 +110,14 @@ exr_status exr_log_append(exr_log *lg, int64_t h, uint64_t pos, const void *stat
 exr_status exr_log_append_many(exr_log *lg, int64_t h, uint64_t pos, const void *states,
                                const void *actions, const void *rewards, size_t T, const void *fin,
                                unsigned flags);
+
+/* The end of episode h after its pos >= 1 steps, without a step: one record
+ * without a row (EXR_LOG_NOSTEP), as the buffer's hook logs an end made by
+ * exr_buffer_end_episode_locked, byte for byte. fin (copied) is its final
+ * state or NULL; fin or terminated is needed (EXR_EINVAL otherwise, and on
+ * a closed log or one without a schema). A log with extras takes it too:
+ * the record has no row. */
+exr_status exr_log_end(exr_log *lg, int64_t h, uint64_t pos, const void *fin, bool terminated);
 
 /* Waits (without any buffer lock held) while the backlog is >= max_backlog. */
 void exr_log_throttle(exr_log *lg);

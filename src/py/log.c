@@ -585,6 +585,58 @@ static PyObject *log_append_many(LogObject *self, PyObject *const *args, Py_ssiz
     return log_append_impl(self, args, nargs, kwnames, 1);
 }
 
+/* end_episode's final_state: None (*fin NULL) or one state, converted as
+ * append converts it. */
+static int end_final_arg(LogObject *self, PyObject *o, PyArrayObject **fin)
+{
+    *fin = NULL;
+    if (!o || o == Py_None)
+        return 0;
+    *fin = exr_as_array(o, self->state_descr, 0, NULL, self->state_nd, self->state_shape,
+                        "final_state");
+    return *fin ? 0 : -1;
+}
+
+/* end_episode(h, pos, final_state=None, terminated=False): the end of
+ * episode h after its pos steps, without a step (docs/log.md, "Ends without
+ * a step"): the record ExperienceReplay.end_episode logs. */
+static PyObject *log_end_episode(LogObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                 PyObject *kwnames)
+{
+    static const char *const names[] = {"h", "pos", "final_state", "terminated"};
+    PyObject *a[4];
+    int64_t h;
+    size_t pos;
+    int terminated;
+    PyArrayObject *fin;
+    if (exr_parse_args(args, nargs, kwnames, "end_episode", names, 2, 4, a) < 0 ||
+        need_open(self, "end_episode") < 0 || owner_saving_here(self, "end_episode") < 0 ||
+        exr_int_arg(a[0], "h", "an int64 episode handle", INT64_MIN, INT64_MAX, &h) < 0 ||
+        bounded_size(a[1], "pos", 1, (size_t)INT64_MAX / 2, &pos) < 0 ||
+        flag_arg(a[3], "terminated", &terminated) < 0 || end_final_arg(self, a[2], &fin) < 0)
+        return NULL;
+    if (!fin && !terminated) {
+        PyErr_SetString(PyExc_ValueError,
+                        "final_state: expected a state, or terminated=True (an episode ends with "
+                        "its last step's next state or as terminal), got None and "
+                        "terminated=False");
+        return NULL;
+    }
+    const void *fp = fin ? PyArray_DATA(fin) : NULL;
+    exr_status st;
+    exr_log *lg = self->lg;
+    EXR_NOGIL_BEGIN
+    exr_log_throttle(lg);
+    st = exr_log_end(lg, h, pos, fp, terminated != 0);
+    EXR_NOGIL_END
+    Py_XDECREF(fin);
+    if (st == EXR_EINVAL)
+        return log_state_error(st, "end_episode", "an open log", "one closed meanwhile");
+    if (st != EXR_OK)
+        return exr_raise(st, "end_episode");
+    Py_RETURN_NONE;
+}
+
 static PyObject *log_flush(LogObject *self, PyObject *const *args, Py_ssize_t nargs,
                            PyObject *kwnames)
 {
@@ -646,8 +698,10 @@ static PyObject *log_stats(LogObject *self, void *c)
     (void)c;
     exr_log_stats s;
     exr_log_get_stats(self->lg, &s);
-    return Py_BuildValue("{sKsKsKsKsKsKsdsKsisd}", "records", (unsigned long long)s.records,
-                         "chunks", (unsigned long long)s.chunks, "file_bytes",
+    /* records: steps; ends: ends without a step (exreplay.log.info's counts) */
+    return Py_BuildValue("{sKsKsKsKsKsKsKsdsKsisd}", "records", (unsigned long long)s.records,
+                         "ends", (unsigned long long)s.ends, "chunks",
+                         (unsigned long long)s.chunks, "file_bytes",
                          (unsigned long long)s.file_bytes, "raw_bytes",
                          (unsigned long long)s.raw_bytes, "backlog",
                          (unsigned long long)s.backlog, "throttled",
@@ -700,6 +754,11 @@ static PyMethodDef log_methods[] = {
      "append_many($self, h, pos, states, actions, rewards, final_state=None, terminated=False)\n"
      "--\n\nLogs T steps of episode h at positions pos .. pos + T - 1; the last one\n"
      "carries final_state and terminated."},
+    {"end_episode", (PyCFunction)(void (*)(void))log_end_episode, METH_FASTCALL | METH_KEYWORDS,
+     "end_episode($self, h, pos, final_state=None, terminated=False)\n--\n\n"
+     "Logs the end of episode h after its pos steps (pos >= 1), without a step:\n"
+     "the record ExperienceReplay.end_episode logs, byte for byte. final_state or\n"
+     "terminated=True is needed. Needs a record layout. Releases the GIL."},
     {"flush", (PyCFunction)(void (*)(void))log_flush, METH_FASTCALL | METH_KEYWORDS,
      "flush($self, sync=False)\n--\n\n"
      "Returns once every step logged before it is written to the file (a kill -9\n"
@@ -715,8 +774,9 @@ static PyMethodDef log_methods[] = {
 
 static PyGetSetDef log_getset[] = {
     {"stats", (getter)log_stats, NULL,
-     "dict: records, chunks, file_bytes, raw_bytes written; backlog (bytes not yet\n"
-     "written); throttled, throttle_seconds (waits for the writer); dropped; errno;\n"
+     "dict: records (steps) and ends (ends without a step), chunks, file_bytes,\n"
+     "raw_bytes written; backlog (bytes not yet written); throttled,\n"
+     "throttle_seconds (waits for the writer); dropped; errno;\n"
      "writer_seconds (the writer thread's time building, compressing and writing chunks)",
      NULL},
     {"path", (getter)log_get_path, NULL, "the log's file", NULL},

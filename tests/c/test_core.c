@@ -1272,6 +1272,44 @@ done:
     exr_buffer_free(b);
 }
 
+/* end_episode on an episode not held: the hook hears of it, at the step
+ * count the episode had, only if it went open (with steps) while the hook
+ * was set, once, and only for the last EXR_GONE_OPEN such episodes. */
+static void test_end_gone(void)
+{
+    exr_buffer *b = make_buffer(1, false, 3, EXR_EVICT_FIFO);
+    exr_end_outcome o;
+    float fin[2] = {3.0f, 4.0f};
+    CHECK_RET(b);
+    exr_buffer_lock(b);
+    exr_buffer_set_hook_locked(b, count_hook, NULL);
+    exr_buffer_unlock(b);
+    CHECK(record_prio_run(b, -1, 1, 0, 2, false) == 0);
+    CHECK(record_prio_run(b, -1, 2, 0, 2, false) == 1); /* evicts 0 */
+    memset(&g_hook, 0, sizeof g_hook);
+    CHECK(end_episode(b, 0, fin, false, &o) == EXR_OK && o == EXR_END_GONE);
+    CHECK(g_hook.calls == 1 && g_hook.h == 0 && g_hook.pos == 2 && !g_hook.row && g_hook.end &&
+          !g_hook.term && g_hook.fin[0] == 3.0f && g_hook.fin[1] == 4.0f);
+    CHECK(end_episode(b, 0, NULL, true, &o) == EXR_OK && o == EXR_END_GONE);
+    CHECK(g_hook.calls == 1); /* an episode ends once */
+    exr_buffer_lock(b);
+    CHECK_OR(exr_buffer_remove_episode_locked(b, 1) == EXR_OK, exr_buffer_unlock(b); goto done);
+    exr_buffer_unlock(b);
+    CHECK(end_episode(b, 1, NULL, true, &o) == EXR_OK && o == EXR_END_GONE);
+    CHECK(g_hook.calls == 2 && g_hook.h == 1 && g_hook.pos == 2 && g_hook.term);
+    /* three-step episodes, each evicting the one before: the oldest forgotten */
+    int64_t first = 2;
+    for (int64_t k = 0; k < EXR_GONE_OPEN + 3; k++)
+        CHECK(record_prio_run(b, -1, 3, 0, 3, false) == first + k);
+    memset(&g_hook, 0, sizeof g_hook); /* the steps' calls */
+    CHECK(end_episode(b, first + 1, NULL, true, &o) == EXR_OK && g_hook.calls == 0);
+    CHECK(end_episode(b, first + 2, NULL, true, &o) == EXR_OK && g_hook.calls == 1 &&
+          g_hook.h == first + 2 && g_hook.pos == 3);
+    CHECK(check_ok(b));
+done:
+    exr_buffer_free(b);
+}
+
 /* ---- a draw without the storage lock, and holds that come meanwhile ------ */
 
 /* T steps (tag, t) of priority prio as a new episode; the lock held. Its
@@ -1957,6 +1995,7 @@ int main(void)
         {"first_bad_priority", test_first_bad_priority},
         {"priorities", test_priorities},
         {"end_episode", test_end_episode},
+        {"end_gone", test_end_gone},
         {"random_ops", test_random_ops},
         {"segments_grow_and_shrink", test_segments_grow_and_shrink},
         {"bad_config", test_bad_config},
