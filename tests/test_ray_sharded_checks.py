@@ -588,3 +588,38 @@ def test_replay_server_impl_of_a_wrong_type_is_a_type_error():
         with pytest.raises(exc) as got:
             ReplayServer(impl=bad, **KW)
         assert str(got.value) == f"impl: expected 'c' or 'reference', got {shown}"
+
+
+_SELECTORS = "None or a list of selector kinds and (kind, params) pairs"
+
+
+@pytest.mark.parametrize("impl", ["c", "reference"])
+def test_malformed_selector_entries_are_named(impl):
+    """An entry of selectors that is a pair of another length, or whose
+    params are no dict of str keys, is refused naming the entry before a
+    buffer is built: a 1-tuple was an IndexError, a third item was
+    dropped, a list of pairs was taken as a dict and a string as params
+    failed in dict(), none naming anything; selectors itself that is no
+    list (a string, a dict, an int) is named too. A list or tuple entry
+    of two items with a dict of params is taken."""
+    for selectors, exc, msg in (
+            ([("prioritized",)], ValueError,
+             "selectors[0]: expected a kind or a (kind, params) pair, got ('prioritized',)"),
+            (["uniform", ("prioritized", {}, 3)], ValueError,
+             "selectors[1]: expected a kind or a (kind, params) pair, got ('prioritized', {}, 3)"),
+            ([("prioritized", [("alpha", 0.5)])], TypeError,
+             "selectors[0][1]: expected a dict of the selector's parameters (alpha, beta), got list"),
+            ([("prioritized", "alpha=0.5")], TypeError,
+             "selectors[0][1]: expected a dict of the selector's parameters (alpha, beta), got str"),
+            ([("prioritized", None)], TypeError,
+             "selectors[0][1]: expected a dict of the selector's parameters (alpha, beta), got NoneType"),
+            ([("prioritized", {1: 0.5})], TypeError,
+             "selectors[0][1]: expected parameter names (str) as keys, got a key of type int"),
+            ("uniform", TypeError, f"selectors: expected {_SELECTORS}, got str"),
+            ({"uniform": {}}, TypeError, f"selectors: expected {_SELECTORS}, got dict"),
+            (5, TypeError, f"selectors: expected {_SELECTORS}, got int")):
+        with pytest.raises(exc) as got:
+            ReplayServer(impl=impl, selectors=selectors, **KW)
+        assert str(got.value) == msg, selectors
+    srv = ReplayServer(impl=impl, selectors=[["uniform", {}], ("rank", {"alpha": 0.5})], **KW)
+    assert srv.selectors()[1][:2] == ("rank", 0.5)

@@ -24,6 +24,7 @@ Ape-X example (``python -m exreplay.examples.apex_cartpole``).
 
 from __future__ import annotations
 
+import reprlib
 import threading
 import time
 from collections.abc import Mapping
@@ -86,6 +87,59 @@ def _kind(kind, name: str = "kind") -> PickSelectorClass:
         except KeyError:
             raise ValueError(f"{name}: expected {_KIND}, got {kind!r}") from None
     return PickSelectorClass(int_arg(name, kind, 0, len(PickSelectorClass) - 1, _KIND))
+
+
+_SELECTORS = "None or a list of selector kinds and (kind, params) pairs"
+
+
+def _selector_specs(selectors):
+    """ReplayServer's selectors as [(PickSelectorClass, params dict)], or
+    None (the default): checked whole before a buffer is built or asked.
+    Each entry is a kind (_kind) or a (kind, params) pair with params a
+    dict of str keys (alpha, beta). A pair of another length was an
+    IndexError or dropped its extra items, params that is no dict a
+    TypeError of dict() (a list of pairs was taken as one), and neither
+    named the entry."""
+    if selectors is None:
+        return None
+    if isinstance(selectors, (str, bytes, Mapping)):
+        raise TypeError(f"selectors: expected {_SELECTORS}, got {type_name(selectors)}")
+    try:
+        entries = list(selectors)
+    except TypeError:
+        raise TypeError(f"selectors: expected {_SELECTORS}, got {type_name(selectors)}") from None
+    specs = []
+    for i, s in enumerate(entries):
+        if not isinstance(s, (tuple, list)):
+            specs.append((_kind(s, f"selectors[{i}]"), {}))
+            continue
+        if len(s) != 2:
+            raise ValueError(f"selectors[{i}]: expected a kind or a (kind, params) pair, "
+                             f"got {reprlib.repr(s)}")
+        kind = _kind(s[0], f"selectors[{i}][0]")
+        params = s[1]
+        if not isinstance(params, Mapping):
+            raise TypeError(f"selectors[{i}][1]: expected a dict of the selector's parameters "
+                            f"(alpha, beta), got {type_name(params)}")
+        for k in params:
+            if not isinstance(k, str):
+                raise TypeError(f"selectors[{i}][1]: expected parameter names (str) as keys, got a "
+                                f"key of type {type_name(k)}")
+        specs.append((kind, dict(params)))
+    return specs
+
+
+def _buffer_class(impl):
+    """The buffer class of ReplayServer's impl ("c" or "reference")."""
+    if impl == "c":
+        return exreplay.ExperienceReplay
+    if impl == "reference":
+        from exreplay.reference import ReferenceReplay
+
+        return ReferenceReplay
+    if isinstance(impl, str):
+        raise ValueError(f"impl: expected 'c' or 'reference', got {impl!r}")
+    raise TypeError(f"impl: expected 'c' or 'reference', got {type_name(impl)}")
 
 
 def _batch_fields(b):
@@ -532,8 +586,9 @@ class ReplayServer:
     for the pure-Python ``ReferenceReplay`` (the benchmarks' baseline).
     selectors: pick selectors to create, in order (handles 0, 1, ...): each a
     kind (``"uniform"``, ``"prioritized"`` or a PickSelectorClass) or
-    ``(kind, params)``. Default (None): one prioritized selector (alpha=0.6,
-    beta=0.4).
+    ``(kind, params)`` with params a dict (``{"alpha": 0.6}``). Default
+    (None): one prioritized selector (alpha=0.6, beta=0.4). Every entry is
+    checked, and named (``selectors[1][1]``), before a buffer is built.
     buffer: an existing buffer (e.g. from ``ray.put``/``unserialize``) to serve
     instead of building one; its selectors are then taken as they are, with
     their handles and current parameters (``buffer.pick_selectors()``), and
@@ -551,10 +606,8 @@ class ReplayServer:
     """
 
     def __init__(self, *, impl: str = "c", selectors=None, buffer=None, log=None, **buffer_kwargs):
-        # the kinds are checked (and named) before a buffer is built or asked
-        specs = None if selectors is None else [
-            (_kind(s, f"selectors[{i}]"), {}) if not isinstance(s, (tuple, list))
-            else (_kind(s[0], f"selectors[{i}][0]"), dict(s[1])) for i, s in enumerate(selectors)]
+        # the selectors are checked (and named) before a buffer is built or asked
+        specs = _selector_specs(selectors)
         if buffer is not None:
             # A restored buffer keeps its selectors, which the server reads
             # from it (pick_selector, pick_selectors) whenever it needs them.
@@ -562,15 +615,7 @@ class ReplayServer:
             if specs is not None:
                 self._check_selectors(specs)
         else:
-            if impl == "c":
-                cls = exreplay.ExperienceReplay
-            elif impl == "reference":
-                from exreplay.reference import ReferenceReplay as cls
-            elif isinstance(impl, str):
-                raise ValueError(f"impl: expected 'c' or 'reference', got {impl!r}")
-            else:
-                raise TypeError(f"impl: expected 'c' or 'reference', got {type_name(impl)}")
-            self.buf = cls(**buffer_kwargs)
+            self.buf = _buffer_class(impl)(**buffer_kwargs)
             for kind, params in (specs if specs is not None else [("prioritized", {})]):
                 self.new_pick_selector(kind, **params)
         self.impl = "c" if isinstance(self.buf, exreplay.ExperienceReplay) else "reference"
