@@ -535,6 +535,40 @@ def test_sharded_constructor_checks_actors_and_n_shards_with_them(monkeypatch):
     assert xray.ShardedReplay(2, actors=actors).n == 2
 
 
+_UNUSED = "with actors= (it is not used: the actors' buffers are built already)"
+
+
+def test_sharded_constructor_refuses_what_actors_do_not_use(monkeypatch):
+    """With actors=, the arguments that only shape the shards ShardedReplay
+    starts (selectors, capacity, actor_options, impl, log_dir, log_options
+    and the buffer's own) were ignored: each is a ValueError naming it
+    unless left at its default, raised before any shard is called."""
+    sh, servers, calls = _sharded(monkeypatch, "c", n=2)
+    actors = sh.shards
+    calls.clear()
+    for kwargs, msg in (
+            (dict(capacity=5000), f"capacity: expected the default, 1000000, {_UNUSED}, got 5000"),
+            (dict(capacity=None), f"capacity: expected the default, 1000000, {_UNUSED}, got None"),
+            (dict(impl="reference"), f"impl: expected the default, 'c', {_UNUSED}, got 'reference'"),
+            (dict(selectors=SEL), "selectors: expected the default, (('prioritized', {}),), "
+                                  f"{_UNUSED}, got [('prioritized', {{'alpha': 1.0, 'beta': 0.4}})]"),
+            (dict(log_dir="logs"), f"log_dir: expected the default, None, {_UNUSED}, got 'logs'"),
+            (dict(log_options={"level": 3}), f"log_options: expected the default, None, {_UNUSED}, "
+                                             "got {'level': 3}"),
+            (dict(actor_options={"num_cpus": 0}), f"actor_options: expected the default, None, {_UNUSED}, "
+                                                  "got {'num_cpus': 0}"),
+            (dict(state_shape=(4,)), f"state_shape: expected no state_shape {_UNUSED}, got (4,)"),
+            (dict(pick_len=2), f"pick_len: expected no pick_len {_UNUSED}, got 2")):
+        with pytest.raises(ValueError) as got:
+            xray.ShardedReplay(actors=actors, seed=1, **kwargs)
+        assert str(got.value) == msg, kwargs
+    assert calls == []
+    # at their defaults they are taken (an equal value of the default's type too)
+    sh = xray.ShardedReplay(actors=actors, selectors=(("prioritized", {}),), capacity=1_000_000, impl="c",
+                            log_dir=None, log_options=None, actor_options=None)
+    assert sh.n == 2
+
+
 _KIND = "a PickSelectorClass (0 to 2) or one of ['prioritized', 'rank', 'uniform']"
 
 

@@ -1098,7 +1098,37 @@ def _pick_epi_arg(v):
     return np.int64(int_arg("pick_epi", v, 0, top, _PICK_EPI))
 
 
-def _sharded_args(n_shards, actors, seed, capacity, actor_options, log_options):
+# ShardedReplay's arguments that only shape the shards it starts, with
+# their defaults: with actors= none of them is used.
+_SHARD_DEFAULTS = dict(selectors=(("prioritized", {}),), capacity=1_000_000, actor_options=None,
+                       impl="c", log_dir=None, log_options=None)
+
+
+def _at_default(v, default) -> bool:
+    """Whether v is the default itself or equal to it and of its type."""
+    if v is default:
+        return True
+    try:
+        return type(v) is type(default) and bool(v == default)
+    except Exception:  # a comparison that does not give one truth value
+        return False
+
+
+def _unused_with_actors(given: dict, buffer_kwargs: dict) -> None:
+    """With actors=, the arguments that only shape the shards ShardedReplay
+    starts (given: {name: value} of _SHARD_DEFAULTS' names) must be left at
+    their defaults, and no buffer argument given: a ValueError naming the
+    first one otherwise (they were ignored)."""
+    why = "with actors= (it is not used: the actors' buffers are built already)"
+    for name, v in given.items():
+        default = _SHARD_DEFAULTS[name]
+        if not _at_default(v, default):
+            raise ValueError(f"{name}: expected the default, {default!r}, {why}, got {reprlib.repr(v)}")
+    for name, v in buffer_kwargs.items():
+        raise ValueError(f"{name}: expected no {name} {why}, got {reprlib.repr(v)}")
+
+
+def _sharded_args(n_shards, actors, seed, capacity, actor_options, log_options, unused):
     """ShardedReplay's arguments, checked before any actor is started or
     called: (n_shards, actors as a list or None, seed, capacity). n_shards
     an int >= 1 (None with actors=, or len(actors)); seed None or an int
@@ -1106,7 +1136,9 @@ def _sharded_args(n_shards, actors, seed, capacity, actor_options, log_options):
     capacity None or the buffer's int in [1, 2**63 - 1]; actor_options and
     log_options None or dicts. A float was truncated or reached range() or
     the shards' buffers only after they were started, a bool counted as 0
-    or 1, and a string failed in a comparison naming nothing."""
+    or 1, and a string failed in a comparison naming nothing. With actors=,
+    unused (the arguments of _SHARD_DEFAULTS, and the buffer arguments)
+    must be at their defaults: they were ignored."""
     if actors is None:
         n = int_arg("n_shards", n_shards, 1, None, "an int >= 1 (the shards to start; or actors=)")
         n_shards = n
@@ -1117,6 +1149,7 @@ def _sharded_args(n_shards, actors, seed, capacity, actor_options, log_options):
             raise TypeError(f"actors: expected a list of ReplayActors, got {type_name(actors)}") from None
         if not actors:
             raise ValueError("actors: expected at least one ReplayActor, got an empty list")
+        _unused_with_actors(*unused)
         n = len(actors)
         if n_shards is not None:
             want = f"None or len(actors), {n}"
@@ -1173,7 +1206,10 @@ class ShardedReplay:
     actor is started, each as an int (a bool or a float a TypeError naming
     it): n_shards >= 1, seed None or in [0, 2**64 - n_shards] (every
     shard's seed is one the buffer takes), capacity None or the buffer's
-    [1, 2**63 - 1].
+    [1, 2**63 - 1]. With actors=, the arguments that only shape the shards
+    started here (selectors, capacity, actor_options, impl, log_dir,
+    log_options, the buffer's arguments) must be left at their defaults: a
+    ValueError naming the first one otherwise (they were ignored).
 
     - Inserts (``record_rollout``, ``record_episode``) go to the shards round
       robin by episode: an episode is never split; the piece that continues a
@@ -1201,11 +1237,13 @@ class ShardedReplay:
     """
 
     def __init__(self, n_shards: int | None = None, *, actors=None, seed: int | None = None,
-                 selectors=(("prioritized", {}),), capacity: int | None = 1_000_000,
+                 selectors=_SHARD_DEFAULTS["selectors"], capacity: int | None = 1_000_000,
                  actor_options: dict | None = None, impl: str = "c", log_dir: str | None = None,
                  log_options: dict | None = None, **buffer_kwargs):
+        unused = (dict(selectors=selectors, capacity=capacity, actor_options=actor_options, impl=impl,
+                       log_dir=log_dir, log_options=log_options), buffer_kwargs)
         n_shards, actors, seed, capacity = _sharded_args(n_shards, actors, seed, capacity, actor_options,
-                                                         log_options)
+                                                         log_options, unused)
         ray = _ray()
         if actors is None:
             opts = {"scheduling_strategy": "SPREAD"} if n_shards > 1 else {}
