@@ -19,6 +19,7 @@ import exreplay
 import exreplay.ray as xray
 from exreplay._args import type_name
 from exreplay.ray import ReplayServer, Rollout
+from exreplay.reference import ReferenceReplay
 from fake_ray import FakeRay as _FakeRay
 from fake_ray import Local as _Local
 from fake_ray import Method as _Method
@@ -510,6 +511,69 @@ def test_sharded_constructor_checks_its_numbers_before_starting_any_actor(monkey
     started.clear()
     assert xray.ShardedReplay(1, seed=None, capacity=None, **kw).n == 1
     assert [c[1]["capacity"] for c in started if c[0] == "remote"] == [None]
+
+
+def _own_error(f):
+    """(type, message) of the error f() raises."""
+    try:
+        f()
+    except Exception as e:
+        return type(e), str(e)
+    raise AssertionError("no error")
+
+
+@pytest.mark.parametrize("impl", ["c", "reference"])
+def test_sharded_constructor_checks_the_buffer_arguments_before_starting_any_actor(monkeypatch, impl):
+    """The arguments every shard's buffer is built with (the buffer's own,
+    capacity / n_shards, seed), the selectors and their parameters, and
+    impl are checked in this process before any actor is started, with the
+    error the shards would raise as they start: the buffer's own, the one
+    a buffer built here with the same bad argument raises. Before, each
+    shard refused them as it started, and the replay was left with dead
+    actors. log= and buffer= (ReplayServer's own, which ShardedReplay sets
+    or does not take) are a TypeError naming them."""
+    started = []
+    monkeypatch.setattr(xray, "_ray", lambda: _FakeRay)
+    monkeypatch.setattr(xray, "_make_actor_class", lambda: started.append("class") or _Starter(started))
+    cls = exreplay.ExperienceReplay if impl == "c" else ReferenceReplay
+    kw = dict(state_shape=(4,), pick_len=2)
+    for bad in (dict(state_shape="4"), dict(state_shape=(0,)), dict(state_dtype=None),
+                dict(state_dtype="complex64"), dict(action_shape=(1.5,)), dict(reward_dtype="int32"),
+                dict(pick_len=0), dict(pick_len=2.5), dict(allow_short="no"), dict(eviction="lifo"),
+                dict(eviction=1), dict(nonsense=1), dict(state_spec={"a": 5}),
+                dict(extras_spec={"x": ((2,), "complex128")})):
+        args = dict(kw, **bad)
+        want = _own_error(lambda: cls(capacity=50, seed=7, **args))
+        with pytest.raises(want[0]) as got:
+            xray.ShardedReplay(2, impl=impl, capacity=100, seed=7, **args)
+        assert str(got.value) == want[1], bad
+        assert started == [], bad
+    # the selectors' parameters, as the buffer's new_pick_selector refuses them
+    for sel, kind, params in (([("prioritized", {"alpha": -1.0})], 1, {"alpha": -1.0}),
+                              ([("rank", {"beta": "x"})], 2, {"beta": "x"}),
+                              (["uniform", ("uniform", {"alpha": 1.0})], 0, {"alpha": 1.0}),
+                              ([("prioritized", {"gamma": 1.0})], 1, {"gamma": 1.0})):
+        want = _own_error(lambda: cls(**kw).new_pick_selector(kind, **params))
+        with pytest.raises(want[0]) as got:
+            xray.ShardedReplay(2, impl=impl, selectors=sel, **kw)
+        assert str(got.value) == want[1], sel
+        assert started == [], sel
+    for kwargs, exc, msg in (
+            (dict(impl="cpp"), ValueError, "impl: expected 'c' or 'reference', got 'cpp'"),
+            (dict(impl=None), TypeError, "impl: expected 'c' or 'reference', got NoneType"),
+            (dict(selectors=[("prioritized",)]), ValueError,
+             "selectors[0]: expected a kind or a (kind, params) pair, got ('prioritized',)"),
+            (dict(log={"dir": "x"}), TypeError,
+             "log: expected no log= (ShardedReplay takes log_dir= and log_options=), got dict"),
+            (dict(buffer=exreplay.ExperienceReplay(**kw)), TypeError,
+             "buffer: expected no buffer= (every shard builds its own; actors= serves existing ones), "
+             "got exreplay._core.ExperienceReplay")):
+        with pytest.raises(exc) as got:
+            xray.ShardedReplay(2, **dict(dict(impl=impl), **kwargs), **kw)
+        assert str(got.value) == msg, kwargs
+        assert started == [], kwargs
+    sh = xray.ShardedReplay(2, impl=impl, capacity=100, seed=7, selectors=SEL, **kw)
+    assert sh.n == 2 and [c[1]["seed"] for c in started if c[0] == "remote"] == [7, 8]
 
 
 def test_sharded_constructor_checks_actors_and_n_shards_with_them(monkeypatch):

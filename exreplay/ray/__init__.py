@@ -1169,6 +1169,28 @@ def _sharded_args(n_shards, actors, seed, capacity, actor_options, log_options, 
     return n_shards, actors, seed, capacity
 
 
+def _shard_check(impl, selectors, capacity, seed, buffer_kwargs) -> None:
+    """What every shard that ShardedReplay starts checks as it starts
+    (ReplayServer: the selectors, impl, the buffer's arguments, the
+    selectors' parameters), checked here first with the same errors, by
+    building shard 0's buffer and selectors in this process; the others
+    differ only in their seed, which _sharded_args checked. A buffer
+    allocates no storage when built (it stores each episode as it comes),
+    so this takes microseconds whatever the capacity and the state shape.
+    Before, a bad argument showed up as shards that died as they started.
+    log and buffer are ReplayServer's own keywords, which ShardedReplay
+    sets (log_dir=) or does not take."""
+    for name, instead in (("log", "ShardedReplay takes log_dir= and log_options="),
+                          ("buffer", "every shard builds its own; actors= serves existing ones")):
+        if name in buffer_kwargs:
+            raise TypeError(f"{name}: expected no {name}= ({instead}), got "
+                            f"{type_name(buffer_kwargs[name])}")
+    specs = _selector_specs(selectors)
+    buf = _buffer_class(impl)(capacity=capacity, seed=seed, **buffer_kwargs)
+    for kind, params in (specs if specs is not None else [(PickSelectorClass.Prioritized, {})]):
+        buf.new_pick_selector(kind, **params)
+
+
 class _EpisodesStream:
     """The stream id under which ShardedReplay.record_episode sends whole
     episodes: equal only to itself (across pickling too), so that no
@@ -1244,11 +1266,13 @@ class ShardedReplay:
                        log_dir=log_dir, log_options=log_options), buffer_kwargs)
         n_shards, actors, seed, capacity = _sharded_args(n_shards, actors, seed, capacity, actor_options,
                                                          log_options, unused)
+        if actors is None:
+            cap = None if capacity is None else -(-capacity // n_shards)
+            _shard_check(impl, selectors, cap, seed, buffer_kwargs)
         ray = _ray()
         if actors is None:
             opts = {"scheduling_strategy": "SPREAD"} if n_shards > 1 else {}
             opts.update(actor_options or {})
-            cap = None if capacity is None else -(-capacity // n_shards)
             Actor = _make_actor_class()
             actors = [
                 Actor.options(**opts).remote(
