@@ -229,6 +229,39 @@ def test_get_batch_and_set_beta_check_ps_first(monkeypatch, impl):
     assert sh._selectors[0][2] == 0.4  # set_beta changed nothing
 
 
+@pytest.mark.parametrize("impl", ["c", "reference"])
+def test_set_beta_checks_beta_before_any_shard(monkeypatch, impl):
+    """set_beta's beta is checked as the buffer's PickSelector.beta takes
+    it, with the C buffer's error, before any shard is sent anything (it was
+    sent unchecked, so every shard refused it, or the reference's shards
+    with messages of their own); a uniform selector has no beta. A beta
+    taken reaches every shard as the float the buffer keeps."""
+    sh, servers, calls = _sharded(monkeypatch, impl)
+    buf = exreplay.ExperienceReplay(**KW)
+    ps = buf.new_pick_selector(exreplay.PickSelectorClass.Prioritized)
+    for bad in (-1, -0.5, math.nan, math.inf, "0.5", None, True, np.bool_(False), 1j,
+                np.array([0.5]), 2**2000, [0.5]):
+        want = _own_error(lambda: setattr(ps, "beta", bad))
+        calls.clear()
+        with pytest.raises(want[0]) as got:
+            sh.set_beta(0, bad)
+        assert str(got.value) == want[1], repr(bad)
+        assert calls == [], repr(bad)
+        assert [s.selectors()[0][2] for s in servers] == [0.4] * 3
+    assert sh._selectors[0][2] == 0.4
+    sh.set_beta(0, np.float32(0.75))
+    assert sh._selectors[0][2] == 0.75 and [s.selectors()[0][2] for s in servers] == [0.75] * 3
+    # a uniform selector: the buffer's error, and no shard asked
+    servers = [ReplayServer(impl=impl, selectors=["uniform"], **KW) for _ in range(2)]
+    calls = []
+    sh = xray.ShardedReplay(actors=[_Noting(s, i, calls) for i, s in enumerate(servers)])
+    calls.clear()
+    want = _own_error(lambda: setattr(buf.new_pick_selector(0), "beta", 0.5))
+    with pytest.raises(want[0]) as got:
+        sh.set_beta(0, 0.5)
+    assert str(got.value) == want[1] and calls == []
+
+
 _BAD_COUNTS = [  # (batch_size, n_batches, error, message start)
     (2.5, None, TypeError, "batch_size: expected an int in [1, 2**63 - 1], got float"),
     (0, None, ValueError, "batch_size: expected an int in [1, 2**63 - 1], got 0"),

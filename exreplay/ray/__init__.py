@@ -236,12 +236,36 @@ def _pick_index(b):
     return getattr(b, "pick_index", None)
 
 
-# An empty C buffer with one uniform selector, made on first use: its
-# set_priority checks every argument as for any selector, and then applies
-# nothing (docs/api.md, set_priority). ShardedReplay.set_priority has it
-# check an update before any shard is sent a part of it.
+# An empty C buffer with a selector of each kind (uniform, prioritized,
+# rank, in PickSelectorClass order), made on first use: its set_priority
+# checks every argument as for any selector, and then applies nothing
+# (docs/api.md, set_priority), and its selectors' beta takes a value as a
+# shard's does. ShardedReplay.set_priority and set_beta have it check their
+# arguments before any shard is sent anything.
 _checker = None
 _checker_mu = threading.Lock()
+
+
+def _checker_selectors():
+    """The checker buffer and its selectors, one per PickSelectorClass."""
+    global _checker
+    with _checker_mu:
+        if _checker is None:
+            buf = exreplay.ExperienceReplay(state_shape=(), capacity=1)
+            _checker = (buf, [buf.new_pick_selector(k) for k in PickSelectorClass])
+    return _checker
+
+
+def _beta_arg(kind: str, beta) -> float:
+    """beta for a selector of kind (a name, "prioritized"), checked as the
+    buffer's PickSelector.beta takes it, with its errors (a finite real
+    number >= 0; a uniform selector has none): set on the checker's
+    selector of that kind, and read back as the buffer keeps it."""
+    _buf, sels = _checker_selectors()
+    sel = sels[_KINDS[kind]]
+    with _checker_mu:  # the value read back is this call's
+        sel.beta = beta
+        return float(sel.beta)
 
 
 def _priority_update(pick_epi, pick_pos, priorities, pick_index):
@@ -253,13 +277,8 @@ def _priority_update(pick_epi, pick_pos, priorities, pick_index):
     or None. Cast unchecked, float handles would be truncated, and a bad
     priority would be refused by its shard after the others had applied
     theirs."""
-    global _checker
-    with _checker_mu:
-        if _checker is None:
-            buf = exreplay.ExperienceReplay(state_shape=(), capacity=1)
-            _checker = (buf, buf.new_pick_selector(PickSelectorClass.Uniform))
-    buf, ps = _checker
-    buf.set_priority(ps, pick_epi, pick_pos, priorities, pick_index=pick_index)
+    buf, sels = _checker_selectors()
+    buf.set_priority(sels[PickSelectorClass.Uniform], pick_epi, pick_pos, priorities, pick_index=pick_index)
     epi = np.asarray(pick_epi).astype(np.int64, copy=False)
     pos = np.asarray(pick_pos).astype(np.int64, copy=False)
     pri = np.broadcast_to(np.asarray(priorities).astype(np.float64, copy=False), epi.shape)
@@ -1595,11 +1614,16 @@ class ShardedReplay:
         return sum(ray.get(refs)) if wait else refs
 
     def set_beta(self, ps: int, beta: float) -> None:
-        """Set beta of selector ps on every shard (annealing)."""
+        """Set beta of selector ps on every shard (annealing). ps is checked
+        against the shards' selectors and beta as the buffer's
+        PickSelector.beta takes it, with its errors (a finite real number
+        >= 0, "beta: expected a finite number >= 0, got -1"; a uniform
+        selector has none), before any shard is sent anything."""
         ps = _handle_arg(ps, self._selectors)
-        _ray().get([s.set_beta.remote(ps, beta) for s in self.shards])
         kind, alpha, _ = self._selectors[ps]
-        self._selectors[ps] = (kind, alpha, float(beta))
+        beta = _beta_arg(kind, beta)
+        _ray().get([s.set_beta.remote(ps, beta) for s in self.shards])
+        self._selectors[ps] = (kind, alpha, beta)
 
     # -- control ---------------------------------------------------------------------
 
