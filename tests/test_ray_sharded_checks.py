@@ -754,3 +754,15 @@ def test_malformed_selector_entries_are_named(impl):
         assert str(got.value) == msg, selectors
     srv = ReplayServer(impl=impl, selectors=[["uniform", {}], ("rank", {"alpha": 0.5})], **KW)
     assert srv.selectors()[1][:2] == ("rank", 0.5)
+
+
+@pytest.mark.parametrize("impl", ["c", "reference"])
+def test_replay_server_call_names_a_name_that_is_no_str(impl):
+    """call's name that is not a str is a TypeError naming it and its type
+    (getattr's "attribute name must be string" named nothing)."""
+    srv = ReplayServer(impl=impl, selectors=SEL, **KW)
+    for bad, shown in ((5, "int"), (None, "NoneType"), (b"episode", "bytes"), (len, "builtin_function_or_method")):
+        with pytest.raises(TypeError) as got:
+            srv.call(bad)
+        assert str(got.value) == f"name: expected a str (the name of a buffer method), got {shown}"
+    assert srv.call("_handles") == []  # a str still reaches the buffer

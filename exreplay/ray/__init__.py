@@ -940,7 +940,10 @@ class ReplayServer:
         self.buf.save(path, level=level)
 
     def call(self, name: str, *args, **kwargs):
-        """Any other buffer method, e.g. call("episode", h)."""
+        """Any other buffer method, e.g. call("episode", h). name is a str
+        (else a TypeError naming it and its type, before the buffer is asked)."""
+        if not isinstance(name, str):
+            raise TypeError(f"name: expected a str (the name of a buffer method), got {type_name(name)}")
         return getattr(self.buf, name)(*args, **kwargs)
 
     def ping(self) -> bool:
