@@ -609,6 +609,36 @@ def test_sharded_constructor_checks_the_buffer_arguments_before_starting_any_act
     assert sh.n == 2 and [c[1]["seed"] for c in started if c[0] == "remote"] == [7, 8]
 
 
+def test_sharded_constructor_checks_the_log_arguments_before_starting_any_actor(monkeypatch):
+    """log_dir is a path; log_options, used only with log_dir, are
+    ExperienceLog's options with str keys but dir and source, which the
+    replay sets for each shard (they were overridden); impl="reference"
+    has no log: each refused naming the argument before any actor is
+    started (the started shards refused a bad log_dir or impl)."""
+    started = []
+    monkeypatch.setattr(xray, "_ray", lambda: _FakeRay)
+    monkeypatch.setattr(xray, "_make_actor_class", lambda: started.append("class") or _Starter(started))
+    kw = dict(state_shape=(4,), pick_len=1)
+    opts = ("ExperienceLog's options but dir and source (ShardedReplay sets them: log_dir=, and each "
+            "shard's number)")
+    for kwargs, exc, msg in (
+            (dict(log_dir=5), TypeError, "log_dir: expected a path (str, bytes or os.PathLike), got int"),
+            (dict(log_dir="logs", log_options={"source": 1}), ValueError,
+             f"log_options: expected {opts}, got 'source'"),
+            (dict(log_dir="logs", log_options={"dir": "x"}), ValueError,
+             f"log_options: expected {opts}, got 'dir'"),
+            (dict(log_dir="logs", log_options={1: 2}), TypeError,
+             "log_options: expected ExperienceLog's options (str keys), got a key of type int"),
+            (dict(log_options={"level": 3}), ValueError,
+             "log_options: expected None without log_dir= (it is not used), got {'level': 3}"),
+            (dict(log_dir="logs", impl="reference"), ValueError,
+             "log_dir: expected None with impl='reference' (the experience log needs impl='c'), got 'logs'")):
+        with pytest.raises(exc) as got:
+            xray.ShardedReplay(2, **kwargs, **kw)
+        assert str(got.value) == msg, kwargs
+        assert started == [], kwargs
+
+
 def test_sharded_constructor_checks_actors_and_n_shards_with_them(monkeypatch):
     """With actors=, n_shards is None or their number (it was ignored), and
     actors must be a non-empty sequence; checked before any shard is called."""

@@ -34,7 +34,7 @@ import numpy as np
 
 import exreplay
 from exreplay import PickSelectorClass
-from exreplay._args import index_arg, int_arg, truth_arg, type_name
+from exreplay._args import index_arg, int_arg, path_arg, truth_arg, type_name
 from exreplay._types import seq_views
 
 __all__ = [
@@ -127,6 +127,32 @@ def _selector_specs(selectors):
                                 f"key of type {type_name(k)}")
         specs.append((kind, dict(params)))
     return specs
+
+
+_LOG = "None or a dict {'dir': DIR, 'source': k, ...} (ExperienceLog's options)"
+
+
+def _log_arg(log, c: bool):
+    """ReplayServer's log, None or a dict with str keys and a 'dir' (a
+    path), as a dict with dir a str; c: whether the buffer is the C one
+    (the experience log needs it). Checked before a buffer is built or a
+    directory made: a log that was no dict, or had no 'dir', failed in
+    the call of _open_log, naming nothing."""
+    import os
+
+    if log is None:
+        return None
+    if not isinstance(log, Mapping):
+        raise TypeError(f"log: expected {_LOG}, got {type_name(log)}")
+    for k in log:
+        if not isinstance(k, str):
+            raise TypeError(f"log: expected {_LOG} with str keys, got a key of type {type_name(k)}")
+    if "dir" not in log:
+        raise ValueError(f"log: expected {_LOG} with a 'dir' key, got the keys {sorted(log)}")
+    if not c:
+        raise ValueError(f"log: expected None with impl='reference' (the experience log needs "
+                         f"impl='c'), got {dict(log)!r}")
+    return dict(log, dir=os.fsdecode(path_arg("log['dir']", log["dir"])))
 
 
 def _buffer_class(impl):
@@ -625,8 +651,11 @@ class ReplayServer:
     """
 
     def __init__(self, *, impl: str = "c", selectors=None, buffer=None, log=None, **buffer_kwargs):
-        # the selectors are checked (and named) before a buffer is built or asked
+        # the selectors, impl and log are checked (and named) before a buffer
+        # is built or asked, or a directory made
         specs = _selector_specs(selectors)
+        cls = _buffer_class(impl) if buffer is None else type(buffer)
+        log = _log_arg(log, cls is exreplay.ExperienceReplay)
         if buffer is not None:
             # A restored buffer keeps its selectors, which the server reads
             # from it (pick_selector, pick_selectors) whenever it needs them.
@@ -634,7 +663,7 @@ class ReplayServer:
             if specs is not None:
                 self._check_selectors(specs)
         else:
-            self.buf = _buffer_class(impl)(**buffer_kwargs)
+            self.buf = cls(**buffer_kwargs)
             for kind, params in (specs if specs is not None else [("prioritized", {})]):
                 self.new_pick_selector(kind, **params)
         self.impl = "c" if isinstance(self.buf, exreplay.ExperienceReplay) else "reference"
@@ -952,21 +981,29 @@ class ReplayServer:
     # -- the experience log (docs/log.md) ----------------------------------------------
 
     def _open_log(self, dir: str, source: int = 0, **log_kwargs) -> None:
+        """Opens the log (_log_arg checked its form) and attaches it. The
+        directory is made only once ExperienceLog has checked every other
+        argument: it checks them all before it opens the file, so the first
+        try refuses a bad one, and fails to open only for want of the
+        directory."""
         import os
 
-        if self.impl != "c":
-            raise ValueError("log: the experience log needs impl='c'")
         attached = self.buf.log
         if attached is not None:
             # Refused before the file is opened: with overwrite, opening it would
             # empty the file that this log may be writing now.
             raise ValueError(f"log: expected a buffer that logs nothing, got one that logs into "
                              f"{attached.path!r} (detach_log() first)")
-        os.makedirs(dir, exist_ok=True)
         path = os.path.join(dir, f"replay-{source}.xlog")
         log_kwargs.setdefault("overwrite", True)
         existed = os.path.lexists(path)
-        log = exreplay.ExperienceLog(path, source=source, **log_kwargs)
+        try:
+            log = exreplay.ExperienceLog(path, source=source, **log_kwargs)
+        except FileNotFoundError:
+            if os.path.isdir(dir):
+                raise
+            os.makedirs(dir, exist_ok=True)
+            log = exreplay.ExperienceLog(path, source=source, **log_kwargs)
         try:
             self.buf.attach_log(log)
         except BaseException:
@@ -1191,24 +1228,44 @@ def _sharded_args(n_shards, actors, seed, capacity, actor_options, log_options, 
     return n_shards, actors, seed, capacity
 
 
-def _shard_check(impl, selectors, capacity, seed, buffer_kwargs) -> None:
+def _shard_check(impl, selectors, capacity, seed, log_dir, log_options, buffer_kwargs) -> None:
     """What every shard that ShardedReplay starts checks as it starts
-    (ReplayServer: the selectors, impl, the buffer's arguments, the
-    selectors' parameters), checked here first with the same errors, by
-    building shard 0's buffer and selectors in this process; the others
-    differ only in their seed, which _sharded_args checked. A buffer
-    allocates no storage when built (it stores each episode as it comes),
-    so this takes microseconds whatever the capacity and the state shape.
-    Before, a bad argument showed up as shards that died as they started.
-    log and buffer are ReplayServer's own keywords, which ShardedReplay
-    sets (log_dir=) or does not take."""
+    (ReplayServer: the selectors, impl, the form of its log, the buffer's
+    arguments, the selectors' parameters), checked here first with the
+    same errors, by building shard 0's buffer and selectors in this
+    process; the others differ only in their seed, which _sharded_args
+    checked. A buffer allocates no storage when built (it stores each
+    episode as it comes), so this takes microseconds whatever the capacity
+    and the state shape. Before, a bad argument showed up as shards that
+    died as they started. log and buffer are ReplayServer's own keywords,
+    which ShardedReplay sets (log_dir=) or does not take. log_dir is a
+    path, and log_options, used only with it, ExperienceLog's options but
+    dir and source, which ShardedReplay sets (they were overridden)."""
     for name, instead in (("log", "ShardedReplay takes log_dir= and log_options="),
                           ("buffer", "every shard builds its own; actors= serves existing ones")):
         if name in buffer_kwargs:
             raise TypeError(f"{name}: expected no {name}= ({instead}), got "
                             f"{type_name(buffer_kwargs[name])}")
     specs = _selector_specs(selectors)
-    buf = _buffer_class(impl)(capacity=capacity, seed=seed, **buffer_kwargs)
+    cls = _buffer_class(impl)
+    if log_dir is None:
+        if log_options is not None:
+            raise ValueError(f"log_options: expected None without log_dir= (it is not used), got "
+                             f"{reprlib.repr(log_options)}")
+    else:
+        path_arg("log_dir", log_dir)
+        for k in log_options or {}:
+            if not isinstance(k, str):
+                raise TypeError(f"log_options: expected ExperienceLog's options (str keys), got a key "
+                                f"of type {type_name(k)}")
+            if k in ("dir", "source"):
+                raise ValueError(f"log_options: expected ExperienceLog's options but dir and source "
+                                 f"(ShardedReplay sets them: log_dir=, and each shard's number), got "
+                                 f"{k!r}")
+        if cls is not exreplay.ExperienceReplay:
+            raise ValueError(f"log_dir: expected None with impl='reference' (the experience log needs "
+                             f"impl='c'), got {log_dir!r}")
+    buf = cls(capacity=capacity, seed=seed, **buffer_kwargs)
     for kind, params in (specs if specs is not None else [(PickSelectorClass.Prioritized, {})]):
         buf.new_pick_selector(kind, **params)
 
@@ -1290,7 +1347,7 @@ class ShardedReplay:
                                                          log_options, unused)
         if actors is None:
             cap = None if capacity is None else -(-capacity // n_shards)
-            _shard_check(impl, selectors, cap, seed, buffer_kwargs)
+            _shard_check(impl, selectors, cap, seed, log_dir, log_options, buffer_kwargs)
         ray = _ray()
         if actors is None:
             opts = {"scheduling_strategy": "SPREAD"} if n_shards > 1 else {}
