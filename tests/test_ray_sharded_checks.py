@@ -796,3 +796,28 @@ def test_replay_server_call_names_a_name_that_is_no_str(impl):
             srv.call(bad)
         assert str(got.value) == f"name: expected a str (the name of a buffer method), got {shown}"
     assert srv.call("_handles") == []  # a str still reaches the buffer
+
+
+def test_concat_batches_and_rollout_extras_name_their_argument():
+    """concat_batches of no batch is a ValueError naming batches (it was an
+    IndexError), of something that is no sequence a TypeError; a Rollout's
+    extras that is no dict a TypeError naming extras and its type (an
+    AttributeError before)."""
+    for bad, exc, msg in (([], ValueError, "batches: expected at least one batch, got none"),
+                          ((), ValueError, "batches: expected at least one batch, got none"),
+                          (iter([]), ValueError, "batches: expected at least one batch, got none"),
+                          (5, TypeError, "batches: expected a list of batches, got int")):
+        with pytest.raises(exc) as got:
+            xray.concat_batches(bad)
+        assert str(got.value) == msg
+    srv = ReplayServer(selectors=SEL, seed=3, **KW)
+    _episodes([[srv]])
+    bs = srv.get_batch(4, 0, 3)
+    assert len(xray.concat_batches(b for b in bs).pick_epi) == 12
+    s, a, r = np.zeros((2, 4), np.float32), np.zeros(2, np.int64), np.zeros(2, np.float32)
+    for bad, shown in (([np.zeros(2)], "list"), (np.zeros(2), "numpy.ndarray of dtype float64 and shape (2,)"),
+                       ("x", "str")):
+        with pytest.raises(TypeError) as got:
+            Rollout(s, a, r, extras=bad)
+        assert str(got.value) == f"extras: expected None or a dict {{name: (T, *shape) array}}, got {shown}"
+    assert Rollout(s, a, r, extras={"x": [1, 2]}).extras["x"].tolist() == [1, 2]

@@ -390,7 +390,15 @@ def concat_batches(batches: Sequence) -> Any:
 
     Batches of get_batch(..., shared_next=True) give one of that layout:
     their state_seq are concatenated and state and state_next made views of
-    the result. Batches of both layouts are a ValueError."""
+    the result. Batches of both layouts are a ValueError, and so is no
+    batch (an IndexError before); batches that is no sequence a TypeError."""
+    if not isinstance(batches, (list, tuple)):
+        try:
+            batches = list(batches)
+        except TypeError:
+            raise TypeError(f"batches: expected a list of batches, got {type_name(batches)}") from None
+    if not batches:
+        raise ValueError("batches: expected at least one batch, got none")
     if len(batches) == 1:
         return batches[0]
     seq = _cat_state_seq(batches)
@@ -473,6 +481,9 @@ class Rollout:
     def __init__(self, states, actions, rewards, priorities=None, ends=(), final_states=None, terminated=None,
                  extras=None):
         self.states = _map(np.asarray, dict(states) if isinstance(states, dict) else states)
+        if extras is not None and not isinstance(extras, Mapping):
+            raise TypeError(f"extras: expected None or a dict {{name: (T, *shape) array}}, got "
+                            f"{type_name(extras)}")
         self.extras = None if extras is None else {k: np.asarray(v) for k, v in extras.items()}
         self.actions = np.asarray(actions)
         self.rewards = np.asarray(rewards)
