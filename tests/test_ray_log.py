@@ -125,6 +125,18 @@ def test_replay_server_checks_log_before_making_its_directory(tmp_path):
     srv.log_close()
 
 
+def test_replay_server_log_read_without_a_log():
+    """log_read on a replay without a log: a ValueError in the form
+    "name: expected ..., got ..." ("this replay has no log" before), once
+    offset and size are found good."""
+    srv = ReplayServer(state_shape=(4,), capacity=50)
+    with pytest.raises(ValueError) as got:
+        srv.log_read(0, 8)
+    assert str(got.value) == "log_read: expected a replay with a log (built with log=), got one without"
+    with pytest.raises(TypeError, match="^offset: "):
+        srv.log_read(0.5, 8)
+
+
 def test_replay_server_log_that_cannot_attach_is_closed_and_removed(tmp_path, monkeypatch):
     # attach_log refuses the new log: it is closed, the file it created is
     # removed again, and the server keeps the log it had (or none).

@@ -1067,11 +1067,12 @@ class ReplayServer:
         size an int >= 1 (NumPy's integer scalars too), checked before
         anything is read: a float, a string or a bool is a TypeError naming
         the argument, a value out of range a ValueError (size=-1 read the
-        whole file, and offset=True read from byte 1)."""
+        whole file, and offset=True read from byte 1). A replay without a
+        log is a ValueError."""
         offset = int_arg("offset", offset, 0, (1 << 63) - 1, "an int in [0, 2**63 - 1] (a byte offset)")
         size = int_arg("size", size, 1, None, "an int >= 1 (bytes)")
         if self._log is None:
-            raise ValueError("log_read: this replay has no log")
+            raise ValueError("log_read: expected a replay with a log (built with log=), got one without")
         with open(self._log.path, "rb") as f:
             f.seek(offset)
             return f.read(min(size, 64 << 20))
