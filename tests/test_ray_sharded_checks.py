@@ -791,7 +791,8 @@ def test_replay_server_call_names_a_name_that_is_no_str(impl):
     """call's name that is not a str is a TypeError naming it and its type
     (getattr's "attribute name must be string" named nothing)."""
     srv = ReplayServer(impl=impl, selectors=SEL, **KW)
-    for bad, shown in ((5, "int"), (None, "NoneType"), (b"episode", "bytes"), (len, "builtin_function_or_method")):
+    for bad, shown in ((5, "int"), (None, "NoneType"), (b"episode", "bytes"),
+                       (len, "builtin_function_or_method")):
         with pytest.raises(TypeError) as got:
             srv.call(bad)
         assert str(got.value) == f"name: expected a str (the name of a buffer method), got {shown}"
@@ -815,8 +816,8 @@ def test_concat_batches_and_rollout_extras_name_their_argument():
     bs = srv.get_batch(4, 0, 3)
     assert len(xray.concat_batches(b for b in bs).pick_epi) == 12
     s, a, r = np.zeros((2, 4), np.float32), np.zeros(2, np.int64), np.zeros(2, np.float32)
-    for bad, shown in (([np.zeros(2)], "list"), (np.zeros(2), "numpy.ndarray of dtype float64 and shape (2,)"),
-                       ("x", "str")):
+    for bad, shown in (([np.zeros(2)], "list"), ("x", "str"),
+                       (np.zeros(2), "numpy.ndarray of dtype float64 and shape (2,)")):
         with pytest.raises(TypeError) as got:
             Rollout(s, a, r, extras=bad)
         assert str(got.value) == f"extras: expected None or a dict {{name: (T, *shape) array}}, got {shown}"
