@@ -96,7 +96,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from exreplay._args import index_arg
+from exreplay._args import index_arg, int_arg
 from exreplay._types import PickSelectorClass, seq_views
 
 __all__ = [
@@ -1304,14 +1304,12 @@ class ReferenceReplay:
         """Add a selector: Uniform, Prioritized (alpha=0.6, beta=0.4) or Rank
         (alpha=0.7, beta=0.5)."""
         with self._lock:
-            k = _int_arg("kind", kind)
-            try:
-                kind = PickSelectorClass(k)
-            except ValueError:
-                raise ValueError(
-                    f"kind: expected a PickSelectorClass "
-                    f"({', '.join(f'{m.name}={m.value}' for m in PickSelectorClass)}), got {k}"
-                ) from None
+            # the C buffer's errors: the type of a kind that is no int, the
+            # value of one out of range
+            kind = PickSelectorClass(
+                int_arg("kind", kind, 0, len(PickSelectorClass) - 1,
+                        f"a PickSelectorClass (0 to {len(PickSelectorClass) - 1})")
+            )
             handle = self._next_selector
             if kind == PickSelectorClass.Uniform:
                 if params:

@@ -271,3 +271,27 @@ def test_constructor_arguments_agree(arg):
         if outs[0] != outs[1]:
             disagreements[name] = tuple(getattr(o, "__name__", "ok") for o in outs)
     assert not disagreements, f"reference vs C: {disagreements}"
+
+
+def _error(fn):
+    """(type, message) of the error fn() raises, or None."""
+    try:
+        fn()
+    except Exception as ex:
+        return type(ex), str(ex)
+    return None
+
+
+# A class defined in Python is shown by its bare name by the C buffer and
+# with its module by exreplay._args.type_name, so "object" is left out.
+@pytest.mark.parametrize("name", sorted(k for k in ODD if k != "object"))
+def test_selector_kind_errors_read_the_same(name):
+    """new_pick_selector's kind is refused with one message by both: a
+    wrong type shows its type, not the value (the reference showed the
+    value's repr, "expected an int, got 1.5 (float)"), and a value out of
+    range the value."""
+    v = ODD[name]
+    errs = [_error(lambda: cls(state_shape=(2,)).new_pick_selector(v)) for cls in IMPLS]
+    assert errs[0] == errs[1], name
+    if errs[1] is not None:
+        assert errs[1][1].startswith("kind: expected a PickSelectorClass (0 to 2), got "), errs[1]

@@ -81,6 +81,62 @@ def test_replay_server_log_read_checks_offset_and_size(tmp_path, monkeypatch):
         ReplayServer(state_shape=(4,), capacity=10).log_read(0, 1.5)
 
 
+_LOG = "None or a dict {'dir': DIR, 'source': k, ...} (ExperienceLog's options)"
+
+
+def test_replay_server_checks_log_before_making_its_directory(tmp_path):
+    """log= that is no dict, has a key that is no str or no 'dir', or a
+    dir that is no path, is an error naming log before a buffer is built
+    (it failed in the call of _open_log, naming nothing); ExperienceLog's
+    own checks (source, level, an unknown option) come before its
+    directory is made (os.makedirs ran first and left it behind)."""
+    new = tmp_path / "new"
+    kw = dict(state_shape=(4,), capacity=50)
+    for log, exc, msg in (
+            (str(new), TypeError, f"log: expected {_LOG}, got str"),
+            ([("dir", str(new))], TypeError, f"log: expected {_LOG}, got list"),
+            ({"source": 1}, ValueError,
+             f"log: expected {_LOG} with a 'dir' key, got the keys ['source']"),
+            ({"dir": str(new), 1: 2}, TypeError,
+             f"log: expected {_LOG} with str keys, got a key of type int"),
+            ({"dir": 5}, TypeError, "log['dir']: expected a path (str, bytes or os.PathLike), got int")):
+        with pytest.raises(exc) as got:
+            ReplayServer(log=log, **kw)
+        assert str(got.value) == msg, log
+    with pytest.raises(ValueError) as got:
+        ReplayServer(impl="reference", log={"dir": str(new)}, **kw)
+    assert str(got.value) == ("log: expected None with impl='reference' (the experience log needs "
+                              f"impl='c'), got {{'dir': {str(new)!r}}}")
+    for opts in ({"source": "a"}, {"source": 1.5}, {"level": 99}, {"chunk_bytes": 0}, {"nonsense": 1},
+                 {"fsync": "yes"}):
+        want = None
+        try:
+            exreplay.ExperienceLog(str(tmp_path / "x.xlog"), **opts)
+        except (TypeError, ValueError) as e:
+            want = (type(e), str(e))
+        assert want is not None, opts
+        with pytest.raises(want[0]) as got:
+            ReplayServer(log=dict(opts, dir=str(new / "deeper")), **kw)
+        assert str(got.value) == want[1], opts
+        assert not new.exists(), opts
+    # a good log: the directory is made, with its parents
+    srv = ReplayServer(log={"dir": new / "deeper", "source": 3}, **kw)
+    assert srv.log_info()["path"] == str(new / "deeper" / "replay-3.xlog")
+    srv.log_close()
+
+
+def test_replay_server_log_read_without_a_log():
+    """log_read on a replay without a log: a ValueError in the form
+    "name: expected ..., got ..." ("this replay has no log" before), once
+    offset and size are found good."""
+    srv = ReplayServer(state_shape=(4,), capacity=50)
+    with pytest.raises(ValueError) as got:
+        srv.log_read(0, 8)
+    assert str(got.value) == "log_read: expected a replay with a log (built with log=), got one without"
+    with pytest.raises(TypeError, match="^offset: "):
+        srv.log_read(0.5, 8)
+
+
 def test_replay_server_log_that_cannot_attach_is_closed_and_removed(tmp_path, monkeypatch):
     # attach_log refuses the new log: it is closed, the file it created is
     # removed again, and the server keeps the log it had (or none).

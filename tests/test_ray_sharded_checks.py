@@ -19,6 +19,7 @@ import exreplay
 import exreplay.ray as xray
 from exreplay._args import type_name
 from exreplay.ray import ReplayServer, Rollout
+from exreplay.reference import ReferenceReplay
 from fake_ray import FakeRay as _FakeRay
 from fake_ray import Local as _Local
 from fake_ray import Method as _Method
@@ -226,6 +227,39 @@ def test_get_batch_and_set_beta_check_ps_first(monkeypatch, impl):
                 call()
             assert calls == []
     assert sh._selectors[0][2] == 0.4  # set_beta changed nothing
+
+
+@pytest.mark.parametrize("impl", ["c", "reference"])
+def test_set_beta_checks_beta_before_any_shard(monkeypatch, impl):
+    """set_beta's beta is checked as the buffer's PickSelector.beta takes
+    it, with the C buffer's error, before any shard is sent anything (it was
+    sent unchecked, so every shard refused it, or the reference's shards
+    with messages of their own); a uniform selector has no beta. A beta
+    taken reaches every shard as the float the buffer keeps."""
+    sh, servers, calls = _sharded(monkeypatch, impl)
+    buf = exreplay.ExperienceReplay(**KW)
+    ps = buf.new_pick_selector(exreplay.PickSelectorClass.Prioritized)
+    for bad in (-1, -0.5, math.nan, math.inf, "0.5", None, True, np.bool_(False), 1j,
+                np.array([0.5]), 2**2000, [0.5]):
+        want = _own_error(lambda: setattr(ps, "beta", bad))
+        calls.clear()
+        with pytest.raises(want[0]) as got:
+            sh.set_beta(0, bad)
+        assert str(got.value) == want[1], repr(bad)
+        assert calls == [], repr(bad)
+        assert [s.selectors()[0][2] for s in servers] == [0.4] * 3
+    assert sh._selectors[0][2] == 0.4
+    sh.set_beta(0, np.float32(0.75))
+    assert sh._selectors[0][2] == 0.75 and [s.selectors()[0][2] for s in servers] == [0.75] * 3
+    # a uniform selector: the buffer's error, and no shard asked
+    servers = [ReplayServer(impl=impl, selectors=["uniform"], **KW) for _ in range(2)]
+    calls = []
+    sh = xray.ShardedReplay(actors=[_Noting(s, i, calls) for i, s in enumerate(servers)])
+    calls.clear()
+    want = _own_error(lambda: setattr(buf.new_pick_selector(0), "beta", 0.5))
+    with pytest.raises(want[0]) as got:
+        sh.set_beta(0, 0.5)
+    assert str(got.value) == want[1] and calls == []
 
 
 _BAD_COUNTS = [  # (batch_size, n_batches, error, message start)
@@ -512,6 +546,99 @@ def test_sharded_constructor_checks_its_numbers_before_starting_any_actor(monkey
     assert [c[1]["capacity"] for c in started if c[0] == "remote"] == [None]
 
 
+def _own_error(f):
+    """(type, message) of the error f() raises."""
+    try:
+        f()
+    except Exception as e:
+        return type(e), str(e)
+    raise AssertionError("no error")
+
+
+@pytest.mark.parametrize("impl", ["c", "reference"])
+def test_sharded_constructor_checks_the_buffer_arguments_before_starting_any_actor(monkeypatch, impl):
+    """The arguments every shard's buffer is built with (the buffer's own,
+    capacity / n_shards, seed), the selectors and their parameters, and
+    impl are checked in this process before any actor is started, with the
+    error the shards would raise as they start: the buffer's own, the one
+    a buffer built here with the same bad argument raises. Before, each
+    shard refused them as it started, and the replay was left with dead
+    actors. log= and buffer= (ReplayServer's own, which ShardedReplay sets
+    or does not take) are a TypeError naming them."""
+    started = []
+    monkeypatch.setattr(xray, "_ray", lambda: _FakeRay)
+    monkeypatch.setattr(xray, "_make_actor_class", lambda: started.append("class") or _Starter(started))
+    cls = exreplay.ExperienceReplay if impl == "c" else ReferenceReplay
+    kw = dict(state_shape=(4,), pick_len=2)
+    for bad in (dict(state_shape="4"), dict(state_shape=(0,)), dict(state_dtype=None),
+                dict(state_dtype="complex64"), dict(action_shape=(1.5,)), dict(reward_dtype="int32"),
+                dict(pick_len=0), dict(pick_len=2.5), dict(allow_short="no"), dict(eviction="lifo"),
+                dict(eviction=1), dict(nonsense=1), dict(state_spec={"a": 5}),
+                dict(extras_spec={"x": ((2,), "complex128")})):
+        args = dict(kw, **bad)
+        want = _own_error(lambda: cls(capacity=50, seed=7, **args))
+        with pytest.raises(want[0]) as got:
+            xray.ShardedReplay(2, impl=impl, capacity=100, seed=7, **args)
+        assert str(got.value) == want[1], bad
+        assert started == [], bad
+    # the selectors' parameters, as the buffer's new_pick_selector refuses them
+    for sel, kind, params in (([("prioritized", {"alpha": -1.0})], 1, {"alpha": -1.0}),
+                              ([("rank", {"beta": "x"})], 2, {"beta": "x"}),
+                              (["uniform", ("uniform", {"alpha": 1.0})], 0, {"alpha": 1.0}),
+                              ([("prioritized", {"gamma": 1.0})], 1, {"gamma": 1.0})):
+        want = _own_error(lambda: cls(**kw).new_pick_selector(kind, **params))
+        with pytest.raises(want[0]) as got:
+            xray.ShardedReplay(2, impl=impl, selectors=sel, **kw)
+        assert str(got.value) == want[1], sel
+        assert started == [], sel
+    for kwargs, exc, msg in (
+            (dict(impl="cpp"), ValueError, "impl: expected 'c' or 'reference', got 'cpp'"),
+            (dict(impl=None), TypeError, "impl: expected 'c' or 'reference', got NoneType"),
+            (dict(selectors=[("prioritized",)]), ValueError,
+             "selectors[0]: expected a kind or a (kind, params) pair, got ('prioritized',)"),
+            (dict(log={"dir": "x"}), TypeError,
+             "log: expected no log= (ShardedReplay takes log_dir= and log_options=), got dict"),
+            (dict(buffer=exreplay.ExperienceReplay(**kw)), TypeError,
+             "buffer: expected no buffer= (every shard builds its own; actors= serves existing ones), "
+             "got exreplay._core.ExperienceReplay")):
+        with pytest.raises(exc) as got:
+            xray.ShardedReplay(2, **dict(dict(impl=impl), **kwargs), **kw)
+        assert str(got.value) == msg, kwargs
+        assert started == [], kwargs
+    sh = xray.ShardedReplay(2, impl=impl, capacity=100, seed=7, selectors=SEL, **kw)
+    assert sh.n == 2 and [c[1]["seed"] for c in started if c[0] == "remote"] == [7, 8]
+
+
+def test_sharded_constructor_checks_the_log_arguments_before_starting_any_actor(monkeypatch):
+    """log_dir is a path; log_options, used only with log_dir, are
+    ExperienceLog's options with str keys but dir and source, which the
+    replay sets for each shard (they were overridden); impl="reference"
+    has no log: each refused naming the argument before any actor is
+    started (the started shards refused a bad log_dir or impl)."""
+    started = []
+    monkeypatch.setattr(xray, "_ray", lambda: _FakeRay)
+    monkeypatch.setattr(xray, "_make_actor_class", lambda: started.append("class") or _Starter(started))
+    kw = dict(state_shape=(4,), pick_len=1)
+    opts = ("ExperienceLog's options but dir and source (ShardedReplay sets them: log_dir=, and each "
+            "shard's number)")
+    for kwargs, exc, msg in (
+            (dict(log_dir=5), TypeError, "log_dir: expected a path (str, bytes or os.PathLike), got int"),
+            (dict(log_dir="logs", log_options={"source": 1}), ValueError,
+             f"log_options: expected {opts}, got 'source'"),
+            (dict(log_dir="logs", log_options={"dir": "x"}), ValueError,
+             f"log_options: expected {opts}, got 'dir'"),
+            (dict(log_dir="logs", log_options={1: 2}), TypeError,
+             "log_options: expected ExperienceLog's options (str keys), got a key of type int"),
+            (dict(log_options={"level": 3}), ValueError,
+             "log_options: expected None without log_dir= (it is not used), got {'level': 3}"),
+            (dict(log_dir="logs", impl="reference"), ValueError,
+             "log_dir: expected None with impl='reference' (the experience log needs impl='c'), got 'logs'")):
+        with pytest.raises(exc) as got:
+            xray.ShardedReplay(2, **kwargs, **kw)
+        assert str(got.value) == msg, kwargs
+        assert started == [], kwargs
+
+
 def test_sharded_constructor_checks_actors_and_n_shards_with_them(monkeypatch):
     """With actors=, n_shards is None or their number (it was ignored), and
     actors must be a non-empty sequence; checked before any shard is called."""
@@ -533,6 +660,40 @@ def test_sharded_constructor_checks_actors_and_n_shards_with_them(monkeypatch):
         assert str(got.value) == msg
     assert calls == []
     assert xray.ShardedReplay(2, actors=actors).n == 2
+
+
+_UNUSED = "with actors= (it is not used: the actors' buffers are built already)"
+
+
+def test_sharded_constructor_refuses_what_actors_do_not_use(monkeypatch):
+    """With actors=, the arguments that only shape the shards ShardedReplay
+    starts (selectors, capacity, actor_options, impl, log_dir, log_options
+    and the buffer's own) were ignored: each is a ValueError naming it
+    unless left at its default, raised before any shard is called."""
+    sh, servers, calls = _sharded(monkeypatch, "c", n=2)
+    actors = sh.shards
+    calls.clear()
+    for kwargs, msg in (
+            (dict(capacity=5000), f"capacity: expected the default, 1000000, {_UNUSED}, got 5000"),
+            (dict(capacity=None), f"capacity: expected the default, 1000000, {_UNUSED}, got None"),
+            (dict(impl="reference"), f"impl: expected the default, 'c', {_UNUSED}, got 'reference'"),
+            (dict(selectors=SEL), "selectors: expected the default, (('prioritized', {}),), "
+                                  f"{_UNUSED}, got [('prioritized', {{'alpha': 1.0, 'beta': 0.4}})]"),
+            (dict(log_dir="logs"), f"log_dir: expected the default, None, {_UNUSED}, got 'logs'"),
+            (dict(log_options={"level": 3}), f"log_options: expected the default, None, {_UNUSED}, "
+                                             "got {'level': 3}"),
+            (dict(actor_options={"num_cpus": 0}), f"actor_options: expected the default, None, {_UNUSED}, "
+                                                  "got {'num_cpus': 0}"),
+            (dict(state_shape=(4,)), f"state_shape: expected no state_shape {_UNUSED}, got (4,)"),
+            (dict(pick_len=2), f"pick_len: expected no pick_len {_UNUSED}, got 2")):
+        with pytest.raises(ValueError) as got:
+            xray.ShardedReplay(actors=actors, seed=1, **kwargs)
+        assert str(got.value) == msg, kwargs
+    assert calls == []
+    # at their defaults they are taken (an equal value of the default's type too)
+    sh = xray.ShardedReplay(actors=actors, selectors=(("prioritized", {}),), capacity=1_000_000, impl="c",
+                            log_dir=None, log_options=None, actor_options=None)
+    assert sh.n == 2
 
 
 _KIND = "a PickSelectorClass (0 to 2) or one of ['prioritized', 'rank', 'uniform']"
@@ -588,3 +749,76 @@ def test_replay_server_impl_of_a_wrong_type_is_a_type_error():
         with pytest.raises(exc) as got:
             ReplayServer(impl=bad, **KW)
         assert str(got.value) == f"impl: expected 'c' or 'reference', got {shown}"
+
+
+_SELECTORS = "None or a list of selector kinds and (kind, params) pairs"
+
+
+@pytest.mark.parametrize("impl", ["c", "reference"])
+def test_malformed_selector_entries_are_named(impl):
+    """An entry of selectors that is a pair of another length, or whose
+    params are no dict of str keys, is refused naming the entry before a
+    buffer is built: a 1-tuple was an IndexError, a third item was
+    dropped, a list of pairs was taken as a dict and a string as params
+    failed in dict(), none naming anything; selectors itself that is no
+    list (a string, a dict, an int) is named too. A list or tuple entry
+    of two items with a dict of params is taken."""
+    for selectors, exc, msg in (
+            ([("prioritized",)], ValueError,
+             "selectors[0]: expected a kind or a (kind, params) pair, got ('prioritized',)"),
+            (["uniform", ("prioritized", {}, 3)], ValueError,
+             "selectors[1]: expected a kind or a (kind, params) pair, got ('prioritized', {}, 3)"),
+            ([("prioritized", [("alpha", 0.5)])], TypeError,
+             "selectors[0][1]: expected a dict of the selector's parameters (alpha, beta), got list"),
+            ([("prioritized", "alpha=0.5")], TypeError,
+             "selectors[0][1]: expected a dict of the selector's parameters (alpha, beta), got str"),
+            ([("prioritized", None)], TypeError,
+             "selectors[0][1]: expected a dict of the selector's parameters (alpha, beta), got NoneType"),
+            ([("prioritized", {1: 0.5})], TypeError,
+             "selectors[0][1]: expected parameter names (str) as keys, got a key of type int"),
+            ("uniform", TypeError, f"selectors: expected {_SELECTORS}, got str"),
+            ({"uniform": {}}, TypeError, f"selectors: expected {_SELECTORS}, got dict"),
+            (5, TypeError, f"selectors: expected {_SELECTORS}, got int")):
+        with pytest.raises(exc) as got:
+            ReplayServer(impl=impl, selectors=selectors, **KW)
+        assert str(got.value) == msg, selectors
+    srv = ReplayServer(impl=impl, selectors=[["uniform", {}], ("rank", {"alpha": 0.5})], **KW)
+    assert srv.selectors()[1][:2] == ("rank", 0.5)
+
+
+@pytest.mark.parametrize("impl", ["c", "reference"])
+def test_replay_server_call_names_a_name_that_is_no_str(impl):
+    """call's name that is not a str is a TypeError naming it and its type
+    (getattr's "attribute name must be string" named nothing)."""
+    srv = ReplayServer(impl=impl, selectors=SEL, **KW)
+    for bad, shown in ((5, "int"), (None, "NoneType"), (b"episode", "bytes"),
+                       (len, "builtin_function_or_method")):
+        with pytest.raises(TypeError) as got:
+            srv.call(bad)
+        assert str(got.value) == f"name: expected a str (the name of a buffer method), got {shown}"
+    assert srv.call("_handles") == []  # a str still reaches the buffer
+
+
+def test_concat_batches_and_rollout_extras_name_their_argument():
+    """concat_batches of no batch is a ValueError naming batches (it was an
+    IndexError), of something that is no sequence a TypeError; a Rollout's
+    extras that is no dict a TypeError naming extras and its type (an
+    AttributeError before)."""
+    for bad, exc, msg in (([], ValueError, "batches: expected at least one batch, got none"),
+                          ((), ValueError, "batches: expected at least one batch, got none"),
+                          (iter([]), ValueError, "batches: expected at least one batch, got none"),
+                          (5, TypeError, "batches: expected a list of batches, got int")):
+        with pytest.raises(exc) as got:
+            xray.concat_batches(bad)
+        assert str(got.value) == msg
+    srv = ReplayServer(selectors=SEL, seed=3, **KW)
+    _episodes([[srv]])
+    bs = srv.get_batch(4, 0, 3)
+    assert len(xray.concat_batches(b for b in bs).pick_epi) == 12
+    s, a, r = np.zeros((2, 4), np.float32), np.zeros(2, np.int64), np.zeros(2, np.float32)
+    for bad, shown in (([np.zeros(2)], "list"), ("x", "str"),
+                       (np.zeros(2), "numpy.ndarray of dtype float64 and shape (2,)")):
+        with pytest.raises(TypeError) as got:
+            Rollout(s, a, r, extras=bad)
+        assert str(got.value) == f"extras: expected None or a dict {{name: (T, *shape) array}}, got {shown}"
+    assert Rollout(s, a, r, extras={"x": [1, 2]}).extras["x"].tolist() == [1, 2]

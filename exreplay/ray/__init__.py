@@ -24,6 +24,7 @@ Ape-X example (``python -m exreplay.examples.apex_cartpole``).
 
 from __future__ import annotations
 
+import reprlib
 import threading
 import time
 from collections.abc import Mapping
@@ -33,7 +34,7 @@ import numpy as np
 
 import exreplay
 from exreplay import PickSelectorClass
-from exreplay._args import index_arg, int_arg, truth_arg, type_name
+from exreplay._args import index_arg, int_arg, path_arg, truth_arg, type_name
 from exreplay._types import seq_views
 
 __all__ = [
@@ -86,6 +87,85 @@ def _kind(kind, name: str = "kind") -> PickSelectorClass:
         except KeyError:
             raise ValueError(f"{name}: expected {_KIND}, got {kind!r}") from None
     return PickSelectorClass(int_arg(name, kind, 0, len(PickSelectorClass) - 1, _KIND))
+
+
+_SELECTORS = "None or a list of selector kinds and (kind, params) pairs"
+
+
+def _selector_specs(selectors):
+    """ReplayServer's selectors as [(PickSelectorClass, params dict)], or
+    None (the default): checked whole before a buffer is built or asked.
+    Each entry is a kind (_kind) or a (kind, params) pair with params a
+    dict of str keys (alpha, beta). A pair of another length was an
+    IndexError or dropped its extra items, params that is no dict a
+    TypeError of dict() (a list of pairs was taken as one), and neither
+    named the entry."""
+    if selectors is None:
+        return None
+    if isinstance(selectors, (str, bytes, Mapping)):
+        raise TypeError(f"selectors: expected {_SELECTORS}, got {type_name(selectors)}")
+    try:
+        entries = list(selectors)
+    except TypeError:
+        raise TypeError(f"selectors: expected {_SELECTORS}, got {type_name(selectors)}") from None
+    specs = []
+    for i, s in enumerate(entries):
+        if not isinstance(s, (tuple, list)):
+            specs.append((_kind(s, f"selectors[{i}]"), {}))
+            continue
+        if len(s) != 2:
+            raise ValueError(f"selectors[{i}]: expected a kind or a (kind, params) pair, "
+                             f"got {reprlib.repr(s)}")
+        kind = _kind(s[0], f"selectors[{i}][0]")
+        params = s[1]
+        if not isinstance(params, Mapping):
+            raise TypeError(f"selectors[{i}][1]: expected a dict of the selector's parameters "
+                            f"(alpha, beta), got {type_name(params)}")
+        for k in params:
+            if not isinstance(k, str):
+                raise TypeError(f"selectors[{i}][1]: expected parameter names (str) as keys, got a "
+                                f"key of type {type_name(k)}")
+        specs.append((kind, dict(params)))
+    return specs
+
+
+_LOG = "None or a dict {'dir': DIR, 'source': k, ...} (ExperienceLog's options)"
+
+
+def _log_arg(log, c: bool):
+    """ReplayServer's log, None or a dict with str keys and a 'dir' (a
+    path), as a dict with dir a str; c: whether the buffer is the C one
+    (the experience log needs it). Checked before a buffer is built or a
+    directory made: a log that was no dict, or had no 'dir', failed in
+    the call of _open_log, naming nothing."""
+    import os
+
+    if log is None:
+        return None
+    if not isinstance(log, Mapping):
+        raise TypeError(f"log: expected {_LOG}, got {type_name(log)}")
+    for k in log:
+        if not isinstance(k, str):
+            raise TypeError(f"log: expected {_LOG} with str keys, got a key of type {type_name(k)}")
+    if "dir" not in log:
+        raise ValueError(f"log: expected {_LOG} with a 'dir' key, got the keys {sorted(log)}")
+    if not c:
+        raise ValueError(f"log: expected None with impl='reference' (the experience log needs "
+                         f"impl='c'), got {dict(log)!r}")
+    return dict(log, dir=os.fsdecode(path_arg("log['dir']", log["dir"])))
+
+
+def _buffer_class(impl):
+    """The buffer class of ReplayServer's impl ("c" or "reference")."""
+    if impl == "c":
+        return exreplay.ExperienceReplay
+    if impl == "reference":
+        from exreplay.reference import ReferenceReplay
+
+        return ReferenceReplay
+    if isinstance(impl, str):
+        raise ValueError(f"impl: expected 'c' or 'reference', got {impl!r}")
+    raise TypeError(f"impl: expected 'c' or 'reference', got {type_name(impl)}")
 
 
 def _batch_fields(b):
@@ -182,12 +262,36 @@ def _pick_index(b):
     return getattr(b, "pick_index", None)
 
 
-# An empty C buffer with one uniform selector, made on first use: its
-# set_priority checks every argument as for any selector, and then applies
-# nothing (docs/api.md, set_priority). ShardedReplay.set_priority has it
-# check an update before any shard is sent a part of it.
+# An empty C buffer with a selector of each kind (uniform, prioritized,
+# rank, in PickSelectorClass order), made on first use: its set_priority
+# checks every argument as for any selector, and then applies nothing
+# (docs/api.md, set_priority), and its selectors' beta takes a value as a
+# shard's does. ShardedReplay.set_priority and set_beta have it check their
+# arguments before any shard is sent anything.
 _checker = None
 _checker_mu = threading.Lock()
+
+
+def _checker_selectors():
+    """The checker buffer and its selectors, one per PickSelectorClass."""
+    global _checker
+    with _checker_mu:
+        if _checker is None:
+            buf = exreplay.ExperienceReplay(state_shape=(), capacity=1)
+            _checker = (buf, [buf.new_pick_selector(k) for k in PickSelectorClass])
+    return _checker
+
+
+def _beta_arg(kind: str, beta) -> float:
+    """beta for a selector of kind (a name, "prioritized"), checked as the
+    buffer's PickSelector.beta takes it, with its errors (a finite real
+    number >= 0; a uniform selector has none): set on the checker's
+    selector of that kind, and read back as the buffer keeps it."""
+    _buf, sels = _checker_selectors()
+    sel = sels[_KINDS[kind]]
+    with _checker_mu:  # the value read back is this call's
+        sel.beta = beta
+        return float(sel.beta)
 
 
 def _priority_update(pick_epi, pick_pos, priorities, pick_index):
@@ -199,13 +303,8 @@ def _priority_update(pick_epi, pick_pos, priorities, pick_index):
     or None. Cast unchecked, float handles would be truncated, and a bad
     priority would be refused by its shard after the others had applied
     theirs."""
-    global _checker
-    with _checker_mu:
-        if _checker is None:
-            buf = exreplay.ExperienceReplay(state_shape=(), capacity=1)
-            _checker = (buf, buf.new_pick_selector(PickSelectorClass.Uniform))
-    buf, ps = _checker
-    buf.set_priority(ps, pick_epi, pick_pos, priorities, pick_index=pick_index)
+    buf, sels = _checker_selectors()
+    buf.set_priority(sels[PickSelectorClass.Uniform], pick_epi, pick_pos, priorities, pick_index=pick_index)
     epi = np.asarray(pick_epi).astype(np.int64, copy=False)
     pos = np.asarray(pick_pos).astype(np.int64, copy=False)
     pri = np.broadcast_to(np.asarray(priorities).astype(np.float64, copy=False), epi.shape)
@@ -291,7 +390,15 @@ def concat_batches(batches: Sequence) -> Any:
 
     Batches of get_batch(..., shared_next=True) give one of that layout:
     their state_seq are concatenated and state and state_next made views of
-    the result. Batches of both layouts are a ValueError."""
+    the result. Batches of both layouts are a ValueError, and so is no
+    batch (an IndexError before); batches that is no sequence a TypeError."""
+    if not isinstance(batches, (list, tuple)):
+        try:
+            batches = list(batches)
+        except TypeError:
+            raise TypeError(f"batches: expected a list of batches, got {type_name(batches)}") from None
+    if not batches:
+        raise ValueError("batches: expected at least one batch, got none")
     if len(batches) == 1:
         return batches[0]
     seq = _cat_state_seq(batches)
@@ -374,6 +481,9 @@ class Rollout:
     def __init__(self, states, actions, rewards, priorities=None, ends=(), final_states=None, terminated=None,
                  extras=None):
         self.states = _map(np.asarray, dict(states) if isinstance(states, dict) else states)
+        if extras is not None and not isinstance(extras, Mapping):
+            raise TypeError(f"extras: expected None or a dict {{name: (T, *shape) array}}, got "
+                            f"{type_name(extras)}")
         self.extras = None if extras is None else {k: np.asarray(v) for k, v in extras.items()}
         self.actions = np.asarray(actions)
         self.rewards = np.asarray(rewards)
@@ -532,8 +642,9 @@ class ReplayServer:
     for the pure-Python ``ReferenceReplay`` (the benchmarks' baseline).
     selectors: pick selectors to create, in order (handles 0, 1, ...): each a
     kind (``"uniform"``, ``"prioritized"`` or a PickSelectorClass) or
-    ``(kind, params)``. Default (None): one prioritized selector (alpha=0.6,
-    beta=0.4).
+    ``(kind, params)`` with params a dict (``{"alpha": 0.6}``). Default
+    (None): one prioritized selector (alpha=0.6, beta=0.4). Every entry is
+    checked, and named (``selectors[1][1]``), before a buffer is built.
     buffer: an existing buffer (e.g. from ``ray.put``/``unserialize``) to serve
     instead of building one; its selectors are then taken as they are, with
     their handles and current parameters (``buffer.pick_selectors()``), and
@@ -551,10 +662,11 @@ class ReplayServer:
     """
 
     def __init__(self, *, impl: str = "c", selectors=None, buffer=None, log=None, **buffer_kwargs):
-        # the kinds are checked (and named) before a buffer is built or asked
-        specs = None if selectors is None else [
-            (_kind(s, f"selectors[{i}]"), {}) if not isinstance(s, (tuple, list))
-            else (_kind(s[0], f"selectors[{i}][0]"), dict(s[1])) for i, s in enumerate(selectors)]
+        # the selectors, impl and log are checked (and named) before a buffer
+        # is built or asked, or a directory made
+        specs = _selector_specs(selectors)
+        cls = _buffer_class(impl) if buffer is None else type(buffer)
+        log = _log_arg(log, cls is exreplay.ExperienceReplay)
         if buffer is not None:
             # A restored buffer keeps its selectors, which the server reads
             # from it (pick_selector, pick_selectors) whenever it needs them.
@@ -562,14 +674,6 @@ class ReplayServer:
             if specs is not None:
                 self._check_selectors(specs)
         else:
-            if impl == "c":
-                cls = exreplay.ExperienceReplay
-            elif impl == "reference":
-                from exreplay.reference import ReferenceReplay as cls
-            elif isinstance(impl, str):
-                raise ValueError(f"impl: expected 'c' or 'reference', got {impl!r}")
-            else:
-                raise TypeError(f"impl: expected 'c' or 'reference', got {type_name(impl)}")
             self.buf = cls(**buffer_kwargs)
             for kind, params in (specs if specs is not None else [("prioritized", {})]):
                 self.new_pick_selector(kind, **params)
@@ -876,7 +980,10 @@ class ReplayServer:
         self.buf.save(path, level=level)
 
     def call(self, name: str, *args, **kwargs):
-        """Any other buffer method, e.g. call("episode", h)."""
+        """Any other buffer method, e.g. call("episode", h). name is a str
+        (else a TypeError naming it and its type, before the buffer is asked)."""
+        if not isinstance(name, str):
+            raise TypeError(f"name: expected a str (the name of a buffer method), got {type_name(name)}")
         return getattr(self.buf, name)(*args, **kwargs)
 
     def ping(self) -> bool:
@@ -885,21 +992,29 @@ class ReplayServer:
     # -- the experience log (docs/log.md) ----------------------------------------------
 
     def _open_log(self, dir: str, source: int = 0, **log_kwargs) -> None:
+        """Opens the log (_log_arg checked its form) and attaches it. The
+        directory is made only once ExperienceLog has checked every other
+        argument: it checks them all before it opens the file, so the first
+        try refuses a bad one, and fails to open only for want of the
+        directory."""
         import os
 
-        if self.impl != "c":
-            raise ValueError("log: the experience log needs impl='c'")
         attached = self.buf.log
         if attached is not None:
             # Refused before the file is opened: with overwrite, opening it would
             # empty the file that this log may be writing now.
             raise ValueError(f"log: expected a buffer that logs nothing, got one that logs into "
                              f"{attached.path!r} (detach_log() first)")
-        os.makedirs(dir, exist_ok=True)
         path = os.path.join(dir, f"replay-{source}.xlog")
         log_kwargs.setdefault("overwrite", True)
         existed = os.path.lexists(path)
-        log = exreplay.ExperienceLog(path, source=source, **log_kwargs)
+        try:
+            log = exreplay.ExperienceLog(path, source=source, **log_kwargs)
+        except FileNotFoundError:
+            if os.path.isdir(dir):
+                raise
+            os.makedirs(dir, exist_ok=True)
+            log = exreplay.ExperienceLog(path, source=source, **log_kwargs)
         try:
             self.buf.attach_log(log)
         except BaseException:
@@ -952,11 +1067,12 @@ class ReplayServer:
         size an int >= 1 (NumPy's integer scalars too), checked before
         anything is read: a float, a string or a bool is a TypeError naming
         the argument, a value out of range a ValueError (size=-1 read the
-        whole file, and offset=True read from byte 1)."""
+        whole file, and offset=True read from byte 1). A replay without a
+        log is a ValueError."""
         offset = int_arg("offset", offset, 0, (1 << 63) - 1, "an int in [0, 2**63 - 1] (a byte offset)")
         size = int_arg("size", size, 1, None, "an int >= 1 (bytes)")
         if self._log is None:
-            raise ValueError("log_read: this replay has no log")
+            raise ValueError("log_read: expected a replay with a log (built with log=), got one without")
         with open(self._log.path, "rb") as f:
             f.seek(offset)
             return f.read(min(size, 64 << 20))
@@ -1053,7 +1169,37 @@ def _pick_epi_arg(v):
     return np.int64(int_arg("pick_epi", v, 0, top, _PICK_EPI))
 
 
-def _sharded_args(n_shards, actors, seed, capacity, actor_options, log_options):
+# ShardedReplay's arguments that only shape the shards it starts, with
+# their defaults: with actors= none of them is used.
+_SHARD_DEFAULTS = dict(selectors=(("prioritized", {}),), capacity=1_000_000, actor_options=None,
+                       impl="c", log_dir=None, log_options=None)
+
+
+def _at_default(v, default) -> bool:
+    """Whether v is the default itself or equal to it and of its type."""
+    if v is default:
+        return True
+    try:
+        return type(v) is type(default) and bool(v == default)
+    except Exception:  # a comparison that does not give one truth value
+        return False
+
+
+def _unused_with_actors(given: dict, buffer_kwargs: dict) -> None:
+    """With actors=, the arguments that only shape the shards ShardedReplay
+    starts (given: {name: value} of _SHARD_DEFAULTS' names) must be left at
+    their defaults, and no buffer argument given: a ValueError naming the
+    first one otherwise (they were ignored)."""
+    why = "with actors= (it is not used: the actors' buffers are built already)"
+    for name, v in given.items():
+        default = _SHARD_DEFAULTS[name]
+        if not _at_default(v, default):
+            raise ValueError(f"{name}: expected the default, {default!r}, {why}, got {reprlib.repr(v)}")
+    for name, v in buffer_kwargs.items():
+        raise ValueError(f"{name}: expected no {name} {why}, got {reprlib.repr(v)}")
+
+
+def _sharded_args(n_shards, actors, seed, capacity, actor_options, log_options, unused):
     """ShardedReplay's arguments, checked before any actor is started or
     called: (n_shards, actors as a list or None, seed, capacity). n_shards
     an int >= 1 (None with actors=, or len(actors)); seed None or an int
@@ -1061,7 +1207,9 @@ def _sharded_args(n_shards, actors, seed, capacity, actor_options, log_options):
     capacity None or the buffer's int in [1, 2**63 - 1]; actor_options and
     log_options None or dicts. A float was truncated or reached range() or
     the shards' buffers only after they were started, a bool counted as 0
-    or 1, and a string failed in a comparison naming nothing."""
+    or 1, and a string failed in a comparison naming nothing. With actors=,
+    unused (the arguments of _SHARD_DEFAULTS, and the buffer arguments)
+    must be at their defaults: they were ignored."""
     if actors is None:
         n = int_arg("n_shards", n_shards, 1, None, "an int >= 1 (the shards to start; or actors=)")
         n_shards = n
@@ -1072,6 +1220,7 @@ def _sharded_args(n_shards, actors, seed, capacity, actor_options, log_options):
             raise TypeError(f"actors: expected a list of ReplayActors, got {type_name(actors)}") from None
         if not actors:
             raise ValueError("actors: expected at least one ReplayActor, got an empty list")
+        _unused_with_actors(*unused)
         n = len(actors)
         if n_shards is not None:
             want = f"None or len(actors), {n}"
@@ -1089,6 +1238,48 @@ def _sharded_args(n_shards, actors, seed, capacity, actor_options, log_options):
         if v is not None and not isinstance(v, Mapping):
             raise TypeError(f"{name}: expected None or a dict, got {type_name(v)}")
     return n_shards, actors, seed, capacity
+
+
+def _shard_check(impl, selectors, capacity, seed, log_dir, log_options, buffer_kwargs) -> None:
+    """What every shard that ShardedReplay starts checks as it starts
+    (ReplayServer: the selectors, impl, the form of its log, the buffer's
+    arguments, the selectors' parameters), checked here first with the
+    same errors, by building shard 0's buffer and selectors in this
+    process; the others differ only in their seed, which _sharded_args
+    checked. A buffer allocates no storage when built (it stores each
+    episode as it comes), so this takes microseconds whatever the capacity
+    and the state shape. Before, a bad argument showed up as shards that
+    died as they started. log and buffer are ReplayServer's own keywords,
+    which ShardedReplay sets (log_dir=) or does not take. log_dir is a
+    path, and log_options, used only with it, ExperienceLog's options but
+    dir and source, which ShardedReplay sets (they were overridden)."""
+    for name, instead in (("log", "ShardedReplay takes log_dir= and log_options="),
+                          ("buffer", "every shard builds its own; actors= serves existing ones")):
+        if name in buffer_kwargs:
+            raise TypeError(f"{name}: expected no {name}= ({instead}), got "
+                            f"{type_name(buffer_kwargs[name])}")
+    specs = _selector_specs(selectors)
+    cls = _buffer_class(impl)
+    if log_dir is None:
+        if log_options is not None:
+            raise ValueError(f"log_options: expected None without log_dir= (it is not used), got "
+                             f"{reprlib.repr(log_options)}")
+    else:
+        path_arg("log_dir", log_dir)
+        for k in log_options or {}:
+            if not isinstance(k, str):
+                raise TypeError(f"log_options: expected ExperienceLog's options (str keys), got a key "
+                                f"of type {type_name(k)}")
+            if k in ("dir", "source"):
+                raise ValueError(f"log_options: expected ExperienceLog's options but dir and source "
+                                 f"(ShardedReplay sets them: log_dir=, and each shard's number), got "
+                                 f"{k!r}")
+        if cls is not exreplay.ExperienceReplay:
+            raise ValueError(f"log_dir: expected None with impl='reference' (the experience log needs "
+                             f"impl='c'), got {log_dir!r}")
+    buf = cls(capacity=capacity, seed=seed, **buffer_kwargs)
+    for kind, params in (specs if specs is not None else [(PickSelectorClass.Prioritized, {})]):
+        buf.new_pick_selector(kind, **params)
 
 
 class _EpisodesStream:
@@ -1128,7 +1319,10 @@ class ShardedReplay:
     actor is started, each as an int (a bool or a float a TypeError naming
     it): n_shards >= 1, seed None or in [0, 2**64 - n_shards] (every
     shard's seed is one the buffer takes), capacity None or the buffer's
-    [1, 2**63 - 1].
+    [1, 2**63 - 1]. With actors=, the arguments that only shape the shards
+    started here (selectors, capacity, actor_options, impl, log_dir,
+    log_options, the buffer's arguments) must be left at their defaults: a
+    ValueError naming the first one otherwise (they were ignored).
 
     - Inserts (``record_rollout``, ``record_episode``) go to the shards round
       robin by episode: an episode is never split; the piece that continues a
@@ -1156,16 +1350,20 @@ class ShardedReplay:
     """
 
     def __init__(self, n_shards: int | None = None, *, actors=None, seed: int | None = None,
-                 selectors=(("prioritized", {}),), capacity: int | None = 1_000_000,
+                 selectors=_SHARD_DEFAULTS["selectors"], capacity: int | None = 1_000_000,
                  actor_options: dict | None = None, impl: str = "c", log_dir: str | None = None,
                  log_options: dict | None = None, **buffer_kwargs):
+        unused = (dict(selectors=selectors, capacity=capacity, actor_options=actor_options, impl=impl,
+                       log_dir=log_dir, log_options=log_options), buffer_kwargs)
         n_shards, actors, seed, capacity = _sharded_args(n_shards, actors, seed, capacity, actor_options,
-                                                         log_options)
+                                                         log_options, unused)
+        if actors is None:
+            cap = None if capacity is None else -(-capacity // n_shards)
+            _shard_check(impl, selectors, cap, seed, log_dir, log_options, buffer_kwargs)
         ray = _ray()
         if actors is None:
             opts = {"scheduling_strategy": "SPREAD"} if n_shards > 1 else {}
             opts.update(actor_options or {})
-            cap = None if capacity is None else -(-capacity // n_shards)
             Actor = _make_actor_class()
             actors = [
                 Actor.options(**opts).remote(
@@ -1488,11 +1686,16 @@ class ShardedReplay:
         return sum(ray.get(refs)) if wait else refs
 
     def set_beta(self, ps: int, beta: float) -> None:
-        """Set beta of selector ps on every shard (annealing)."""
+        """Set beta of selector ps on every shard (annealing). ps is checked
+        against the shards' selectors and beta as the buffer's
+        PickSelector.beta takes it, with its errors (a finite real number
+        >= 0, "beta: expected a finite number >= 0, got -1"; a uniform
+        selector has none), before any shard is sent anything."""
         ps = _handle_arg(ps, self._selectors)
-        _ray().get([s.set_beta.remote(ps, beta) for s in self.shards])
         kind, alpha, _ = self._selectors[ps]
-        self._selectors[ps] = (kind, alpha, float(beta))
+        beta = _beta_arg(kind, beta)
+        _ray().get([s.set_beta.remote(ps, beta) for s in self.shards])
+        self._selectors[ps] = (kind, alpha, beta)
 
     # -- control ---------------------------------------------------------------------
 
