@@ -96,7 +96,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from exreplay._args import index_arg, int_arg
+from exreplay._args import index_arg, int_arg, tp_name, truth_arg, type_name
 from exreplay._types import PickSelectorClass, seq_views
 
 __all__ = [
@@ -389,22 +389,10 @@ def _show(x):
     return f"{r} ({type(x).__name__})"
 
 
-def _int_arg(name, x):
-    """An int (anything with __index__, bools excluded)."""
-    if isinstance(x, (bool, np.bool_)):
-        raise TypeError(f"{name}: expected an int, got {_show(x)}")
-    try:
-        return operator.index(x)
-    except TypeError:
-        raise TypeError(f"{name}: expected an int, got {_show(x)}") from None
+# Integer arguments go through exreplay._args.index_arg and int_arg, flags
+# through truth_arg: the C buffer's checks, with its messages.
 
-
-def _bool_arg(name, x):
-    """A bool, a NumPy bool or an int (its truth value); anything else is a
-    TypeError, so that a float, a string or an array is not read as a flag."""
-    if not isinstance(x, (bool, np.bool_, int)):
-        raise TypeError(f"{name}: expected a bool, got {_show(x)}")
-    return bool(x)
+_EPISODE_HANDLE = "an int episode handle"
 
 
 def _real_arg(name, x):
@@ -419,26 +407,30 @@ def _real_arg(name, x):
     else:
         seq = isinstance(x, collections.abc.Sequence) and not isinstance(x, (str, bytes))
     if seq:
-        raise ValueError(f"{name}: expected a scalar, got a {type(x).__name__}")
+        raise ValueError(f"{name}: expected a scalar, got a {tp_name(x)}")
     t = type(x)
     numeric = any(hasattr(t, m) for m in ("__float__", "__index__", "__int__"))
     # a 0-d array of bools or complex numbers is refused as its scalar is
     zero_d_bc = isinstance(x, np.ndarray) and x.dtype.kind in "bc"
     if isinstance(x, (bool, np.bool_, complex, np.complexfloating)) or zero_d_bc or not numeric:
-        raise TypeError(f"{name}: expected a real number, got {_show(x)}")
+        raise TypeError(f"{name}: expected a real number, got {type_name(x)}")
     try:
         return float(x)
     except OverflowError:
-        raise ValueError(f"{name}: expected a real number within float's range, got {_show(x)}") from None
+        what = "an int" if isinstance(x, int) else f"a {tp_name(x)}"
+        raise ValueError(
+            f"{name}: expected a real number within float's range, got {what} too large for a float"
+        ) from None
     except (TypeError, ValueError):
-        raise TypeError(f"{name}: expected a real number, got {_show(x)}") from None
+        raise TypeError(f"{name}: expected a real number, got {type_name(x)}") from None
 
 
-def _finite_nonneg(name, x):
-    """A real number (_real_arg), finite and >= 0, as a Python float."""
+def _finite_nonneg(name, x, expected="a finite number >= 0"):
+    """A real number (_real_arg), finite and >= 0, as a Python float; a
+    ValueError shows x as given (its repr), as the C buffer does."""
     v = _real_arg(name, x)
     if not (math.isfinite(v) and v >= 0.0):
-        raise ValueError(f"{name}: expected a finite number >= 0, got {v!r}")
+        raise ValueError(f"{name}: expected {expected}, got {x!r}")
     return v
 
 
@@ -1053,21 +1045,14 @@ class ReferenceReplay:
             _item_bytes("state_shape", state_dtype, state_shape)
         _item_bytes("action_shape", action_dtype, action_shape)
         if capacity is not None:
-            capacity = _int_arg("capacity", capacity)
-            if not 1 <= capacity <= 2**63 - 1:
-                raise ValueError(
-                    f"capacity: expected an int in [1, {2**63 - 1}] or None, got {capacity}"
-                )
-        pick_len = _int_arg("pick_len", pick_len)
-        if not 1 <= pick_len <= MAX_PICK_LEN:
-            raise ValueError(f"pick_len: expected an int from 1 to {MAX_PICK_LEN}, got {pick_len}")
-        allow_short = _bool_arg("allow_short", allow_short)
+            capacity = int_arg("capacity", capacity, 1, 2**63 - 1,
+                               "an int in [1, 2**63 - 1] or None")
+        pick_len = int_arg("pick_len", pick_len, 1, MAX_PICK_LEN, f"an int in [1, {MAX_PICK_LEN}]")
+        allow_short = truth_arg("allow_short", allow_short)
         if not (isinstance(eviction, str) and eviction in ("fifo", "second_chance")):
             raise ValueError(f"eviction: expected 'fifo' or 'second_chance', got {_show(eviction)}")
         if seed is not None:
-            seed = _int_arg("seed", seed)
-            if not 0 <= seed < 2**64:
-                raise ValueError(f"seed: expected an int in [0, 2**64) or None, got {seed}")
+            seed = int_arg("seed", seed, 0, 2**64 - 1, "an int in [0, 2**64) or None")
 
         self._state_shape = state_shape
         self._state_dtype = state_dtype if state_spec is None else None
@@ -1150,10 +1135,12 @@ class ReferenceReplay:
     def episode(self, h):
         """EpisodeData(state, action, reward, final_state, ended, terminated)."""
         with self._lock:
-            h = _int_arg("h", h)
+            h = index_arg("h", h, _EPISODE_HANDLE)
             ep = self._episodes.get(h)
             if ep is None:
-                raise ValueError(f"h: expected the handle of a live episode, got {h}")
+                raise ValueError(
+                    f"h: expected the handle of an episode held, got {h} (evicted or never created)"
+                )
             n = len(ep.states)
             state = self._state_zeros((n,))
             action = np.zeros((n, *self._action_shape), self._action_dtype)
@@ -1171,9 +1158,11 @@ class ReferenceReplay:
     def remove_episode(self, h):
         """Evict episode h now, as capacity would; ValueError if it is not held."""
         with self._lock:
-            h = _int_arg("h", h)
+            h = index_arg("h", h, _EPISODE_HANDLE)
             if h not in self._episodes:
-                raise ValueError(f"h: expected the handle of an episode held, got {h}")
+                raise ValueError(
+                    f"h: expected the handle of an episode held, got {h} (evicted or never created)"
+                )
             self._remove_locked(h)
 
     def end_episode(self, h, final_state=None, terminated=False):
@@ -1184,7 +1173,7 @@ class ReferenceReplay:
         is nothing to end).  ValueError if h has ended, has no step, or no
         episode has had it."""
         with self._lock:
-            h = _int_arg("h", h)
+            h = index_arg("h", h, _EPISODE_HANDLE)
             final, terminated = self._final_args(final_state, terminated)
             if final is None and not terminated:
                 raise ValueError("final_state: expected a state, or terminated=True (an episode "
@@ -1238,9 +1227,7 @@ class ReferenceReplay:
             if priority is None:
                 p = None
             else:
-                pa = np.float64(_real_arg("priority", priority))
-                _check_priorities("priority", pa)
-                p = _recorded(float(pa))
+                p = _recorded(_finite_nonneg("priority", priority, "a finite number >= 0 or None"))
             x = self._extras_arg("extras", extras, None)
             # Everything is valid; from here on nothing raises.
             return self._record_locked(h, s, a, r, p, final, terminated, x)
@@ -1437,11 +1424,9 @@ class ReferenceReplay:
         The picks drawn do not depend on shared_next.
         """
         with self._lock:
-            B = _int_arg("batch_size", batch_size)
-            if B < 1:
-                raise ValueError(f"batch_size: expected an int >= 1, got {B}")
+            B = int_arg("batch_size", batch_size, 1, 2**63 - 1, "an int in [1, 2**63 - 1]")
             sel = self._selector_arg(ps)
-            shared_next = _bool_arg("shared_next", shared_next)
+            shared_next = truth_arg("shared_next", shared_next)
             if out is not None:
                 self._check_out(out, B, shared_next)
             if not self._table:
@@ -1632,10 +1617,10 @@ class ReferenceReplay:
     def _handle_arg(self, h):
         if h is None:
             return None
-        return _int_arg("h", h)
+        return index_arg("h", h, _EPISODE_HANDLE + " or None")
 
     def _final_args(self, final_state, terminated):
-        terminated = _bool_arg("terminated", terminated)
+        terminated = truth_arg("terminated", terminated)
         if final_state is None:
             return None, terminated
         if self._state_spec is not None:
