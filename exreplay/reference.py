@@ -389,6 +389,18 @@ def _show(x):
     return f"{r} ({type(x).__name__})"
 
 
+def _describe(x):
+    """A value as the C buffer describes one that is not what was expected
+    where it names no type alone: "a list", "a float32 array of shape (3, 4),
+    not C-contiguous"."""
+    if not isinstance(x, np.ndarray):
+        return f"a {tp_name(x)}"
+    return (f"a {x.dtype} array of shape {_shape_str(x.shape)}"
+            f"{'' if x.flags.c_contiguous else ', not C-contiguous'}"
+            f"{'' if x.flags.aligned else ', not aligned'}"
+            f"{'' if x.flags.writeable else ', read-only'}")
+
+
 # Integer arguments go through exreplay._args.index_arg and int_arg, flags
 # through truth_arg: the C buffer's checks, with its messages.
 
@@ -469,7 +481,7 @@ def _python_ints(name, x, dtype):
     for v in flat:
         if not info.min <= v <= info.max:
             raise ValueError(
-                f"{name}: expected values in [{info.min}, {info.max}] ({dtype}), got {v}"
+                f"{name}: expected values that fit {dtype}, in [{info.min}, {info.max}], got {v}"
             )
     return np.array(flat, dtype=dtype).reshape(objs.shape)
 
@@ -508,26 +520,33 @@ def _python_reals(name, objs):
     return np.array(vals, dtype=np.float64).reshape(objs.shape)
 
 
-def _shape_arg(name, x):
-    if isinstance(x, (bool, np.bool_)):
-        raise TypeError(f"{name}: expected an int or a tuple of ints, got {_show(x)}")
-    if isinstance(x, (tuple, list)):
-        dims = []
-        for d in x:
-            if isinstance(d, (bool, np.bool_)):
-                raise TypeError(f"{name}: expected a tuple of ints, got {_show(x)}")
-            try:
-                dims.append(operator.index(d))
-            except TypeError:
-                raise TypeError(f"{name}: expected a tuple of ints, got {_show(x)}") from None
+def _is_int(x):
+    """Whether x is an int as the C buffer takes one (exreplay._args.index_arg)."""
+    try:
+        index_arg("", x, "")
+    except TypeError:
+        return False
+    return True
+
+
+def _shape_arg(name, x, field=False):
+    """A shape (an int or a tuple or list of ints), as the C buffer reads
+    one, with its errors: a field's (field=True) says "a shape", and a
+    dimension out of range is shown as given."""
+    if _is_int(x):
+        given = [x]
+    elif isinstance(x, (tuple, list)):
+        given = list(x)
     else:
-        try:
-            dims = [operator.index(x)]
-        except TypeError:
-            raise TypeError(f"{name}: expected an int or a tuple of ints, got {_show(x)}") from None
-    for i, d in enumerate(dims):
-        if not 1 <= d <= 2**40:  # an item takes at most 1 TiB
-            raise ValueError(f"{name}: expected dimensions from 1 to 2**40, got {d} at index {i}")
+        want = "a shape (an int or a tuple of ints)" if field else "an int or a tuple of ints"
+        raise TypeError(f"{name}: expected {want}, got {type_name(x)}")
+    dims = []
+    for i, d in enumerate(given):
+        if not _is_int(d):
+            raise TypeError(f"{name}: expected a tuple of ints, got a {type_name(d)} at index {i}")
+        dims.append(operator.index(d))
+        if not 1 <= dims[-1] <= 2**40:  # an item takes at most 1 TiB
+            raise ValueError(f"{name}: expected dimensions from 1 to 2**40, got {d!r} at index {i}")
     return tuple(dims)
 
 
@@ -541,23 +560,25 @@ def _item_bytes(name, dtype, shape):
     return n
 
 
-def _dtype_arg(name, x, kinds="biuf"):
-    if x is None:
-        raise TypeError(f"{name}: expected a numeric dtype, got None")
+def _dtype_arg(name, x, reward=False):
+    """A bool, integer or floating dtype (float16, float32 or float64 for a
+    reward) in native byte order; anything else is a TypeError. What
+    numpy.dtype() refuses (None too) is shown by its type, a string as
+    given."""
     try:
+        if x is None:
+            raise TypeError
         dt = np.dtype(x)
     except Exception:
-        raise TypeError(f"{name}: expected a numeric dtype, got {_show(x)}") from None
-    if dt.kind not in kinds or dt.fields is not None or dt.subdtype is not None:
-        raise TypeError(f"{name}: expected a bool, integer or float dtype, got {dt}")
+        got = repr(x) if isinstance(x, str) else type_name(x)
+        raise TypeError(f"{name}: expected a NumPy dtype, got {got}") from None
+    if reward:
+        ok, want = dt.kind == "f" and dt.itemsize in (2, 4, 8), "float16, float32 or float64"
+    else:
+        ok, want = dt.kind in "biuf", "a bool, integer or floating dtype"
+    if not ok or dt.fields is not None or dt.subdtype is not None:
+        raise TypeError(f"{name}: expected {want}, got {dt}")
     return dt.newbyteorder("=")
-
-
-def _reward_dtype_arg(x):
-    dt = _dtype_arg("reward_dtype", x, kinds="f")
-    if dt.itemsize not in (2, 4, 8):
-        raise TypeError(f"reward_dtype: expected float16, float32 or float64, got {dt}")
-    return dt
 
 
 MAX_FIELDS = 32
@@ -568,7 +589,7 @@ def _spec_arg(name, spec):
     """A state_spec / extras_spec {field: (shape, dtype)} as {field: (shape, dtype)}
     with shapes as tuples and dtypes in native byte order, in the order given."""
     if isinstance(spec, (str, bytes)) or not isinstance(spec, collections.abc.Mapping):
-        raise TypeError(f"{name}: expected a dict {{name: (shape, dtype)}}, got {type(spec).__name__}")
+        raise TypeError(f"{name}: expected a dict {{name: (shape, dtype)}}, got {tp_name(spec)}")
     if not 1 <= len(spec) <= MAX_FIELDS:
         raise ValueError(f"{name}: expected 1 to {MAX_FIELDS} fields, got {len(spec)}")
     out = {}
@@ -583,7 +604,7 @@ def _spec_arg(name, spec):
             raise ValueError(f"{name}: expected unique field names, got {k!r} twice")
         if not isinstance(v, (tuple, list)) or len(v) != 2:
             raise TypeError(f"{name}[{k!r}]: expected a pair (shape, dtype), got {v!r}")
-        shape = _shape_arg(f"{name}[{k!r}]", v[0])
+        shape = _shape_arg(f"{name}[{k!r}]", v[0], field=True)
         dtype = _dtype_arg(f"{name}[{k!r}] dtype", v[1])
         total += _item_bytes(f"{name}[{k!r}]", dtype, shape)
         if total > MAX_ITEM_BYTES:
@@ -621,7 +642,7 @@ def _fields_arg(name, x, spec, lead=None):
     (-1: taken from the first field).  Names are checked before values."""
     if isinstance(x, (np.ndarray, str, bytes)) or not isinstance(x, collections.abc.Mapping):
         raise TypeError(
-            f"{name}: expected a dict of arrays with the fields {_names(spec)}, got {type(x).__name__}"
+            f"{name}: expected a dict of arrays with the fields {_names(spec)}, got {tp_name(x)}"
         )
     for k in x:
         if k not in spec:
@@ -639,13 +660,8 @@ def _fields_arg(name, x, spec, lead=None):
         if lead is None:
             out[k] = _array_arg(arg, v, dtype, shape)
             continue
-        a = _array_arg(arg, v, dtype, None)
-        want = (lead, *shape) if lead >= 0 else None
-        if a.ndim != len(shape) + 1 or a.shape[1:] != shape or (want and a.shape != want):
-            show = ("T" if lead < 0 else lead, *shape)
-            raise ValueError(f"{arg}: expected shape {show}, got {a.shape}")
-        lead = a.shape[0]
-        out[k] = a
+        out[k] = _array_arg(arg, v, dtype, (lead, *shape))
+        lead = out[k].shape[0]
     return out
 
 
@@ -685,7 +701,14 @@ def _copy_item(v):
     return {k: a.copy() for k, a in v.items()} if isinstance(v, dict) else v.copy()
 
 
-def _array_arg(name, x, dtype, shape=None, what="an array"):
+def _shape_str(shape):
+    """A shape as the C buffer's messages show it, a length of -1 (any) as
+    T: "(T, 2)", "(3,)", "()"."""
+    dims = ["T" if d < 0 else str(d) for d in shape]
+    return "(%s%s)" % (", ".join(dims), "," if len(dims) == 1 else "")
+
+
+def _array_arg(name, x, dtype, shape=None):
     """x as a new C-contiguous array of dtype, checked.
 
     The cast must be allowed by NumPy's same_kind rule from the dtype of the
@@ -694,17 +717,20 @@ def _array_arg(name, x, dtype, shape=None, what="an array"):
     float64), so for them only the kind counts, as in NEP 50: a list of
     Python ints goes into any integer dtype (uint8 included), a value that
     does not fit being a ValueError, while a Python float into an integer
-    dtype is a TypeError as always.  ``shape`` is the exact shape expected,
-    or None to leave it to the caller.
+    dtype is a TypeError as always.  ``shape`` is the shape expected, a
+    length of -1 standing for any (shown as T), or None to leave it to the
+    caller; it is checked after the dtype and before the values of Python
+    ints, as the C buffer checks them.
     """
     if x is None:
-        raise TypeError(f"{name}: expected {what} of dtype {dtype}, got None")
+        raise TypeError(f"{name}: expected an array-like of {dtype}, got None")
     try:
         a = np.asarray(x)
-    except ValueError as e:  # ragged nested sequences
-        raise ValueError(f"{name}: expected {what}, got a ragged sequence ({e})") from None
+    except ValueError:  # ragged nested sequences
+        raise ValueError(f"{name}: expected an array-like of {dtype}, got a ragged "
+                         f"{tp_name(x)}") from None
     except Exception:
-        raise TypeError(f"{name}: expected {what}, got {_show(x)}") from None
+        raise TypeError(f"{name}: expected an array-like of {dtype}, got {tp_name(x)}") from None
     typed = isinstance(x, (np.ndarray, np.generic))
     if not typed and dtype.kind in "iu" and a.dtype.kind in "fO":
         # Python ints beyond int64 made NumPy pick float64 or object: they
@@ -723,12 +749,13 @@ def _array_arg(name, x, dtype, shape=None, what="an array"):
     # An empty Python sequence has no dtype at all, so it is let through.
     weak_ok = not typed and (a.size == 0 or (a.dtype.kind in "iu" and dtype.kind in "iu"))
     if not weak_ok and not np.can_cast(a.dtype, dtype, "same_kind"):
-        src = a.dtype if typed else f"{a.dtype} (from {type(x).__name__})"
         raise TypeError(
-            f"{name}: expected values castable to {dtype} under the same_kind rule, got {src}"
+            f"{name}: expected {dtype} (or a dtype that casts to it under same_kind), "
+            f"got {a.dtype}"
         )
-    if shape is not None and a.shape != tuple(shape):
-        raise ValueError(f"{name}: expected shape {tuple(shape)}, got {a.shape}")
+    if shape is not None and (a.ndim != len(shape) or any(
+            w >= 0 and d != w for d, w in zip(a.shape, shape))):
+        raise ValueError(f"{name}: expected shape {_shape_str(shape)}, got {_shape_str(a.shape)}")
     if typed or a.size == 0:
         return np.array(a, dtype=dtype, copy=True, order="C")
     if a.dtype.kind in "iu" and dtype.kind in "iu":
@@ -746,15 +773,14 @@ def _recorded(p):
 
 
 def _check_priorities(name, values):
-    """values: float64 array; all finite and >= 0, else ValueError."""
+    """values: 1-D float64 array; all finite and >= 0, else ValueError
+    naming the first that is not."""
     bad = ~(np.isfinite(values) & (values >= 0))
     if bad.any():
-        if values.ndim:
-            i = int(np.flatnonzero(bad)[0])
-            raise ValueError(
-                f"{name}: expected finite numbers >= 0, got {float(values[i])!r} at index {i}"
-            )
-        raise ValueError(f"{name}: expected a finite number >= 0, got {float(values)!r}")
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"{name}: expected finite numbers >= 0, got {float(values[i])!r} at index {i}"
+        )
 
 
 # The series of _pow_general (docs/semantics.md, "Stored priorities"):
@@ -1040,7 +1066,7 @@ class ReferenceReplay:
             extras_spec = _spec_arg("extras_spec", extras_spec)
         action_shape = _shape_arg("action_shape", action_shape)
         action_dtype = _dtype_arg("action_dtype", action_dtype)
-        reward_dtype = _reward_dtype_arg(reward_dtype)
+        reward_dtype = _dtype_arg("reward_dtype", reward_dtype, reward=True)
         if state_spec is None:
             _item_bytes("state_shape", state_dtype, state_shape)
         _item_bytes("action_shape", action_dtype, action_shape)
@@ -1050,7 +1076,7 @@ class ReferenceReplay:
         pick_len = int_arg("pick_len", pick_len, 1, MAX_PICK_LEN, f"an int in [1, {MAX_PICK_LEN}]")
         allow_short = truth_arg("allow_short", allow_short)
         if not (isinstance(eviction, str) and eviction in ("fifo", "second_chance")):
-            raise ValueError(f"eviction: expected 'fifo' or 'second_chance', got {_show(eviction)}")
+            raise ValueError(f"eviction: expected 'fifo' or 'second_chance', got {eviction!r}")
         if seed is not None:
             seed = int_arg("seed", seed, 0, 2**64 - 1, "an int in [0, 2**64) or None")
 
@@ -1220,9 +1246,9 @@ class ReferenceReplay:
             if self._state_spec is not None:
                 s = _fields_arg("state", state, self._state_spec)
             else:
-                s = _array_arg("state", state, self._state_dtype, self._state_shape, "a state")
-            a = _array_arg("action", action, self._action_dtype, self._action_shape, "an action")
-            r = _array_arg("reward", reward, self._reward_dtype, (), "a scalar reward")
+                s = _array_arg("state", state, self._state_dtype, self._state_shape)
+            a = _array_arg("action", action, self._action_dtype, self._action_shape)
+            r = _array_arg("reward", reward, self._reward_dtype, ())
             final, terminated = self._final_args(final_state, terminated)
             if priority is None:
                 p = None
@@ -1244,30 +1270,18 @@ class ReferenceReplay:
                 sa = _fields_arg("states", states, self._state_spec, -1)
                 T = next(iter(sa.values())).shape[0]
             else:
-                sa = _array_arg("states", states, self._state_dtype, None, "an array of states")
-                want = len(self._state_shape) + 1
-                if sa.ndim != want or sa.shape[1:] != self._state_shape:
-                    raise ValueError(
-                        f"states: expected shape (T, *state_shape) = {('T', *self._state_shape)}, "
-                        f"got {sa.shape}"
-                    )
+                sa = _array_arg("states", states, self._state_dtype, (-1, *self._state_shape))
                 T = sa.shape[0]
             if T == 0:
-                raise ValueError("states: expected at least one step (T >= 1), got T = 0")
-            aa = _array_arg(
-                "actions",
-                actions,
-                self._action_dtype,
-                (T, *self._action_shape),
-                "an array of actions",
-            )
-            ra = _array_arg("rewards", rewards, self._reward_dtype, (T,), "an array of rewards")
+                raise ValueError("states: expected at least one step, got 0")
+            aa = _array_arg("actions", actions, self._action_dtype, (T, *self._action_shape))
+            ra = _array_arg("rewards", rewards, self._reward_dtype, (T,))
             final, terminated = self._final_args(final_state, terminated)
             if priorities is None:
                 prios = [None] * T
             else:
                 _refuse_bools("priorities", priorities)
-                pa = _array_arg("priorities", priorities, _FLOAT64, (T,), "an array of priorities")
+                pa = _array_arg("priorities", priorities, _FLOAT64, (T,))
                 _check_priorities("priorities", pa)
                 prios = [_recorded(float(v)) for v in pa]
             xa = self._extras_arg("extras", extras, T)
@@ -1387,19 +1401,15 @@ class ReferenceReplay:
             epi, pos = self._pick_arrays(pick_epi, pick_pos, *names[:2])
             hints = None
             if pick_index is not None:
-                hints = _array_arg(names[2], pick_index, _INT64, None, "a 1-D array of table indices")
-                if hints.shape != epi.shape:
-                    raise ValueError(f"{names[2]}: expected shape {epi.shape}, got {hints.shape}")
-                hints = hints.tolist()
+                hints = _array_arg(names[2], pick_index, _INT64, epi.shape).tolist()
             _refuse_bools("priorities", priorities)
-            pa = _array_arg("priorities", priorities, _FLOAT64, None, "priorities")
-            if pa.shape not in ((), epi.shape):
-                raise ValueError(
-                    f"priorities: expected a scalar or shape {epi.shape} like pick_epi, "
-                    f"got {pa.shape}"
-                )
+            # one priority for every pick (a Python or NumPy scalar, a 0-d
+            # array), checked even with no pick to apply it to; else one each
+            scalar = (np.ndim(priorities) == 0 if isinstance(priorities, np.ndarray)
+                      else isinstance(priorities, (float, int, np.generic)))
+            pa = _array_arg("priorities", priorities, _FLOAT64, () if scalar else epi.shape)
+            _check_priorities("priorities", pa.reshape(-1))
             pa = np.broadcast_to(pa, epi.shape)
-            _check_priorities("priorities", pa)
             if not sel.prioritized:
                 return 0
             applied = 0
@@ -1625,9 +1635,7 @@ class ReferenceReplay:
             return None, terminated
         if self._state_spec is not None:
             return _fields_arg("final_state", final_state, self._state_spec), terminated
-        fa = _array_arg(
-            "final_state", final_state, self._state_dtype, self._state_shape, "a state"
-        )
+        fa = _array_arg("final_state", final_state, self._state_dtype, self._state_shape)
         return fa, terminated
 
     def _extras_arg(self, name, extras, lead):
@@ -1636,7 +1644,8 @@ class ReferenceReplay:
         if self._extras_spec is None:
             if extras is not None:
                 raise ValueError(
-                    f"{name}: expected None (this buffer has no extras_spec), got {_show(extras)}"
+                    f"{name}: expected None (this buffer has no extras_spec), got "
+                    f"{_describe(extras)}"
                 )
             return None
         if extras is None:
@@ -1669,14 +1678,8 @@ class ReferenceReplay:
         return sel
 
     def _pick_arrays(self, pick_epi, pick_pos, epi_name="pick_epi", pos_name="pick_pos"):
-        epi = _array_arg(epi_name, pick_epi, _INT64, None, "a 1-D array of episode handles")
-        pos = _array_arg(pos_name, pick_pos, _INT64, None, "a 1-D array of positions")
-        if epi.ndim != 1:
-            raise ValueError(f"{epi_name}: expected a 1-D array, got shape {epi.shape}")
-        if pos.shape != epi.shape:
-            raise ValueError(
-                f"{pos_name}: expected shape {epi.shape} like {epi_name}, got {pos.shape}"
-            )
+        epi = _array_arg(epi_name, pick_epi, _INT64, (-1,))
+        pos = _array_arg(pos_name, pick_pos, _INT64, epi.shape)
         return epi, pos
 
     def _pick_index(self, e, p):
