@@ -322,21 +322,37 @@ class RefPickSelector:
             raise ValueError(f"ps: pick selector {self._handle} was removed from its buffer")
         return getattr(sel, name)
 
+    def _settable(self, name, deleting=False):
+        """The C selector's AttributeError for a parameter a uniform selector
+        has not, or that is fixed (alpha; any parameter deleted)."""
+        if self._kind == PickSelectorClass.Uniform:
+            raise AttributeError(f"a uniform pick selector has no parameter '{name}'")
+        if deleting or name == "alpha":
+            raise AttributeError(f"{name} is fixed when the selector is created")
+
     @property
     def alpha(self):
         return self._param("alpha")
+
+    @alpha.setter
+    def alpha(self, value):
+        self._settable("alpha")
+
+    @alpha.deleter
+    def alpha(self):
+        self._settable("alpha", True)
 
     @property
     def beta(self):
         return self._param("beta")
 
+    @beta.deleter
+    def beta(self):
+        self._settable("beta", True)
+
     @beta.setter
     def beta(self, value):
-        if self._kind == PickSelectorClass.Uniform:
-            raise AttributeError(
-                f"beta: only a Prioritized or Rank selector has a beta, got a "
-                f"{self._kind.name} selector"
-            )
+        self._settable("beta")
         value = _finite_nonneg("beta", value)
         with self._owner._lock:
             sel = self._sel()
@@ -1301,34 +1317,32 @@ class ReferenceReplay:
 
     # -- selectors ---------------------------------------------------------
 
-    def new_pick_selector(self, kind, **params):
-        """Add a selector: Uniform, Prioritized (alpha=0.6, beta=0.4) or Rank
-        (alpha=0.7, beta=0.5)."""
+    def new_pick_selector(self, *args, **params):
+        """new_pick_selector(kind, /, **params): add a selector: Uniform,
+        Prioritized (alpha=0.6, beta=0.4) or Rank (alpha=0.7, beta=0.5)."""
         with self._lock:
-            # the C buffer's errors: the type of a kind that is no int, the
-            # value of one out of range
+            # the C buffer's errors: kind alone is positional; the type of a
+            # kind that is no int, the value of one out of range; then each
+            # parameter in the order given, its name before its value
+            if len(args) != 1:
+                raise TypeError("new_pick_selector() takes exactly one positional argument, the "
+                                f"PickSelectorClass ({len(args)} given)")
             kind = PickSelectorClass(
-                int_arg("kind", kind, 0, len(PickSelectorClass) - 1,
+                int_arg("kind", args[0], 0, len(PickSelectorClass) - 1,
                         f"a PickSelectorClass (0 to {len(PickSelectorClass) - 1})")
             )
             handle = self._next_selector
+            names = () if kind == PickSelectorClass.Uniform else ("alpha", "beta")
+            values = dict(zip(names, (0.7, 0.5) if kind == PickSelectorClass.Rank else (0.6, 0.4)))
+            for name, value in params.items():
+                if name not in names:
+                    raise TypeError(f"new_pick_selector(): a {kind.name.lower()} selector takes "
+                                    f"no parameter {name!r}")
+                values[name] = _finite_nonneg(name, value)
             if kind == PickSelectorClass.Uniform:
-                if params:
-                    raise TypeError(
-                        f"new_pick_selector: expected no parameters for a Uniform selector, "
-                        f"got {', '.join(sorted(params))}"
-                    )
                 sel = _Selector(handle, kind, None, None, self._make_rng(handle))
             else:
-                unknown = sorted(set(params) - {"alpha", "beta"})
-                if unknown:
-                    raise TypeError(
-                        f"new_pick_selector: expected parameters alpha and beta for a "
-                        f"{kind.name} selector, got {', '.join(unknown)}"
-                    )
-                a0, b0 = (0.7, 0.5) if kind == PickSelectorClass.Rank else (0.6, 0.4)
-                alpha = _finite_nonneg("alpha", params.get("alpha", a0))
-                beta = _finite_nonneg("beta", params.get("beta", b0))
+                alpha, beta = values["alpha"], values["beta"]
                 rng = self._make_rng(handle)
                 if kind == PickSelectorClass.Rank:
                     sel = _Selector(handle, kind, alpha, beta, rng, None, 1.0, _RankHeap())
