@@ -395,16 +395,6 @@ class RefPickSelector:
 # --------------------------------------------------------------------------
 
 
-def _show(x):
-    """A short description of a value for error messages."""
-    if isinstance(x, np.ndarray):
-        return f"an array of dtype {x.dtype} and shape {x.shape}"
-    r = repr(x)
-    if len(r) > 60:
-        r = r[:57] + "..."
-    return f"{r} ({type(x).__name__})"
-
-
 def _describe(x):
     """A value as the C buffer describes one that is not what was expected
     where it names no type alone: "a list", "a float32 array of shape (3, 4),
@@ -629,18 +619,27 @@ def _spec_arg(name, spec):
     return out
 
 
-# state_seq (shared_next) stands for state and state_next, which are its views
-_BATCH_ORDER = ("state_seq", "state", "action", "reward", "state_next", "seq_len",
-                "seq_len_next", "pick_epi", "pick_pos", "weight", "pick_index", "extras")
+# the fields of a Batch in the C buffer's order, state_seq (shared_next) last
+_BATCH_ORDER = ("state", "action", "reward", "state_next", "seq_len", "seq_len_next",
+                "pick_epi", "pick_pos", "weight", "pick_index", "extras", "state_seq")
+
+
+def _check_out_array(what, a, shape, dtype):
+    """An array of out= that get_batch writes: of this dtype and shape,
+    C-contiguous, aligned and writeable, else the C buffer's ValueError."""
+    if not (isinstance(a, np.ndarray) and a.dtype == dtype and a.shape == shape
+            and a.flags.c_contiguous and a.flags.aligned and a.flags.writeable):
+        raise ValueError(f"out: expected {what} to be a writeable C-contiguous {dtype} array of "
+                         f"shape {_shape_str(shape)}, got {_describe(a)}")
 
 
 def _refuse_shared(arrays):
-    """out= arrays (name, array, ...) that share memory would have get_batch
+    """out= arrays (name, array) that share memory would have get_batch
     write one field over another: a ValueError naming two of them (in the
     batch's field order)."""
     arrays = sorted(arrays, key=lambda t: _BATCH_ORDER.index(t[0].split("[")[0]))
-    for i, (x, a, *_) in enumerate(arrays):
-        for y, b, *_ in arrays[i + 1:]:
+    for i, (x, a) in enumerate(arrays):
+        for y, b in arrays[i + 1:]:
             if np.shares_memory(a, b):
                 raise ValueError(
                     f"out: expected arrays that share no memory, got out.{x} and out.{y} "
@@ -1174,7 +1173,7 @@ class ReferenceReplay:
             f"seed={self._seed!r}; {counts})"
         )
 
-    def episode(self, h):
+    def episode(self, h, /):
         """EpisodeData(state, action, reward, final_state, ended, terminated)."""
         with self._lock:
             h = index_arg("h", h, _EPISODE_HANDLE)
@@ -1197,7 +1196,7 @@ class ReferenceReplay:
             final = None if ep.final_state is None else _copy_item(ep.final_state)
             return EpisodeData(state, action, reward, final, ep.ended, ep.terminated, extras)
 
-    def remove_episode(self, h):
+    def remove_episode(self, h, /):
         """Evict episode h now, as capacity would; ValueError if it is not held."""
         with self._lock:
             h = index_arg("h", h, _EPISODE_HANDLE)
@@ -1399,17 +1398,17 @@ class ReferenceReplay:
             if pick_index is not None:
                 raise TypeError("set_priority() got an unexpected keyword argument 'pick_index'")
             if pick_pos is not _MISSING and priorities is not _MISSING:
-                raise TypeError("set_priority(ps, batch, priorities): takes 3 arguments, got 4")
+                raise TypeError("set_priority() takes at most 3 positional arguments (4 given)")
             if pick_pos is not _MISSING:
                 priorities = pick_pos
             if priorities is _MISSING:
-                raise TypeError("set_priority() missing 1 required argument: 'priorities'")
+                raise TypeError("set_priority() missing required argument 'priorities'")
             batch = pick_epi
             pick_epi, pick_pos, pick_index = batch.pick_epi, batch.pick_pos, batch.pick_index
             names = tuple("batch." + n for n in names)  # as the C buffer names them
         elif pick_pos is _MISSING or priorities is _MISSING:
             missing = "pick_pos" if pick_pos is _MISSING else "priorities"
-            raise TypeError(f"set_priority() missing 1 required argument: '{missing}'")
+            raise TypeError(f"set_priority() missing required argument '{missing}'")
         with self._lock:
             sel = self._selector_arg(ps)
             epi, pos = self._pick_arrays(pick_epi, pick_pos, *names[:2])
@@ -1454,7 +1453,7 @@ class ReferenceReplay:
             if out is not None:
                 self._check_out(out, B, shared_next)
             if not self._table:
-                raise ValueError("get_batch: expected at least one pick in the buffer, got none")
+                raise ValueError(f"get_batch: no pick can be drawn: {self._empty_reason()}")
             if sel.rank is not None:
                 # rank r (1 = highest priority) with probability r^-alpha /
                 # sum_k k^-alpha; the pick at heap position r - 1
@@ -1472,8 +1471,8 @@ class ReferenceReplay:
                 total = cum[-1]
                 if total <= 0.0:
                     raise ValueError(
-                        f"ps: expected a selector with a positive priority somewhere, "
-                        f"got all {len(cum)} picks at priority 0"
+                        f"get_batch: no pick can be drawn: every priority of selector "
+                        f"{sel.handle} is zero ({len(cum)} picks held)"
                     )
                 last_positive = max(i for i, v in enumerate(sel.leaves) if v > 0.0)
                 indices = []
@@ -1634,6 +1633,21 @@ class ReferenceReplay:
 
     # -- internals (the lock is held) --------------------------------------
 
+    def _empty_reason(self):
+        """Why a buffer without picks has none, as the C buffer says it."""
+        n, e, L = self._size, len(self._episodes), self._pick_len
+        if n == 0:
+            return f"the buffer is empty ({e} episodes, 0 records)"
+        if n == e and n > 1:
+            return (f"each of the {n} records is in an episode of its own, so no episode has the "
+                    f"pick_len={L} complete steps a pick needs. record() returns the handle to "
+                    "continue the episode with: pass it back (h = buf.record(h, ...))")
+        return (f"the {n} records are in {e} episodes, all shorter than a pick (pick_len={L} "
+                "complete steps; an open episode's last step is complete only once the next "
+                "record or the episode's end arrives)"
+                + ("" if self._allow_short else
+                   "; allow_short=True also makes shorter picks at the end of ended episodes"))
+
     def _make_rng(self, selector_handle):
         # One generator per selector, from (buffer seed, selector handle).
         return random.Random((self._seed_value << 64) | selector_handle)
@@ -1716,7 +1730,8 @@ class ReferenceReplay:
         for e, p in zip(epi.tolist(), pos.tolist()):
             i = self._pick_index(e, p)
             if i is None:
-                raise ValueError(f"pick_epi, pick_pos: expected existing picks, got ({e}, {p})")
+                raise ValueError("pick_epi, pick_pos: expected picks that exist, got one that "
+                                 "does not")
             indices.append(i)
         return indices
 
@@ -1811,61 +1826,57 @@ class ReferenceReplay:
             self._ahead, self._behind = self._behind, deque()
 
     def _check_out(self, out, B, shared_next=False):
+        """out= checked as the C buffer checks it, field by field in the
+        batch's order, with its errors. Without an extras_spec out.extras is
+        neither looked at nor written."""
         if not isinstance(out, Batch):
-            raise TypeError(f"out: expected a Batch, got {_show(out)}")
+            raise TypeError(f"out: expected a Batch from get_batch, got {tp_name(out)}")
         if not shared_next and getattr(out, "state_seq", None) is not None:
             raise ValueError(
                 "out: expected a batch of get_batch(..., shared_next=False), got one with "
                 "state_seq set (shared_next=True): pass shared_next=True to refill it"
             )
         L = self._pick_len
-        expected = {
-            "action": ((B, L, *self._action_shape), self._action_dtype),
-            "reward": ((B, L), self._reward_dtype),
-            "seq_len": ((B,), _INT64),
-            "seq_len_next": ((B,), _INT64),
-            "pick_epi": ((B,), _INT64),
-            "pick_pos": ((B,), _INT64),
-            "weight": ((B,), _FLOAT32),
-            "pick_index": ((B,), _INT64),
+        state = ((B, L, *(self._state_shape or ())), self._state_dtype, self._state_spec)
+        fields = {
+            "state": state,
+            "action": ((B, L, *self._action_shape), self._action_dtype, None),
+            "reward": ((B, L), self._reward_dtype, None),
+            "state_next": state,
+            "seq_len": ((B,), _INT64, None),
+            "seq_len_next": ((B,), _INT64, None),
+            "pick_epi": ((B,), _INT64, None),
+            "pick_pos": ((B,), _INT64, None),
+            "weight": ((B,), _FLOAT32, None),
+            "pick_index": ((B,), _INT64, None),
+            "extras": ((B, L), None, self._extras_spec),
+            "state_seq": ((B, L + 1, *(self._state_shape or ())), self._state_dtype,
+                          self._state_spec),
         }
-        dicts = {"extras": self._extras_spec or {}}
         # with shared_next, state and state_next are written through state_seq
-        # (checked as their views below)
-        states = {"state_seq": L + 1} if shared_next else {"state": L, "state_next": L}
-        for name in states:
-            if self._state_spec is None:
-                expected[name] = ((B, states[name], *self._state_shape), self._state_dtype)
-            else:
-                dicts[name] = self._state_spec
-        arrays = [(name, getattr(out, name, None), shape, dtype)
-                  for name, (shape, dtype) in expected.items()]
-        for name, spec in dicts.items():
-            d = getattr(out, name, None)
-            if not isinstance(d, dict):
-                raise TypeError(
-                    f"out: expected out.{name} to be a dict with the fields {_names(spec)}, "
-                    f"got {_show(d)}"
-                )
-            if set(d) != set(spec):
-                raise ValueError(
-                    f"out: expected out.{name} to hold the fields {_names(spec)}, got {_names(d)}"
-                )
-            for k, (shape, dtype) in spec.items():
-                arrays.append((f"{name}[{k!r}]", d[k], (B, states.get(name, L), *shape), dtype))
-        for name, a, shape, dtype in arrays:
-            if not isinstance(a, np.ndarray):
-                raise ValueError(
-                    f"out.{name}: expected an array of {dtype} {shape}, got {_show(a)}"
-                )
-            if a.shape != shape or a.dtype != dtype:
-                raise ValueError(
-                    f"out.{name}: expected an array of {dtype} {shape}, got {a.dtype} {a.shape}"
-                )
-            if not (a.flags.c_contiguous and a.flags.writeable):
-                raise ValueError(
-                    f"out.{name}: expected a C-contiguous writeable array, got one that is not"
-                )
+        # (checked as its views below); else state_seq is not looked at
+        skip = ("state", "state_next") if shared_next else ("state_seq",)
+        arrays = []
+        for name, (shape, dtype, spec) in fields.items():
+            if name in skip or (name == "extras" and not spec):
+                continue
+            a = getattr(out, name, None)
+            if spec is None:
+                _check_out_array(f"out.{name}", a, shape, dtype)
+                arrays.append((name, a))
+                continue
+            if not isinstance(a, dict):
+                raise TypeError(f"out: expected out.{name} to be a dict with the fields "
+                                f"{_names(spec)}, got {tp_name(a)}")
+            if len(a) != len(spec):
+                raise ValueError(f"out: expected out.{name} to hold the fields {_names(spec)}, "
+                                 f"got {len(a)} entries")
+            for k, (fshape, fdtype) in spec.items():
+                if k not in a:
+                    raise ValueError(f"out: expected out.{name} to hold the fields "
+                                     f"{_names(spec)}, got no {k!r}")
+                _check_out_array(f"out.{name}[{k!r}]", a[k], (*shape[:2], *fshape), fdtype)
+                arrays.append((f"{name}[{k!r}]", a[k]))
         if shared_next:
             self._check_out_views(out, L)
         _refuse_shared(arrays)
@@ -1874,28 +1885,26 @@ class ReferenceReplay:
         """out.state and out.state_next must be exactly the views of (checked)
         out.state_seq that get_batch(shared_next=True) makes."""
         spec = self._state_spec
-        for name, cut, shown in (("state", np.s_[:, :L], f"[:, :{L}]"),
-                                 ("state_next", np.s_[:, 1:], "[:, 1:]")):
+        for name, cut, shown in (("state", np.s_[:, :L], ":, :-1"),
+                                 ("state_next", np.s_[:, 1:], ":, 1:")):
             views = getattr(out, name, None)
             if spec is None:
-                pairs = [(f"out.{name}", views, "out.state_seq", out.state_seq)]
-            elif isinstance(views, dict) and set(views) == set(spec):
-                pairs = [(f"out.{name}[{k!r}]", views[k], f"out.state_seq[{k!r}]", a)
+                pairs = [(f"out.{name}", "", views, out.state_seq)]
+            elif isinstance(views, dict) and len(views) == len(spec):
+                pairs = [(f"out.{name}[{k!r}]", f"[{k!r}]", views.get(k), a)
                          for k, a in out.state_seq.items()]
             else:
-                got = _names(views) if isinstance(views, dict) else _show(views)
                 raise ValueError(
-                    f"out.{name}: expected a dict of views of out.state_seq's fields "
-                    f"{_names(spec)} as get_batch(shared_next=True) makes it, got {got}"
+                    f"out: expected out.{name} to be the view of out.state_seq[{shown}] that "
+                    f"get_batch(..., shared_next=True) makes, got {_describe(views)}"
                 )
-            for what, a, whole, seq in pairs:
+            for what, key, a, seq in pairs:
                 v = seq[cut]
                 if not (isinstance(a, np.ndarray) and a.dtype == v.dtype and a.shape == v.shape
                         and a.strides == v.strides and a.ctypes.data == v.ctypes.data):
-                    got = _show(a) if not isinstance(a, np.ndarray) else "another array"
                     raise ValueError(
-                        f"{what}: expected a view of {whole} as get_batch(shared_next=True) "
-                        f"makes it ({whole}{shown}), got {got}"
+                        f"out: expected {what} to be the view of out.state_seq{key}[{shown}] "
+                        f"that get_batch(..., shared_next=True) makes, got {_describe(a)}"
                     )
 
     def _build_batch_locked(self, sel, indices, out):
@@ -1918,11 +1927,13 @@ class ReferenceReplay:
             )
         else:
             batch = out
-            for a in (*batch, batch.weight, batch.pick_index, batch.extras):
+            # out.extras is not written without an extras_spec (nor checked)
+            held = (batch.extras,) if self._extras_spec else ()
+            for a in (*batch, batch.weight, batch.pick_index, *held):
                 for x in (a.values() if isinstance(a, dict) else (a,)):
                     x[...] = 0
         state, action, reward, state_next, seq_len, seq_len_next, pick_epi, pick_pos = batch
-        extras = batch.extras
+        extras = batch.extras if self._extras_spec else None
 
         for b, i in enumerate(indices):
             h, p = self._table[i]
@@ -1984,6 +1995,7 @@ class ReferenceReplay:
                 pick_index=batch.pick_index,
             )
         _put(out.state_seq, ..., seq)  # and so out.state and out.state_next
-        for name in Batch._fields[4:] + ("action", "reward", "weight", "pick_index", "extras"):
+        held = ("extras",) if self._extras_spec else ()
+        for name in Batch._fields[4:] + ("action", "reward", "weight", "pick_index", *held):
             _put(getattr(out, name), ..., getattr(batch, name))
         return out
