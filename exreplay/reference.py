@@ -38,6 +38,11 @@ make the same ones):
   a TypeError (``numpy.dtype(None)`` would silently mean float64).  A
   non-string ``eviction`` is a ValueError, like any other wrong value.
 - ``seed=None`` reads back as None; the entropy drawn for it stays internal.
+- Errors are the C buffer's, message for message, for every argument
+  (``tests/test_arg_agreement.py`` compares them; the integer and flag
+  checks are ``exreplay._args``'s): a wrong type is shown by its type, a
+  wrong value as given.  Only a class defined in Python reads differently
+  (with its module here), and Python's own errors for a call's signature.
 - Priority 0 is stored as 0 for every alpha, alpha = 0 included (not
   ``0 ** 0 = 1``), so a zero priority is never drawn.  ``p ** alpha`` beyond
   float32's range is stored as float32's largest finite value.
