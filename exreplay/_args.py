@@ -66,15 +66,21 @@ def truth_arg(name: str, v) -> bool:
     included, is a TypeError worded as the buffer's, "shared_next: expected
     a bool, got numpy.int64"."""
     if not isinstance(v, (bool, np.bool_, int)):
-        t = type(v)
-        # the name the binding shows (the C type's tp_name)
-        shown = t.__name__ if t.__module__ == "builtins" or t.__flags__ & _HEAPTYPE \
-            else "%s.%s" % (t.__module__, t.__name__)
-        raise TypeError("%s: expected a bool, got %s" % (name, shown))
+        raise TypeError("%s: expected a bool, got %s" % (name, tp_name(v)))
     return bool(v)
 
 
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python, shown by its bare name
+
+
+def tp_name(o) -> str:
+    """The type of o as the binding shows it where it names the type alone
+    (the C type's tp_name): "float", "numpy.int64", "numpy.ndarray" (no
+    dtype or shape), and a class defined in Python by its bare name."""
+    t = type(o)
+    if t.__module__ == "builtins" or t.__flags__ & _HEAPTYPE:
+        return t.__name__
+    return "%s.%s" % (t.__module__, t.__name__)
 
 
 def nonneg_real_arg(name: str, v, expected: str) -> float:

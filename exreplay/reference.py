@@ -38,6 +38,11 @@ make the same ones):
   a TypeError (``numpy.dtype(None)`` would silently mean float64).  A
   non-string ``eviction`` is a ValueError, like any other wrong value.
 - ``seed=None`` reads back as None; the entropy drawn for it stays internal.
+- Errors are the C buffer's, message for message, for every argument
+  (``tests/test_arg_agreement.py`` compares them; the integer and flag
+  checks are ``exreplay._args``'s): a wrong type is shown by its type, a
+  wrong value as given.  Only a class defined in Python reads differently
+  (with its module here), and Python's own errors for a call's signature.
 - Priority 0 is stored as 0 for every alpha, alpha = 0 included (not
   ``0 ** 0 = 1``), so a zero priority is never drawn.  ``p ** alpha`` beyond
   float32's range is stored as float32's largest finite value.
@@ -96,7 +101,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from exreplay._args import index_arg, int_arg
+from exreplay._args import index_arg, int_arg, tp_name, truth_arg, type_name
 from exreplay._types import PickSelectorClass, seq_views
 
 __all__ = [
@@ -322,21 +327,37 @@ class RefPickSelector:
             raise ValueError(f"ps: pick selector {self._handle} was removed from its buffer")
         return getattr(sel, name)
 
+    def _settable(self, name, deleting=False):
+        """The C selector's AttributeError for a parameter a uniform selector
+        has not, or that is fixed (alpha; any parameter deleted)."""
+        if self._kind == PickSelectorClass.Uniform:
+            raise AttributeError(f"a uniform pick selector has no parameter '{name}'")
+        if deleting or name == "alpha":
+            raise AttributeError(f"{name} is fixed when the selector is created")
+
     @property
     def alpha(self):
         return self._param("alpha")
+
+    @alpha.setter
+    def alpha(self, value):
+        self._settable("alpha")
+
+    @alpha.deleter
+    def alpha(self):
+        self._settable("alpha", True)
 
     @property
     def beta(self):
         return self._param("beta")
 
+    @beta.deleter
+    def beta(self):
+        self._settable("beta", True)
+
     @beta.setter
     def beta(self, value):
-        if self._kind == PickSelectorClass.Uniform:
-            raise AttributeError(
-                f"beta: only a Prioritized or Rank selector has a beta, got a "
-                f"{self._kind.name} selector"
-            )
+        self._settable("beta")
         value = _finite_nonneg("beta", value)
         with self._owner._lock:
             sel = self._sel()
@@ -379,32 +400,22 @@ class RefPickSelector:
 # --------------------------------------------------------------------------
 
 
-def _show(x):
-    """A short description of a value for error messages."""
-    if isinstance(x, np.ndarray):
-        return f"an array of dtype {x.dtype} and shape {x.shape}"
-    r = repr(x)
-    if len(r) > 60:
-        r = r[:57] + "..."
-    return f"{r} ({type(x).__name__})"
+def _describe(x):
+    """A value as the C buffer describes one that is not what was expected
+    where it names no type alone: "a list", "a float32 array of shape (3, 4),
+    not C-contiguous"."""
+    if not isinstance(x, np.ndarray):
+        return f"a {tp_name(x)}"
+    return (f"a {x.dtype} array of shape {_shape_str(x.shape)}"
+            f"{'' if x.flags.c_contiguous else ', not C-contiguous'}"
+            f"{'' if x.flags.aligned else ', not aligned'}"
+            f"{'' if x.flags.writeable else ', read-only'}")
 
 
-def _int_arg(name, x):
-    """An int (anything with __index__, bools excluded)."""
-    if isinstance(x, (bool, np.bool_)):
-        raise TypeError(f"{name}: expected an int, got {_show(x)}")
-    try:
-        return operator.index(x)
-    except TypeError:
-        raise TypeError(f"{name}: expected an int, got {_show(x)}") from None
+# Integer arguments go through exreplay._args.index_arg and int_arg, flags
+# through truth_arg: the C buffer's checks, with its messages.
 
-
-def _bool_arg(name, x):
-    """A bool, a NumPy bool or an int (its truth value); anything else is a
-    TypeError, so that a float, a string or an array is not read as a flag."""
-    if not isinstance(x, (bool, np.bool_, int)):
-        raise TypeError(f"{name}: expected a bool, got {_show(x)}")
-    return bool(x)
+_EPISODE_HANDLE = "an int episode handle"
 
 
 def _real_arg(name, x):
@@ -419,26 +430,30 @@ def _real_arg(name, x):
     else:
         seq = isinstance(x, collections.abc.Sequence) and not isinstance(x, (str, bytes))
     if seq:
-        raise ValueError(f"{name}: expected a scalar, got a {type(x).__name__}")
+        raise ValueError(f"{name}: expected a scalar, got a {tp_name(x)}")
     t = type(x)
     numeric = any(hasattr(t, m) for m in ("__float__", "__index__", "__int__"))
     # a 0-d array of bools or complex numbers is refused as its scalar is
     zero_d_bc = isinstance(x, np.ndarray) and x.dtype.kind in "bc"
     if isinstance(x, (bool, np.bool_, complex, np.complexfloating)) or zero_d_bc or not numeric:
-        raise TypeError(f"{name}: expected a real number, got {_show(x)}")
+        raise TypeError(f"{name}: expected a real number, got {type_name(x)}")
     try:
         return float(x)
     except OverflowError:
-        raise ValueError(f"{name}: expected a real number within float's range, got {_show(x)}") from None
+        what = "an int" if isinstance(x, int) else f"a {tp_name(x)}"
+        raise ValueError(
+            f"{name}: expected a real number within float's range, got {what} too large for a float"
+        ) from None
     except (TypeError, ValueError):
-        raise TypeError(f"{name}: expected a real number, got {_show(x)}") from None
+        raise TypeError(f"{name}: expected a real number, got {type_name(x)}") from None
 
 
-def _finite_nonneg(name, x):
-    """A real number (_real_arg), finite and >= 0, as a Python float."""
+def _finite_nonneg(name, x, expected="a finite number >= 0"):
+    """A real number (_real_arg), finite and >= 0, as a Python float; a
+    ValueError shows x as given (its repr), as the C buffer does."""
     v = _real_arg(name, x)
     if not (math.isfinite(v) and v >= 0.0):
-        raise ValueError(f"{name}: expected a finite number >= 0, got {v!r}")
+        raise ValueError(f"{name}: expected {expected}, got {x!r}")
     return v
 
 
@@ -477,7 +492,7 @@ def _python_ints(name, x, dtype):
     for v in flat:
         if not info.min <= v <= info.max:
             raise ValueError(
-                f"{name}: expected values in [{info.min}, {info.max}] ({dtype}), got {v}"
+                f"{name}: expected values that fit {dtype}, in [{info.min}, {info.max}], got {v}"
             )
     return np.array(flat, dtype=dtype).reshape(objs.shape)
 
@@ -516,26 +531,33 @@ def _python_reals(name, objs):
     return np.array(vals, dtype=np.float64).reshape(objs.shape)
 
 
-def _shape_arg(name, x):
-    if isinstance(x, (bool, np.bool_)):
-        raise TypeError(f"{name}: expected an int or a tuple of ints, got {_show(x)}")
-    if isinstance(x, (tuple, list)):
-        dims = []
-        for d in x:
-            if isinstance(d, (bool, np.bool_)):
-                raise TypeError(f"{name}: expected a tuple of ints, got {_show(x)}")
-            try:
-                dims.append(operator.index(d))
-            except TypeError:
-                raise TypeError(f"{name}: expected a tuple of ints, got {_show(x)}") from None
+def _is_int(x):
+    """Whether x is an int as the C buffer takes one (exreplay._args.index_arg)."""
+    try:
+        index_arg("", x, "")
+    except TypeError:
+        return False
+    return True
+
+
+def _shape_arg(name, x, field=False):
+    """A shape (an int or a tuple or list of ints), as the C buffer reads
+    one, with its errors: a field's (field=True) says "a shape", and a
+    dimension out of range is shown as given."""
+    if _is_int(x):
+        given = [x]
+    elif isinstance(x, (tuple, list)):
+        given = list(x)
     else:
-        try:
-            dims = [operator.index(x)]
-        except TypeError:
-            raise TypeError(f"{name}: expected an int or a tuple of ints, got {_show(x)}") from None
-    for i, d in enumerate(dims):
-        if not 1 <= d <= 2**40:  # an item takes at most 1 TiB
-            raise ValueError(f"{name}: expected dimensions from 1 to 2**40, got {d} at index {i}")
+        want = "a shape (an int or a tuple of ints)" if field else "an int or a tuple of ints"
+        raise TypeError(f"{name}: expected {want}, got {type_name(x)}")
+    dims = []
+    for i, d in enumerate(given):
+        if not _is_int(d):
+            raise TypeError(f"{name}: expected a tuple of ints, got a {type_name(d)} at index {i}")
+        dims.append(operator.index(d))
+        if not 1 <= dims[-1] <= 2**40:  # an item takes at most 1 TiB
+            raise ValueError(f"{name}: expected dimensions from 1 to 2**40, got {d!r} at index {i}")
     return tuple(dims)
 
 
@@ -549,23 +571,25 @@ def _item_bytes(name, dtype, shape):
     return n
 
 
-def _dtype_arg(name, x, kinds="biuf"):
-    if x is None:
-        raise TypeError(f"{name}: expected a numeric dtype, got None")
+def _dtype_arg(name, x, reward=False):
+    """A bool, integer or floating dtype (float16, float32 or float64 for a
+    reward) in native byte order; anything else is a TypeError. What
+    numpy.dtype() refuses (None too) is shown by its type, a string as
+    given."""
     try:
+        if x is None:
+            raise TypeError
         dt = np.dtype(x)
     except Exception:
-        raise TypeError(f"{name}: expected a numeric dtype, got {_show(x)}") from None
-    if dt.kind not in kinds or dt.fields is not None or dt.subdtype is not None:
-        raise TypeError(f"{name}: expected a bool, integer or float dtype, got {dt}")
+        got = repr(x) if isinstance(x, str) else type_name(x)
+        raise TypeError(f"{name}: expected a NumPy dtype, got {got}") from None
+    if reward:
+        ok, want = dt.kind == "f" and dt.itemsize in (2, 4, 8), "float16, float32 or float64"
+    else:
+        ok, want = dt.kind in "biuf", "a bool, integer or floating dtype"
+    if not ok or dt.fields is not None or dt.subdtype is not None:
+        raise TypeError(f"{name}: expected {want}, got {dt}")
     return dt.newbyteorder("=")
-
-
-def _reward_dtype_arg(x):
-    dt = _dtype_arg("reward_dtype", x, kinds="f")
-    if dt.itemsize not in (2, 4, 8):
-        raise TypeError(f"reward_dtype: expected float16, float32 or float64, got {dt}")
-    return dt
 
 
 MAX_FIELDS = 32
@@ -576,7 +600,7 @@ def _spec_arg(name, spec):
     """A state_spec / extras_spec {field: (shape, dtype)} as {field: (shape, dtype)}
     with shapes as tuples and dtypes in native byte order, in the order given."""
     if isinstance(spec, (str, bytes)) or not isinstance(spec, collections.abc.Mapping):
-        raise TypeError(f"{name}: expected a dict {{name: (shape, dtype)}}, got {type(spec).__name__}")
+        raise TypeError(f"{name}: expected a dict {{name: (shape, dtype)}}, got {tp_name(spec)}")
     if not 1 <= len(spec) <= MAX_FIELDS:
         raise ValueError(f"{name}: expected 1 to {MAX_FIELDS} fields, got {len(spec)}")
     out = {}
@@ -591,7 +615,7 @@ def _spec_arg(name, spec):
             raise ValueError(f"{name}: expected unique field names, got {k!r} twice")
         if not isinstance(v, (tuple, list)) or len(v) != 2:
             raise TypeError(f"{name}[{k!r}]: expected a pair (shape, dtype), got {v!r}")
-        shape = _shape_arg(f"{name}[{k!r}]", v[0])
+        shape = _shape_arg(f"{name}[{k!r}]", v[0], field=True)
         dtype = _dtype_arg(f"{name}[{k!r}] dtype", v[1])
         total += _item_bytes(f"{name}[{k!r}]", dtype, shape)
         if total > MAX_ITEM_BYTES:
@@ -600,18 +624,27 @@ def _spec_arg(name, spec):
     return out
 
 
-# state_seq (shared_next) stands for state and state_next, which are its views
-_BATCH_ORDER = ("state_seq", "state", "action", "reward", "state_next", "seq_len",
-                "seq_len_next", "pick_epi", "pick_pos", "weight", "pick_index", "extras")
+# the fields of a Batch in the C buffer's order, state_seq (shared_next) last
+_BATCH_ORDER = ("state", "action", "reward", "state_next", "seq_len", "seq_len_next",
+                "pick_epi", "pick_pos", "weight", "pick_index", "extras", "state_seq")
+
+
+def _check_out_array(what, a, shape, dtype):
+    """An array of out= that get_batch writes: of this dtype and shape,
+    C-contiguous, aligned and writeable, else the C buffer's ValueError."""
+    if not (isinstance(a, np.ndarray) and a.dtype == dtype and a.shape == shape
+            and a.flags.c_contiguous and a.flags.aligned and a.flags.writeable):
+        raise ValueError(f"out: expected {what} to be a writeable C-contiguous {dtype} array of "
+                         f"shape {_shape_str(shape)}, got {_describe(a)}")
 
 
 def _refuse_shared(arrays):
-    """out= arrays (name, array, ...) that share memory would have get_batch
+    """out= arrays (name, array) that share memory would have get_batch
     write one field over another: a ValueError naming two of them (in the
     batch's field order)."""
     arrays = sorted(arrays, key=lambda t: _BATCH_ORDER.index(t[0].split("[")[0]))
-    for i, (x, a, *_) in enumerate(arrays):
-        for y, b, *_ in arrays[i + 1:]:
+    for i, (x, a) in enumerate(arrays):
+        for y, b in arrays[i + 1:]:
             if np.shares_memory(a, b):
                 raise ValueError(
                     f"out: expected arrays that share no memory, got out.{x} and out.{y} "
@@ -629,7 +662,7 @@ def _fields_arg(name, x, spec, lead=None):
     (-1: taken from the first field).  Names are checked before values."""
     if isinstance(x, (np.ndarray, str, bytes)) or not isinstance(x, collections.abc.Mapping):
         raise TypeError(
-            f"{name}: expected a dict of arrays with the fields {_names(spec)}, got {type(x).__name__}"
+            f"{name}: expected a dict of arrays with the fields {_names(spec)}, got {tp_name(x)}"
         )
     for k in x:
         if k not in spec:
@@ -647,13 +680,8 @@ def _fields_arg(name, x, spec, lead=None):
         if lead is None:
             out[k] = _array_arg(arg, v, dtype, shape)
             continue
-        a = _array_arg(arg, v, dtype, None)
-        want = (lead, *shape) if lead >= 0 else None
-        if a.ndim != len(shape) + 1 or a.shape[1:] != shape or (want and a.shape != want):
-            show = ("T" if lead < 0 else lead, *shape)
-            raise ValueError(f"{arg}: expected shape {show}, got {a.shape}")
-        lead = a.shape[0]
-        out[k] = a
+        out[k] = _array_arg(arg, v, dtype, (lead, *shape))
+        lead = out[k].shape[0]
     return out
 
 
@@ -693,7 +721,14 @@ def _copy_item(v):
     return {k: a.copy() for k, a in v.items()} if isinstance(v, dict) else v.copy()
 
 
-def _array_arg(name, x, dtype, shape=None, what="an array"):
+def _shape_str(shape):
+    """A shape as the C buffer's messages show it, a length of -1 (any) as
+    T: "(T, 2)", "(3,)", "()"."""
+    dims = ["T" if d < 0 else str(d) for d in shape]
+    return "(%s%s)" % (", ".join(dims), "," if len(dims) == 1 else "")
+
+
+def _array_arg(name, x, dtype, shape=None):
     """x as a new C-contiguous array of dtype, checked.
 
     The cast must be allowed by NumPy's same_kind rule from the dtype of the
@@ -702,17 +737,20 @@ def _array_arg(name, x, dtype, shape=None, what="an array"):
     float64), so for them only the kind counts, as in NEP 50: a list of
     Python ints goes into any integer dtype (uint8 included), a value that
     does not fit being a ValueError, while a Python float into an integer
-    dtype is a TypeError as always.  ``shape`` is the exact shape expected,
-    or None to leave it to the caller.
+    dtype is a TypeError as always.  ``shape`` is the shape expected, a
+    length of -1 standing for any (shown as T), or None to leave it to the
+    caller; it is checked after the dtype and before the values of Python
+    ints, as the C buffer checks them.
     """
     if x is None:
-        raise TypeError(f"{name}: expected {what} of dtype {dtype}, got None")
+        raise TypeError(f"{name}: expected an array-like of {dtype}, got None")
     try:
         a = np.asarray(x)
-    except ValueError as e:  # ragged nested sequences
-        raise ValueError(f"{name}: expected {what}, got a ragged sequence ({e})") from None
+    except ValueError:  # ragged nested sequences
+        raise ValueError(f"{name}: expected an array-like of {dtype}, got a ragged "
+                         f"{tp_name(x)}") from None
     except Exception:
-        raise TypeError(f"{name}: expected {what}, got {_show(x)}") from None
+        raise TypeError(f"{name}: expected an array-like of {dtype}, got {tp_name(x)}") from None
     typed = isinstance(x, (np.ndarray, np.generic))
     if not typed and dtype.kind in "iu" and a.dtype.kind in "fO":
         # Python ints beyond int64 made NumPy pick float64 or object: they
@@ -731,12 +769,13 @@ def _array_arg(name, x, dtype, shape=None, what="an array"):
     # An empty Python sequence has no dtype at all, so it is let through.
     weak_ok = not typed and (a.size == 0 or (a.dtype.kind in "iu" and dtype.kind in "iu"))
     if not weak_ok and not np.can_cast(a.dtype, dtype, "same_kind"):
-        src = a.dtype if typed else f"{a.dtype} (from {type(x).__name__})"
         raise TypeError(
-            f"{name}: expected values castable to {dtype} under the same_kind rule, got {src}"
+            f"{name}: expected {dtype} (or a dtype that casts to it under same_kind), "
+            f"got {a.dtype}"
         )
-    if shape is not None and a.shape != tuple(shape):
-        raise ValueError(f"{name}: expected shape {tuple(shape)}, got {a.shape}")
+    if shape is not None and (a.ndim != len(shape) or any(
+            w >= 0 and d != w for d, w in zip(a.shape, shape))):
+        raise ValueError(f"{name}: expected shape {_shape_str(shape)}, got {_shape_str(a.shape)}")
     if typed or a.size == 0:
         return np.array(a, dtype=dtype, copy=True, order="C")
     if a.dtype.kind in "iu" and dtype.kind in "iu":
@@ -754,15 +793,14 @@ def _recorded(p):
 
 
 def _check_priorities(name, values):
-    """values: float64 array; all finite and >= 0, else ValueError."""
+    """values: 1-D float64 array; all finite and >= 0, else ValueError
+    naming the first that is not."""
     bad = ~(np.isfinite(values) & (values >= 0))
     if bad.any():
-        if values.ndim:
-            i = int(np.flatnonzero(bad)[0])
-            raise ValueError(
-                f"{name}: expected finite numbers >= 0, got {float(values[i])!r} at index {i}"
-            )
-        raise ValueError(f"{name}: expected a finite number >= 0, got {float(values)!r}")
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"{name}: expected finite numbers >= 0, got {float(values[i])!r} at index {i}"
+        )
 
 
 # The series of _pow_general (docs/semantics.md, "Stored priorities"):
@@ -1048,26 +1086,19 @@ class ReferenceReplay:
             extras_spec = _spec_arg("extras_spec", extras_spec)
         action_shape = _shape_arg("action_shape", action_shape)
         action_dtype = _dtype_arg("action_dtype", action_dtype)
-        reward_dtype = _reward_dtype_arg(reward_dtype)
+        reward_dtype = _dtype_arg("reward_dtype", reward_dtype, reward=True)
         if state_spec is None:
             _item_bytes("state_shape", state_dtype, state_shape)
         _item_bytes("action_shape", action_dtype, action_shape)
         if capacity is not None:
-            capacity = _int_arg("capacity", capacity)
-            if not 1 <= capacity <= 2**63 - 1:
-                raise ValueError(
-                    f"capacity: expected an int in [1, {2**63 - 1}] or None, got {capacity}"
-                )
-        pick_len = _int_arg("pick_len", pick_len)
-        if not 1 <= pick_len <= MAX_PICK_LEN:
-            raise ValueError(f"pick_len: expected an int from 1 to {MAX_PICK_LEN}, got {pick_len}")
-        allow_short = _bool_arg("allow_short", allow_short)
+            capacity = int_arg("capacity", capacity, 1, 2**63 - 1,
+                               "an int in [1, 2**63 - 1] or None")
+        pick_len = int_arg("pick_len", pick_len, 1, MAX_PICK_LEN, f"an int in [1, {MAX_PICK_LEN}]")
+        allow_short = truth_arg("allow_short", allow_short)
         if not (isinstance(eviction, str) and eviction in ("fifo", "second_chance")):
-            raise ValueError(f"eviction: expected 'fifo' or 'second_chance', got {_show(eviction)}")
+            raise ValueError(f"eviction: expected 'fifo' or 'second_chance', got {eviction!r}")
         if seed is not None:
-            seed = _int_arg("seed", seed)
-            if not 0 <= seed < 2**64:
-                raise ValueError(f"seed: expected an int in [0, 2**64) or None, got {seed}")
+            seed = int_arg("seed", seed, 0, 2**64 - 1, "an int in [0, 2**64) or None")
 
         self._state_shape = state_shape
         self._state_dtype = state_dtype if state_spec is None else None
@@ -1147,13 +1178,15 @@ class ReferenceReplay:
             f"seed={self._seed!r}; {counts})"
         )
 
-    def episode(self, h):
+    def episode(self, h, /):
         """EpisodeData(state, action, reward, final_state, ended, terminated)."""
         with self._lock:
-            h = _int_arg("h", h)
+            h = index_arg("h", h, _EPISODE_HANDLE)
             ep = self._episodes.get(h)
             if ep is None:
-                raise ValueError(f"h: expected the handle of a live episode, got {h}")
+                raise ValueError(
+                    f"h: expected the handle of an episode held, got {h} (evicted or never created)"
+                )
             n = len(ep.states)
             state = self._state_zeros((n,))
             action = np.zeros((n, *self._action_shape), self._action_dtype)
@@ -1168,12 +1201,14 @@ class ReferenceReplay:
             final = None if ep.final_state is None else _copy_item(ep.final_state)
             return EpisodeData(state, action, reward, final, ep.ended, ep.terminated, extras)
 
-    def remove_episode(self, h):
+    def remove_episode(self, h, /):
         """Evict episode h now, as capacity would; ValueError if it is not held."""
         with self._lock:
-            h = _int_arg("h", h)
+            h = index_arg("h", h, _EPISODE_HANDLE)
             if h not in self._episodes:
-                raise ValueError(f"h: expected the handle of an episode held, got {h}")
+                raise ValueError(
+                    f"h: expected the handle of an episode held, got {h} (evicted or never created)"
+                )
             self._remove_locked(h)
 
     def end_episode(self, h, final_state=None, terminated=False):
@@ -1184,7 +1219,7 @@ class ReferenceReplay:
         is nothing to end).  ValueError if h has ended, has no step, or no
         episode has had it."""
         with self._lock:
-            h = _int_arg("h", h)
+            h = index_arg("h", h, _EPISODE_HANDLE)
             final, terminated = self._final_args(final_state, terminated)
             if final is None and not terminated:
                 raise ValueError("final_state: expected a state, or terminated=True (an episode "
@@ -1231,16 +1266,14 @@ class ReferenceReplay:
             if self._state_spec is not None:
                 s = _fields_arg("state", state, self._state_spec)
             else:
-                s = _array_arg("state", state, self._state_dtype, self._state_shape, "a state")
-            a = _array_arg("action", action, self._action_dtype, self._action_shape, "an action")
-            r = _array_arg("reward", reward, self._reward_dtype, (), "a scalar reward")
+                s = _array_arg("state", state, self._state_dtype, self._state_shape)
+            a = _array_arg("action", action, self._action_dtype, self._action_shape)
+            r = _array_arg("reward", reward, self._reward_dtype, ())
             final, terminated = self._final_args(final_state, terminated)
             if priority is None:
                 p = None
             else:
-                pa = np.float64(_real_arg("priority", priority))
-                _check_priorities("priority", pa)
-                p = _recorded(float(pa))
+                p = _recorded(_finite_nonneg("priority", priority, "a finite number >= 0 or None"))
             x = self._extras_arg("extras", extras, None)
             # Everything is valid; from here on nothing raises.
             return self._record_locked(h, s, a, r, p, final, terminated, x)
@@ -1257,30 +1290,18 @@ class ReferenceReplay:
                 sa = _fields_arg("states", states, self._state_spec, -1)
                 T = next(iter(sa.values())).shape[0]
             else:
-                sa = _array_arg("states", states, self._state_dtype, None, "an array of states")
-                want = len(self._state_shape) + 1
-                if sa.ndim != want or sa.shape[1:] != self._state_shape:
-                    raise ValueError(
-                        f"states: expected shape (T, *state_shape) = {('T', *self._state_shape)}, "
-                        f"got {sa.shape}"
-                    )
+                sa = _array_arg("states", states, self._state_dtype, (-1, *self._state_shape))
                 T = sa.shape[0]
             if T == 0:
-                raise ValueError("states: expected at least one step (T >= 1), got T = 0")
-            aa = _array_arg(
-                "actions",
-                actions,
-                self._action_dtype,
-                (T, *self._action_shape),
-                "an array of actions",
-            )
-            ra = _array_arg("rewards", rewards, self._reward_dtype, (T,), "an array of rewards")
+                raise ValueError("states: expected at least one step, got 0")
+            aa = _array_arg("actions", actions, self._action_dtype, (T, *self._action_shape))
+            ra = _array_arg("rewards", rewards, self._reward_dtype, (T,))
             final, terminated = self._final_args(final_state, terminated)
             if priorities is None:
                 prios = [None] * T
             else:
                 _refuse_bools("priorities", priorities)
-                pa = _array_arg("priorities", priorities, _FLOAT64, (T,), "an array of priorities")
+                pa = _array_arg("priorities", priorities, _FLOAT64, (T,))
                 _check_priorities("priorities", pa)
                 prios = [_recorded(float(v)) for v in pa]
             xa = self._extras_arg("extras", extras, T)
@@ -1300,34 +1321,32 @@ class ReferenceReplay:
 
     # -- selectors ---------------------------------------------------------
 
-    def new_pick_selector(self, kind, **params):
-        """Add a selector: Uniform, Prioritized (alpha=0.6, beta=0.4) or Rank
-        (alpha=0.7, beta=0.5)."""
+    def new_pick_selector(self, *args, **params):
+        """new_pick_selector(kind, /, **params): add a selector: Uniform,
+        Prioritized (alpha=0.6, beta=0.4) or Rank (alpha=0.7, beta=0.5)."""
         with self._lock:
-            # the C buffer's errors: the type of a kind that is no int, the
-            # value of one out of range
+            # the C buffer's errors: kind alone is positional; the type of a
+            # kind that is no int, the value of one out of range; then each
+            # parameter in the order given, its name before its value
+            if len(args) != 1:
+                raise TypeError("new_pick_selector() takes exactly one positional argument, the "
+                                f"PickSelectorClass ({len(args)} given)")
             kind = PickSelectorClass(
-                int_arg("kind", kind, 0, len(PickSelectorClass) - 1,
+                int_arg("kind", args[0], 0, len(PickSelectorClass) - 1,
                         f"a PickSelectorClass (0 to {len(PickSelectorClass) - 1})")
             )
             handle = self._next_selector
+            names = () if kind == PickSelectorClass.Uniform else ("alpha", "beta")
+            values = dict(zip(names, (0.7, 0.5) if kind == PickSelectorClass.Rank else (0.6, 0.4)))
+            for name, value in params.items():
+                if name not in names:
+                    raise TypeError(f"new_pick_selector(): a {kind.name.lower()} selector takes "
+                                    f"no parameter {name!r}")
+                values[name] = _finite_nonneg(name, value)
             if kind == PickSelectorClass.Uniform:
-                if params:
-                    raise TypeError(
-                        f"new_pick_selector: expected no parameters for a Uniform selector, "
-                        f"got {', '.join(sorted(params))}"
-                    )
                 sel = _Selector(handle, kind, None, None, self._make_rng(handle))
             else:
-                unknown = sorted(set(params) - {"alpha", "beta"})
-                if unknown:
-                    raise TypeError(
-                        f"new_pick_selector: expected parameters alpha and beta for a "
-                        f"{kind.name} selector, got {', '.join(unknown)}"
-                    )
-                a0, b0 = (0.7, 0.5) if kind == PickSelectorClass.Rank else (0.6, 0.4)
-                alpha = _finite_nonneg("alpha", params.get("alpha", a0))
-                beta = _finite_nonneg("beta", params.get("beta", b0))
+                alpha, beta = values["alpha"], values["beta"]
                 rng = self._make_rng(handle)
                 if kind == PickSelectorClass.Rank:
                     sel = _Selector(handle, kind, alpha, beta, rng, None, 1.0, _RankHeap())
@@ -1384,35 +1403,31 @@ class ReferenceReplay:
             if pick_index is not None:
                 raise TypeError("set_priority() got an unexpected keyword argument 'pick_index'")
             if pick_pos is not _MISSING and priorities is not _MISSING:
-                raise TypeError("set_priority(ps, batch, priorities): takes 3 arguments, got 4")
+                raise TypeError("set_priority() takes at most 3 positional arguments (4 given)")
             if pick_pos is not _MISSING:
                 priorities = pick_pos
             if priorities is _MISSING:
-                raise TypeError("set_priority() missing 1 required argument: 'priorities'")
+                raise TypeError("set_priority() missing required argument 'priorities'")
             batch = pick_epi
             pick_epi, pick_pos, pick_index = batch.pick_epi, batch.pick_pos, batch.pick_index
             names = tuple("batch." + n for n in names)  # as the C buffer names them
         elif pick_pos is _MISSING or priorities is _MISSING:
             missing = "pick_pos" if pick_pos is _MISSING else "priorities"
-            raise TypeError(f"set_priority() missing 1 required argument: '{missing}'")
+            raise TypeError(f"set_priority() missing required argument '{missing}'")
         with self._lock:
             sel = self._selector_arg(ps)
             epi, pos = self._pick_arrays(pick_epi, pick_pos, *names[:2])
             hints = None
             if pick_index is not None:
-                hints = _array_arg(names[2], pick_index, _INT64, None, "a 1-D array of table indices")
-                if hints.shape != epi.shape:
-                    raise ValueError(f"{names[2]}: expected shape {epi.shape}, got {hints.shape}")
-                hints = hints.tolist()
+                hints = _array_arg(names[2], pick_index, _INT64, epi.shape).tolist()
             _refuse_bools("priorities", priorities)
-            pa = _array_arg("priorities", priorities, _FLOAT64, None, "priorities")
-            if pa.shape not in ((), epi.shape):
-                raise ValueError(
-                    f"priorities: expected a scalar or shape {epi.shape} like pick_epi, "
-                    f"got {pa.shape}"
-                )
+            # one priority for every pick (a Python or NumPy scalar, a 0-d
+            # array), checked even with no pick to apply it to; else one each
+            scalar = (np.ndim(priorities) == 0 if isinstance(priorities, np.ndarray)
+                      else isinstance(priorities, (float, int, np.generic)))
+            pa = _array_arg("priorities", priorities, _FLOAT64, () if scalar else epi.shape)
+            _check_priorities("priorities", pa.reshape(-1))
             pa = np.broadcast_to(pa, epi.shape)
-            _check_priorities("priorities", pa)
             if not sel.prioritized:
                 return 0
             applied = 0
@@ -1437,15 +1452,13 @@ class ReferenceReplay:
         The picks drawn do not depend on shared_next.
         """
         with self._lock:
-            B = _int_arg("batch_size", batch_size)
-            if B < 1:
-                raise ValueError(f"batch_size: expected an int >= 1, got {B}")
+            B = int_arg("batch_size", batch_size, 1, 2**63 - 1, "an int in [1, 2**63 - 1]")
             sel = self._selector_arg(ps)
-            shared_next = _bool_arg("shared_next", shared_next)
+            shared_next = truth_arg("shared_next", shared_next)
             if out is not None:
                 self._check_out(out, B, shared_next)
             if not self._table:
-                raise ValueError("get_batch: expected at least one pick in the buffer, got none")
+                raise ValueError(f"get_batch: no pick can be drawn: {self._empty_reason()}")
             if sel.rank is not None:
                 # rank r (1 = highest priority) with probability r^-alpha /
                 # sum_k k^-alpha; the pick at heap position r - 1
@@ -1463,8 +1476,8 @@ class ReferenceReplay:
                 total = cum[-1]
                 if total <= 0.0:
                     raise ValueError(
-                        f"ps: expected a selector with a positive priority somewhere, "
-                        f"got all {len(cum)} picks at priority 0"
+                        f"get_batch: no pick can be drawn: every priority of selector "
+                        f"{sel.handle} is zero ({len(cum)} picks held)"
                     )
                 last_positive = max(i for i, v in enumerate(sel.leaves) if v > 0.0)
                 indices = []
@@ -1625,6 +1638,21 @@ class ReferenceReplay:
 
     # -- internals (the lock is held) --------------------------------------
 
+    def _empty_reason(self):
+        """Why a buffer without picks has none, as the C buffer says it."""
+        n, e, L = self._size, len(self._episodes), self._pick_len
+        if n == 0:
+            return f"the buffer is empty ({e} episodes, 0 records)"
+        if n == e and n > 1:
+            return (f"each of the {n} records is in an episode of its own, so no episode has the "
+                    f"pick_len={L} complete steps a pick needs. record() returns the handle to "
+                    "continue the episode with: pass it back (h = buf.record(h, ...))")
+        return (f"the {n} records are in {e} episodes, all shorter than a pick (pick_len={L} "
+                "complete steps; an open episode's last step is complete only once the next "
+                "record or the episode's end arrives)"
+                + ("" if self._allow_short else
+                   "; allow_short=True also makes shorter picks at the end of ended episodes"))
+
     def _make_rng(self, selector_handle):
         # One generator per selector, from (buffer seed, selector handle).
         return random.Random((self._seed_value << 64) | selector_handle)
@@ -1632,17 +1660,15 @@ class ReferenceReplay:
     def _handle_arg(self, h):
         if h is None:
             return None
-        return _int_arg("h", h)
+        return index_arg("h", h, _EPISODE_HANDLE + " or None")
 
     def _final_args(self, final_state, terminated):
-        terminated = _bool_arg("terminated", terminated)
+        terminated = truth_arg("terminated", terminated)
         if final_state is None:
             return None, terminated
         if self._state_spec is not None:
             return _fields_arg("final_state", final_state, self._state_spec), terminated
-        fa = _array_arg(
-            "final_state", final_state, self._state_dtype, self._state_shape, "a state"
-        )
+        fa = _array_arg("final_state", final_state, self._state_dtype, self._state_shape)
         return fa, terminated
 
     def _extras_arg(self, name, extras, lead):
@@ -1651,7 +1677,8 @@ class ReferenceReplay:
         if self._extras_spec is None:
             if extras is not None:
                 raise ValueError(
-                    f"{name}: expected None (this buffer has no extras_spec), got {_show(extras)}"
+                    f"{name}: expected None (this buffer has no extras_spec), got "
+                    f"{_describe(extras)}"
                 )
             return None
         if extras is None:
@@ -1684,14 +1711,8 @@ class ReferenceReplay:
         return sel
 
     def _pick_arrays(self, pick_epi, pick_pos, epi_name="pick_epi", pos_name="pick_pos"):
-        epi = _array_arg(epi_name, pick_epi, _INT64, None, "a 1-D array of episode handles")
-        pos = _array_arg(pos_name, pick_pos, _INT64, None, "a 1-D array of positions")
-        if epi.ndim != 1:
-            raise ValueError(f"{epi_name}: expected a 1-D array, got shape {epi.shape}")
-        if pos.shape != epi.shape:
-            raise ValueError(
-                f"{pos_name}: expected shape {epi.shape} like {epi_name}, got {pos.shape}"
-            )
+        epi = _array_arg(epi_name, pick_epi, _INT64, (-1,))
+        pos = _array_arg(pos_name, pick_pos, _INT64, epi.shape)
         return epi, pos
 
     def _pick_index(self, e, p):
@@ -1714,7 +1735,8 @@ class ReferenceReplay:
         for e, p in zip(epi.tolist(), pos.tolist()):
             i = self._pick_index(e, p)
             if i is None:
-                raise ValueError(f"pick_epi, pick_pos: expected existing picks, got ({e}, {p})")
+                raise ValueError("pick_epi, pick_pos: expected picks that exist, got one that "
+                                 "does not")
             indices.append(i)
         return indices
 
@@ -1809,61 +1831,57 @@ class ReferenceReplay:
             self._ahead, self._behind = self._behind, deque()
 
     def _check_out(self, out, B, shared_next=False):
+        """out= checked as the C buffer checks it, field by field in the
+        batch's order, with its errors. Without an extras_spec out.extras is
+        neither looked at nor written."""
         if not isinstance(out, Batch):
-            raise TypeError(f"out: expected a Batch, got {_show(out)}")
+            raise TypeError(f"out: expected a Batch from get_batch, got {tp_name(out)}")
         if not shared_next and getattr(out, "state_seq", None) is not None:
             raise ValueError(
                 "out: expected a batch of get_batch(..., shared_next=False), got one with "
                 "state_seq set (shared_next=True): pass shared_next=True to refill it"
             )
         L = self._pick_len
-        expected = {
-            "action": ((B, L, *self._action_shape), self._action_dtype),
-            "reward": ((B, L), self._reward_dtype),
-            "seq_len": ((B,), _INT64),
-            "seq_len_next": ((B,), _INT64),
-            "pick_epi": ((B,), _INT64),
-            "pick_pos": ((B,), _INT64),
-            "weight": ((B,), _FLOAT32),
-            "pick_index": ((B,), _INT64),
+        state = ((B, L, *(self._state_shape or ())), self._state_dtype, self._state_spec)
+        fields = {
+            "state": state,
+            "action": ((B, L, *self._action_shape), self._action_dtype, None),
+            "reward": ((B, L), self._reward_dtype, None),
+            "state_next": state,
+            "seq_len": ((B,), _INT64, None),
+            "seq_len_next": ((B,), _INT64, None),
+            "pick_epi": ((B,), _INT64, None),
+            "pick_pos": ((B,), _INT64, None),
+            "weight": ((B,), _FLOAT32, None),
+            "pick_index": ((B,), _INT64, None),
+            "extras": ((B, L), None, self._extras_spec),
+            "state_seq": ((B, L + 1, *(self._state_shape or ())), self._state_dtype,
+                          self._state_spec),
         }
-        dicts = {"extras": self._extras_spec or {}}
         # with shared_next, state and state_next are written through state_seq
-        # (checked as their views below)
-        states = {"state_seq": L + 1} if shared_next else {"state": L, "state_next": L}
-        for name in states:
-            if self._state_spec is None:
-                expected[name] = ((B, states[name], *self._state_shape), self._state_dtype)
-            else:
-                dicts[name] = self._state_spec
-        arrays = [(name, getattr(out, name, None), shape, dtype)
-                  for name, (shape, dtype) in expected.items()]
-        for name, spec in dicts.items():
-            d = getattr(out, name, None)
-            if not isinstance(d, dict):
-                raise TypeError(
-                    f"out: expected out.{name} to be a dict with the fields {_names(spec)}, "
-                    f"got {_show(d)}"
-                )
-            if set(d) != set(spec):
-                raise ValueError(
-                    f"out: expected out.{name} to hold the fields {_names(spec)}, got {_names(d)}"
-                )
-            for k, (shape, dtype) in spec.items():
-                arrays.append((f"{name}[{k!r}]", d[k], (B, states.get(name, L), *shape), dtype))
-        for name, a, shape, dtype in arrays:
-            if not isinstance(a, np.ndarray):
-                raise ValueError(
-                    f"out.{name}: expected an array of {dtype} {shape}, got {_show(a)}"
-                )
-            if a.shape != shape or a.dtype != dtype:
-                raise ValueError(
-                    f"out.{name}: expected an array of {dtype} {shape}, got {a.dtype} {a.shape}"
-                )
-            if not (a.flags.c_contiguous and a.flags.writeable):
-                raise ValueError(
-                    f"out.{name}: expected a C-contiguous writeable array, got one that is not"
-                )
+        # (checked as its views below); else state_seq is not looked at
+        skip = ("state", "state_next") if shared_next else ("state_seq",)
+        arrays = []
+        for name, (shape, dtype, spec) in fields.items():
+            if name in skip or (name == "extras" and not spec):
+                continue
+            a = getattr(out, name, None)
+            if spec is None:
+                _check_out_array(f"out.{name}", a, shape, dtype)
+                arrays.append((name, a))
+                continue
+            if not isinstance(a, dict):
+                raise TypeError(f"out: expected out.{name} to be a dict with the fields "
+                                f"{_names(spec)}, got {tp_name(a)}")
+            if len(a) != len(spec):
+                raise ValueError(f"out: expected out.{name} to hold the fields {_names(spec)}, "
+                                 f"got {len(a)} entries")
+            for k, (fshape, fdtype) in spec.items():
+                if k not in a:
+                    raise ValueError(f"out: expected out.{name} to hold the fields "
+                                     f"{_names(spec)}, got no {k!r}")
+                _check_out_array(f"out.{name}[{k!r}]", a[k], (*shape[:2], *fshape), fdtype)
+                arrays.append((f"{name}[{k!r}]", a[k]))
         if shared_next:
             self._check_out_views(out, L)
         _refuse_shared(arrays)
@@ -1872,28 +1890,26 @@ class ReferenceReplay:
         """out.state and out.state_next must be exactly the views of (checked)
         out.state_seq that get_batch(shared_next=True) makes."""
         spec = self._state_spec
-        for name, cut, shown in (("state", np.s_[:, :L], f"[:, :{L}]"),
-                                 ("state_next", np.s_[:, 1:], "[:, 1:]")):
+        for name, cut, shown in (("state", np.s_[:, :L], ":, :-1"),
+                                 ("state_next", np.s_[:, 1:], ":, 1:")):
             views = getattr(out, name, None)
             if spec is None:
-                pairs = [(f"out.{name}", views, "out.state_seq", out.state_seq)]
-            elif isinstance(views, dict) and set(views) == set(spec):
-                pairs = [(f"out.{name}[{k!r}]", views[k], f"out.state_seq[{k!r}]", a)
+                pairs = [(f"out.{name}", "", views, out.state_seq)]
+            elif isinstance(views, dict) and len(views) == len(spec):
+                pairs = [(f"out.{name}[{k!r}]", f"[{k!r}]", views.get(k), a)
                          for k, a in out.state_seq.items()]
             else:
-                got = _names(views) if isinstance(views, dict) else _show(views)
                 raise ValueError(
-                    f"out.{name}: expected a dict of views of out.state_seq's fields "
-                    f"{_names(spec)} as get_batch(shared_next=True) makes it, got {got}"
+                    f"out: expected out.{name} to be the view of out.state_seq[{shown}] that "
+                    f"get_batch(..., shared_next=True) makes, got {_describe(views)}"
                 )
-            for what, a, whole, seq in pairs:
+            for what, key, a, seq in pairs:
                 v = seq[cut]
                 if not (isinstance(a, np.ndarray) and a.dtype == v.dtype and a.shape == v.shape
                         and a.strides == v.strides and a.ctypes.data == v.ctypes.data):
-                    got = _show(a) if not isinstance(a, np.ndarray) else "another array"
                     raise ValueError(
-                        f"{what}: expected a view of {whole} as get_batch(shared_next=True) "
-                        f"makes it ({whole}{shown}), got {got}"
+                        f"out: expected {what} to be the view of out.state_seq{key}[{shown}] "
+                        f"that get_batch(..., shared_next=True) makes, got {_describe(a)}"
                     )
 
     def _build_batch_locked(self, sel, indices, out):
@@ -1916,11 +1932,13 @@ class ReferenceReplay:
             )
         else:
             batch = out
-            for a in (*batch, batch.weight, batch.pick_index, batch.extras):
+            # out.extras is not written without an extras_spec (nor checked)
+            held = (batch.extras,) if self._extras_spec else ()
+            for a in (*batch, batch.weight, batch.pick_index, *held):
                 for x in (a.values() if isinstance(a, dict) else (a,)):
                     x[...] = 0
         state, action, reward, state_next, seq_len, seq_len_next, pick_epi, pick_pos = batch
-        extras = batch.extras
+        extras = batch.extras if self._extras_spec else None
 
         for b, i in enumerate(indices):
             h, p = self._table[i]
@@ -1982,6 +2000,7 @@ class ReferenceReplay:
                 pick_index=batch.pick_index,
             )
         _put(out.state_seq, ..., seq)  # and so out.state and out.state_next
-        for name in Batch._fields[4:] + ("action", "reward", "weight", "pick_index", "extras"):
+        held = ("extras",) if self._extras_spec else ()
+        for name in Batch._fields[4:] + ("action", "reward", "weight", "pick_index", *held):
             _put(getattr(out, name), ..., getattr(batch, name))
         return out

@@ -295,3 +295,158 @@ def test_selector_kind_errors_read_the_same(name):
     assert errs[0] == errs[1], name
     if errs[1] is not None:
         assert errs[1][1].startswith("kind: expected a PickSelectorClass (0 to 2), got "), errs[1]
+
+
+# Every argument's errors read the same in both: the exception's type and
+# its message.  The reference showed a wrong value's repr ("pick_len:
+# expected an int, got 1.5 (float)") where the C buffer shows its type, and
+# worded many expectations its own way.  A class defined in Python is shown
+# by its bare name by the C buffer and with its module by
+# exreplay._args.type_name, so "object" is left out here.
+MESSAGE_VALUES = {k: v for k, v in ODD.items() if k != "object"}
+MESSAGE_VALUES.update({
+    "-1.0": -1.0,
+    "np.int64(-1)": np.int64(-1),
+    "np.float64(-1.0)": np.float64(-1.0),
+    "'float32'": "float32",
+    "'x8'": "x8",
+    "'complex64'": "complex64",
+    "{}": {},
+    "()": (),
+    "int": int,
+    "np.dtype(object)": np.dtype(object),
+    "np.zeros((2, 2))": np.zeros((2, 2)),
+})
+
+MESSAGE_CALLS = {
+    **{f"record {k}": f for k, f in RECORD_ARGS.items()},
+    **{f"record_many {k}": f for k, f in RECORD_MANY_ARGS.items()},
+    **{f"end_episode {k}": f for k, f in END_EPISODE_ARGS.items()},
+    **{f"selector {k}": f for k, f in SELECTOR_ARGS.items()},
+    **{f"get_batch {k}": f for k, f in BATCH_ARGS.items()},
+    **{f"set_priority {k}": f for k, f in SET_PRIORITY_ARGS.items()},
+    "get_batch shared_next": lambda b, h, u, p, v: b.get_batch(2, u, shared_next=v),
+    "set_priority pick_index": lambda b, h, u, p, v: b.set_priority(p, [0], [0], [1.0],
+                                                                    pick_index=v),
+    "Rank alpha": lambda b, h, u, p, v: b.new_pick_selector(PickSelectorClass.Rank, alpha=v),
+    "Rank beta": lambda b, h, u, p, v: b.new_pick_selector(PickSelectorClass.Rank, beta=v),
+    **{f"constructor {a}": (lambda a: lambda b, h, u, p, v: type(b)(state_shape=(2,), **{a: v}))(a)
+       for a in CONSTRUCTOR_ARGS if a != "state_shape"},
+    "constructor state_shape": lambda b, h, u, p, v: type(b)(state_shape=v),
+    "constructor state_spec": lambda b, h, u, p, v: type(b)(state_spec=v),
+    "constructor state_spec shape": lambda b, h, u, p, v: type(b)(state_spec={"a": (v, "f4")}),
+    "constructor state_spec dtype": lambda b, h, u, p, v: type(b)(state_spec={"a": (2, v)}),
+    "constructor extras_spec": lambda b, h, u, p, v: type(b)(state_shape=(2,), extras_spec=v),
+}
+
+
+def _error_and_unchanged(cls, call, v):
+    """(type, message) of the error call raises on a filled buffer of cls, or
+    None; the buffer must be as it was after an error."""
+    buf, h, u, p = filled(cls)
+    before = contents(buf)
+    err = _error(lambda: call(buf, h, u, p, v))
+    assert err is None or contents(buf) == before, f"{cls.__name__} changed after {err}"
+    return err
+
+
+@pytest.mark.parametrize("call", sorted(MESSAGE_CALLS))
+def test_argument_errors_read_the_same(call):
+    disagreements = {}
+    for name, v in MESSAGE_VALUES.items():
+        if call == "get_batch batch_size" and name not in SMALL:
+            continue  # a batch of 2**31 picks or more is not drawn by the reference
+        errs = [_error_and_unchanged(cls, MESSAGE_CALLS[call], v) for cls in IMPLS]
+        if errs[0] != errs[1]:
+            disagreements[name] = errs
+    assert not disagreements, f"reference vs C: {disagreements}"
+
+
+def _emptied(b, h, u, p):
+    for e in b._handles():
+        b.remove_episode(e)
+    return b.get_batch(1, u)
+
+
+def _shorts(b, h, u, p):
+    for e in b._handles():
+        b.remove_episode(e)
+    b.record(None, S, 0, 0.0)
+    b.record(None, S, 0, 0.0)
+    return b.get_batch(1, u)
+
+
+BATCH_FIELDS = ("state", "action", "reward", "state_next", "seq_len", "seq_len_next", "pick_epi",
+                "pick_pos", "weight", "pick_index", "extras", "state_seq")
+
+
+def _out(b, u, shared_next=False, **swap):
+    """get_batch(2, u, out=o) for o, a batch of b with the fields in swap
+    replaced (a callable is given the batch's fields by name)."""
+    o = b.get_batch(2, u, shared_next=shared_next)
+    f = {n: getattr(o, n) for n in BATCH_FIELDS}
+    f.update({n: v(dict(f)) if callable(v) else v for n, v in swap.items()})
+    if isinstance(b, ReferenceReplay):
+        out = type(o)(*(f[n] for n in BATCH_FIELDS[:8]), weight=f["weight"], extras=f["extras"],
+                      state_seq=f["state_seq"], pick_index=f["pick_index"])
+    else:
+        out = type(o)(tuple(f[n] for n in BATCH_FIELDS))
+    return b.get_batch(2, u, out=out, shared_next=shared_next)
+
+
+# Errors of the same calls that no odd value above reaches.
+MESSAGE_CASES = {
+    "new_pick_selector() unknown parameter": lambda b, h, u, p: b.new_pick_selector(
+        PickSelectorClass.Prioritized, beta=0.5, gamma=1, zeta=2),
+    "new_pick_selector() parameter of a Uniform": lambda b, h, u, p: b.new_pick_selector(
+        PickSelectorClass.Uniform, alpha=0.5),
+    "new_pick_selector() parameters in order": lambda b, h, u, p: b.new_pick_selector(
+        PickSelectorClass.Rank, beta=-1, alpha="x"),
+    "new_pick_selector() no kind": lambda b, h, u, p: b.new_pick_selector(),
+    "new_pick_selector() kind by keyword": lambda b, h, u, p: b.new_pick_selector(kind=1),
+    "new_pick_selector() two positionals": lambda b, h, u, p: b.new_pick_selector(1, 0.5),
+    "alpha=": lambda b, h, u, p: setattr(p, "alpha", 0.5),
+    "Uniform beta=": lambda b, h, u, p: setattr(u, "beta", 0.5),
+    "del beta": lambda b, h, u, p: delattr(p, "beta"),
+    "removed selector's beta=": lambda b, h, u, p: (b.remove_pick_selector(p),
+                                                    setattr(p, "beta", np.int64(-1))),
+    "get_batch of an empty buffer": _emptied,
+    "get_batch with only short episodes": _shorts,
+    "get_batch with every priority 0": lambda b, h, u, p: (
+        b.set_priority(p, *b._picks(), 0.0), b.get_batch(1, p)),
+    "record_many of no step": lambda b, h, u, p: b.record_many(h, np.zeros((0, 2)), [], []),
+    "record extras without an extras_spec": lambda b, h, u, p: b.record(h, S, 0, 0.0,
+                                                                       extras={}),
+    "record_many extras without an extras_spec": lambda b, h, u, p: b.record_many(
+        h, S2, [0, 1], [0.0, 0.0], extras=np.zeros(3)),
+    "set_priority a scalar nan and no pick": lambda b, h, u, p: b.set_priority(p, [], [],
+                                                                              math.nan),
+    "set_priority(ps, batch, p, q)": lambda b, h, u, p: b.set_priority(
+        p, b.get_batch(2, u), [1.0, 1.0], [1.0, 1.0]),
+    "set_priority() no priorities": lambda b, h, u, p: b.set_priority(p, [0], [0]),
+    "_gather of a missing pick": lambda b, h, u, p: b._gather(u, [0], [99]),
+    "out.action of another dtype": lambda b, h, u, p: _out(
+        b, u, action=np.zeros((2, 2), np.float32)),
+    "out.weight not C-contiguous": lambda b, h, u, p: _out(
+        b, u, weight=np.zeros(4, np.float32)[::2]),
+    "out.pick_index None": lambda b, h, u, p: _out(b, u, pick_index=None),
+    "out.state not state_seq's view": lambda b, h, u, p: _out(
+        b, u, True, state=lambda f: f["state"].copy()),
+    "out.reward over out.state_seq": lambda b, h, u, p: _out(
+        b, u, True, reward=lambda f: f["state_seq"].reshape(-1)[:4].reshape(2, 2)),
+    "episode(h=)": lambda b, h, u, p: b.episode(h=h),
+    "reward_dtype int64": lambda b, h, u, p: type(b)(2, reward_dtype="int64"),
+    "state_dtype structured": lambda b, h, u, p: type(b)(2, state_dtype=[("a", "f4")]),
+    "state_shape float dimension": lambda b, h, u, p: type(b)((2, 1.5)),
+    "state_shape NumPy dimension": lambda b, h, u, p: type(b)((2, np.int64(-3))),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MESSAGE_CASES))
+def test_other_errors_read_the_same(case):
+    errs = [_error(lambda: MESSAGE_CASES[case](*filled(cls))) for cls in IMPLS]
+    assert errs[1] is not None, errs
+    if case == "episode(h=)":  # each names its own class: only the type is compared
+        assert errs[0][0] is errs[1][0] is TypeError, errs
+        return
+    assert errs[0] == errs[1]

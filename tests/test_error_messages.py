@@ -292,3 +292,29 @@ def test_shape_dimensions_reference_agrees(call, exc, msg, monkeypatch):
     with pytest.raises(exc) as e:
         call()
     assert str(e.value) == msg
+
+
+# What numpy.dtype() refuses is shown by its type (an array's or an object's
+# repr told nothing, and an object's showed its address); a string NumPy does
+# not know, as given.
+DTYPES = [
+    (lambda: exreplay.ExperienceReplay(2, state_dtype=[1]),
+     "state_dtype: expected a NumPy dtype, got list"),
+    (lambda: exreplay.ExperienceReplay(2, action_dtype=np.array([1.0])),
+     "action_dtype: expected a NumPy dtype, got numpy.ndarray of dtype float64 and shape (1,)"),
+    (lambda: exreplay.ExperienceReplay(2, reward_dtype=None),
+     "reward_dtype: expected a NumPy dtype, got NoneType"),
+    (lambda: exreplay.ExperienceReplay(2, state_dtype="x8"),
+     "state_dtype: expected a NumPy dtype, got 'x8'"),
+    (lambda: exreplay.ExperienceReplay(state_spec={"a": (2, 1.5)}),
+     "state_spec['a'] dtype: expected a NumPy dtype, got float"),
+    (lambda: exreplay.ExperienceLog(os.devnull + "/x", state_shape=(2,), state_dtype=object()),
+     "state_dtype: expected a NumPy dtype, got object"),
+]
+
+
+@pytest.mark.parametrize("call,msg", DTYPES)
+def test_a_dtype_numpy_refuses_is_shown_by_its_type(call, msg):
+    with pytest.raises(TypeError) as e:
+        call()
+    assert str(e.value) == msg

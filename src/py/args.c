@@ -559,7 +559,14 @@ PyArray_Descr *exr_dtype_arg(PyObject *o, const char *name, int reward)
     PyArray_Descr *d = NULL;
     if (o == Py_None || !PyArray_DescrConverter(o, &d)) {
         PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "%s: expected a NumPy dtype, got %R", name, o);
+        /* a string NumPy does not know is shown as given ("x8"); anything
+         * else by its type, not its repr (an array's, an object's address) */
+        char got[192];
+        if (PyUnicode_Check(o))
+            PyErr_Format(PyExc_TypeError, "%s: expected a NumPy dtype, got %R", name, o);
+        else
+            PyErr_Format(PyExc_TypeError, "%s: expected a NumPy dtype, got %s", name,
+                         exr_type_str(o, got, sizeof got));
         return NULL;
     }
     char k = d->kind;
