@@ -89,6 +89,15 @@ def _kind(kind, name: str = "kind") -> PickSelectorClass:
     return PickSelectorClass(int_arg(name, kind, 0, len(PickSelectorClass) - 1, _KIND))
 
 
+def _list_arg(name: str, v, expected: str) -> list:
+    """v (any iterable) as a list; anything else a TypeError naming name,
+    what was expected and v's type."""
+    try:
+        return list(v)
+    except TypeError:
+        raise TypeError(f"{name}: expected {expected}, got {type_name(v)}") from None
+
+
 _SELECTORS = "None or a list of selector kinds and (kind, params) pairs"
 
 
@@ -104,10 +113,7 @@ def _selector_specs(selectors):
         return None
     if isinstance(selectors, (str, bytes, Mapping)):
         raise TypeError(f"selectors: expected {_SELECTORS}, got {type_name(selectors)}")
-    try:
-        entries = list(selectors)
-    except TypeError:
-        raise TypeError(f"selectors: expected {_SELECTORS}, got {type_name(selectors)}") from None
+    entries = _list_arg("selectors", selectors, _SELECTORS)
     specs = []
     for i, s in enumerate(entries):
         if not isinstance(s, (tuple, list)):
@@ -393,10 +399,7 @@ def concat_batches(batches: Sequence) -> Any:
     the result. Batches of both layouts are a ValueError, and so is no
     batch (an IndexError before); batches that is no sequence a TypeError."""
     if not isinstance(batches, (list, tuple)):
-        try:
-            batches = list(batches)
-        except TypeError:
-            raise TypeError(f"batches: expected a list of batches, got {type_name(batches)}") from None
+        batches = _list_arg("batches", batches, "a list of batches")
     if not batches:
         raise ValueError("batches: expected at least one batch, got none")
     if len(batches) == 1:
@@ -1214,10 +1217,7 @@ def _sharded_args(n_shards, actors, seed, capacity, actor_options, log_options, 
         n = int_arg("n_shards", n_shards, 1, None, "an int >= 1 (the shards to start; or actors=)")
         n_shards = n
     else:
-        try:
-            actors = list(actors)
-        except TypeError:
-            raise TypeError(f"actors: expected a list of ReplayActors, got {type_name(actors)}") from None
+        actors = _list_arg("actors", actors, "a list of ReplayActors")
         if not actors:
             raise ValueError("actors: expected at least one ReplayActor, got an empty list")
         _unused_with_actors(*unused)
