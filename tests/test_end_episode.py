@@ -355,6 +355,74 @@ def test_an_evicted_episode_that_had_ended_logs_no_second_end(tmp_path):
     assert _logged_ends(p) == {}
 
 
+def _named_buf(log, capacity):
+    return ExperienceReplay(state_spec={"img": ((2, 2), "uint8"), "v": ((3,), "float32")},
+                            extras_spec=XSPEC, capacity=capacity, pick_len=1, log=log)
+
+
+@pytest.mark.parametrize("named", [False, True])
+def test_a_record_into_an_evicted_handle_ends_its_episode_in_the_log(tmp_path, named):
+    """A record into a handle whose episode went open under a log continues
+    that episode's trajectory in a new one: the log ends the old one, not
+    terminated, with the new step's state as its final state, so that its
+    last transition is whole; an end_episode on the handle afterwards logs
+    nothing more, and a record with None ends nothing."""
+    from exreplay import ExperienceLog
+
+    p = tmp_path / "cont.log"
+    lg = ExperienceLog(p, chunk_bytes=200)
+    buf = _named_buf(lg, 6) if named else ExperienceReplay((2,), capacity=6, pick_len=1, log=lg)
+    buf.new_pick_selector(U)
+    h = rollout(buf, None, 4, 1, named, prios=False)
+    rollout(buf, None, 3, 2, named, prios=False)  # evicts h, open, mid-way
+    assert h not in buf._handles()
+    nxt = one_state(9, named)
+    extra = {"extras": {"logp": np.float32(0)}} if named else {}
+    h3 = buf.record(h, nxt, 0, 1.0, **extra)
+    assert h3 != h and buf.episode(h3).reward.tolist() == [1.0]
+    assert buf.end_episode(h, terminated=True) is False  # its end came with the record
+    buf.record(None, one_state(5, named), 0, 1.0, **extra)
+    lg.close()
+    if not named:
+        assert _logged_ends(p) == {h: (4, False, nxt.tolist())}
+    big = ExperienceReplay.from_log(p, capacity=None, pick_len=1)
+    first = big.episode(big._handles()[0])
+    assert (len(first.reward), first.ended, first.terminated) == (4, True, False)
+    if named:  # the final state field by field
+        assert {k: v.tolist() for k, v in first.final_state.items()} == {
+            k: v.tolist() for k, v in nxt.items()}
+    else:
+        assert first.final_state.tolist() == nxt.tolist()
+    assert [big.episode(x).ended for x in big._handles()[1:]] == [False, False, False]
+    big._check()
+
+
+def test_a_rollout_that_evicts_its_own_episode_ends_it_in_the_log(tmp_path):
+    """record_many whose steps evict the episode they go into goes on in a
+    new episode; under a log the evicted one ends there, not terminated,
+    with the state of the step that went on, and a buffer rebuilt from the
+    log holds both parts, the first ended."""
+    from exreplay import ExperienceLog
+
+    p = tmp_path / "self.log"
+    lg = ExperienceLog(p)
+    buf = ExperienceReplay((2,), capacity=4, pick_len=1, log=lg)
+    buf.new_pick_selector(U)
+    s = states(6, 3)
+    h = buf.record_many(None, s[:3], np.arange(3), np.ones(3))
+    h2 = buf.record_many(h, s[3:], np.arange(3), np.ones(3))  # evicts h at its 5th step
+    assert h2 != h and h not in buf._handles()
+    n_old = 6 - len(buf.episode(h2).reward)
+    lg.close()
+    assert _logged_ends(p) == {h: (n_old, False, s[n_old].tolist())}
+    big = ExperienceReplay.from_log(p, capacity=None, pick_len=1)
+    eps = [big.episode(x) for x in big._handles()]
+    assert [(len(e.reward), e.ended) for e in eps] == [(n_old, True), (6 - n_old, False)]
+    assert eps[0].final_state.tolist() == s[n_old].tolist()
+    assert np.array_equal(np.concatenate([eps[0].state, eps[1].state]), s)
+    big._check()
+
+
 @pytest.mark.parametrize("cls", IMPLS)
 def test_record_after_the_end_starts_a_new_episode(cls):
     buf = cls((2,), capacity=None, pick_len=1)

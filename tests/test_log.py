@@ -61,8 +61,15 @@ def record_script(buf, rng, steps, frame=(3, 2), end_every=7):
 
 
 def check_against(cat, rec):
-    assert len(cat.timestamps) == len(rec)
-    for i, (s, a, r, end, term, fin) in enumerate(rec):
+    """The log's steps are rec's, in order; its ends without a step (of
+    episodes that capacity evicted open and the script went on with: each
+    right after the step that went on) end them, not terminated, with that
+    step's state. Returns the number of such ends."""
+    step = (cat.flags & xlog.FLAG_NO_STEP) == 0
+    idx = np.flatnonzero(step)
+    assert len(idx) == len(rec)
+    fin_at = np.cumsum((cat.flags & xlog.FLAG_FINAL) != 0) - 1
+    for i, (s, a, r, end, term, fin) in zip(idx, rec):
         assert np.array_equal(cat.states[i], s)
         assert np.array_equal(cat.actions[i], a)
         assert cat.rewards[i] == r
@@ -70,11 +77,16 @@ def check_against(cat, rec):
         assert bool(fl & xlog.FLAG_END) == bool(end)
         assert bool(fl & xlog.FLAG_TERMINATED) == bool(term)
         assert bool(fl & xlog.FLAG_FINAL) == (fin is not None)
-    fins = [f for (_, _, _, _, _, f) in rec if f is not None]
-    assert len(cat.final_states) == len(fins)
-    for x, y in zip(cat.final_states, fins):
-        assert np.array_equal(x, y)
+        if fin is not None:
+            assert np.array_equal(cat.final_states[fin_at[i]], fin)
+    for i in np.flatnonzero(~step):
+        assert int(cat.flags[i]) == xlog.FLAG_NO_STEP | xlog.FLAG_END | xlog.FLAG_FINAL
+        assert step[i - 1] and cat.positions[i - 1] == 0 and cat.handles[i - 1] != cat.handles[i]
+        assert np.array_equal(cat.final_states[fin_at[i]], cat.states[i - 1])
+        assert cat.positions[i] == np.count_nonzero(step & (cat.handles == cat.handles[i]))
+    assert len(cat.final_states) == fin_at[-1] + 1
     assert np.all(np.diff(cat.timestamps) >= 0)
+    return int(np.count_nonzero(~step))
 
 
 @pytest.mark.parametrize("level", [0, 1, 6])
@@ -91,16 +103,19 @@ def test_round_trip_with_eviction(tmp_path, level):
     assert not lg.attached and buf.log is None
     cat, torn, ended = read_all(p)
     assert torn == 0 and ended
-    check_against(cat, rec)  # evicted steps (capacity 40 of 400) are all there
+    # evicted steps (capacity 40 of 400) are all there, and the episodes
+    # evicted open that the script went on with are ended
+    ends = check_against(cat, rec)
+    assert ends > 0
     assert len(buf) <= 40
     assert np.all(cat.sources == 3)
     assert t0 <= cat.timestamps[0] and cat.timestamps[-1] <= time.time_ns()
     # handles and positions: consecutive positions within an episode
     for h in np.unique(cat.handles):
-        pos = cat.positions[cat.handles == h]
+        pos = cat.positions[(cat.handles == h) & ((cat.flags & xlog.FLAG_NO_STEP) == 0)]
         assert np.array_equal(pos, np.arange(len(pos)))
     d = xlog.info(p)
-    assert d["records"] == N and d["sources"] == [3] and d["chunks"] > 5
+    assert d["records"] == N and d["ends"] == ends and d["sources"] == [3] and d["chunks"] > 5
     assert d["ended"] and d["torn"] == 0 and d["bytes"] == os.path.getsize(p)
     assert d["state_shape"] == (3, 2) and d["action_shape"] == (2,)
     st = lg.stats
@@ -319,12 +334,17 @@ def test_threads_record_and_sample_with_log(tmp_path):
     buf._check()
     lg.close()
     cat, _, _ = read_all(p)
-    assert len(cat.timestamps) == sum(counts)
+    ends = (cat.flags & xlog.FLAG_NO_STEP) != 0  # open episodes evicted, then gone on with
+    assert np.count_nonzero(~ends) == sum(counts)
     assert np.all(np.diff(cat.timestamps) >= 0)
     # every row is whole: a thread's steps carry its id in state and action
-    assert np.all(cat.states == cat.actions[:, None].astype(np.float32))
-    got = np.bincount(cat.actions, minlength=n_threads)
+    assert np.all(cat.states[~ends] == cat.actions[~ends, None].astype(np.float32))
+    got = np.bincount(cat.actions[~ends], minlength=n_threads)
     assert sorted(got.tolist()) == sorted(counts)
+    # an end follows the step that went on with its episode, in the same hold
+    fin_at = np.cumsum((cat.flags & xlog.FLAG_FINAL) != 0) - 1
+    for i in np.flatnonzero(ends):
+        assert not ends[i - 1] and np.array_equal(cat.final_states[fin_at[i]], cat.states[i - 1])
 
 
 # ---- tail -------------------------------------------------------------------------
@@ -920,13 +940,17 @@ def test_kill_9_loses_nothing_flushed(tmp_path, chunk_bytes):
         assert flushed > 0
         cat, torn, ended = read_all(p)
         assert not ended
-        n = len(cat.timestamps)
+        # the steps, and the ends of the parts of the one trajectory that
+        # capacity evicted open (each ended by the step that went on)
+        step = (cat.flags & xlog.FLAG_NO_STEP) == 0
+        n = int(np.count_nonzero(step))
         assert n >= flushed  # nothing flushed is lost
-        assert cat.actions.tolist() == list(range(n))  # and what is there is a prefix
+        assert cat.actions[step].tolist() == list(range(n))  # and what is there is a prefix
         want_states = (np.arange(n)[:, None] + np.arange(16)).astype(np.uint8)
-        assert np.array_equal(cat.states, want_states)
+        assert np.array_equal(cat.states[step], want_states)
         t = xlog.tail(p, 5)
-        assert t.actions.tolist() == list(range(max(0, n - 5), n))
+        assert t.actions.tolist() == cat.actions[-5:].tolist()
+        assert t.flags.tolist() == cat.flags[-5:].tolist()
 
 
 def test_failed_constructor_leaves_no_file(tmp_path):

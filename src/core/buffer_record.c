@@ -217,6 +217,10 @@ typedef struct {
     size_t grown_rows;
     exr_dead *node;           /* parks the replaced segment */
     unsigned char *fin;       /* final state, or NULL */
+    /* a handle no longer held (buffer_evict.c's ring) that this new
+     * episode continues: its first step's state ends that one in the log
+     * (end_continued_locked); -1 if none */
+    int64_t cont;
     unsigned char *segs_small[4];
 } rec_prep;
 
@@ -322,6 +326,7 @@ static exr_status prepare_locked(exr_buffer *b, uint32_t slot, size_t T, bool en
     EXR_ASSERT_EXCLUSIVE(b);
     exr_status st;
     memset(pr, 0, sizeof *pr);
+    pr->cont = -1;
     exr_body *body;
     uint64_t n = 0;
     if (slot == EXR_NIL) {
@@ -531,6 +536,19 @@ typedef struct {
     size_t step, count;
 } rec_plan;
 
+/* A new episode's first step continues pr->cont, an episode no longer
+ * held: that one's end is logged (if it went open under a log) with this
+ * step's state as its final state, not terminated: the transition from its
+ * last step is whole in the log (docs/log.md). row: the step's row, whose
+ * first state_bytes are its state. */
+static void end_continued_locked(exr_buffer *b, rec_prep *pr, const unsigned char *row)
+{
+    uint64_t n;
+    if (pr->cont >= 0 && take_gone_open_locked(b, pr->cont, &n))
+        b->hook(b->hook_ctx, b, pr->cont, n, NULL, row, true, false, false);
+    pr->cont = -1;
+}
+
 /* Commits step t of in as record n of episode slot (handle h): its
  * priority, counts, end, the log's hook, its picks, eviction. The row
  * itself is copied here unless defer. true if the episode was evicted. */
@@ -565,8 +583,10 @@ static bool record_step_locked(exr_buffer *b, uint32_t slot, int64_t h, const ex
             pr->fin = NULL;
         }
     }
-    if (b->hook) /* the row is in place: never deferred with a hook */
+    if (b->hook) { /* the row is in place: never deferred with a hook */
         b->hook(b->hook_ctx, b, h, n, row, fin, ends, ends && in->terminated, t == 0);
+        end_continued_locked(b, pr, row);
+    }
     if (!pl || !enter_picks_stored_locked(b, slot, pl))
         enter_picks_locked(b, slot);
     if (ends)
@@ -719,6 +739,8 @@ static exr_status record_steps_locked(exr_buffer *b, int64_t h, const exr_steps 
         if (st != EXR_OK)
             break;
         rec_prep *p = k < np ? &pr[k] : &extra;
+        if (slot == EXR_NIL && b->hook && h >= 0)
+            p->cont = h; /* a handle not held (or ended): its episode may be due an end */
         slot = commit_prep_locked(b, slot, p, &h);
         exr_episodes_hint(&b->eps, slot);
         exr_episode *e = &b->eps.slab[slot];

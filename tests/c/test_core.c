@@ -1310,6 +1310,36 @@ done:
     exr_buffer_free(b);
 }
 
+/* A record into a handle not held, with the hook set: the new episode's
+ * first step is heard, then the old one's end (if it went open while the
+ * hook was set), not terminated, its final state that step's state; once.
+ * So for a rollout that evicts the episode it goes into. */
+static void test_end_continued(void)
+{
+    exr_buffer *b = make_buffer(1, false, 3, EXR_EVICT_FIFO);
+    exr_end_outcome o;
+    CHECK_RET(b);
+    exr_buffer_lock(b);
+    exr_buffer_set_hook_locked(b, count_hook, NULL);
+    exr_buffer_unlock(b);
+    CHECK(record_prio_run(b, -1, 1, 0, 2, false) == 0);
+    CHECK(record_prio_run(b, -1, 2, 0, 2, false) == 1); /* evicts 0 */
+    memset(&g_hook, 0, sizeof g_hook);
+    CHECK(record_prio_run(b, 0, 7, 5, 1, false) == 2);
+    CHECK(g_hook.calls == 2 && g_hook.h == 0 && g_hook.pos == 2 && !g_hook.row && g_hook.end &&
+          !g_hook.term && !g_hook.first && g_hook.fin[0] == 7.0f && g_hook.fin[1] == 5.0f);
+    CHECK(end_episode(b, 0, NULL, true, &o) == EXR_OK && o == EXR_END_GONE && g_hook.calls == 2);
+    CHECK(record_prio_run(b, 0, 8, 0, 1, false) == 3 && g_hook.calls == 3); /* once */
+    /* 2 and 3 held, a step each (1 went): a rollout of 4 steps into 3
+     * evicts 2, then 3 at its third step; the fourth goes on in 4 */
+    CHECK(record_prio_run(b, 3, 9, 0, 4, false) == 4);
+    CHECK(g_hook.calls == 8 && g_hook.h == 3 && g_hook.pos == 4 && g_hook.end && !g_hook.term &&
+          g_hook.fin[0] == 9.0f && g_hook.fin[1] == 3.0f);
+    CHECK(check_ok(b));
+done:
+    exr_buffer_free(b);
+}
+
 /* ---- a draw without the storage lock, and holds that come meanwhile ------ */
 
 /* T steps (tag, t) of priority prio as a new episode; the lock held. Its
@@ -1996,6 +2026,7 @@ int main(void)
         {"priorities", test_priorities},
         {"end_episode", test_end_episode},
         {"end_gone", test_end_gone},
+        {"end_continued", test_end_continued},
         {"random_ops", test_random_ops},
         {"segments_grow_and_shrink", test_segments_grow_and_shrink},
         {"bad_config", test_bad_config},
