@@ -728,7 +728,7 @@ def _shape_str(shape):
     return "(%s%s)" % (", ".join(dims), "," if len(dims) == 1 else "")
 
 
-def _array_arg(name, x, dtype, shape=None):
+def _array_arg(name, x, dtype, shape=None, ints_only=False):
     """x as a new C-contiguous array of dtype, checked.
 
     The cast must be allowed by NumPy's same_kind rule from the dtype of the
@@ -740,7 +740,8 @@ def _array_arg(name, x, dtype, shape=None):
     dtype is a TypeError as always.  ``shape`` is the shape expected, a
     length of -1 standing for any (shown as T), or None to leave it to the
     caller; it is checked after the dtype and before the values of Python
-    ints, as the C buffer checks them.
+    ints, as the C buffer checks them.  ``ints_only``: an array of bools is
+    a TypeError before anything else is checked of it (_index_array).
     """
     if x is None:
         raise TypeError(f"{name}: expected an array-like of {dtype}, got None")
@@ -751,6 +752,9 @@ def _array_arg(name, x, dtype, shape=None):
                          f"{tp_name(x)}") from None
     except Exception:
         raise TypeError(f"{name}: expected an array-like of {dtype}, got {tp_name(x)}") from None
+    if ints_only and a.dtype.kind == "b":
+        raise TypeError(f"{name}: expected {dtype} (or an integer dtype that casts to it under "
+                        f"same_kind), got {a.dtype}")
     typed = isinstance(x, (np.ndarray, np.generic))
     if not typed and dtype.kind in "iu" and a.dtype.kind in "fO":
         # Python ints beyond int64 made NumPy pick float64 or object: they
@@ -784,6 +788,19 @@ def _array_arg(name, x, dtype, shape=None):
         return np.array(x, dtype=dtype, order="C")
     except OverflowError as e:
         raise ValueError(f"{name}: expected values that fit {dtype}, got {e}") from None
+
+
+def _index_array(name, x, shape):
+    """set_priority's pick_epi, pick_pos and pick_index (and _gather's
+    picks) as int64 arrays of shape: handles, positions and table indices
+    are ints, so an array of bools is a TypeError (as a bool handle is), and
+    a uint64 value beyond int64, which the cast would wrap to a negative
+    one, is the ValueError the same Python int gets (docs/api.md, "Input
+    conversion")."""
+    a = _array_arg(name, x, _INT64, shape, ints_only=True)
+    if isinstance(x, np.ndarray) and x.dtype.kind == "u" and x.dtype.itemsize == 8:
+        _check_int_range(name, x, _INT64)
+    return a
 
 
 def _recorded(p):
@@ -1419,7 +1436,7 @@ class ReferenceReplay:
             epi, pos = self._pick_arrays(pick_epi, pick_pos, *names[:2])
             hints = None
             if pick_index is not None:
-                hints = _array_arg(names[2], pick_index, _INT64, epi.shape).tolist()
+                hints = _index_array(names[2], pick_index, epi.shape).tolist()
             _refuse_bools("priorities", priorities)
             # one priority for every pick (a Python or NumPy scalar, a 0-d
             # array), checked even with no pick to apply it to; else one each
@@ -1711,8 +1728,8 @@ class ReferenceReplay:
         return sel
 
     def _pick_arrays(self, pick_epi, pick_pos, epi_name="pick_epi", pos_name="pick_pos"):
-        epi = _array_arg(epi_name, pick_epi, _INT64, (-1,))
-        pos = _array_arg(pos_name, pick_pos, _INT64, epi.shape)
+        epi = _index_array(epi_name, pick_epi, (-1,))
+        pos = _index_array(pos_name, pick_pos, epi.shape)
         return epi, pos
 
     def _pick_index(self, e, p):

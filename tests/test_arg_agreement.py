@@ -316,6 +316,8 @@ MESSAGE_VALUES.update({
     "int": int,
     "np.dtype(object)": np.dtype(object),
     "np.zeros((2, 2))": np.zeros((2, 2)),
+    "np.ones(1, bool)": np.ones(1, bool),
+    "np.array([2**64 - 1], np.uint64)": np.array([2**64 - 1], np.uint64),
 })
 
 MESSAGE_CALLS = {
@@ -380,9 +382,9 @@ BATCH_FIELDS = ("state", "action", "reward", "state_next", "seq_len", "seq_len_n
                 "pick_pos", "weight", "pick_index", "extras", "state_seq")
 
 
-def _out(b, u, shared_next=False, **swap):
-    """get_batch(2, u, out=o) for o, a batch of b with the fields in swap
-    replaced (a callable is given the batch's fields by name)."""
+def _swapped(b, u, shared_next=False, **swap):
+    """A batch of 2 picks of b with the fields in swap replaced (a callable
+    is given the batch's fields by name)."""
     o = b.get_batch(2, u, shared_next=shared_next)
     f = {n: getattr(o, n) for n in BATCH_FIELDS}
     f.update({n: v(dict(f)) if callable(v) else v for n, v in swap.items()})
@@ -391,7 +393,15 @@ def _out(b, u, shared_next=False, **swap):
                       state_seq=f["state_seq"], pick_index=f["pick_index"])
     else:
         out = type(o)(tuple(f[n] for n in BATCH_FIELDS))
-    return b.get_batch(2, u, out=out, shared_next=shared_next)
+    return out
+
+
+def _out(b, u, shared_next=False, **swap):
+    """get_batch(2, u, out=o) for o, _swapped(b, u, shared_next, **swap)."""
+    return b.get_batch(2, u, out=_swapped(b, u, shared_next, **swap), shared_next=shared_next)
+
+
+BEYOND = np.array([0, 2**64 - 1], np.uint64)  # a uint64 value the cast to int64 would wrap
 
 
 # Errors of the same calls that no odd value above reaches.
@@ -425,6 +435,26 @@ MESSAGE_CASES = {
         p, b.get_batch(2, u), [1.0, 1.0], [1.0, 1.0]),
     "set_priority() no priorities": lambda b, h, u, p: b.set_priority(p, [0], [0]),
     "_gather of a missing pick": lambda b, h, u, p: b._gather(u, [0], [99]),
+    # handles, positions and table indices are ints: no bools, no uint64
+    # value beyond int64 (docs/api.md, "Input conversion")
+    "set_priority bool pick_epi": lambda b, h, u, p: b.set_priority(p, np.ones(2, bool), [0, 0],
+                                                                    1.0),
+    "set_priority bool pick_pos": lambda b, h, u, p: b.set_priority(p, [0, 0], [False, True],
+                                                                    1.0),
+    "set_priority bool pick_index": lambda b, h, u, p: b.set_priority(
+        p, [0, 0], [0, 1], 1.0, pick_index=np.zeros(2, bool)),
+    "set_priority uint64 pick_epi": lambda b, h, u, p: b.set_priority(p, BEYOND, [0, 0], 1.0),
+    "set_priority uint64 pick_pos": lambda b, h, u, p: b.set_priority(p, [0, 0], BEYOND, 1.0),
+    "set_priority uint64 pick_index": lambda b, h, u, p: b.set_priority(
+        p, [0, 0], [0, 1], 1.0, pick_index=BEYOND),
+    "set_priority batch.pick_epi bool": lambda b, h, u, p: b.set_priority(
+        p, _swapped(b, u, pick_epi=np.zeros(2, bool)), 1.0),
+    "set_priority batch.pick_pos uint64": lambda b, h, u, p: b.set_priority(
+        p, _swapped(b, u, pick_pos=BEYOND), 1.0),
+    "set_priority batch.pick_index uint64": lambda b, h, u, p: b.set_priority(
+        p, _swapped(b, u, pick_index=BEYOND), 1.0),
+    "_gather bool pick_epi": lambda b, h, u, p: b._gather(u, np.zeros(1, bool), [0]),
+    "_gather uint64 pick_pos": lambda b, h, u, p: b._gather(u, [0, 0], BEYOND),
     "out.action of another dtype": lambda b, h, u, p: _out(
         b, u, action=np.zeros((2, 2), np.float32)),
     "out.weight not C-contiguous": lambda b, h, u, p: _out(

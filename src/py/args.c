@@ -401,6 +401,19 @@ error:
     return NULL;
 }
 
+int exr_refuse_wrapped(PyArrayObject *a, PyArray_Descr *descr, const char *arg)
+{
+    const int64_t *v = PyArray_DATA(a);
+    npy_intp n = PyArray_SIZE(a);
+    for (npy_intp i = 0; i < n; i++) {
+        if (v[i] < 0) {
+            range_error(arg, descr, INT64_MIN, INT64_MAX, NULL, 0, (uint64_t)v[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* ---- Python numbers into a float column --------------------------------- */
 
 /* Item i of objs (Python numbers) as a double into *v: 1, 0 if it is no

@@ -59,6 +59,11 @@ int exr_refuse_bools(PyObject *o, const char *arg);
 PyArrayObject *exr_ints_by_value(PyObject *obj, PyArrayObject *arr, PyArray_Descr *descr,
                                  const char *arg, int *not_ints);
 
+/* a, int64 values cast from a uint64 array: -1 with the ValueError of
+ * exr_ints_by_value (naming arg and descr's range, int64's) for the first
+ * value beyond int64 (negative in a: the cast wrapped it), else 0. */
+int exr_refuse_wrapped(PyArrayObject *a, PyArray_Descr *descr, const char *arg);
+
 /* Python numbers that NumPy could hold only as objects (objs: ints beyond
  * uint64, alone or with floats), headed for a float column: a new
  * C-contiguous float64 array of objs's shape, each int converted by value.
