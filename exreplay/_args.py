@@ -12,6 +12,25 @@ import os
 import numpy as np
 
 
+def article(word: str) -> str:
+    """The article for word in a message, "an" where it starts with a vowel
+    sound, else "a" (src/py/args.c, exr_article, the same rule): "an int",
+    "an ndarray", "an object", "an int64 array", but "a float", "a uint8
+    array", "a uniform selector". Leading characters that are no letter
+    ("_", "<") are skipped. A vowel sound is a, e, i, o; u in "un" but not
+    "uni"; n before another consonant (read "en", as in "ndarray")."""
+    def letter(ch):
+        return ch.isascii() and ch.isalpha()
+
+    i = 0
+    while i < len(word) and not letter(word[i]):
+        i += 1
+    c, d, e = (word[i:i + 3].lower() + "\0\0\0")[:3]
+    vowel = (c in "aeio" or (c == "u" and d == "n" and e != "i")  # "an unknown", "a uniform"
+             or (c == "n" and letter(d) and d not in "aeiouy"))  # "an ndarray"
+    return "an" if vowel else "a"
+
+
 def type_name(o) -> str:
     """The type of o as a message shows it: "str", "numpy.float64", "numpy.ndarray
     of dtype int64 and shape (1,)"."""

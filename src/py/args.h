@@ -22,6 +22,15 @@ int exr_is_int(PyObject *o);
  * NAME[KEY] when key is not NULL (a field of a spec). */
 int exr_shape_arg(PyObject *o, const char *name, PyObject *key, int *nd, npy_intp *shape);
 
+/* The article for word in a message, "an" where it starts with a vowel
+ * sound, else "a": "an int", "an ndarray", "an object", "an int64 array",
+ * "a float", "a uint8 array", "a uniform selector". Leading characters
+ * that are no letter ('_', '<') are skipped. A vowel sound is a, e, i, o;
+ * u in "un" but not "uni" (u read as in "uint" otherwise); n before another
+ * consonant (read "en", as in "ndarray"). exreplay._args.article is the
+ * same rule. */
+const char *exr_article(const char *word);
+
 /* The type of o for a TypeError: its name, and for an ndarray its dtype and
  * shape too ("numpy.ndarray of dtype int64 and shape (1,)", in buf). */
 const char *exr_type_str(PyObject *o, char *buf, size_t len);
