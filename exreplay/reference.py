@@ -41,8 +41,9 @@ make the same ones):
 - Errors are the C buffer's, message for message, for every argument
   (``tests/test_arg_agreement.py`` compares them; the integer and flag
   checks are ``exreplay._args``'s): a wrong type is shown by its type, a
-  wrong value as given.  Only a class defined in Python reads differently
-  (with its module here), and Python's own errors for a call's signature.
+  wrong value as given, a type by its tp_name as CPython's messages show it
+  (a class defined in Python by its bare name).  Only Python's own errors
+  for a call's signature read differently.
 - Priority 0 is stored as 0 for every alpha, alpha = 0 included (not
   ``0 ** 0 = 1``), so a zero priority is never drawn.  ``p ** alpha`` beyond
   float32's range is stored as float32's largest finite value.

@@ -28,6 +28,10 @@ class _Opaque:
     """An object with no numeric, sequence or truth protocol of its own."""
 
 
+class _OpaqueArray(np.ndarray):
+    """An ndarray subclass defined in Python."""
+
+
 # Values whose handling differs most between "anything numpy.asarray takes"
 # and a strict argument parser.
 ODD = {
@@ -282,9 +286,9 @@ def _error(fn):
     return None
 
 
-# A class defined in Python is shown by its bare name by the C buffer and
-# with its module by exreplay._args.type_name, so "object" is left out.
-@pytest.mark.parametrize("name", sorted(k for k in ODD if k != "object"))
+# A class defined in Python ("object", _Opaque) is shown by its bare name,
+# its tp_name, by both.
+@pytest.mark.parametrize("name", sorted(ODD))
 def test_selector_kind_errors_read_the_same(name):
     """new_pick_selector's kind is refused with one message by both: a
     wrong type shows its type, not the value (the reference showed the
@@ -301,9 +305,8 @@ def test_selector_kind_errors_read_the_same(name):
 # its message.  The reference showed a wrong value's repr ("pick_len:
 # expected an int, got 1.5 (float)") where the C buffer shows its type, and
 # worded many expectations its own way.  A class defined in Python is shown
-# by its bare name by the C buffer and with its module by
-# exreplay._args.type_name, so "object" is left out here.
-MESSAGE_VALUES = {k: v for k, v in ODD.items() if k != "object"}
+# by its bare name, as CPython's own messages show it (tp_name), by both.
+MESSAGE_VALUES = dict(ODD)
 MESSAGE_VALUES.update({
     "-1.0": -1.0,
     "np.int64(-1)": np.int64(-1),
@@ -317,6 +320,11 @@ MESSAGE_VALUES.update({
     "np.dtype(object)": np.dtype(object),
     "np.zeros((2, 2))": np.zeros((2, 2)),
     "np.ones(1, bool)": np.ones(1, bool),
+    # a C type made by PyType_FromSpec is shown by its dotted tp_name
+    # ("exreplay._core.ExperienceReplay"), a class defined in Python by its bare one
+    "ExperienceReplay": exreplay.ExperienceReplay(2),
+    "_Opaque[]": [_Opaque()],
+    "_OpaqueArray": np.zeros(2).view(_OpaqueArray),
     "np.array([2**64 - 1], np.uint64)": np.array([2**64 - 1], np.uint64),
 })
 
