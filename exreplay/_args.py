@@ -12,12 +12,31 @@ import os
 import numpy as np
 
 
+def article(word: str) -> str:
+    """The article for word in a message, "an" where it starts with a vowel
+    sound, else "a" (src/py/args.c, exr_article, the same rule): "an int",
+    "an ndarray", "an object", "an int64 array", but "a float", "a uint8
+    array", "a uniform selector". Leading characters that are no letter
+    ("_", "<") are skipped. A vowel sound is a, e, i, o; u in "un" but not
+    "uni"; n before another consonant (read "en", as in "ndarray")."""
+    def letter(ch):
+        return ch.isascii() and ch.isalpha()
+
+    i = 0
+    while i < len(word) and not letter(word[i]):
+        i += 1
+    c, d, e = (word[i:i + 3].lower() + "\0\0\0")[:3]
+    vowel = (c in "aeio" or (c == "u" and d == "n" and e != "i")  # "an unknown", "a uniform"
+             or (c == "n" and letter(d) and d not in "aeiouy"))  # "an ndarray"
+    return "an" if vowel else "a"
+
+
 def type_name(o) -> str:
     """The type of o as a message shows it: "str", "numpy.float64", "numpy.ndarray
-    of dtype int64 and shape (1,)"."""
-    t = type(o)
-    name = t.__qualname__ if t.__module__ == "builtins" else "%s.%s" % (t.__module__,
-                                                                        t.__qualname__)
+    of dtype int64 and shape (1,)", a class defined in Python by its bare
+    name ("Thing"): tp_name(o), with an array's dtype and shape, as the C
+    binding's exr_type_str shows it."""
+    name = tp_name(o)
     if isinstance(o, np.ndarray):
         name += " of dtype %s and shape %s" % (o.dtype, o.shape)
     return name
@@ -70,17 +89,23 @@ def truth_arg(name: str, v) -> bool:
     return bool(v)
 
 
-_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python, shown by its bare name
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made at run time
+_WRAPPER = "<method-wrapper '__str__' of "
 
 
 def tp_name(o) -> str:
-    """The type of o as the binding shows it where it names the type alone
-    (the C type's tp_name): "float", "numpy.int64", "numpy.ndarray" (no
-    dtype or shape), and a class defined in Python by its bare name."""
+    """The type of o as the binding and CPython's own messages show it (the
+    C type's tp_name): "float", "numpy.int64", "numpy.ndarray" (no dtype or
+    shape), "exreplay._core.ExperienceReplay", and a class defined in Python
+    by its bare name ("Thing")."""
     t = type(o)
-    if t.__module__ == "builtins" or t.__flags__ & _HEAPTYPE:
-        return t.__name__
-    return "%s.%s" % (t.__module__, t.__name__)
+    if not t.__flags__ & _HEAPTYPE:  # a static C type: module.name, or the name in builtins
+        return t.__name__ if t.__module__ == "builtins" else "%s.%s" % (t.__module__, t.__name__)
+    # A class statement's tp_name is its bare name, an extension type's made
+    # by PyType_FromSpec its dotted name: only the type knows which, and a
+    # method-wrapper's repr shows it (without running any code of o's).
+    r = repr(object.__str__.__get__(o))
+    return r[len(_WRAPPER):r.rindex(" object at ")]
 
 
 def nonneg_real_arg(name: str, v, expected: str) -> float:

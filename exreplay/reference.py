@@ -41,8 +41,9 @@ make the same ones):
 - Errors are the C buffer's, message for message, for every argument
   (``tests/test_arg_agreement.py`` compares them; the integer and flag
   checks are ``exreplay._args``'s): a wrong type is shown by its type, a
-  wrong value as given.  Only a class defined in Python reads differently
-  (with its module here), and Python's own errors for a call's signature.
+  wrong value as given, a type by its tp_name as CPython's messages show it
+  (a class defined in Python by its bare name).  Only Python's own errors
+  for a call's signature read differently.
 - Priority 0 is stored as 0 for every alpha, alpha = 0 included (not
   ``0 ** 0 = 1``), so a zero priority is never drawn.  ``p ** alpha`` beyond
   float32's range is stored as float32's largest finite value.
@@ -101,7 +102,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from exreplay._args import index_arg, int_arg, tp_name, truth_arg, type_name
+from exreplay._args import article, index_arg, int_arg, tp_name, truth_arg, type_name
 from exreplay._types import PickSelectorClass, seq_views
 
 __all__ = [
@@ -405,8 +406,8 @@ def _describe(x):
     where it names no type alone: "a list", "a float32 array of shape (3, 4),
     not C-contiguous"."""
     if not isinstance(x, np.ndarray):
-        return f"a {tp_name(x)}"
-    return (f"a {x.dtype} array of shape {_shape_str(x.shape)}"
+        return f"{article(tp_name(x))} {tp_name(x)}"
+    return (f"{article(str(x.dtype))} {x.dtype} array of shape {_shape_str(x.shape)}"
             f"{'' if x.flags.c_contiguous else ', not C-contiguous'}"
             f"{'' if x.flags.aligned else ', not aligned'}"
             f"{'' if x.flags.writeable else ', read-only'}")
@@ -430,7 +431,7 @@ def _real_arg(name, x):
     else:
         seq = isinstance(x, collections.abc.Sequence) and not isinstance(x, (str, bytes))
     if seq:
-        raise ValueError(f"{name}: expected a scalar, got a {tp_name(x)}")
+        raise ValueError(f"{name}: expected a scalar, got {article(tp_name(x))} {tp_name(x)}")
     t = type(x)
     numeric = any(hasattr(t, m) for m in ("__float__", "__index__", "__int__"))
     # a 0-d array of bools or complex numbers is refused as its scalar is
@@ -440,7 +441,8 @@ def _real_arg(name, x):
     try:
         return float(x)
     except OverflowError:
-        what = "an int" if isinstance(x, int) else f"a {tp_name(x)}"
+        what = "int" if isinstance(x, int) else tp_name(x)
+        what = f"{article(what)} {what}"
         raise ValueError(
             f"{name}: expected a real number within float's range, got {what} too large for a float"
         ) from None
@@ -554,7 +556,8 @@ def _shape_arg(name, x, field=False):
     dims = []
     for i, d in enumerate(given):
         if not _is_int(d):
-            raise TypeError(f"{name}: expected a tuple of ints, got a {type_name(d)} at index {i}")
+            t = type_name(d)
+            raise TypeError(f"{name}: expected a tuple of ints, got {article(t)} {t} at index {i}")
         dims.append(operator.index(d))
         if not 1 <= dims[-1] <= 2**40:  # an item takes at most 1 TiB
             raise ValueError(f"{name}: expected dimensions from 1 to 2**40, got {d!r} at index {i}")
@@ -728,7 +731,7 @@ def _shape_str(shape):
     return "(%s%s)" % (", ".join(dims), "," if len(dims) == 1 else "")
 
 
-def _array_arg(name, x, dtype, shape=None):
+def _array_arg(name, x, dtype, shape=None, ints_only=False):
     """x as a new C-contiguous array of dtype, checked.
 
     The cast must be allowed by NumPy's same_kind rule from the dtype of the
@@ -740,7 +743,8 @@ def _array_arg(name, x, dtype, shape=None):
     dtype is a TypeError as always.  ``shape`` is the shape expected, a
     length of -1 standing for any (shown as T), or None to leave it to the
     caller; it is checked after the dtype and before the values of Python
-    ints, as the C buffer checks them.
+    ints, as the C buffer checks them.  ``ints_only``: an array of bools is
+    a TypeError before anything else is checked of it (_index_array).
     """
     if x is None:
         raise TypeError(f"{name}: expected an array-like of {dtype}, got None")
@@ -751,6 +755,9 @@ def _array_arg(name, x, dtype, shape=None):
                          f"{tp_name(x)}") from None
     except Exception:
         raise TypeError(f"{name}: expected an array-like of {dtype}, got {tp_name(x)}") from None
+    if ints_only and a.dtype.kind == "b":
+        raise TypeError(f"{name}: expected {dtype} (or an integer dtype that casts to it under "
+                        f"same_kind), got {a.dtype}")
     typed = isinstance(x, (np.ndarray, np.generic))
     if not typed and dtype.kind in "iu" and a.dtype.kind in "fO":
         # Python ints beyond int64 made NumPy pick float64 or object: they
@@ -784,6 +791,19 @@ def _array_arg(name, x, dtype, shape=None):
         return np.array(x, dtype=dtype, order="C")
     except OverflowError as e:
         raise ValueError(f"{name}: expected values that fit {dtype}, got {e}") from None
+
+
+def _index_array(name, x, shape):
+    """set_priority's pick_epi, pick_pos and pick_index (and _gather's
+    picks) as int64 arrays of shape: handles, positions and table indices
+    are ints, so an array of bools is a TypeError (as a bool handle is), and
+    a uint64 value beyond int64, which the cast would wrap to a negative
+    one, is the ValueError the same Python int gets (docs/api.md, "Input
+    conversion")."""
+    a = _array_arg(name, x, _INT64, shape, ints_only=True)
+    if isinstance(x, np.ndarray) and x.dtype.kind == "u" and x.dtype.itemsize == 8:
+        _check_int_range(name, x, _INT64)
+    return a
 
 
 def _recorded(p):
@@ -1340,7 +1360,8 @@ class ReferenceReplay:
             values = dict(zip(names, (0.7, 0.5) if kind == PickSelectorClass.Rank else (0.6, 0.4)))
             for name, value in params.items():
                 if name not in names:
-                    raise TypeError(f"new_pick_selector(): a {kind.name.lower()} selector takes "
+                    k = kind.name.lower()
+                    raise TypeError(f"new_pick_selector(): {article(k)} {k} selector takes "
                                     f"no parameter {name!r}")
                 values[name] = _finite_nonneg(name, value)
             if kind == PickSelectorClass.Uniform:
@@ -1419,7 +1440,7 @@ class ReferenceReplay:
             epi, pos = self._pick_arrays(pick_epi, pick_pos, *names[:2])
             hints = None
             if pick_index is not None:
-                hints = _array_arg(names[2], pick_index, _INT64, epi.shape).tolist()
+                hints = _index_array(names[2], pick_index, epi.shape).tolist()
             _refuse_bools("priorities", priorities)
             # one priority for every pick (a Python or NumPy scalar, a 0-d
             # array), checked even with no pick to apply it to; else one each
@@ -1711,8 +1732,8 @@ class ReferenceReplay:
         return sel
 
     def _pick_arrays(self, pick_epi, pick_pos, epi_name="pick_epi", pos_name="pick_pos"):
-        epi = _array_arg(epi_name, pick_epi, _INT64, (-1,))
-        pos = _array_arg(pos_name, pick_pos, _INT64, epi.shape)
+        epi = _index_array(epi_name, pick_epi, (-1,))
+        pos = _index_array(pos_name, pick_pos, epi.shape)
         return epi, pos
 
     def _pick_index(self, e, p):

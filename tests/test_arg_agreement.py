@@ -28,6 +28,10 @@ class _Opaque:
     """An object with no numeric, sequence or truth protocol of its own."""
 
 
+class _OpaqueArray(np.ndarray):
+    """An ndarray subclass defined in Python."""
+
+
 # Values whose handling differs most between "anything numpy.asarray takes"
 # and a strict argument parser.
 ODD = {
@@ -282,9 +286,9 @@ def _error(fn):
     return None
 
 
-# A class defined in Python is shown by its bare name by the C buffer and
-# with its module by exreplay._args.type_name, so "object" is left out.
-@pytest.mark.parametrize("name", sorted(k for k in ODD if k != "object"))
+# A class defined in Python ("object", _Opaque) is shown by its bare name,
+# its tp_name, by both.
+@pytest.mark.parametrize("name", sorted(ODD))
 def test_selector_kind_errors_read_the_same(name):
     """new_pick_selector's kind is refused with one message by both: a
     wrong type shows its type, not the value (the reference showed the
@@ -301,9 +305,8 @@ def test_selector_kind_errors_read_the_same(name):
 # its message.  The reference showed a wrong value's repr ("pick_len:
 # expected an int, got 1.5 (float)") where the C buffer shows its type, and
 # worded many expectations its own way.  A class defined in Python is shown
-# by its bare name by the C buffer and with its module by
-# exreplay._args.type_name, so "object" is left out here.
-MESSAGE_VALUES = {k: v for k, v in ODD.items() if k != "object"}
+# by its bare name, as CPython's own messages show it (tp_name), by both.
+MESSAGE_VALUES = dict(ODD)
 MESSAGE_VALUES.update({
     "-1.0": -1.0,
     "np.int64(-1)": np.int64(-1),
@@ -316,6 +319,13 @@ MESSAGE_VALUES.update({
     "int": int,
     "np.dtype(object)": np.dtype(object),
     "np.zeros((2, 2))": np.zeros((2, 2)),
+    "np.ones(1, bool)": np.ones(1, bool),
+    # a C type made by PyType_FromSpec is shown by its dotted tp_name
+    # ("exreplay._core.ExperienceReplay"), a class defined in Python by its bare one
+    "ExperienceReplay": exreplay.ExperienceReplay(2),
+    "_Opaque[]": [_Opaque()],
+    "_OpaqueArray": np.zeros(2).view(_OpaqueArray),
+    "np.array([2**64 - 1], np.uint64)": np.array([2**64 - 1], np.uint64),
 })
 
 MESSAGE_CALLS = {
@@ -380,9 +390,9 @@ BATCH_FIELDS = ("state", "action", "reward", "state_next", "seq_len", "seq_len_n
                 "pick_pos", "weight", "pick_index", "extras", "state_seq")
 
 
-def _out(b, u, shared_next=False, **swap):
-    """get_batch(2, u, out=o) for o, a batch of b with the fields in swap
-    replaced (a callable is given the batch's fields by name)."""
+def _swapped(b, u, shared_next=False, **swap):
+    """A batch of 2 picks of b with the fields in swap replaced (a callable
+    is given the batch's fields by name)."""
     o = b.get_batch(2, u, shared_next=shared_next)
     f = {n: getattr(o, n) for n in BATCH_FIELDS}
     f.update({n: v(dict(f)) if callable(v) else v for n, v in swap.items()})
@@ -391,7 +401,15 @@ def _out(b, u, shared_next=False, **swap):
                       state_seq=f["state_seq"], pick_index=f["pick_index"])
     else:
         out = type(o)(tuple(f[n] for n in BATCH_FIELDS))
-    return b.get_batch(2, u, out=out, shared_next=shared_next)
+    return out
+
+
+def _out(b, u, shared_next=False, **swap):
+    """get_batch(2, u, out=o) for o, _swapped(b, u, shared_next, **swap)."""
+    return b.get_batch(2, u, out=_swapped(b, u, shared_next, **swap), shared_next=shared_next)
+
+
+BEYOND = np.array([0, 2**64 - 1], np.uint64)  # a uint64 value the cast to int64 would wrap
 
 
 # Errors of the same calls that no odd value above reaches.
@@ -425,6 +443,26 @@ MESSAGE_CASES = {
         p, b.get_batch(2, u), [1.0, 1.0], [1.0, 1.0]),
     "set_priority() no priorities": lambda b, h, u, p: b.set_priority(p, [0], [0]),
     "_gather of a missing pick": lambda b, h, u, p: b._gather(u, [0], [99]),
+    # handles, positions and table indices are ints: no bools, no uint64
+    # value beyond int64 (docs/api.md, "Input conversion")
+    "set_priority bool pick_epi": lambda b, h, u, p: b.set_priority(p, np.ones(2, bool), [0, 0],
+                                                                    1.0),
+    "set_priority bool pick_pos": lambda b, h, u, p: b.set_priority(p, [0, 0], [False, True],
+                                                                    1.0),
+    "set_priority bool pick_index": lambda b, h, u, p: b.set_priority(
+        p, [0, 0], [0, 1], 1.0, pick_index=np.zeros(2, bool)),
+    "set_priority uint64 pick_epi": lambda b, h, u, p: b.set_priority(p, BEYOND, [0, 0], 1.0),
+    "set_priority uint64 pick_pos": lambda b, h, u, p: b.set_priority(p, [0, 0], BEYOND, 1.0),
+    "set_priority uint64 pick_index": lambda b, h, u, p: b.set_priority(
+        p, [0, 0], [0, 1], 1.0, pick_index=BEYOND),
+    "set_priority batch.pick_epi bool": lambda b, h, u, p: b.set_priority(
+        p, _swapped(b, u, pick_epi=np.zeros(2, bool)), 1.0),
+    "set_priority batch.pick_pos uint64": lambda b, h, u, p: b.set_priority(
+        p, _swapped(b, u, pick_pos=BEYOND), 1.0),
+    "set_priority batch.pick_index uint64": lambda b, h, u, p: b.set_priority(
+        p, _swapped(b, u, pick_index=BEYOND), 1.0),
+    "_gather bool pick_epi": lambda b, h, u, p: b._gather(u, np.zeros(1, bool), [0]),
+    "_gather uint64 pick_pos": lambda b, h, u, p: b._gather(u, [0, 0], BEYOND),
     "out.action of another dtype": lambda b, h, u, p: _out(
         b, u, action=np.zeros((2, 2), np.float32)),
     "out.weight not C-contiguous": lambda b, h, u, p: _out(

@@ -318,3 +318,79 @@ def test_a_dtype_numpy_refuses_is_shown_by_its_type(call, msg):
     with pytest.raises(TypeError) as e:
         call()
     assert str(e.value) == msg
+
+
+# A type or dtype name after an article takes the one its sound asks for:
+# "an object", "an int16 array", but "a uint8 array", "a list", "a uniform
+# selector" (src/py/args.c, exr_article; exreplay._args.article, the same
+# rule for the reference and the Python layers).
+def _out_with_action(b, ps, action):
+    """get_batch(2, ps, out=o), o a batch of b whose action is replaced."""
+    o = b.get_batch(2, ps)
+    names = ("state", "action", "reward", "state_next", "seq_len", "seq_len_next", "pick_epi",
+             "pick_pos", "weight", "pick_index", "extras", "state_seq")
+    f = {n: getattr(o, n) for n in names}
+    f["action"] = action
+    if isinstance(o, exreplay.Batch):
+        return b.get_batch(2, ps, out=exreplay.Batch(tuple(f.values())))
+    return b.get_batch(2, ps, out=type(o)(*(f[n] for n in names[:8]), weight=f["weight"],
+                                          extras=f["extras"], state_seq=f["state_seq"],
+                                          pick_index=f["pick_index"]))
+
+
+ARTICLES = [
+    (lambda cls, b, ps: cls(state_shape=(2, object())), TypeError,
+     "state_shape: expected a tuple of ints, got an object at index 1"),
+    (lambda cls, b, ps: cls(state_shape=(2, ...)), TypeError,
+     "state_shape: expected a tuple of ints, got an ellipsis at index 1"),
+    (lambda cls, b, ps: cls(state_shape=(2, "a")), TypeError,
+     "state_shape: expected a tuple of ints, got a str at index 1"),
+    (lambda cls, b, ps: b.record(None, np.zeros(2), 0, 0.0, extras=object()), ValueError,
+     "extras: expected None (this buffer has no extras_spec), got an object"),
+    (lambda cls, b, ps: _out_with_action(b, ps, np.zeros((2, 1), np.int16)), ValueError,
+     "out: expected out.action to be a writeable C-contiguous int64 array of shape (2, 1), got "
+     "an int16 array of shape (2, 1)"),
+    (lambda cls, b, ps: _out_with_action(b, ps, np.zeros((2, 1), np.uint8)), ValueError,
+     "out: expected out.action to be a writeable C-contiguous int64 array of shape (2, 1), got "
+     "a uint8 array of shape (2, 1)"),
+    (lambda cls, b, ps: b.new_pick_selector(exreplay.PickSelectorClass.Uniform, beta=0.5),
+     TypeError, "new_pick_selector(): a uniform selector takes no parameter 'beta'"),
+    (lambda cls, b, ps: b.new_pick_selector(exreplay.PickSelectorClass.Rank, alpha=[1]),
+     ValueError, "alpha: expected a scalar, got a list"),
+]
+
+
+@pytest.mark.parametrize("impl", ["c", "reference"])
+@pytest.mark.parametrize("call,exc,msg", ARTICLES)
+def test_the_article_fits_the_name(call, exc, msg, impl):
+    from exreplay.reference import ReferenceReplay
+
+    cls = exreplay.ExperienceReplay if impl == "c" else ReferenceReplay
+    b = cls((2,), seed=0)
+    ps = b.new_pick_selector(exreplay.PickSelectorClass.Uniform)
+    b.record_many(None, np.zeros((3, 2)), [0, 0, 0], [0.0, 0.0, 0.0], terminated=True)
+    with pytest.raises(exc) as e:
+        call(cls, b, ps)
+    assert str(e.value) == msg
+
+
+WORDS = {"int": "an", "ndarray": "an", "object": "an", "int64": "an", "ellipsis": "an",
+         "_Opaque": "an", "unknown": "an", "Item": "an", "float": "a", "uint8": "a",
+         "uniform": "a", "numpy.ndarray": "a", "list": "a", "NoneType": "a", "<U1": "a",
+         "rank": "a", "Name": "a", "": "a"}
+
+
+@pytest.mark.parametrize("word", sorted(WORDS))
+def test_one_article_rule_in_c_and_python(word):
+    """exr_article and exreplay._args.article give the same article: the C
+    one read from a message naming a class of that name (a class defined
+    in Python is named by its bare name)."""
+    from exreplay._args import article
+
+    assert article(word) == WORDS[word]
+    if not word.isidentifier():
+        return
+    with pytest.raises(TypeError) as e:
+        exreplay.ExperienceReplay(state_shape=(2, type(word, (), {})()))
+    want = f"state_shape: expected a tuple of ints, got {WORDS[word]} {word} at index 1"
+    assert str(e.value) == want

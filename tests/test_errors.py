@@ -455,6 +455,77 @@ def test_set_priority_errors(env):
     expect_error(env, TypeError, "bogus", buf.set_priority, pr, e, p, ok, bogus=1)
 
 
+_I64_RANGE = "[-9223372036854775808, 9223372036854775807]"
+
+
+def _bools_refused(name):
+    return (TypeError, f"{name}: expected int64 (or an integer dtype that casts to it under "
+                       "same_kind), got bool")
+
+
+def _beyond_int64(name, v):
+    return (ValueError, f"{name}: expected values that fit int64, in {_I64_RANGE}, got {v}")
+
+
+def test_set_priority_picks_are_ints(env):
+    """pick_epi, pick_pos and pick_index are int64 handles, positions and
+    table indices: bools are refused as a bool handle is (the cast would
+    read them as picks 0 and 1), and a uint64 value beyond int64 as the same
+    Python int is (the cast would wrap it to a negative handle), in every
+    form of the call and in stored_priorities and _gather, which take the
+    same arrays (docs/api.md, "Input conversion")."""
+    buf, pr = env["buf"], env["pr"]
+    e, p = buf._picks()
+    e, p = e[:6], p[:6]
+    ok = np.ones(6)
+    big = e.astype(np.uint64)
+    big[4] = 2**64 - 1
+    pbig = p.astype(np.uint64)
+    pbig[2] = 2**63
+    bools = np.ones(6, bool)
+    b = buf.get_batch(6, pr)
+
+    def with_fields(**kw):
+        f = {n: getattr(b, n) for n in exreplay.Batch.__match_args__[:8]}
+        f.update(weight=b.weight, pick_index=b.pick_index, extras=b.extras, state_seq=b.state_seq)
+        f.update(kw)
+        return exreplay.Batch(tuple(f.values()))
+
+    cases = [
+        (_bools_refused("pick_epi"), buf.set_priority, (pr, bools, p, ok), {}),
+        (_bools_refused("pick_epi"), buf.set_priority, (pr, [True] * 6, p, ok), {}),
+        (_bools_refused("pick_epi"), buf.set_priority, (pr, np.zeros(0, bool), [], ok[:0]), {}),
+        (_bools_refused("pick_pos"), buf.set_priority, (pr, e, bools, ok), {}),
+        (_bools_refused("pick_index"), buf.set_priority, (pr, e, p, ok), {"pick_index": bools}),
+        (_beyond_int64("pick_epi", 2**64 - 1), buf.set_priority, (pr, big, p, ok), {}),
+        (_beyond_int64("pick_epi", 2**64 - 1), buf.set_priority, (pr, big[::-1], p, ok), {}),
+        (_beyond_int64("pick_pos", 2**63), buf.set_priority, (pr, e, pbig, ok), {}),
+        (_beyond_int64("pick_index", 2**64 - 1), buf.set_priority, (pr, e, p, ok),
+         {"pick_index": big}),
+        (_bools_refused("batch.pick_epi"), buf.set_priority,
+         (pr, with_fields(pick_epi=bools), ok), {}),
+        (_bools_refused("batch.pick_pos"), buf.set_priority,
+         (pr, with_fields(pick_pos=bools), ok), {}),
+        (_bools_refused("batch.pick_index"), buf.set_priority,
+         (pr, with_fields(pick_index=bools), ok), {}),
+        (_beyond_int64("batch.pick_epi", 2**64 - 1), buf.set_priority,
+         (pr, with_fields(pick_epi=big), ok), {}),
+        (_beyond_int64("batch.pick_index", 2**64 - 1), buf.set_priority,
+         (pr, with_fields(pick_index=big), ok), {}),
+        (_bools_refused("pick_epi"), buf.stored_priorities, (pr, bools, p), {}),
+        (_beyond_int64("pick_pos", 2**63), buf.stored_priorities, (pr, e, pbig), {}),
+        (_bools_refused("pick_pos"), buf._gather, (pr, e, bools), {}),
+        (_beyond_int64("pick_epi", 2**64 - 1), buf._gather, (pr, big, p), {}),
+    ]
+    for (exc, msg), fn, args, kwargs in cases:
+        for ps in (pr, env["u"]):  # refused on a uniform selector too
+            err = expect_error(env, exc, None, fn, ps, *args[1:], **kwargs)
+            assert str(err) == msg
+    # uint64 values within int64 are handles and positions like any other
+    assert buf.set_priority(pr, e.astype(np.uint64), p.astype(np.uint64), ok,
+                            pick_index=b.pick_index.astype(np.uint64)) == 6
+
+
 @pytest.mark.parametrize("bad", [math.nan, -math.nan, math.inf, -math.inf, -1.0, -5e-324])
 def test_bad_priority_named_by_index_in_long_arrays(env, bad):
     """The priorities are checked several at a time: a bad one anywhere in a

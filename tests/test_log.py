@@ -598,7 +598,7 @@ def test_merge_rejects_mixed_layouts(tmp_path):
 BAD_LOG_ARGS = [
     (lambda d: xlog.merge(d / "a.log", d / "o.log"), TypeError,
      "inputs: expected a sequence of log paths (a list or tuple: its order breaks timestamp "
-     "ties), got pathlib.PosixPath"),
+     "ties), got PosixPath"),
     (lambda d: xlog.merge(None, d / "o.log"), TypeError,
      "inputs: expected a sequence of log paths (a list or tuple: its order breaks timestamp "
      "ties), got NoneType"),
@@ -656,7 +656,7 @@ BAD_LOG_ARGS = [
      "argv: expected None or a sequence of str (the arguments after the program name), "
      "got str"),
     (lambda d: xlog.main(["info", d / "a.log"]), TypeError,
-     "argv[1]: expected a str, got pathlib.PosixPath"),
+     "argv[1]: expected a str, got PosixPath"),
 ]
 
 

@@ -102,6 +102,11 @@ def _bad_updates(b, last):
         p[last] = v
         return p
 
+    def wrapping(a):  # a uint64 copy of a whose value at `last` int64 cannot hold
+        a = a.astype(np.uint64)
+        a[last] = 2**64 - 1
+        return a
+
     return [
         ("float pick_epi", epi.astype(np.float64), pos, good, None),  # was truncated
         ("list of floats pick_epi", [float(e) for e in epi], pos, good, None),
@@ -110,6 +115,10 @@ def _bad_updates(b, last):
         ("scalar pick_epi", int(epi[0]), int(pos[0]), 1.0, None),
         ("pick_pos of another length", epi, pos[:-1], good, None),
         ("pick_epi None", None, pos, good, None),
+        ("bool pick_epi", np.ones(B, bool), pos, good, None),  # was read as handles 0 and 1
+        ("bool pick_pos", epi, pos.astype(bool), good, None),
+        ("uint64 pick_epi beyond int64", wrapping(epi), pos, good, None),  # was wrapped
+        ("uint64 pick_pos beyond int64", epi, wrapping(pos), good, None),
         ("NaN priority", epi, pos, at_last(math.nan), None),  # was refused by one shard only
         ("negative priority", epi, pos, at_last(-1.0), None),
         ("infinite priority", epi, pos, at_last(math.inf), None),
@@ -124,6 +133,8 @@ def _bad_updates(b, last):
         ("priorities None", epi, pos, None, None),
         ("float pick_index", epi, pos, good, idx.astype(np.float64)),
         ("pick_index of another length", epi, pos, good, idx[:-1]),
+        ("bool pick_index", epi, pos, good, idx.astype(bool)),
+        ("uint64 pick_index beyond int64", epi, pos, good, wrapping(idx)),
     ]
 
 

@@ -303,10 +303,11 @@ def _beta_arg(kind: str, beta) -> float:
 def _priority_update(pick_epi, pick_pos, priorities, pick_index):
     """The arrays of a set_priority call, checked with the buffer's own rules
     and messages (1-D pick_epi and pick_pos of one length that cast to int64
-    under same_kind, priorities a real scalar or of that shape, finite and
-    >= 0, pick_index None or int64-castable of that shape) before any part of
-    them is routed: as int64, int64, float64 of pick_epi's shape, and int64
-    or None. Cast unchecked, float handles would be truncated, and a bad
+    under same_kind, neither bools nor uint64 values beyond int64,
+    priorities a real scalar or of that shape, finite and >= 0, pick_index
+    None or int64-castable of that shape, with the same exceptions) before
+    any part of them is routed: as int64, int64, float64 of pick_epi's
+    shape, and int64 or None. Cast unchecked, float handles would be truncated, and a bad
     priority would be refused by its shard after the others had applied
     theirs."""
     buf, sels = _checker_selectors()

@@ -4,6 +4,7 @@
 #include "args.h"
 
 #include <float.h>
+#include <ctype.h>
 #include <inttypes.h>
 #include <string.h>
 
@@ -27,8 +28,9 @@ static int dim_arg(PyObject *d, PyObject *who, Py_ssize_t i, npy_intp *v)
 {
     char got[192];
     if (!exr_is_int(d)) {
-        PyErr_Format(PyExc_TypeError, "%U: expected a tuple of ints, got a %s at index %zd", who,
-                     exr_type_str(d, got, sizeof got), i);
+        const char *t = exr_type_str(d, got, sizeof got);
+        PyErr_Format(PyExc_TypeError, "%U: expected a tuple of ints, got %s %s at index %zd", who,
+                     exr_article(t), t, i);
         return -1;
     }
     Py_ssize_t x = PyNumber_AsSsize_t(d, NULL); /* clipped: d is shown, not x */
@@ -72,6 +74,19 @@ int exr_shape_arg(PyObject *o, const char *name, PyObject *key, int *nd, npy_int
     Py_XDECREF(seq);
     Py_DECREF(who);
     return r;
+}
+
+const char *exr_article(const char *word)
+{
+    while (*word && !isalpha((unsigned char)*word))
+        word++;
+    int c = tolower((unsigned char)word[0]);
+    int d = c ? tolower((unsigned char)word[1]) : 0;
+    int e = d ? tolower((unsigned char)word[2]) : 0;
+    int vowel = c == 'a' || c == 'e' || c == 'i' || c == 'o' ||
+                (c == 'u' && d == 'n' && e != 'i') || /* "an unknown", "a uniform" */
+                (c == 'n' && isalpha(d) && !strchr("aeiouy", d)); /* "an ndarray" */
+    return vowel ? "an" : "a";
 }
 
 const char *exr_type_str(PyObject *o, char *buf, size_t len)
@@ -224,8 +239,8 @@ int exr_real_arg(PyObject *o, const char *name, double *out)
     int seq = PyArray_Check(o) ? PyArray_NDIM((PyArrayObject *)o) > 0
                                : PySequence_Check(o) && !PyUnicode_Check(o) && !PyBytes_Check(o);
     if (seq) {
-        PyErr_Format(PyExc_ValueError, "%s: expected a scalar, got a %s", name,
-                     Py_TYPE(o)->tp_name);
+        PyErr_Format(PyExc_ValueError, "%s: expected a scalar, got %s %s", name,
+                     exr_article(Py_TYPE(o)->tp_name), Py_TYPE(o)->tp_name);
         return -1;
     }
     /* a 0-d array of bools or complex numbers is refused as its scalar is
@@ -243,11 +258,11 @@ int exr_real_arg(PyObject *o, const char *name, double *out)
     if (v == -1.0 && PyErr_Occurred()) {
         if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
             PyErr_Clear();
+            const char *t = PyLong_Check(o) ? "int" : Py_TYPE(o)->tp_name;
             PyErr_Format(PyExc_ValueError,
                          "%s: expected a real number within float's range, got %s %s too "
                          "large for a float",
-                         name, PyLong_Check(o) ? "an" : "a",
-                         PyLong_Check(o) ? "int" : Py_TYPE(o)->tp_name);
+                         name, exr_article(t), t);
             return -1;
         }
         PyErr_Clear();
@@ -399,6 +414,19 @@ error:
     Py_XDECREF(objs);
     Py_DECREF(out);
     return NULL;
+}
+
+int exr_refuse_wrapped(PyArrayObject *a, PyArray_Descr *descr, const char *arg)
+{
+    const int64_t *v = PyArray_DATA(a);
+    npy_intp n = PyArray_SIZE(a);
+    for (npy_intp i = 0; i < n; i++) {
+        if (v[i] < 0) {
+            range_error(arg, descr, INT64_MIN, INT64_MAX, NULL, 0, (uint64_t)v[i]);
+            return -1;
+        }
+    }
+    return 0;
 }
 
 /* ---- Python numbers into a float column --------------------------------- */

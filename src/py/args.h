@@ -22,6 +22,15 @@ int exr_is_int(PyObject *o);
  * NAME[KEY] when key is not NULL (a field of a spec). */
 int exr_shape_arg(PyObject *o, const char *name, PyObject *key, int *nd, npy_intp *shape);
 
+/* The article for word in a message, "an" where it starts with a vowel
+ * sound, else "a": "an int", "an ndarray", "an object", "an int64 array",
+ * "a float", "a uint8 array", "a uniform selector". Leading characters
+ * that are no letter ('_', '<') are skipped. A vowel sound is a, e, i, o;
+ * u in "un" but not "uni" (u read as in "uint" otherwise); n before another
+ * consonant (read "en", as in "ndarray"). exreplay._args.article is the
+ * same rule. */
+const char *exr_article(const char *word);
+
 /* The type of o for a TypeError: its name, and for an ndarray its dtype and
  * shape too ("numpy.ndarray of dtype int64 and shape (1,)", in buf). */
 const char *exr_type_str(PyObject *o, char *buf, size_t len);
@@ -58,6 +67,11 @@ int exr_refuse_bools(PyObject *o, const char *arg);
  * ValueError naming arg and descr's range when a value does not fit. */
 PyArrayObject *exr_ints_by_value(PyObject *obj, PyArrayObject *arr, PyArray_Descr *descr,
                                  const char *arg, int *not_ints);
+
+/* a, int64 values cast from a uint64 array: -1 with the ValueError of
+ * exr_ints_by_value (naming arg and descr's range, int64's) for the first
+ * value beyond int64 (negative in a: the cast wrapped it), else 0. */
+int exr_refuse_wrapped(PyArrayObject *a, PyArray_Descr *descr, const char *arg);
 
 /* Python numbers that NumPy could hold only as objects (objs: ints beyond
  * uint64, alone or with floats), headed for a float column: a new

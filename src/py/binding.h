@@ -200,6 +200,15 @@ void exr_lock_published_with_gil(exr_buffer *b);
 PyArrayObject *exr_as_array(PyObject *obj, PyArray_Descr *descr, int nlead, npy_intp *lead,
                             int nd, const npy_intp *shape, const char *arg);
 
+/* An array of int64 handles, positions or table indices (set_priority's
+ * pick_epi, pick_pos and pick_index, and the same of _gather and
+ * stored_priorities): exr_as_array into int64 of shape (*n,) (*n < 0: any
+ * length, filled in), except that these are ints, so an array of bools is
+ * a TypeError (as a bool handle is) and a uint64 value beyond int64 a
+ * ValueError (as the same Python int is), where the cast would take the
+ * first as 0 and 1 and wrap the second to a negative value. */
+PyArrayObject *exr_as_index_array(PyObject *obj, npy_intp *n, const char *arg);
+
 /* Shape as "(84, 84)" into buf. */
 void exr_shape_str(char *buf, size_t len, int nd, const npy_intp *shape);
 /* A shape as a tuple of ints (a new reference, NULL with an exception). */

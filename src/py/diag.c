@@ -7,6 +7,8 @@
  */
 #include "binding.h"
 
+#include "args.h"
+
 #include <string.h>
 #include <structmember.h>
 
@@ -259,15 +261,19 @@ PyObject *exr_empty_batch_error(ReplayObject *self, int64_t h)
 PyObject *exr_describe_value(PyObject *o)
 {
     if (!PyArray_Check(o))
-        return PyUnicode_FromFormat("a %s", Py_TYPE(o)->tp_name);
+        return PyUnicode_FromFormat("%s %s", exr_article(Py_TYPE(o)->tp_name),
+                                    Py_TYPE(o)->tp_name);
     PyArrayObject *a = (PyArrayObject *)o;
     char shape[256];
     exr_shape_str(shape, sizeof shape, PyArray_NDIM(a), PyArray_DIMS(a));
     PyObject *dt = PyObject_Str((PyObject *)PyArray_DESCR(a));
-    if (!dt)
+    const char *dts = dt ? PyUnicode_AsUTF8(dt) : NULL;
+    if (!dts) {
+        Py_XDECREF(dt);
         return NULL;
+    }
     PyObject *s = PyUnicode_FromFormat(
-        "a %U array of shape %s%s%s%s", dt, shape,
+        "%s %U array of shape %s%s%s%s", exr_article(dts), dt, shape,
         PyArray_IS_C_CONTIGUOUS(a) ? "" : ", not C-contiguous",
         PyArray_ISALIGNED(a) ? "" : ", not aligned",
         PyArray_ISWRITEABLE(a) ? "" : ", read-only");

@@ -205,8 +205,10 @@ static int as_is(PyObject *obj, PyArray_Descr *descr, int nlead, npy_intp *lead,
     return 1;
 }
 
-PyArrayObject *exr_as_array(PyObject *obj, PyArray_Descr *descr, int nlead, npy_intp *lead,
-                            int nd, const npy_intp *shape, const char *arg)
+/* exr_as_array, and with ints_only set an array of bools refused (a
+ * TypeError naming its dtype, before anything else is checked of it) */
+static PyArrayObject *as_array(PyObject *obj, PyArray_Descr *descr, int nlead, npy_intp *lead,
+                               int nd, const npy_intp *shape, const char *arg, int ints_only)
 {
     if (as_is(obj, descr, nlead, lead, nd, shape))
         return (PyArrayObject *)Py_NewRef(obj);
@@ -214,6 +216,14 @@ PyArrayObject *exr_as_array(PyObject *obj, PyArray_Descr *descr, int nlead, npy_
     int equiv, weak_int;
     if (!arr)
         return NULL;
+    if (ints_only && PyArray_DESCR(arr)->kind == 'b') {
+        PyErr_Format(PyExc_TypeError,
+                     "%s: expected %S (or an integer dtype that casts to it under same_kind), "
+                     "got %S",
+                     arg, (PyObject *)descr, (PyObject *)PyArray_DESCR(arr));
+        Py_DECREF(arr);
+        return NULL;
+    }
     if (check_dtype(obj, &arr, descr, arg, &equiv, &weak_int) < 0 ||
         check_shape(arr, nlead, lead, nd, shape, arg) < 0) {
         Py_DECREF(arr);
@@ -234,6 +244,28 @@ PyArrayObject *exr_as_array(PyObject *obj, PyArray_Descr *descr, int nlead, npy_
         arr, descr, NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_FORCECAST);
     Py_DECREF(arr);
     return out;
+}
+
+PyArrayObject *exr_as_array(PyObject *obj, PyArray_Descr *descr, int nlead, npy_intp *lead,
+                            int nd, const npy_intp *shape, const char *arg)
+{
+    return as_array(obj, descr, nlead, lead, nd, shape, arg, 0);
+}
+
+PyArrayObject *exr_as_index_array(PyObject *obj, npy_intp *n, const char *arg)
+{
+    PyArray_Descr *i64 = PyArray_DescrFromType(NPY_INT64);
+    PyArrayObject *a = as_array(obj, i64, 1, n, 0, NULL, arg, 1);
+    /* a NumPy uint64 array casts to int64 under same_kind, wrapping the
+     * values beyond int64 to negative ones: those are refused as the same
+     * Python ints are (Python ints and other untyped input are converted
+     * by value already) */
+    int wide_unsigned = PyArray_Check(obj) && PyArray_DESCR((PyArrayObject *)obj)->kind == 'u' &&
+                        PyArray_ITEMSIZE((PyArrayObject *)obj) == 8;
+    if (a && wide_unsigned && exr_refuse_wrapped(a, i64, arg) < 0)
+        Py_CLEAR(a);
+    Py_DECREF(i64);
+    return a;
 }
 
 PyObject *exr_call_python(const char *module, const char *fn, PyObject *first, PyObject *args,

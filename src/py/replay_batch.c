@@ -125,11 +125,9 @@ PyObject *replay_get_batch(ReplayObject *self, PyObject *const *args, Py_ssize_t
 int pick_arrays(PyObject *epi, PyObject *pos, PyArrayObject **e, PyArrayObject **p,
                        npy_intp *n)
 {
-    PyArray_Descr *i64 = PyArray_DescrFromType(NPY_INT64);
     *n = -1;
-    *e = exr_as_array(epi, i64, 1, n, 0, NULL, "pick_epi");
-    *p = *e ? exr_as_array(pos, i64, 1, n, 0, NULL, "pick_pos") : NULL;
-    Py_DECREF(i64);
+    *e = exr_as_index_array(epi, n, "pick_epi");
+    *p = *e ? exr_as_index_array(pos, n, "pick_pos") : NULL;
     if (!*p) {
         Py_CLEAR(*e);
         return -1;
@@ -222,12 +220,10 @@ static int set_priority_picks(PyObject *const *a, int from_batch, PyArrayObject 
         {"batch.pick_epi", "batch.pick_pos", "batch.pick_index"},
     };
     const char *const *nm = names[from_batch != 0];
-    PyArray_Descr *i64 = PyArray_DescrFromType(NPY_INT64);
     *n = -1;
-    *e = exr_as_array(a[1], i64, 1, n, 0, NULL, nm[0]);
-    *p = *e ? exr_as_array(a[2], i64, 1, n, 0, NULL, nm[1]) : NULL;
-    *x = *p && a[4] ? exr_as_array(a[4], i64, 1, n, 0, NULL, nm[2]) : NULL;
-    Py_DECREF(i64);
+    *e = exr_as_index_array(a[1], n, nm[0]);
+    *p = *e ? exr_as_index_array(a[2], n, nm[1]) : NULL;
+    *x = *p && a[4] ? exr_as_index_array(a[4], n, nm[2]) : NULL;
     if (*p && (*x || !a[4]))
         return 0;
     Py_CLEAR(*e);

@@ -88,7 +88,8 @@ static int param_index(SelectorObject *s, const char *name)
     for (int k = 0; k < vt->nparams; k++)
         if (strcmp(vt->param_names[k], name) == 0)
             return k;
-    PyErr_Format(PyExc_AttributeError, "a %s pick selector has no parameter '%s'", vt->name, name);
+    PyErr_Format(PyExc_AttributeError, "%s %s pick selector has no parameter '%s'",
+                 exr_article(vt->name), vt->name, name);
     return -1;
 }
 
@@ -305,8 +306,8 @@ PyObject *replay_new_pick_selector(ReplayObject *self, PyObject *args, PyObject 
                 k++;
             if (k == vt->nparams)
                 return PyErr_Format(PyExc_TypeError,
-                                    "new_pick_selector(): a %s selector takes no parameter %R",
-                                    vt->name, key);
+                                    "new_pick_selector(): %s %s selector takes no parameter %R",
+                                    exr_article(vt->name), vt->name, key);
             const char *pname = vt->param_names[k];
             if (exr_real_arg(value, pname, &params[k]) < 0)
                 return NULL;
