@@ -10,6 +10,7 @@ is sent, and every shard stays as it was. set_priority's arguments follow
 the buffer's own rules and messages (docs/api.md, set_priority)."""
 
 import math
+import os
 import re
 
 import numpy as np
@@ -620,13 +621,18 @@ def test_sharded_constructor_checks_the_buffer_arguments_before_starting_any_act
     assert sh.n == 2 and [c[1]["seed"] for c in started if c[0] == "remote"] == [7, 8]
 
 
-def test_sharded_constructor_checks_the_log_arguments_before_starting_any_actor(monkeypatch):
+def test_sharded_constructor_checks_the_log_arguments_before_starting_any_actor(monkeypatch,
+                                                                                 tmp_path):
     """log_dir is a path; log_options, used only with log_dir, are
     ExperienceLog's options with str keys but dir and source, which the
     replay sets for each shard (they were overridden); impl="reference"
     has no log: each refused naming the argument before any actor is
-    started (the started shards refused a bad log_dir or impl)."""
+    started (the started shards refused a bad log_dir or impl). So are
+    the options ExperienceLog refuses and a log layout that differs from
+    the buffer's, with the errors each shard would raise, and no directory
+    is made (the shards died as they started, with the directory made)."""
     started = []
+    monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(xray, "_ray", lambda: _FakeRay)
     monkeypatch.setattr(xray, "_make_actor_class", lambda: started.append("class") or _Starter(started))
     kw = dict(state_shape=(4,), pick_len=1)
@@ -643,11 +649,22 @@ def test_sharded_constructor_checks_the_log_arguments_before_starting_any_actor(
             (dict(log_options={"level": 3}), ValueError,
              "log_options: expected None without log_dir= (it is not used), got {'level': 3}"),
             (dict(log_dir="logs", impl="reference"), ValueError,
-             "log_dir: expected None with impl='reference' (the experience log needs impl='c'), got 'logs'")):
+             "log_dir: expected None with impl='reference' (the experience log needs impl='c'), got 'logs'"),
+            # ExperienceLog's own checks, and attach_log's, as each shard makes them
+            (dict(log_dir="logs", log_options={"level": 12}), ValueError,
+             "level: expected an int from 0 to 9, got 12"),
+            (dict(log_dir="logs", log_options={"chunk_bytes": -1}), ValueError,
+             "chunk_bytes: expected an int from 1 to 1073741824, got -1"),
+            (dict(log_dir="logs", log_options={"levle": 1}), TypeError,
+             "'levle' is an invalid keyword argument for ExperienceLog()"),
+            (dict(log_dir="logs", log_options={"state_shape": (3,)}), ValueError,
+             "log: its record layout (state/action shapes and dtypes, reward dtype, named fields and "
+             "extras) differs from this buffer's")):
         with pytest.raises(exc) as got:
             xray.ShardedReplay(2, **kwargs, **kw)
         assert str(got.value) == msg, kwargs
         assert started == [], kwargs
+    assert os.listdir(tmp_path) == []  # no log directory made, no file left
 
 
 def test_sharded_constructor_checks_actors_and_n_shards_with_them(monkeypatch):

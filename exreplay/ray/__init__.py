@@ -1281,6 +1281,28 @@ def _shard_check(impl, selectors, capacity, seed, log_dir, log_options, buffer_k
     buf = cls(capacity=capacity, seed=seed, **buffer_kwargs)
     for kind, params in (specs if specs is not None else [(PickSelectorClass.Prioritized, {})]):
         buf.new_pick_selector(kind, **params)
+    if log_dir is not None:
+        _probe_log(buf, log_options)
+
+
+def _probe_log(buf, log_options) -> None:
+    """What each shard does with log_options as it starts (ExperienceLog's
+    checks of every option, then attach_log's of the log's record layout
+    against the buffer's), done first on a log in a temporary directory,
+    gone afterwards, with the same errors: a bad option or a layout that
+    differs is refused before any shard starts, instead of by shards that
+    die as they start."""
+    import os
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="exreplay-log-check-") as d:
+        log = exreplay.ExperienceLog(os.path.join(d, "replay-0.xlog"), source=0,
+                                     **dict(log_options or {}))
+        try:
+            buf.attach_log(log)
+            buf.detach_log()
+        finally:
+            log.close()
 
 
 class _EpisodesStream:
