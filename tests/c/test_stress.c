@@ -30,6 +30,13 @@
  *              of the copy (rollouts contiguous and in order) and its invariants
  *   chunks     fills 2 MiB chunks with blocks counted as segments, collapses
  *              them and checks their bytes, beside the writers' own
+ *   remover    removes one of the newest episodes now and then (remove_episode:
+ *              one being copied into waits for its copy)
+ *   logger     attaches an experience log for a few milliseconds at a time and
+ *              detaches it: meanwhile record calls copy under the lock and log
+ *              each step, the log's chunks pin the rows they point into, and an
+ *              episode that goes open (evicted or removed) is ended in the log
+ *              by the next record into its handle or end_episode on it
  *
  * then the invariant check and the same episode check on the buffer itself.
  * Exit status 0 with "stress: ok" when every check held.
@@ -42,11 +49,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "buffer.h"
 #include "buffer_impl.h"
 #include "codec.h"
 #include "seg_collapse.h"
+#include "log.h"
 #include "powa.h"
 
 /* a state: W words; word 0 the rollout id, 1 the step, 2 the rollout's
@@ -62,6 +71,7 @@ static int64_t g_sel_uniform, g_sel_prio;
  * prioritized sampler also draws from while it is being removed */
 static atomic_long g_sel_churn = -1;
 static atomic_long g_batches, g_records, g_nowait, g_rec_nowait, g_collapsed, g_ends;
+static atomic_long g_removed, g_logged;
 
 /* the shared episode's handle (recording may move it to a new episode) */
 static pthread_mutex_t g_shared_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -601,6 +611,77 @@ static void *snapshot(void *arg)
     return NULL;
 }
 
+/* ---- removals and an experience log, beside the rest --------------------- */
+
+static void sleep_us(long us)
+{
+    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+    nanosleep(&ts, NULL);
+}
+
+/* One of the 8 newest handles removed, every 200 us: open, ended, busy
+ * (the removal waits for the copy), already gone (not found). */
+static void *remover(void *arg)
+{
+    uint64_t rng = 0x51ed270b27ull + (uintptr_t)arg;
+    while (!atomic_load(&g_stop)) {
+        exr_buffer_lock(g_buf);
+        int64_t h = g_buf->next_handle - 1 - (int64_t)(xorshift(&rng) % 8);
+        exr_status s = exr_buffer_remove_episode_locked(g_buf, h);
+        exr_buffer_unlock(g_buf);
+        if (s == EXR_OK)
+            atomic_fetch_add(&g_removed, 1);
+        else if (s != EXR_ENOTFOUND)
+            BAD("remove_episode %lld: status %d", (long long)h, (int)s);
+        sleep_us(200);
+    }
+    return NULL;
+}
+
+/* A log on path attached for 5 ms, then detached and closed. */
+static int log_once(const char *path)
+{
+    exr_log_opts o = {.level = 0, .chunk_bytes = 1 << 14, .flush_ns = 1000000};
+    exr_log *lg = NULL;
+    exr_status s = exr_log_open(path, &o, true, &lg);
+    if (s == EXR_OK)
+        s = exr_log_set_schema(lg, "{}", 2, W * sizeof(uint32_t), sizeof(int64_t),
+                               sizeof(float), 0);
+    if (s == EXR_OK) {
+        exr_buffer_lock(g_buf);
+        s = exr_log_attach_locked(lg, g_buf);
+        exr_buffer_unlock(g_buf);
+    }
+    if (s == EXR_OK) {
+        sleep_us(5000);
+        exr_log_detach_begin(lg);
+        exr_log_detach(lg, g_buf);
+        s = exr_log_close(lg);
+    }
+    exr_log_free(lg);
+    if (s != EXR_OK)
+        BAD("log: status %d", (int)s);
+    return s == EXR_OK;
+}
+
+static void *logger(void *arg)
+{
+    (void)arg;
+    char path[] = "/tmp/exr_stress_log_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        BAD("log: no temp file");
+        return NULL;
+    }
+    close(fd);
+    while (!atomic_load(&g_stop) && log_once(path)) {
+        atomic_fetch_add(&g_logged, 1);
+        sleep_us(5000);
+    }
+    unlink(path);
+    return NULL;
+}
+
 int main(void)
 {
     const char *env = getenv("STRESS_SECONDS");
@@ -628,7 +709,7 @@ int main(void)
         return 2;
     exr_buffer_unlock(g_buf);
 
-    enum { NT = NWRITERS + NSAMPLERS + NUPDATERS + 3 };
+    enum { NT = NWRITERS + NSAMPLERS + NUPDATERS + 5 };
     pthread_t th[NT];
     int nt = 0;
     for (int i = 0; i < NWRITERS; i++)
@@ -640,6 +721,8 @@ int main(void)
     pthread_create(&th[nt++], NULL, churn, NULL);
     pthread_create(&th[nt++], NULL, snapshot, NULL);
     pthread_create(&th[nt++], NULL, chunks, NULL);
+    pthread_create(&th[nt++], NULL, remover, NULL);
+    pthread_create(&th[nt++], NULL, logger, NULL);
 
     double t0 = now();
     while (now() - t0 < seconds && !atomic_load(&g_bad)) {
@@ -661,10 +744,10 @@ int main(void)
     exr_buffer_unlock(g_buf);
     exr_buffer_free(g_buf);
     printf("stress: %ld records (%ld calls without waiting), %ld episodes ended without a step, "
-           "%ld batches checked (%ld without waiting), %ld chunks collapsed, %llu selectors back "
-           "in place, in %.1f s: %s\n",
+           "%ld removed, %ld logs attached and closed, %ld batches checked (%ld without "
+           "waiting), %ld chunks collapsed, %llu selectors back in place, in %.1f s: %s\n",
            atomic_load(&g_records), atomic_load(&g_rec_nowait), atomic_load(&g_ends),
-           atomic_load(&g_batches),
+           atomic_load(&g_removed), atomic_load(&g_logged), atomic_load(&g_batches),
            atomic_load(&g_nowait), atomic_load(&g_collapsed),
            (unsigned long long)atomic_load(&exr_debug_reattached), seconds,
            atomic_load(&g_bad) ? "FAILED" : "ok");
