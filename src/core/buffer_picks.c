@@ -179,8 +179,11 @@ void pick_aux_many_locked(const exr_buffer *b, size_t count, const int64_t *epi,
     exr_episodes_find_many(&b->eps, count, epi, slots);
     for (size_t i = 0; i < count; i++) {
         const exr_episode *e = slots[i] == EXR_NIL ? NULL : &b->eps.slab[slots[i]];
-        aux[i] = e && pos[i] >= 0 && (uint64_t)pos[i] < e->m ? exr_aux_at(e, (uint64_t)pos[i])
-                                                             : NULL;
+        /* read once: pos may be the caller's memory, written by another
+         * thread meanwhile (set_priority runs without the GIL); the value
+         * checked is the value used */
+        int64_t p = __atomic_load_n(&pos[i], __ATOMIC_RELAXED);
+        aux[i] = e && p >= 0 && (uint64_t)p < e->m ? exr_aux_at(e, (uint64_t)p) : NULL;
         if (aux[i])
             __builtin_prefetch(aux[i]);
     }

@@ -123,9 +123,8 @@ static size_t resolve_hinted(const exr_buffer *b, size_t count, const int64_t *e
             __builtin_prefetch(&b->picks.v[h2]);
         if ((uint64_t)h1 < n)
             __builtin_prefetch(&b->eps.slab[b->picks.v[h1].slot]);
-        int64_t h = load_once(&hint[i]);
-        size_t j = hint_holds(b, h, epi[i], pos[i]) ? (size_t)h
-                                                   : pick_index_locked(b, epi[i], pos[i]);
+        int64_t h = load_once(&hint[i]), ep = load_once(&epi[i]), po = load_once(&pos[i]);
+        size_t j = hint_holds(b, h, ep, po) ? (size_t)h : pick_index_locked(b, ep, po);
         done = keep_pick(s, done, i, j, prio, prio_stride, pre);
     }
     return done;
@@ -196,17 +195,18 @@ static size_t resolve_noted(const exr_buffer *b, const exr_drawn *d, size_t low,
     }
     for (size_t i = 0; i < count; i++) {
         int64_t sl = moved ? load_once(&slot[i]) : 0, h = load_once(&hint[i]);
+        int64_t ep = load_once(&epi[i]), po = load_once(&pos[i]);
         if (moved && i + PF < count && (uint64_t)slot[i + PF] < hwm)
-            __builtin_prefetch(&slab[slot[i + PF]]);
-        bool ok = epi[i] == he[i] && pos[i] == hp[i] && (uint64_t)h < low;
+            __builtin_prefetch(&slab[slot[i + PF]]); /* a prefetch never faults */
+        bool ok = ep == he[i] && po == hp[i] && (uint64_t)h < low;
         if (ok && moved)
-            ok = (uint64_t)sl < hwm && slab[sl].handle == epi[i];
+            ok = (uint64_t)sl < hwm && slab[sl].handle == ep;
         size_t j;
         if (ok) {
             j = (size_t)h;
             NOTED_KEPT(moved);
         } else {
-            j = hint_holds(b, h, epi[i], pos[i]) ? (size_t)h : pick_index_locked(b, epi[i], pos[i]);
+            j = hint_holds(b, h, ep, po) ? (size_t)h : pick_index_locked(b, ep, po);
         }
         done = keep_pick(s, done, i, j, prio, prio_stride, pre);
     }
@@ -460,7 +460,7 @@ exr_status exr_buffer_stored_priority_locked(const exr_buffer *b, int64_t h, siz
         return EXR_ENOTFOUND;
     exr_sel_lock(e->sel);
     for (size_t i = 0; i < count; i++) {
-        size_t idx = pick_index_locked(b, epi[i], pos[i]);
+        size_t idx = pick_index_locked(b, load_once(&epi[i]), load_once(&pos[i]));
         out[i] = idx == SIZE_MAX ? NAN : e->sel->vt->stored(e->sel, idx);
     }
     exr_sel_unlock(e->sel);
