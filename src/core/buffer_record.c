@@ -725,6 +725,7 @@ static exr_status record_steps_locked(exr_buffer *b, int64_t h, const exr_steps 
     if (in->priorities) /* only calls with priorities use the guess */
         note_record_power_locked(b);
     uint32_t slot = exr_episodes_find(&b->eps, h);
+    bool gone = slot == EXR_NIL; /* not held: perhaps in the gone-open ring */
     if (slot != EXR_NIL && b->eps.slab[slot].ended)
         slot = EXR_NIL;
     rec_prep small[2], *pr = small, extra;
@@ -739,8 +740,8 @@ static exr_status record_steps_locked(exr_buffer *b, int64_t h, const exr_steps 
         if (st != EXR_OK)
             break;
         rec_prep *p = k < np ? &pr[k] : &extra;
-        if (slot == EXR_NIL && b->hook && h >= 0)
-            p->cont = h; /* a handle not held (or ended): its episode may be due an end */
+        if (slot == EXR_NIL && b->hook && h >= 0 && (gone || k > 0))
+            p->cont = h; /* a handle not held (no longer): its episode may be due an end */
         slot = commit_prep_locked(b, slot, p, &h);
         exr_episodes_hint(&b->eps, slot);
         exr_episode *e = &b->eps.slab[slot];
