@@ -8,9 +8,9 @@ their file headers (a u16 length each), encoded here as docs/log.md says,
 deterministically (fixed timestamps, no clock). Before writing them, the
 script checks every input log whole, with a file header, against
 exreplay.log: it must read (open, info) and merge to the records the seed
-means, or, for the seed of a zlib body shorter than its wrapper (which
-the engine once refused when pushed), be refused by both with the reader's
-ValueError. Modes 2 and 3 (raw bodies, which the harness compresses
+means, or, for the seeds of a zlib body shorter than its wrapper (which
+the engine once refused when pushed) and of one asking for a preset
+dictionary, be refused by both with the reader's ValueError. Modes 2 and 3 (raw bodies, which the harness compresses
 itself) are written for each other seed beside mode 0.
 """
 import os
@@ -44,12 +44,15 @@ def raw_body(recs, kind):
     return raw
 
 
-def chunk(recs, codec, kind=1, source=None, raw_mode=False, cut=None):
+def chunk(recs, codec, kind=1, source=None, raw_mode=False, cut=None, fdict=False):
     """One chunk's bytes; raw_mode: the body is the raw body (the harness's
     modes 2 and 3), its lengths and CRCs as the harness will set them; cut:
-    the zlib body cut to that many bytes (its CRCs right)."""
+    the zlib body cut to that many bytes; fdict: its zlib header asks for a
+    preset dictionary (the CRCs right either way)."""
     raw = raw_body(recs, kind)
     body = raw if codec == 0 or raw_mode else zlib.compress(raw, 6)[:cut]
+    if fdict:  # FDICT set, FCHECK made right again (RFC 1950)
+        body = bytes([0x78, 0x20 + (31 - 0x7820 % 31)]) + body[2:]
     srcs = {r[3] for r in recs}
     src = source if source is not None else (srcs.pop() if len(srcs) == 1 else MIXED)
     head = HDR.pack(b"XRCK", kind, codec, len(recs), src, recs[0][0], recs[-1][0],
@@ -96,6 +99,7 @@ def seed_inputs():
         "torn": (0b01_11_11, [[(episode(6, 3, 50, 3), 1), (episode(6, 3, 80, 2), 1), "torn"]]),
         # threads 1, level 1, chunk_bytes 97: the engine once refused it when pushed
         "short-zlib": (0b00_01_01, [[(episode(7, 2, 900, 3), 1), "short"]]),
+        "dict-zlib": (0b00_01_00, [[(episode(7, 2, 900, 3), 1), "dict"], [(b, 1)]]),
     }
 
 
@@ -108,6 +112,8 @@ def input_bytes(chunks, raw_mode):
             out += chunk(episode(6, 9, 900, 2), 1)[:70]
         elif c == "short":  # a zlib body shorter than its wrapper: refused when decoded
             out += chunk(episode(7, 1, 950, 1), 1, cut=2)
+        elif c == "dict":  # a zlib body asking for a preset dictionary: refused when decoded
+            out += chunk(episode(7, 1, 950, 2), 1, fdict=True)
         else:
             recs, codec = c[0], c[1]
             kind = c[2] if len(c) > 2 else 1
@@ -118,7 +124,8 @@ def input_bytes(chunks, raw_mode):
 
 def check_with_reader(inputs):
     """Each input, as a whole log, reads and merges with exreplay.log (or,
-    holding a "short" chunk, is refused by both with the reader's error)."""
+    holding a "short" or "dict" chunk, is refused by both with the reader's
+    error)."""
     import exreplay.log as xl
 
     with tempfile.TemporaryDirectory() as d:
@@ -129,7 +136,7 @@ def check_with_reader(inputs):
                 f.write(file_header() + input_bytes(chunks, False))
             xl.info(p)
             paths.append(p)
-        bad = any("short" in c for c in inputs)
+        bad = any("short" in c or "dict" in c for c in inputs)
         for run in (lambda: [sum(1 for _ in xl.open(p)) for p in paths],
                     lambda: xl.merge(paths, os.path.join(d, "out.xlog"), level=1,
                                      chunk_bytes=97, threads=0)):
@@ -145,7 +152,7 @@ def main(argv):
     os.makedirs(out, exist_ok=True)
     for name, (cfg, inputs) in seed_inputs().items():
         check_with_reader(inputs)
-        for mode in (0,) if name == "short-zlib" else (0, 2, 3):
+        for mode in (0,) if name in ("short-zlib", "dict-zlib") else (0, 2, 3):
             setup = bytes([cfg | mode << 6, SB - 1, ROW - SB, len(inputs) - 1])
             body = b"".join(struct.pack("<H", len(x)) + x
                             for x in (input_bytes(c, mode >= 2) for c in inputs))
