@@ -48,13 +48,31 @@ need_clang() {
     exit 1
 }
 
-build() { # name binary [flags...]
-    local name=$1 bin=$2; shift 2
+# The core's objects, compiled once per set of flags (into $OUT/obj-TAG/) and
+# shared by every harness: each .c again only when it or a header is newer.
+core_objs() { # tag [flags...]
+    local dir=$OUT/obj-$1 c o; shift
+    mkdir -p "$dir"
+    for c in src/core/*.c; do
+        o=$dir/$(basename "${c%.c}").o
+        if [ ! -f "$o" ] || [ -n "$(find "$c" src/core/*.h -newer "$o" -print -quit)" ]; then
+            # shellcheck disable=SC2086
+            "$CC" $CFLAGS "$@" -c -o "$o" "$c" || { rm -f "$o"; return 1; }
+        fi
+        echo "$o"
+    done
+}
+
+build() { # name binary tag [flags...]
+    local name=$1 bin=$2 tag=$3; shift 3
     mkdir -p "$OUT"
-    if [ ! -x "$bin" ] || [ -n "$(find fuzz/fuzz_"$name".c src/core -newer "$bin" -print -quit)" ]; then
+    local objs
+    core_objs "$tag" "$@" >"$OUT/objs-$tag.list" || exit 1
+    mapfile -t objs <"$OUT/objs-$tag.list"
+    if [ ! -x "$bin" ] || [ -n "$(find fuzz/fuzz_"$name".c "${objs[@]}" -newer "$bin" -print -quit)" ]; then
         echo "building $bin" >&2
         # shellcheck disable=SC2086
-        "$CC" $CFLAGS "$@" -o "$bin" fuzz/fuzz_"$name".c src/core/*.c -lz -lm
+        "$CC" $CFLAGS "$@" -o "$bin" fuzz/fuzz_"$name".c "${objs[@]}" -lz -lm || exit 1
     fi
     echo "$bin"
 }
@@ -63,7 +81,7 @@ need_clang
 
 if [ "${1:-}" = "--coverage" ]; then
     name=${2:?usage: fuzz/run.sh --coverage NAME}
-    bin=$(build "$name" "$OUT/fuzz_$name-cov" -fsanitize=fuzzer -fprofile-instr-generate -fcoverage-mapping)
+    bin=$(build "$name" "$OUT/fuzz_$name-cov" cov -fsanitize=fuzzer -fprofile-instr-generate -fcoverage-mapping)
     corpus=${3:-$OUT/corpus/$name}
     [ -d "$corpus" ] || corpus="fuzz/seeds/$name"
     rm -f "$OUT/cov-$name".prof*
@@ -81,7 +99,7 @@ if [ ${#names[@]} -eq 0 ]; then
 fi
 status=0
 for name in "${names[@]}"; do
-    bin=$(build "$name" "$OUT/fuzz_$name" $SAN)
+    bin=$(build "$name" "$OUT/fuzz_$name" san $SAN)
     corpus="$OUT/corpus/$name"
     art="$OUT/artifacts/$name"
     mkdir -p "$corpus" "$art"
