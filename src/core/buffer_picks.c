@@ -182,8 +182,7 @@ void pick_aux_many_locked(const exr_buffer *b, size_t count, const int64_t *epi,
         /* read once: pos may be the caller's memory, written by another
          * thread meanwhile (set_priority runs without the GIL); the value
          * checked is the value used */
-        int64_t p = pos[i];
-        __asm__("" : "+r"(p)); /* p is this one load's value from here on */
+        int64_t p = __atomic_load_n(&pos[i], __ATOMIC_RELAXED);
         aux[i] = e && p >= 0 && (uint64_t)p < e->m ? exr_aux_at(e, (uint64_t)p) : NULL;
         if (aux[i])
             __builtin_prefetch(aux[i]);
