@@ -1275,18 +1275,31 @@ done:
 /* end_episode on an episode not held: the hook hears of it, at the step
  * count the episode had, only if it went open (with steps) while the hook
  * was set, once, and only for the last EXR_GONE_OPEN such episodes. */
-static void test_end_gone(void)
+/* A buffer of capacity 3 with count_hook set, holding episode 1 (two
+ * steps), after episode 0 (two steps) went open; g_hook cleared. NULL if
+ * it could not be made. */
+static exr_buffer *one_gone_buffer(void)
 {
     exr_buffer *b = make_buffer(1, false, 3, EXR_EVICT_FIFO);
-    exr_end_outcome o;
-    float fin[2] = {3.0f, 4.0f};
-    CHECK_RET(b);
+    if (!b)
+        return NULL;
     exr_buffer_lock(b);
     exr_buffer_set_hook_locked(b, count_hook, NULL);
     exr_buffer_unlock(b);
-    CHECK(record_prio_run(b, -1, 1, 0, 2, false) == 0);
-    CHECK(record_prio_run(b, -1, 2, 0, 2, false) == 1); /* evicts 0 */
+    CHECK_OR(record_prio_run(b, -1, 1, 0, 2, false) == 0 &&
+                 record_prio_run(b, -1, 2, 0, 2, false) == 1, /* evicts 0 */
+             exr_buffer_free(b);
+             return NULL);
     memset(&g_hook, 0, sizeof g_hook);
+    return b;
+}
+
+static void test_end_gone(void)
+{
+    exr_buffer *b = one_gone_buffer();
+    exr_end_outcome o;
+    float fin[2] = {3.0f, 4.0f};
+    CHECK_RET(b);
     CHECK(end_episode(b, 0, fin, false, &o) == EXR_OK && o == EXR_END_GONE);
     CHECK(g_hook.calls == 1 && g_hook.h == 0 && g_hook.pos == 2 && !g_hook.row && g_hook.end &&
           !g_hook.term && g_hook.fin[0] == 3.0f && g_hook.fin[1] == 4.0f);
@@ -1316,15 +1329,9 @@ done:
  * So for a rollout that evicts the episode it goes into. */
 static void test_end_continued(void)
 {
-    exr_buffer *b = make_buffer(1, false, 3, EXR_EVICT_FIFO);
+    exr_buffer *b = one_gone_buffer();
     exr_end_outcome o;
     CHECK_RET(b);
-    exr_buffer_lock(b);
-    exr_buffer_set_hook_locked(b, count_hook, NULL);
-    exr_buffer_unlock(b);
-    CHECK(record_prio_run(b, -1, 1, 0, 2, false) == 0);
-    CHECK(record_prio_run(b, -1, 2, 0, 2, false) == 1); /* evicts 0 */
-    memset(&g_hook, 0, sizeof g_hook);
     CHECK(record_prio_run(b, 0, 7, 5, 1, false) == 2);
     CHECK(g_hook.calls == 2 && g_hook.h == 0 && g_hook.pos == 2 && !g_hook.row && g_hook.end &&
           !g_hook.term && !g_hook.first && g_hook.fin[0] == 7.0f && g_hook.fin[1] == 5.0f);
