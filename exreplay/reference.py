@@ -102,7 +102,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from exreplay._args import article, index_arg, int_arg, tp_name, truth_arg, type_name
+from exreplay._args import index_arg, int_arg, tp_name, truth_arg, type_name, with_article
 from exreplay._types import PickSelectorClass, seq_views
 
 __all__ = [
@@ -406,8 +406,8 @@ def _describe(x):
     where it names no type alone: "a list", "a float32 array of shape (3, 4),
     not C-contiguous"."""
     if not isinstance(x, np.ndarray):
-        return f"{article(tp_name(x))} {tp_name(x)}"
-    return (f"{article(str(x.dtype))} {x.dtype} array of shape {_shape_str(x.shape)}"
+        return with_article(tp_name(x))
+    return (f"{with_article(str(x.dtype))} array of shape {_shape_str(x.shape)}"
             f"{'' if x.flags.c_contiguous else ', not C-contiguous'}"
             f"{'' if x.flags.aligned else ', not aligned'}"
             f"{'' if x.flags.writeable else ', read-only'}")
@@ -431,7 +431,7 @@ def _real_arg(name, x):
     else:
         seq = isinstance(x, collections.abc.Sequence) and not isinstance(x, (str, bytes))
     if seq:
-        raise ValueError(f"{name}: expected a scalar, got {article(tp_name(x))} {tp_name(x)}")
+        raise ValueError(f"{name}: expected a scalar, got {with_article(tp_name(x))}")
     t = type(x)
     numeric = any(hasattr(t, m) for m in ("__float__", "__index__", "__int__"))
     # a 0-d array of bools or complex numbers is refused as its scalar is
@@ -441,8 +441,7 @@ def _real_arg(name, x):
     try:
         return float(x)
     except OverflowError:
-        what = "int" if isinstance(x, int) else tp_name(x)
-        what = f"{article(what)} {what}"
+        what = with_article("int" if isinstance(x, int) else tp_name(x))
         raise ValueError(
             f"{name}: expected a real number within float's range, got {what} too large for a float"
         ) from None
@@ -556,8 +555,8 @@ def _shape_arg(name, x, field=False):
     dims = []
     for i, d in enumerate(given):
         if not _is_int(d):
-            t = type_name(d)
-            raise TypeError(f"{name}: expected a tuple of ints, got {article(t)} {t} at index {i}")
+            raise TypeError(f"{name}: expected a tuple of ints, got {with_article(type_name(d))} "
+                            f"at index {i}")
         dims.append(operator.index(d))
         if not 1 <= dims[-1] <= 2**40:  # an item takes at most 1 TiB
             raise ValueError(f"{name}: expected dimensions from 1 to 2**40, got {d!r} at index {i}")
@@ -1360,9 +1359,8 @@ class ReferenceReplay:
             values = dict(zip(names, (0.7, 0.5) if kind == PickSelectorClass.Rank else (0.6, 0.4)))
             for name, value in params.items():
                 if name not in names:
-                    k = kind.name.lower()
-                    raise TypeError(f"new_pick_selector(): {article(k)} {k} selector takes "
-                                    f"no parameter {name!r}")
+                    raise TypeError(f"new_pick_selector(): {with_article(kind.name.lower())} "
+                                    f"selector takes no parameter {name!r}")
                 values[name] = _finite_nonneg(name, value)
             if kind == PickSelectorClass.Uniform:
                 sel = _Selector(handle, kind, None, None, self._make_rng(handle))

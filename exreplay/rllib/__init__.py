@@ -40,7 +40,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
     ) from e
 
 import exreplay
-from exreplay._args import article, int_arg, nonneg_real_arg, type_name
+from exreplay._args import int_arg, nonneg_real_arg, type_name, with_article
 from exreplay._spaces import spec_for_spaces
 
 __all__ = [
@@ -68,9 +68,8 @@ def _n_step_bounds(n_step) -> Tuple[int, int, bool]:
         return 1, 1, False
     if isinstance(n_step, (tuple, list)):
         if len(n_step) != 2:
-            t = type_name(n_step)
             raise ValueError("n_step: expected an int >= 1 or a (low, high) pair of ints, got "
-                             "%s %s of length %d" % (article(t), t, len(n_step)))
+                             "%s of length %d" % (with_article(type_name(n_step)), len(n_step)))
         for i, v in enumerate(n_step):
             if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
                 raise TypeError("n_step: expected a (low, high) pair of ints, got %s at index %d"
