@@ -84,8 +84,6 @@ typedef struct { /* one record of an input, where the reference decode has it */
     size_t rec, row, fin, in, seq; /* seq: its place in the inputs' order */
 } rec;
 
-static unsigned get16(const unsigned char *p) { return p[0] | (unsigned)p[1] << 8; }
-
 static void fail(const char *what)
 {
     fprintf(stderr, "fuzz_log_merge: %s\n", what);

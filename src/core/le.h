@@ -23,6 +23,10 @@ static inline void put64(unsigned char *p, uint64_t v)
     for (int i = 0; i < 8; i++)
         p[i] = (unsigned char)(v >> (8 * i));
 }
+static inline uint16_t get16(const unsigned char *p)
+{
+    return (uint16_t)(p[0] | (unsigned)p[1] << 8);
+}
 static inline uint32_t get32(const unsigned char *p)
 {
     uint32_t v = 0;
