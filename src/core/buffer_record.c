@@ -536,6 +536,18 @@ typedef struct {
     size_t step, count;
 } rec_plan;
 
+/* The end of episode h, no longer held: logged, at the step count it had,
+ * if it went open with a log attached (its steps are in the log), and
+ * taken back so that it ends once; the buffer does not change. first: the
+ * hook's first_of_call (false inside a record call that logged a step). */
+static void end_gone_locked(exr_buffer *b, int64_t h, const void *final_state, bool terminated,
+                            bool first)
+{
+    uint64_t n;
+    if (take_gone_open_locked(b, h, &n) && b->hook)
+        b->hook(b->hook_ctx, b, h, n, NULL, final_state, true, terminated, first);
+}
+
 /* A new episode's first step continues pr->cont, an episode no longer
  * held: that one's end is logged (if it went open under a log) with this
  * step's state as its final state, not terminated: the transition from its
@@ -543,9 +555,8 @@ typedef struct {
  * first state_bytes are its state. */
 static void end_continued_locked(exr_buffer *b, rec_prep *pr, const unsigned char *row)
 {
-    uint64_t n;
-    if (pr->cont >= 0 && take_gone_open_locked(b, pr->cont, &n))
-        b->hook(b->hook_ctx, b, pr->cont, n, NULL, row, true, false, false);
+    if (pr->cont >= 0)
+        end_gone_locked(b, pr->cont, row, false, false);
     pr->cont = -1;
 }
 
@@ -852,16 +863,6 @@ static uint64_t end_new_picks(const exr_buffer *b, const exr_episode *e)
     return exr_picks_target(b, &ended) - e->m;
 }
 
-/* The end of episode h, no longer held: logged, at the step count it had,
- * if it went open with a log attached (its steps are in the log), and
- * taken back so that it ends once; the buffer does not change. */
-static void end_gone_locked(exr_buffer *b, int64_t h, const void *final_state, bool terminated)
-{
-    uint64_t n;
-    if (take_gone_open_locked(b, h, &n) && b->hook)
-        b->hook(b->hook_ctx, b, h, n, NULL, final_state, true, terminated, true);
-}
-
 exr_status exr_buffer_end_episode_locked(exr_buffer *b, int64_t h, const void *final_state,
                                          bool terminated, exr_end_outcome *out)
 {
@@ -873,7 +874,7 @@ exr_status exr_buffer_end_episode_locked(exr_buffer *b, int64_t h, const void *f
     uint32_t slot;
     *out = end_outcome_locked(b, h, &slot);
     if (*out == EXR_END_GONE) {
-        end_gone_locked(b, h, final_state, terminated);
+        end_gone_locked(b, h, final_state, terminated, true);
         return EXR_OK;
     }
     if (*out != EXR_END_DONE)
