@@ -397,6 +397,72 @@ def test_a_record_into_an_evicted_handle_ends_its_episode_in_the_log(tmp_path, n
     big._check()
 
 
+def test_an_end_goes_to_the_log_attached_when_the_caller_goes_on(tmp_path):
+    """Logs rotated (detach one, attach the next) while an episode that went
+    open under the first is no longer held: a record into its handle under
+    the second logs its end there (the end is part of the stream the caller
+    records, whichever file takes it), so the second file alone skips it
+    (ingest holds no such episode open) and the two merged rebuild the
+    episode whole and ended."""
+    import exreplay.log as xlog
+    from exreplay import ExperienceLog
+
+    pa, pb, pm = tmp_path / "a.log", tmp_path / "b.log", tmp_path / "m.log"
+    la = ExperienceLog(pa)
+    buf = ExperienceReplay((2,), capacity=6, pick_len=1, log=la)
+    buf.new_pick_selector(U)
+    s = states(7, 4)
+    h = buf.record_many(None, s[:4], np.arange(4), np.ones(4))
+    buf.record_many(None, s[4:7], np.arange(3), np.ones(3))  # evicts h, open
+    assert h not in buf._handles()
+    buf.detach_log()
+    la.close()
+    lb = ExperienceLog(pb)
+    buf.attach_log(lb)
+    nxt = states(1, 9)[0]
+    buf.record(h, nxt, 0, 1.0)
+    lb.close()
+    assert _logged_ends(pa) == {}
+    assert _logged_ends(pb) == {h: (4, False, nxt.tolist())}
+    alone = ExperienceReplay.from_log(pb, capacity=None, pick_len=1)
+    assert [len(alone.episode(x).reward) for x in alone._handles()] == [1]
+    xlog.merge([pa, pb], pm)
+    big = ExperienceReplay.from_log(pm, capacity=None, pick_len=1)
+    first = big.episode(big._handles()[0])
+    assert (len(first.reward), first.ended, first.terminated) == (4, True, False)
+    assert first.final_state.tolist() == nxt.tolist()
+    assert np.array_equal(first.state, s[:4])
+    big._check()
+
+
+def test_a_record_without_a_log_makes_the_end_a_later_log_would_log(tmp_path):
+    """An episode that went open under a log, continued by a record into its
+    handle while no log is attached: its end is made then (not logged), so
+    a log attached afterwards logs no end for it, by end_episode or by
+    another record into the handle."""
+    from exreplay import ExperienceLog
+
+    pa, pb = tmp_path / "a.log", tmp_path / "b.log"
+    la = ExperienceLog(pa)
+    buf = ExperienceReplay((2,), capacity=6, pick_len=1, log=la)
+    buf.new_pick_selector(U)
+    s = states(7, 4)
+    h = buf.record_many(None, s[:4], np.arange(4), np.ones(4))
+    buf.record_many(None, s[4:7], np.arange(3), np.ones(3))  # evicts h, open
+    buf.detach_log()
+    la.close()
+    h2 = buf.record(h, states(1, 9)[0], 0, 1.0)  # goes on: the end is made, unlogged
+    lb = ExperienceLog(pb)
+    buf.attach_log(lb)
+    assert buf.end_episode(h, terminated=True) is False
+    buf.record(h, states(1, 8)[0], 0, 1.0)
+    buf.end_episode(h2, terminated=True)
+    lb.close()
+    assert _logged_ends(pa) == {}
+    assert set(_logged_ends(pb)) == {h2}
+    buf._check()
+
+
 def test_a_rollout_that_evicts_its_own_episode_ends_it_in_the_log(tmp_path):
     """record_many whose steps evict the episode they go into goes on in a
     new episode; under a log the evicted one ends there, not terminated,

@@ -549,10 +549,11 @@ static void end_gone_locked(exr_buffer *b, int64_t h, const void *final_state, b
 }
 
 /* A new episode's first step continues pr->cont, an episode no longer
- * held: that one's end is logged (if it went open under a log) with this
- * step's state as its final state, not terminated: the transition from its
- * last step is whole in the log (docs/log.md). row: the step's row, whose
- * first state_bytes are its state. */
+ * held: that one ends (if it went open under a log), logged if a log is
+ * attached now, with this step's state as its final state, not
+ * terminated: the transition from its last step is whole in the log
+ * (docs/log.md). row: the step's row, whose first state_bytes are its
+ * state (not copied yet if there is no log: then it is not read). */
 static void end_continued_locked(exr_buffer *b, rec_prep *pr, const unsigned char *row)
 {
     if (pr->cont >= 0)
@@ -594,10 +595,9 @@ static bool record_step_locked(exr_buffer *b, uint32_t slot, int64_t h, const ex
             pr->fin = NULL;
         }
     }
-    if (b->hook) { /* the row is in place: never deferred with a hook */
+    if (b->hook) /* the row is in place: never deferred with a hook */
         b->hook(b->hook_ctx, b, h, n, row, fin, ends, ends && in->terminated, t == 0);
-        end_continued_locked(b, pr, row);
-    }
+    end_continued_locked(b, pr, row); /* the row is read only by a hook */
     if (!pl || !enter_picks_stored_locked(b, slot, pl))
         enter_picks_locked(b, slot);
     if (ends)
@@ -751,8 +751,10 @@ static exr_status record_steps_locked(exr_buffer *b, int64_t h, const exr_steps 
         if (st != EXR_OK)
             break;
         rec_prep *p = k < np ? &pr[k] : &extra;
-        if (slot == EXR_NIL && b->hook && h >= 0 && (gone || k > 0))
-            p->cont = h; /* a handle not held (no longer): its episode may be due an end */
+        /* a handle not held (no longer): its episode may be due an end,
+         * made here (logged if a log is attached: end_gone_locked) */
+        if (slot == EXR_NIL && h >= 0 && (gone || k > 0))
+            p->cont = h;
         slot = commit_prep_locked(b, slot, p, &h);
         exr_episodes_hint(&b->eps, slot);
         exr_episode *e = &b->eps.slab[slot];
