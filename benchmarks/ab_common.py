@@ -7,7 +7,10 @@ machine load; a ratio of two separate runs on a shared machine measures the
 load (docs/benchmarks.md)."""
 import glob
 import importlib.util
+import os
+import shutil
 import statistics
+import tempfile
 import threading
 import time
 
@@ -33,14 +36,30 @@ class Floor:
         return self.m._floor_gather(self.rows, self.pool[self.i % 8], self.L, *extra)
 
 
+_loaded = set()
+
+
 def load_build(name, tree):
-    """The exreplay._core built in source tree `tree`, as module `name`._core."""
+    """The exreplay._core built in source tree `tree`, as module `name`._core.
+    A tree loaded before in this process is loaded from a fresh copy of its
+    library (the dynamic loader would hand back the same one): naming one
+    tree twice times the same code in two places, which is what an A/B of
+    identical builds measures. On this machine such a pair differs by up to
+    4% in a record loop and 5-11% in a three-thread run, and the faster
+    copy is not the same from one run to the next (docs/benchmarks.md)."""
     found = glob.glob(tree + "/exreplay/_core*.so")
     if not found:
         raise SystemExit(f"{tree}: no built exreplay/_core*.so (run setup.py build_ext --inplace there)")
-    spec = importlib.util.spec_from_file_location(name + "._core", found[0])
+    path = os.path.realpath(found[0])
+    if path in _loaded:
+        d = tempfile.mkdtemp(prefix="exr-ab-")
+        path = shutil.copy(path, os.path.join(d, os.path.basename(path)))
+    _loaded.add(path)
+    spec = importlib.util.spec_from_file_location(name + "._core", path)
     m = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(m)
+    if path != os.path.realpath(found[0]):
+        shutil.rmtree(os.path.dirname(path))  # mapped now: the copy's file is not needed
     return m
 
 

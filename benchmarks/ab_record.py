@@ -9,7 +9,8 @@ single record, e.g. against a commit from before a change:
     git worktree add /tmp/old <commit> && (cd /tmp/old && python setup.py build_ext --inplace)
     python benchmarks/ab_record.py /tmp/old,. [repetitions] [N]
 
-Each tree holds a built exreplay/_core*.so."""
+Each tree holds a built exreplay/_core*.so. A tree named twice (`.,.`) is
+timed against a copy of itself: the noise of the comparison (ab_common.py)."""
 import statistics
 import sys
 import time
@@ -41,7 +42,7 @@ def main():
     trees = sys.argv[1].split(",")
     reps = int(sys.argv[2]) if len(sys.argv) > 2 else 9
     n = int(sys.argv[3]) if len(sys.argv) > 3 else 65536
-    builds = [(t, load_build(f"build{i}", t)) for i, t in enumerate(trees)]
+    builds = [(f"{t} [{i}]", load_build(f"build{i}", t)) for i, t in enumerate(trees)]
     rng = np.random.default_rng(0)
     rows = [rng.random(4).astype(np.float32) for _ in range(E)]
     fin = rng.random(4).astype(np.float32)
@@ -53,7 +54,6 @@ def main():
     for t, _ in builds:
         ratio = statistics.median(a / b for a, b in zip(res[t], res[first]))
         print(f"{t:30s} {statistics.median(res[t]):.4f} µs a record   paired ÷ first {ratio:.3f}")
-
 
 if __name__ == "__main__":
     main()
