@@ -202,6 +202,34 @@ def test_uniform_frequencies(impl):
     np.testing.assert_array_equal(weights, 1.0)
 
 
+def test_uniform_over_episodes_of_many_lengths(impl):
+    """Episodes of 1 to 600 picks, one still open and growing between
+    draws, after a removal (its picks swapped out of the table): every pick
+    equally likely, so each episode drawn in proportion to its picks, and
+    each position of the longest episode alike."""
+    rng = np.random.default_rng(3)
+    buf = impl(state_shape=(2,), capacity=2_000, pick_len=1, seed=9)
+    ps = buf.new_pick_selector(Uniform)
+    for steps in [600, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377, 90, 70]:
+        add_episode(buf, steps)
+    buf.remove_episode(buf._handles()[3])
+    h = None
+    for i in range(40):  # an open episode, grown between draws
+        h = buf.record(h, rng.random(2).astype(np.float32), 0, 0.0)
+        if i % 10 == 0:
+            buf.get_batch(8, ps)
+    buf._check()
+    epi, pos = picks_of(buf)
+    N = len(epi)
+    counts, _ = draw_counts(buf, ps, epi, pos)
+    handles, first = np.unique(epi, return_index=True)
+    per_episode = np.add.reduceat(counts, first)
+    sizes = np.diff(np.append(first, N))
+    assert_matches(per_episode, sizes / N, "uniform by episode")
+    longest = np.flatnonzero(epi == handles[np.argmax(sizes)])
+    assert_matches(counts[longest], np.full(len(longest), 1.0 / len(longest)), "uniform within one")
+
+
 # --------------------------------------------------------------------------
 # prioritized
 # --------------------------------------------------------------------------
