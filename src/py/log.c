@@ -346,24 +346,6 @@ static int schema_args(LogObject *self, PyObject *o_sshape, PyObject *o_sdtype,
     return ok ? 0 : -1;
 }
 
-static int flag_arg(PyObject *o, const char *name, int *out)
-{
-    if (!o) {
-        *out = 0;
-        return 0;
-    }
-    /* the type first: the truth of an array of several values raises */
-    if (!PyBool_Check(o) && !PyLong_Check(o) && !PyArray_IsScalar(o, Bool))
-        return PyErr_Format(PyExc_TypeError, "%s: expected a bool, got %s", name,
-                            Py_TYPE(o)->tp_name),
-               -1;
-    int v = PyObject_IsTrue(o);
-    if (v < 0)
-        return -1;
-    *out = v;
-    return 0;
-}
-
 static PyObject *log_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"path",         "source",       "level",        "chunk_bytes",
@@ -374,12 +356,12 @@ static PyObject *log_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     PyObject *o_max = NULL, *o_sshape = Py_None, *o_sdtype = NULL, *o_ashape = NULL;
     PyObject *o_adtype = NULL, *o_rdtype = NULL;
     PyObject *o_fsync = NULL, *o_over = NULL;
-    int do_fsync = 0, overwrite = 0;
+    bool do_fsync = false, overwrite = false;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$OOOOOOOOOOOO:ExperienceLog", kwlist, &o_path,
                                      &o_source, &o_level, &o_chunk, &o_flush, &o_fsync, &o_max,
                                      &o_over, &o_sshape, &o_sdtype, &o_ashape, &o_adtype,
                                      &o_rdtype) ||
-        flag_arg(o_fsync, "fsync", &do_fsync) < 0 || flag_arg(o_over, "overwrite", &overwrite) < 0)
+        truth_arg(o_fsync, "fsync", &do_fsync) < 0 || truth_arg(o_over, "overwrite", &overwrite) < 0)
         return NULL;
     /* every argument checked before the file is opened (or replaced) */
     if (o_sshape == Py_None && (o_sdtype || o_ashape || o_adtype || o_rdtype))
@@ -548,13 +530,13 @@ static PyObject *log_append_impl(LogObject *self, PyObject *const *args, Py_ssiz
     PyObject *a[7];
     int64_t h;
     size_t pos;
-    int terminated;
+    bool terminated;
     if (exr_parse_args(args, nargs, kwnames, fname, names, 5, 7, a) < 0 ||
         need_open(self, fname) < 0 || no_extras(self, fname) < 0 ||
         owner_saving_here(self, fname) < 0 ||
         exr_int_arg(a[0], "h", "an int64 episode handle", INT64_MIN, INT64_MAX, &h) < 0 ||
         bounded_size(a[1], "pos", 0, (size_t)INT64_MAX / 2, &pos) < 0 ||
-        flag_arg(a[6], "terminated", &terminated) < 0)
+        truth_arg(a[6], "terminated", &terminated) < 0)
         return NULL;
     PyArrayObject *arr[4] = {NULL, NULL, NULL, NULL};
     npy_intp T = -1;
@@ -607,13 +589,13 @@ static PyObject *log_end_episode(LogObject *self, PyObject *const *args, Py_ssiz
     PyObject *a[4];
     int64_t h;
     size_t pos;
-    int terminated;
+    bool terminated;
     PyArrayObject *fin;
     if (exr_parse_args(args, nargs, kwnames, "end_episode", names, 2, 4, a) < 0 ||
         need_open(self, "end_episode") < 0 || owner_saving_here(self, "end_episode") < 0 ||
         exr_int_arg(a[0], "h", "an int64 episode handle", INT64_MIN, INT64_MAX, &h) < 0 ||
         bounded_size(a[1], "pos", 1, (size_t)INT64_MAX / 2, &pos) < 0 ||
-        flag_arg(a[3], "terminated", &terminated) < 0 || end_final_arg(self, a[2], &fin) < 0)
+        truth_arg(a[3], "terminated", &terminated) < 0 || end_final_arg(self, a[2], &fin) < 0)
         return NULL;
     if (!fin && !terminated) {
         PyErr_SetString(PyExc_ValueError,
@@ -644,8 +626,8 @@ static PyObject *log_flush(LogObject *self, PyObject *const *args, Py_ssize_t na
     PyObject *a[1];
     if (exr_parse_args(args, nargs, kwnames, "flush", names, 0, 1, a) < 0)
         return NULL;
-    int sync;
-    if (flag_arg(a[0], "sync", &sync) < 0 || owner_saving_here(self, "flush") < 0)
+    bool sync;
+    if (truth_arg(a[0], "sync", &sync) < 0 || owner_saving_here(self, "flush") < 0)
         return NULL;
     exr_status st;
     EXR_NOGIL_BEGIN

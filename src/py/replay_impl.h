@@ -22,9 +22,6 @@ static inline exr_modstate *mstate(ReplayObject *self) { return exr_state_of_typ
  * naming the first other value and its index. */
 int exr_check_priorities(const double *p, npy_intp n);
 
-/* args.c: a bool argument (bool, numpy.bool_ or int); absent is false. */
-int truth_arg(PyObject *o, const char *name, bool *out);
-
 /* arrays.c: the fields of a Batch, in order. */
 enum { F_STATE, F_ACTION, F_REWARD, F_NEXT, F_LEN, F_LEN_NEXT, F_EPI, F_POS, F_WEIGHT, F_INDEX,
        F_EXTRAS, F_SEQ, NFIELDS };
