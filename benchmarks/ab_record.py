@@ -55,5 +55,6 @@ def main():
         ratio = statistics.median(a / b for a, b in zip(res[t], res[first]))
         print(f"{t:30s} {statistics.median(res[t]):.4f} µs a record   paired ÷ first {ratio:.3f}")
 
+
 if __name__ == "__main__":
     main()

@@ -361,7 +361,8 @@ static PyObject *log_new(PyTypeObject *type, PyObject *args, PyObject *kw)
                                      &o_source, &o_level, &o_chunk, &o_flush, &o_fsync, &o_max,
                                      &o_over, &o_sshape, &o_sdtype, &o_ashape, &o_adtype,
                                      &o_rdtype) ||
-        truth_arg(o_fsync, "fsync", &do_fsync) < 0 || truth_arg(o_over, "overwrite", &overwrite) < 0)
+        truth_arg(o_fsync, "fsync", &do_fsync) < 0 ||
+        truth_arg(o_over, "overwrite", &overwrite) < 0)
         return NULL;
     /* every argument checked before the file is opened (or replaced) */
     if (o_sshape == Py_None && (o_sdtype || o_ashape || o_adtype || o_rdtype))
