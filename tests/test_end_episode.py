@@ -397,6 +397,23 @@ def test_a_record_into_an_evicted_handle_ends_its_episode_in_the_log(tmp_path, n
     big._check()
 
 
+def _gone_under_a_detached_log(path):
+    """A buffer whose first episode (4 steps, handle h) went open under a
+    log at path, which is then detached and closed: (buf, h, the states)."""
+    from exreplay import ExperienceLog
+
+    lg = ExperienceLog(path)
+    buf = ExperienceReplay((2,), capacity=6, pick_len=1, log=lg)
+    buf.new_pick_selector(U)
+    s = states(7, 4)
+    h = buf.record_many(None, s[:4], np.arange(4), np.ones(4))
+    buf.record_many(None, s[4:7], np.arange(3), np.ones(3))  # evicts h, open
+    assert h not in buf._handles()
+    buf.detach_log()
+    lg.close()
+    return buf, h, s
+
+
 def test_an_end_goes_to_the_log_attached_when_the_caller_goes_on(tmp_path):
     """Logs rotated (detach one, attach the next) while an episode that went
     open under the first is no longer held: a record into its handle under
@@ -408,15 +425,7 @@ def test_an_end_goes_to_the_log_attached_when_the_caller_goes_on(tmp_path):
     from exreplay import ExperienceLog
 
     pa, pb, pm = tmp_path / "a.log", tmp_path / "b.log", tmp_path / "m.log"
-    la = ExperienceLog(pa)
-    buf = ExperienceReplay((2,), capacity=6, pick_len=1, log=la)
-    buf.new_pick_selector(U)
-    s = states(7, 4)
-    h = buf.record_many(None, s[:4], np.arange(4), np.ones(4))
-    buf.record_many(None, s[4:7], np.arange(3), np.ones(3))  # evicts h, open
-    assert h not in buf._handles()
-    buf.detach_log()
-    la.close()
+    buf, h, s = _gone_under_a_detached_log(pa)
     lb = ExperienceLog(pb)
     buf.attach_log(lb)
     nxt = states(1, 9)[0]
@@ -443,14 +452,7 @@ def test_a_record_without_a_log_makes_the_end_a_later_log_would_log(tmp_path):
     from exreplay import ExperienceLog
 
     pa, pb = tmp_path / "a.log", tmp_path / "b.log"
-    la = ExperienceLog(pa)
-    buf = ExperienceReplay((2,), capacity=6, pick_len=1, log=la)
-    buf.new_pick_selector(U)
-    s = states(7, 4)
-    h = buf.record_many(None, s[:4], np.arange(4), np.ones(4))
-    buf.record_many(None, s[4:7], np.arange(3), np.ones(3))  # evicts h, open
-    buf.detach_log()
-    la.close()
+    buf, h, _ = _gone_under_a_detached_log(pa)
     h2 = buf.record(h, states(1, 9)[0], 0, 1.0)  # goes on: the end is made, unlogged
     lb = ExperienceLog(pb)
     buf.attach_log(lb)
