@@ -31,10 +31,10 @@ def article(word: str) -> str:
     return "an" if vowel else "a"
 
 
-
 def with_article(word: str) -> str:
     """word after its article, as messages name a type: "an int", "a float"."""
     return "%s %s" % (article(word), word)
+
 
 def type_name(o) -> str:
     """The type of o as a message shows it: "str", "numpy.float64", "numpy.ndarray
