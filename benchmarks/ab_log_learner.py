@@ -1,7 +1,7 @@
 """A prioritized learner (get_batch(256) + set_priority(256)) beside a writer
 thread that records 100-step rollouts at a fixed rate into the same buffer,
-with an experience log attached, for two builds in one process, the builds
-taking turns every repetition. Prints each build's median learner batches/s
+with an experience log attached, for two or more builds in one process, the
+builds taking turns every repetition. Prints each build's median learner batches/s
 (and the writer's records/s) and the median of its paired ratios to the
 first build's. For changes to how the log's writer thread meets the buffer's locks:
 
@@ -80,7 +80,8 @@ def main():
         print(f"{t}: learner {statistics.median(x[0] for x in rs):,.0f} batches/s, "
               f"writer {statistics.median(x[1] for x in rs):,.0f} records/s")
     for t, rs in zip(trees[1:], res[1:]):
-        print(f"{t}: learner paired ÷ first %.3f" % statistics.median(b[0] / a[0] for a, b in zip(res[0], rs)))
+        ratio = statistics.median(b[0] / a[0] for a, b in zip(res[0], rs))
+        print(f"{t}: learner paired ÷ first {ratio:.3f}")
     os.rmdir(d)
 
 
