@@ -55,7 +55,10 @@
  * without it (src/core/timing.h), and each round prints them for the
  * shared phase (writers4: the learner beside the writers, the 4 writers'
  * counts summed): the share of each side's time spent taking rw and
- * holding it, and the learner's draws without the lock, part by part.
+ * holding it, and the learner's draws without the lock, part by part;
+ * and per call of each side, a record call's evictions and new picks in
+ * its holds, its settling of the hold's notes after them, and the notes
+ * each side applied (removals, additions, the tree above them).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -249,6 +252,18 @@ static const char *timing_text(char *buf, size_t len)
                                  t->calls ? (double)t->tm.count[EXR_TM_RW_TAKING] / (double)t->calls : 0,
                                  (double)t->tm.ns[EXR_TM_RW_SHARED] * pct,
                                  (double)t->tm.ns[EXR_TM_RW_EXCL] * pct);
+    }
+    for (int i = 0; i < 2 && used < len; i++) {
+        const exr_timing *w = &timed[i].tm;
+        double c = timed[i].calls ? 1e-3 / (double)timed[i].calls : 0;
+        used += (size_t)snprintf(
+            buf + used, len - used,
+            "  %s, us a call: evict %.2f + enter %.2f (in its holds), settle after them %.2f; "
+            "notes applied: removals %.2f + additions %.2f + tree %.2f\n",
+            i ? "learner" : "writer", (double)w->ns[EXR_TM_REC_EVICT] * c,
+            (double)w->ns[EXR_TM_REC_ENTER] * c, (double)w->ns[EXR_TM_REC_SETTLE] * c,
+            (double)w->ns[EXR_TM_NOTES_REM] * c, (double)w->ns[EXR_TM_NOTES_ADD] * c,
+            (double)w->ns[EXR_TM_NOTES_FLUSH] * c);
     }
     const exr_timing *m = &timed[1].tm;
     double n = (double)m->count[EXR_TM_DRAW_SAMPLE], us = n > 0 ? 1e-3 / n : 0;

@@ -423,10 +423,13 @@ void exr_buffer_unlock(exr_buffer *b)
     exr_selector *took[TOOK];
     size_t n = flush_selectors(b, took);
     release_rw(b);
+    EXR_TM_NOW(t0);
     for (size_t i = 0; i < n; i++) {
         took[i]->vt->settle(took[i], EXR_SETTLE_LOG);
         pthread_mutex_unlock(&took[i]->mu);
     }
+    if (n)
+        EXR_TM_SINCE(EXR_TM_REC_SETTLE, t0);
 }
 
 void exr_sel_take(exr_selector *s)

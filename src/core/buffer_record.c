@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "buffer_impl.h"
+#include "timing.h"
 #include "mem.h"
 #include "powa.h"
 #include "selector.h"
@@ -598,11 +599,15 @@ static bool record_step_locked(exr_buffer *b, uint32_t slot, int64_t h, const ex
     if (b->hook) /* the row is in place: never deferred with a hook */
         b->hook(b->hook_ctx, b, h, n, row, fin, ends, ends && in->terminated, t == 0);
     end_continued_locked(b, pr, row); /* the row is read only by a hook */
+    EXR_TM_NOW(te);
     if (!pl || !enter_picks_stored_locked(b, slot, pl))
         enter_picks_locked(b, slot);
+    EXR_TM_SINCE(EXR_TM_REC_ENTER, te);
     if (ends)
         shrink_ended_locked(b, e);
+    EXR_TM_NOW(tv);
     evict_over_capacity_locked(b);
+    EXR_TM_SINCE(EXR_TM_REC_EVICT, tv);
     return b->eps.slab[slot].handle != h;
 }
 
@@ -640,8 +645,10 @@ static void record_run_locked(exr_buffer *b, uint32_t slot, const exr_steps *in,
     }
     e->n = (uint32_t)(n + r);
     b->n_records += r;
+    EXR_TM_NOW(te);
     if (!pl || !enter_picks_stored_locked(b, slot, pl))
         enter_picks_locked(b, slot);
+    EXR_TM_SINCE(EXR_TM_REC_ENTER, te);
 }
 
 /* Records steps from t on into episode slot (handle h) until the steps

@@ -367,23 +367,32 @@ static void replay(prio_sel *s, const lent *e, size_t n)
             memcpy(&p, &u, sizeof p);
             t_add(s, x->i, p);
             break;
-        case L_ADDS_RUN:
+        case L_ADDS_RUN: {
+            EXR_TM_NOW(t0);
             replay_adds(s, x, x + 1);
+            EXR_TM_SINCE(EXR_TM_NOTES_ADD, t0);
             k += run_entries(x->x, 2);
             break;
+        }
         case L_REM:
             t_remove(s, x->i, x->x);
             break;
-        case L_REMS_RUN:
+        case L_REMS_RUN: {
+            EXR_TM_NOW(t0);
             replay_removes(s, x, x + 1);
+            EXR_TM_SINCE(EXR_TM_NOTES_REM, t0);
             k += run_entries(x->x, 1);
             break;
+        }
         case L_ID: /* noted only when ident is kept */
             for (uint32_t j = 0; j < x->op >> 8; j++)
                 s->ident[x->i + j] = (exr_pick){x->x, x->y + j};
             break;
-        default: /* L_FLUSH: where the hold let go of the storage lock */
+        default: { /* L_FLUSH: where the hold let go of the storage lock */
+            EXR_TM_NOW(t0);
             sync(s);
+            EXR_TM_SINCE(EXR_TM_NOTES_FLUSH, t0);
+        }
         }
     }
 }

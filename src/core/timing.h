@@ -28,6 +28,14 @@ typedef enum {
     EXR_TM_UPD_MU,      /* taking the selector's mu */
     EXR_TM_UPD_SETTLE,  /* the notes of the holds before, applied (rw let go if it could be) */
     EXR_TM_UPD_TREE,    /* the leaves written and the tree above them fixed */
+    /* a record call's exclusive hold, and what follows it: */
+    EXR_TM_REC_EVICT,  /* episodes evicted (their picks removed from the table, noted) */
+    EXR_TM_REC_ENTER,  /* new picks entered into the table and noted */
+    EXR_TM_REC_SETTLE, /* the hold's notes applied after rw is let go (exr_buffer_unlock) */
+    /* notes applied, by whichever thread applies them: */
+    EXR_TM_NOTES_REM, /* removals (an evicted episode's picks) */
+    EXR_TM_NOTES_ADD, /* additions (new picks) */
+    EXR_TM_NOTES_FLUSH, /* the tree above the leaves they wrote fixed, at each hold's end */
     EXR_TM_N
 } exr_tm_part;
 
