@@ -76,7 +76,11 @@ Layout (docs/semantics.md; the paper's design):
                 priorities), its final state, its flags and ``pick_index``,
                 a dict pos -> index into the pick table.
     _table      the pick table: a list of (handle, pos); removal swaps the
-                last entry into the hole, so it is O(1) per pick.
+                last entry into the hole, so it is O(1) per pick.  Within a
+                record call an evicted pick's index is kept in ``_holes``
+                (its place) for the next pick the call enters; places left
+                at the end of the call are removed from the highest index
+                down (docs/design.md, "Places").
     _selectors  dict selector handle -> _Selector.  A prioritized selector
                 holds ``leaves``, a list parallel to ``_table`` with the
                 stored ``p ** alpha`` of each pick (rounded to float32).
@@ -1139,6 +1143,8 @@ class ReferenceReplay:
         self._next_handle = 0
         self._size = 0  # records held
         self._table = []  # the pick table: [(handle, pos)]
+        self._holes = deque()  # places a record call keeps (_add_pick_locked)
+        self._keep_holes = False
         self._selectors = {}  # selector handle -> _Selector
         self._next_selector = 0
         self._ahead = deque()  # eviction order, see the module docstring
@@ -1295,7 +1301,11 @@ class ReferenceReplay:
                 p = _recorded(_finite_nonneg("priority", priority, "a finite number >= 0 or None"))
             x = self._extras_arg("extras", extras, None)
             # Everything is valid; from here on nothing raises.
-            return self._record_locked(h, s, a, r, p, final, terminated, x)
+            self._keep_holes = True
+            try:
+                return self._record_locked(h, s, a, r, p, final, terminated, x)
+            finally:
+                self._close_holes_locked()
 
     def record_many(
         self, h, states, actions, rewards, final_state=None, terminated=False, priorities=None,
@@ -1324,19 +1334,27 @@ class ReferenceReplay:
                 _check_priorities("priorities", pa)
                 prios = [_recorded(float(v)) for v in pa]
             xa = self._extras_arg("extras", extras, T)
-            for t in range(T):
-                last = t == T - 1
-                h = self._record_locked(
-                    h,
-                    _copy_item(_row(sa, t)),
-                    aa[t].copy(),
-                    ra[t].copy(),
-                    prios[t],
-                    final if last else None,
-                    terminated if last else False,
-                    None if xa is None else _copy_item(_row(xa, t)),
-                )
-            return h
+            self._keep_holes = True
+            try:
+                return self._record_many_locked(h, sa, aa, ra, prios, final, terminated, xa, T)
+            finally:
+                self._close_holes_locked()
+
+    def _record_many_locked(self, h, sa, aa, ra, prios, final, terminated, xa, T):
+        """The T steps of record_many, checked, as T record calls."""
+        for t in range(T):
+            last = t == T - 1
+            h = self._record_locked(
+                h,
+                _copy_item(_row(sa, t)),
+                aa[t].copy(),
+                ra[t].copy(),
+                prios[t],
+                final if last else None,
+                terminated if last else False,
+                None if xa is None else _copy_item(_row(xa, t)),
+            )
+        return h
 
     # -- selectors ---------------------------------------------------------
 
@@ -1797,12 +1815,30 @@ class ReferenceReplay:
         return ep.handle
 
     def _add_pick_locked(self, ep, pos):
+        """A new pick: into the oldest place the record call keeps, else at
+        the end of the table."""
+        recorded = ep.priorities[pos]
+        if self._holes:
+            i = self._holes.popleft()
+            ep.pick_index[pos] = i
+            self._table[i] = (ep.handle, pos)
+            for sel in self._selectors.values():
+                if sel.prioritized:
+                    sel.set(i, sel.max_priority if recorded is None else recorded)
+            return
         ep.pick_index[pos] = len(self._table)
         self._table.append((ep.handle, pos))
-        recorded = ep.priorities[pos]
         for sel in self._selectors.values():
             if sel.prioritized:
                 sel.enter(sel.max_priority if recorded is None else recorded)
+
+    def _close_holes_locked(self):
+        """The end of a record call: the places no new pick took leave,
+        from the highest index down, each by swap-removal."""
+        self._keep_holes = False
+        for i in sorted(self._holes, reverse=True):
+            self._remove_pick_locked(i)
+        self._holes.clear()
 
     def _remove_pick_locked(self, i):
         """Swap-remove entry i of the pick table (and of every selector)."""
@@ -1838,8 +1874,13 @@ class ReferenceReplay:
             self._behind.remove(h)
         self._wrap_locked()
         ep = self._episodes[h]
-        for pos in range(len(ep.pick_index)):
-            self._remove_pick_locked(ep.pick_index[pos])
+        if self._keep_holes:
+            # evicted by a record call: its picks' places are kept, in
+            # position order, for the picks the call enters after
+            self._holes.extend(ep.pick_index[pos] for pos in range(len(ep.pick_index)))
+        else:
+            for pos in range(len(ep.pick_index)):
+                self._remove_pick_locked(ep.pick_index[pos])
         ep.pick_index.clear()
         self._size -= len(ep.states)
         del self._episodes[h]

@@ -769,13 +769,25 @@ def test_record_many_equals_single_records(capacity, pick_len, allow_short):
         assert ha == hb
         assert snapshot(a, sa[:1]) == snapshot(b, sb[:1])
         start += T + 1
-    assert a._picks()[0].tolist() == b._picks()[0].tolist()  # same table order
+    # every pick the same, with the same priority and weight, and the same
+    # batch gathered for it; where a pick stands in the table differs once
+    # evictions came: a record_many call gives the places of the picks it
+    # evicts to the picks it enters after them (docs/design.md, "Places"),
+    # which T record calls, each evicting on its own, cannot. Without
+    # evictions the tables, and so the draws, are the same
     if a.num_picks:
-        if (all_stored(a, sa[0])[2] > 0).any():
-            for x, y in zip(a.get_batch(20, sa[0]), b.get_batch(20, sb[0])):
+        e, p = (np.array(x, np.int64) for x in zip(*sorted(zip(*a._picks()))))
+        for ka, kb in zip(sa, sb):  # the 8 arrays; pick_index is not one of them
+            for x, y in zip(a._gather(ka, e, p), b._gather(kb, e, p)):
                 assert np.array_equal(x, y)
-        for x, y in zip(a.get_batch(20, sa[1]), b.get_batch(20, sb[1])):
-            assert np.array_equal(x, y)
+    if capacity is None:
+        assert a._picks()[0].tolist() == b._picks()[0].tolist()  # same table order
+        if a.num_picks:
+            if (all_stored(a, sa[0])[2] > 0).any():
+                for x, y in zip(a.get_batch(20, sa[0]), b.get_batch(20, sb[0])):
+                    assert np.array_equal(x, y)
+            for x, y in zip(a.get_batch(20, sa[1]), b.get_batch(20, sb[1])):
+                assert np.array_equal(x, y)
     a._check()
     b._check()
 

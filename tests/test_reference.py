@@ -848,7 +848,8 @@ def churned(make_buffer, seed=4, kind=Prioritized):
         fill(buf, None, 9, start=10 * k, terminated=True)
     b = buf.get_batch(48, ps)
     # episode 1 removed: the newest picks (episode 5's) swapped into its
-    # places; then past capacity 60, episode 0 evicted the same way
+    # places; then past capacity 60, episode 0 evicted by a record call
+    # that puts episode 6's picks into its places
     buf.remove_episode(1)
     for k in range(6, 8):
         fill(buf, None, 9, start=10 * k, terminated=True)
@@ -871,11 +872,69 @@ def test_batch_pick_index_is_where_each_pick_is_in_the_table(make_buffer):
     assert len(set(seen.values())) == len(seen)
 
 
+def table(buf):
+    """The pick table in its order: [(episode, position)]."""
+    epi, pos = buf._picks()
+    return list(zip(epi.tolist(), pos.tolist()))
+
+
+def closed(t, places):
+    """Table t once the places leave, from the highest index down, each by
+    swap (the last entry moves into it)."""
+    t = list(t)
+    for i in sorted(places, reverse=True):
+        last = t.pop()
+        if i < len(t):
+            t[i] = last
+    return t
+
+
+def test_a_record_call_puts_its_new_picks_in_the_places_it_evicted(make_buffer):
+    """A record call that evicts an episode gives its picks' places, in
+    position order, to the picks the call enters after; the places left
+    over leave at the end of the call, from the highest index down, each
+    by swap (docs/design.md, "Places")."""
+    buf = make_buffer(state_shape=(2,), pick_len=1, capacity=30, seed=1)
+    ps = buf.new_pick_selector(Prioritized)
+    for k in range(3):
+        fill(buf, None, 10, start=10 * k, terminated=True)
+    zeros = lambda T: (np.zeros((T, 2), np.float32), np.zeros(T, np.int64), np.zeros(T))  # noqa: E731
+    # as many new picks as the evicted episode had: exactly its places
+    before, old = table(buf), buf._handles()[0]
+    recorded = 2.0 + 0.1 * np.arange(10)
+    h = h_first = buf.record_many(None, *zeros(10), priorities=recorded, terminated=True)
+    after = table(buf)
+    assert old not in buf._handles() and len(after) == 30
+    assert [after.index((h, p)) for p in range(10)] == [before.index((old, p)) for p in range(10)]
+    # fewer: the first four places taken, the other six closed
+    old = buf._handles()[0]
+    places = [after.index((old, p)) for p in range(10)]
+    h = buf.record_many(None, *zeros(4), terminated=True)
+    want = list(after)
+    for p, i in enumerate(places[:4]):
+        want[i] = (h, p)
+    assert table(buf) == closed(want, places[4:])
+    # a single record call that evicts and enters no pick: every place closed
+    buf.record_many(None, *zeros(6), terminated=True)  # full again, nothing evicted
+    before, old = table(buf), buf._handles()[0]
+    buf.record(None, np.zeros(2, np.float32), 0, 0.0)
+    assert table(buf) == closed(before, [before.index((old, p)) for p in range(10)])
+    # the selector's leaves went with the picks: each pick of the first
+    # rollout has its own recorded priority, wherever it stands now
+    e, p = (np.array(a, np.int64) for a in zip(*table(buf)))
+    first = e == h_first
+    assert first.sum() == 10
+    np.testing.assert_allclose(buf._priority(ps, e[first], p[first]),
+                               recorded[p[first]] ** 0.6, rtol=1e-6)
+    buf._check()
+
+
 def test_pick_index_the_same_in_both_implementations():
     """The reference numbers its table as the C buffer does (entered at the
-    end in position order, removed in position order by swap), so the same
-    calls give the same indices: after evictions, a removal, rollouts longer
-    than 64 picks and both eviction policies."""
+    end in position order, or into the places of the picks the same record
+    call evicted; removed in position order by swap), so the same calls
+    give the same indices: after evictions, a removal, rollouts longer than
+    64 picks and both eviction policies."""
     import exreplay
     from exreplay.reference import ReferenceReplay
 

@@ -100,6 +100,7 @@ void exr_buffer_free(exr_buffer *b)
         exr_seg_free(b->spare[i].seg);
     exr_episodes_free(&b->eps);
     exr_pick_table_free(&b->picks);
+    free(b->holes);
     for (size_t i = 0; i < b->nsels; i++) {
         pthread_mutex_destroy(&b->sels[i].sel->mu);
         b->sels[i].sel->vt->destroy(b->sels[i].sel);
@@ -375,6 +376,8 @@ _Atomic uint64_t exr_debug_reattached;
 static size_t flush_selectors(exr_buffer *b, exr_selector **took)
 {
     size_t n = 0;
+    if (b->holes_n != b->holes_first) /* a record call's places, left over */
+        close_holes_locked(b);
     if (!b->sel_dirty)
         return 0;
     bool waited = atomic_load_explicit(&b->lk->rd_waiting, memory_order_relaxed) != 0;

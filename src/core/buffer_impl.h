@@ -128,6 +128,14 @@ struct exr_buffer {
      * since a draw has not been moved since, only emptied when its pick
      * left with its episode (buffer_priority.c, resolve_noted). Same lock */
     uint64_t low[EXR_LOWS];
+    /* places (buffer_picks.c): the table indices of the picks a record
+     * call evicted, in the order they left, for the picks it enters after;
+     * holes[holes_first, holes_n) are still free. keep_holes: the record
+     * call under way keeps them (else an eviction frees its picks' places
+     * at once). Under the exclusive lock; empty whenever it is let go. */
+    uint32_t *holes;
+    size_t holes_first, holes_n, holes_cap;
+    bool keep_holes;
     int64_t next_handle, next_sel_handle;
     uint64_t n_records;
     uint32_t hand;
@@ -231,9 +239,36 @@ typedef struct {
  * picks one by one (enter_picks_locked, buffer_record.c). Needs
  * reserve_picks. */
 bool enter_picks_stored_locked(exr_buffer *b, uint32_t slot, const exr_pick_leaves *pl);
-/* Every pick of episode slot leaves the table and the selectors, in
- * position order, each by swap-removal; its aux is left as it was. */
+/* Every pick of episode slot leaves the table and the selectors; its aux
+ * is left as it was. Within a record call that keeps places (keep_holes),
+ * their indices become places for the call's new picks (buffer_picks.c);
+ * else each leaves at once, in position order, by swap-removal. */
 void remove_picks_locked(exr_buffer *b, uint32_t slot);
+/* The places no new pick took leave, from the highest index down, each by
+ * swap-removal. */
+void close_holes_locked(exr_buffer *b);
+/* Where the next of `want` (>= 1) new picks go: the oldest places kept, as
+ * many as are consecutive indices (*rep true), or, with none kept, the
+ * end of the table, whose size grows by want (*rep false). Returns how many
+ * go there, at *i0, *i0 + 1, ...; the table has room (reserve_picks). */
+static inline size_t take_places_locked(exr_buffer *b, size_t want, size_t *i0, bool *rep)
+{
+    size_t f = b->holes_first, n = b->holes_n;
+    if (f == n) {
+        *i0 = b->picks.n;
+        *rep = false;
+        b->picks.n += want;
+        return want;
+    }
+    uint32_t h = b->holes[f];
+    size_t m = 1;
+    while (m < want && f + m < n && b->holes[f + m] == h + m)
+        m++;
+    b->holes_first = f + m;
+    *i0 = h;
+    *rep = true;
+    return m;
+}
 /* Tells the selectors that keep the pick each leaf stands for (selector.h,
  * idents) that the picks at table indices i0 .. i0 + n - 1 are the table's
  * entries there now: positions p, p + 1, ... of one episode (a record call

@@ -60,10 +60,35 @@ void note_idents_locked(exr_buffer *b, size_t i0, size_t n)
 #define ENTER_CHUNK 64
 #define REMOVE_CHUNK 64
 
-/* Enters the n picks of episode slot at positions p0, p0 + 1, ... at table
- * indices picks.n, picks.n + 1, ...: each selector gets them in that order
- * (selector by selector: each keeps its own state, so this leaves every
- * one as adding them pick by pick would), then the table and aux. */
+/* m new picks of episode slot, positions p, p + 1, ..., at table indices
+ * i0, i0 + 1, ... (places when rep: selector.h, replace): each selector
+ * gets them in that order (selector by selector: each keeps its own
+ * state, so this leaves every one as entering them pick by pick would),
+ * then the table and aux. rp: their recorded priorities; lf: their stored
+ * forms, for the selectors in use. */
+static void enter_run(exr_buffer *b, uint32_t slot, uint64_t p, size_t i0, size_t m,
+                      const float *rp, const float *lf, uint64_t use, bool rep, uint32_t *aux)
+{
+    for (size_t i = 0; i < b->nsels; i++) {
+        exr_selector *s = b->sels[i].sel;
+        const exr_selector_vtable *vt = s->vt;
+        void (*run)(exr_selector *, size_t, size_t, const float *, const float *) =
+            rep ? vt->replace_stored : vt->add_stored;
+        if (i < 64 && (use >> i & 1) && run)
+            run(s, i0, m, rp, lf);
+        else
+            for (size_t k = 0; k < m; k++)
+                (rep ? vt->replace : vt->add)(s, i0 + k, rp[k]);
+    }
+    for (size_t k = 0; k < m; k++) {
+        b->picks.v[i0 + k] = (exr_pick){slot, (uint32_t)(p + k)};
+        aux[k] = (uint32_t)(i0 + k);
+    }
+    note_idents_locked(b, i0, m);
+}
+
+/* Enters the n picks of episode slot at positions p0, p0 + 1, ...: into
+ * the places kept (take_places_locked), then at the end of the table. */
 static void enter_chunk(exr_buffer *b, uint32_t slot, uint64_t p0, size_t n,
                         const exr_pick_leaves *pl, uint64_t use)
 {
@@ -73,21 +98,13 @@ static void enter_chunk(exr_buffer *b, uint32_t slot, uint64_t p0, size_t n,
     memcpy(rp, aux, n * sizeof *rp); /* the recorded priorities, as float */
     for (size_t k = 0; use && k < n; k++)
         lf[k] = p0 + k >= pl->first && p0 + k < pl->end ? pl->v[p0 + k - pl->first] : NAN;
-    size_t idx0 = b->picks.n;
-    for (size_t i = 0; i < b->nsels; i++) {
-        exr_selector *s = b->sels[i].sel;
-        if (i < 64 && (use >> i & 1))
-            s->vt->add_stored(s, idx0, n, rp, lf);
-        else
-            for (size_t k = 0; k < n; k++)
-                s->vt->add(s, idx0 + k, rp[k]);
+    for (size_t k = 0; k < n;) {
+        size_t i0;
+        bool rep;
+        size_t m = take_places_locked(b, n - k, &i0, &rep);
+        enter_run(b, slot, p0 + k, i0, m, rp + k, lf + k, use, rep, aux + k);
+        k += m;
     }
-    for (size_t k = 0; k < n; k++) {
-        b->picks.v[idx0 + k] = (exr_pick){slot, (uint32_t)(p0 + k)};
-        aux[k] = (uint32_t)(idx0 + k);
-    }
-    b->picks.n = idx0 + n;
-    note_idents_locked(b, idx0, n);
 }
 
 bool enter_picks_stored_locked(exr_buffer *b, uint32_t slot, const exr_pick_leaves *pl)
@@ -107,12 +124,15 @@ bool enter_picks_stored_locked(exr_buffer *b, uint32_t slot, const exr_pick_leav
     return true;
 }
 
-/* Removes the n picks of episode e at positions p0, p0 + 1, ... from the
- * table, in that order, each by swap (the last pick moves into its place),
- * and then from each selector in the same order (selector by selector:
- * each keeps its own state, so this leaves every one as removing them
- * pick by pick would). */
-static void remove_chunk(exr_buffer *b, const exr_episode *e, uint64_t p0, size_t n)
+/* Removes n picks from the table, one after another, each by swap (the
+ * last pick moves into its place): those of episode e at positions p0,
+ * p0 + 1, ... (their indices read from aux as each one's turn comes), or
+ * at the indices list[0..n) (no later one at or above the table's last
+ * index when an earlier one leaves: close_holes_locked); then from each
+ * selector in the same order (selector by selector: each keeps its own
+ * state, so this leaves every one as removing them pick by pick would). */
+static void remove_chunk(exr_buffer *b, const exr_episode *e, uint64_t p0, const uint32_t *list,
+                         size_t n)
 {
     size_t gone[REMOVE_CHUNK], last0 = b->picks.n - 1;
     b->moves++;
@@ -120,9 +140,9 @@ static void remove_chunk(exr_buffer *b, const exr_episode *e, uint64_t p0, size_
      * the episode's picks around): their lines fetched for writing all at
      * once, so that the stores' misses overlap */
     for (size_t k = 0; k < n; k++)
-        __builtin_prefetch(&b->picks.v[*exr_aux_at(e, p0 + k)], 1);
+        __builtin_prefetch(&b->picks.v[list ? list[k] : *exr_aux_at(e, p0 + k)], 1);
     for (size_t k = 0; k < n; k++) {
-        size_t i = *exr_aux_at(e, p0 + k), last = b->picks.n - 1;
+        size_t i = list ? list[k] : *exr_aux_at(e, p0 + k), last = b->picks.n - 1;
         if (i != last) {
             exr_pick moved = b->picks.v[last];
             b->picks.v[i] = moved;
@@ -142,16 +162,88 @@ static void remove_chunk(exr_buffer *b, const exr_episode *e, uint64_t p0, size_
     }
 }
 
+/* Room for k more places; false if it cannot be had. */
+static bool holes_room(exr_buffer *b, size_t k)
+{
+    if (b->holes_first == b->holes_n)
+        b->holes_first = b->holes_n = 0;
+    size_t need, cap = b->holes_cap, bytes;
+    if (!exr_add_size(b->holes_n, k, &need))
+        return false;
+    if (need <= cap)
+        return true;
+    cap = cap < 256 ? 256 : cap;
+    while (cap < need)
+        if (!exr_mul_size(cap, 2, &cap))
+            return false;
+    if (!exr_mul_size(cap, sizeof *b->holes, &bytes))
+        return false;
+    uint32_t *h = realloc(b->holes, bytes);
+    if (!h)
+        return false;
+    b->holes = h;
+    b->holes_cap = cap;
+    return true;
+}
+
+static int index_above(const void *x, const void *y)
+{
+    uint32_t a = *(const uint32_t *)x, c = *(const uint32_t *)y;
+    return a > c ? -1 : a < c;
+}
+
+void close_holes_locked(exr_buffer *b)
+{
+    EXR_ASSERT_EXCLUSIVE(b);
+    size_t f = b->holes_first, c = b->holes_n - f;
+    b->holes_first = b->holes_n = 0;
+    if (!c)
+        return;
+    uint32_t *h = b->holes + f;
+    /* from the highest index down: the table's last entry is then never a
+     * place still to close (those above it are closed, it is below). An
+     * evicted episode's places usually come in ascending order (its picks
+     * entered at the end, or into the places of an episode before it):
+     * then reversed, else sorted */
+    size_t up = 1;
+    while (up < c && h[up] > h[up - 1])
+        up++;
+    if (up == c)
+        for (size_t k = 0; k < c / 2; k++) {
+            uint32_t t = h[k];
+            h[k] = h[c - 1 - k];
+            h[c - 1 - k] = t;
+        }
+    else
+        qsort(h, c, sizeof *h, index_above);
+    for (size_t k = 0; k < c; k += REMOVE_CHUNK)
+        remove_chunk(b, NULL, 0, h + k, c - k < REMOVE_CHUNK ? c - k : REMOVE_CHUNK);
+    b->sel_dirty = true;
+}
+
 void remove_picks_locked(exr_buffer *b, uint32_t slot)
 {
     EXR_ASSERT_EXCLUSIVE(b);
     const exr_episode *e = &b->eps.slab[slot];
+    if (!e->m)
+        return;
+    if (b->keep_holes && holes_room(b, e->m)) {
+        /* the picks stay in the table and the selectors until the call's
+         * new picks take their places or close_holes_locked removes them;
+         * a move for the draws' notes all the same (resolve_noted: an
+         * index below low may have been given to another pick since) */
+        for (uint64_t p = 0; p < e->m; p++)
+            b->holes[b->holes_n++] = *exr_aux_at(e, p);
+        b->moves++;
+        b->low[b->moves % EXR_LOWS] = b->picks.n;
+        return;
+    }
+    close_holes_locked(b); /* without room for more: the places kept leave first */
     for (uint64_t p = 0; p < e->m; p += REMOVE_CHUNK) {
         size_t n = e->m - p < REMOVE_CHUNK ? (size_t)(e->m - p) : REMOVE_CHUNK;
-        remove_chunk(b, e, p, n);
+        remove_chunk(b, e, p, NULL, n);
     }
-    if (e->m)
-        b->sel_dirty = true;
+    b->sel_dirty = true;
 }
 
 /* The aux entry (holding the table index) of pick (epi, pos), or NULL if

@@ -501,29 +501,36 @@ static void copy_rows(const exr_store_layout *L, exr_body *body, uint64_t pos, c
     rows_fence(L, in);
 }
 
-/* Enters the picks that episode slot has gained. Needs reserve_picks. A
- * record call's picks one by one (enter_picks_stored_locked: in chunks). */
+/* Enters the picks that episode slot has gained: into the places the
+ * record call keeps, then at the end of the table (take_places_locked).
+ * Needs reserve_picks. A record call's picks one by one
+ * (enter_picks_stored_locked: in chunks). */
 static inline __attribute__((always_inline)) void enter_picks_locked(exr_buffer *b,
                                                                      uint32_t slot)
 {
     EXR_ASSERT_EXCLUSIVE(b);
     exr_episode *e = &b->eps.slab[slot];
     uint64_t target = exr_picks_target(b, e);
-    size_t idx0 = b->picks.n;
-    for (uint64_t p = e->m; p < target; p++) {
-        uint32_t *aux = exr_aux_at(e, p);
-        float rp;
-        memcpy(&rp, aux, sizeof rp);
-        size_t idx = b->picks.n++;
-        b->picks.v[idx] = (exr_pick){slot, (uint32_t)p};
-        *aux = (uint32_t)idx;
-        for (size_t i = 0; i < b->nsels; i++)
-            b->sels[i].sel->vt->add(b->sels[i].sel, idx, rp);
+    for (uint64_t p = e->m; p < target;) {
+        size_t i0;
+        bool rep;
+        size_t m = take_places_locked(b, (size_t)(target - p), &i0, &rep);
+        for (size_t k = 0; k < m; k++) {
+            uint32_t *aux = exr_aux_at(e, p + k);
+            float rp;
+            memcpy(&rp, aux, sizeof rp);
+            b->picks.v[i0 + k] = (exr_pick){slot, (uint32_t)(p + k)};
+            *aux = (uint32_t)(i0 + k);
+            for (size_t i = 0; i < b->nsels; i++) {
+                exr_selector *s = b->sels[i].sel;
+                (rep ? s->vt->replace : s->vt->add)(s, i0 + k, rp);
+            }
+        }
+        note_idents_locked(b, i0, m);
+        p += m;
     }
-    if (target > e->m) {
-        note_idents_locked(b, idx0, b->picks.n - idx0);
+    if (target > e->m)
         b->sel_dirty = true;
-    }
     e->m = (uint32_t)target;
 }
 
@@ -735,9 +742,9 @@ static void free_preps(rec_prep *pr, size_t from, size_t n, const rec_prep *smal
  * are copied here. Everything the call allocates is allocated first, so a
  * failure leaves the buffer as it was, also when the rollout evicts the
  * episode it records into and goes on in a new one. */
-static exr_status record_steps_locked(exr_buffer *b, int64_t h, const exr_steps *in,
-                                      const exr_leaves *lv, bool defer, rec_plan *plan,
-                                      int64_t *out_h)
+static exr_status record_steps_kept(exr_buffer *b, int64_t h, const exr_steps *in,
+                                    const exr_leaves *lv, bool defer, rec_plan *plan,
+                                    int64_t *out_h)
 {
     EXR_ASSERT_EXCLUSIVE(b);
     if (in->priorities) /* only calls with priorities use the guess */
@@ -786,6 +793,20 @@ static exr_status record_steps_locked(exr_buffer *b, int64_t h, const exr_steps 
         return EXR_OK;
     }
     free_preps(pr, 0, np, small);
+    return st;
+}
+
+/* record_steps_kept, the picks it evicts keeping their places for the
+ * picks it enters after them (buffer_picks.c, "places"); those left over
+ * leave at the end of the call. */
+static exr_status record_steps_locked(exr_buffer *b, int64_t h, const exr_steps *in,
+                                      const exr_leaves *lv, bool defer, rec_plan *plan,
+                                      int64_t *out_h)
+{
+    b->keep_holes = true;
+    exr_status st = record_steps_kept(b, h, in, lv, defer, plan, out_h);
+    b->keep_holes = false;
+    close_holes_locked(b);
     return st;
 }
 

@@ -8,7 +8,9 @@
  *
  * Order is irrelevant, so removal swaps the last
  * pick into the hole: O(1), and evicting an episode of n records is O(n)
- * (paper §3.2). Indices fit in uint32: at most 2^32 - 2 picks.
+ * (paper §3.2); within a record call an evicted pick's index goes to the
+ * call's next new pick instead (buffer_picks.c, places). Indices fit in
+ * uint32: at most 2^32 - 2 picks.
  */
 #ifndef EXR_PICK_TABLE_H
 #define EXR_PICK_TABLE_H

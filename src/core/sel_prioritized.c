@@ -227,9 +227,22 @@ static void make_room(prio_sel *s)
         sync(s);
 }
 
+/* New picks at i0 .. i0 + count - 1: where one takes the place of a pick
+ * that left (selector.h, replace) with its add still pending, that add is
+ * dropped (else it would write the old pick's leaf over the new one's). */
+static void drop_pending_at(prio_sel *s, size_t i0, size_t count)
+{
+    for (size_t i = i0; s->npend && i < i0 + count; i++) {
+        float v = exr_sumtree_get(&s->tree, i);
+        if (isnan(v))
+            s->pidx[pend_slot(v)] = SIZE_MAX;
+    }
+}
+
 static void t_add(prio_sel *s, size_t i, double prio)
 {
     make_room(s);
+    drop_pending_at(s, i, 1);
     if (isnan(prio))
         prio = s->max_prio;
     else if (prio > s->max_prio)
@@ -259,6 +272,7 @@ static int add_run_ok(const prio_sel *s, size_t i0, size_t count, const float *s
 static void t_add_stored(prio_sel *s, size_t i0, size_t count, const float *prio,
                          const float *stored)
 {
+    drop_pending_at(s, i0, count);
     if (count && add_run_ok(s, i0, count, stored)) {
         double mp = s->max_prio;
         for (size_t k = 0; k < count; k++)
@@ -913,6 +927,10 @@ const exr_selector_vtable exr_sel_prioritized = {
     .add_stored = p_add_stored,
     .remove = p_remove,
     .remove_many = p_remove_many,
+    /* a leaf says nothing of the pick that had it before: writing it anew
+     * is an add at that index */
+    .replace = p_add,
+    .replace_stored = p_add_stored,
     .flush = p_flush,
     .update = p_update,
     .update_many = p_update_many,

@@ -285,6 +285,19 @@ static void r_remove(exr_selector *b, size_t i, size_t last)
     changed(s);
 }
 
+/* The new pick keeps the heap entry of index i, with its own key. */
+static void r_replace(exr_selector *b, size_t i, double prio)
+{
+    rank_sel *s = (rank_sel *)b;
+    if (isnan(prio))
+        prio = s->max_prio;
+    else if (prio > s->max_prio)
+        s->max_prio = prio;
+    s->key[i] = to_key(prio);
+    resift(s, s->pos[i]);
+    changed(s);
+}
+
 static void r_update(exr_selector *b, size_t i, double prio)
 {
     rank_sel *s = (rank_sel *)b;
@@ -466,6 +479,7 @@ const exr_selector_vtable exr_sel_rank = {
     .reserve = r_reserve,
     .add = r_add,
     .remove = r_remove,
+    .replace = r_replace,
     .update = r_update,
     .update_many = r_update_many,
     .sample = r_sample,

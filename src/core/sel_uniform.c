@@ -108,6 +108,7 @@ const exr_selector_vtable exr_sel_uniform = {
     .reserve = u_reserve,
     .add = u_add,
     .remove = u_remove,
+    .replace = u_add, /* nothing kept per pick */
     .update = u_update,
     .update_many = u_update_many,
     .sample = u_sample,

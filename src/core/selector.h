@@ -66,6 +66,10 @@ typedef struct {
     void (*add)(exr_selector *s, size_t i, double prio);
     /* The pick at i leaves; the pick at last (>= i) moves into i. */
     void (*remove)(exr_selector *s, size_t i, size_t last);
+    /* The pick at i leaves and a new pick takes its index, with recorded
+     * priority prio (NaN: none), nothing else moving: a record call's new
+     * pick in the place of a pick it evicted (buffer_picks.c, "places"). */
+    void (*replace)(exr_selector *s, size_t i, double prio);
     /* Optional (NULL: nothing to do): completes what add() and remove()
      * may have left pending (sel_prioritized.c: the sum tree above written
      * leaves). The buffer calls it before it lets go of the exclusive lock;
@@ -117,6 +121,10 @@ typedef struct {
      * stored[k] is NaN (prio[k] NaN, or no form brought), add() itself. */
     void (*add_stored)(exr_selector *s, size_t i0, size_t count, const float *prio,
                        const float *stored);
+    /* Optional (NULL: replace() is used): the same for count replace()
+     * calls in order, of the picks at i0, i0 + 1, ... */
+    void (*replace_stored)(exr_selector *s, size_t i0, size_t count, const float *prio,
+                           const float *stored);
     /* Optional (NULL: remove() is used): count remove() calls in order,
      * remove(i[k], last0 - k) (an evicted episode's picks). */
     void (*remove_many)(exr_selector *s, size_t count, const size_t *i, size_t last0);
