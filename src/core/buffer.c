@@ -376,7 +376,7 @@ _Atomic uint64_t exr_debug_reattached;
 static size_t flush_selectors(exr_buffer *b, exr_selector **took)
 {
     size_t n = 0;
-    if (b->holes_n != b->holes_first) /* a record call's places, left over */
+    if (b->holes_n) /* a record call's places, left over */
         close_holes_locked(b);
     if (!b->sel_dirty)
         return 0;

@@ -501,6 +501,29 @@ static void copy_rows(const exr_store_layout *L, exr_body *body, uint64_t pos, c
     rows_fence(L, in);
 }
 
+/* enter_picks_locked with no place kept: picks [e->m, target) of episode
+ * slot (e) at the end of the table. */
+static inline __attribute__((always_inline)) void
+enter_at_end_locked(exr_buffer *b, uint32_t slot, exr_episode *e, uint64_t target)
+{
+    size_t idx0 = b->picks.n;
+    for (uint64_t p = e->m; p < target; p++) {
+        uint32_t *aux = exr_aux_at(e, p);
+        float rp;
+        memcpy(&rp, aux, sizeof rp);
+        size_t idx = b->picks.n++;
+        b->picks.v[idx] = (exr_pick){slot, (uint32_t)p};
+        *aux = (uint32_t)idx;
+        for (size_t i = 0; i < b->nsels; i++)
+            b->sels[i].sel->vt->add(b->sels[i].sel, idx, rp);
+    }
+    if (target > e->m) {
+        note_idents_locked(b, idx0, b->picks.n - idx0);
+        b->sel_dirty = true;
+    }
+    e->m = (uint32_t)target;
+}
+
 /* Enters the picks that episode slot has gained: into the places the
  * record call keeps, then at the end of the table (take_places_locked).
  * Needs reserve_picks. A record call's picks one by one
@@ -511,6 +534,10 @@ static inline __attribute__((always_inline)) void enter_picks_locked(exr_buffer 
     EXR_ASSERT_EXCLUSIVE(b);
     exr_episode *e = &b->eps.slab[slot];
     uint64_t target = exr_picks_target(b, e);
+    if (b->holes_first == b->holes_n) { /* no place kept: at the end (most calls) */
+        enter_at_end_locked(b, slot, e, target);
+        return;
+    }
     for (uint64_t p = e->m; p < target;) {
         size_t i0;
         bool rep;
@@ -737,16 +764,28 @@ static void free_preps(rec_prep *pr, size_t from, size_t n, const rec_prep *smal
         free(pr);
 }
 
+/* The end of record_steps_locked, whose evictions kept their picks'
+ * places for the picks the call entered after them (buffer_picks.c,
+ * "places"): those left over leave now. Returns st. */
+static inline exr_status end_steps_locked(exr_buffer *b, exr_status st)
+{
+    b->keep_holes = false;
+    if (b->holes_n) /* some eviction came */
+        close_holes_locked(b);
+    return st;
+}
+
 /* The steps recorded as T single records would be. defer: the rows' bytes
  * are left for the caller to copy (the episode is marked busy); else they
  * are copied here. Everything the call allocates is allocated first, so a
  * failure leaves the buffer as it was, also when the rollout evicts the
  * episode it records into and goes on in a new one. */
-static exr_status record_steps_kept(exr_buffer *b, int64_t h, const exr_steps *in,
-                                    const exr_leaves *lv, bool defer, rec_plan *plan,
-                                    int64_t *out_h)
+static exr_status record_steps_locked(exr_buffer *b, int64_t h, const exr_steps *in,
+                                      const exr_leaves *lv, bool defer, rec_plan *plan,
+                                      int64_t *out_h)
 {
     EXR_ASSERT_EXCLUSIVE(b);
+    b->keep_holes = true; /* until end_steps_locked */
     if (in->priorities) /* only calls with priorities use the guess */
         note_record_power_locked(b);
     uint32_t slot = exr_episodes_find(&b->eps, h);
@@ -790,24 +829,10 @@ static exr_status record_steps_kept(exr_buffer *b, int64_t h, const exr_steps *i
         free_preps(pr, k + 1, np, small);
         *out_h = h;
         *plan = (rec_plan){evicted ? -1 : h, slot, first, t0, in->T - t0};
-        return EXR_OK;
+        return end_steps_locked(b, EXR_OK);
     }
     free_preps(pr, 0, np, small);
-    return st;
-}
-
-/* record_steps_kept, the picks it evicts keeping their places for the
- * picks it enters after them (buffer_picks.c, "places"); those left over
- * leave at the end of the call. */
-static exr_status record_steps_locked(exr_buffer *b, int64_t h, const exr_steps *in,
-                                      const exr_leaves *lv, bool defer, rec_plan *plan,
-                                      int64_t *out_h)
-{
-    b->keep_holes = true;
-    exr_status st = record_steps_kept(b, h, in, lv, defer, plan, out_h);
-    b->keep_holes = false;
-    close_holes_locked(b);
-    return st;
+    return end_steps_locked(b, st);
 }
 
 /* Whether a record call is copying into episode h. */
