@@ -889,13 +889,14 @@ def closed(t, places):
     return t
 
 
-def test_a_record_call_puts_its_new_picks_in_the_places_it_evicted(make_buffer):
+@pytest.mark.parametrize("kind", [Prioritized, PickSelectorClass.Rank])
+def test_a_record_call_puts_its_new_picks_in_the_places_it_evicted(make_buffer, kind):
     """A record call that evicts an episode gives its picks' places, in
     position order, to the picks the call enters after; the places left
     over leave at the end of the call, from the highest index down, each
     by swap (docs/design.md, "Places")."""
     buf = make_buffer(state_shape=(2,), pick_len=1, capacity=30, seed=1)
-    ps = buf.new_pick_selector(Prioritized)
+    ps = buf.new_pick_selector(kind)
     for k in range(3):
         fill(buf, None, 10, start=10 * k, terminated=True)
     zeros = lambda T: (np.zeros((T, 2), np.float32), np.zeros(T, np.int64), np.zeros(T))  # noqa: E731
@@ -924,8 +925,11 @@ def test_a_record_call_puts_its_new_picks_in_the_places_it_evicted(make_buffer):
     e, p = (np.array(a, np.int64) for a in zip(*table(buf)))
     first = e == h_first
     assert first.sum() == 10
-    np.testing.assert_allclose(buf._priority(ps, e[first], p[first]),
-                               recorded[p[first]] ** 0.6, rtol=1e-6)
+    want = recorded[p[first]] ** (0.6 if kind == Prioritized else 1.0)  # rank: the priority
+    np.testing.assert_allclose(buf._priority(ps, e[first], p[first]), want, rtol=1e-6)
+    # and draws from it stay within the picks held, every one of them
+    b = buf.get_batch(4000, ps)
+    assert set(zip(b.pick_epi.tolist(), b.pick_pos.tolist())) == set(table(buf))
     buf._check()
 
 

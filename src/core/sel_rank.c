@@ -255,14 +255,21 @@ static void changed(rank_sel *s)
 
 /* ---- the vtable ---------------------------------------------------------- */
 
-static void r_add(exr_selector *b, size_t i, double prio)
+/* A new pick's key at index i, from its recorded priority (NaN: none, the
+ * largest so far). */
+static void enter_key(rank_sel *s, size_t i, double prio)
 {
-    rank_sel *s = (rank_sel *)b;
     if (isnan(prio))
         prio = s->max_prio;
     else if (prio > s->max_prio)
         s->max_prio = prio;
     s->key[i] = to_key(prio);
+}
+
+static void r_add(exr_selector *b, size_t i, double prio)
+{
+    rank_sel *s = (rank_sel *)b;
+    enter_key(s, i, prio);
     s->n = i + 1;
     place(s, i, (uint32_t)i);
     sift_up(s, i);
@@ -289,11 +296,7 @@ static void r_remove(exr_selector *b, size_t i, size_t last)
 static void r_replace(exr_selector *b, size_t i, double prio)
 {
     rank_sel *s = (rank_sel *)b;
-    if (isnan(prio))
-        prio = s->max_prio;
-    else if (prio > s->max_prio)
-        s->max_prio = prio;
-    s->key[i] = to_key(prio);
+    enter_key(s, i, prio);
     resift(s, s->pos[i]);
     changed(s);
 }
