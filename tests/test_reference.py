@@ -848,8 +848,9 @@ def churned(make_buffer, seed=4, kind=Prioritized):
         fill(buf, None, 9, start=10 * k, terminated=True)
     b = buf.get_batch(48, ps)
     # episode 1 removed: the newest picks (episode 5's) swapped into its
-    # places; then past capacity 60, episode 0 evicted by a record call
-    # that puts episode 6's picks into its places
+    # places; then past capacity 60, episode 0 evicted by one of episode
+    # 7's single record calls, which enters no pick after it: its places
+    # leave from the highest index down, each by swap
     buf.remove_episode(1)
     for k in range(6, 8):
         fill(buf, None, 9, start=10 * k, terminated=True)
