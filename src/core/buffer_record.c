@@ -501,61 +501,51 @@ static void copy_rows(const exr_store_layout *L, exr_body *body, uint64_t pos, c
     rows_fence(L, in);
 }
 
-/* enter_picks_locked with no place kept: picks [e->m, target) of episode
- * slot (e) at the end of the table. */
+/* Pick p of episode slot (e) entered at table index idx: the table, its
+ * aux entry and every selector (add, or replace into a place when rep). */
 static inline __attribute__((always_inline)) void
-enter_at_end_locked(exr_buffer *b, uint32_t slot, exr_episode *e, uint64_t target)
+enter_pick_at_locked(exr_buffer *b, uint32_t slot, exr_episode *e, uint64_t p, size_t idx,
+                     bool rep)
 {
-    size_t idx0 = b->picks.n;
-    for (uint64_t p = e->m; p < target; p++) {
-        uint32_t *aux = exr_aux_at(e, p);
-        float rp;
-        memcpy(&rp, aux, sizeof rp);
-        size_t idx = b->picks.n++;
-        b->picks.v[idx] = (exr_pick){slot, (uint32_t)p};
-        *aux = (uint32_t)idx;
-        for (size_t i = 0; i < b->nsels; i++)
-            b->sels[i].sel->vt->add(b->sels[i].sel, idx, rp);
+    uint32_t *aux = exr_aux_at(e, p);
+    float rp;
+    memcpy(&rp, aux, sizeof rp); /* the recorded priority, until now */
+    b->picks.v[idx] = (exr_pick){slot, (uint32_t)p};
+    *aux = (uint32_t)idx;
+    for (size_t i = 0; i < b->nsels; i++) {
+        exr_selector *s = b->sels[i].sel;
+        (rep ? s->vt->replace : s->vt->add)(s, idx, rp);
     }
-    if (target > e->m) {
-        note_idents_locked(b, idx0, b->picks.n - idx0);
-        b->sel_dirty = true;
-    }
-    e->m = (uint32_t)target;
 }
 
 /* Enters the picks that episode slot has gained: into the places the
  * record call keeps, then at the end of the table (take_places_locked).
  * Needs reserve_picks. A record call's picks one by one
- * (enter_picks_stored_locked: in chunks). */
+ * (enter_picks_stored_locked: in chunks). With no place kept (most calls)
+ * a loop of its own, which adds only: the runs of places cost a single
+ * record call 2-3% (benchmarks/ab_record.py). */
 static inline __attribute__((always_inline)) void enter_picks_locked(exr_buffer *b,
                                                                      uint32_t slot)
 {
     EXR_ASSERT_EXCLUSIVE(b);
     exr_episode *e = &b->eps.slab[slot];
     uint64_t target = exr_picks_target(b, e);
-    if (b->holes_first == b->holes_n) { /* no place kept: at the end (most calls) */
-        enter_at_end_locked(b, slot, e, target);
-        return;
-    }
-    for (uint64_t p = e->m; p < target;) {
-        size_t i0;
-        bool rep;
-        size_t m = take_places_locked(b, (size_t)(target - p), &i0, &rep);
-        for (size_t k = 0; k < m; k++) {
-            uint32_t *aux = exr_aux_at(e, p + k);
-            float rp;
-            memcpy(&rp, aux, sizeof rp);
-            b->picks.v[i0 + k] = (exr_pick){slot, (uint32_t)(p + k)};
-            *aux = (uint32_t)(i0 + k);
-            for (size_t i = 0; i < b->nsels; i++) {
-                exr_selector *s = b->sels[i].sel;
-                (rep ? s->vt->replace : s->vt->add)(s, i0 + k, rp);
-            }
+    if (b->holes_first == b->holes_n) {
+        size_t idx0 = b->picks.n;
+        for (uint64_t p = e->m; p < target; p++)
+            enter_pick_at_locked(b, slot, e, p, b->picks.n++, false);
+        if (target > e->m)
+            note_idents_locked(b, idx0, b->picks.n - idx0);
+    } else
+        for (uint64_t p = e->m; p < target;) {
+            size_t i0;
+            bool rep;
+            size_t m = take_places_locked(b, (size_t)(target - p), &i0, &rep);
+            for (size_t k = 0; k < m; k++)
+                enter_pick_at_locked(b, slot, e, p + k, i0 + k, rep);
+            note_idents_locked(b, i0, m);
+            p += m;
         }
-        note_idents_locked(b, i0, m);
-        p += m;
-    }
     if (target > e->m)
         b->sel_dirty = true;
     e->m = (uint32_t)target;
