@@ -32,6 +32,9 @@ State (4,) float32, action int64, reward float32; pick_len = 8; capacity = N.
 
 exreplay runs the whole grid (k = 5..11, s = 6..12 in steps of 0.5); the
 pure-Python reference runs a subsample (see harness.paper_reference_points).
+At each of those points the reference's get_5000 case then times the two
+get_5000 again in alternation (_paired_with_reference): the ratio the
+report's paired goal row is judged on, both sides at the same moment.
 The shared layout's two cases run at every point of the grid too: they add
 about 10-60 ms of pytest time a case (41 rounds of two calls each, of
 0.1-1 ms; the buffer and floor rows are the point's own, already made), so
@@ -138,6 +141,7 @@ def test_paper(benchmark, case):
     if impl == "reference":
         b = benchmark.pedantic(buf.get_batch, args=(BATCH, ps), rounds=harness.rounds(5, 2), warmup_rounds=1)
         assert b.state.shape == (BATCH, PICK_LEN, 4)
+        benchmark.extra_info.update(_paired_with_reference(buf, ps, k, s))
         _CACHE.clear()
         return
     rows = _floor_rows(n, packed=impl in ("floor_rec", "floor_batch"))
@@ -179,6 +183,53 @@ def test_paper(benchmark, case):
 
         st, nx = benchmark.pedantic(_core._floor_gather, setup=setup, rounds=r, warmup_rounds=2)
         assert st.shape[:2] == (BATCH, PICK_LEN)
+
+
+def _paired_with_reference(ref, ref_ps, k, s):
+    """exreplay's get_5000 and the pure-Python reference's on buffers of the
+    same point, timed in alternation (the order swapped every round), so
+    that both see the same machine: on the development VM the CPU runs at
+    one of two speeds from one minute to the next, and the unpaired cases,
+    taken up to minutes apart (the reference's fill at a large N takes
+    seconds), can each catch a different one. A round times one reference
+    call and five exreplay calls, each of those right after an untimed
+    floor gather, as the unpaired exreplay case is (the reference's call
+    leaves the caches as cold). Returns the extra_info fields: the median of
+    the paired reference / exreplay ratios, and each side's median."""
+    import statistics
+    import time
+
+    n_ep, ep_len, n = _point(k, s)
+    buf, ps = _new_buffer("exreplay", n)
+    harness.fill(buf, n, ep_len)
+    rows = _floor_rows(n, packed=False)
+    pool = harness.StartPool(n, PICK_LEN, BATCH)
+    get = buf.get_batch
+
+    def ex_round():
+        ts = []
+        for _ in range(5):
+            _core._floor_gather(rows, pool.next(), PICK_LEN)
+            t = time.perf_counter()
+            get(BATCH, ps)
+            ts.append(time.perf_counter() - t)
+        return statistics.median(ts)
+
+    def ref_round():
+        t = time.perf_counter()
+        ref.get_batch(BATCH, ref_ps)
+        return time.perf_counter() - t
+
+    ex_round()  # warm-up: the block cache and the buffer's first touch
+    ex, py, ratios = [], [], []
+    for rep in range(harness.rounds(7, 2)):
+        order = (ex_round, ref_round) if rep % 2 == 0 else (ref_round, ex_round)
+        t = {fn: fn() for fn in order}
+        ex.append(t[ex_round])
+        py.append(t[ref_round])
+        ratios.append(py[-1] / ex[-1])
+    return dict(paired_python_ratio=statistics.median(ratios), paired_exreplay_s=statistics.median(ex),
+                paired_reference_s=statistics.median(py))
 
 
 def _floor_rows(n, packed):
