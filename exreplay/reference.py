@@ -23,8 +23,9 @@ make the same ones):
 - Real-number scalars (a recorded ``priority``, ``alpha``, ``beta``): a
   float, an int or anything with ``__float__`` (a 0-d array too), but not a
   bool or a complex, nor a 0-d array of either (TypeError); a sequence is a ValueError, and so is an int
-  too large for a float.  Priorities are never bools: ``True``, a NumPy bool
-  or an array or list of bools is a TypeError wherever priorities go.
+  too large for a float.  Priorities are never bools: ``True``, a NumPy bool,
+  an array or list of bools, or a list with a bool among its numbers, is a
+  TypeError wherever priorities go.
 - Arguments are checked in order, and for each its type (TypeError) before
   its shape (ValueError): ``state=None`` or ``state="ab"`` is a TypeError, a
   list given as ``priority`` a ValueError (a sequence, not a scalar).  An
@@ -462,13 +463,23 @@ def _finite_nonneg(name, x, expected="a finite number >= 0"):
     return v
 
 
+def _is_bool_item(v):
+    """Whether v is a bool: Python's, NumPy's scalar, or an array of them."""
+    return isinstance(v, (bool, np.bool_)) or (isinstance(v, np.ndarray) and v.dtype.kind == "b")
+
+
+def _seq_has_bool(x):
+    """Whether x is a list or tuple with a bool among its items (NumPy
+    would read [2, True] as ints and [2.0, True] as floats)."""
+    return isinstance(x, (list, tuple)) and any(_is_bool_item(v) for v in x)
+
+
 def _refuse_bools(name, x):
-    """Priorities are real numbers: a bool, or an array or list of bools, is a
-    TypeError before anything else is looked at."""
-    if isinstance(x, (bool, np.bool_)):
+    """Priorities are real numbers: a bool, an array or list of bools, or a
+    list or tuple with a bool among its items, is a TypeError before anything
+    else is looked at."""
+    if _is_bool_item(x) or _seq_has_bool(x):
         is_bool = True
-    elif isinstance(x, np.ndarray):
-        is_bool = x.dtype.kind == "b"
     elif isinstance(x, (list, tuple)):
         try:
             a = np.asarray(x)
@@ -746,8 +757,9 @@ def _array_arg(name, x, dtype, shape=None, ints_only=False):
     dtype is a TypeError as always.  ``shape`` is the shape expected, a
     length of -1 standing for any (shown as T), or None to leave it to the
     caller; it is checked after the dtype and before the values of Python
-    ints, as the C buffer checks them.  ``ints_only``: an array of bools is
-    a TypeError before anything else is checked of it (_index_array).
+    ints, as the C buffer checks them.  ``ints_only``: an array of bools, or
+    a list or tuple with a bool among its items, is a TypeError before
+    anything else is checked of it (_index_array).
     """
     if x is None:
         raise TypeError(f"{name}: expected an array-like of {dtype}, got None")
@@ -758,9 +770,9 @@ def _array_arg(name, x, dtype, shape=None, ints_only=False):
                          f"{tp_name(x)}") from None
     except Exception:
         raise TypeError(f"{name}: expected an array-like of {dtype}, got {tp_name(x)}") from None
-    if ints_only and a.dtype.kind == "b":
+    if ints_only and (a.dtype.kind == "b" or _seq_has_bool(x)):
         raise TypeError(f"{name}: expected {dtype} (or an integer dtype that casts to it under "
-                        f"same_kind), got {a.dtype}")
+                        f"same_kind), got bool")
     typed = isinstance(x, (np.ndarray, np.generic))
     if not typed and dtype.kind in "iu" and a.dtype.kind in "fO":
         # Python ints beyond int64 made NumPy pick float64 or object: they

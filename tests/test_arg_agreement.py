@@ -59,6 +59,8 @@ ODD = {
     "[]": [],
     "[1]": [1],
     "[1, 2]": [1, 2],
+    "[1, True]": [1, True],
+    "[1.0, np.True_]": [1.0, np.True_],
     "np.int64(1)": np.int64(1),
     "np.uint8(1)": np.uint8(1),
     "np.bool_(True)": np.bool_(True),
@@ -451,6 +453,15 @@ MESSAGE_CASES = {
                                                                     1.0),
     "set_priority bool pick_index": lambda b, h, u, p: b.set_priority(
         p, [0, 0], [0, 1], 1.0, pick_index=np.zeros(2, bool)),
+    # a bool among ints or numbers: NumPy alone would read it as 1
+    "set_priority pick_epi with a bool": lambda b, h, u, p: b.set_priority(p, [0, True], [0, 0],
+                                                                           1.0),
+    "set_priority pick_pos with np.bool_": lambda b, h, u, p: b.set_priority(
+        p, [0, 0], (0, np.True_), 1.0),
+    "set_priority pick_index with a bool": lambda b, h, u, p: b.set_priority(
+        p, [0, 0], [0, 1], 1.0, pick_index=[0, True]),
+    "set_priority priorities with a bool": lambda b, h, u, p: b.set_priority(p, [0, 0], [0, 1],
+                                                                             [2.0, True]),
     "set_priority uint64 pick_epi": lambda b, h, u, p: b.set_priority(p, BEYOND, [0, 0], 1.0),
     "set_priority uint64 pick_pos": lambda b, h, u, p: b.set_priority(p, [0, 0], BEYOND, 1.0),
     "set_priority uint64 pick_index": lambda b, h, u, p: b.set_priority(

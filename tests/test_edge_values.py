@@ -149,6 +149,13 @@ def test_bool_priorities_refused_everywhere():
               [h], [0], np.array([True]))
     unchanged(b, TypeError, "priorities: expected real numbers, got bool", b.record_many, h,
               np.zeros((1, 1), np.float32), [0], [0.0], priorities=[True])
+    # a bool among numbers: NumPy would read it as 1.0
+    unchanged(b, TypeError, "priorities: expected real numbers, got bool", b.set_priority, ps,
+              [h, h], [0, 1], [2.0, True])
+    unchanged(b, TypeError, "priorities: expected real numbers, got bool", b.set_priority, ps,
+              [h, h], [0, 1], (np.False_, 3))
+    unchanged(b, TypeError, "priorities: expected real numbers, got bool", b.record_many, h,
+              np.zeros((2, 1), np.float32), [0, 0], [0.0, 0.0], priorities=[1.5, True])
     b.set_priority(ps, [h], [0], 1)  # an int is a real number
 
 

@@ -496,6 +496,13 @@ def test_set_priority_picks_are_ints(env):
         (_bools_refused("pick_epi"), buf.set_priority, (pr, [True] * 6, p, ok), {}),
         (_bools_refused("pick_epi"), buf.set_priority, (pr, np.zeros(0, bool), [], ok[:0]), {}),
         (_bools_refused("pick_pos"), buf.set_priority, (pr, e, bools, ok), {}),
+        # a bool among ints: NumPy would read the list as ints, picks 1 and 0
+        (_bools_refused("pick_epi"), buf.set_priority, (pr, [int(x) for x in e[:5]] + [True], p, ok), {}),
+        (_bools_refused("pick_pos"), buf.set_priority, (pr, e, (False,) + tuple(int(x) for x in p[1:]), ok), {}),
+        (_bools_refused("pick_pos"), buf.set_priority, (pr, e, [np.True_] + list(p[1:]), ok), {}),
+        (_bools_refused("pick_index"), buf.set_priority, (pr, e, p, ok),
+         {"pick_index": list(b.pick_index[:5]) + [np.array(True)]}),
+        (_bools_refused("pick_epi"), buf.stored_priorities, (pr, [True] + list(e[1:]), p), {}),
         (_bools_refused("pick_index"), buf.set_priority, (pr, e, p, ok), {"pick_index": bools}),
         (_beyond_int64("pick_epi", 2**64 - 1), buf.set_priority, (pr, big, p, ok), {}),
         (_beyond_int64("pick_epi", 2**64 - 1), buf.set_priority, (pr, big[::-1], p, ok), {}),

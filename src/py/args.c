@@ -480,13 +480,32 @@ PyArrayObject *exr_reals_by_value(PyArrayObject *objs, const char *arg, int *not
     return out;
 }
 
+/* Whether item is a bool: Python's, NumPy's scalar, or an array of them. */
+static int is_bool_item(PyObject *item)
+{
+    return PyBool_Check(item) || PyArray_IsScalar(item, Bool) ||
+           (PyArray_Check(item) && PyArray_DESCR((PyArrayObject *)item)->kind == 'b');
+}
+
+int exr_seq_has_bool(PyObject *o)
+{
+    if (!PyList_Check(o) && !PyTuple_Check(o))
+        return 0;
+    /* a list's items are read one by one: no conversion can run Python code
+     * between the size and the reads */
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
+    PyObject **items = PySequence_Fast_ITEMS(o);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (is_bool_item(items[i]))
+            return 1;
+    return 0;
+}
+
 int exr_refuse_bools(PyObject *o, const char *arg)
 {
     int is_bool;
-    if (PyBool_Check(o) || PyArray_IsScalar(o, Bool)) {
+    if (is_bool_item(o) || exr_seq_has_bool(o)) {
         is_bool = 1;
-    } else if (PyArray_Check(o)) {
-        is_bool = PyArray_DESCR((PyArrayObject *)o)->kind == 'b';
     } else if (PyList_Check(o) || PyTuple_Check(o)) {
         PyArrayObject *a = (PyArrayObject *)PyArray_FromAny(o, NULL, 0, 0, 0, NULL);
         if (!a) {

@@ -56,9 +56,15 @@ int exr_uint_arg(PyObject *o, const char *name, const char *expected, uint64_t h
  * an int too large for a double. */
 int exr_real_arg(PyObject *o, const char *name, double *out);
 
-/* TypeError when o is a bool, or an array or list of bools: priorities are
- * real numbers, and True is not one (as exr_real_arg says for a scalar). */
+/* TypeError when o is a bool, an array or list of bools, or a list or tuple
+ * with a bool among its items (NumPy would read [1.0, True] as [1.0, 1.0]):
+ * priorities are real numbers, and True is not one (as exr_real_arg says
+ * for a scalar). */
 int exr_refuse_bools(PyObject *o, const char *arg);
+
+/* Whether o is a list or tuple with a bool (Python's, NumPy's scalar, or a
+ * bool array) among its items. */
+int exr_seq_has_bool(PyObject *o);
 
 /* Python ints (obj: a list or scalar that holds no dtype of its own; arr:
  * what NumPy made of it) converted by value into a new C-contiguous array of

@@ -216,11 +216,12 @@ static PyArrayObject *as_array(PyObject *obj, PyArray_Descr *descr, int nlead, n
     int equiv, weak_int;
     if (!arr)
         return NULL;
-    if (ints_only && PyArray_DESCR(arr)->kind == 'b') {
+    /* a list mixing bools with ints converts to ints: its items tell */
+    if (ints_only && (PyArray_DESCR(arr)->kind == 'b' || exr_seq_has_bool(obj))) {
         PyErr_Format(PyExc_TypeError,
                      "%s: expected %S (or an integer dtype that casts to it under same_kind), "
-                     "got %S",
-                     arg, (PyObject *)descr, (PyObject *)PyArray_DESCR(arr));
+                     "got bool",
+                     arg, (PyObject *)descr);
         Py_DECREF(arr);
         return NULL;
     }
