@@ -491,8 +491,8 @@ int exr_seq_has_bool(PyObject *o)
 {
     if (!PyList_Check(o) && !PyTuple_Check(o))
         return 0;
-    /* a list's items are read one by one: no conversion can run Python code
-     * between the size and the reads */
+    /* the checks below run no Python code: the list cannot change under
+     * the loop */
     Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
     PyObject **items = PySequence_Fast_ITEMS(o);
     for (Py_ssize_t i = 0; i < n; i++)
