@@ -906,6 +906,17 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
             "; ".join(f"{c}: {fmt_ratio(r)}" for c, r in fr),
             verdict(all(r <= GOAL_FIELDS_FLOOR for _, r in fr)),
         ])
+    # the same goal from test_fields_paired: get_batch and the floor in alternation
+    fp = {r["case"]: r for r in rows if r.get("suite") == "fields_paired"}
+    fpr = [(c, fp[c]) for c in ("r2d2", "atari") if c in fp]
+    if fpr:
+        goals.append([
+            "get_batch of named fields + extras, paired",
+            f"≤ {GOAL_FIELDS_FLOOR}× the floor of the same fields (alternating calls, median of paired ratios)",
+            "; ".join(f"{c}: {fmt_ratio(r['paired_floor_ratio'])} ({fmt_us(us(r['exreplay_median_s']))} vs floor "
+                      f"{fmt_us(us(r['floor_median_s']))})" for c, r in fpr),
+            verdict(all(r["paired_floor_ratio"] <= GOAL_FIELDS_FLOOR for _, r in fpr)),
+        ])
     # threads
     # references, not goals: what the interpreter and the machine leave the
     # apex row, and what small calls keeping the GIL cost a NumPy thread
