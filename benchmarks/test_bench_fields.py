@@ -136,12 +136,11 @@ def test_fields_paired(benchmark, case):
     one call each a round, the order swapped every round, so that both see
     the same machine; reports the median of the paired get_batch / floor
     ratios (report.py judges the paired goal row on it). Why: the unpaired
-    rows, medians of rounds taken seconds apart, read 1.09-1.64x for the
-    Atari case over this project's runs on the development VM, where paired
-    runs of the same build read 0.88-1.03x (its CPU runs at one of two speeds
-    from one minute to the next). Each timed call follows an untimed one of
-    the other side, as in the unpaired test. The pytest-benchmark timing is
-    of get_batch alone."""
+    rows, medians of rounds taken seconds apart, read from 1.09x to 2.08x
+    for the Atari case over this project's runs on the development VM, whose
+    CPU runs at one of two speeds from one minute to the next. Each timed
+    call follows an untimed one of the other side, as in the unpaired test.
+    The pytest-benchmark timing is of get_batch alone."""
     import statistics
     import time
 
