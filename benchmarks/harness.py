@@ -238,6 +238,22 @@ def median_time(fn, reps):
     return float(np.median(ts))
 
 
+def alternate(a_fn, b_fn, timed, rounds):
+    """timed(a_fn) and timed(b_fn) in alternation, a_fn first in even rounds
+    and b_fn first in odd ones, so that both see the same machine: (the
+    median of the paired b/a time ratios, a's times, b's times)."""
+    import statistics
+
+    ratios, a, b = [], [], []
+    for rep in range(rounds):
+        order = (a_fn, b_fn) if rep % 2 == 0 else (b_fn, a_fn)
+        t = {fn: timed(fn) for fn in order}
+        a.append(t[a_fn])
+        b.append(t[b_fn])
+        ratios.append(b[-1] / a[-1])
+    return statistics.median(ratios), a, b
+
+
 def tag(benchmark, group, **info):
     """Name a pytest-benchmark measurement for report.py."""
     benchmark.group = group

@@ -734,6 +734,7 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
     L.append("")
 
     pts, meta = paper_points(rows)
+    pyp = paired_python(rows)
     cp = cpprb_rows(rows)
     shapes = {(r["case"], r["impl"]): r for r in rows if r.get("suite") == "shapes"}
     fields = {(r["case"], r["impl"]): r for r in rows if r.get("suite") == "fields"}
@@ -784,7 +785,6 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
             "get_5000", f"≥ {GOAL_GET5000_RATIO:g}× faster than pure Python, and ≤ {GOAL_GET5000_FLOOR}× the floor, at every N",
             txt, verdict(ok_r == len(g_ratio) and ok_f == len(fr)),
         ])
-    pyp = paired_python(rows)
     if pyp:
         vals = list(pyp.values())
         ok = sum(r >= GOAL_GET5000_RATIO for r in vals)
@@ -1035,7 +1035,6 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
     if refp:
         L.append("### exreplay against the pure-Python buffer (the subsampled points)")
         L.append("")
-        pyp = paired_python(rows)
         trs = []
         for p in refp:
             v = pts[p]

@@ -297,22 +297,6 @@ def test_prioritized(benchmark, impl, op):
                        warmup_rounds=1)
 
 
-def _alternate(ex_fn, cp_fn, timed, rounds):
-    """timed(ex_fn) and timed(cp_fn) in alternation, the order swapped every
-    round: (median of the paired cpprb/exreplay time ratios, exreplay's
-    times, cpprb's times)."""
-    import statistics
-
-    ratios, ex, cp = [], [], []
-    for rep in range(rounds):
-        order = (ex_fn, cp_fn) if rep % 2 == 0 else (cp_fn, ex_fn)
-        t = {fn: timed(fn) for fn in order}
-        ex.append(t[ex_fn])
-        cp.append(t[cp_fn])
-        ratios.append(cp[-1] / ex[-1])
-    return statistics.median(ratios), ex, cp
-
-
 def _paired_updates(what, n, batch, ex_block, cp_block):
     """ex_block and cp_block (50 updates each) timed in alternation: (the
     median paired cpprb/exreplay ratio, cpprb's and exreplay's median
@@ -325,7 +309,7 @@ def _paired_updates(what, n, batch, ex_block, cp_block):
         fn()
         return (time.perf_counter() - t) / 50
 
-    ratio, ex, cp = _alternate(ex_block, cp_block, timed, harness.rounds(60, 5))
+    ratio, ex, cp = harness.alternate(ex_block, cp_block, timed, harness.rounds(60, 5))
     print(f"\nupdate {what}, N={n}, B={batch}: exreplay {statistics.median(ex) * 1e6:.2f} us, "
           f"cpprb {statistics.median(cp) * 1e6:.2f} us, paired cpprb/exreplay {ratio:.2f}x")
     return ratio, statistics.median(cp), statistics.median(ex)
@@ -452,7 +436,7 @@ def test_sample_paired(benchmark, what):
         fn()
         return (time.perf_counter() - t) / iters
 
-    ratio, ex, cp = _alternate(ex_call, cp_call, block, harness.rounds(30, 3))
+    ratio, ex, cp = harness.alternate(ex_call, cp_call, block, harness.rounds(30, 3))
     print(f"\n{what}, N={n}: exreplay {statistics.median(ex) * 1e6:.2f} us, "
           f"cpprb {statistics.median(cp) * 1e6:.2f} us, paired cpprb/exreplay {ratio:.2f}x")
     _tag(benchmark, "sample_paired", what, n, batch, paired_cpprb_ratio=ratio,

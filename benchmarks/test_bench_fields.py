@@ -165,18 +165,7 @@ def test_fields_paired(benchmark, case):
 
     get()
     floor()
-    ratios, g, f = [], [], []
-    for rep in range(harness.rounds(30 if L > 1 else 60, 3)):
-        if rep % 2 == 0:
-            tf = timed(floor)
-            tg = timed(get)
-        else:
-            tg = timed(get)
-            tf = timed(floor)
-        g.append(tg)
-        f.append(tf)
-        ratios.append(tg / tf)
-    ratio = statistics.median(ratios)
+    ratio, f, g = harness.alternate(floor, get, timed, harness.rounds(30 if L > 1 else 60, 3))
     print(f"\nfields {name} paired: get_batch {statistics.median(g) * 1e6:.0f} us, "
           f"floor {statistics.median(f) * 1e6:.0f} us, paired ratio {ratio:.2f}x")
     harness.tag(benchmark, f"fields {name} paired B={batch} L={L}", suite="fields_paired", case=name,

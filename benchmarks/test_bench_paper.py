@@ -221,14 +221,8 @@ def _paired_with_reference(ref, ref_ps, k, s):
         return time.perf_counter() - t
 
     ex_round()  # warm-up: the block cache and the buffer's first touch
-    ex, py, ratios = [], [], []
-    for rep in range(harness.rounds(7, 2)):
-        order = (ex_round, ref_round) if rep % 2 == 0 else (ref_round, ex_round)
-        t = {fn: fn() for fn in order}
-        ex.append(t[ex_round])
-        py.append(t[ref_round])
-        ratios.append(py[-1] / ex[-1])
-    return dict(paired_python_ratio=statistics.median(ratios), paired_exreplay_s=statistics.median(ex),
+    ratio, ex, py = harness.alternate(ex_round, ref_round, lambda fn: fn(), harness.rounds(7, 2))
+    return dict(paired_python_ratio=ratio, paired_exreplay_s=statistics.median(ex),
                 paired_reference_s=statistics.median(py))
 
 
