@@ -51,6 +51,23 @@ def pytest_configure(config):
         os.environ["EXREPLAY_BENCH_QUICK"] = "1"
 
 
+@pytest.fixture(autouse=True)
+def _speed_probe(request):
+    """Every benchmark's extra_info gets "speed_probe_us": the CPU's speed
+    probe (harness.speed_probe_us) right before the test and right after
+    it, so that report.py can tell which measurements ran at the machine's
+    fast speed. Outside the timed part; about 2 ms a test."""
+    if "benchmark" not in request.fixturenames:
+        yield
+        return
+    import harness
+
+    bm = request.getfixturevalue("benchmark")
+    before = harness.speed_probe_us()
+    yield
+    bm.extra_info["speed_probe_us"] = [round(before, 2), round(harness.speed_probe_us(), 2)]
+
+
 def _run(cmd):
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout

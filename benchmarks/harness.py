@@ -16,6 +16,7 @@ import gc
 import os
 import threading
 import time
+import zlib
 
 import numpy as np
 
@@ -227,6 +228,27 @@ def crosscore_ns(seconds: float = 0.1) -> float:
     "Two machines in one")."""
     from exreplay import _core
     return _core._crosscore_ns(seconds)
+
+
+_PROBE_BYTES = bytes(range(256)) * 256  # 64 KiB: stays in L2
+
+
+def speed_probe_us(reps: int = 20) -> float:
+    """The CPU's speed at this moment: the best of `reps` timings of
+    ``zlib.crc32`` over 64 KiB held in cache, in microseconds (about 1 ms in
+    all). Pure computation in C, no memory traffic, no interpreter in the
+    timed part. On the development VM it reads 14.7 us at the CPU's fast
+    speed and 18-46 us otherwise, changing from one second to the next, and
+    a `record` call mostly follows it (benchmarks/speed_probe_trace.py;
+    docs/benchmarks.md, "A speed probe beside every benchmark"). conftest.py
+    takes it before and after every benchmark; report.py says which ran at
+    the fast speed."""
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter_ns()
+        zlib.crc32(_PROBE_BYTES)
+        best = min(best, time.perf_counter_ns() - t0)
+    return best / 1e3
 
 
 def median_time(fn, reps):
