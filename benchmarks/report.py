@@ -1402,6 +1402,8 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
         "buffer with a log attached). A tree named twice is loaded the second time from a copy of its library: "
         "an A/B of identical code, which shows the comparison's own noise (addendum \"the noise of an "
         "in-process A/B of builds\"). "
+        "`benchmarks/speed_probe_trace.py` prints the speed probe and a `record` call's time every second: "
+        "how the machine's speed moves. "
         "`make demo-paper` prints a short version of the paper's experiment (`make demo` runs the Ape-X demo). "
         "`python benchmarks/report.py benchmarks/results/full.json` redraws this page from the saved JSON (it reads "
         "`persistence.json` and `ray.json` beside it when the JSON has no records of their kind)."
