@@ -10,7 +10,8 @@ of 2^20 records), and the probe again. On the development VM the probe
 reads 14.7 µs at the fast speed and 18-46 µs otherwise, changing from one
 line to the next, and `record` mostly follows it (docs/benchmarks.md,
 addendum "A speed probe beside every benchmark"). The last line gives the share of lines
-whose two probes were both within 10 % of the fastest, and the median
+whose two probes were both at the fast speed as report.py reads it (within
+SPEED_FAST_WITHIN of the fastest), and the median
 `record` time of those lines and of the others.
 """
 
@@ -22,6 +23,7 @@ import numpy as np
 
 import harness
 import exreplay
+from report import SPEED_FAST_WITHIN  # the fast speed, as the report reads it
 
 
 def main():
@@ -48,8 +50,8 @@ def main():
         print(f"{time.time() - t0:6.1f} s  probe {a:6.2f} {b:6.2f} us  record {r:.3f} us a call", flush=True)
         time.sleep(pause)
     fastest = min(min(a, b) for a, b, _ in lines)
-    fast = [r for a, b, r in lines if max(a, b) <= fastest * 1.1]
-    slow = [r for a, b, r in lines if max(a, b) > fastest * 1.1]
+    fast = [r for a, b, r in lines if max(a, b) <= fastest * SPEED_FAST_WITHIN]
+    slow = [r for a, b, r in lines if max(a, b) > fastest * SPEED_FAST_WITHIN]
     med = lambda xs: f"{statistics.median(xs):.3f} us" if xs else "-"  # noqa: E731
     print(f"fastest probe {fastest:.2f} us; fast lines {len(fast)}/{len(lines)}: record {med(fast)}; "
           f"the others: record {med(slow)}")
