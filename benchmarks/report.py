@@ -289,11 +289,11 @@ def record_fast_clause(rows, fast):
     """The record goal's per-call time at the grid points whose speed
     probes both read the fast speed: information beside the verdict, which
     stays judged at every point."""
+    if not fast:
+        return ""
     calls = [r["median_s"] / r["calls_per_round"] for r in rows
              if r.get("suite") == "paper" and r.get("impl") == "exreplay"
              and r.get("metric") == "record_100" and fast.get(r["name"])]
-    if not fast:
-        return ""
     if not calls:
         return "; no point ran with both speed probes at the fast speed"
     ok = sum(c * 1e6 <= GOAL_RECORD_CALL_US for c in calls)
