@@ -72,25 +72,14 @@ def int_arg(name: str, v, lo: int, hi, expected: str) -> int:
     return i
 
 
-def flag_arg(name: str, v) -> bool:
-    """v as a flag of the Python-level tools (gather_logs' force_ship,
-    merge's overwrite): a bool, a NumPy bool or an int, NumPy's integer
-    scalars too (any nonzero int is true, as in ``if``); anything else, None
-    or a float included, is a TypeError. The buffer's own flags refuse
-    NumPy integers (truth_arg)."""
-    if not isinstance(v, (bool, np.bool_, int, np.integer)):
-        raise TypeError("%s: expected a bool or an int, got %s" % (name, type_name(v)))
-    return bool(v)
-
-
 def truth_arg(name: str, v) -> bool:
     """v as the buffer takes its flags (terminated, allow_short, shared_next:
-    docs/api.md, get_batch): a bool, a NumPy bool or a Python int (any
-    nonzero int is true); anything else, a NumPy integer, None or a float
-    included, is a TypeError worded as the buffer's, "shared_next: expected
-    a bool, got numpy.int64"."""
-    if not isinstance(v, (bool, np.bool_, int)):
-        raise TypeError("%s: expected a bool, got %s" % (name, tp_name(v)))
+    docs/api.md, "Errors"): a bool, a NumPy bool, a Python int or
+    a NumPy integer scalar (any nonzero int is true, as in ``if``); anything
+    else, an array, None or a float included, is a TypeError worded as the
+    buffer's, "shared_next: expected a bool or an int, got NoneType"."""
+    if not isinstance(v, (bool, np.bool_, int, np.integer)):
+        raise TypeError("%s: expected a bool or an int, got %s" % (name, tp_name(v)))
     return bool(v)
 
 

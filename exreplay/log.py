@@ -38,7 +38,7 @@ from typing import Callable, Iterator, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 
-from ._args import flag_arg, int_arg, path_arg, type_name
+from ._args import int_arg, path_arg, truth_arg, type_name
 
 __all__ = ["Chunk", "LogReader", "open", "tail", "info", "merge", "main", "FLAG_END",
            "FLAG_TERMINATED", "FLAG_FINAL", "FLAG_NO_STEP", "MIXED_SOURCE"]
@@ -1016,7 +1016,7 @@ def _check_merge_args(inputs, output, level, chunk_bytes, progress, threads, ove
                          % type_name(inputs))
     paths = [path_arg("inputs[%d]" % i, p) for i, p in enumerate(inputs)]
     options = _check_merge_options(output, level, chunk_bytes, progress, threads)
-    return (paths,) + options + (flag_arg("overwrite", overwrite),)
+    return (paths,) + options + (truth_arg("overwrite", overwrite),)
 
 
 def _check_merge_options(output, level, chunk_bytes, progress, threads):

@@ -1075,7 +1075,7 @@ def test_append_arguments_out_of_range_or_of_the_wrong_kind(tmp_path):
         for h in (2**63, 2**64, -2**63 - 1):  # were all logged as episode -1
             with pytest.raises(ValueError, match=r"h: expected an int64 episode handle, got"):
                 lg.append(h, 0, [0.0, 0.0], 0, 0.0)
-        with pytest.raises(TypeError, match="terminated: expected a bool, got numpy.ndarray"):
+        with pytest.raises(TypeError, match="terminated: expected a bool or an int, got numpy.ndarray"):
             lg.append(1, 0, [0.0, 0.0], 0, 0.0, terminated=np.array([True, False]))
         with pytest.raises(TypeError, match="sync: expected a bool"):
             lg.flush(sync=np.array([1, 2]))
@@ -1339,7 +1339,7 @@ def test_a_standalone_end_refuses_bad_input_and_writes_nothing(tmp_path):
          dict(h=None, pos=2, terminated=True)),
         (TypeError, "^pos: expected an int from 1 to", dict(h=1, pos="2", terminated=True)),
         (ValueError, "^pos: expected an int from 1 to .*, got 0", dict(h=1, pos=0, terminated=True)),
-        (TypeError, "^terminated: expected a bool, got NoneType",
+        (TypeError, "^terminated: expected a bool or an int, got NoneType",
          dict(h=1, pos=2, final_state=good, terminated=None)),
         (ValueError, r"^final_state: expected shape \(3,\), got \(2,\)",
          dict(h=1, pos=2, final_state=np.ones(2, np.float32))),

@@ -384,13 +384,13 @@ def test_decode_takes_integers_only(monkeypatch):
 
 def test_rollout_terminated_flags_by_the_buffers_rule():
     """Rollout's terminated flags are taken as the buffer takes its own
-    terminated (a bool, a NumPy bool or an int), at construction: a string
+    terminated (a bool, a NumPy bool, an int or a NumPy integer), at construction: a string
     or a float was cast by bool() ("no" and 0.5 ended the episode as
     terminated) and is now the buffer's TypeError, naming its row."""
     s, a, r = np.zeros((4, 4), np.float32), np.zeros(4, np.int64), np.zeros(4, np.float32)
     fin = np.zeros((2, 4), np.float32)
     buf = exreplay.ExperienceReplay((4,), capacity=100)
-    for bad in ("no", 0.5, None, np.int64(1)):
+    for bad in ("no", 0.5, None, np.array(1)):
         with pytest.raises(TypeError) as mine:
             Rollout(s, a, r, ends=[2, 4], final_states=fin, terminated=[True, bad])
         with pytest.raises(TypeError) as theirs:
@@ -405,12 +405,13 @@ def test_rollout_terminated_flags_by_the_buffers_rule():
     with pytest.raises(ValueError, match=r"^terminated: expected shape \(2,\) \(one flag per end\), got \(2, 1\)$"):
         Rollout(s, a, r, ends=[2, 4], final_states=fin, terminated=np.ones((2, 1), bool))
     for ok, want in (([True, 0], [True, False]), ((np.False_, 2), [False, True]),
+                     ((np.int64(1), np.uint8(0)), [True, False]),
                      (np.array([False, True]), [False, True]), (None, [True, True])):
         got = Rollout(s, a, r, ends=[2, 4], final_states=fin, terminated=ok).terminated
         assert got.dtype == np.bool_ and got.tolist() == want
 
 
-_BAD_FLAGS = ("no", "", 0.5, None, np.int64(1), np.array([True]))
+_BAD_FLAGS = ("no", "", 0.5, None, np.array(1), np.array([True]))
 
 
 def _flag_error(name, bad):
@@ -427,7 +428,7 @@ def _flag_error(name, bad):
 def test_sharded_flags_checked_before_anything_is_sent(monkeypatch, impl):
     """wait (record_rollout, record_episode, set_priority), record_episode's
     terminated and get_batch's fresh_stats are flags as the buffer takes its
-    own (a bool, a NumPy bool or a Python int): anything else is the
+    own (a bool, a NumPy bool, an int or a NumPy integer): anything else is the
     buffer's TypeError naming the argument, raised before any shard is sent
     anything, with the stream's routing and the replay's generator as they
     were. They were used as truth values: wait="no" waited, and a string
@@ -456,12 +457,12 @@ def test_sharded_flags_checked_before_anything_is_sent(monkeypatch, impl):
             _assert_same(before, _state(servers))
     assert sh._streams == {}  # no stream was routed
     np.testing.assert_array_equal(sh.get_batch(16, 0).pick_epi, tw.get_batch(16, 0).pick_epi)
-    # what the buffer takes: a bool, a NumPy bool, a Python int
-    assert sh.record_rollout("w", r, wait=np.True_) == T
+    # what the buffer takes: a bool, a NumPy bool, an int, a NumPy integer
+    assert sh.record_rollout("w", r, wait=np.int64(1)) == T
     assert isinstance(sh.record_rollout("w", r, wait=0), list)
     assert sh.record_episode(s, a, rew, final_state=s[0], terminated=0, wait=1) == T
     assert isinstance(sh.set_priority(0, b.pick_epi, b.pick_pos, 2.0, wait=np.False_), list)
-    assert sh.set_priority(0, b.pick_epi, b.pick_pos, 2.0, wait=2) == 16
+    assert sh.set_priority(0, b.pick_epi, b.pick_pos, 2.0, wait=np.True_) == 16
     assert len(sh.get_batch(8, 0, fresh_stats=0).pick_epi) == 8
     eps = [x.buf.episode(h) for x in servers for h in x.buf._handles()]
     ended = [e for e in eps if len(e.state) and e.state[0, 0] == 99 and e.ended]
@@ -471,7 +472,7 @@ def test_sharded_flags_checked_before_anything_is_sent(monkeypatch, impl):
 @pytest.mark.parametrize("impl", ["c", "reference"])
 def test_replay_server_with_stats_is_a_flag(impl):
     """ReplayServer.get_batch's with_stats is a flag as its shared_next is:
-    a string, a float, None or a NumPy integer is the buffer's TypeError
+    a string, a float, None or an array is the buffer's TypeError
     before anything is drawn (with_stats="no" returned the stats)."""
     srv, twin = (ReplayServer(impl=impl, selectors=SEL, seed=3, **KW) for _ in range(2))
     _episodes([[srv], [twin]])

@@ -211,7 +211,7 @@ def test_learner_inside_the_actor_draws_shared_batches():
 @pytest.mark.parametrize("impl", ["c", "reference"])
 def test_shared_next_is_parsed_as_the_buffers_flag(monkeypatch, impl):
     """shared_next takes what the buffer's get_batch takes (a bool, a NumPy
-    bool, an int) and refuses the rest with the buffer's TypeError, before
+    bool, an int, a NumPy integer) and refuses the rest with the buffer's TypeError, before
     any shard is asked anything; it is keyword-only."""
     monkeypatch.setattr(xray, "_ray", lambda: _FakeRay)
     servers = [ReplayServer(impl=impl, selectors=SEL, seed=i, **_kw("frames")) for i in range(2)]
@@ -227,7 +227,7 @@ def test_shared_next_is_parsed_as_the_buffers_flag(monkeypatch, impl):
     c_buf = exreplay.ExperienceReplay(**_kw("frames"))
     c_buf.new_pick_selector(exreplay.PickSelectorClass.Uniform)
     drawn = [s.stats()["batches"] for s in servers]
-    for value in (None, 1.5, np.int64(1), "yes", np.array([True])):
+    for value in (None, 1.5, np.array(1), "yes", np.array([True])):
         with pytest.raises(TypeError) as want:  # the C buffer's words
             c_buf.get_batch(4, 0, shared_next=value)
         asked.clear()

@@ -471,8 +471,8 @@ def test_out_refusals(make_buffer, config):
                                    "yes", "", 1.5, 0.0, None, b"x", [True], np.array(True),
                                    np.int64(1), object()])
 def test_shared_next_is_parsed_as_terminated_is(make_buffer, value):
-    """shared_next takes what record's terminated takes (a bool, a NumPy bool
-    or an int), with the same message for anything else."""
+    """shared_next takes what record's terminated takes (a bool, a NumPy bool,
+    an int or a NumPy integer), with the same message for anything else."""
     buf, ps = build(make_buffer, "vec4", 2)
     try:
         buf.record(None, np.zeros(4, np.float32), 0, 0.0, terminated=value)
@@ -486,9 +486,34 @@ def test_shared_next_is_parsed_as_terminated_is(make_buffer, value):
         with pytest.raises(TypeError) as e:
             buf.get_batch(4, ps, shared_next=value)
         assert str(e.value) == want
-        assert want.startswith("shared_next: expected a bool, got ")
+        assert want.startswith("shared_next: expected a bool or an int, got ")
     if isinstance(value, (str, float)) or value is None:
         assert want is not None and type(value).__name__ in want
+
+
+@pytest.mark.parametrize("value", [np.int64(1), np.int8(0), np.uint64(7), np.intc(-1)])
+def test_flags_take_numpy_integers_as_ints(make_buffer, value):
+    """Every flag of the buffer (allow_short, record's and end_episode's
+    terminated, get_batch's shared_next) takes a NumPy integer scalar as it
+    takes a Python int: by its truth value. A 0-d integer array stays a
+    TypeError, as any array does."""
+    want = bool(value)
+    buf = make_buffer((4,), pick_len=3, allow_short=value, seed=0)
+    assert buf.allow_short is want
+    ps = buf.new_pick_selector(exreplay.PickSelectorClass.Uniform)
+    h = buf.record(None, np.zeros(4, np.float32), 0, 0.0)
+    h = buf.record(h, np.ones(4, np.float32), 0, 0.0, final_state=np.ones(4, np.float32),
+                   terminated=value)
+    assert buf.episode(h).terminated is want
+    h2 = buf.record_many(None, np.zeros((3, 4), np.float32), [0] * 3, [0.0] * 3)
+    buf.end_episode(h2, final_state=np.zeros(4, np.float32), terminated=value)
+    assert buf.episode(h2).terminated is want
+    b = buf.get_batch(4, ps, shared_next=value)
+    assert (b.state_seq is not None) is want
+    for bad in (np.array(1), np.array([1])):
+        with pytest.raises(TypeError, match="^terminated: expected a bool or an int, got numpy.ndarray$"):
+            buf.record(None, np.zeros(4, np.float32), 0, 0.0, terminated=bad)
+    assert len(buf) == 5
 
 
 def test_shared_next_is_keyword_only(make_buffer):

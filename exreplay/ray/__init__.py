@@ -439,8 +439,8 @@ def _rollout_ends(ends) -> np.ndarray:
 def _rollout_terminated(t, n_ends: int) -> np.ndarray:
     """A Rollout's terminated as a bool array: None (every end terminated),
     a bool array, or a list or tuple of flags, each one taken as the buffer
-    takes its own terminated (truth_arg: a bool, a NumPy bool or a Python
-    int; a NumPy integer, a string, a float or None is a TypeError naming
+    takes its own terminated (truth_arg: a bool, a NumPy bool, an int or a
+    NumPy integer; an array, a string, a float or None is a TypeError naming
     its row, where bool() took "no" and 0.5 as True)."""
     if t is None:
         return np.ones(n_ends, dtype=bool)
@@ -1600,8 +1600,8 @@ class ShardedReplay:
         """One whole episode (ended), to the next shard in turn. It is sent
         without a seq: every copy of this object may record episodes at once.
         terminated and wait are flags as the buffer takes its own (a bool, a
-        NumPy bool or a Python int; anything else, a NumPy integer included,
-        a TypeError before anything is sent)."""
+        NumPy bool, an int or a NumPy integer; anything else, an array
+        included, a TypeError before anything is sent)."""
         terminated = truth_arg("terminated", terminated)
         wait = truth_arg("wait", wait)
         fs = None if final_state is None else _map(lambda x: np.asarray(x)[None], final_state)
@@ -1691,7 +1691,7 @@ class ShardedReplay:
         Every argument is checked first, with the buffer's set_priority rules
         and messages (docs/api.md, set_priority), ps against the shards'
         selectors, and wait as a flag as the buffer takes its own (a bool, a
-        NumPy bool or a Python int): a refused call raises here and sends nothing,
+        NumPy bool, an int or a NumPy integer): a refused call raises here and sends nothing,
         so no shard applies a part of it."""
         ray = _ray()
         ps = _handle_arg(ps, self._selectors)
@@ -1774,14 +1774,14 @@ def gather_logs(replays, dest_dir: str, output: str | None = None, *, force_ship
     import os
 
     import exreplay.log as xlog
-    from exreplay._args import flag_arg, int_arg, path_arg
+    from exreplay._args import int_arg, path_arg
 
     dest_dir = os.fsdecode(path_arg("dest_dir", dest_dir))
     output, level, _, progress, _ = xlog._check_merge_options(
         os.path.join(dest_dir, "merged.xlog") if output is None else output, level, 1, progress,
         None)
     output = os.fsdecode(output)
-    force_ship = flag_arg("force_ship", force_ship)
+    force_ship = truth_arg("force_ship", force_ship)
     piece_bytes = int_arg("piece_bytes", piece_bytes, 1, None, "an int >= 1")
     ray = _ray()
     replays = list(replays)

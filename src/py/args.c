@@ -642,8 +642,10 @@ int truth_arg(PyObject *o, const char *name, bool *out)
         *out = false;
         return 0;
     }
-    if (!PyBool_Check(o) && !PyArray_IsScalar(o, Bool) && !PyLong_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "%s: expected a bool, got %s", name, Py_TYPE(o)->tp_name);
+    if (!PyBool_Check(o) && !PyArray_IsScalar(o, Bool) && !PyLong_Check(o) &&
+        !PyArray_IsScalar(o, Integer)) {
+        PyErr_Format(PyExc_TypeError, "%s: expected a bool or an int, got %s", name,
+                     Py_TYPE(o)->tp_name);
         return -1;
     }
     int t = PyObject_IsTrue(o);
