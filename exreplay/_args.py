@@ -78,7 +78,7 @@ def truth_arg(name: str, v) -> bool:
     a NumPy integer scalar (any nonzero int is true, as in ``if``); anything
     else, an array, None or a float included, is a TypeError worded as the
     buffer's, "shared_next: expected a bool or an int, got NoneType"."""
-    if not isinstance(v, (bool, np.bool_, int, np.integer)):
+    if not isinstance(v, (bool, np.bool_, int, np.integer)) or isinstance(v, np.timedelta64):
         raise TypeError("%s: expected a bool or an int, got %s" % (name, tp_name(v)))
     return bool(v)
 

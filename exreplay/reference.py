@@ -439,9 +439,11 @@ def _real_arg(name, x):
         raise ValueError(f"{name}: expected a scalar, got {with_article(tp_name(x))}")
     t = type(x)
     numeric = any(hasattr(t, m) for m in ("__float__", "__index__", "__int__"))
-    # a 0-d array of bools or complex numbers is refused as its scalar is
-    zero_d_bc = isinstance(x, np.ndarray) and x.dtype.kind in "bc"
-    if isinstance(x, (bool, np.bool_, complex, np.complexfloating)) or zero_d_bc or not numeric:
+    # a 0-d array holds a real number only with an integer or float dtype
+    # (float() would read "1.5" from a string array, 1.0 from a bool one)
+    not_real_0d = isinstance(x, np.ndarray) and x.dtype.kind not in "iuf"
+    not_real = (bool, np.bool_, complex, np.complexfloating, np.timedelta64, np.datetime64)
+    if isinstance(x, not_real) or not_real_0d or not numeric:
         raise TypeError(f"{name}: expected a real number, got {type_name(x)}")
     try:
         return float(x)

@@ -674,9 +674,15 @@ def test_new_pick_selector_bool_param_rejected(env):
 
 
 @pytest.mark.parametrize("v,dtype", [(np.array(True), "bool"), (np.array(0.5 + 1j), "complex128"),
-                                     (np.array(1 + 0j, np.complex64), "complex64")])
-def test_0d_bool_and_complex_arrays_are_no_real_numbers(env, v, dtype):
-    """Refused as their scalars are (float() reads True as 1.0)."""
+                                     (np.array(1 + 0j, np.complex64), "complex64"),
+                                     (np.array("1.5"), "<U3"), (np.array(b"2"), "|S1"),
+                                     (np.array(1.5, dtype=object), "object"),
+                                     (np.array(np.timedelta64(1)), "timedelta64")])
+def test_0d_arrays_of_no_real_dtype_are_no_real_numbers(env, v, dtype):
+    """A 0-d array is a real number only with an integer or float dtype:
+    bools and complex numbers are refused as their scalars are (float()
+    reads True as 1.0), and strings, bytes, objects and times too (float()
+    read "1.5" as 1.5, where set_priority's array refused it)."""
     want = f"expected a real number, got numpy.ndarray of dtype {dtype} and shape ()"
     with pytest.raises(TypeError, match=r"^beta: " + re.escape(want) + "$"):
         env["pr"].beta = v
@@ -690,6 +696,24 @@ def test_0d_bool_and_complex_arrays_are_no_real_numbers(env, v, dtype):
     # a 0-d real array still is one
     env["pr"].beta = np.array(0.25)
     assert env["pr"].beta == 0.25
+
+
+@pytest.mark.parametrize("v", [np.timedelta64(3), np.datetime64(1, "s")])
+def test_numpy_times_are_no_real_numbers(env, v):
+    """A NumPy time is refused where a real number is expected (a timedelta
+    is an integer to NumPy, and float() read it as its count of units), and a
+    timedelta where a flag is."""
+    want = f"expected a real number, got numpy.{type(v).__name__}"
+    for kw in ("alpha", "beta"):
+        err = expect_error(env, TypeError, kw, env["buf"].new_pick_selector, P, **{kw: v})
+        assert str(err) == f"{kw}: {want}"
+    err = expect_error(env, TypeError, "priority", env["buf"].record, env["h"], S4, 0, 0.0,
+                       priority=v)
+    assert str(err) == f"priority: {want}"
+    if isinstance(v, np.timedelta64):
+        err = expect_error(env, TypeError, "terminated", env["buf"].record, env["h"], S4, 0, 0.0,
+                           terminated=v)
+        assert str(err) == "terminated: expected a bool or an int, got numpy.timedelta64"
 
 
 # ---- episode ----------------------------------------------------------------

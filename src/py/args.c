@@ -243,12 +243,15 @@ int exr_real_arg(PyObject *o, const char *name, double *out)
                      exr_article(Py_TYPE(o)->tp_name), Py_TYPE(o)->tp_name);
         return -1;
     }
-    /* a 0-d array of bools or complex numbers is refused as its scalar is
-     * (float() would read True as 1.0, and older NumPy drops the imaginary part) */
-    char k = PyArray_Check(o) ? PyArray_DESCR((PyArrayObject *)o)->kind : 0;
+    /* a 0-d array holds a real number only with an integer or float dtype
+     * (float() would read True as 1.0 and "1.5" as 1.5, and older NumPy
+     * drops an imaginary part); bools, complex numbers and NumPy's times
+     * are refused as scalars too */
+    char k = PyArray_Check(o) ? PyArray_DESCR((PyArrayObject *)o)->kind : 'f';
     char got[192];
     if (PyBool_Check(o) || PyArray_IsScalar(o, Bool) || PyComplex_Check(o) ||
-        PyArray_IsScalar(o, ComplexFloating) || k == 'b' || k == 'c' ||
+        PyArray_IsScalar(o, ComplexFloating) || PyArray_IsScalar(o, Timedelta) ||
+        PyArray_IsScalar(o, Datetime) || (k != 'i' && k != 'u' && k != 'f') ||
         !(PyFloat_Check(o) || PyLong_Check(o) || PyNumber_Check(o))) {
         PyErr_Format(PyExc_TypeError, "%s: expected a real number, got %s", name,
                      exr_type_str(o, got, sizeof got));
@@ -643,7 +646,7 @@ int truth_arg(PyObject *o, const char *name, bool *out)
         return 0;
     }
     if (!PyBool_Check(o) && !PyArray_IsScalar(o, Bool) && !PyLong_Check(o) &&
-        !PyArray_IsScalar(o, Integer)) {
+        !(PyArray_IsScalar(o, Integer) && !PyArray_IsScalar(o, Timedelta))) {
         PyErr_Format(PyExc_TypeError, "%s: expected a bool or an int, got %s", name,
                      Py_TYPE(o)->tp_name);
         return -1;
