@@ -504,8 +504,12 @@ def _python_ints(name, x, dtype):
     except Exception:
         return None
     flat = objs.reshape(-1).tolist()
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in flat):
+    # NumPy integers too: NumPy promotes a list that mixes them with Python
+    # ints, or its uint64 and int64 scalars, to float64
+    if not all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.timedelta64))
+               for v in flat):
         return None
+    flat = [int(v) for v in flat]
     info = np.iinfo(dtype)
     for v in flat:
         if not info.min <= v <= info.max:

@@ -3,6 +3,8 @@ promotion; every integer argument has one range, named in its ValueError;
 no out-of-range float-to-int cast is left (the ASan run builds with
 -fsanitize=float-cast-overflow as well)."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -260,3 +262,29 @@ def test_huge_beta_gives_sane_weights():
         w = b.get_batch(16, ps).weight
         assert np.all((w >= 0) & (w <= 1)), w
     b._check()
+
+
+@pytest.mark.parametrize("cls", [ExperienceReplay, ReferenceReplay])
+def test_lists_of_numpy_integers_promoted_to_float_are_taken_by_value(cls):
+    """NumPy promotes a list that mixes uint64 and int64 scalars (and Python
+    ints) to float64: an integer column still takes them by value, as it
+    takes Python ints, and one out of range is the range's ValueError, not a
+    float64 TypeError. A NumPy time among them is no integer."""
+    b = cls(state_shape=(1,), seed=0)
+    ps = b.new_pick_selector(PickSelectorClass.Prioritized)
+    h = b.record_many(None, np.zeros((3, 1), np.float32), [np.uint64(5), np.int64(-1), 2],
+                      [0.0, 0.0, 0.0])
+    assert b.episode(h).action.tolist() == [5, -1, 2]
+    b.record_many(None, np.zeros((2, 1), np.float32), [np.uint64(2**63 - 1), np.int8(3)], [0.0, 0.0])
+    assert b.episode(h + 1).action.tolist() == [2**63 - 1, 3]
+    before = _contents(b, ps)
+    with pytest.raises(ValueError, match=r"^actions: expected values that fit int64, in " +
+                       re.escape(I64) + r", got 9223372036854775808$"):
+        b.record_many(None, np.zeros((3, 1), np.float32), [1, 2, np.uint64(2**63)], [0.0] * 3)
+    with pytest.raises(TypeError, match=r"^actions: expected int64"):
+        b.record_many(None, np.zeros((3, 1), np.float32),
+                      [np.uint64(3), np.int8(-1), np.timedelta64(1)], [0.0] * 3)
+    assert _contents(b, ps) == before
+    # the pick arrays of set_priority likewise
+    assert b.set_priority(ps, [np.uint64(h), np.int64(h)], [np.uint64(0), np.int64(1)], 2.0) == 2
+    assert b._priority(ps, [h, h], [0, 1]).tolist() == [float(np.float32(2.0 ** 0.6))] * 2

@@ -326,20 +326,32 @@ static PyObject *range_error(const char *arg, PyArray_Descr *descr, int64_t lo, 
     return NULL;
 }
 
-/* Value i as sign and magnitude: from the Python int itself (objs, an
- * object array) or from arr's int64/uint64. 1, 0 if it is no int that fits
- * 64 bits (*item set), -1 on error (*not_ints: it is no int). */
+/* Value i as sign and magnitude: from the Python int or NumPy integer
+ * itself (objs, an object array: NumPy promotes a list that mixes them, or
+ * its uint64 and int64 scalars, to float64) or from arr's int64/uint64. 1,
+ * 0 if it is no int that fits 64 bits (*item set for a Python int; a NumPy
+ * integer's value is shown as an int), -1 on error (*not_ints: it is no
+ * int). */
 static int int_at(PyArrayObject *objs, PyArrayObject *arr, npy_intp i, int *neg, uint64_t *mag,
                   PyObject **item, int *not_ints)
 {
     *item = NULL;
     if (objs) {
-        *item = ((PyObject **)PyArray_DATA(objs))[i];
-        if (!PyLong_Check(*item) || PyBool_Check(*item)) {
+        PyObject *o = ((PyObject **)PyArray_DATA(objs))[i];
+        if (PyLong_Check(o) && !PyBool_Check(o)) {
+            *item = o;
+            return int_value(o, neg, mag);
+        }
+        if (!PyArray_IsScalar(o, Integer) || PyArray_IsScalar(o, Timedelta)) {
             *not_ints = 1;
             return -1;
         }
-        return int_value(*item, neg, mag);
+        PyObject *v = PyNumber_Index(o);
+        if (!v)
+            return -1;
+        int r = int_value(v, neg, mag);
+        Py_DECREF(v);
+        return r;
     }
     if (PyArray_DESCR(arr)->kind == 'i') {
         int64_t x;
