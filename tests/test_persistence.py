@@ -869,13 +869,24 @@ def test_load_truncated_and_extended_file(tmp_path):
         ExperienceReplay.load(p)
 
 
-def test_load_path_types(tmp_path):
-    with pytest.raises(TypeError):
+def test_load_path_types():
+    """A path that is none, or holds a NUL, is refused naming `path` (they
+    were os.fsencode's bare "expected str, bytes or os.PathLike object, not
+    int" and "embedded null byte"), and the log's path the same way."""
+    want = r"^path: expected a path \(str, bytes or os.PathLike\), got "
+    with pytest.raises(TypeError, match=want + "int$"):
         ExperienceReplay.load(3)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match=want + "NoneType$"):
         ExperienceReplay((2,)).save(None)
-    with pytest.raises(ValueError, match="null"):  # os.fsencode's refusal
+    with pytest.raises(TypeError, match=want + "int$"):
+        exreplay.ExperienceLog(3, state_shape=(2,))
+    nul = r"^path: expected a path without a NUL character, got 'a\\x00b'$"
+    with pytest.raises(ValueError, match=nul):
         ExperienceReplay.load("a\0b")
+    with pytest.raises(ValueError, match=nul):
+        ExperienceReplay((2,)).save("a\0b")
+    with pytest.raises(ValueError, match=nul):
+        exreplay.ExperienceLog("a\0b", state_shape=(2,))
 
 
 # ---- hostile input: truncation and byte flips ----------------------------------

@@ -651,6 +651,24 @@ PyArray_Descr *exr_dtype_arg(PyObject *o, const char *name, int reward)
     return d;
 }
 
+int exr_path_arg(PyObject *o, const char *name, PyObject **out)
+{
+    *out = NULL;
+    if (PyUnicode_FSConverter(o, out))
+        return 0;
+    char got[192];
+    if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s: expected a path (str, bytes or os.PathLike), got %s",
+                     name, exr_type_str(o, got, sizeof got));
+    } else if (PyErr_ExceptionMatches(PyExc_ValueError)) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "%s: expected a path without a NUL character, got %R",
+                     name, o);
+    }
+    return -1;
+}
+
 int truth_arg(PyObject *o, const char *name, bool *out)
 {
     if (!o) {

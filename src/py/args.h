@@ -52,9 +52,16 @@ int exr_handle_arg(PyObject *o, const char *name, const char *expected, int64_t 
 int exr_uint_arg(PyObject *o, const char *name, const char *expected, uint64_t hi, uint64_t *out);
 
 /* A real-number scalar: a float, an int, or anything with __float__ except
- * bool and complex. TypeError for other types, ValueError for a sequence or
- * an int too large for a double. */
+ * bool, complex, NumPy's times and a 0-d array of any dtype but an integer
+ * or float one. TypeError for other types, ValueError for a sequence or an
+ * int too large for a double. */
 int exr_real_arg(PyObject *o, const char *name, double *out);
+
+/* Path argument `name` as bytes for the file system (*out, a new
+ * reference), PyUnicode_FSConverter's; its TypeError and its ValueError for
+ * a NUL inside name the argument: "path: expected a path (str, bytes or
+ * os.PathLike), got int". 0, or -1 with the exception set. */
+int exr_path_arg(PyObject *o, const char *name, PyObject **out);
 
 /* TypeError when o is a bool, an array or list of bools, or a list or tuple
  * with a bool among its items (NumPy would read [1.0, True] as [1.0, 1.0]):

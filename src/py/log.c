@@ -287,7 +287,7 @@ static int log_opts_args(PyObject *o_source, PyObject *o_level, PyObject *o_chun
 static int log_open_path(LogObject *self, PyObject *o_path, const exr_log_opts *o, int overwrite)
 {
     PyObject *fspath = NULL;
-    if (!PyUnicode_FSConverter(o_path, &fspath))
+    if (exr_path_arg(o_path, "path", &fspath) < 0)
         return -1;
     self->path = PyOS_FSPath(o_path);
     if (!self->path) {

@@ -382,7 +382,7 @@ PyObject *exr_replay_save(ReplayObject *self, PyObject *const *args, Py_ssize_t 
     if (cb && !PyCallable_Check(cb))
         return PyErr_Format(PyExc_TypeError, "progress: expected a callable or None, got %s",
                             Py_TYPE(cb)->tp_name);
-    if (!PyUnicode_FSConverter(a[0], &path))
+    if (exr_path_arg(a[0], "path", &path) < 0)
         return NULL;
     meta_buf meta;
     if (meta_of(self, &meta) < 0) {
@@ -413,7 +413,7 @@ PyObject *exr_replay_save(ReplayObject *self, PyObject *const *args, Py_ssize_t 
 PyObject *exr_replay_load_cls(PyObject *cls, PyObject *pathobj)
 {
     PyObject *path = NULL;
-    if (!PyUnicode_FSConverter(pathobj, &path))
+    if (exr_path_arg(pathobj, "path", &path) < 0)
         return NULL;
     unsigned char *meta = PyMem_RawMalloc(EXR_META_MAX);
     if (!meta) {
