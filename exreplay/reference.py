@@ -771,11 +771,16 @@ def _array_arg(name, x, dtype, shape=None, ints_only=False):
         raise TypeError(f"{name}: expected an array-like of {dtype}, got None")
     try:
         a = np.asarray(x)
-    except ValueError:  # ragged nested sequences
-        raise ValueError(f"{name}: expected an array-like of {dtype}, got a ragged "
-                         f"{tp_name(x)}") from None
-    except Exception:
-        raise TypeError(f"{name}: expected an array-like of {dtype}, got {tp_name(x)}") from None
+    except (ValueError, TypeError) as e:
+        # a list or tuple NumPy refuses with a ValueError is ragged; anything
+        # else is quoted with what its conversion raised (other exceptions
+        # pass through, as in the C buffer)
+        if isinstance(e, ValueError) and isinstance(x, (list, tuple)):
+            raise ValueError(f"{name}: expected an array-like of {dtype}, got a ragged "
+                             f"{tp_name(x)}") from e
+        kind = ValueError if isinstance(e, ValueError) else TypeError
+        raise kind(f"{name}: expected an array-like of {dtype}, got {tp_name(x)} (converting it "
+                   f"raised {tp_name(e)}: {e})") from e
     if ints_only and (a.dtype.kind == "b" or _seq_has_bool(x)):
         raise TypeError(f"{name}: expected {dtype} (or an integer dtype that casts to it under "
                         f"same_kind), got bool")

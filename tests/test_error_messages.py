@@ -394,3 +394,50 @@ def test_one_article_rule_in_c_and_python(word):
         exreplay.ExperienceReplay(state_shape=(2, type(word, (), {})()))
     want = f"state_shape: expected a tuple of ints, got {WORDS[word]} {word} at index 1"
     assert str(e.value) == want
+
+
+class _RaisingArray:
+    """An array-like whose conversion raises `exc`."""
+
+    def __init__(self, exc):
+        self.exc = exc
+
+    def __array__(self, dtype=None, copy=None):
+        raise self.exc
+
+
+class _NotAnArray:
+    def __array__(self, dtype=None, copy=None):
+        return None
+
+
+@pytest.mark.parametrize("impl", ["c", "reference"])
+def test_an_array_like_whose_conversion_fails_is_quoted_not_called_ragged(impl):
+    """A ValueError or TypeError from converting an array-like names the
+    argument and quotes what the conversion raised (chained as the cause):
+    it was "got a ragged _RaisingArray", the array-like's own words lost.
+    Only a list or tuple NumPy refuses is ragged; any other exception passes
+    through as it is; the buffer records nothing."""
+    from exreplay.reference import ReferenceReplay
+
+    buf = (exreplay.ExperienceReplay if impl == "c" else ReferenceReplay)((2,), seed=0)
+    head = "state: expected an array-like of float32, got "
+    cases = [
+        (_RaisingArray(ValueError("sensor offline")), ValueError,
+         "_RaisingArray (converting it raised ValueError: sensor offline)"),
+        (_RaisingArray(TypeError("wrong kind")), TypeError,
+         "_RaisingArray (converting it raised TypeError: wrong kind)"),
+        (_NotAnArray(), ValueError, "_NotAnArray (converting it raised ValueError: "),
+        ([[1, 2], [3]], ValueError, "a ragged list"),
+        (([1, 2], [3]), ValueError, "a ragged tuple"),
+    ]
+    for x, kind, tail in cases:
+        with pytest.raises(kind) as e:
+            buf.record(None, x, 0, 0.0)
+        assert str(e.value).startswith(head + tail), str(e.value)
+        assert isinstance(e.value.__cause__, (ValueError, TypeError))
+    boom = RuntimeError("boom")
+    with pytest.raises(RuntimeError) as e:
+        buf.record(None, _RaisingArray(boom), 0, 0.0)
+    assert e.value is boom
+    assert len(buf) == 0

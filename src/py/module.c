@@ -61,6 +61,37 @@ static void want_str(char *buf, size_t len, int nlead, const npy_intp *lead, int
         snprintf(buf + used, len - used, nlead + nd == 1 ? ",)" : ")");
 }
 
+/* The ValueError or TypeError that converting obj raised, replaced by one
+ * of the same kind that names arg and quotes it (chained to it as its
+ * cause): a list or tuple that NumPy refused with a ValueError is ragged.
+ * Any other exception is left as it is. */
+static void conversion_error(PyObject *obj, PyArray_Descr *descr, const char *arg)
+{
+    PyObject *t, *v, *tb, *t2, *v2, *tb2;
+    int value = PyErr_ExceptionMatches(PyExc_ValueError);
+    if (!value && !PyErr_ExceptionMatches(PyExc_TypeError))
+        return;
+    PyErr_Fetch(&t, &v, &tb);
+    PyErr_NormalizeException(&t, &v, &tb);
+    if (tb)
+        PyException_SetTraceback(v, tb);
+    if (value && (PyList_Check(obj) || PyTuple_Check(obj)))
+        PyErr_Format(PyExc_ValueError, "%s: expected an array-like of %S, got a ragged %s", arg,
+                     (PyObject *)descr, Py_TYPE(obj)->tp_name);
+    else
+        PyErr_Format(value ? PyExc_ValueError : PyExc_TypeError,
+                     "%s: expected an array-like of %S, got %s (converting it raised %s: %S)", arg,
+                     (PyObject *)descr, Py_TYPE(obj)->tp_name, Py_TYPE(v)->tp_name, v);
+    PyErr_Fetch(&t2, &v2, &tb2);
+    PyErr_NormalizeException(&t2, &v2, &tb2);
+    if (v2)
+        PyException_SetCause(v2, Py_NewRef(v));
+    PyErr_Restore(t2, v2, tb2);
+    Py_DECREF(t);
+    Py_DECREF(v);
+    Py_XDECREF(tb);
+}
+
 /* obj as an ndarray of any dtype (a new reference), or NULL with a
  * TypeError or ValueError naming arg. */
 static PyArrayObject *any_ndarray(PyObject *obj, PyArray_Descr *descr, const char *arg)
@@ -73,16 +104,8 @@ static PyArrayObject *any_ndarray(PyObject *obj, PyArray_Descr *descr, const cha
     if (PyArray_Check(obj))
         return (PyArrayObject *)Py_NewRef(obj);
     PyArrayObject *arr = (PyArrayObject *)PyArray_FromAny(obj, NULL, 0, 0, 0, NULL);
-    if (!arr) {
-        int ragged = PyErr_ExceptionMatches(PyExc_ValueError);
-        if (ragged || PyErr_ExceptionMatches(PyExc_TypeError)) {
-            PyErr_Clear();
-            PyErr_Format(ragged ? PyExc_ValueError : PyExc_TypeError,
-                         ragged ? "%s: expected an array-like of %S, got a ragged %s"
-                                : "%s: expected an array-like of %S, got %s",
-                         arg, (PyObject *)descr, Py_TYPE(obj)->tp_name);
-        }
-    }
+    if (!arr)
+        conversion_error(obj, descr, arg);
     return arr;
 }
 
