@@ -335,10 +335,12 @@ class RefPickSelector:
 
     def _settable(self, name, deleting=False):
         """The C selector's AttributeError for a parameter a uniform selector
-        has not, or that is fixed (alpha; any parameter deleted)."""
+        has not, that is fixed (alpha), or that is deleted."""
         if self._kind == PickSelectorClass.Uniform:
             raise AttributeError(f"a uniform pick selector has no parameter '{name}'")
-        if deleting or name == "alpha":
+        if deleting:
+            raise AttributeError(f"{name} cannot be deleted: a selector always has one")
+        if name == "alpha":
             raise AttributeError(f"{name} is fixed when the selector is created")
 
     @property
@@ -632,7 +634,11 @@ def _spec_arg(name, spec):
         if not isinstance(k, str):
             raise TypeError(f"{name}: expected str field names, got {k!r}")
         k = str.__str__(k)  # a str of its own (of a subclass too), as the C buffer holds it
-        if not 1 <= len(k.encode("utf-8", "surrogatepass")) <= MAX_FIELD_NAME:
+        try:
+            encoded = k.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate
+            raise ValueError(f"{name}: expected field names that UTF-8 can encode, got {k!r}") from None
+        if not 1 <= len(encoded) <= MAX_FIELD_NAME:
             raise ValueError(f"{name}: expected field names of 1 to {MAX_FIELD_NAME} bytes, got {k!r}")
         if k in out:  # a Mapping of its own may give one name twice
             raise ValueError(f"{name}: expected unique field names, got {k!r} twice")

@@ -643,10 +643,11 @@ def test_selector_param_errors(env):
         with pytest.raises(exc, match="beta"):
             pr.beta = v
         assert pr.beta == pytest.approx(0.4)
-    with pytest.raises(AttributeError):
+    with pytest.raises(AttributeError, match="^alpha is fixed when the selector is created$"):
         pr.alpha = 0.5
-    with pytest.raises(AttributeError):
-        del pr.beta
+    for name in ("alpha", "beta"):  # beta is settable: that it cannot be deleted is what stops it
+        with pytest.raises(AttributeError, match=f"^{name} cannot be deleted: a selector always has one$"):
+            delattr(pr, name)
     assert pr.alpha == pytest.approx(0.6) and pr.beta == pytest.approx(0.4)
     with pytest.raises(AttributeError):
         u.beta = 0.5

@@ -284,6 +284,8 @@ def test_extras_given_to_a_buffer_without_an_extras_spec(cls):
     (dict(state_spec={"a": ((2,), "U4")}), TypeError, "state_spec['a'] dtype"),
     (dict(state_spec={1: ((2,), "f4")}), TypeError, "state_spec: expected str field names, got 1"),
     (dict(state_spec={"": ((2,), "f4")}), ValueError, "state_spec: expected field names of 1 to 64 bytes"),
+    (dict(state_spec={"\udc80": ((2,), "f4")}), ValueError,
+     "state_spec: expected field names that UTF-8 can encode, got '\\udc80'"),
     (dict(state_shape=2, extras_spec={"h": ((2, "x"), "f4")}), TypeError, "extras_spec['h']"),
 ])
 def test_bad_specs(cls, kw, exc, msg):

@@ -525,8 +525,17 @@ def test_unserialize_accepts_bytes_like():
 @pytest.mark.parametrize("bad", ["text", 3, None, 1.5, [1, 2], object()])
 def test_unserialize_bad_type(bad):
     for fn in (ExperienceReplay.unserialize, exreplay._core.unserialize):
-        with pytest.raises(TypeError):
+        with pytest.raises(TypeError, match="^data: expected a bytes-like object, got "):
             fn(bad)
+
+
+def test_unserialize_of_a_strided_buffer_says_contiguous():
+    data = ExperienceReplay((2,)).serialize()
+    for bad in (memoryview(data)[::2], np.frombuffer(data, np.uint8)[::2]):
+        for fn in (ExperienceReplay.unserialize, exreplay._core.unserialize):
+            with pytest.raises(TypeError, match="^data: expected a C-contiguous bytes-like object, "
+                                                "got a non-contiguous "):
+                fn(bad)
 
 
 @pytest.mark.parametrize("level", [-1, 10, 100, -(2**70), 2**70])

@@ -54,8 +54,14 @@ static int name_ok(const exr_fieldset *fs, PyObject *name, const char *arg)
         return -1;
     }
     Py_ssize_t len;
-    if (!PyUnicode_AsUTF8AndSize(name, &len))
+    if (!PyUnicode_AsUTF8AndSize(name, &len)) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
+            return -1;
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "%s: expected field names that UTF-8 can encode, got %R",
+                     arg, name);
         return -1;
+    }
     if (len < 1 || len > EXR_FIELD_NAME_MAX) {
         PyErr_Format(PyExc_ValueError, "%s: expected field names of 1 to %d bytes, got %R", arg,
                      EXR_FIELD_NAME_MAX, name);

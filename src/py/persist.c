@@ -301,7 +301,10 @@ static PyObject *unserialize_as(PyTypeObject *type, PyObject *data)
     Py_buffer view;
     if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
         PyErr_Clear();
-        return PyErr_Format(PyExc_TypeError, "data: expected a bytes-like object, got %s",
+        /* a strided view (memoryview(b)[::2]) has a buffer, but no simple one */
+        int strided = PyObject_CheckBuffer(data);
+        return PyErr_Format(PyExc_TypeError, "data: expected a %sbytes-like object, got %s%s",
+                            strided ? "C-contiguous " : "", strided ? "a non-contiguous " : "",
                             Py_TYPE(data)->tp_name);
     }
     exr_buffer *b = NULL;

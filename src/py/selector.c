@@ -120,7 +120,12 @@ static int sel_set_param(SelectorObject *s, PyObject *value, void *closure)
     if (k < 0)
         return -1;
     const exr_selector_vtable *vt = exr_selector_kinds[s->kind];
-    if (!value || k < vt->settable_from) {
+    if (!value) {
+        PyErr_Format(PyExc_AttributeError, "%s cannot be deleted: a selector always has one",
+                     name);
+        return -1;
+    }
+    if (k < vt->settable_from) {
         PyErr_Format(PyExc_AttributeError, "%s is fixed when the selector is created", name);
         return -1;
     }
