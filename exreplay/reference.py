@@ -1595,10 +1595,9 @@ class ReferenceReplay:
         with self._lock:
             sel = self._selector_arg(ps)
             if not sel.prioritized:
-                raise ValueError(
-                    f"ps: expected a Prioritized selector, got a Uniform one ({sel.handle})"
-                )
-            indices = self._existing_indices(*self._pick_arrays(pick_epi, pick_pos))
+                raise ValueError("ps: expected a prioritized or rank pick selector, got a uniform "
+                                 f"one (handle {sel.handle})")
+            indices = self._existing_indices(*self._pick_arrays(pick_epi, pick_pos), named=True)
             return np.array([sel.stored(i) for i in indices], dtype=np.float64)
 
     def _check_episode(self, h, ep):
@@ -1796,13 +1795,15 @@ class ReferenceReplay:
             return hint
         return self._pick_index(e, p)
 
-    def _existing_indices(self, epi, pos):
+    def _existing_indices(self, epi, pos, named=False):
+        """The table indices of the picks; a missing one is a ValueError
+        (naming it and its index if `named`, as stored_priorities does)."""
         indices = []
-        for e, p in zip(epi.tolist(), pos.tolist()):
+        for k, (e, p) in enumerate(zip(epi.tolist(), pos.tolist())):
             i = self._pick_index(e, p)
             if i is None:
-                raise ValueError("pick_epi, pick_pos: expected picks that exist, got one that "
-                                 "does not")
+                got = f"({e}, {p}) at index {k}, which does not" if named else "one that does not"
+                raise ValueError(f"pick_epi, pick_pos: expected picks that exist, got {got}")
             indices.append(i)
         return indices
 

@@ -441,3 +441,30 @@ def test_an_array_like_whose_conversion_fails_is_quoted_not_called_ragged(impl):
         buf.record(None, _RaisingArray(boom), 0, 0.0)
     assert e.value is boom
     assert len(buf) == 0
+
+
+@pytest.mark.parametrize("impl", ["c", "reference"])
+def test_stored_priorities_names_the_selector_kind_and_the_missing_pick(impl):
+    """stored_priorities (the hook _priority in both implementations) checks
+    ps before the pick arrays, as set_priority does; a uniform selector is
+    called one, and a missing pick is named with its index (it said "pick 1
+    does not exist", the index alone, and "expected a prioritized pick
+    selector of this buffer, got handle 0" for a uniform selector)."""
+    from exreplay.reference import ReferenceReplay
+
+    b = (exreplay.ExperienceReplay if impl == "c" else ReferenceReplay)((2,), seed=0)
+    u, ps = b.new_pick_selector(0), b.new_pick_selector(1)
+    h = b.record_many(None, np.zeros((3, 2)), [0] * 3, [0.0] * 3, terminated=True)
+    with pytest.raises(ValueError, match=r"^ps: expected a pick selector of this buffer, got unknown handle 99$"):
+        b._priority(99, "x", [0])
+    with pytest.raises(ValueError, match=r"^ps: expected a prioritized or rank pick selector, got a "
+                                         r"uniform one \(handle 0\)$"):
+        b._priority(u, [h], [0])
+    with pytest.raises(ValueError, match=r"^pick_epi, pick_pos: expected picks that exist, got "
+                                         r"\(0, 99\) at index 1, which does not$"):
+        b._priority(ps, [h, h], [0, 99])
+    if impl == "c":
+        with pytest.raises(TypeError, match=r"^stored_priorities\(\) takes 3 arguments \(ps, "
+                                            r"pick_epi, pick_pos\), got 1$"):
+            b.stored_priorities(ps)
+        assert b.stored_priorities(ps, [h], [0]).tolist() == [1.0]

@@ -524,8 +524,11 @@ def test_set_priority_picks_are_ints(env):
         (_bools_refused("pick_pos"), buf._gather, (pr, e, bools), {}),
         (_beyond_int64("pick_epi", 2**64 - 1), buf._gather, (pr, big, p), {}),
     ]
+    uniform = "ps: expected a prioritized or rank pick selector, got a uniform one (handle %d)"
     for (exc, msg), fn, args, kwargs in cases:
         for ps in (pr, env["u"]):  # refused on a uniform selector too
+            if fn == buf.stored_priorities and ps is env["u"]:  # which it checks first
+                exc, msg = ValueError, uniform % ps.handle
             err = expect_error(env, exc, None, fn, ps, *args[1:], **kwargs)
             assert str(err) == msg
     # uint64 values within int64 are handles and positions like any other

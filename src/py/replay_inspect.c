@@ -178,49 +178,70 @@ PyObject *replay_picks(ReplayObject *self, PyObject *unused)
     }
 }
 
+/* Selector h's kind for stored_priorities: 1 if it draws by priority, 0
+ * (with the ValueError) if it is uniform or unknown. */
+static int stored_selector_ok(ReplayObject *self, int64_t h)
+{
+    exr_lock_with_gil(self->buf);
+    exr_selector *sel = exr_buffer_selector_locked(self->buf, h);
+    int known = sel != NULL, prioritized = sel && sel->vt->prioritized;
+    exr_buffer_unlock(self->buf);
+    if (!known) {
+        exr_unknown_selector(h);
+        return 0;
+    }
+    if (!prioritized)
+        PyErr_Format(PyExc_ValueError,
+                     "ps: expected a prioritized or rank pick selector, got a uniform one "
+                     "(handle %lld)", (long long)h);
+    return prioritized;
+}
+
+/* The ValueError for pick i of e, p (NaN in the stored priorities): it
+ * does not exist. NULL. */
+static PyObject *missing_pick(PyArrayObject *e, PyArrayObject *p, npy_intp i)
+{
+    const int64_t *ev = PyArray_DATA(e), *pv = PyArray_DATA(p);
+    return PyErr_Format(PyExc_ValueError,
+                        "pick_epi, pick_pos: expected picks that exist, got (%lld, %lld) at index "
+                        "%zd, which does not", (long long)ev[i], (long long)pv[i], (Py_ssize_t)i);
+}
+
 PyObject *replay_priority(ReplayObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     EXR_GUARD(self, NULL);
     if (nargs != 3)
-        return PyErr_Format(PyExc_TypeError, "_priority(ps, pick_epi, pick_pos)");
+        return PyErr_Format(PyExc_TypeError,
+                            "stored_priorities() takes 3 arguments (ps, pick_epi, pick_pos), "
+                            "got %zd", nargs);
     int64_t h;
     PyArrayObject *e, *p;
     npy_intp n;
-    if (exr_selector_handle(self, args[0], &h) < 0 || pick_arrays(args[1], args[2], &e, &p, &n) < 0)
+    if (exr_selector_handle(self, args[0], &h) < 0 || !stored_selector_ok(self, h) ||
+        pick_arrays(args[1], args[2], &e, &p, &n) < 0)
         return NULL;
     PyArray_Descr *f64 = PyArray_DescrFromType(NPY_FLOAT64);
     PyObject *out = new_array(f64, n, 0, NULL);
     Py_DECREF(f64);
     exr_status st = EXR_OK;
-    int prioritized = 0;
     if (out) {
         exr_lock_with_gil(self->buf);
-        exr_selector *sel = exr_buffer_selector_locked(self->buf, h);
-        prioritized = sel && sel->vt->prioritized;
         st = exr_buffer_stored_priority_locked(self->buf, h, (size_t)n, PyArray_DATA(e),
                                                PyArray_DATA(p), PyArray_DATA((PyArrayObject *)out));
         exr_buffer_unlock(self->buf);
     }
+    const double *v = out ? PyArray_DATA((PyArrayObject *)out) : NULL;
+    npy_intp i = 0;
+    while (out && st == EXR_OK && i < n && !isnan(v[i]))
+        i++;
+    if (out && st != EXR_OK) /* the selector went meanwhile (another thread) */
+        exr_unknown_selector(h);
+    else if (out && i < n)
+        missing_pick(e, p, i);
+    if (out && (st != EXR_OK || i < n))
+        Py_CLEAR(out);
     Py_DECREF(e);
     Py_DECREF(p);
-    if (!out)
-        return NULL;
-    if (st != EXR_OK || !prioritized) {
-        char got[64];
-        snprintf(got, sizeof got, "handle %lld", (long long)h);
-        Py_DECREF(out);
-        return exr_raise_status(EXR_ENOTFOUND, &(exr_errctx){
-            .op = "_priority", .arg = "ps", .expected = "a prioritized pick selector of this buffer",
-            .got = got, .handle = h});
-    }
-    const double *v = PyArray_DATA((PyArrayObject *)out);
-    for (npy_intp i = 0; i < n; i++) {
-        if (isnan(v[i])) {
-            Py_DECREF(out);
-            return PyErr_Format(PyExc_ValueError, "pick_epi, pick_pos: pick %zd does not exist",
-                                (Py_ssize_t)i);
-        }
-    }
     return out;
 }
 
