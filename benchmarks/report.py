@@ -1412,7 +1412,9 @@ def build(data, rows, extra, img_dir, img_rel, plt, persist=None, ray=None, ray_
     L.append(
         "The addenda below are hand-written: measurements made outside `make bench` (re-runs on a quiet machine, "
         "paired A/B runs of two builds in one process), each with the command that reproduces it. `report.py` "
-        "keeps them (everything from the first \"## Addendum:\" heading on) when it rewrites this page."
+        "keeps them (everything from the first \"## Addendum:\" heading on) when it rewrites this page. "
+        "[benchmarks_tried.md](benchmarks_tried.md) indexes them by goal: each design tried for a goal, "
+        "whether it was kept, its numbers and the addendum that has the details."
     )
     L.append("")
     return "\n".join(L)
