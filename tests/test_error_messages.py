@@ -468,3 +468,32 @@ def test_stored_priorities_names_the_selector_kind_and_the_missing_pick(impl):
                                             r"pick_epi, pick_pos\), got 1$"):
             b.stored_priorities(ps)
         assert b.stored_priorities(ps, [h], [0]).tolist() == [1.0]
+
+
+class _Float:
+    """A number whose __float__ raises `exc`."""
+
+    def __init__(self, exc):
+        self.exc = exc
+
+    def __float__(self):
+        raise self.exc
+
+
+@pytest.mark.parametrize("impl", ["c", "reference"])
+def test_a_real_number_whose_float_fails(impl):
+    """A TypeError or ValueError from __float__ says the object is no real
+    number (the argument's TypeError); any other exception is the caller's
+    own and passes through (the C buffer turned it into a TypeError too)."""
+    from exreplay.reference import ReferenceReplay
+
+    b = (exreplay.ExperienceReplay if impl == "c" else ReferenceReplay)((2,), seed=0)
+    b.new_pick_selector(1)
+    for exc in (ValueError("v"), TypeError("t")):
+        with pytest.raises(TypeError, match=r"^priority: expected a real number, got _Float$"):
+            b.record(None, np.zeros(2), 0, 0.0, priority=_Float(exc))
+    boom = RuntimeError("boom")
+    with pytest.raises(RuntimeError) as e:
+        b.record(None, np.zeros(2), 0, 0.0, priority=_Float(boom))
+    assert e.value is boom
+    assert len(b) == 0

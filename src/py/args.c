@@ -268,6 +268,11 @@ int exr_real_arg(PyObject *o, const char *name, double *out)
                          name, exr_article(t), t);
             return -1;
         }
+        /* its own __float__ failed: a TypeError or ValueError says it is no
+         * real number; anything else (a RuntimeError, a KeyboardInterrupt)
+         * passes through, as in the reference */
+        if (!PyErr_ExceptionMatches(PyExc_TypeError) && !PyErr_ExceptionMatches(PyExc_ValueError))
+            return -1;
         PyErr_Clear();
         PyErr_Format(PyExc_TypeError, "%s: expected a real number, got %s", name,
                      exr_type_str(o, got, sizeof got));
