@@ -1426,3 +1426,31 @@ def test_info_checks_the_flags_it_counts(tmp_path):
     q.write_bytes(lf.serialize(head, chunks, tail))
     with pytest.raises(ValueError, match="bad.log.*record flags"):
         xlog.info(q)
+
+
+def test_a_file_another_log_is_writing_is_refused_not_emptied(tmp_path):
+    """Two logs on one file: the second (overwrite=True, which empties a
+    file it may replace) is refused with an OSError naming the path, and the
+    first's file keeps every byte; once the first is closed the file can be
+    replaced. The lock is the file's (flock), so it holds across processes
+    too."""
+    p = tmp_path / "x.log"
+    first = ExperienceLog(p, state_shape=(2,))
+    first.append(1, 0, [0.0, 0.0], 0, 0.0)
+    first.flush()
+    size = p.stat().st_size
+    with pytest.raises(OSError, match="path: expected a file no other log is writing") as e:
+        ExperienceLog(p, state_shape=(2,), overwrite=True)
+    assert e.value.errno == errno.EBUSY
+    code = ("import sys; from exreplay import ExperienceLog\n"
+            "try:\n    ExperienceLog(sys.argv[1], state_shape=(2,), overwrite=True)\n"
+            "except OSError as e:\n    print(e.errno)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(p)], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == str(errno.EBUSY)
+    assert p.stat().st_size == size
+    first.append(1, 1, [1.0, 1.0], 0, 0.0)
+    first.close()
+    assert xlog.info(p)["records"] == 2
+    ExperienceLog(p, state_shape=(2,), overwrite=True).close()
+    assert xlog.info(p)["records"] == 0

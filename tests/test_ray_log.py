@@ -40,6 +40,21 @@ def test_replay_server_logs_locally(tmp_path):
         ReplayServer(impl="reference", state_shape=(4,), log={"dir": str(tmp_path)})
 
 
+def test_two_replay_servers_on_one_log_file(tmp_path):
+    """A second server given the dir and source of a live one is refused
+    (the log's OSError naming the path) and the first's log keeps what it
+    wrote: it was emptied by the second's overwrite, which made both files'
+    writes collide into a log no reader could read."""
+    a = ReplayServer(state_shape=(3,), capacity=100, log={"dir": str(tmp_path)})
+    a.record_many(None, np.ones((50, 3), np.float32), np.arange(50), np.ones(50), terminated=True)
+    with pytest.raises(OSError, match="another ExperienceLog has open"):
+        ReplayServer(state_shape=(3,), capacity=100, log={"dir": str(tmp_path)})
+    a.record_many(None, np.ones((7, 3), np.float32), np.arange(7), np.ones(7), terminated=True)
+    assert xlog.info(a.log_close()["path"])["records"] == 57
+    b = ReplayServer(state_shape=(3,), capacity=100, log={"dir": str(tmp_path)})
+    assert xlog.info(b.log_close()["path"])["records"] == 0
+
+
 def test_replay_server_log_read_checks_offset_and_size(tmp_path, monkeypatch):
     """log_read's offset and size are ints (NumPy's too; a bool, a float or
     a string a TypeError naming the argument and its type), offset >= 0 and

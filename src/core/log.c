@@ -11,6 +11,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -535,18 +537,38 @@ static void *writer_main(void *arg)
 
 /* ---- lifecycle -------------------------------------------------------------- */
 
+/* The file of fd made this log's own: locked (flock, exclusive, for as long
+ * as fd is open), so that a second log opened on the same file, in this
+ * process or another, is refused (EBUSY) before it empties the file the
+ * first one is writing; then, if it existed, truncated (a regular file:
+ * a FIFO or a device has nothing to truncate). A file system without
+ * flock leaves the file unlocked. 0, or -1 with errno. */
+static int own_file(int fd, bool existed)
+{
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+        errno = EBUSY;
+        return -1;
+    }
+    struct stat st;
+    if (existed && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ftruncate(fd, 0) != 0)
+        return -1;
+    return 0;
+}
+
 /* The log's file, made (*created) or, with overwrite, an existing one
- * truncated. Opened without blocking, so that a FIFO with no reader is an
- * error (ENXIO), not a wait for ever; then writes block again. */
+ * truncated (own_file). Opened without blocking, so that a FIFO with no
+ * reader is an error (ENXIO), not a wait for ever; then writes block
+ * again. */
 static int open_file(const char *path, bool overwrite, bool *created)
 {
     int flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NONBLOCK;
     int fd = open(path, flags, 0644);
     *created = fd >= 0;
     if (fd < 0 && errno == EEXIST && overwrite)
-        fd = open(path, (flags & ~O_EXCL) | O_TRUNC, 0644);
+        fd = open(path, flags & ~O_EXCL, 0644);
     int fl = fd >= 0 ? fcntl(fd, F_GETFL) : 0;
-    if (fd >= 0 && (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0)) {
+    if (fd >= 0 && (own_file(fd, !*created) != 0 || fl < 0 ||
+                    fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0)) {
         int e = errno;
         close(fd);
         errno = e;

@@ -308,6 +308,12 @@ static int log_open_path(LogObject *self, PyObject *o_path, const exr_log_opts *
                                                        "overwrite=True to replace it)",
                                            .got = "one that exists", .handle = -1,
                                            .err = EEXIST, .path = self->path});
+    else if (st == EXR_EIO && errno == EBUSY)
+        exr_raise_status(st, &(exr_errctx){.op = "ExperienceLog", .arg = "path",
+                                           .expected = "a file no other log is writing",
+                                           .got = "one that another ExperienceLog has open "
+                                                  "(close it first)",
+                                           .handle = -1, .err = EBUSY, .path = self->path});
     else
         log_error(st, "ExperienceLog", self->path);
     return -1;
