@@ -851,3 +851,30 @@ def test_concat_batches_and_rollout_extras_name_their_argument():
             Rollout(s, a, r, extras=bad)
         assert str(got.value) == f"extras: expected None or a dict {{name: (T, *shape) array}}, got {shown}"
     assert Rollout(s, a, r, extras={"x": [1, 2]}).extras["x"].tolist() == [1, 2]
+
+
+def test_gather_logs_checks_the_replays_before_closing_any_log(monkeypatch, tmp_path):
+    """replays is a list of ReplayActors with logs of distinct sources,
+    checked before any log is closed or dest_dir made: two logs of one
+    source were both shipped to dest_dir/shipped-<source>.xlog, the second
+    over the first, and the merge read that one file twice (one replay's
+    records lost, the other's doubled); None, [] and an object that is no
+    actor gave errors that named no argument, [] after making dest_dir."""
+    monkeypatch.setattr(xray, "_ray", lambda: _FakeRay)
+    a = ReplayServer(state_shape=(3,), capacity=100, log={"dir": str(tmp_path / "a")})
+    b = ReplayServer(state_shape=(3,), capacity=100, log={"dir": str(tmp_path / "b")})
+    dest = tmp_path / "gathered"
+    for replays, exc, msg in [
+        (None, TypeError, "replays: expected a list of ReplayActors, got NoneType"),
+        ([], ValueError, "replays: expected at least one ReplayActor, got none"),
+        ([_Local(a), object()], TypeError, "replays: expected ReplayActors, got object at position 1"),
+        ([_Local(a), _Local(b)], ValueError, "replays: expected logs of distinct sources (a record's "
+                                             "source names its writer), got source 0 at positions [0, 1]"),
+    ]:
+        with pytest.raises(exc) as e:
+            xray.gather_logs(replays, str(dest))
+        assert str(e.value) == msg
+        assert not dest.exists()
+        assert not a.log_info()["closed"] and not b.log_info()["closed"]
+    a.log_close()
+    b.log_close()

@@ -27,7 +27,7 @@ from __future__ import annotations
 import reprlib
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Hashable, Sequence
 
 import numpy as np
@@ -1767,7 +1767,8 @@ def gather_logs(replays, dest_dir: str, output: str | None = None, *, force_ship
     (or every one, with ``force_ship``) is copied into ``dest_dir`` through
     Ray in pieces of ``piece_bytes``, one at a time, so neither side holds
     more than a piece. Logs are merged in source order, so records with
-    equal timestamps keep it. If one of the replays has no log, or an
+    equal timestamps keep it. If one of the replays has no log, two have
+    logs of one source, or an
     argument is refused (a TypeError or ValueError naming it), no log is
     closed and no file is touched.
     """
@@ -1783,14 +1784,30 @@ def gather_logs(replays, dest_dir: str, output: str | None = None, *, force_ship
     output = os.fsdecode(output)
     force_ship = truth_arg("force_ship", force_ship)
     piece_bytes = int_arg("piece_bytes", piece_bytes, 1, None, "an int >= 1")
-    ray = _ray()
+    if isinstance(replays, (str, bytes)) or not isinstance(replays, Iterable):
+        raise TypeError(f"replays: expected a list of ReplayActors, got {type_name(replays)}")
     replays = list(replays)
-    # Every one must have a log before any is closed.
+    if not replays:
+        raise ValueError("replays: expected at least one ReplayActor, got none")
+    odd = [k for k, r in enumerate(replays) if not hasattr(r, "log_info")]
+    if odd:
+        raise TypeError(f"replays: expected ReplayActors, got {type_name(replays[odd[0]])} at "
+                        f"position {odd[0]}")
+    ray = _ray()
+    # Every one must have a log, each of its own source, before any is closed.
     before = ray.get([r.log_info.remote() for r in replays])
     missing = [k for k, i in enumerate(before) if i is None]
     if missing:
         raise ValueError(f"replays: expected ReplayActors with a log (built with log=), "
                          f"got replays without one at positions {missing}")
+    by_source = {}
+    for k, i in enumerate(before):
+        by_source.setdefault(i["source"], []).append(k)
+    twice = sorted((s, ks) for s, ks in by_source.items() if len(ks) > 1)
+    if twice:
+        s, ks = twice[0]
+        raise ValueError(f"replays: expected logs of distinct sources (a record's source names "
+                         f"its writer), got source {s} at positions {ks}")
     # output is replaced: it must not be one of the files merged
     inputs = [i["path"] for i in before] + [os.path.join(dest_dir, f"shipped-{i['source']}.xlog")
                                             for i in before]
