@@ -1454,3 +1454,21 @@ def test_a_file_another_log_is_writing_is_refused_not_emptied(tmp_path):
     assert xlog.info(p)["records"] == 2
     ExperienceLog(p, state_shape=(2,), overwrite=True).close()
     assert xlog.info(p)["records"] == 0
+
+
+def test_the_path_is_asked_for_once(tmp_path):
+    """The constructor calls the path's __fspath__ once and opens, names
+    (.path) and, on a failure, removes the file it named: it called it three
+    times, so a path object that answered differently (or raised on the
+    third call) left its first file behind under another .path."""
+    calls = []
+
+    class Moving:
+        def __fspath__(self):
+            calls.append(1)
+            return str(tmp_path / f"p{len(calls)}.log")
+
+    lg = ExperienceLog(Moving(), state_shape=(2,))
+    assert len(calls) == 1 and lg.path == str(tmp_path / "p1.log")
+    lg.close()
+    assert sorted(os.listdir(tmp_path)) == ["p1.log"]

@@ -283,17 +283,23 @@ static int log_opts_args(PyObject *o_source, PyObject *o_level, PyObject *o_chun
     return flush_arg(o_flush, &o->flush_ns);
 }
 
-/* Opens the log file at o_path into self (self->path set). */
+/* Opens the log file at o_path into self (self->path set: o_path's
+ * __fspath__ is asked once, and the file opened is the one it named). */
 static int log_open_path(LogObject *self, PyObject *o_path, const exr_log_opts *o, int overwrite)
 {
     PyObject *fspath = NULL;
-    if (exr_path_arg(o_path, "path", &fspath) < 0)
-        return -1;
     self->path = PyOS_FSPath(o_path);
     if (!self->path) {
-        Py_DECREF(fspath);
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+            char got[192];
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "path: expected a path (str, bytes or os.PathLike), "
+                         "got %s", exr_type_str(o_path, got, sizeof got));
+        }
         return -1;
     }
+    if (exr_path_arg(self->path, "path", &fspath) < 0)
+        return -1;
     exr_status st;
     const char *cpath = PyBytes_AS_STRING(fspath);
     EXR_NOGIL_BEGIN
@@ -394,7 +400,7 @@ static PyObject *log_new(PyTypeObject *type, PyObject *args, PyObject *kw)
      * removed by a failure */
     PyObject *created = NULL;
     if (log_open_path(self, o_path, &o, overwrite) < 0 ||
-        (exr_log_created(self->lg) && !PyUnicode_FSConverter(o_path, &created)))
+        (exr_log_created(self->lg) && !PyUnicode_FSConverter(self->path, &created)))
         goto error;
     if (o_sshape != Py_None &&
         schema_args(self, o_sshape, o_sdtype, o_ashape, o_adtype, o_rdtype) < 0)
