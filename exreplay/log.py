@@ -640,21 +640,30 @@ def _whole_end_from_front(path, size) -> int:
 def tail(path: PathLike, n: int = 100) -> Chunk:
     """The last ``n`` records of a log (fewer if it holds fewer), reading only
     the chunks that hold them, from the end of the file: the cost does not
-    grow with the file. A torn tail is skipped."""
+    grow with the file. A torn tail is skipped. The chunks it reads are
+    checked as every reader checks them: an end marker before the last
+    chunk, or a chunk that starts before the one before it ends, is a
+    ValueError at the offset the forward readers give."""
     path = path_arg("path", path)
     n = int_arg("n", n, 0, None, "an int >= 0")
     with _open_log_file(path) as f:
         schema = _read_schema(f, path)
         size = os.fstat(f.fileno()).st_size
-        end = _last_whole_end(f, path, schema, size)
+        end = whole_end = _last_whole_end(f, path, schema, size)
         found = []
         have = 0
+        later = None  # (offset, first timestamp) of the records chunk after this one
         while have < n and end > schema.header_len:
             t = _trailer_at(f, path, schema, end)
             if t is None:
                 raise _bad(path, end, "no valid chunk ends here")
             start, h = t
+            if h.kind == KIND_END and end != whole_end:
+                raise _bad(path, end, "data after the end marker")
             if h.kind != KIND_END:
+                if later is not None and later[1] < h.last:
+                    raise _bad(path, later[0], "chunk starts before the previous one ends")
+                later = (start, h.first)
                 f.seek(start + HDR)
                 found.append(_decode(h, f.read(h.body_len), path, start, schema))
                 have += h.count

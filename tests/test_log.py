@@ -1472,3 +1472,42 @@ def test_the_path_is_asked_for_once(tmp_path):
     assert len(calls) == 1 and lg.path == str(tmp_path / "p1.log")
     lg.close()
     assert sorted(os.listdir(tmp_path)) == ["p1.log"]
+
+
+def _chunk_bytes_of(path):
+    """(header bytes, [each records chunk's bytes], end marker bytes) of a log."""
+    data = open(path, "rb").read()
+    with xlog.open(path) as r:
+        spans = [(off, off + xlog.HDR + h.body_len + xlog.TRL) for off, h, _ in r._headers(False)]
+        hl = r.schema.header_len
+    return data[:hl], [data[a:b] for a, b in spans], data[spans[-1][1]:]
+
+
+def test_tail_checks_the_chunks_it_reads_as_the_other_readers_do(tmp_path):
+    """tail walks the chunks from the end; it returned the records of a log
+    whose chunks were out of order, or held a chunk after the end marker,
+    where every forward reader raises. Now it raises the same ValueError."""
+    p = tmp_path / "a.log"
+    lg = ExperienceLog(p, state_shape=(2,))
+    for k in range(3):
+        lg.append(1, k, [k, k], 0, 0.0)
+        lg.flush()
+    lg.close()
+    head, chunks, end = _chunk_bytes_of(p)
+    assert len(chunks) == 3 and len(xlog.tail(p, 10).timestamps) == 3
+    cases = {
+        "swapped.log": (head + chunks[0] + chunks[2] + chunks[1] + end,
+                        "chunk starts before the previous one ends"),
+        "after_end.log": (head + chunks[0] + chunks[1] + end + chunks[2],
+                          "data after the end marker"),
+        "two_ends.log": (head + chunks[0] + end + chunks[1] + chunks[2] + end,
+                         "data after the end marker"),
+    }
+    for name, (data, why) in cases.items():
+        q = tmp_path / name
+        q.write_bytes(data)
+        with pytest.raises(ValueError) as forward:
+            xlog.info(q)
+        with pytest.raises(ValueError) as back:
+            xlog.tail(q, 10)
+        assert why in str(forward.value) and str(back.value) == str(forward.value), name
