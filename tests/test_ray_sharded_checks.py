@@ -878,3 +878,26 @@ def test_gather_logs_checks_the_replays_before_closing_any_log(monkeypatch, tmp_
         assert not a.log_info()["closed"] and not b.log_info()["closed"]
     a.log_close()
     b.log_close()
+
+
+def test_replay_server_checks_a_given_buffer():
+    """buffer= is an ExperienceReplay or a ReferenceReplay, with no buffer
+    argument beside it and impl, if given, its own: the other arguments were
+    ignored (capacity=5 served a buffer of capacity 10) and a string was
+    taken, to fail at the first call with an AttributeError."""
+    buf = exreplay.ExperienceReplay((3,), capacity=10)
+    for kw, exc, msg in [
+        (dict(buffer="junk"), TypeError,
+         "buffer: expected None, an ExperienceReplay or a ReferenceReplay, got str"),
+        (dict(buffer=buf, capacity=5), ValueError,
+         "capacity: expected no capacity with buffer= (it is not used: the buffer is built "
+         "already), got 5"),
+        (dict(buffer=buf, impl="reference"), ValueError,
+         "impl: expected 'c' (the default) or the given buffer's own, got 'reference' with a "
+         "buffer of exreplay._core.ExperienceReplay"),
+    ]:
+        with pytest.raises(exc) as e:
+            ReplayServer(**kw)
+        assert str(e.value) == msg
+    assert ReplayServer(buffer=ReferenceReplay((3,)), impl="reference").impl == "reference"
+    assert ReplayServer(buffer=buf).buf is buf and buf.capacity == 10

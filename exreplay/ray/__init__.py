@@ -161,6 +161,25 @@ def _log_arg(log, c: bool):
     return dict(log, dir=os.fsdecode(path_arg("log['dir']", log["dir"])))
 
 
+def _given_buffer(buffer, impl, buffer_kwargs) -> type:
+    """The class of ReplayServer's buffer=: an ExperienceReplay or a
+    ReferenceReplay (TypeError naming buffer otherwise), with impl, if
+    given, its own, and no buffer argument beside it (a ValueError naming
+    the first one: they were ignored)."""
+    from exreplay.reference import ReferenceReplay
+
+    if not isinstance(buffer, (exreplay.ExperienceReplay, ReferenceReplay)):
+        raise TypeError(f"buffer: expected None, an ExperienceReplay or a ReferenceReplay, got "
+                        f"{type_name(buffer)}")
+    if impl != "c" and _buffer_class(impl) is not type(buffer):
+        raise ValueError(f"impl: expected 'c' (the default) or the given buffer's own, got {impl!r} "
+                         f"with a buffer of {type_name(buffer)}")
+    why = "with buffer= (it is not used: the buffer is built already)"
+    for name, v in buffer_kwargs.items():
+        raise ValueError(f"{name}: expected no {name} {why}, got {reprlib.repr(v)}")
+    return type(buffer)
+
+
 def _buffer_class(impl):
     """The buffer class of ReplayServer's impl ("c" or "reference")."""
     if impl == "c":
@@ -650,7 +669,8 @@ class ReplayServer:
     (None): one prioritized selector (alpha=0.6, beta=0.4). Every entry is
     checked, and named (``selectors[1][1]``), before a buffer is built.
     buffer: an existing buffer (e.g. from ``ray.put``/``unserialize``) to serve
-    instead of building one; its selectors are then taken as they are, with
+    instead of building one, an ExperienceReplay or a ReferenceReplay given
+    with no buffer keyword argument and impl left out or its own; its selectors are then taken as they are, with
     their handles and current parameters (``buffer.pick_selectors()``), and
     ``set_beta`` anneals them too. ``selectors``, if given, must list the
     buffer's selectors' kinds in handle order (ValueError otherwise); its
@@ -669,7 +689,7 @@ class ReplayServer:
         # the selectors, impl and log are checked (and named) before a buffer
         # is built or asked, or a directory made
         specs = _selector_specs(selectors)
-        cls = _buffer_class(impl) if buffer is None else type(buffer)
+        cls = _buffer_class(impl) if buffer is None else _given_buffer(buffer, impl, buffer_kwargs)
         log = _log_arg(log, cls is exreplay.ExperienceReplay)
         if buffer is not None:
             # A restored buffer keeps its selectors, which the server reads
