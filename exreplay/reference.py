@@ -1507,6 +1507,28 @@ class ReferenceReplay:
 
     # -- sampling ----------------------------------------------------------
 
+    def _check_batch_fits(self, B, shared_next):
+        """The C buffer's MemoryErrors for a batch too large, before anything
+        is drawn (a Python loop of 2**40 draws ran on, growing, where the C
+        buffer refused at once): batch_size past what its widest array can
+        address, or a batch whose bytes cannot be allocated."""
+        def spec_bytes(spec):
+            return sum(_item_bytes("", dt, shape) for shape, dt in spec.values())
+
+        L = self._pick_len
+        sb = (spec_bytes(self._state_spec) if self._state_spec is not None
+              else _item_bytes("", self._state_dtype, self._state_shape))
+        ab = _item_bytes("", self._action_dtype, self._action_shape)
+        if B * (L + 1) * max(sb, ab, 8) > 2**63 - 1:
+            raise MemoryError(f"batch_size: a batch of {B} picks would not fit in memory")
+        xb = spec_bytes(self._extras_spec) if self._extras_spec is not None else 0
+        rows = L + 1 if shared_next else 2 * L
+        nbytes = B * (rows * sb + L * (ab + self._reward_dtype.itemsize + xb) + 5 * 8 + 4)
+        try:
+            np.empty(nbytes, np.uint8)  # the pages are not touched
+        except (MemoryError, ValueError):
+            raise MemoryError(f"get_batch: out of memory (a batch of {nbytes} bytes)") from None
+
     def get_batch(self, batch_size, ps, out=None, *, shared_next=False):
         """Draw batch_size picks (with replacement) with selector ps.
 
@@ -1523,6 +1545,8 @@ class ReferenceReplay:
             shared_next = truth_arg("shared_next", shared_next)
             if out is not None:
                 self._check_out(out, B, shared_next)
+            else:
+                self._check_batch_fits(B, shared_next)
             if not self._table:
                 raise ValueError(f"get_batch: no pick can be drawn: {self._empty_reason()}")
             if sel.rank is not None:

@@ -497,3 +497,24 @@ def test_a_real_number_whose_float_fails(impl):
         b.record(None, np.zeros(2), 0, 0.0, priority=_Float(boom))
     assert e.value is boom
     assert len(b) == 0
+
+
+@pytest.mark.parametrize("impl", ["c", "reference"])
+def test_a_batch_too_large_is_a_memory_error_before_any_draw(impl):
+    """Both implementations refuse a batch they cannot hold before drawing
+    anything, with the same words: the reference drew 2**40 picks in a
+    Python loop, growing, where the C buffer refused at once."""
+    from exreplay.reference import ReferenceReplay
+
+    b = (exreplay.ExperienceReplay if impl == "c" else ReferenceReplay)((3,), seed=0)
+    ps = b.new_pick_selector(0)
+    for filled in (False, True):
+        if filled:
+            b.record_many(None, np.zeros((3, 3)), [0] * 3, [0.0] * 3, terminated=True)
+        with pytest.raises(MemoryError, match=r"^get_batch: out of memory \(a batch of "
+                                              r"87960930222080 bytes\)$"):
+            b.get_batch(2**40, ps)
+        with pytest.raises(MemoryError, match=r"^batch_size: a batch of 4611686018427387904 picks "
+                                              r"would not fit in memory$"):
+            b.get_batch(2**62, ps)
+    assert len(b) == 3 and len(b.get_batch(4, ps).pick_epi) == 4
