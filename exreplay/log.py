@@ -229,6 +229,8 @@ def _dtype_shape(f, name, path, reward=False):
     if dt.kind not in ("f" if reward else "biuf") or dt.fields is not None or dt.subdtype:
         raise _bad(path, 0, "schema %s dtype %r is not a plain numeric dtype" % (name, ds))
     shape = f["shape"]
+    # at most 30 dimensions, as the writer allows (EXR_LOG_MAX_DIMS): a
+    # column of n items has one more, within NumPy 1.x's 32
     if len(shape) > 30 or not all(type(d) is int and 1 <= d <= 1 << 40 for d in shape):
         raise _bad(path, 0, "schema %s shape %r" % (name, shape))
     if reward and shape:

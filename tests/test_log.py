@@ -1511,3 +1511,29 @@ def test_tail_checks_the_chunks_it_reads_as_the_other_readers_do(tmp_path):
         with pytest.raises(ValueError) as back:
             xlog.tail(q, 10)
         assert why in str(forward.value) and str(back.value) == str(forward.value), name
+
+
+def test_a_log_refuses_shapes_its_readers_do_not_take(tmp_path):
+    """The writer took shapes of up to 62 dimensions (the buffer's limit),
+    which every reader then refused ("schema state shape ..."): a log's
+    shapes have at most 30, checked before the file is opened or the log
+    attached; 30 round-trip."""
+    with pytest.raises(ValueError, match=r"^state_shape: expected at most 30 dimensions in a log "
+                                         r"\(what its readers take\), got 31$"):
+        ExperienceLog(tmp_path / "a.log", state_shape=(1,) * 31)
+    with pytest.raises(ValueError, match=r"^action_shape: .* got 31$"):
+        ExperienceLog(tmp_path / "b.log", state_shape=(2,), action_shape=(1,) * 31)
+    assert os.listdir(tmp_path) == []
+    buf = ExperienceReplay((1,) * 33, capacity=10)
+    lg = ExperienceLog(tmp_path / "c.log")
+    with pytest.raises(ValueError, match=r"^state_shape: .* got 33$"):
+        buf.attach_log(lg)
+    assert buf.log is None
+    named = ExperienceReplay(state_spec={"x": ((1,) * 31, "f4")}, capacity=10)
+    with pytest.raises(ValueError, match=r"^state_spec\['x'\]: expected at most 30 dimensions"):
+        named.attach_log(lg)
+    lg.close()
+    ok = ExperienceLog(tmp_path / "d.log", state_shape=(1,) * 30)
+    ok.append(1, 0, np.ones((1,) * 30), 0, 0.0)
+    ok.close()
+    assert xlog.tail(tmp_path / "d.log", 1).states.shape == (1,) + (1,) * 30

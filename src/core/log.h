@@ -50,6 +50,9 @@ typedef struct exr_log exr_log;
 
 #define EXR_LOG_MAX_SCHEMA 4096
 #define EXR_LOG_MAX_CHUNK ((size_t)1 << 30) /* raw bytes of one chunk */
+/* Dimensions of a shape in a log's schema: what its readers take (a chunk's
+ * column of n items has one more, within NumPy 1.x's 32). */
+#define EXR_LOG_MAX_DIMS 30
 #define EXR_LOG_META_BYTES 29 /* a record's metadata: ts, handle, pos (8 each), source 4, flags 1 */
 
 /* Whether a record layout of state, action, reward and extra bytes fits a

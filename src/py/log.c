@@ -99,13 +99,20 @@ static int fields_json(const exr_fieldset *sf, const exr_fieldset *xf, char *buf
 {
     PyObject *d = PyDict_New(), *js = NULL;
     const exr_fieldset *sets[2] = {sf, xf};
-    const char *keys[2] = {"state_fields", "extras"};
+    const char *keys[2] = {"state_fields", "extras"}, *specs[2] = {"state_spec", "extras_spec"};
     for (int k = 0; d && k < 2; k++) {
         if (!sets[k])
             continue;
         PyObject *lst = PyList_New(0);
         for (int i = 0; lst && i < sets[k]->n; i++) {
             const exr_named *f = &sets[k]->f[i];
+            if (f->nd > EXR_LOG_MAX_DIMS) {
+                PyErr_Format(PyExc_ValueError, "%s[%R]: expected at most %d dimensions in a log "
+                             "(what its readers take), got %d", specs[k], f->name,
+                             EXR_LOG_MAX_DIMS, f->nd);
+                Py_CLEAR(lst);
+                break;
+            }
             PyObject *shape = PyList_New(f->nd);
             for (int j = 0; shape && j < f->nd; j++)
                 PyList_SET_ITEM(shape, j, PyLong_FromSsize_t(f->shape[j]));
@@ -153,6 +160,12 @@ static int schema_of(PyArray_Descr *sd, int snd, const npy_intp *ss, PyArray_Des
                      const npy_intp *as, PyArray_Descr *rd, const exr_fieldset *sf,
                      const exr_fieldset *xf, schema_t *o)
 {
+    if (snd > EXR_LOG_MAX_DIMS || and_ > EXR_LOG_MAX_DIMS) {
+        PyErr_Format(PyExc_ValueError, "%s: expected at most %d dimensions in a log (what its "
+                     "readers take), got %d", snd > EXR_LOG_MAX_DIMS ? "state_shape" : "action_shape",
+                     EXR_LOG_MAX_DIMS, snd > EXR_LOG_MAX_DIMS ? snd : and_);
+        return -1;
+    }
     size_t sb = nbytes_of(sd, snd, ss), ab = nbytes_of(ad, and_, as),
            rb = (size_t)PyDataType_ELSIZE(rd);
     if (!sb || (!ab && PyDataType_ELSIZE(ad))) {
