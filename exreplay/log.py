@@ -224,7 +224,7 @@ def _dtype_shape(f, name, path, reward=False):
         raise _bad(path, 0, "schema %s dtype %r is not a plain numeric dtype" % (name, ds))
     try:
         dt = np.dtype(ds)
-    except TypeError as e:
+    except (TypeError, ValueError) as e:  # ValueError: "format number 1 of ... is not recognized"
         raise _bad(path, 0, "schema %s dtype %r: %s" % (name, ds, e)) from None
     if dt.kind not in ("f" if reward else "biuf") or dt.fields is not None or dt.subdtype:
         raise _bad(path, 0, "schema %s dtype %r is not a plain numeric dtype" % (name, ds))

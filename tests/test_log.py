@@ -1537,3 +1537,24 @@ def test_a_log_refuses_shapes_its_readers_do_not_take(tmp_path):
     ok.append(1, 0, np.ones((1,) * 30), 0, 0.0)
     ok.close()
     assert xlog.tail(tmp_path / "d.log", 1).states.shape == (1,) + (1,) * 30
+
+
+def test_a_schema_dtype_numpy_cannot_parse_is_the_readers_value_error(tmp_path):
+    """A schema dtype such as "<f4(2," made NumPy raise its own bare
+    ValueError ("format number 1 ... is not recognized"), naming neither the
+    file nor the offset; now it is the reader's "not a valid experience log"."""
+    import json
+    import struct
+    import zlib as _zlib
+
+    blob = json.dumps({"state": {"dtype": "<f4(2,", "shape": [2]},
+                       "action": {"dtype": "<i8", "shape": []},
+                       "reward": {"dtype": "<f4", "shape": []}}).encode()
+    head = xlog.FILE_MAGIC + struct.pack("<IIQQQ", 1, 40 + 4 + len(blob) + 4, 8, 8, 4)
+    head += struct.pack("<I", len(blob)) + blob
+    p = tmp_path / "bad.log"
+    p.write_bytes(head + struct.pack("<I", _zlib.crc32(head)))
+    for read in (xlog.info, lambda q: xlog.tail(q, 1)):
+        with pytest.raises(ValueError, match=r"not a valid experience log at byte 0: schema state "
+                                             r"dtype '<f4\(2,'"):
+            read(p)

@@ -659,8 +659,8 @@ def test_sharded_constructor_checks_the_log_arguments_before_starting_any_actor(
             (dict(log_dir="logs", log_options={"levle": 1}), TypeError,
              "'levle' is an invalid keyword argument for ExperienceLog()"),
             (dict(log_dir="logs", log_options={"state_shape": (3,)}), ValueError,
-             "log: its record layout (state/action shapes and dtypes, reward dtype, named fields and "
-             "extras) differs from this buffer's")):
+             "log: expected a log of this buffer's record layout (state float32 (4,), action int64 (), "
+             "reward float32), got one of state float32 (3,), action int64 (), reward float32")):
         with pytest.raises(exc) as got:
             xray.ShardedReplay(2, **kwargs, **kw)
         assert str(got.value) == msg, kwargs

@@ -846,6 +846,49 @@ static PyObject *buffer_fields(ReplayObject *self)
     return t;
 }
 
+/* A record layout as a message shows it: "state float32 (4,), action
+ * int64 (), reward float32"; named fields as "state_spec {...}" in the
+ * state's place, extras as ", extras_spec {...}" after (fields: the
+ * layout's (state_spec, extras_spec), or NULL for neither). */
+static PyObject *layout_str(PyArray_Descr *sd, int snd, const npy_intp *ss, PyArray_Descr *ad,
+                            int and_, const npy_intp *as, PyArray_Descr *rd, PyObject *fields)
+{
+    int two = fields && PyTuple_Check(fields) && PyTuple_GET_SIZE(fields) == 2;
+    PyObject *sspec = two ? PyTuple_GET_ITEM(fields, 0) : Py_None;
+    PyObject *xspec = two ? PyTuple_GET_ITEM(fields, 1) : Py_None;
+    PyObject *st = PyArray_IntTupleFromIntp(snd, ss), *at = PyArray_IntTupleFromIntp(and_, as);
+    PyObject *state = !st ? NULL
+                      : sspec != Py_None ? PyUnicode_FromFormat("state_spec %R", sspec)
+                                         : PyUnicode_FromFormat("state %S %S", (PyObject *)sd, st);
+    PyObject *r = state && at ? PyUnicode_FromFormat("%U, action %S %S, reward %S", state,
+                                                     (PyObject *)ad, at, (PyObject *)rd)
+                              : NULL;
+    Py_XDECREF(st);
+    Py_XDECREF(at);
+    Py_XDECREF(state);
+    if (r && xspec != Py_None)
+        Py_SETREF(r, PyUnicode_FromFormat("%U, extras_spec %R", r, xspec));
+    return r;
+}
+
+/* The ValueError for a log whose layout is not the buffer's, both shown. */
+static int layout_differs(LogObject *lo, ReplayObject *self, PyObject *fields)
+{
+    PyObject *mine = layout_str(self->state_descr, self->state_nd, self->state_shape,
+                                self->action_descr, self->action_nd, self->action_shape,
+                                self->reward_descr, fields);
+    PyObject *its = mine ? layout_str(lo->state_descr, lo->state_nd, lo->state_shape,
+                                      lo->action_descr, lo->action_nd, lo->action_shape,
+                                      lo->reward_descr, lo->fields)
+                         : NULL;
+    if (its)
+        PyErr_Format(PyExc_ValueError, "log: expected a log of this buffer's record layout (%U), "
+                     "got one of %U", mine, its);
+    Py_XDECREF(mine);
+    Py_XDECREF(its);
+    return -1;
+}
+
 /* The log's record layout made self's (its first buffer) or checked equal
  * to it: shapes, dtypes, named fields and extras. */
 static int take_layout(LogObject *lo, ReplayObject *self, PyObject *fields)
@@ -864,12 +907,8 @@ static int take_layout(LogObject *lo, ReplayObject *self, PyObject *fields)
         !same_descr(lo->reward_descr, self->reward_descr) || lo->state_nd != self->state_nd ||
         lo->action_nd != self->action_nd ||
         memcmp(lo->state_shape, self->state_shape, (size_t)self->state_nd * sizeof(npy_intp)) ||
-        memcmp(lo->action_shape, self->action_shape, (size_t)self->action_nd * sizeof(npy_intp))) {
-        PyErr_SetString(PyExc_ValueError,
-                        "log: its record layout (state/action shapes and dtypes, reward dtype, "
-                        "named fields and extras) differs from this buffer's");
-        return -1;
-    }
+        memcmp(lo->action_shape, self->action_shape, (size_t)self->action_nd * sizeof(npy_intp)))
+        return layout_differs(lo, self, fields);
     return 0;
 }
 
