@@ -29,6 +29,9 @@ def _layout(space, name: str):
         if dtype.kind not in "biuf":
             raise ValueError("%s: a %s space of dtype %s cannot be stored (bool, int or float only)"
                              % (name, kind, dtype))
+        if 0 in shape:  # the buffer's own error would name state_shape or action_shape
+            raise ValueError("%s: expected a space of at least one value, got a %s space of shape "
+                             "%s" % (name, kind, shape))
         return shape, dtype
     if kind == "Discrete":
         return (), np.dtype(np.int64)

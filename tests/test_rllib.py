@@ -267,6 +267,14 @@ def test_unsupported_spaces_refused_at_construction():
     assert rb.action_shape == (2,) and rb.action_dtype == np.float32
     with pytest.raises(TypeError, match="unexpected argument"):
         PrioritizedEpisodeReplayBuffer(capacity=10, bogus=1)
+    # a space of no value: the buffer's error named state_shape
+    for kw, name in ((dict(observation_space=gym.spaces.Box(0, 1, (0,)),
+                           action_space=gym.spaces.Discrete(2)), "observation_space"),
+                     (dict(observation_space=gym.spaces.Box(0, 1, (2,)),
+                           action_space=gym.spaces.Box(0, 1, (3, 0))), "action_space")):
+        with pytest.raises(ValueError, match=rf"^{name}: expected a space of at least one value, "
+                                             r"got a Box space of shape \("):
+            PrioritizedEpisodeReplayBuffer(**kw)
 
 
 # (keyword arguments, exception, message) of both classes' constructors: a
@@ -297,17 +305,23 @@ BAD_CONSTRUCTOR_ARGS = [
     (dict(metrics_num_episodes_for_smoothing=0), ValueError,
      "metrics_num_episodes_for_smoothing: expected None or an int >= 1, got 0"),
     (dict(n_step="3"), TypeError,
-     "n_step: expected an int >= 1 or a (low, high) pair of ints, got str"),
+     "n_step: expected an int in [1, 1048576] or a (low, high) pair of ints, got str"),
     (dict(n_step=True), TypeError,
-     "n_step: expected an int >= 1 or a (low, high) pair of ints, got bool"),
+     "n_step: expected an int in [1, 1048576] or a (low, high) pair of ints, got bool"),
     (dict(n_step=(True, 3)), TypeError,
      "n_step: expected a (low, high) pair of ints, got bool at index 0"),
     (dict(n_step=(1, 3.0)), TypeError,
      "n_step: expected a (low, high) pair of ints, got float at index 1"),
     (dict(n_step=(1, 2, 3)), ValueError,
-     "n_step: expected an int >= 1 or a (low, high) pair of ints, got a tuple of length 3"),
+     "n_step: expected an int in [1, 1048576] or a (low, high) pair of ints, got a tuple of length 3"),
     (dict(n_step=0), ValueError,
-     "n_step: expected an int >= 1 or a (low, high) pair of ints, got 0"),
+     "n_step: expected an int in [1, 1048576] or a (low, high) pair of ints, got 0"),
+    # beyond the buffer's longest pick: it was the buffer's error, naming pick_len
+    (dict(n_step=2**40), ValueError,
+     "n_step: expected an int in [1, 1048576] or a (low, high) pair of ints, got 1099511627776"),
+    (dict(n_step=(1, 2**21)), ValueError,
+     "n_step: expected a range (low, high) with 1 <= low < high <= 1048577 (n is drawn from "
+     "low .. high-1, as RLlib does), got (1, 2097152)"),
     (dict(seed="1"), TypeError, "seed: expected None or an int in [0, 2**64), got str"),
     (dict(seed=1.0), TypeError, "seed: expected None or an int in [0, 2**64), got float"),
     (dict(seed=True), TypeError, "seed: expected None or an int in [0, 2**64), got bool"),

@@ -41,6 +41,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 
 import exreplay
 from exreplay._args import int_arg, nonneg_real_arg, type_name, with_article
+from exreplay._core import MAX_PICK_LEN
 from exreplay._spaces import spec_for_spaces
 
 __all__ = [
@@ -66,22 +67,27 @@ def _n_step_bounds(n_step) -> Tuple[int, int, bool]:
     """
     if n_step is None:
         return 1, 1, False
+    # n steps and the one after them are one pick of the buffer (its
+    # pick_len), at most MAX_PICK_LEN: checked here, so that the error names
+    # n_step and not the buffer's pick_len
     if isinstance(n_step, (tuple, list)):
         if len(n_step) != 2:
-            raise ValueError("n_step: expected an int >= 1 or a (low, high) pair of ints, got "
-                             "%s of length %d" % (with_article(type_name(n_step)), len(n_step)))
+            raise ValueError("n_step: expected an int in [1, %d] or a (low, high) pair of ints, got "
+                             "%s of length %d" % (MAX_PICK_LEN, with_article(type_name(n_step)),
+                                                  len(n_step)))
         for i, v in enumerate(n_step):
             if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
                 raise TypeError("n_step: expected a (low, high) pair of ints, got %s at index %d"
                                 % (type_name(v), i))
         lo, hi = int(n_step[0]), int(n_step[1])
-        if lo < 1 or hi <= lo:
+        if lo < 1 or hi <= lo or hi - 1 > MAX_PICK_LEN:
             raise ValueError(
-                "n_step: expected a range (low, high) with 1 <= low < high "
-                "(n is drawn from low .. high-1, as RLlib does), got %r" % ((lo, hi),)
+                "n_step: expected a range (low, high) with 1 <= low < high <= %d "
+                "(n is drawn from low .. high-1, as RLlib does), got %r" % (MAX_PICK_LEN + 1, (lo, hi))
             )
         return lo, hi - 1, True
-    n = int_arg("n_step", n_step, 1, None, "an int >= 1 or a (low, high) pair of ints")
+    n = int_arg("n_step", n_step, 1, MAX_PICK_LEN,
+                "an int in [1, %d] or a (low, high) pair of ints" % MAX_PICK_LEN)
     return n, n, False
 
 
