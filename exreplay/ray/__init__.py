@@ -1772,6 +1772,36 @@ class ShardedReplay:
 # --- the experience log on Ray ------------------------------------------------------
 
 
+def _gather_replays(replays, ray) -> tuple[list, list]:
+    """gather_logs' replays as a list, with each one's log_info: a non-empty
+    list of ReplayActors, every one with a log of its own source (a record's
+    source names its writer, and a shipped log is named by it), or the error
+    naming replays, before any log is closed."""
+    if isinstance(replays, (str, bytes)) or not isinstance(replays, Iterable):
+        raise TypeError(f"replays: expected a list of ReplayActors, got {type_name(replays)}")
+    replays = list(replays)
+    if not replays:
+        raise ValueError("replays: expected at least one ReplayActor, got none")
+    odd = [k for k, r in enumerate(replays) if not hasattr(r, "log_info")]
+    if odd:
+        raise TypeError(f"replays: expected ReplayActors, got {type_name(replays[odd[0]])} at "
+                        f"position {odd[0]}")
+    before = ray.get([r.log_info.remote() for r in replays])
+    missing = [k for k, i in enumerate(before) if i is None]
+    if missing:
+        raise ValueError(f"replays: expected ReplayActors with a log (built with log=), "
+                         f"got replays without one at positions {missing}")
+    by_source: dict = {}
+    for k, i in enumerate(before):
+        by_source.setdefault(i["source"], []).append(k)
+    twice = sorted((s, ks) for s, ks in by_source.items() if len(ks) > 1)
+    if twice:
+        s, ks = twice[0]
+        raise ValueError(f"replays: expected logs of distinct sources (a record's source names "
+                         f"its writer), got source {s} at positions {ks}")
+    return replays, before
+
+
 def gather_logs(replays, dest_dir: str, output: str | None = None, *, force_ship: bool = False,
                 piece_bytes: int = 8 << 20, level: int = 1, progress=None) -> dict:
     """Closes the experience logs of ReplayActors (built with ``log=`` or a
@@ -1804,30 +1834,8 @@ def gather_logs(replays, dest_dir: str, output: str | None = None, *, force_ship
     output = os.fsdecode(output)
     force_ship = truth_arg("force_ship", force_ship)
     piece_bytes = int_arg("piece_bytes", piece_bytes, 1, None, "an int >= 1")
-    if isinstance(replays, (str, bytes)) or not isinstance(replays, Iterable):
-        raise TypeError(f"replays: expected a list of ReplayActors, got {type_name(replays)}")
-    replays = list(replays)
-    if not replays:
-        raise ValueError("replays: expected at least one ReplayActor, got none")
-    odd = [k for k, r in enumerate(replays) if not hasattr(r, "log_info")]
-    if odd:
-        raise TypeError(f"replays: expected ReplayActors, got {type_name(replays[odd[0]])} at "
-                        f"position {odd[0]}")
     ray = _ray()
-    # Every one must have a log, each of its own source, before any is closed.
-    before = ray.get([r.log_info.remote() for r in replays])
-    missing = [k for k, i in enumerate(before) if i is None]
-    if missing:
-        raise ValueError(f"replays: expected ReplayActors with a log (built with log=), "
-                         f"got replays without one at positions {missing}")
-    by_source = {}
-    for k, i in enumerate(before):
-        by_source.setdefault(i["source"], []).append(k)
-    twice = sorted((s, ks) for s, ks in by_source.items() if len(ks) > 1)
-    if twice:
-        s, ks = twice[0]
-        raise ValueError(f"replays: expected logs of distinct sources (a record's source names "
-                         f"its writer), got source {s} at positions {ks}")
+    replays, before = _gather_replays(replays, ray)
     # output is replaced: it must not be one of the files merged
     inputs = [i["path"] for i in before] + [os.path.join(dest_dir, f"shipped-{i['source']}.xlog")
                                             for i in before]
