@@ -677,6 +677,20 @@ def test_new_pick_selector_bool_param_rejected(env):
     expect_error(env, TypeError, "beta", env["buf"].new_pick_selector, P, beta=True)
 
 
+def _refused_as_a_real_number(env, v, want):
+    """v is refused, with message `want`, as beta (set), alpha and beta (a
+    new selector's) and priority, and nothing changes."""
+    with pytest.raises(TypeError, match=r"^beta: " + re.escape(want) + "$"):
+        env["pr"].beta = v
+    assert env["pr"].beta == pytest.approx(0.4)
+    for kw in ("alpha", "beta"):
+        err = expect_error(env, TypeError, kw, env["buf"].new_pick_selector, P, **{kw: v})
+        assert str(err) == f"{kw}: {want}"
+    err = expect_error(env, TypeError, "priority", env["buf"].record, env["h"], S4, 0, 0.0,
+                       priority=v)
+    assert str(err) == f"priority: {want}"
+
+
 @pytest.mark.parametrize("v,dtype", [(np.array(True), "bool"), (np.array(0.5 + 1j), "complex128"),
                                      (np.array(1 + 0j, np.complex64), "complex64"),
                                      (np.array("1.5"), "<U3"), (np.array(b"2"), "|S1"),
@@ -687,16 +701,8 @@ def test_0d_arrays_of_no_real_dtype_are_no_real_numbers(env, v, dtype):
     bools and complex numbers are refused as their scalars are (float()
     reads True as 1.0), and strings, bytes, objects and times too (float()
     read "1.5" as 1.5, where set_priority's array refused it)."""
-    want = f"expected a real number, got numpy.ndarray of dtype {dtype} and shape ()"
-    with pytest.raises(TypeError, match=r"^beta: " + re.escape(want) + "$"):
-        env["pr"].beta = v
-    assert env["pr"].beta == pytest.approx(0.4)
-    for kw in ("alpha", "beta"):
-        err = expect_error(env, TypeError, kw, env["buf"].new_pick_selector, P, **{kw: v})
-        assert str(err) == f"{kw}: {want}"
-    err = expect_error(env, TypeError, "priority", env["buf"].record, env["h"], S4, 0, 0.0,
-                       priority=v)
-    assert str(err) == f"priority: {want}"
+    _refused_as_a_real_number(env, v, f"expected a real number, got numpy.ndarray of dtype {dtype} "
+                                      f"and shape ()")
     # a 0-d real array still is one
     env["pr"].beta = np.array(0.25)
     assert env["pr"].beta == 0.25
@@ -707,13 +713,7 @@ def test_numpy_times_are_no_real_numbers(env, v):
     """A NumPy time is refused where a real number is expected (a timedelta
     is an integer to NumPy, and float() read it as its count of units), and a
     timedelta where a flag is."""
-    want = f"expected a real number, got numpy.{type(v).__name__}"
-    for kw in ("alpha", "beta"):
-        err = expect_error(env, TypeError, kw, env["buf"].new_pick_selector, P, **{kw: v})
-        assert str(err) == f"{kw}: {want}"
-    err = expect_error(env, TypeError, "priority", env["buf"].record, env["h"], S4, 0, 0.0,
-                       priority=v)
-    assert str(err) == f"priority: {want}"
+    _refused_as_a_real_number(env, v, f"expected a real number, got numpy.{type(v).__name__}")
     if isinstance(v, np.timedelta64):
         err = expect_error(env, TypeError, "terminated", env["buf"].record, env["h"], S4, 0, 0.0,
                            terminated=v)
