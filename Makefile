@@ -15,6 +15,7 @@
 #   make memcheck    a workload of the extension under valgrind's memcheck (needs valgrind;
 #                    MEMCHECK_RUNS=N repeats it until a run fails)
 #   make soak     the thread stress test's soak mode for SOAK_SECONDS (default an hour)
+#   make tsan-soak   the ThreadSanitizer stress test for TSAN_SOAK_SECONDS under each of TSAN_SEEDS
 #   make bench    the full benchmark suite (benchmarks/), then docs/benchmarks.md + docs/img/*.png
 #   make bench-quick  every benchmark at a few small sizes: a smoke run of seconds (part of `make test`)
 #   make bench-phases get_batch's phases (draw, plan, copy) per pick next to the floor, in C (benchmarks/c/)
@@ -74,7 +75,7 @@ CTEST_OBJ := $(patsubst src/core/%.c,build/ctest-obj/%.o,$(CORE_SRC))
 export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
 
 .PHONY: test venv build warnings ctest ctest-tsan pytest asan demo demo-paper bench bench-quick bench-deps clean distclean zlib fuzz-log
-.PHONY: bench-rllib pymatrix numpy-oldest dist-check bench-phases bench-draw bench-pair
+.PHONY: bench-rllib pymatrix numpy-oldest dist-check bench-phases bench-draw bench-pair tsan-soak
 .PHONY: fuzz fuzz-smoke allocfail soak memcheck
 
 # --- environment ------------------------------------------------------------
@@ -138,6 +139,16 @@ build/tsan/test_stress: tests/c/test_stress.c $(CORE_SRC) $(CORE_HDR) | zlib
 
 ctest-tsan: build/tsan/test_stress
 	TSAN_OPTIONS=halt_on_error=1:exitcode=66 STRESS_SECONDS=$(STRESS_SECONDS) ./build/tsan/test_stress
+
+# Its soak: TSAN_SOAK_SECONDS under each seed of TSAN_SEEDS in turn (each
+# seed gives every thread and the buffer other random streams).
+TSAN_SOAK_SECONDS ?= 300
+TSAN_SEEDS ?= 1 2 3
+tsan-soak: build/tsan/test_stress
+	@for s in $(TSAN_SEEDS); do \
+	  TSAN_OPTIONS=halt_on_error=1:exitcode=66 STRESS_SEED=$$s STRESS_SECONDS=$(TSAN_SOAK_SECONDS) \
+	    ./build/tsan/test_stress || exit 1; \
+	done
 
 pytest: build
 	$(VPY) -m pytest -q tests

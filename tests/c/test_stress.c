@@ -1,7 +1,10 @@
 /*
  * test_stress.c - src/core driven from many pthreads at once, built with
  * -fsanitize=thread by `make ctest-tsan` (part of `make test`, a short run;
- * `STRESS_SECONDS=60 ./build/tsan/test_stress` for a soak).
+ * `STRESS_SECONDS=60 ./build/tsan/test_stress` for a soak; STRESS_SEED=k
+ * gives every thread and the buffer other random streams, so that soaks
+ * under several seeds see other interleavings; 0, the default, is the
+ * run `make test` makes).
  *
  * One small buffer (eviction all the time, second-chance so that the hand
  * also reaches episodes being recorded into), and at the same time:
@@ -134,6 +137,17 @@ static double now(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* STRESS_SEED, mixed into every random stream by seeded() */
+static uint64_t g_seed;
+
+/* A thread's random stream from its fixed base and STRESS_SEED (never 0:
+ * xorshift's state must not be). */
+static uint64_t seeded(uint64_t base)
+{
+    uint64_t s = base ^ (g_seed * 0xd1b54a32d192ed03ull);
+    return s ? s : 1;
+}
+
 static uint64_t xorshift(uint64_t *s)
 {
     uint64_t x = *s;
@@ -182,7 +196,7 @@ static void end_episode(int64_t h, const uint32_t *fin, bool terminated, bool ok
 
 static void *writer(void *arg)
 {
-    uint64_t rng = 0x9e3779b97f4a7c15ull * (uintptr_t)arg + 1;
+    uint64_t rng = seeded(0x9e3779b97f4a7c15ull * (uintptr_t)arg + 1);
     static _Thread_local uint32_t st[MAX_T][W];
     int64_t ac[MAX_T], own = -1, last_new = -1;
     float rw[MAX_T];
@@ -383,7 +397,7 @@ static void *sampler(void *arg)
 static void *updater(void *arg)
 {
     (void)arg;
-    uint64_t rng = 77;
+    uint64_t rng = seeded(77);
     batch_t *bt = malloc(sizeof *bt);
     if (!bt) {
         BAD("updater: out of memory");
@@ -623,7 +637,7 @@ static void sleep_us(long us)
  * (the removal waits for the copy), already gone (not found). */
 static void *remover(void *arg)
 {
-    uint64_t rng = 0x51ed270b27ull + (uintptr_t)arg;
+    uint64_t rng = seeded(0x51ed270b27ull + (uintptr_t)arg);
     while (!atomic_load(&g_stop)) {
         exr_buffer_lock(g_buf);
         int64_t h = g_buf->next_handle - 1 - (int64_t)(xorshift(&rng) % 8);
@@ -686,6 +700,8 @@ int main(void)
 {
     const char *env = getenv("STRESS_SECONDS");
     double seconds = env ? atof(env) : 3.0;
+    const char *seed_env = getenv("STRESS_SEED");
+    g_seed = seed_env ? strtoull(seed_env, NULL, 10) : 0;
     exr_config cfg = {
         .state_bytes = W * sizeof(uint32_t),
         .action_bytes = sizeof(int64_t),
@@ -694,7 +710,7 @@ int main(void)
         .pick_len = PICK_LEN,
         .allow_short = true,
         .eviction = EXR_EVICT_SECOND_CHANCE,
-        .seed = 5,
+        .seed = 5 + g_seed,
     };
     if (exr_buffer_new(&cfg, &g_buf) != EXR_OK)
         return 2;
@@ -745,11 +761,12 @@ int main(void)
     exr_buffer_free(g_buf);
     printf("stress: %ld records (%ld calls without waiting), %ld episodes ended without a step, "
            "%ld removed, %ld logs attached and closed, %ld batches checked (%ld without "
-           "waiting), %ld chunks collapsed, %llu selectors back in place, in %.1f s: %s\n",
+           "waiting), %ld chunks collapsed, %llu selectors back in place, in %.1f s (seed %llu): "
+           "%s\n",
            atomic_load(&g_records), atomic_load(&g_rec_nowait), atomic_load(&g_ends),
            atomic_load(&g_removed), atomic_load(&g_logged), atomic_load(&g_batches),
            atomic_load(&g_nowait), atomic_load(&g_collapsed),
            (unsigned long long)atomic_load(&exr_debug_reattached), seconds,
-           atomic_load(&g_bad) ? "FAILED" : "ok");
+           (unsigned long long)g_seed, atomic_load(&g_bad) ? "FAILED" : "ok");
     return atomic_load(&g_bad) ? 1 : 0;
 }
