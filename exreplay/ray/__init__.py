@@ -670,8 +670,9 @@ class ReplayServer:
     checked, and named (``selectors[1][1]``), before a buffer is built.
     buffer: an existing buffer (e.g. from ``ray.put``/``unserialize``) to serve
     instead of building one, an ExperienceReplay or a ReferenceReplay given
-    with no buffer keyword argument and impl left out or its own; its selectors are then taken as they are, with
-    their handles and current parameters (``buffer.pick_selectors()``), and
+    with no buffer keyword argument and impl left out or its own; its
+    selectors are then taken as they are, with their handles and current
+    parameters (``buffer.pick_selectors()``), and
     ``set_beta`` anneals them too. ``selectors``, if given, must list the
     buffer's selectors' kinds in handle order (ValueError otherwise); its
     parameters are not applied.
