@@ -63,13 +63,17 @@ def test_a_log_dropped_while_a_record_call_waits_for_its_writer(tmp_path):
 
     t = threading.Thread(target=actor)
     t.start()
-    for _ in range(50):
-        old = rb.detach_log()  # its last reference dropped at once
-        del old
-        rb.attach_log(ExperienceLog(tmp_path / "c.xlog", max_backlog=4096, level=9,
-                                    overwrite=True))
-    stop.set()
-    t.join()
+    try:
+        for _ in range(50):
+            old = rb.detach_log()  # its last reference dropped at once
+            del old
+            # the dropped log may still hold the file (a record call in it
+            # closes it when it ends): the new one waits for its lock
+            rb.attach_log(ExperienceLog(tmp_path / "c.xlog", max_backlog=4096, level=9,
+                                        overwrite=True))
+    finally:
+        stop.set()
+        t.join()
     rb.detach_log().close()
     rb._check()
 

@@ -537,17 +537,30 @@ static void *writer_main(void *arg)
 
 /* ---- lifecycle -------------------------------------------------------------- */
 
+/* How long a log waits for the lock of a file another log holds: one that
+ * is being closed (dropped while a record call still held it, which closes
+ * it when the call ends) lets go within it. */
+#define OWN_WAIT_NS 2000000000LL
+
 /* The file of fd made this log's own: locked (flock, exclusive, for as long
  * as fd is open), so that a second log opened on the same file, in this
- * process or another, is refused (EBUSY) before it empties the file the
- * first one is writing; then, if it existed, truncated (a regular file:
- * a FIFO or a device has nothing to truncate). A file system without
- * flock leaves the file unlocked. 0, or -1 with errno. */
+ * process or another, is refused (EBUSY, after OWN_WAIT_NS) before it
+ * empties the file the first one is writing; then, if it existed,
+ * truncated (a regular file: a FIFO or a device has nothing to truncate).
+ * A file system without flock leaves the file unlocked. 0, or -1 with
+ * errno. */
 static int own_file(int fd, bool existed)
 {
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
-        errno = EBUSY;
-        return -1;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if ((t.tv_sec - t0.tv_sec) * 1000000000LL + (t.tv_nsec - t0.tv_nsec) > OWN_WAIT_NS) {
+            errno = EBUSY;
+            return -1;
+        }
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
     }
     struct stat st;
     if (existed && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ftruncate(fd, 0) != 0)
