@@ -658,6 +658,19 @@ _BATCH_ORDER = ("state", "action", "reward", "state_next", "seq_len", "seq_len_n
                 "pick_epi", "pick_pos", "weight", "pick_index", "extras", "state_seq")
 
 
+def _check_out_no_extras(a):
+    """out.extras of a buffer without an extras_spec: an empty dict, as
+    get_batch makes it, or None (a batch of another buffer would carry its
+    stale extras out of the call)."""
+    expected = "expected an empty dict or None (this buffer has no extras_spec)"
+    if a is None:
+        return
+    if not isinstance(a, dict):
+        raise TypeError(f"out.extras: {expected}, got {tp_name(a)}")
+    if a:
+        raise ValueError(f"out.extras: {expected}, got a dict with keys {list(a)!r}")
+
+
 def _check_out_array(what, a, shape, dtype):
     """An array of out= that get_batch writes: of this dtype and shape,
     C-contiguous, aligned and writeable, else the C buffer's ValueError."""
@@ -1946,8 +1959,9 @@ class ReferenceReplay:
 
     def _check_out(self, out, B, shared_next=False):
         """out= checked as the C buffer checks it, field by field in the
-        batch's order, with its errors. Without an extras_spec out.extras is
-        neither looked at nor written."""
+        batch's order, with its errors. Without an extras_spec out.extras
+        must be empty ({} as get_batch makes it, or None), and is not
+        written."""
         if not isinstance(out, Batch):
             raise TypeError(f"out: expected a Batch from get_batch, got {tp_name(out)}")
         if not shared_next and getattr(out, "state_seq", None) is not None:
@@ -1977,9 +1991,12 @@ class ReferenceReplay:
         skip = ("state", "state_next") if shared_next else ("state_seq",)
         arrays = []
         for name, (shape, dtype, spec) in fields.items():
-            if name in skip or (name == "extras" and not spec):
+            if name in skip:
                 continue
             a = getattr(out, name, None)
+            if name == "extras" and not spec:
+                _check_out_no_extras(a)
+                continue
             if spec is None:
                 _check_out_array(f"out.{name}", a, shape, dtype)
                 arrays.append((name, a))

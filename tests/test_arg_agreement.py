@@ -479,6 +479,9 @@ MESSAGE_CASES = {
     "out.weight not C-contiguous": lambda b, h, u, p: _out(
         b, u, weight=np.zeros(4, np.float32)[::2]),
     "out.pick_index None": lambda b, h, u, p: _out(b, u, pick_index=None),
+    # a buffer without an extras_spec: out.extras is the {} get_batch made
+    "out.extras not a dict": lambda b, h, u, p: _out(b, u, extras=[]),
+    "out.extras stale": lambda b, h, u, p: _out(b, u, extras={"logp": np.zeros((2, 2))}),
     "out.state not state_seq's view": lambda b, h, u, p: _out(
         b, u, True, state=lambda f: f["state"].copy()),
     "out.reward over out.state_seq": lambda b, h, u, p: _out(

@@ -370,6 +370,13 @@ def test_get_batch_bad_out(env):
             # the out arrays were not touched either
             for x, y in zip(_batch_fields(bad), snap):
                 assert np.array_equal(x, y)
+    # extras of a buffer without an extras_spec: {} as made (or None), not stale arrays
+    good.extras["logp"] = np.zeros((8, 2), np.float32)
+    expect_error(env, ValueError, "out", buf.get_batch, 8, u, out=good)
+    del good.extras["logp"]
+    for extras in ([], "x"):
+        bad = exreplay.Batch(tuple(good[:8]) + (good.weight, good.pick_index), {"extras": extras})
+        expect_error(env, TypeError, "out", buf.get_batch, 8, u, out=bad)
     # good still works, and was not modified by the failures
     for x, y in zip(_batch_fields(good), ref):
         assert np.array_equal(x, y)

@@ -9,6 +9,7 @@ round trip, and a short DQN run that names the buffer by its dotted type.
 
 import copy
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -252,6 +253,26 @@ def test_infos_and_extra_model_outputs_are_refused_clearly():
             buf.sample(batch_size_B=4, **kw)
     with pytest.raises(ValueError, match="single transitions"):
         buf.sample(batch_size_B=4, batch_length_T=8)
+
+
+def test_sample_flags_are_read_as_flags():
+    buf = PrioritizedEpisodeReplayBuffer(capacity=1000, seed=0)
+    buf.add(make_episode(10, "a"))
+    before = buf.sampled_timesteps
+    # sample_episodes: a false value of any flag type is False, None the default
+    for v in (False, 0, np.int64(0), np.bool_(False)):
+        with pytest.raises(ValueError, match=r"^sample_episodes: .*got %s$" % re.escape(repr(v))):
+            buf.sample(batch_size_B=4, sample_episodes=v)
+    for name in ("sample_episodes", "include_infos", "include_extra_model_outputs", "to_numpy"):
+        for v in ("no", 0.0, [0]):
+            with pytest.raises(TypeError, match=r"^%s: expected a bool or an int, got %s$"
+                                                % (name, type(v).__name__)):
+                buf.sample(batch_size_B=4, **{name: v})
+    assert buf.sampled_timesteps == before  # nothing was drawn
+    for v in (True, 1, np.int64(2), None):
+        assert len(buf.sample(batch_size_B=4, sample_episodes=v)) == 4
+    assert len(buf.sample(batch_size_B=4, include_infos=0, include_extra_model_outputs=np.bool_(False),
+                          to_numpy=np.int8(1))) == 4
 
 
 def test_unsupported_spaces_refused_at_construction():

@@ -40,7 +40,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
     ) from e
 
 import exreplay
-from exreplay._args import int_arg, nonneg_real_arg, type_name, with_article
+from exreplay._args import int_arg, nonneg_real_arg, truth_arg, type_name, with_article
 from exreplay._core import MAX_PICK_LEN
 from exreplay._spaces import spec_for_spaces
 
@@ -769,6 +769,7 @@ class _ExreplayEpisodeBuffer:
         each before anything is drawn.  ``num_items`` 0 or None is the
         buffer's ``batch_size_B``, as in RLlib's buffers.
         """
+        to_numpy = truth_arg("to_numpy", to_numpy)
         B, lo, hi, random_n, beta, gamma = self._sample_args(
             num_items, batch_size_B, batch_length_T, n_step, beta, gamma, include_infos,
             include_extra_model_outputs, sample_episodes, lookback, min_batch_length_T)
@@ -804,7 +805,8 @@ class _ExreplayEpisodeBuffer:
                         ("min_batch_length_T", min_batch_length_T)):
             if v is not None:
                 int_arg(name, v, -(2**63), None, "None or an int")
-        if include_infos or include_extra_model_outputs:
+        if (truth_arg("include_infos", include_infos)
+                | truth_arg("include_extra_model_outputs", include_extra_model_outputs)):
             raise ValueError(
                 "include_infos/include_extra_model_outputs: exreplay's RLlib buffers store "
                 "observations, actions and rewards only; infos and extra model outputs "
@@ -816,10 +818,11 @@ class _ExreplayEpisodeBuffer:
                 "single transitions (DQN without a stateful module); got batch_length_T=%r, "
                 "lookback=%r, min_batch_length_T=%r" % (batch_length_T, lookback, min_batch_length_T)
             )
-        if sample_episodes is False:
+        # None is RLlib's "the buffer's default", which is episodes here
+        if sample_episodes is not None and not truth_arg("sample_episodes", sample_episodes):
             raise ValueError(
-                "sample_episodes=False: exreplay's RLlib buffers return a list of "
-                "one-step SingleAgentEpisodes (sample_episodes=True)"
+                "sample_episodes: exreplay's RLlib buffers return a list of one-step "
+                "SingleAgentEpisodes (sample_episodes=True or None), got %r" % (sample_episodes,)
             )
         name = "batch_size_B"
         if num_items is not None:

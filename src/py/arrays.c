@@ -286,6 +286,9 @@ static int out_as_made(ReplayObject *self, exr_modstate *st, PyObject *out, npy_
                                    PyStructSequence_GET_ITEM(out, F_NEXT), seq, L)
                : seq != Py_None)
         return 0;
+    PyObject *x = PyStructSequence_GET_ITEM(out, F_EXTRAS); /* {} as made: else checked */
+    if (x && x != Py_None && (!PyDict_CheckExact(x) || PyDict_GET_SIZE(x)))
+        return 0;
     for (int f = 0; f < NFIELDS; f++) {
         PyObject *a = PyStructSequence_GET_ITEM(out, f);
         arrays[f] = Py_NewRef(a ? a : Py_None);
@@ -512,7 +515,30 @@ static int out_dict_field(ReplayObject *self, PyObject *out, int f, npy_intp B, 
                                         : f == F_SEQ  ? "out.state_seq"
                                                       : "out.extras",
                                         &arrays[f]);
-    arrays[f] = Py_NewRef(d ? d : Py_None); /* extras of a buffer without any: not written */
+    /* extras of a buffer without any: not written; empty as get_batch made them, or None
+     * in a Batch built without them */
+    if (!d || d == Py_None) {
+        arrays[f] = Py_NewRef(Py_None);
+        return 0;
+    }
+    if (!PyDict_Check(d)) {
+        PyErr_Format(PyExc_TypeError,
+                     "out.extras: expected an empty dict or None (this buffer has no "
+                     "extras_spec), got %s",
+                     Py_TYPE(d)->tp_name);
+        return -1;
+    }
+    if (PyDict_GET_SIZE(d)) {
+        PyObject *keys = PyDict_Keys(d);
+        if (keys)
+            PyErr_Format(PyExc_ValueError,
+                         "out.extras: expected an empty dict or None (this buffer has no "
+                         "extras_spec), got a dict with keys %R",
+                         keys);
+        Py_XDECREF(keys);
+        return -1;
+    }
+    arrays[f] = Py_NewRef(d);
     return 0;
 }
 
