@@ -82,6 +82,10 @@ struct exr_log {
     size_t raw_cap, zcap;
     z_stream z;         /* deflate state, reset for each chunk */
     bool z_ready;
+    /* the process's open logs (fork_child), under reg_mu */
+    struct exr_log *reg_prev, *reg_next;
+    bool registered;
+    bool forked; /* this process was made by fork after the log opened */
 };
 
 
@@ -535,6 +539,96 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
+/* ---- fork ------------------------------------------------------------------- */
+
+/* A log belongs to the process that opened it. A child made by fork gets a
+ * copy of its file descriptor, which shares the parent's open file and so
+ * its flock: the parent, once it closed the log, could not open the file
+ * again while the child lived; a child's writes would interleave with the
+ * parent's. So at a fork every open log is held (its mu taken, so that no
+ * thread is inside one), and in the child each one's descriptor is pointed
+ * at /dev/null and the log marked forked and closed: it writes nothing
+ * there, its writer thread is not there to wait for, and closing or freeing
+ * it only lets go of its memory (docs/log.md, "Logs and fork"). */
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static exr_log *reg_head;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&reg_mu);
+    for (exr_log *lg = reg_head; lg; lg = lg->reg_next)
+        pthread_mutex_lock(&lg->mu);
+}
+
+static void fork_parent(void)
+{
+    for (exr_log *lg = reg_head; lg; lg = lg->reg_next)
+        pthread_mutex_unlock(&lg->mu);
+    pthread_mutex_unlock(&reg_mu);
+}
+
+static void fork_child(void)
+{
+    int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+    for (exr_log *lg = reg_head; lg; lg = lg->reg_next) {
+        if (lg->fd >= 0 && (null_fd < 0 || dup3(null_fd, lg->fd, O_CLOEXEC) < 0)) {
+            close(lg->fd); /* the lock goes with it; fd -1: nothing to close later */
+            lg->fd = -1;
+        }
+        lg->forked = lg->closed = true;
+        lg->thread_started = false; /* the writer thread is the parent's */
+        lg->syncing = 0;
+        lg->detaching = 0;
+        if (lg->closing)
+            lg->close_done = true;
+        pthread_mutex_unlock(&lg->mu);
+    }
+    if (null_fd >= 0)
+        close(null_fd);
+    pthread_mutex_unlock(&reg_mu);
+}
+
+static int fork_handlers_err; /* pthread_atfork's, set once */
+
+static void fork_handlers(void)
+{
+    fork_handlers_err = pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+/* EXR_ENOMEM if the fork handlers could not be installed. */
+static exr_status reg_add(exr_log *lg)
+{
+    if (pthread_once(&fork_once, fork_handlers) != 0 || fork_handlers_err != 0)
+        return EXR_ENOMEM;
+    pthread_mutex_lock(&reg_mu);
+    lg->reg_prev = NULL;
+    lg->reg_next = reg_head;
+    if (reg_head)
+        reg_head->reg_prev = lg;
+    reg_head = lg;
+    lg->registered = true;
+    pthread_mutex_unlock(&reg_mu);
+    return EXR_OK;
+}
+
+static void reg_remove(exr_log *lg)
+{
+    if (!lg->registered)
+        return;
+    pthread_mutex_lock(&reg_mu);
+    if (lg->reg_prev)
+        lg->reg_prev->reg_next = lg->reg_next;
+    else
+        reg_head = lg->reg_next;
+    if (lg->reg_next)
+        lg->reg_next->reg_prev = lg->reg_prev;
+    lg->registered = false;
+    pthread_mutex_unlock(&reg_mu);
+}
+
+bool exr_log_forked(const exr_log *lg) { return lg->forked; }
+
 /* ---- lifecycle -------------------------------------------------------------- */
 
 /* How long a log waits for the lock of a file another log holds: one that
@@ -542,15 +636,21 @@ static void *writer_main(void *arg)
  * it when the call ends) lets go within it. */
 #define OWN_WAIT_NS 2000000000LL
 
-/* The file of fd made this log's own: locked (flock, exclusive, for as long
- * as fd is open), so that a second log opened on the same file, in this
- * process or another, is refused (EBUSY, after OWN_WAIT_NS) before it
- * empties the file the first one is writing; then, if it existed,
- * truncated (a regular file: a FIFO or a device has nothing to truncate).
- * A file system without flock leaves the file unlocked. 0, or -1 with
- * errno. */
+/* The file of fd made this log's own. A regular file is locked (flock,
+ * exclusive, for as long as fd is open), so that a second log opened on the
+ * same file, in this process or another, is refused (EBUSY, after
+ * OWN_WAIT_NS) before it empties the file the first one is writing; then,
+ * if it existed, truncated. A FIFO or a device is neither locked nor
+ * truncated: it has nothing to empty, and two writers of one are the
+ * user's choice. A file system without flock leaves the file unlocked. 0,
+ * or -1 with errno. */
 static int own_file(int fd, bool existed)
 {
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return -1;
+    if (!S_ISREG(st.st_mode))
+        return 0;
     struct timespec t0, t;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     while (flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
@@ -562,32 +662,46 @@ static int own_file(int fd, bool existed)
         struct timespec ms = {0, 1000000};
         nanosleep(&ms, NULL);
     }
-    struct stat st;
-    if (existed && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ftruncate(fd, 0) != 0)
-        return -1;
-    return 0;
+    return existed && ftruncate(fd, 0) != 0 ? -1 : 0;
 }
 
-/* The log's file, made (*created) or, with overwrite, an existing one
- * truncated (own_file). Opened without blocking, so that a FIFO with no
- * reader is an error (ENXIO), not a wait for ever; then writes block
- * again. */
-static int open_file(const char *path, bool overwrite, bool *created)
+/* With lg->mu released: closes lg->fd (if open) under lg->mu, so that a
+ * fork sees the descriptor either open and in lg->fd (fork_child points it
+ * at /dev/null) or closed. close's result, or 0. */
+static int close_fd(exr_log *lg)
+{
+    pthread_mutex_lock(&lg->mu);
+    int r = lg->fd >= 0 ? close(lg->fd) : 0;
+    lg->fd = -1;
+    pthread_mutex_unlock(&lg->mu);
+    return r;
+}
+
+/* The log's file in lg->fd, made (lg->created) or, with overwrite, an
+ * existing one truncated (own_file). Opened under lg->mu (a fork meanwhile
+ * finds it in lg->fd) and without blocking, so that a FIFO with no reader is
+ * an error (ENXIO), not a wait for ever; then writes block again. 0, or -1
+ * with errno and lg->fd closed. */
+static int open_file(exr_log *lg, const char *path, bool overwrite)
 {
     int flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NONBLOCK;
-    int fd = open(path, flags, 0644);
-    *created = fd >= 0;
-    if (fd < 0 && errno == EEXIST && overwrite)
-        fd = open(path, flags & ~O_EXCL, 0644);
-    int fl = fd >= 0 ? fcntl(fd, F_GETFL) : 0;
-    if (fd >= 0 && (own_file(fd, !*created) != 0 || fl < 0 ||
-                    fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0)) {
+    pthread_mutex_lock(&lg->mu);
+    lg->fd = open(path, flags, 0644);
+    lg->created = lg->fd >= 0;
+    if (lg->fd < 0 && errno == EEXIST && overwrite)
+        lg->fd = open(path, flags & ~O_EXCL, 0644);
+    int fd = lg->fd;
+    pthread_mutex_unlock(&lg->mu);
+    if (fd < 0)
+        return -1;
+    int fl = fcntl(fd, F_GETFL);
+    if (own_file(fd, !lg->created) != 0 || fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
         int e = errno;
-        close(fd);
+        close_fd(lg);
         errno = e;
         return -1;
     }
-    return fd;
+    return 0;
 }
 
 exr_status exr_log_open(const char *path, const exr_log_opts *o, bool overwrite, exr_log **out)
@@ -614,8 +728,12 @@ exr_status exr_log_open(const char *path, const exr_log_opts *o, bool overwrite,
         free(lg);
         return EXR_ENOMEM;
     }
-    lg->fd = open_file(path, overwrite, &lg->created);
-    if (lg->fd < 0) {
+    exr_status rs = reg_add(lg);
+    if (rs != EXR_OK) {
+        exr_log_free(lg);
+        return rs;
+    }
+    if (open_file(lg, path, overwrite) != 0) {
         int e = errno;
         exr_log_free(lg);
         errno = e;
@@ -999,6 +1117,8 @@ static exr_status writer_error_locked(const exr_log *lg)
 
 exr_status exr_log_flush(exr_log *lg, bool sync)
 {
+    if (lg->forked) /* the parent's steps: no writer here to wait for */
+        return EXR_OK;
     pthread_mutex_lock(&lg->mu);
     seal_locked(lg);
     uint64_t target = lg->sealed_seq;
@@ -1025,6 +1145,7 @@ exr_status exr_log_flush(exr_log *lg, bool sync)
 
 static exr_status close_body(exr_log *lg, exr_buffer *b);
 static void detach(exr_log *lg, exr_buffer *b, bool announced);
+static void unpin_forked(exr_log *lg, exr_buffer *b);
 
 /* Closes once: a second close, here or in another thread, waits for the
  * first to end and returns EXR_OK. A detach announced by the binding
@@ -1062,6 +1183,10 @@ static exr_status close_body(exr_log *lg, exr_buffer *b)
 {
     if (b)
         detach(lg, b, false);
+    if (lg->forked) { /* the parent's file: nothing written here */
+        close_fd(lg);
+        return EXR_OK;
+    }
     exr_status s = exr_log_has_schema(lg) ? exr_log_flush(lg, false) : EXR_OK;
     pthread_mutex_lock(&lg->mu);
     lg->closed = true;
@@ -1090,10 +1215,8 @@ static exr_status close_body(exr_log *lg, exr_buffer *b)
     pthread_mutex_lock(&lg->mu);
     while (lg->syncing) /* a flush's fsync of fd, begun before closed was set */
         pthread_cond_wait(&lg->done, &lg->mu);
-    int fd = lg->fd;
-    lg->fd = -1;
     pthread_mutex_unlock(&lg->mu);
-    if (fd >= 0 && close(fd) != 0 && s == EXR_OK)
+    if (close_fd(lg) != 0 && s == EXR_OK)
         s = EXR_EIO;
     return s;
 }
@@ -1112,13 +1235,21 @@ void exr_log_free(exr_log *lg)
 {
     if (!lg)
         return;
-    if (lg->thread_started || lg->fd >= 0) {
-        int e = errno;
-        if (lg->thread_started)
-            (void)exr_log_close(lg);
-        else
-            close(lg->fd);
-        errno = e;
+    int e = errno;
+    if (lg->thread_started)
+        (void)exr_log_close(lg);
+    close_fd(lg); /* before it leaves the registry: a fork meanwhile finds it */
+    errno = e;
+    reg_remove(lg);
+    if (lg->forked) { /* the parent's queue, unwritten here (unpinned by detach) */
+        while (lg->qhead) {
+            chunk *c = lg->qhead;
+            lg->qhead = c->next;
+            if (!c->pinned)
+                chunk_free(c);
+        }
+        if (lg->open && lg->open->pinned)
+            lg->open = NULL;
     }
     chunk_free(lg->open);
     free(lg->raw);
@@ -1171,13 +1302,30 @@ static void detach(exr_log *lg, exr_buffer *b, bool announced)
      * when this returns the writer holds no pointer into b. */
     seal_locked(lg);
     uint64_t target = lg->sealed_seq;
-    while (lg->written_seq < target)
+    while (!lg->forked && lg->written_seq < target)
         pthread_cond_wait(&lg->done, &lg->mu);
     if (announced && lg->detaching) {
         lg->detaching--;
         pthread_cond_broadcast(&lg->done);
     }
     pthread_mutex_unlock(&lg->mu);
+    if (lg->forked)
+        unpin_forked(lg, b);
+}
+
+/* In a child made by fork (no writer, nothing added: the log is closed):
+ * the sealed chunks, which no writer will write here, let go of b. Takes
+ * b's lock without lg->mu, as the buffer's hook takes them in the other
+ * order. */
+static void unpin_forked(exr_log *lg, exr_buffer *b)
+{
+    exr_buffer_lock(b);
+    for (chunk *c = lg->qhead; c; c = c->next)
+        if (c->pinned == b) {
+            exr_buffer_unpin_locked(b, &c->reader);
+            c->pinned = NULL;
+        }
+    exr_buffer_unlock(b);
 }
 
 exr_buffer *exr_log_attached(exr_log *lg)

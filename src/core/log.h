@@ -136,6 +136,11 @@ exr_status exr_log_flush(exr_log *lg, bool sync);
  * the end marker out. */
 exr_status exr_log_close(exr_log *lg);
 bool exr_log_closed(exr_log *lg);
+/* Whether this process was made by fork after the log opened: then the log
+ * is the parent's and closed here (its file descriptor points at /dev/null,
+ * nothing is written, close and free only let go of its memory; docs/log.md,
+ * "Logs and fork"). */
+bool exr_log_forked(const exr_log *lg);
 
 /* Closes (if needed) and frees. The log must not be attached. */
 void exr_log_free(exr_log *lg);

@@ -301,6 +301,9 @@ int exr_log_init_type(PyObject *module, exr_modstate *st);
 int exr_replay_attach_log(ReplayObject *self, PyObject *log);
 void exr_replay_detach_log(ReplayObject *self); /* no-op without a log */
 struct exr_log *exr_replay_log(ReplayObject *self); /* NULL without a log */
+/* -1 with a ValueError naming what if the buffer's log is one a fork left
+ * closed in this process (docs/log.md, "Logs and fork"), else 0. */
+int exr_replay_log_check(ReplayObject *self, const char *what);
 PyObject *exr_replay_attach_log_py(ReplayObject *self, PyObject *log);
 PyObject *exr_replay_detach_log_py(ReplayObject *self, PyObject *unused);
 PyObject *exr_replay_get_log(ReplayObject *self, void *c);

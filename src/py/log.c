@@ -446,10 +446,20 @@ static void log_dealloc(LogObject *self)
     Py_DECREF(tp);
 }
 
+/* Why a closed log is closed: in a child made by fork, the parent's logs are
+ * closed (docs/log.md, "Logs and fork"). */
+static const char *closed_words(exr_log *lg)
+{
+    return exr_log_forked(lg) ? "the log is closed in this process: it belongs to the process "
+                                "that opened it, and this one was made by fork (open a new "
+                                "ExperienceLog here)"
+                              : "the log is closed";
+}
+
 static int need_open(LogObject *self, const char *what)
 {
     if (exr_log_closed(self->lg)) {
-        PyErr_Format(PyExc_ValueError, "%s: the log is closed", what);
+        PyErr_Format(PyExc_ValueError, "%s: %s", what, closed_words(self->lg));
         return -1;
     }
     if (!self->state_descr) {
@@ -931,7 +941,7 @@ int exr_replay_attach_log(ReplayObject *self, PyObject *o)
         return -1;
     }
     if (exr_log_closed(lo->lg)) {
-        PyErr_SetString(PyExc_ValueError, "log: the log is closed");
+        PyErr_Format(PyExc_ValueError, "log: %s", closed_words(lo->lg));
         return -1;
     }
     PyObject *fields = buffer_fields(self);
@@ -976,6 +986,18 @@ void exr_replay_detach_log(ReplayObject *self)
     EXR_NOGIL_END
     lo->leaving = NULL;
     Py_DECREF(lo);
+}
+
+int exr_replay_log_check(ReplayObject *self, const char *what)
+{
+    if (!self->log || !exr_log_forked(((LogObject *)self->log)->lg))
+        return 0;
+    PyErr_Format(PyExc_ValueError,
+                 "%s: this buffer's log belongs to the process that opened it, and this one was "
+                 "made by fork (detach_log() to record here without it, or attach a new "
+                 "ExperienceLog)",
+                 what);
+    return -1;
 }
 
 exr_log *exr_replay_log(ReplayObject *self)

@@ -260,6 +260,10 @@ PyObject *replay_record(ReplayObject *self, PyObject *const *args, Py_ssize_t na
         .T = 1,
     };
     steps_state(&held, &in, terminated);
+    if (exr_replay_log_check(self, "record") < 0) {
+        release_arrays(self, &held);
+        return NULL;
+    }
     return record_steps(self, h, &in, &held);
 }
 
@@ -308,6 +312,10 @@ PyObject *replay_record_many(ReplayObject *self, PyObject *const *args, Py_ssize
         .T = (size_t)T,
     };
     steps_state(&held, &in, terminated);
+    if (exr_replay_log_check(self, "record_many") < 0) {
+        release_arrays(self, &held);
+        return NULL;
+    }
     return record_steps(self, h, &in, &held);
 }
 
@@ -410,6 +418,10 @@ PyObject *replay_end_episode(ReplayObject *self, PyObject *const *args, Py_ssize
                         "final_state: expected a state, or terminated=True (an episode ends with "
                         "its last step's next state or as terminal), got None and "
                         "terminated=False");
+        return NULL;
+    }
+    if (exr_replay_log_check(self, "end_episode") < 0) {
+        release_arrays(self, &held);
         return NULL;
     }
     exr_end_outcome out = EXR_END_DONE;
