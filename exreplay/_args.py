@@ -122,9 +122,18 @@ def nonneg_real_arg(name: str, v, expected: str) -> float:
 
 
 def path_arg(name: str, p):
-    """os.fspath(p), its TypeError naming the argument."""
+    """os.fspath(p), refused naming the argument (as the C binding's paths
+    are) if it is no path, cannot be encoded or holds a NUL."""
     try:
-        return os.fspath(p)
+        path = os.fspath(p)
     except TypeError:
         raise TypeError("%s: expected a path (str, bytes or os.PathLike), got %s"
                         % (name, type_name(p))) from None
+    try:
+        raw = os.fsencode(path)
+    except UnicodeEncodeError:
+        raise ValueError("%s: expected a path the file system encoding can encode, got %r"
+                         % (name, p)) from None
+    if b"\0" in raw:
+        raise ValueError("%s: expected a path without a NUL character, got %r" % (name, p))
+    return path

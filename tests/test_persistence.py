@@ -28,6 +28,7 @@ import numpy as np
 import pytest
 
 import exreplay
+import exreplay.log
 import memwatch
 from childrun import run_child
 from exreplay import ExperienceReplay
@@ -702,6 +703,7 @@ REENTRY_SCRIPT = r"""
 import json, pickle, sys
 import numpy as np
 import exreplay
+import exreplay.log
 from exreplay import ExperienceReplay
 buf = ExperienceReplay((84, 84), state_dtype="uint8", capacity=None, seed=1)
 ps = buf.new_pick_selector(1)
@@ -896,6 +898,14 @@ def test_load_path_types():
         ExperienceReplay((2,)).save("a\0b")
     with pytest.raises(ValueError, match=nul):
         exreplay.ExperienceLog("a\0b", state_shape=(2,))
+    with pytest.raises(ValueError, match=nul):  # the readers name it too
+        exreplay.log.info("a\0b")
+    # a lone surrogate was called a NUL (UnicodeEncodeError is a ValueError)
+    enc = r"^path: expected a path the file system encoding can encode, got 'a\\ud800b'$"
+    for call in (ExperienceReplay.load, ExperienceReplay((2,)).save, exreplay.log.info,
+                 lambda p: exreplay.ExperienceLog(p, state_shape=(2,))):
+        with pytest.raises(ValueError, match=enc):
+            call("a\ud800b")
 
 
 # ---- hostile input: truncation and byte flips ----------------------------------

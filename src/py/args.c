@@ -666,6 +666,11 @@ int exr_path_arg(PyObject *o, const char *name, PyObject **out)
         PyErr_Clear();
         PyErr_Format(PyExc_TypeError, "%s: expected a path (str, bytes or os.PathLike), got %s",
                      name, exr_type_str(o, got, sizeof got));
+    } else if (PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) {
+        /* a ValueError too: tested first */
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError,
+                     "%s: expected a path the file system encoding can encode, got %R", name, o);
     } else if (PyErr_ExceptionMatches(PyExc_ValueError)) {
         PyErr_Clear();
         PyErr_Format(PyExc_ValueError, "%s: expected a path without a NUL character, got %R",
