@@ -652,6 +652,10 @@ def tail(path: PathLike, n: int = 100) -> Chunk:
         schema = _read_schema(f, path)
         size = os.fstat(f.fileno()).st_size
         end = whole_end = _last_whole_end(f, path, schema, size)
+        if schema.header_len < whole_end < size:  # a torn tail after an end marker is not torn
+            t = _trailer_at(f, path, schema, whole_end)
+            if t is not None and t[1].kind == KIND_END:
+                raise _bad(path, whole_end, "data after the end marker")
         found = []
         have = 0
         later = None  # (offset, first timestamp) of the records chunk after this one

@@ -1502,6 +1502,10 @@ def test_tail_checks_the_chunks_it_reads_as_the_other_readers_do(tmp_path):
                           "data after the end marker"),
         "two_ends.log": (head + chunks[0] + end + chunks[1] + chunks[2] + end,
                          "data after the end marker"),
+        # bytes that are no whole chunk after the end marker: tail took them
+        # for a torn tail and skipped them
+        "junk_after_end.log": (head + chunks[0] + chunks[1] + chunks[2] + end + b"0123456789",
+                               "data after the end marker"),
     }
     for name, (data, why) in cases.items():
         q = tmp_path / name
