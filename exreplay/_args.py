@@ -107,7 +107,8 @@ def nonneg_real_arg(name: str, v, expected: str) -> float:
     arrays too), not a bool nor a complex number."""
     if isinstance(v, np.ndarray) and v.ndim == 0 and v.dtype.kind in "iuf":
         v = v[()]
-    if (_is_bool(v) or isinstance(v, (complex, np.complexfloating, str, bytes))
+    if (_is_bool(v) or isinstance(v, (complex, np.complexfloating, str, bytes,
+                                      np.timedelta64, np.datetime64))
             or not isinstance(v, (int, float, np.integer, np.floating))):
         raise TypeError("%s: expected %s, got %s" % (name, expected, type_name(v)))
     try:

@@ -371,6 +371,9 @@ BAD_ALPHA = [
     (dict(alpha=None), TypeError, "alpha: expected a finite number >= 0, got NoneType"),
     (dict(alpha=True), TypeError, "alpha: expected a finite number >= 0, got bool"),
     (dict(alpha=[0.5]), TypeError, "alpha: expected a finite number >= 0, got list"),
+    # a NumPy time is a NumPy integer to isinstance: it was read as its count
+    (dict(alpha=np.timedelta64(5)), TypeError,
+     "alpha: expected a finite number >= 0, got numpy.timedelta64"),
     (dict(alpha=-0.5), ValueError, "alpha: expected a finite number >= 0, got -0.5"),
     (dict(alpha=float("nan")), ValueError, "alpha: expected a finite number >= 0, got nan"),
     (dict(alpha=2**1100), ValueError,

@@ -95,8 +95,9 @@ int exr_refuse_wrapped(PyArrayObject *a, PyArray_Descr *descr, const char *arg);
 PyArrayObject *exr_reals_by_value(PyArrayObject *objs, const char *arg, int *not_reals);
 
 /* A flag argument of the buffer's and the log's (terminated, allow_short,
- * shared_next, fsync, overwrite, sync): a bool, numpy.bool_ or a Python int
- * (any nonzero int is true), else a TypeError naming it; absent is false. */
+ * shared_next, fsync, overwrite, sync): a bool, numpy.bool_, a Python int or
+ * a NumPy integer scalar (any nonzero int is true; a timedelta64 is not
+ * one), else a TypeError naming it; absent is false. */
 int truth_arg(PyObject *o, const char *name, bool *out);
 
 #endif
