@@ -397,16 +397,18 @@ def test_rollout_terminated_flags_by_the_buffers_rule():
             buf.record_many(None, s, a, r, final_state=fin[0], terminated=bad)
         assert str(mine.value) == str(theirs.value).replace("terminated", "terminated[1]", 1)
     for bad, what in ((np.array([1.0, 0.0]), "numpy.ndarray of dtype float64 and shape (2,)"),
-                      (np.array([1, 0]), "numpy.ndarray of dtype int64 and shape (2,)"),
+                      (np.array([1, 0], "m8[s]"), "numpy.ndarray of dtype timedelta64[s] and shape (2,)"),
                       (True, "bool"), ("no", "str")):
-        with pytest.raises(TypeError, match=r"^terminated: expected None, a bool array or a list of bools "
-                                            rf"\(one per end\), got {re.escape(what)}$"):
+        with pytest.raises(TypeError, match=r"^terminated: expected None, a bool or integer array or a "
+                                            rf"list of flags \(one per end\), got {re.escape(what)}$"):
             Rollout(s, a, r, ends=[2, 4], final_states=fin, terminated=bad)
     with pytest.raises(ValueError, match=r"^terminated: expected shape \(2,\) \(one flag per end\), got \(2, 1\)$"):
         Rollout(s, a, r, ends=[2, 4], final_states=fin, terminated=np.ones((2, 1), bool))
     for ok, want in (([True, 0], [True, False]), ((np.False_, 2), [False, True]),
                      ((np.int64(1), np.uint8(0)), [True, False]),
-                     (np.array([False, True]), [False, True]), (None, [True, True])):
+                     (np.array([False, True]), [False, True]), (None, [True, True]),
+                     # an integer array as the list of its items (it was refused)
+                     (np.array([0, 3]), [False, True]), (np.array([1, 0], np.uint8), [True, False])):
         got = Rollout(s, a, r, ends=[2, 4], final_states=fin, terminated=ok).terminated
         assert got.dtype == np.bool_ and got.tolist() == want
 

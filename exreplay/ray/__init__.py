@@ -457,22 +457,23 @@ def _rollout_ends(ends) -> np.ndarray:
 
 def _rollout_terminated(t, n_ends: int) -> np.ndarray:
     """A Rollout's terminated as a bool array: None (every end terminated),
-    a bool array, or a list or tuple of flags, each one taken as the buffer
+    a bool or integer array (nonzero: terminated, as a list of its items
+    would be read), or a list or tuple of flags, each one taken as the buffer
     takes its own terminated (truth_arg: a bool, a NumPy bool, an int or a
     NumPy integer; an array, a string, a float or None is a TypeError naming
     its row, where bool() took "no" and 0.5 as True)."""
     if t is None:
         return np.ones(n_ends, dtype=bool)
     if isinstance(t, np.ndarray):
-        if t.dtype != np.bool_:
-            raise TypeError(f"terminated: expected None, a bool array or a list of bools (one per end), "
-                            f"got {type_name(t)}")
+        if t.dtype.kind not in "biu":
+            raise TypeError(f"terminated: expected None, a bool or integer array or a list of flags "
+                            f"(one per end), got {type_name(t)}")
         if t.ndim != 1:
             raise ValueError(f"terminated: expected shape ({n_ends},) (one flag per end), got {t.shape}")
-        return t
+        return t if t.dtype == np.bool_ else t != 0
     if not isinstance(t, (list, tuple)):
-        raise TypeError(f"terminated: expected None, a bool array or a list of bools (one per end), "
-                        f"got {type_name(t)}")
+        raise TypeError(f"terminated: expected None, a bool or integer array or a list of flags "
+                        f"(one per end), got {type_name(t)}")
     return np.array([truth_arg(f"terminated[{j}]", x) for j, x in enumerate(t)], dtype=bool)
 
 
@@ -1464,9 +1465,9 @@ class ShardedReplay:
         """Send a Rollout of sender `stream`; returns the ObjectRefs (or, with
         wait=True, the number of records added, once every shard's call is
         done; an error is raised only then). end_stream ends the stream.
-        wait is a flag as the buffer takes its own (a bool, a NumPy bool or
-        a Python int; anything else, a NumPy integer included, a TypeError
-        before anything is sent)."""
+        wait is a flag as the buffer takes its own (a bool, an int, a NumPy
+        bool or integer; anything else, a TypeError before anything is
+        sent)."""
         _stream_arg(stream)
         if not isinstance(rollout, Rollout):
             raise TypeError(f"rollout: expected a Rollout, got {type_name(rollout)}")
