@@ -159,3 +159,40 @@ def test_two_logs_may_write_one_device(tmp_path):
     b.append(1, 0, [0.0, 0.0], 0, 0.0)
     a.close()
     b.close()
+
+
+FORKS_WHILE_WRITING = r"""
+import os, signal, sys
+import numpy as np
+from exreplay import ExperienceLog, ExperienceReplay
+lg = ExperienceLog(sys.argv[1], overwrite=True, level=0, chunk_bytes=65536)
+b = ExperienceReplay((1024,), "uint8", capacity=20_000, log=lg)
+s = np.zeros((50, 1024), np.uint8)
+failed = 0
+for i in range(100):
+    h = b.record_many(None, s, np.zeros(50, np.int64), np.zeros(50, np.float32))
+    b.end_episode(h, terminated=True)
+    pid = os.fork()  # the writer thread is likely inside a chunk's write
+    if pid == 0:
+        signal.alarm(10)  # a hang ends the child with SIGALRM
+        b.detach_log()
+        for _ in range(3):
+            b.record_many(None, s, np.zeros(50, np.int64), np.zeros(50, np.float32))
+        b._check()
+        lg.close()
+        os._exit(0)
+    failed += os.waitpid(pid, 0)[1] != 0
+lg.close()
+print(failed)
+"""
+
+
+def test_forks_while_the_writer_is_writing(tmp_path):
+    """The writer unpinned a written chunk under the buffer's lock: a fork
+    at that moment left the child a buffer locked for good (its detach_log
+    hung in about 1 of 75 forks). It unpins under the log's own lock now,
+    which the fork holds, and a chunk being written at the fork goes back
+    on the child's queue, to be unpinned by the detach."""
+    r = run_child(FORKS_WHILE_WRITING, tmp_path / "c.xlog", timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip().splitlines()[-1] == "0"

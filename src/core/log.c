@@ -86,6 +86,7 @@ struct exr_log {
     struct exr_log *reg_prev, *reg_next;
     bool registered;
     bool forked; /* this process was made by fork after the log opened */
+    chunk *writing; /* the chunk the writer took off the queue, until written */
 };
 
 
@@ -277,16 +278,19 @@ static exr_status write_block(exr_log *lg, unsigned kind, unsigned codec, uint32
     return s;
 }
 
-/* Builds the chunk's raw body in lg->raw, unpins, compresses, writes.
- * Runs on the writer thread without lg->mu. */
-static void unpin_chunk(chunk *c)
+/* Lets go of the buffer c's rows are in. Under lg->mu (the unpin itself
+ * takes only the buffer's pin_mu, a leaf lock), not the buffer's lock: a
+ * fork, which holds every log's mu (fork_prepare), then finds the chunk
+ * either pinned or not, and never leaves the child a buffer locked by the
+ * writer thread. Runs on the writer thread, without lg->mu held. */
+static void unpin_chunk(exr_log *lg, chunk *c)
 {
+    pthread_mutex_lock(&lg->mu);
     if (c->pinned) {
-        exr_buffer_lock(c->pinned);
         exr_buffer_unpin_locked(c->pinned, &c->reader);
-        exr_buffer_unlock(c->pinned);
         c->pinned = NULL;
     }
+    pthread_mutex_unlock(&lg->mu);
 }
 
 /* A records chunk's kind: KIND_NOSTEP when a record has no row. */
@@ -336,7 +340,7 @@ static exr_status write_stored(exr_log *lg, chunk *c)
                         !(v = malloc(vbytes))))
         s = EXR_ENOMEM;
     if (s != EXR_OK) {
-        unpin_chunk(c);
+        unpin_chunk(lg, c);
         return s;
     }
     unsigned char hd[CHUNK_HEADER], tr[CHUNK_TRAILER];
@@ -371,7 +375,7 @@ static exr_status write_stored(exr_log *lg, chunk *c)
     }
     int e = errno;
     free(v);
-    unpin_chunk(c);
+    unpin_chunk(lg, c);
     errno = e;
     if (s == EXR_OK) {
         pthread_mutex_lock(&lg->mu);
@@ -440,7 +444,7 @@ static exr_status write_chunk(exr_log *lg, chunk *c)
         for (size_t i = 0; i < c->nfin; i++, p += lg->sb)
             memcpy(p, c->fins[i], lg->sb);
     }
-    unpin_chunk(c); /* the rows are copied: the buffer may free what they were in */
+    unpin_chunk(lg, c); /* the rows are copied: the buffer may free what they were in */
     if (s == EXR_OK)
         s = deflate_in(lg, lg->raw, c->raw);
     if (s == EXR_OK && deflate(&lg->z, Z_FINISH) != Z_STREAM_END)
@@ -489,6 +493,7 @@ static void *writer_main(void *arg)
             lg->qhead = c->next;
             if (!lg->qhead)
                 lg->qtail = NULL;
+            lg->writing = c;
             bool failed = lg->st.error != 0;
             pthread_mutex_unlock(&lg->mu);
             exr_status s = EXR_OK;
@@ -500,7 +505,7 @@ static void *writer_main(void *arg)
                  * status other than these two is a bug, still reported */
                 err = s == EXR_OK ? 0 : s == EXR_EIO ? (errno ? errno : EIO) : s == EXR_ENOMEM ? ENOMEM : EFBIG;
             } else {
-                unpin_chunk(c);
+                unpin_chunk(lg, c);
             }
             uint64_t busy = mono_ns() - t0;
             pthread_mutex_lock(&lg->mu);
@@ -509,6 +514,7 @@ static void *writer_main(void *arg)
                 lg->st.error = err;
             lg->st.backlog -= c->raw;
             lg->written_seq = c->seq;
+            lg->writing = NULL;
             chunk_free(c);
             pthread_cond_broadcast(&lg->done);
             continue;
@@ -572,6 +578,18 @@ static void fork_child(void)
 {
     int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
     for (exr_log *lg = reg_head; lg; lg = lg->reg_next) {
+        if (lg->writing) { /* back on the queue: detach unpins it, free frees it */
+            chunk *c = lg->writing;
+            c->next = lg->qhead;
+            lg->qhead = c;
+            if (!lg->qtail)
+                lg->qtail = c;
+            lg->writing = NULL;
+        }
+        /* waiters of the parent's (the writer, a flush) may be recorded in
+         * them: new ones, as only this thread exists */
+        (void)cond_init_mono(&lg->wake);
+        (void)pthread_cond_init(&lg->done, NULL);
         if (lg->fd >= 0 && (null_fd < 0 || dup3(null_fd, lg->fd, O_CLOEXEC) < 0)) {
             close(lg->fd); /* the lock goes with it; fd -1: nothing to close later */
             lg->fd = -1;
@@ -1314,18 +1332,16 @@ static void detach(exr_log *lg, exr_buffer *b, bool announced)
 }
 
 /* In a child made by fork (no writer, nothing added: the log is closed):
- * the sealed chunks, which no writer will write here, let go of b. Takes
- * b's lock without lg->mu, as the buffer's hook takes them in the other
- * order. */
+ * the sealed chunks, which no writer will write here, let go of b. */
 static void unpin_forked(exr_log *lg, exr_buffer *b)
 {
-    exr_buffer_lock(b);
+    pthread_mutex_lock(&lg->mu);
     for (chunk *c = lg->qhead; c; c = c->next)
         if (c->pinned == b) {
             exr_buffer_unpin_locked(b, &c->reader);
             c->pinned = NULL;
         }
-    exr_buffer_unlock(b);
+    pthread_mutex_unlock(&lg->mu);
 }
 
 exr_buffer *exr_log_attached(exr_log *lg)
