@@ -260,7 +260,7 @@ PyObject *replay_record(ReplayObject *self, PyObject *const *args, Py_ssize_t na
         .T = 1,
     };
     steps_state(&held, &in, terminated);
-    if (exr_replay_log_check(self, "record") < 0) {
+    if (self->log && exr_replay_log_check(self, "record") < 0) {
         release_arrays(self, &held);
         return NULL;
     }
@@ -312,7 +312,7 @@ PyObject *replay_record_many(ReplayObject *self, PyObject *const *args, Py_ssize
         .T = (size_t)T,
     };
     steps_state(&held, &in, terminated);
-    if (exr_replay_log_check(self, "record_many") < 0) {
+    if (self->log && exr_replay_log_check(self, "record_many") < 0) {
         release_arrays(self, &held);
         return NULL;
     }
