@@ -483,40 +483,47 @@ static bool cond_init_mono(pthread_cond_t *c)
     return ok;
 }
 
+/* With lg->mu: the queue's first chunk written (without lg->mu meanwhile,
+ * lg->writing naming it for a fork), counted and freed. */
+static void write_next_locked(exr_log *lg)
+{
+    chunk *c = lg->qhead;
+    lg->qhead = c->next;
+    if (!lg->qhead)
+        lg->qtail = NULL;
+    lg->writing = c;
+    bool failed = lg->st.error != 0;
+    pthread_mutex_unlock(&lg->mu);
+    exr_status s = EXR_OK;
+    int err = 0;
+    uint64_t t0 = mono_ns();
+    if (!failed) {
+        s = write_chunk(lg, c);
+        /* any failure loses the chunk, and so fails the log: a
+         * status other than these two is a bug, still reported */
+        err = s == EXR_OK ? 0 : s == EXR_EIO ? (errno ? errno : EIO) : s == EXR_ENOMEM ? ENOMEM : EFBIG;
+    } else {
+        unpin_chunk(lg, c);
+    }
+    uint64_t busy = mono_ns() - t0;
+    pthread_mutex_lock(&lg->mu);
+    lg->st.writer_ns += busy;
+    if (err && !lg->st.error)
+        lg->st.error = err;
+    lg->st.backlog -= c->raw;
+    lg->written_seq = c->seq;
+    lg->writing = NULL;
+    chunk_free(c);
+    pthread_cond_broadcast(&lg->done);
+}
+
 static void *writer_main(void *arg)
 {
     exr_log *lg = arg;
     pthread_mutex_lock(&lg->mu);
     for (;;) {
         if (lg->qhead) {
-            chunk *c = lg->qhead;
-            lg->qhead = c->next;
-            if (!lg->qhead)
-                lg->qtail = NULL;
-            lg->writing = c;
-            bool failed = lg->st.error != 0;
-            pthread_mutex_unlock(&lg->mu);
-            exr_status s = EXR_OK;
-            int err = 0;
-            uint64_t t0 = mono_ns();
-            if (!failed) {
-                s = write_chunk(lg, c);
-                /* any failure loses the chunk, and so fails the log: a
-                 * status other than these two is a bug, still reported */
-                err = s == EXR_OK ? 0 : s == EXR_EIO ? (errno ? errno : EIO) : s == EXR_ENOMEM ? ENOMEM : EFBIG;
-            } else {
-                unpin_chunk(lg, c);
-            }
-            uint64_t busy = mono_ns() - t0;
-            pthread_mutex_lock(&lg->mu);
-            lg->st.writer_ns += busy;
-            if (err && !lg->st.error)
-                lg->st.error = err;
-            lg->st.backlog -= c->raw;
-            lg->written_seq = c->seq;
-            lg->writing = NULL;
-            chunk_free(c);
-            pthread_cond_broadcast(&lg->done);
+            write_next_locked(lg);
             continue;
         }
         if (lg->stop)
