@@ -651,11 +651,7 @@ def tail(path: PathLike, n: int = 100) -> Chunk:
     with _open_log_file(path) as f:
         schema = _read_schema(f, path)
         size = os.fstat(f.fileno()).st_size
-        end = whole_end = _last_whole_end(f, path, schema, size)
-        if schema.header_len < whole_end < size:  # a torn tail after an end marker is not torn
-            t = _trailer_at(f, path, schema, whole_end)
-            if t is not None and t[1].kind == KIND_END:
-                raise _bad(path, whole_end, "data after the end marker")
+        end = _last_whole_end(f, path, schema, size)
         found = []
         have = 0
         later = None  # (offset, first timestamp) of the records chunk after this one
@@ -664,7 +660,7 @@ def tail(path: PathLike, n: int = 100) -> Chunk:
             if t is None:
                 raise _bad(path, end, "no valid chunk ends here")
             start, h = t
-            if h.kind == KIND_END and end != whole_end:
+            if h.kind == KIND_END and end != size:  # a chunk or a torn tail after it
                 raise _bad(path, end, "data after the end marker")
             if h.kind != KIND_END:
                 if later is not None and later[1] < h.last:
