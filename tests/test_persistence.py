@@ -703,7 +703,6 @@ REENTRY_SCRIPT = r"""
 import json, pickle, sys
 import numpy as np
 import exreplay
-import exreplay.log
 from exreplay import ExperienceReplay
 buf = ExperienceReplay((84, 84), state_dtype="uint8", capacity=None, seed=1)
 ps = buf.new_pick_selector(1)
