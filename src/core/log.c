@@ -278,18 +278,24 @@ static exr_status write_block(exr_log *lg, unsigned kind, unsigned codec, uint32
     return s;
 }
 
-/* Lets go of the buffer c's rows are in. Under lg->mu (the unpin itself
- * takes only the buffer's pin_mu, a leaf lock), not the buffer's lock: a
- * fork, which holds every log's mu (fork_prepare), then finds the chunk
- * either pinned or not, and never leaves the child a buffer locked by the
- * writer thread. Runs on the writer thread, without lg->mu held. */
-static void unpin_chunk(exr_log *lg, chunk *c)
+/* With lg->mu: c lets go of the buffer its rows are in (the unpin takes
+ * only the buffer's pin_mu, a leaf lock). */
+static void unpin_chunk_locked(chunk *c)
 {
-    pthread_mutex_lock(&lg->mu);
     if (c->pinned) {
         exr_buffer_unpin_locked(c->pinned, &c->reader);
         c->pinned = NULL;
     }
+}
+
+/* unpin_chunk_locked under lg->mu, not the buffer's lock: a fork, which
+ * holds every log's mu (fork_prepare), then finds the chunk either pinned or
+ * not, and never leaves the child a buffer locked by the writer thread. Runs
+ * on the writer thread, without lg->mu held. */
+static void unpin_chunk(exr_log *lg, chunk *c)
+{
+    pthread_mutex_lock(&lg->mu);
+    unpin_chunk_locked(c);
     pthread_mutex_unlock(&lg->mu);
 }
 
@@ -1344,10 +1350,8 @@ static void unpin_forked(exr_log *lg, exr_buffer *b)
 {
     pthread_mutex_lock(&lg->mu);
     for (chunk *c = lg->qhead; c; c = c->next)
-        if (c->pinned == b) {
-            exr_buffer_unpin_locked(b, &c->reader);
-            c->pinned = NULL;
-        }
+        if (c->pinned == b)
+            unpin_chunk_locked(c);
     pthread_mutex_unlock(&lg->mu);
 }
 
